@@ -1,0 +1,34 @@
+"""deepx_flow: a dataflow engine for tensor pipelines on GPU clusters.
+
+    import deepx_flow as dx
+    x = dx.input("x", shape=(200_000, 512), dtype="float32")
+    w = dx.random.normal((512, 1024), seed=0, dtype="float32")
+    y = dx.relu(x @ w + 1.0).sum(axis=1)
+    print(dx.compile(y).explain())
+    out = dx.run(y, inputs={"x": x_np})
+"""
+
+from deepx_flow.errors import (ClusterError, DeepxError, ExecutionError, GraphError, InputError,
+                               PlanError, SpecError)
+from deepx_flow.ir import Graph, Node
+from deepx_flow.sdk import random
+from deepx_flow.sdk.build import build_graph
+from deepx_flow.sdk.functions import (abs, add, arange, cast, concat, concatenate, div, equal,
+                                      exp, full, gelu, greater, greater_equal, input, less,
+                                      less_equal, log, log_softmax, matmul, max, maximum, mean,
+                                      min, minimum, mul, neg, not_equal, ones, pow, relu,
+                                      reshape, sigmoid, softmax, sqrt, sub, sum, tanh, transpose,
+                                      where, zeros)
+from deepx_flow.sdk.tensor import Tensor
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ClusterError", "DeepxError", "ExecutionError", "GraphError", "InputError", "PlanError",
+    "SpecError", "Graph", "Node", "Tensor", "build_graph", "random",
+    "abs", "add", "arange", "cast", "concat", "concatenate", "div", "equal", "exp", "full",
+    "gelu", "greater", "greater_equal", "input", "less", "less_equal", "log", "log_softmax",
+    "matmul", "max", "maximum", "mean", "min", "minimum", "mul", "neg", "not_equal", "ones",
+    "pow", "relu", "reshape", "sigmoid", "softmax", "sqrt", "sub", "sum", "tanh", "transpose",
+    "where", "zeros",
+]

@@ -1,0 +1,37 @@
+"""Settings read from the environment, in one place.
+
+Only this module reads environment variables; everything else asks it. Each setting has a
+default that suits a single machine.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Settings:
+    # Fraction of a worker's memory the planner may fill with task working sets; the rest is
+    # headroom for results waiting to be sent, communication buffers and the interpreter.
+    memory_fraction: float = 0.5
+    # Smallest chunk the planner creates when it splits only to make parallel tasks.
+    min_chunk_bytes: int = 4 * 2**20
+    # Chunks per worker thread the planner aims for on large tensors (parallelism, not memory).
+    chunks_per_thread: int = 2
+    # How many partial results one tree-reduction task combines.
+    reduce_fanin: int = 8
+    # Scheduler address to use instead of starting an embedded cluster.
+    scheduler_address: str | None = None
+
+
+def settings() -> Settings:
+    """Read the settings from the environment (`DEEPX_*` variables)."""
+    env = os.environ
+    return Settings(
+        memory_fraction=float(env.get("DEEPX_MEMORY_FRACTION", Settings.memory_fraction)),
+        min_chunk_bytes=int(env.get("DEEPX_MIN_CHUNK_BYTES", Settings.min_chunk_bytes)),
+        chunks_per_thread=int(env.get("DEEPX_CHUNKS_PER_THREAD", Settings.chunks_per_thread)),
+        reduce_fanin=int(env.get("DEEPX_REDUCE_FANIN", Settings.reduce_fanin)),
+        scheduler_address=env.get("DEEPX_SCHEDULER") or None,
+    )

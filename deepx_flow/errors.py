@@ -1,0 +1,53 @@
+"""The one exception family of deepx_flow.
+
+Every error a user can cause or meet derives from `DeepxError`. Messages name the node, the
+shapes or the file involved and say what to do. The command line maps the families onto exit
+codes: bad input (a graph, an input file, an option, a plan that cannot fit) exits 2, a failure
+while running exits 1.
+"""
+
+from __future__ import annotations
+
+
+class DeepxError(Exception):
+    """Base of every deepx_flow error."""
+
+    exit_code = 1
+
+
+class GraphError(DeepxError):
+    """A graph is malformed: unknown operator, cycle, shape or dtype mismatch, bad attribute."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, node: str | None = None):
+        self.node = node
+        super().__init__(f"node '{node}': {message}" if node else message)
+
+
+class SpecError(GraphError):
+    """A YAML graph spec cannot be read: bad YAML, wrong version, wrong field types."""
+
+
+class InputError(DeepxError):
+    """A run was given inputs that do not match the graph: missing, wrong shape, unreadable."""
+
+    exit_code = 2
+
+
+class ClusterError(DeepxError):
+    """A cluster description (file or live cluster) cannot be used."""
+
+    exit_code = 2
+
+
+class PlanError(DeepxError):
+    """No chunking of the graph fits the memory budget of the cluster."""
+
+    exit_code = 2
+
+
+class ExecutionError(DeepxError):
+    """A task failed while running on the cluster."""
+
+    exit_code = 1

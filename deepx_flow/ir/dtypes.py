@@ -1,0 +1,56 @@
+"""Element types of the IR and NumPy's rules for combining them.
+
+Dtypes are kept as NumPy names (`"float32"`), so nodes stay plain data. Result types follow
+NumPy exactly (we ask NumPy on zero-size arrays), except for Python scalars, which are "weak"
+as in NumPy 2 (NEP 50): `x_float32 + 1.0` stays float32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from deepx_flow.errors import GraphError
+
+DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", "float32", "float64")
+
+
+def normalize(dtype, node: str | None = None) -> str:
+    """Return the canonical name of `dtype`, or raise GraphError for an unsupported one."""
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        name = str(dtype)
+    if name not in DTYPES:
+        raise GraphError(f"unsupported dtype {dtype!r}; use one of {', '.join(DTYPES)}", node)
+    return name
+
+
+def itemsize(dtype: str) -> int:
+    return np.dtype(dtype).itemsize
+
+
+def is_float(dtype: str) -> bool:
+    return np.dtype(dtype).kind == "f"
+
+
+def is_bool(dtype: str) -> bool:
+    return dtype == "bool"
+
+
+def ufunc_result(ufunc, *dtypes: str) -> str:
+    """The dtype NumPy gives when `ufunc` is applied to arrays of `dtypes`."""
+    args = [np.zeros((1,), dtype=d) for d in dtypes]
+    with np.errstate(all="ignore"):
+        return np.dtype(ufunc(*args).dtype).name
+
+
+def scalar_dtype(value, other: str) -> str:
+    """The dtype a Python scalar takes when combined with a tensor of dtype `other` (NEP 50)."""
+    if isinstance(value, (bool, np.bool_)):
+        return other
+    if isinstance(value, (int, np.integer)):
+        return "int64" if other == "bool" else other
+    if isinstance(value, (float, np.floating)):
+        return other if is_float(other) else "float64"
+    raise GraphError(f"cannot use {type(value).__name__} {value!r} as a tensor scalar")

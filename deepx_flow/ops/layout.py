@@ -1,0 +1,93 @@
+"""Operators that move elements: transpose, reshape, concat and slicing.
+
+Attributes are stored normalized (full permutations, per-axis non-negative slice bounds) so
+that the YAML form is explicit and the lowering needs no defaults. reshape states its
+(resolved) shape on the node; a -1 in a YAML spec is resolved on reading.
+"""
+
+from __future__ import annotations
+
+import math
+
+from deepx_flow.errors import GraphError
+from deepx_flow.ir import dtypes
+from deepx_flow.ops.common import normalize_axis
+from deepx_flow.ops.spec import LAYOUT, OpSpec
+
+
+def _infer_transpose(node, inputs):
+    (a,) = inputs
+    axes = node.attr("axes")
+    if axes is None or sorted(axes) != list(range(a.ndim)):
+        raise GraphError(f"transpose: axes must be a permutation of 0..{a.ndim - 1}, got "
+                         f"{axes!r}", node.id)
+    return tuple(a.shape[i] for i in axes), a.dtype
+
+
+def _infer_reshape(node, inputs):
+    (a,) = inputs
+    shape = node.shape
+    if shape is None or not all(isinstance(s, int) and s >= -1 for s in shape):
+        raise GraphError(f"reshape needs a target shape of integers (one may be -1), got "
+                         f"{shape!r}", node.id)
+    shape = list(shape)
+    if shape.count(-1) > 1:
+        raise GraphError("reshape: only one dimension may be -1", node.id)
+    known = math.prod(s for s in shape if s != -1)
+    if -1 in shape:
+        if known == 0 or a.size % known:
+            raise GraphError(f"reshape: cannot infer -1 in {tuple(shape)} from {a.shape}",
+                             node.id)
+        shape[shape.index(-1)] = a.size // known
+    if math.prod(shape) != a.size:
+        raise GraphError(f"reshape: cannot reshape {a.shape} ({a.size} elements) into "
+                         f"{tuple(shape)}", node.id)
+    return tuple(shape), a.dtype
+
+
+def _infer_concat(node, inputs):
+    first = inputs[0]
+    axis = node.attr("axis")
+    if axis is None or normalize_axis(node, axis, first.ndim) != axis:
+        raise GraphError(f"concat: axis must be a non-negative axis, got {axis!r}", node.id)
+    for other in inputs[1:]:
+        same = other.ndim == first.ndim and all(
+            s == t for i, (s, t) in enumerate(zip(first.shape, other.shape)) if i != axis)
+        if not same:
+            raise GraphError(f"concat along axis {axis}: shapes {first.shape} and "
+                             f"{other.shape} differ off that axis", node.id)
+    dtype = first.dtype
+    for other in inputs[1:]:
+        if other.dtype != dtype:
+            import numpy as np
+            dtype = dtypes.ufunc_result(np.add, dtype, other.dtype)
+    size = sum(t.shape[axis] for t in inputs)
+    return first.shape[:axis] + (size,) + first.shape[axis + 1:], dtype
+
+
+def _infer_slice(node, inputs):
+    (a,) = inputs
+    starts, stops, steps = node.attr("starts"), node.attr("stops"), node.attr("steps")
+    if not all(isinstance(v, tuple) and len(v) == a.ndim for v in (starts, stops, steps)):
+        raise GraphError(f"slice needs starts, stops and steps with one entry per axis of the "
+                         f"{a.ndim}-D input", node.id)
+    shape = []
+    for axis, (lo, hi, step, dim) in enumerate(zip(starts, stops, steps, a.shape)):
+        if not (isinstance(step, int) and step >= 1 and 0 <= lo <= hi <= dim):
+            raise GraphError(f"slice on axis {axis}: need 0 <= start <= stop <= {dim} and "
+                             f"step >= 1, got {lo}:{hi}:{step}", node.id)
+        shape.append(-(-(hi - lo) // step))
+    return tuple(shape), a.dtype
+
+
+def specs() -> list[OpSpec]:
+    return [
+        OpSpec("transpose", LAYOUT, 1, _infer_transpose, attrs=("axes",),
+               required_attrs=("axes",), doc="permute axes"),
+        OpSpec("reshape", LAYOUT, 1, _infer_reshape, declared=("shape",),
+               doc="same elements in row-major order, new shape"),
+        OpSpec("concat", LAYOUT, None, _infer_concat, attrs=("axis",), required_attrs=("axis",),
+               doc="join tensors along an axis"),
+        OpSpec("slice", LAYOUT, 1, _infer_slice, attrs=("starts", "stops", "steps"),
+               required_attrs=("starts", "stops", "steps"), doc="start:stop:step on each axis"),
+    ]

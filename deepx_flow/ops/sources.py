@@ -1,0 +1,60 @@
+"""Source operators: graph inputs, constants, ranges and counter-based random tensors.
+
+Random tensors take their values from (seed, flat element index) alone, so a result never
+depends on the chunk grid or on how many workers run it.
+"""
+
+from __future__ import annotations
+
+from deepx_flow.errors import GraphError
+from deepx_flow.ir import dtypes
+from deepx_flow.ops.common import check_shape, declared_dtype
+from deepx_flow.ops.spec import SOURCE, OpSpec
+
+
+def _infer_declared(node, inputs):
+    return check_shape(node, node.shape), declared_dtype(node)
+
+
+def _infer_full(node, inputs):
+    value = node.attr("value")
+    if not isinstance(value, (bool, int, float)):
+        raise GraphError(f"full: value must be a number or bool, got {value!r}", node.id)
+    return _infer_declared(node, inputs)
+
+
+def _infer_arange(node, inputs):
+    shape, dtype = _infer_declared(node, inputs)
+    if len(shape) != 1:
+        raise GraphError(f"arange makes 1-D tensors, got shape {shape}", node.id)
+    for key in ("start", "step"):
+        if not isinstance(node.attr(key, 0), (int, float)):
+            raise GraphError(f"arange: {key} must be a number", node.id)
+    return shape, dtype
+
+
+def _infer_random(node, inputs):
+    shape, dtype = _infer_declared(node, inputs)
+    if not dtypes.is_float(dtype):
+        raise GraphError(f"{node.op} makes floating-point tensors, not {dtype}", node.id)
+    seed = node.attr("seed")
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
+        raise GraphError(f"{node.op}: seed must be an integer in [0, 2**63), got {seed!r}",
+                         node.id)
+    return shape, dtype
+
+
+def specs() -> list[OpSpec]:
+    return [
+        OpSpec("input", SOURCE, 0, _infer_declared, declared=("shape", "dtype"), doc="named graph input"),
+        OpSpec("full", SOURCE, 0, _infer_full, declared=("shape", "dtype"), attrs=("value",), required_attrs=("value",),
+               doc="tensor filled with one value"),
+        OpSpec("arange", SOURCE, 0, _infer_arange, declared=("shape", "dtype"), attrs=("start", "step"),
+               doc="start + step * index"),
+        OpSpec("random_normal", SOURCE, 0, _infer_random, declared=("shape", "dtype"), flops_per_element=30,
+               temp_bytes_per_element=40, attrs=("seed", "mean", "std"),
+               required_attrs=("seed",), doc="normal values from (seed, element index)"),
+        OpSpec("random_uniform", SOURCE, 0, _infer_random, declared=("shape", "dtype"), flops_per_element=15,
+               temp_bytes_per_element=24, attrs=("seed", "low", "high"),
+               required_attrs=("seed",), doc="uniform values in [low, high) from (seed, index)"),
+    ]

@@ -1,0 +1,91 @@
+"""What an operator declares: its kind, shape and dtype rule, engines, cost and fusability.
+
+The compiler never special-cases an operator by name when a declared property will do: the
+partitioner reads `kind`, the fuser reads `fusable`, the cost model reads the per-element
+figures. `infer` is the operator's type rule: given the node (whose declared shape or dtype
+may be None when the graph came from YAML without them) and its input nodes, it returns the
+output shape and dtype or raises GraphError naming the node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from deepx_flow.errors import GraphError
+from deepx_flow.ir.node import Node
+
+# Kinds, which decide how the partitioner chunks and the lowering tiles an operator.
+SOURCE = "source"            # no inputs: input, full, arange, random_*
+ELEMENTWISE = "elementwise"  # NumPy broadcasting over operands, one output element per position
+MATMUL = "matmul"            # (..., M, K) @ (..., K, N)
+REDUCE = "reduce"            # sum/mean/max/min over axes, as tree reductions
+AXIS_WHOLE = "axis_whole"    # needs one whole axis in each chunk (softmax, log_softmax)
+LAYOUT = "layout"            # moves elements: transpose, reshape, concat, slice
+
+InferFn = Callable[[Node, list[Node]], tuple[tuple[int, ...], str]]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One registered operator.
+
+    Parameters
+    ----------
+    name : str
+        Operator name as used in nodes and YAML.
+    kind : str
+        One of the kinds above.
+    arity : int or None
+        Number of inputs, or None for any number (concat).
+    infer : callable
+        `infer(node, inputs) -> (shape, dtype)`; raises GraphError on bad operands.
+    fusable : bool
+        Whether the operator can join a fused elementwise kernel.
+    flops_per_element : float
+        Arithmetic per output element (per input element for reductions); matmul uses 2*M*N*K.
+    temp_bytes_per_element : float
+        Scratch memory per output element beyond inputs and output (random tensors hash
+        64-bit counters, softmax keeps an exponentiated copy).
+    engines : tuple of str
+        Engines that implement the operator.
+    attrs : tuple of str
+        Attribute names the operator accepts.
+    doc : str
+        One line for `deepx-flow ops`.
+    required_attrs : tuple of str
+        Attributes that must be present.
+    declared : tuple of str
+        Which of "shape" and "dtype" the node states rather than derives.
+    """
+
+    name: str
+    kind: str
+    arity: int | None
+    infer: InferFn
+    fusable: bool = False
+    flops_per_element: float = 1.0
+    temp_bytes_per_element: float = 0.0
+    engines: tuple[str, ...] = ("numpy", "cupy")
+    attrs: tuple[str, ...] = ()
+    doc: str = ""
+    required_attrs: tuple[str, ...] = field(default=())
+    # Which of "shape" and "dtype" the node states (sources, reshape, cast) instead of
+    # having them derived from its inputs.
+    declared: tuple[str, ...] = ()
+
+    def check_arity(self, node: Node) -> None:
+        if self.arity is not None and len(node.inputs) != self.arity:
+            raise GraphError(f"{self.name} takes {self.arity} input(s), got {len(node.inputs)}",
+                             node.id)
+        if self.arity is None and not node.inputs:
+            raise GraphError(f"{self.name} needs at least one input", node.id)
+        known = set(self.attrs)
+        for key, _ in node.attrs:
+            if key not in known:
+                allowed = ", ".join(self.attrs) or "none"
+                raise GraphError(f"{self.name} has no attribute '{key}' (allowed: {allowed})",
+                                 node.id)
+        for key in self.required_attrs:
+            if node.attr(key) is None:
+                raise GraphError(f"{self.name} needs attribute '{key}'", node.id)

@@ -1,0 +1,1 @@
+"""The Python SDK: the Tensor handle, operator functions, random tensors, graph building."""

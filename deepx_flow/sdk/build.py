@@ -1,0 +1,57 @@
+"""Collect the graph behind a set of output tensors.
+
+`build_graph` walks back from the outputs (iteratively, so deep chains do not hit Python's
+recursion limit) and returns a `Graph` with nodes in topological order and named outputs.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence, Union
+
+from deepx_flow.errors import GraphError
+from deepx_flow.ir import Graph, Node
+from deepx_flow.sdk.tensor import Tensor
+
+Outputs = Union[Tensor, Sequence[Tensor], Mapping[str, Tensor], Graph]
+
+
+def output_pairs(outputs: Outputs) -> list[tuple[str, Tensor]]:
+    """Name each output: dict keys, else the tensor's name, else `out0`, `out1`, ..."""
+    if isinstance(outputs, Tensor):
+        return [(outputs.name or "out0", outputs)]
+    if isinstance(outputs, Mapping):
+        pairs = list(outputs.items())
+    else:
+        pairs = [(t.name or f"out{i}", t) for i, t in enumerate(outputs)]
+    for name, t in pairs:
+        if not isinstance(t, Tensor):
+            raise GraphError(f"output '{name}' is a {type(t).__name__}, not a dx.Tensor")
+    return pairs
+
+
+def build_graph(outputs: Outputs) -> Graph:
+    """The graph that computes `outputs` (a tensor, a list or dict of tensors, or a graph)."""
+    if isinstance(outputs, Graph):
+        return outputs
+    pairs = output_pairs(outputs)
+    order: list[Node] = []
+    seen: dict[str, Node] = {}
+    for _, root in pairs:
+        stack: list[tuple[Tensor, bool]] = [(root, False)]
+        while stack:
+            tensor, expanded = stack.pop()
+            node = tensor.node
+            if node.id in seen:
+                if seen[node.id] != node:
+                    raise GraphError("two different tensors share this name; give each "
+                                     "input a unique name", node.id)
+                continue
+            if expanded:
+                seen[node.id] = node
+                order.append(node)
+                continue
+            stack.append((tensor, True))
+            for parent in reversed(tensor.parents):
+                if parent.node.id not in seen:
+                    stack.append((parent, False))
+    return Graph(tuple(order), tuple((name, t.node.id) for name, t in pairs))

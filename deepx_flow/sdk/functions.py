@@ -1,0 +1,164 @@
+"""The operator functions of the SDK: `dx.relu(x)`, `dx.matmul(a, b)`, `dx.full(...)`, ...
+
+Each builds one node through `apply`, which runs the operator's type rule at once. Arguments
+are normalized here (axes made non-negative, -1 in a reshape resolved) so that nodes, and the
+YAML written from them, are explicit.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from deepx_flow.errors import GraphError
+from deepx_flow.ir import dtypes
+from deepx_flow.ir.node import Node
+from deepx_flow.ops.common import normalize_axis
+from deepx_flow.sdk.tensor import Tensor, apply, as_tensor, binary, reduce_
+
+
+def _shape(shape) -> tuple[int, ...]:
+    if isinstance(shape, int):
+        return (shape,)
+    return tuple(int(s) for s in shape)
+
+
+# -- sources ------------------------------------------------------------------------------
+def input(name: str, shape: Sequence[int], dtype="float32") -> Tensor:  # noqa: A001
+    """A named graph input; its data is passed to `dx.run(inputs={name: array})`."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise GraphError(f"input name must be an identifier, got {name!r}")
+    node = Node(name, "input", (), _shape(shape), dtypes.normalize(dtype, name))
+    from deepx_flow.ops import get_op
+    get_op("input").infer(node, [])
+    return Tensor(node, (), name)
+
+
+def full(shape, value, dtype=None) -> Tensor:
+    """A tensor of `shape` filled with `value` (dtype inferred from the value if not given)."""
+    if dtype is None:
+        dtype = "bool" if isinstance(value, bool) else "int64" if isinstance(value, int) \
+            else "float64"
+    return apply("full", [], shape=_shape(shape), dtype=dtypes.normalize(dtype), value=value)
+
+
+def zeros(shape, dtype="float32") -> Tensor:
+    return full(shape, False if dtypes.normalize(dtype) == "bool" else 0, dtype)
+
+
+def ones(shape, dtype="float32") -> Tensor:
+    return full(shape, True if dtypes.normalize(dtype) == "bool" else 1, dtype)
+
+
+def arange(start, stop=None, step=1, dtype=None) -> Tensor:
+    """`start, start + step, ...` below `stop`, like `numpy.arange`."""
+    if stop is None:
+        start, stop = 0, start
+    n = max(0, -(-(stop - start) // step)) if step else 0
+    if step == 0:
+        raise GraphError("arange: step must not be zero")
+    if dtype is None:
+        dtype = "float64" if any(isinstance(v, float) for v in (start, stop, step)) else "int64"
+    return apply("arange", [], shape=(int(n),), dtype=dtypes.normalize(dtype),
+                 start=start, step=step)
+
+
+# -- elementwise --------------------------------------------------------------------------
+def _unary(op):
+    def fn(x) -> Tensor:
+        return apply(op, [as_tensor(x)])
+    fn.__name__ = op
+    fn.__doc__ = f"Elementwise {op}."
+    return fn
+
+
+neg, abs, exp, log, sqrt, tanh, sigmoid, relu, gelu = (  # noqa: A001
+    _unary(op) for op in ("neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu"))
+
+
+def _binary(op):
+    def fn(a, b) -> Tensor:
+        return binary(op, a, b)
+    fn.__name__ = op
+    fn.__doc__ = f"Elementwise {op}, with NumPy broadcasting."
+    return fn
+
+
+add, sub, mul, div, pow, maximum, minimum = (  # noqa: A001
+    _binary(op) for op in ("add", "sub", "mul", "div", "pow", "maximum", "minimum"))
+less, less_equal, greater, greater_equal, equal, not_equal = (
+    _binary(op) for op in ("lt", "le", "gt", "ge", "eq", "ne"))
+
+
+def where(cond, a, b) -> Tensor:
+    """`a` where `cond` is true, else `b` (broadcasting all three)."""
+    like = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
+    return apply("where", [as_tensor(cond), as_tensor(a, like), as_tensor(b, like)])
+
+
+def cast(x: Tensor, dtype) -> Tensor:
+    return apply("cast", [as_tensor(x)], dtype=dtypes.normalize(dtype))
+
+
+# -- linear algebra -----------------------------------------------------------------------
+def matmul(a, b) -> Tensor:
+    """Matrix product; 1-D operands are treated as in NumPy (a row or a column vector)."""
+    a, b = as_tensor(a), as_tensor(b)
+    if a.ndim == 1 and b.ndim == 1:
+        return reshape(matmul(reshape(a, (1, a.shape[0])), reshape(b, (b.shape[0], 1))), ())
+    if a.ndim == 1:
+        out = matmul(reshape(a, (1, a.shape[0])), b)
+        return reshape(out, out.shape[:-2] + out.shape[-1:])
+    if b.ndim == 1:
+        out = matmul(a, reshape(b, (b.shape[0], 1)))
+        return reshape(out, out.shape[:-1])
+    return apply("matmul", [a, b])
+
+
+# -- reductions ---------------------------------------------------------------------------
+def sum(x, axis=None, keepdims=False) -> Tensor:  # noqa: A001
+    return reduce_("sum", as_tensor(x), axis, keepdims)
+
+
+def mean(x, axis=None, keepdims=False) -> Tensor:
+    return reduce_("mean", as_tensor(x), axis, keepdims)
+
+
+def max(x, axis=None, keepdims=False) -> Tensor:  # noqa: A001
+    return reduce_("max", as_tensor(x), axis, keepdims)
+
+
+def min(x, axis=None, keepdims=False) -> Tensor:  # noqa: A001
+    return reduce_("min", as_tensor(x), axis, keepdims)
+
+
+def softmax(x, axis=-1) -> Tensor:
+    x = as_tensor(x)
+    return apply("softmax", [x], axis=normalize_axis(x.node, axis, x.ndim))
+
+
+def log_softmax(x, axis=-1) -> Tensor:
+    x = as_tensor(x)
+    return apply("log_softmax", [x], axis=normalize_axis(x.node, axis, x.ndim))
+
+
+# -- layout -------------------------------------------------------------------------------
+def transpose(x, axes=None) -> Tensor:
+    x = as_tensor(x)
+    axes = tuple(reversed(range(x.ndim))) if axes is None else \
+        tuple(normalize_axis(x.node, a, x.ndim) for a in axes)
+    return apply("transpose", [x], axes=axes)
+
+
+def reshape(x, shape) -> Tensor:
+    x = as_tensor(x)
+    return apply("reshape", [x], shape=_shape(shape))
+
+
+def concat(tensors, axis=0) -> Tensor:
+    tensors = [as_tensor(t) for t in tensors]
+    if not tensors:
+        raise GraphError("concat needs at least one tensor")
+    return apply("concat", tensors, axis=normalize_axis(tensors[0].node, axis, tensors[0].ndim))
+
+
+concatenate = concat

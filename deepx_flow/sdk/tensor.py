@@ -1,0 +1,179 @@
+"""The `Tensor` handle users build graphs with.
+
+A Tensor wraps one IR node and remembers the tensors it was built from, the way micrograd's
+`Value` does, so a graph is collected by walking back from its outputs. Shape and dtype are
+known as soon as a tensor is built: every operator's type rule runs at once, and mistakes are
+reported at the line that made them. Python operators map onto the IR operators.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from deepx_flow.errors import GraphError
+from deepx_flow.ir import dtypes
+from deepx_flow.ir.node import Node, make_attrs, make_id
+from deepx_flow.ops import get_op
+
+
+class Tensor:
+    """A lazy tensor: one node of a graph, with its shape and dtype.
+
+    Build tensors with `dx.input`, the constant and random constructors and the operators;
+    compute them with `dx.run` or `dx.persist`.
+    """
+
+    __slots__ = ("node", "parents", "name")
+    __array_priority__ = 100  # so numpy_scalar + tensor defers to Tensor.__radd__
+
+    def __init__(self, node: Node, parents: tuple["Tensor", ...] = (), name: str | None = None):
+        self.node = node
+        self.parents = parents
+        self.name = name
+
+    # -- description -------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.node.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.node.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.node.shape)
+
+    @property
+    def size(self) -> int:
+        return self.node.size
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * dtypes.itemsize(self.dtype)
+
+    def named(self, name: str) -> "Tensor":
+        """The same tensor, with the name it takes as a graph output."""
+        return Tensor(self.node, self.parents, name)
+
+    def __repr__(self) -> str:
+        label = f" '{self.name}'" if self.name else ""
+        return f"<Tensor{label} {self.node.op} shape={self.shape} dtype={self.dtype}>"
+
+    def __bool__(self):
+        raise GraphError("a Tensor has no truth value while the graph is being built; use "
+                         "dx.where for choices", self.node.id)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    # -- arithmetic ---------------------------------------------------------------------
+    def __add__(self, other): return binary("add", self, other)
+    def __radd__(self, other): return binary("add", other, self)
+    def __sub__(self, other): return binary("sub", self, other)
+    def __rsub__(self, other): return binary("sub", other, self)
+    def __mul__(self, other): return binary("mul", self, other)
+    def __rmul__(self, other): return binary("mul", other, self)
+    def __truediv__(self, other): return binary("div", self, other)
+    def __rtruediv__(self, other): return binary("div", other, self)
+    def __pow__(self, other): return binary("pow", self, other)
+    def __rpow__(self, other): return binary("pow", other, self)
+    def __neg__(self): return apply("neg", [self])
+    def __abs__(self): return apply("abs", [self])
+    def __pos__(self): return self
+    def __lt__(self, other): return binary("lt", self, other)
+    def __le__(self, other): return binary("le", self, other)
+    def __gt__(self, other): return binary("gt", self, other)
+    def __ge__(self, other): return binary("ge", self, other)
+    def __eq__(self, other): return binary("eq", self, other)  # type: ignore[override]
+    def __ne__(self, other): return binary("ne", self, other)  # type: ignore[override]
+    __hash__ = object.__hash__
+
+    def __matmul__(self, other):
+        from deepx_flow.sdk.functions import matmul
+        return matmul(self, other)
+
+    def __rmatmul__(self, other):
+        from deepx_flow.sdk.functions import matmul
+        return matmul(other, self)
+
+    def __getitem__(self, index):
+        from deepx_flow.sdk.indexing import getitem
+        return getitem(self, index)
+
+    # -- methods that mirror the functions ----------------------------------------------
+    def astype(self, dtype) -> "Tensor":
+        from deepx_flow.sdk.functions import cast
+        return cast(self, dtype)
+
+    def sum(self, axis=None, keepdims=False): return reduce_("sum", self, axis, keepdims)
+    def mean(self, axis=None, keepdims=False): return reduce_("mean", self, axis, keepdims)
+    def max(self, axis=None, keepdims=False): return reduce_("max", self, axis, keepdims)
+    def min(self, axis=None, keepdims=False): return reduce_("min", self, axis, keepdims)
+
+    def reshape(self, *shape) -> "Tensor":
+        from deepx_flow.sdk.functions import reshape
+        return reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list))
+                       else shape)
+
+    def transpose(self, *axes) -> "Tensor":
+        from deepx_flow.sdk.functions import transpose
+        return transpose(self, axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list))
+                         else (axes or None))
+
+    @property
+    def T(self) -> "Tensor":
+        return self.transpose()
+
+
+def apply(op: str, inputs: list[Tensor], shape=None, dtype=None, **attrs: Any) -> Tensor:
+    """Build the node for `op` over `inputs`, run its type rule and wrap it in a Tensor."""
+    spec = get_op(op)
+    frozen = make_attrs(**attrs)
+    in_ids = tuple(t.node.id for t in inputs)
+    draft = Node(f"new {op}", op, in_ids, None if shape is None else tuple(shape), dtype, frozen)
+    spec.check_arity(draft)
+    try:
+        out_shape, out_dtype = spec.infer(draft, [t.node for t in inputs])
+    except GraphError as err:
+        # Name the operands, since the new node has no id a user would recognise yet.
+        operands = ", ".join(f"{t.node.id}{t.shape}" for t in inputs) or "no inputs"
+        raise GraphError(f"{err} (operands: {operands})") from None
+    node = Node(make_id(op, in_ids, out_shape, out_dtype, frozen), op, in_ids, out_shape,
+                out_dtype, frozen)
+    return Tensor(node, tuple(inputs))
+
+
+def as_tensor(value, like: Tensor | None = None) -> Tensor:
+    """A Tensor as is; a Python or NumPy scalar as a 0-d constant typed like `like` (NEP 50)."""
+    if isinstance(value, Tensor):
+        return value
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, np.generic):
+        dtype = dtypes.normalize(value.dtype)
+        return apply("full", [], shape=(), dtype=dtype, value=value.item())
+    if isinstance(value, (bool, int, float)):
+        other = like.dtype if like is not None else (
+            "bool" if isinstance(value, bool) else
+            "int64" if isinstance(value, int) else "float64")
+        return apply("full", [], shape=(), dtype=dtypes.scalar_dtype(value, other), value=value)
+    if isinstance(value, np.ndarray):
+        raise GraphError("NumPy arrays enter a graph as named inputs: use dx.input(name, "
+                         "shape, dtype) and pass the array to dx.run(inputs=...)")
+    raise GraphError(f"cannot use {type(value).__name__} as a tensor operand")
+
+
+def binary(op: str, a, b) -> Tensor:
+    like = a if isinstance(a, Tensor) else b
+    return apply(op, [as_tensor(a, like), as_tensor(b, like)])
+
+
+def reduce_(op: str, x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
+    from deepx_flow.ops.common import normalize_axes
+    axes = normalize_axes(Node(f"new {op}", op, (), x.shape, x.dtype), axis, x.ndim)
+    return apply(op, [x], axes=axes, keepdims=bool(keepdims))

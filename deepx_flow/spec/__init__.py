@@ -1,0 +1,1 @@
+"""The YAML graph spec: the cross-language protocol for tensor graphs."""
