@@ -12,7 +12,7 @@ import numpy as np
 
 from deepx_flow.errors import GraphError
 from deepx_flow.ir import dtypes
-from deepx_flow.ops.common import broadcast, declared_dtype, ufunc_dtype
+from deepx_flow.ops.common import broadcast, check_shape, declared_dtype, ufunc_dtype
 from deepx_flow.ops.spec import ELEMENTWISE, OpSpec
 
 # name: (ufunc giving the dtype rule, flops per element, doc)
@@ -77,6 +77,17 @@ def _infer_cast(node, inputs):
     return a.shape, declared_dtype(node)
 
 
+def _infer_fused(node, inputs):
+    """A compiled chain: the node states its shape; the program's last dtype is the result."""
+    program = node.attr("program")
+    if not program:
+        raise GraphError("fused needs a non-empty program", node.id)
+    shape = check_shape(node, node.shape)
+    if inputs and broadcast(node, [shape] + [t.shape for t in inputs]) != shape:
+        raise GraphError(f"fused operands do not broadcast to {shape}", node.id)
+    return shape, program[-1][2]
+
+
 def specs() -> list[OpSpec]:
     out = [OpSpec(name, ELEMENTWISE, 1, _unary_rule(u), fusable=True, flops_per_element=f,
                   doc=doc) for name, (u, f, doc) in UNARY.items()]
@@ -86,4 +97,7 @@ def specs() -> list[OpSpec]:
                       doc="cond ? a : b"))
     out.append(OpSpec("cast", ELEMENTWISE, 1, _infer_cast, fusable=True, declared=("dtype",),
                       doc="convert to the node's dtype"))
+    out.append(OpSpec("fused", ELEMENTWISE, None, _infer_fused, fusable=False,
+                      attrs=("program",), required_attrs=("program",), declared=("shape",),
+                      doc="compiled chain of elementwise operators (made by the compiler)"))
     return out

@@ -6,6 +6,8 @@ the K partial products with a tree reduction; 1-D operands are reshaped by the S
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from deepx_flow.errors import GraphError
@@ -14,6 +16,10 @@ from deepx_flow.ops.spec import MATMUL, OpSpec
 
 
 def _infer_matmul(node, inputs):
+    if node.attr("epilogue") is not None:
+        return _infer_with_epilogue(node, inputs)
+    if len(inputs) != 2:
+        raise GraphError(f"matmul takes 2 inputs, got {len(inputs)}", node.id)
     a, b = inputs
     if a.ndim < 2 or b.ndim < 2:
         raise GraphError(f"matmul needs operands of at least 2 dimensions, got {a.shape} and "
@@ -25,5 +31,17 @@ def _infer_matmul(node, inputs):
     return batch + (a.shape[-2], b.shape[-1]), ufunc_dtype(node, np.matmul, [a.dtype, b.dtype])
 
 
+def _infer_with_epilogue(node, inputs):
+    """A compiled matmul whose result feeds a fused elementwise program (`in0` = product)."""
+    shape, _ = _infer_matmul(replace(node, attrs=()), inputs[:2])
+    program = node.attr("epilogue")
+    out = broadcast(node, [shape] + [t.shape for t in inputs[2:]])
+    if out != shape:
+        raise GraphError(f"matmul epilogue operands broadcast the product {shape} to {out}",
+                         node.id)
+    return shape, program[-1][2]
+
+
 def specs() -> list[OpSpec]:
-    return [OpSpec("matmul", MATMUL, 2, _infer_matmul, doc="(..., M, K) @ (..., K, N)")]
+    return [OpSpec("matmul", MATMUL, None, _infer_matmul, attrs=("epilogue",),
+                   doc="(..., M, K) @ (..., K, N)")]

@@ -10,14 +10,26 @@ from __future__ import annotations
 import numpy as np
 
 from deepx_flow.errors import GraphError
-from deepx_flow.ops.common import normalize_axes, normalize_axis, ufunc_dtype
+from deepx_flow.ir.node import Node
+from deepx_flow.ops.common import broadcast, normalize_axes, normalize_axis, ufunc_dtype
 from deepx_flow.ops.spec import AXIS_WHOLE, REDUCE, OpSpec
 
 REDUCTIONS = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
 
 
+def _reduced_operand(node, inputs):
+    """The tensor being reduced: the single input, or what the prologue computes from all."""
+    program = node.attr("prologue")
+    if program is None:
+        if len(inputs) != 1:
+            raise GraphError(f"{node.op} takes 1 input, got {len(inputs)}", node.id)
+        return inputs[0]
+    shape = broadcast(node, [t.shape for t in inputs])
+    return Node(node.id, "fused", (), shape, program[-1][2])
+
+
 def _infer_reduce(node, inputs):
-    (a,) = inputs
+    a = _reduced_operand(node, inputs)
     axes = node.attr("axes")
     if axes is None or normalize_axes(node, axes, a.ndim) != tuple(axes):
         raise GraphError(f"{node.op}: axes must be a sorted list of axes of the {a.ndim}-D "
@@ -46,7 +58,7 @@ def _infer_softmax(node, inputs):
 
 
 def specs() -> list[OpSpec]:
-    out = [OpSpec(name, REDUCE, 1, _infer_reduce, attrs=("axes", "keepdims"),
+    out = [OpSpec(name, REDUCE, None, _infer_reduce, attrs=("axes", "keepdims", "prologue"),
                   required_attrs=("axes",), doc=f"{name} over axes")
            for name in REDUCTIONS]
     for name in ("softmax", "log_softmax"):

@@ -1,0 +1,142 @@
+"""Pass: fuse chains of elementwise operators into single kernels.
+
+Before: a validated, typed graph.
+After: an equal computation in which
+  * every elementwise operator belongs to exactly one `fused` node whose `program` attribute
+    lists its operations (see `deepx_flow.ir.program`); a tree of elementwise nodes whose inner
+    nodes have one user and are not outputs becomes one `fused` node, keeping the id of the
+    tree's root so its users and the outputs still find it;
+  * scalar constants (`full` of shape ()) are inlined into programs as literals;
+  * a `fused` node that reads a matmul result of the same shape, used nowhere else, becomes the
+    matmul's `epilogue` (the product is `in0`; the other operands follow `a` and `b`);
+  * a `fused` node read only by a reduction becomes the reduction's `prologue`, so the
+    elementwise result is never stored: each partial reduction evaluates it chunk by chunk.
+Nodes are never fused across an output or a node with several users, so nothing is computed
+twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from deepx_flow.ir import Graph, Node
+from deepx_flow.ir.node import make_attrs
+from deepx_flow.ir.program import const_ref, input_ref, temp_ref
+from deepx_flow.ops import ELEMENTWISE, MATMUL, REDUCE, get_op
+
+
+def _is_elementwise(node: Node) -> bool:
+    return get_op(node.op).kind == ELEMENTWISE and node.op != "fused"
+
+
+def _is_scalar_const(node: Node) -> bool:
+    return node.op == "full" and node.shape == ()
+
+
+def _build_program(root: Node, graph: Graph, absorbed: set[str]):
+    """The program of the tree under `root`, and the ids of the tree's external inputs."""
+    program: list = []
+    inputs: list[str] = []
+    done: dict[str, tuple] = {}
+
+    def ref(node_id: str) -> tuple:
+        if node_id in done:
+            return done[node_id]
+        node = graph[node_id]
+        if _is_scalar_const(node):
+            out = const_ref(node.attr("value"), node.dtype)
+        elif node_id in absorbed:
+            args = tuple(ref(i) for i in node.inputs)
+            program.append((node.op, args, node.dtype))
+            out = temp_ref(len(program) - 1)
+        else:
+            inputs.append(node_id)
+            out = input_ref(len(inputs) - 1)
+        done[node_id] = out
+        return out
+
+    # The root itself is always an instruction, even when it reads only inputs.
+    args = tuple(ref(i) for i in root.inputs)
+    program.append((root.op, args, root.dtype))
+    return tuple(program), inputs
+
+
+def fuse_elementwise(graph: Graph) -> Graph:
+    """Group elementwise trees into `fused` nodes, then into matmul epilogues and reduction
+    prologues; see the module docstring for what holds after."""
+    users = graph.consumers()
+    outputs = set(graph.output_ids)
+
+    # An elementwise node is absorbed into its user's kernel when that user is elementwise,
+    # it has exactly one use, and it is not an output.
+    absorbed = {
+        n.id for n in graph.nodes
+        if _is_elementwise(n) and n.id not in outputs and len(users[n.id]) == 1
+        and _is_elementwise(graph[users[n.id][0]])
+    }
+    inlined = {n.id for n in graph.nodes if _is_scalar_const(n) and n.id not in outputs
+               and all(_is_elementwise(graph[u]) for u in users[n.id])}
+
+    new_nodes: dict[str, Node] = {}
+    for node in graph.nodes:
+        if node.id in absorbed or node.id in inlined:
+            continue
+        if _is_elementwise(node):
+            program, ins = _build_program(node, graph, absorbed)
+            node = Node(node.id, "fused", tuple(ins), node.shape, node.dtype,
+                        make_attrs(program=program))
+        new_nodes[node.id] = node
+    fused = Graph(tuple(new_nodes.values()), graph.outputs)
+    return _merge_into_neighbours(fused)
+
+
+def _merge_into_neighbours(graph: Graph) -> Graph:
+    users = graph.consumers()
+    outputs = set(graph.output_ids)
+    replaced: dict[str, Node] = {}   # node id -> its replacement
+    dropped: set[str] = set()
+
+    for node in graph.nodes:
+        if node.op != "fused":
+            continue
+        program = node.attr("program")
+        # Epilogue: the fused node reads a same-shaped matmul that nobody else uses.
+        for k, src in enumerate(node.inputs):
+            prod = graph[src]
+            if (get_op(prod.op).kind == MATMUL and prod.attr("epilogue") is None
+                    and src not in outputs and len(users[src]) == 1
+                    and prod.shape == node.shape and src not in dropped):
+                order = [k] + [i for i in range(len(node.inputs)) if i != k]
+                program = _renumber(program, order)
+                extra = tuple(node.inputs[i] for i in order[1:])
+                attrs = dict(prod.attrs)
+                attrs["epilogue"] = program
+                replaced[node.id] = Node(node.id, prod.op, prod.inputs + extra, node.shape,
+                                         node.dtype, make_attrs(**attrs))
+                dropped.add(src)
+                break
+
+    for node in graph.nodes:
+        # Prologue: a reduction whose only input is a fused node used nowhere else.
+        if get_op(node.op).kind != REDUCE or node.attr("prologue") is not None:
+            continue
+        (src,) = node.inputs
+        prod = replaced.get(src, graph[src])
+        if prod.op == "fused" and src not in outputs and len(users[src]) == 1:
+            attrs = dict(node.attrs)
+            attrs["prologue"] = prod.attr("program")
+            replaced[node.id] = replace(node, inputs=prod.inputs, attrs=make_attrs(**attrs))
+            dropped.add(src)
+
+    nodes = [replaced.get(n.id, n) for n in graph.nodes if n.id not in dropped]
+    return Graph(tuple(nodes), graph.outputs)
+
+
+def _renumber(program, order: list[int]):
+    """Rewrite input references so that old input `order[i]` becomes input `i`."""
+    new_index = {old: new for new, old in enumerate(order)}
+
+    def fix(arg):
+        return ("in", new_index[arg[1]]) if arg[0] == "in" else arg
+
+    return tuple((op, tuple(fix(a) for a in args), dtype) for op, args, dtype in program)

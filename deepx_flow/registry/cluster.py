@@ -1,0 +1,227 @@
+"""Memory and network registration: what each worker offers the compiler.
+
+A `ClusterSpec` lists workers (threads, host memory limit, devices) and links (bandwidth and
+latency within a host and between hosts). It comes from the cluster in use
+(`deepx_flow.registry.live`), from a cluster file (`graphs/clusters/*.yaml`) so a plan can be
+made for a cluster we do not have, or from this machine (`local_cluster_spec`). The compiler
+takes its per-task memory budget from here and nowhere else.
+
+Cluster file format (`deepx_cluster: 1`):
+
+    deepx_cluster: 1
+    name: 8xH100
+    workers:
+      - name: gpu            # with count > 1 the workers are named gpu0, gpu1, ...
+        count: 8
+        host: node0
+        threads: 1
+        memory: 120GiB       # host memory limit of the worker
+        flops: 20e9          # per thread, used when the worker has no device
+        bandwidth: 10e9      # host memory bandwidth per thread, bytes/s
+        device: {kind: gpu, name: NVIDIA H100 80GB HBM3, memory: 80GiB,
+                 flops: 51e12, bandwidth: 3.35e12}
+    links:
+      - {scope: host, protocol: ucx, bandwidth: 450e9, latency: 2e-6}     # NVLink
+      - {scope: cluster, protocol: ucx, bandwidth: 50e9, latency: 5e-6}   # InfiniBand
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from deepx_flow.config import Settings, settings
+from deepx_flow.errors import ClusterError
+
+# Rough per-thread CPU figures used when nothing better is registered.
+DEFAULT_CPU_FLOPS = 20e9
+DEFAULT_CPU_BANDWIDTH = 8e9
+DEFAULT_LINKS = {"host": (4e9, 50e-6), "cluster": (1.25e9, 100e-6)}
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
+          "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+          "tib": 2**40}
+
+
+def parse_bytes(value, where: str = "memory") -> int:
+    """`"80GiB"`, `"64 GB"`, `1e9` or `1024` as a number of bytes."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return int(value)
+    match = re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(value))
+    if not match or match.group(2).lower() not in _UNITS:
+        raise ClusterError(f"{where}: cannot read {value!r} as a size (use e.g. 80GiB or 64GB)")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def format_bytes(n: float) -> str:
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One accelerator of a worker."""
+
+    kind: str
+    name: str
+    memory: int
+    flops: float = 50e12
+    bandwidth: float = 2e12
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One Dask worker: a process with threads, a host memory limit and perhaps a GPU."""
+
+    name: str
+    host: str
+    threads: int
+    memory: int
+    device: DeviceSpec | None = None
+    flops: float = DEFAULT_CPU_FLOPS
+    bandwidth: float = DEFAULT_CPU_BANDWIDTH
+    address: str | None = None
+
+    @property
+    def budget(self) -> int:
+        """Memory the planner divides among tasks: the GPU's when there is one."""
+        return self.device.memory if self.device else self.memory
+
+    @property
+    def tasks_at_once(self) -> int:
+        # A dask-cuda worker runs one task at a time per GPU thread; CPU workers one per thread.
+        return max(1, self.threads)
+
+    @property
+    def compute_rate(self) -> float:
+        return self.device.flops if self.device else self.flops * self.threads
+
+    @property
+    def memory_rate(self) -> float:
+        return self.device.bandwidth if self.device else self.bandwidth * self.threads
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    scope: str  # "host": between workers on one host; "cluster": between hosts
+    protocol: str
+    bandwidth: float
+    latency: float
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """What the compiler knows of a cluster."""
+
+    name: str
+    workers: tuple[WorkerSpec, ...]
+    links: tuple[LinkSpec, ...] = field(default=())
+    source: str = ""
+
+    def __post_init__(self):
+        if not self.workers:
+            raise ClusterError(f"cluster '{self.name}' has no workers")
+
+    @property
+    def total_threads(self) -> int:
+        return sum(w.tasks_at_once for w in self.workers)
+
+    @property
+    def has_devices(self) -> bool:
+        return any(w.device for w in self.workers)
+
+    def task_budget(self, config: Settings | None = None) -> int:
+        """Bytes one task may use: the smallest worker's share of its usable memory."""
+        config = config or settings()
+        return min(int(w.budget * config.memory_fraction) // w.tasks_at_once
+                   for w in self.workers)
+
+    def link(self, scope: str) -> LinkSpec:
+        for link in self.links:
+            if link.scope == scope:
+                return link
+        bandwidth, latency = DEFAULT_LINKS[scope]
+        return LinkSpec(scope, "tcp", bandwidth, latency)
+
+    @property
+    def transfer_bandwidth(self) -> float:
+        """Bandwidth of a typical transfer between two workers."""
+        hosts = {w.host for w in self.workers}
+        return self.link("host" if len(hosts) == 1 else "cluster").bandwidth
+
+
+def cluster_from_dict(data: dict, source: str = "") -> ClusterSpec:
+    where = source or "cluster spec"
+    if not isinstance(data, dict) or data.get("deepx_cluster") != 1:
+        raise ClusterError(f"{where}: a cluster file starts with 'deepx_cluster: 1'")
+    workers = []
+    for i, entry in enumerate(data.get("workers") or []):
+        if not isinstance(entry, dict) or "memory" not in entry:
+            raise ClusterError(f"{where}: worker entry {i} needs at least 'memory'")
+        dev = entry.get("device")
+        device = None
+        if dev is not None:
+            if not isinstance(dev, dict) or "memory" not in dev:
+                raise ClusterError(f"{where}: worker entry {i}: device needs 'memory'")
+            device = DeviceSpec(kind=str(dev.get("kind", "gpu")), name=str(dev.get("name", "gpu")),
+                                memory=parse_bytes(dev["memory"], f"{where}: device memory"),
+                                flops=float(dev.get("flops", DeviceSpec.flops)),
+                                bandwidth=float(dev.get("bandwidth", DeviceSpec.bandwidth)))
+        count = int(entry.get("count", 1))
+        base = str(entry.get("name", f"worker{i}"))
+        for k in range(count):
+            workers.append(WorkerSpec(
+                name=f"{base}{k}" if count > 1 else base,
+                host=str(entry.get("host", "localhost")),
+                threads=int(entry.get("threads", 1)),
+                memory=parse_bytes(entry["memory"], f"{where}: worker {base} memory"),
+                device=device,
+                flops=float(entry.get("flops", DEFAULT_CPU_FLOPS)),
+                bandwidth=float(entry.get("bandwidth", DEFAULT_CPU_BANDWIDTH))))
+    links = []
+    for entry in data.get("links") or []:
+        scope = entry.get("scope")
+        if scope not in DEFAULT_LINKS:
+            raise ClusterError(f"{where}: link scope must be 'host' or 'cluster', got {scope!r}")
+        links.append(LinkSpec(scope, str(entry.get("protocol", "tcp")),
+                              float(entry["bandwidth"]), float(entry.get("latency", 0.0))))
+    return ClusterSpec(str(data.get("name", Path(source).stem if source else "cluster")),
+                       tuple(workers), tuple(links), source)
+
+
+def load_cluster_file(path) -> ClusterSpec:
+    """Read a cluster file (see the module docstring); ClusterError names the file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ClusterError(f"cluster file {path} does not exist") from None
+    except yaml.YAMLError as err:
+        raise ClusterError(f"{path}: not valid YAML: {err}") from None
+    return cluster_from_dict(data, str(path))
+
+
+def local_layout(cores: int | None = None) -> tuple[int, int]:
+    """(workers, threads per worker) for an embedded cluster on this machine."""
+    import os
+    cores = cores or os.cpu_count() or 1
+    n_workers = max(1, min(cores, 4 if cores >= 8 else cores))
+    return n_workers, max(1, cores // n_workers)
+
+
+def local_cluster_spec() -> ClusterSpec:
+    """The spec of the embedded cluster `dx.run` would start on this machine."""
+    import psutil
+    n_workers, threads = local_layout()
+    memory = psutil.virtual_memory().total // n_workers
+    workers = tuple(WorkerSpec(f"local{i}", "localhost", threads, memory)
+                    for i in range(n_workers))
+    return ClusterSpec("local", workers, (), "this machine")
+
+
