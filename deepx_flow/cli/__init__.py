@@ -1,0 +1,1 @@
+"""The `deepx-flow` command line."""

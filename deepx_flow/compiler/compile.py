@@ -1,0 +1,27 @@
+"""The compiler pipeline: validate, infer, fuse, partition; each a pure pass.
+
+`compile_graph` runs the passes in order and returns a `Plan`. With `check=True` the
+validator also runs between passes, which is how the tests keep each pass honest.
+"""
+
+from __future__ import annotations
+
+from deepx_flow.compiler.fuse import fuse_elementwise
+from deepx_flow.compiler.infer import infer_types
+from deepx_flow.compiler.partition import partition_graph
+from deepx_flow.compiler.plan import Plan
+from deepx_flow.compiler.validate import validate_graph
+from deepx_flow.config import Settings
+from deepx_flow.ir import Graph
+from deepx_flow.registry.cluster import ClusterSpec
+
+
+def compile_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None = None,
+                  check: bool = False) -> Plan:
+    """Compile `graph` for `cluster`: validate, infer types, fuse, choose chunk grids."""
+    typed = infer_types(validate_graph(graph))
+    fused = fuse_elementwise(typed)
+    if check:
+        infer_types(validate_graph(fused))
+    part = partition_graph(fused, cluster, config)
+    return Plan(typed, fused, part, cluster)

@@ -1,0 +1,101 @@
+"""The cost model of one task: working set, FLOPs and bytes, from chunk shapes.
+
+The partitioner asks `working_set` whether a chunking fits the per-task budget; `plan.explain`
+and the compute/communication estimate use `task_costs`. Shapes are the largest chunk of each
+tensor (a regular grid's interior chunk), so the figures are per-task peaks. Operators bring
+their own per-element figures (`OpSpec.flops_per_element`, `temp_bytes_per_element`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from deepx_flow.ir import Node, dtypes
+from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, LAYOUT, MATMUL, REDUCE, SOURCE, get_op)
+
+ChunkOf = Callable[[str], tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class TaskCost:
+    """Per-task figures for one kind of task of a node."""
+
+    working_set: int   # bytes held while the task runs: operands, result, scratch
+    flops: float
+    bytes_in: int
+    bytes_out: int
+
+
+def _nbytes(shape, dtype: str) -> int:
+    return math.prod(shape) * dtypes.itemsize(dtype)
+
+
+def program_flops(program) -> float:
+    return sum(get_op(op).flops_per_element for op, _, _ in program)
+
+
+def reduce_space(node: Node, inputs: list[Node]) -> tuple[int, ...]:
+    """Shape of the tensor a reduction reduces (its prologue's result, or its input)."""
+    import numpy as np
+    return tuple(np.broadcast_shapes(*[t.shape for t in inputs]))
+
+
+def main_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, space_chunk=None,
+              k_chunk: int | None = None) -> TaskCost:
+    """Cost of the node's main task (one per chunk, or per partial for reductions/matmul)."""
+    spec = get_op(node.op)
+    out_chunk = chunk_of(node.id)
+    out_bytes = _nbytes(out_chunk, node.dtype)
+    in_bytes = sum(_nbytes(chunk_of(t.id), t.dtype) for t in inputs)
+    n_out = math.prod(out_chunk)
+
+    if spec.kind == SOURCE:
+        ws = out_bytes + int(n_out * spec.temp_bytes_per_element)
+        return TaskCost(ws, n_out * spec.flops_per_element, 0, out_bytes)
+    if spec.kind == ELEMENTWISE:
+        program = node.attr("program") or ((node.op, (), node.dtype),)
+        # Inputs, the result, and room for one cast copy of it.
+        return TaskCost(in_bytes + 2 * out_bytes, n_out * program_flops(program), in_bytes,
+                        out_bytes)
+    if spec.kind == MATMUL:
+        a, b = inputs[0], inputs[1]
+        m, n = out_chunk[-2], out_chunk[-1]
+        k = k_chunk if k_chunk is not None else a.shape[-1]
+        batch = math.prod(out_chunk[:-2])
+        a_bytes = _nbytes(chunk_of(a.id)[:-2] + (m, k), a.dtype)
+        b_bytes = _nbytes(chunk_of(b.id)[:-2] + (k, n), b.dtype)
+        extra = sum(_nbytes(chunk_of(t.id), t.dtype) for t in inputs[2:])
+        flops = 2.0 * batch * m * n * k
+        epilogue = node.attr("epilogue")
+        if epilogue:
+            flops += n_out * program_flops(epilogue)
+        return TaskCost(a_bytes + b_bytes + 2 * out_bytes + extra, flops, a_bytes + b_bytes,
+                        out_bytes)
+    if spec.kind == REDUCE:
+        space = space_chunk
+        n_space = math.prod(space)
+        prologue = node.attr("prologue")
+        operand = _nbytes(space, prologue[-1][2]) if prologue else 0
+        partial = _nbytes(tuple(1 if i in node.attr("axes") else s
+                                for i, s in enumerate(space)), node.dtype)
+        flops = n_space * (1 + (program_flops(prologue) if prologue else 0))
+        return TaskCost(in_bytes + operand + 2 * partial, flops, in_bytes, partial)
+    if spec.kind == AXIS_WHOLE:
+        ws = in_bytes + out_bytes + int(n_out * spec.temp_bytes_per_element)
+        return TaskCost(ws, n_out * spec.flops_per_element, in_bytes, out_bytes)
+    if spec.kind == LAYOUT:
+        if node.op == "slice":
+            steps = node.attr("steps")
+            region = math.prod(c * s for c, s in zip(out_chunk, steps))
+            read = region * dtypes.itemsize(inputs[0].dtype)
+            return TaskCost(read + 2 * out_bytes, 0, read, out_bytes)
+        # Pieces of the operand, the assembled block and the result.
+        return TaskCost(3 * out_bytes, 0, out_bytes, out_bytes)
+    raise AssertionError(f"no cost model for kind {spec.kind}")
+
+
+def combine_cost(partial_bytes: int, fanin: int) -> int:
+    """Working set of a tree-reduction step that combines `fanin` partial results."""
+    return (fanin + 1) * partial_bytes

@@ -1,0 +1,319 @@
+"""Pass: lower a partitioned graph to one Dask task graph with deterministic keys.
+
+Before: a `Partition` and the sources bound to the graph's inputs.
+After: a `Lowered` holding a Dask graph (`dask._task_spec` tasks) and, for every output, the
+keys of its chunks in grid order. Every key is `(tensor key, *chunk index)`: the tensor key is
+the node id, with a token of the bound input data for nodes that depend on inputs, so the
+same computation gets the same keys in every process and different data never shares a key.
+Internal steps of a node (matmul partial products, tree-reduction levels) get keys
+`(tensor key + ".partial" | ".level<L>", ...)`.
+
+A task that needs a region of an operand that is not exactly one of its chunks receives the
+overlapping chunks and a layout, and assembles the region itself (`kernels.tasks`), so
+misaligned grids cost a copy, not an extra task. Only `deepx_flow.compiler.taskspec` touches
+Dask's task classes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from dataclasses import dataclass
+
+from deepx_flow.compiler.partition import Partition
+from deepx_flow.compiler.taskspec import data_node, ref, task
+from deepx_flow.ir import Node
+from deepx_flow.ir.node import Attrs
+from deepx_flow.ops import AXIS_WHOLE, ELEMENTWISE, MATMUL, REDUCE, SOURCE, get_op
+
+Region = tuple[tuple[int, int], ...]
+
+
+@dataclass
+class Lowered:
+    """A Dask graph and where each output's chunks are."""
+
+    dsk: dict
+    outputs: dict[str, tuple[str, tuple[tuple[int, ...], ...]]]  # name -> (tensor key, chunks)
+    tensor_keys: dict[str, str]                                   # node id -> tensor key
+
+    def output_keys(self, name: str) -> list[tuple]:
+        key, chunks = self.outputs[name]
+        return [(key, *idx) for idx in itertools.product(*(range(len(c)) for c in chunks))]
+
+
+class _Grid:
+    """Chunk boundaries of one tensor, for finding the chunks under a region."""
+
+    def __init__(self, chunks):
+        self.chunks = chunks
+        self.starts = [tuple(itertools.accumulate((0,) + c[:-1])) for c in chunks]
+
+    def region(self, idx) -> Region:
+        return tuple((s[i], s[i] + c[i]) for s, c, i in zip(self.starts, self.chunks, idx))
+
+    def cover(self, region: Region):
+        """Per axis, the chunk indices overlapping the region and the local slice of each."""
+        per_axis = []
+        for (lo, hi), starts, sizes in zip(region, self.starts, self.chunks):
+            first = max(0, bisect.bisect_right(starts, lo) - 1)
+            if hi <= lo:
+                per_axis.append([(first, (lo - starts[first],) * 2)])
+                continue
+            last = bisect.bisect_left(starts, hi) - 1
+            per_axis.append([(i, (max(lo, starts[i]) - starts[i],
+                                  min(hi, starts[i] + sizes[i]) - starts[i]))
+                             for i in range(first, last + 1)])
+        return per_axis
+
+
+def chunk_indices(chunks):
+    return itertools.product(*(range(len(c)) for c in chunks))
+
+
+def lower_partition(part: Partition, sources: dict, token: str = "", to_host: bool = False
+                    ) -> Lowered:
+    """Build the Dask graph of `part`; see the module docstring.
+
+    Parameters
+    ----------
+    part : Partition
+        The chunked graph.
+    sources : dict
+        Input name -> an object with `task(key, region)` returning the task that loads that
+        region (see `deepx_flow.runtime.inputs`).
+    token : str
+        Identifies the bound input data; appended to the keys of nodes that depend on inputs.
+    to_host : bool
+        Add a task per output chunk that moves it to host memory (GPU workers).
+    """
+    global K
+    from deepx_flow.kernels import tasks as K  # loaded on first lowering: kernels import numexpr
+
+    graph = part.graph
+    grids = {n.id: _Grid(part.chunks[n.id]) for n in graph.nodes}
+    dependent: set[str] = set()
+    tkey: dict[str, str] = {}
+    for node in graph.nodes:
+        if node.op == "input" or any(i in dependent for i in node.inputs):
+            dependent.add(node.id)
+        tkey[node.id] = f"{node.id}@{token}" if token and node.id in dependent else node.id
+    dsk: dict = {}
+
+    def operand(t_id: str, region: Region):
+        """(layout, keys) giving task access to `region` of tensor `t_id`."""
+        grid = grids[t_id]
+        cover = grid.cover(region)
+        if all(len(c) == 1 for c in cover):
+            idx = tuple(c[0][0] for c in cover)
+            if grid.region(idx) == region:
+                return (), [(tkey[t_id], *idx)]
+        shape = tuple(len(c) for c in cover)
+        keys, slices = [], []
+        for combo in itertools.product(*cover):
+            keys.append((tkey[t_id], *(i for i, _ in combo)))
+            slices.append(tuple(s for _, s in combo))
+        return (shape, tuple(slices)), keys
+
+    def operands(ids, regions):
+        layouts, keys = [], []
+        for t_id, region in zip(ids, regions):
+            layout, ks = operand(t_id, region)
+            layouts.append(layout)
+            keys += ks
+        return tuple(layouts), [ref(k) for k in keys]
+
+    for node in graph.nodes:
+        kind = get_op(node.op).kind
+        grid = grids[node.id]
+        name = tkey[node.id]
+        ins = [graph[i] for i in node.inputs]
+        if node.op == "input":
+            for idx in chunk_indices(grid.chunks):
+                key = (name, *idx)
+                dsk[key] = sources[node.id].task(key, grid.region(idx))
+        elif kind == SOURCE:
+            attrs = dict(node.attrs)
+            for idx in chunk_indices(grid.chunks):
+                key = (name, *idx)
+                dsk[key] = task(key, K.source_chunk, node.op, attrs, node.shape,
+                                grid.region(idx), node.dtype)
+        elif kind == ELEMENTWISE:
+            program = node.attr("program") or ((node.op, tuple(("in", i) for i in range(
+                len(ins))), node.dtype),)
+            for idx in chunk_indices(grid.chunks):
+                key = (name, *idx)
+                region = grid.region(idx)
+                layouts, refs = operands(node.inputs, [_broadcast_region(t, region)
+                                                       for t in ins])
+                shape = tuple(b - a for a, b in region)
+                dsk[key] = task(key, K.fused_chunk, program, shape, layouts, *refs)
+        elif kind == MATMUL:
+            _lower_matmul(node, ins, part, grid, name, operands, dsk)
+        elif kind == REDUCE:
+            _lower_reduce(node, ins, part, grid, name, operands, dsk)
+        elif kind == AXIS_WHOLE:
+            for idx in chunk_indices(grid.chunks):
+                key = (name, *idx)
+                layouts, refs = operands(node.inputs, [grid.region(idx)])
+                dsk[key] = task(key, K.softmax_chunk, node.op, node.attr("axis"), layouts, *refs)
+        else:
+            _lower_layout(node, ins, grid, name, operands, dsk)
+
+    outputs = {}
+    for out_name, node_id in graph.outputs:
+        key, chunks = tkey[node_id], part.chunks[node_id]
+        if to_host:
+            host = key + ".host"
+            for idx in chunk_indices(chunks):
+                dsk[(host, *idx)] = task((host, *idx), K.to_host, ref((key, *idx)))
+            key = host
+        outputs[out_name] = (key, chunks)
+    return Lowered(dsk, outputs, tkey)
+
+
+def _broadcast_region(t: Node, region: Region) -> Region:
+    """The region of operand `t` that broadcasts onto `region` of the result."""
+    offset = len(region) - t.ndim
+    return tuple((0, 1) if t.shape[j] == 1 and (region[j + offset][1] - region[j + offset][0]
+                                                != 1 or region[j + offset][0] != 0)
+                 else region[j + offset] for j in range(t.ndim))
+
+
+def _tree(keys: list, fanin: int, base: str, idx: tuple, dsk: dict, combine, *args) -> list:
+    """Combine `keys` in groups of `fanin` until at most `fanin` remain; return those."""
+    level = 0
+    while len(keys) > fanin:
+        level += 1
+        grouped = []
+        for g in range(0, len(keys), fanin):
+            key = (f"{base}.level{level}", *idx, g // fanin)
+            dsk[key] = task(key, combine, *args, *[ref(k) for k in keys[g:g + fanin]])
+            grouped.append(key)
+        keys = grouped
+    return keys
+
+
+def _lower_matmul(node, ins, part, grid, name, operands, dsk):
+    a, b, extras = ins[0], ins[1], ins[2:]
+    k_starts = list(itertools.accumulate((0,) + part.k_chunks[node.id][:-1]))
+    k_regions = [(s, s + c) for s, c in zip(k_starts, part.k_chunks[node.id])]
+    epilogue = node.attr("epilogue")
+    fanin = part.fanin[node.id]
+    nb = node.ndim - 2
+    for idx in chunk_indices(grid.chunks):
+        key = (name, *idx)
+        region = grid.region(idx)
+        batch, (m0, m1), (n0, n1) = region[:nb], region[-2], region[-1]
+        shape = tuple(hi - lo for lo, hi in region)
+        extra_layouts, extra_refs = operands([t.id for t in extras],
+                                             [_broadcast_region(t, region) for t in extras])
+        partials = []
+        for kk, (k0, k1) in enumerate(k_regions):
+            a_reg = _broadcast_region(a, batch + ((m0, m1), (k0, k1)))
+            b_reg = _broadcast_region(b, batch + ((k0, k1), (n0, n1)))
+            a_reg = a_reg[:-2] + ((m0, m1), (k0, k1))
+            b_reg = b_reg[:-2] + ((k0, k1), (n0, n1))
+            layouts, refs = operands([a.id, b.id], [a_reg, b_reg])
+            if len(k_regions) == 1:
+                dsk[key] = task(key, K.matmul_chunk, epilogue, shape, node.dtype,
+                                layouts + extra_layouts, *refs, *extra_refs)
+                break
+            pkey = (f"{name}.partial", *idx, kk)
+            dsk[pkey] = task(pkey, K.matmul_chunk, None, shape, None, layouts, *refs)
+            partials.append(pkey)
+        if partials:
+            last = _tree(partials, fanin, name, idx, dsk, K.combine_partials, "sum")
+            dsk[key] = task(key, K.finish_matmul, epilogue, shape, node.dtype, len(last),
+                            extra_layouts, *[ref(k) for k in last], *extra_refs)
+
+
+def _lower_reduce(node, ins, part, grid, name, operands, dsk):
+    space = _Grid(part.spaces[node.id])
+    axes = node.attr("axes")
+    keepdims = node.attr("keepdims", False)
+    prologue = node.attr("prologue")
+    fanin = part.fanin[node.id]
+    op = node.op
+    acc = node.dtype if op in ("sum", "mean") else None
+    count = math.prod(sum(space.chunks[a]) for a in axes)  # elements reduced per result
+    groups: dict[tuple, list] = {}
+    for sidx in chunk_indices(space.chunks):
+        region = space.region(sidx)
+        kept = tuple(i for a, i in enumerate(sidx) if a not in axes)
+        pkey = (f"{name}.partial", *sidx)
+        layouts, refs = operands(node.inputs, [_broadcast_region(t, region) for t in ins])
+        shape = tuple(hi - lo for lo, hi in region)
+        dsk[pkey] = task(pkey, K.reduce_partial, op, prologue, axes, acc, shape, layouts, *refs)
+        groups.setdefault(kept, []).append(pkey)
+    combine_op = "sum" if op in ("sum", "mean") else op
+    for kept, keys in groups.items():
+        out_idx = []
+        it = iter(kept)
+        for a in range(len(space.chunks)):
+            if a in axes:
+                if keepdims:
+                    out_idx.append(0)
+            else:
+                out_idx.append(next(it))
+        key = (name, *out_idx)
+        last = _tree(keys, fanin, name, kept, dsk, K.combine_partials, combine_op)
+        dsk[key] = task(key, K.finish_reduce, op, axes, keepdims, count, node.dtype,
+                        *[ref(k) for k in last])
+
+
+def _lower_layout(node, ins, grid, name, operands, dsk):
+    (t, *_) = ins
+    for idx in chunk_indices(grid.chunks):
+        key = (name, *idx)
+        region = grid.region(idx)
+        shape = tuple(hi - lo for lo, hi in region)
+        if node.op == "transpose":
+            axes = node.attr("axes")
+            src = tuple(region[axes.index(j)] for j in range(t.ndim))
+            layouts, refs = operands([t.id], [src])
+            dsk[key] = task(key, K.transpose_chunk, axes, layouts, *refs)
+        elif node.op == "reshape":
+            layouts, refs = operands([t.id], [_reshape_source(t, node, region)])
+            dsk[key] = task(key, K.reshape_chunk, shape, layouts, *refs)
+        elif node.op == "slice":
+            starts, steps = node.attr("starts"), node.attr("steps")
+            src = tuple((st + lo * sp, st + (hi - 1) * sp + 1) if hi > lo else (st, st)
+                        for (lo, hi), st, sp in zip(region, starts, steps))
+            layouts, refs = operands([t.id], [src])
+            dsk[key] = task(key, K.slice_chunk, steps, layouts, *refs)
+        elif node.op == "concat":
+            axis = node.attr("axis")
+            lo, hi = region[axis]
+            offset = 0
+            for src_node in ins:
+                size = src_node.shape[axis]
+                if offset <= lo < offset + size or (size == hi - lo == 0):
+                    src = tuple((lo - offset, hi - offset) if i == axis else region[i]
+                                for i in range(len(region)))
+                    layouts, refs = operands([src_node.id], [src])
+                    dsk[key] = task(key, K.cast_chunk, node.dtype, layouts, *refs)
+                    break
+                offset += size
+        else:
+            raise AssertionError(f"no lowering for {node.op}")
+
+
+def _reshape_source(t: Node, node: Node, region) -> tuple:
+    """The operand region holding the elements of a reshape's output chunk `region`.
+
+    The partitioner splits a reshape only along its first axis longer than 1 and in steps of
+    whole operand rows, so the elements form a contiguous run of whole operand rows.
+    """
+    lead = next((a for a, e in enumerate(node.shape) if e > 1), None)
+    if lead is None:
+        return tuple((0, e) for e in t.shape)
+    row_out = math.prod(node.shape[lead + 1:])
+    flat = (region[lead][0] * row_out, region[lead][1] * row_out)
+    t_lead = next((a for a, e in enumerate(t.shape) if e > 1), None)
+    if t_lead is None:
+        return tuple((0, e) for e in t.shape)
+    row_in = math.prod(t.shape[t_lead + 1:])
+    return tuple((0, e) if a != t_lead else (flat[0] // row_in, -(-flat[1] // row_in))
+                 for a, e in enumerate(t.shape))

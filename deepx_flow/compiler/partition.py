@@ -1,0 +1,319 @@
+"""Pass: choose every tensor's chunk grid from the cluster's per-task memory budget.
+
+Before: a fused, typed graph and a `ClusterSpec`.
+After: a `Partition` giving each node its chunks (Dask style: per axis, the sizes along it),
+the chunking of each reduction's operand space and of each matmul's K axis, and the budget
+used. Every task's working set (`deepx_flow.compiler.costs`) fits the budget; otherwise
+PlanError names the node that cannot fit.
+
+How it chooses:
+1. Axes that must be chunked alike are joined into classes (union-find): the operands of an
+   elementwise node and its result, matmul's M with its left operand and K on both operands,
+   the kept axes of a reduction, a transpose's permuted axes. So aligned operands need no
+   copying. Reshape, slice and the concat axis read whatever grid their operand has (the
+   lowering assembles the region a task needs).
+2. Every class starts whole (one chunk per axis: chunks as large as possible). While some
+   node's task does not fit, the largest splittable class it touches is halved. An axis that
+   must stay whole (softmax's axis, a reshape's trailing axes) is never split; when nothing
+   is left to split the graph cannot fit.
+3. Memory fitting alone can leave a big tensor in one chunk and the cluster idle, so classes
+   of large tensors are halved further until each large node has `chunks_per_thread` tasks
+   per worker thread, never below `min_chunk_bytes`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from deepx_flow.compiler.costs import combine_cost, main_cost, reduce_space
+from deepx_flow.config import Settings, settings
+from deepx_flow.errors import PlanError
+from deepx_flow.ir import Graph, Node, dtypes
+from deepx_flow.ops import AXIS_WHOLE, ELEMENTWISE, LAYOUT, MATMUL, REDUCE, get_op
+from deepx_flow.registry.cluster import ClusterSpec, format_bytes
+
+Chunks = tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
+class Partition:
+    """The chunking of every tensor of a graph."""
+
+    graph: Graph
+    chunks: dict[str, Chunks]              # node id -> chunks of its result
+    spaces: dict[str, Chunks]              # reduction id -> chunks of the reduced operand
+    k_chunks: dict[str, tuple[int, ...]]   # matmul id -> chunks of K
+    budget: int
+    fanin: dict[str, int] = field(default_factory=dict)  # tree-reduction fan-in per node
+
+
+def regular_chunks(extent: int, size: int) -> tuple[int, ...]:
+    """`extent` split into chunks of `size` with a smaller last chunk (at least one chunk)."""
+    if extent == 0:
+        return (0,)
+    size = max(1, min(size, extent))
+    full, rest = divmod(extent, size)
+    return (size,) * full + ((rest,) if rest else ())
+
+
+class _Classes:
+    """Union-find over axes, each class with an extent, a chunk size and split rules."""
+
+    def __init__(self):
+        self.parent: dict = {}
+        self.extent: dict = {}
+        self.size: dict = {}
+        self.whole: set = set()
+        self.grain: dict = {}
+
+    def add(self, key, extent: int):
+        if key not in self.parent:
+            self.parent[key] = key
+            self.extent[key] = extent
+            self.size[key] = extent
+
+    def find(self, key):
+        root = key
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[key] != root:  # path compression
+            self.parent[key], key = root, self.parent[key]
+        return root
+
+    def union(self, a, b):
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return
+        assert self.extent[ra] == self.extent[rb], (a, b)
+        self.parent[rb] = ra
+        if rb in self.whole:
+            self.whole.add(ra)
+        self.grain[ra] = math.lcm(self.grain.get(ra, 1), self.grain.get(rb, 1))
+
+    def keep_whole(self, key):
+        self.whole.add(self.find(key))
+
+    def set_grain(self, key, grain: int):
+        root = self.find(key)
+        self.grain[root] = math.lcm(self.grain.get(root, 1), grain)
+
+    def chunk(self, key) -> int:
+        root = self.find(key)
+        return min(self.size[root], self.extent[root])
+
+    def splittable(self, key) -> bool:
+        root = self.find(key)
+        return root not in self.whole and self.size[root] > max(1, self.grain.get(root, 1)) \
+            and self.extent[root] > 1
+
+    def halve(self, key):
+        root = self.find(key)
+        grain = self.grain.get(root, 1)
+        half = -(-self.size[root] // 2)
+        self.size[root] = max(grain, -(-half // grain) * grain)
+
+
+def _align(classes: _Classes, t: Node, t_key: str, out_shape, out_key: str):
+    """Join each axis of operand `t` with the result axis it broadcasts against."""
+    offset = len(out_shape) - t.ndim
+    for j, extent in enumerate(t.shape):
+        i = j + offset
+        if extent == out_shape[i] and extent != 1:
+            classes.union((t_key, j), (out_key, i))
+
+
+def _reshape_lead(shape) -> int | None:
+    for axis, extent in enumerate(shape):
+        if extent > 1:
+            return axis
+    return None
+
+
+def partition_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None = None
+                    ) -> Partition:
+    """Pick chunk grids for every tensor of `graph`; see the module docstring."""
+    config = config or settings()
+    budget = cluster.task_budget(config)
+    classes = _Classes()
+    nodes = graph.nodes
+    for node in nodes:
+        for axis, extent in enumerate(node.shape):
+            classes.add((node.id, axis), extent)
+
+    for node in nodes:
+        kind = get_op(node.op).kind
+        ins = [graph[i] for i in node.inputs]
+        if kind == ELEMENTWISE:
+            for t in ins:
+                _align(classes, t, t.id, node.shape, node.id)
+        elif kind == MATMUL:
+            a, b = ins[0], ins[1]
+            space = node.id + "#k"
+            classes.add((space, 0), a.shape[-1])
+            classes.union((a.id, a.ndim - 1), (space, 0))
+            classes.union((b.id, b.ndim - 2), (space, 0))
+            classes.union((a.id, a.ndim - 2), (node.id, node.ndim - 2))
+            classes.union((b.id, b.ndim - 1), (node.id, node.ndim - 1))
+            batch = node.shape[:-2]
+            for t in (a, b):
+                off = len(batch) - (t.ndim - 2)
+                for j in range(t.ndim - 2):
+                    if t.shape[j] == batch[j + off] and t.shape[j] != 1:
+                        classes.union((t.id, j), (node.id, j + off))
+            for t in ins[2:]:
+                _align(classes, t, t.id, node.shape, node.id)
+        elif kind == REDUCE:
+            space = node.id + "#in"
+            shape = reduce_space(node, ins)
+            for axis, extent in enumerate(shape):
+                classes.add((space, axis), extent)
+            for t in ins:
+                _align(classes, t, t.id, shape, space)
+            axes = node.attr("axes")
+            keep = node.attr("keepdims", False)
+            out_axis = 0
+            for axis in range(len(shape)):
+                if axis in axes:
+                    out_axis += 1 if keep else 0
+                    continue
+                classes.union((space, axis), (node.id, out_axis))
+                out_axis += 1
+        elif kind == AXIS_WHOLE:
+            (t,) = ins
+            for axis in range(node.ndim):
+                classes.union((t.id, axis), (node.id, axis))
+            classes.keep_whole((node.id, node.attr("axis")))
+        elif node.op == "transpose":
+            (t,) = ins
+            for i, j in enumerate(node.attr("axes")):
+                classes.union((t.id, j), (node.id, i))
+        elif node.op == "reshape":
+            (t,) = ins
+            lead = _reshape_lead(node.shape)
+            for axis in range(node.ndim):
+                if axis != lead:
+                    classes.keep_whole((node.id, axis))
+            if lead is not None:
+                row_out = math.prod(node.shape[lead + 1:])
+                t_lead = _reshape_lead(t.shape)
+                row_in = math.prod(t.shape[t_lead + 1:]) if t_lead is not None else 1
+                classes.set_grain((node.id, lead), math.lcm(row_out, row_in) // row_out)
+        elif node.op == "concat":
+            axis = node.attr("axis")
+            for t in ins:
+                for j in range(t.ndim):
+                    if j != axis:
+                        classes.union((t.id, j), (node.id, j))
+
+    def chunk_of(node_id: str) -> tuple[int, ...]:
+        node = graph[node_id]
+        if node.op == "concat":
+            axis = node.attr("axis")
+            along = max(chunk_of(i)[axis] for i in node.inputs)
+            return tuple(along if a == axis else classes.chunk((node_id, a))
+                         for a in range(node.ndim))
+        return tuple(classes.chunk((node_id, a)) for a in range(node.ndim))
+
+    def space_chunk(node: Node):
+        shape = reduce_space(node, [graph[i] for i in node.inputs])
+        return tuple(classes.chunk((node.id + "#in", a)) for a in range(len(shape)))
+
+    def task_keys(node: Node) -> list:
+        """The class keys whose chunk sizes set the node's task working set."""
+        kind = get_op(node.op).kind
+        if kind == REDUCE:
+            return [(node.id + "#in", a) for a in range(len(space_chunk(node)))]
+        keys = [(node.id, a) for a in range(node.ndim)]
+        if kind == MATMUL:
+            keys.append((node.id + "#k", 0))
+        if node.op == "concat":
+            keys += [(i, node.attr("axis")) for i in node.inputs]
+        return keys
+
+    def peak(node: Node) -> int:
+        ins = [graph[i] for i in node.inputs]
+        kind = get_op(node.op).kind
+        k = classes.chunk((node.id + "#k", 0)) if kind == MATMUL else None
+        space = space_chunk(node) if kind == REDUCE else None
+        cost = main_cost(node, ins, chunk_of, space, k)
+        ws = cost.working_set
+        if kind in (MATMUL, REDUCE):
+            ws = max(ws, combine_cost(cost.bytes_out if kind == REDUCE else
+                                      _bytes(chunk_of(node.id), node.dtype), 2))
+        return ws
+
+    # 2. Split until every task fits.
+    changed = True
+    while changed:
+        changed = False
+        for node in nodes:
+            while (ws := peak(node)) > budget:
+                candidates = [k for k in task_keys(node) if classes.splittable(k)]
+                if not candidates:
+                    raise PlanError(_too_big(node, ws, budget, cluster))
+                classes.halve(max(candidates, key=classes.chunk))
+                changed = True
+
+    # 3. Split large tensors further so every worker thread has work.
+    target = cluster.total_threads * config.chunks_per_thread
+    for node in nodes:
+        if get_op(node.op).kind == LAYOUT and node.op != "transpose":
+            continue
+        keys = ([(node.id + "#in", a) for a in range(len(space_chunk(node)))]
+                if get_op(node.op).kind == REDUCE else [(node.id, a) for a in range(node.ndim)])
+        itemsize = dtypes.itemsize(node.dtype)
+        while True:
+            sizes = [classes.chunk(k) for k in keys]
+            tasks = math.prod(-(-classes.extent[classes.find(k)] // max(1, s))
+                              for k, s in zip(keys, sizes))
+            chunk_bytes = math.prod(sizes) * itemsize
+            candidates = [k for k in keys if classes.splittable(k)]
+            if tasks >= target or chunk_bytes < 2 * config.min_chunk_bytes or not candidates:
+                break
+            classes.halve(max(candidates, key=classes.chunk))
+
+    chunks: dict[str, Chunks] = {}
+    for node in nodes:
+        if node.op == "concat":
+            axis = node.attr("axis")
+            along = sum((chunks[i][axis] for i in node.inputs), ())
+            chunks[node.id] = tuple(along if a == axis else
+                                    regular_chunks(e, classes.chunk((node.id, a)))
+                                    for a, e in enumerate(node.shape))
+        else:
+            chunks[node.id] = tuple(regular_chunks(e, classes.chunk((node.id, a)))
+                                    for a, e in enumerate(node.shape))
+    spaces, k_chunks, fanin = {}, {}, {}
+    for node in nodes:
+        kind = get_op(node.op).kind
+        if kind == REDUCE:
+            shape = reduce_space(node, [graph[i] for i in node.inputs])
+            spaces[node.id] = tuple(regular_chunks(e, classes.chunk((node.id + "#in", a)))
+                                    for a, e in enumerate(shape))
+            partial = main_cost(node, [graph[i] for i in node.inputs], chunk_of,
+                                space_chunk(node)).bytes_out
+            fanin[node.id] = _fanin(partial, budget, config)
+        elif kind == MATMUL:
+            k_chunks[node.id] = regular_chunks(graph[node.inputs[0]].shape[-1],
+                                               classes.chunk((node.id + "#k", 0)))
+            fanin[node.id] = _fanin(_bytes(chunk_of(node.id), node.dtype), budget, config)
+    return Partition(graph, chunks, spaces, k_chunks, budget, fanin)
+
+
+def _bytes(shape, dtype) -> int:
+    return math.prod(shape) * dtypes.itemsize(dtype)
+
+
+def _fanin(partial_bytes: int, budget: int, config: Settings) -> int:
+    """The widest tree-reduction step that fits the budget (at least 2)."""
+    fits = budget // max(1, partial_bytes) - 1
+    return max(2, min(config.reduce_fanin, fits))
+
+
+def _too_big(node: Node, ws: int, budget: int, cluster: ClusterSpec) -> str:
+    return (f"node '{node.id}' ({node.op}, shape {node.shape}, {node.dtype}) cannot fit: its "
+            f"smallest task needs {format_bytes(ws)} but a task may use "
+            f"{format_bytes(budget)} on cluster '{cluster.name}' (worker memory x "
+            f"memory_fraction / threads). Use workers with more memory or fewer threads, or "
+            f"make the axes that must stay whole smaller")

@@ -1,0 +1,168 @@
+"""The compiled plan: the chunked graph, what its tasks cost, and `explain()`.
+
+A `Plan` is what `dx.compile` returns. It holds the graph as the user wrote it, the fused
+graph, the partition (chunk grids), and the cluster it was made for. `stats()` gives per-node
+task counts and costs and the compute/communication estimate; `explain()` prints them as
+tables. Lowering to a Dask graph happens when a run binds the inputs (`Plan.lower`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from deepx_flow.compiler.costs import combine_cost, main_cost
+from deepx_flow.compiler.lower import Lowered, lower_partition
+from deepx_flow.compiler.partition import Partition
+from deepx_flow.ir import Graph, dtypes
+from deepx_flow.ir.program import describe
+from deepx_flow.ops import MATMUL, REDUCE, get_op
+from deepx_flow.registry.cluster import ClusterSpec, format_bytes
+
+
+@dataclass(frozen=True)
+class NodeStats:
+    node: str
+    op: str
+    tasks: int            # all tasks of the node, tree-reduction steps included
+    peak_working_set: int
+    flops: float
+    bytes_in: int
+    bytes_out: int
+    comm_bytes: float     # expected bytes moved between workers
+
+
+@dataclass(frozen=True)
+class PlanStats:
+    nodes: tuple[NodeStats, ...]
+    tasks: int
+    flops: float
+    comm_bytes: float
+    compute_seconds: float
+    comm_seconds: float
+
+    @property
+    def compute_comm_ratio(self) -> float:
+        return self.compute_seconds / self.comm_seconds if self.comm_seconds else math.inf
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A graph compiled for a cluster: chunk grids, task costs, and the lowering."""
+
+    graph: Graph
+    fused: Graph
+    partition: Partition
+    cluster: ClusterSpec
+
+    @property
+    def chunks(self) -> dict:
+        """Node id -> chunk sizes along each axis (Dask style)."""
+        return self.partition.chunks
+
+    def output_chunks(self, name: str):
+        return self.partition.chunks[dict(self.graph.outputs)[name]]
+
+    def lower(self, sources: dict, token: str = "", to_host: bool = False) -> Lowered:
+        return lower_partition(self.partition, sources, token, to_host)
+
+    def stats(self) -> PlanStats:
+        part, graph, cluster = self.partition, self.fused, self.cluster
+        workers = len(cluster.workers)
+        remote = (workers - 1) / workers if workers > 1 else 0.0
+        rows = []
+        for node in graph.nodes:
+            ins = [graph[i] for i in node.inputs]
+            chunks = part.chunks[node.id]
+            kind = get_op(node.op).kind
+
+            def chunk_of(node_id):
+                return tuple(max(c) if c else 0 for c in part.chunks[node_id])
+
+            space = tuple(max(c) for c in part.spaces[node.id]) if kind == REDUCE else None
+            k = max(part.k_chunks[node.id]) if kind == MATMUL else None
+            cost = main_cost(node, ins, chunk_of, space, k)
+            if kind == REDUCE:
+                n_main = math.prod(len(c) for c in part.spaces[node.id])
+            elif kind == MATMUL:
+                n_main = math.prod(len(c) for c in chunks) * len(part.k_chunks[node.id])
+            else:
+                n_main = math.prod(len(c) for c in chunks)
+            n_out = math.prod(len(c) for c in chunks)
+            combines = max(0, n_main - n_out) if kind in (REDUCE, MATMUL) else 0
+            fanin = part.fanin.get(node.id, 2)
+            n_tasks = n_main + (math.ceil(combines / max(1, fanin - 1)) if combines else 0)
+            peak = cost.working_set
+            if combines:
+                peak = max(peak, combine_cost(cost.bytes_out, fanin))
+            # A task's largest operand is usually where it runs; the rest may be elsewhere.
+            operand_bytes = [math.prod(chunk_of(t.id)) * dtypes.itemsize(t.dtype) for t in ins]
+            moved = (sum(operand_bytes) - max(operand_bytes, default=0)) * n_main * remote
+            moved += combines * cost.bytes_out * remote
+            total_flops = cost.flops * n_main
+            rows.append(NodeStats(node.id, _label(node), n_tasks, peak, total_flops,
+                                  cost.bytes_in * n_main, cost.bytes_out * n_main, moved))
+        flops = sum(r.flops for r in rows)
+        touched = sum(r.bytes_in + r.bytes_out for r in rows)
+        compute_rate = sum(w.compute_rate for w in cluster.workers)
+        memory_rate = sum(w.memory_rate for w in cluster.workers)
+        compute_s = max(flops / compute_rate, touched / memory_rate)
+        comm_bytes = sum(r.comm_bytes for r in rows)
+        comm_s = comm_bytes / (cluster.transfer_bandwidth * workers)
+        return PlanStats(tuple(rows), sum(r.tasks for r in rows), flops, comm_bytes, compute_s,
+                         comm_s)
+
+    def explain(self) -> str:
+        """Tables of tensors (shape, chunk shape, chunks), task kinds and totals."""
+        stats = self.stats()
+        cluster = self.cluster
+        lines = [f"Plan for cluster '{cluster.name}': {len(cluster.workers)} worker(s), "
+                 f"{cluster.total_threads} thread(s), task budget "
+                 f"{format_bytes(self.partition.budget)}", ""]
+        rows = [("tensor", "op", "shape", "dtype", "chunk shape", "chunks")]
+        names = {node_id: name for name, node_id in self.graph.outputs}
+        for node in self.fused.nodes:
+            chunks = self.partition.chunks[node.id]
+            label = node.id + (f" -> {names[node.id]}" if node.id in names else "")
+            rows.append((label, node.op, _shape(node.shape), node.dtype,
+                         _shape(tuple(max(c) for c in chunks)),
+                         str(math.prod(len(c) for c in chunks))))
+        lines += _table(rows) + [""]
+        rows = [("node", "task kind", "tasks", "peak working set", "GFLOP", "bytes in",
+                 "bytes out")]
+        for r in stats.nodes:
+            rows.append((r.node, r.op, str(r.tasks), format_bytes(r.peak_working_set),
+                         f"{r.flops / 1e9:.3f}", format_bytes(r.bytes_in),
+                         format_bytes(r.bytes_out)))
+        lines += _table(rows) + [""]
+        ratio = stats.compute_comm_ratio
+        lines.append(f"Totals: {stats.tasks} tasks, {stats.flops / 1e9:.3f} GFLOP, "
+                     f"{format_bytes(stats.comm_bytes)} between workers (estimated)")
+        lines.append(f"Estimated compute {stats.compute_seconds:.4f} s, communication "
+                     f"{stats.comm_seconds:.4f} s, compute/communication ratio "
+                     f"{'inf' if ratio == math.inf else f'{ratio:.1f}'}")
+        return "\n".join(lines)
+
+
+def _label(node) -> str:
+    if node.op == "fused":
+        return "fused " + describe(node.attr("program"))
+    if node.attr("epilogue"):
+        return "matmul + " + describe(node.attr("epilogue"))
+    if node.attr("prologue"):
+        return f"{node.op} of " + describe(node.attr("prologue"))
+    return node.op
+
+
+def _shape(shape) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ")"
+
+
+def _table(rows) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for n, row in enumerate(rows):
+        out.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return out

@@ -1,0 +1,1 @@
+"""The execution scheduler: clusters, input binding, submitting plans and gathering results."""

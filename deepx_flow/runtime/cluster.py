@@ -1,0 +1,60 @@
+"""Finding a cluster to run on: a given client, a scheduler address, or an embedded one.
+
+With no client and no address, `dx.run` starts an embedded `distributed.LocalCluster` sized to
+this machine (a `dask_cuda.LocalCUDACluster`, one worker per GPU, when dask-cuda and GPUs are
+there) and closes it afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+
+from deepx_flow.config import settings
+from deepx_flow.errors import ClusterError
+from deepx_flow.registry.cluster import local_layout
+
+
+def _gpu_count() -> int:
+    if importlib.util.find_spec("dask_cuda") is None or importlib.util.find_spec("cupy") is None:
+        return 0
+    try:
+        import cupy
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:
+        return 0
+
+
+def start_embedded_cluster(**kwargs):
+    """A local cluster for this machine; keyword arguments override the defaults."""
+    if _gpu_count() and not kwargs.pop("cpu", False):
+        from dask_cuda import LocalCUDACluster
+        return LocalCUDACluster(dashboard_address=kwargs.pop("dashboard_address", None),
+                                **kwargs)
+    from distributed import LocalCluster
+    n_workers, threads = local_layout()
+    options = dict(n_workers=n_workers, threads_per_worker=threads, processes=True,
+                   dashboard_address=None, silence_logs=logging.ERROR)
+    options.update(kwargs)
+    return LocalCluster(**options)
+
+
+@contextlib.contextmanager
+def connect(client=None, scheduler: str | None = None):
+    """Yield a `distributed.Client`: the one given, one for `scheduler`, or an embedded one."""
+    from distributed import Client
+    if client is not None:
+        yield client
+        return
+    address = scheduler or settings().scheduler_address
+    if address:
+        try:
+            remote = Client(address, timeout="10s")
+        except OSError as err:
+            raise ClusterError(f"cannot reach the Dask scheduler at {address}: {err}") from None
+        with remote:
+            yield remote
+        return
+    with start_embedded_cluster() as cluster, Client(cluster) as local:
+        yield local

@@ -1,0 +1,221 @@
+"""`dx.compile`, `dx.run` and `dx.persist`: the execution scheduler's front door.
+
+`run` compiles the graph for the cluster it will run on, binds the inputs, lowers the plan to
+one Dask graph, submits it, shows progress on long runs, and gathers the outputs into NumPy
+arrays chunk by chunk. `persist` leaves the outputs on the cluster instead. Failures in tasks
+come back as ExecutionError naming the task.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from deepx_flow.compiler.compile import compile_graph
+from deepx_flow.compiler.plan import Plan
+from deepx_flow.errors import DeepxError, ExecutionError
+from deepx_flow.ir import Graph
+from deepx_flow.registry.cluster import ClusterSpec, load_cluster_file, local_cluster_spec
+from deepx_flow.runtime.cluster import connect, start_embedded_cluster
+from deepx_flow.runtime.inputs import bind_inputs
+from deepx_flow.sdk.build import build_graph, output_pairs
+from deepx_flow.sdk.tensor import Tensor
+
+# Gather at most this many bytes of output chunks per round trip.
+GATHER_BATCH_BYTES = 256 * 2**20
+# Show a progress bar when a run has at least this many tasks (and progress=None).
+PROGRESS_MIN_TASKS = 2000
+
+
+def cluster_spec(cluster=None, client=None) -> ClusterSpec:
+    """The registry's view of the cluster to plan for.
+
+    `cluster` may be a ClusterSpec or a cluster-file path; else the given client's cluster,
+    else the current default Dask client's, else this machine's embedded cluster.
+    """
+    from deepx_flow.registry.live import cluster_spec_from_client
+    if isinstance(cluster, ClusterSpec):
+        return cluster
+    if cluster is not None:
+        return load_cluster_file(cluster)
+    if client is None:
+        try:
+            from distributed import default_client
+            client = default_client()
+        except ValueError:
+            return local_cluster_spec()
+    return cluster_spec_from_client(client)
+
+
+def compile(outputs, cluster=None, client=None) -> Plan:  # noqa: A001
+    """Compile tensors (or a Graph) into a chunked plan for a cluster.
+
+    Parameters
+    ----------
+    outputs : Tensor, list or dict of Tensors, or Graph
+        What to compute.
+    cluster : ClusterSpec or path, optional
+        Plan for this cluster (a `graphs/clusters/*.yaml` file) instead of the one in use.
+    client : distributed.Client, optional
+        Plan for this client's cluster.
+
+    Returns
+    -------
+    Plan
+        `plan.explain()` prints chunk grids, task costs and the compute/communication ratio.
+    """
+    return compile_graph(build_graph(outputs), cluster_spec(cluster, client))
+
+
+@dataclass
+class Persisted:
+    """An output left on the cluster: its chunk futures, shape, dtype and chunks."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    chunks: tuple[tuple[int, ...], ...]
+    futures: list
+    client: object
+
+    def to_numpy(self) -> np.ndarray:
+        """Gather the chunks into one NumPy array."""
+        return _gather(self.client, self.futures, self.shape, self.dtype, self.chunks)
+
+    def release(self) -> None:
+        for future in self.futures:
+            future.release()
+        self.futures = []
+
+
+def _submit(plan: Plan, graph: Graph, inputs, client):
+    sources, token = bind_inputs(plan.graph, inputs)
+    lowered = plan.lower(sources, token, to_host=plan.cluster.has_devices)
+    keys = {name: lowered.output_keys(name) for name, _ in graph.outputs}
+    flat = [k for ks in keys.values() for k in ks]
+    futures = client.get(lowered.dsk, flat, sync=False)
+    by_key = dict(zip(flat, futures))
+    return {name: [by_key[k] for k in ks] for name, ks in keys.items()}, len(lowered.dsk)
+
+
+def _show_progress(futures, n_tasks: int, progress) -> None:
+    if progress is False or (progress is None and (n_tasks < PROGRESS_MIN_TASKS
+                                                   or not _interactive())):
+        return
+    from distributed import progress as dask_progress
+    dask_progress(futures)
+
+
+def _interactive() -> bool:
+    return hasattr(sys, "ps1") or "ipykernel" in sys.modules or sys.stderr.isatty()
+
+
+def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None = None,
+        cluster=None, progress: bool | None = None):
+    """Compute `outputs` and return them as NumPy arrays.
+
+    Parameters
+    ----------
+    outputs : Tensor, list or dict of Tensors, or Graph
+        A single tensor gives one array, a list a list, a dict (or Graph) a dict by name.
+    inputs : dict, optional
+        Input name -> NumPy array, `.npy` path or Zarr path/URL.
+    client : distributed.Client, optional
+        Run on this client's cluster. Without it (and without `scheduler`) an embedded local
+        cluster is started and closed afterwards.
+    scheduler : str, optional
+        Address of a running Dask scheduler (e.g. one with `dask cuda worker` processes).
+    cluster : ClusterSpec or path, optional
+        Plan with this cluster description instead of the one found at run time.
+    progress : bool, optional
+        Show a progress bar; by default only on long interactive runs.
+    """
+    graph = build_graph(outputs)
+    with connect(client, scheduler) as active:
+        plan = compile_graph(graph, cluster_spec(cluster, active))
+        results = _compute(plan, graph, inputs, active, progress)
+    if isinstance(outputs, Tensor):
+        return results[graph.outputs[0][0]]
+    if isinstance(outputs, (dict, Graph)):
+        return results
+    return [results[name] for name, _ in graph.outputs]
+
+
+def _compute(plan, graph, inputs, client, progress):
+    futures, n_tasks = _submit(plan, graph, inputs, client)
+    _show_progress([f for fs in futures.values() for f in fs], n_tasks, progress)
+    out = {}
+    for name, node_id in graph.outputs:
+        node = plan.graph[node_id]
+        out[name] = _gather(client, futures[name], node.shape, node.dtype,
+                            plan.partition.chunks[node_id])
+    return out
+
+
+def _gather(client, futures, shape, dtype, chunks) -> np.ndarray:
+    import itertools
+    out = np.empty(shape, dtype=dtype)
+    starts = [tuple(itertools.accumulate((0,) + c[:-1])) for c in chunks]
+    slots = []
+    for idx in itertools.product(*(range(len(c)) for c in chunks)):
+        slots.append(tuple(slice(s[i], s[i] + c[i]) for s, c, i in zip(starts, chunks, idx)))
+    per_chunk = max(1, math.prod(max(c) for c in chunks) * out.itemsize)
+    batch = max(1, GATHER_BATCH_BYTES // per_chunk)
+    for at in range(0, len(futures), batch):
+        part = futures[at:at + batch]
+        try:
+            values = client.gather(part)
+        except DeepxError:
+            raise
+        except Exception as err:
+            failed = next((f.key for f in part if f.status == "error"), None)
+            where = f"task {failed}" if failed is not None else "a task"
+            raise ExecutionError(f"{where} failed: {type(err).__name__}: {err}") from err
+        for slot, value in zip(slots[at:at + batch], values):
+            out[slot] = value
+    return out
+
+
+_shared = {}
+
+
+def _shared_client():
+    """A process-wide embedded cluster for `persist` without a client (closed at exit)."""
+    if "client" not in _shared:
+        from distributed import Client
+        cluster = start_embedded_cluster()
+        _shared["cluster"], _shared["client"] = cluster, Client(cluster)
+        atexit.register(lambda: (_shared["client"].close(), _shared["cluster"].close()))
+    return _shared["client"]
+
+
+def persist(outputs, inputs: dict | None = None, client=None, scheduler: str | None = None,
+            cluster=None):
+    """Compute `outputs` and keep them on the cluster; returns `Persisted` handles.
+
+    Use this for outputs too large to gather. Without a client, a process-wide embedded
+    cluster is used and kept until the interpreter exits.
+    """
+    graph = build_graph(outputs)
+    if client is None and scheduler is None:
+        client = _shared_client()
+    with connect(client, scheduler) as active:
+        plan = compile_graph(graph, cluster_spec(cluster, active))
+        futures, _ = _submit(plan, graph, inputs, active)
+    handles = {}
+    for name, node_id in graph.outputs:
+        node = plan.graph[node_id]
+        handles[name] = Persisted(name, node.shape, node.dtype, plan.partition.chunks[node_id],
+                                  futures[name], active)
+    if isinstance(outputs, Tensor):
+        return handles[graph.outputs[0][0]]
+    if isinstance(outputs, (dict, Graph)):
+        return handles
+    return [handles[name] for name, _ in graph.outputs]
+
+
+__all__ = ["compile", "run", "persist", "Persisted", "cluster_spec", "output_pairs"]

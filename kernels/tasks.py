@@ -1,0 +1,172 @@
+"""The functions Dask tasks call: one per task kind of the lowering.
+
+Each is a pure function of chunks. A task may receive an operand as several pieces with a
+layout (the grid of pieces and the slice of each) when the operand's chunks do not line up
+with the region the task needs; `_operands` assembles those first. Device choice goes through
+`deepx_flow.kernels.dispatch`: sources make NumPy or CuPy arrays depending on the worker, and
+every other kernel works on whatever array module its operands use.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from deepx_flow.kernels import dispatch, fused
+from deepx_flow.kernels.random import random_chunk
+
+
+def _assemble(layout, pieces):
+    """Join `pieces` (C order over the layout's grid) after slicing each to its region."""
+    grid, slices = layout
+    xp = dispatch.array_module(*pieces)
+    blocks = [p[tuple(slice(lo, hi) for lo, hi in s)] for p, s in zip(pieces, slices)]
+    for axis in reversed(range(len(grid))):
+        step = grid[axis]
+        blocks = [xp.concatenate(blocks[i:i + step], axis=axis) if step > 1 else blocks[i]
+                  for i in range(0, len(blocks), step)]
+    return blocks[0]
+
+
+def _operands(layouts, pieces):
+    """Split the flat `pieces` among operands and assemble the ones that need it."""
+    out, at = [], 0
+    for layout in layouts:
+        if not layout:
+            out.append(pieces[at])
+            at += 1
+        else:
+            n = len(layout[1])
+            out.append(_assemble(layout, pieces[at:at + n]))
+            at += n
+    return out, pieces[at:]
+
+
+# -- sources ------------------------------------------------------------------------------
+def source_chunk(op, attrs, full_shape, region, dtype):
+    """A chunk of a constant, a range or a random tensor, made on this worker's device."""
+    xp = dispatch.module_for(dispatch.device_engine())
+    shape = tuple(hi - lo for lo, hi in region)
+    if op == "full":
+        return xp.full(shape, attrs["value"], dtype=dtype)
+    if op == "arange":
+        (lo, hi), = region
+        start, step = attrs.get("start", 0), attrs.get("step", 1)
+        index = xp.arange(lo, hi, dtype="float64" if isinstance(step, float) or isinstance(
+            start, float) else "int64")
+        return (start + step * index).astype(dtype)
+    params = {k: v for k, v in attrs.items() if k != "seed"}
+    return random_chunk(op, attrs["seed"], params, full_shape, region, dtype, xp=xp)
+
+
+# -- elementwise --------------------------------------------------------------------------
+def fused_chunk(program, out_shape, layouts, *pieces):
+    arrays, _ = _operands(layouts, pieces)
+    return fused.evaluate(program, arrays, out_shape)
+
+
+def cast_chunk(dtype, layouts, *pieces):
+    (x,), _ = _operands(layouts, pieces)
+    return x if x.dtype == dtype else x.astype(dtype)
+
+
+# -- matmul -------------------------------------------------------------------------------
+def matmul_chunk(epilogue, out_shape, dtype, layouts, *pieces):
+    """One tile of a matmul (or one K-partial product), with its fused epilogue."""
+    (a, b, *extras), _ = _operands(layouts, pieces)
+    xp = dispatch.array_module(a, b)
+    product = xp.matmul(a, b)
+    product = xp.broadcast_to(product, out_shape) if product.shape != tuple(out_shape) \
+        else product
+    if epilogue:
+        return fused.evaluate(epilogue, [product, *extras], out_shape)
+    return product if dtype is None or product.dtype == dtype else product.astype(dtype)
+
+
+def finish_matmul(epilogue, out_shape, dtype, n_parts, layouts, *pieces):
+    """Sum the last K-partial products and apply the epilogue."""
+    parts, rest = pieces[:n_parts], pieces[n_parts:]
+    total = combine_partials("sum", *parts)
+    extras, _ = _operands(layouts, rest)
+    if epilogue:
+        return fused.evaluate(epilogue, [total, *extras], out_shape)
+    return total if total.dtype == dtype else total.astype(dtype)
+
+
+# -- reductions ---------------------------------------------------------------------------
+def reduce_partial(op, prologue, axes, acc_dtype, space_shape, layouts, *pieces):
+    """Reduce one chunk of the operand (computing its prologue first), keeping dims."""
+    arrays, _ = _operands(layouts, pieces)
+    x = fused.evaluate(prologue, arrays, space_shape) if prologue else arrays[0]
+    xp = dispatch.array_module(x)
+    if tuple(x.shape) != tuple(space_shape):
+        x = xp.broadcast_to(x, space_shape)
+    if op in ("sum", "mean"):
+        return xp.sum(x, axis=axes, keepdims=True, dtype=acc_dtype)
+    return (xp.max if op == "max" else xp.min)(x, axis=axes, keepdims=True)
+
+
+def combine_partials(op, *parts):
+    """Combine same-shaped partial results: a step of a tree reduction."""
+    xp = dispatch.array_module(*parts)
+    fn = {"sum": xp.add, "max": xp.maximum, "min": xp.minimum}[op]
+    out = parts[0]
+    for part in parts[1:]:
+        out = fn(out, part)
+    return out
+
+
+def finish_reduce(op, axes, keepdims, count, dtype, *parts):
+    """The last tree-reduction step: combine, divide for a mean, drop reduced axes."""
+    out = combine_partials("sum" if op in ("sum", "mean") else op, *parts)
+    xp = dispatch.array_module(out)
+    if op == "mean":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = xp.true_divide(out, count) if count else out * xp.nan
+    if not keepdims:
+        out = out.reshape(tuple(s for i, s in enumerate(out.shape) if i not in axes))
+    return out if out.dtype == dtype else out.astype(dtype)
+
+
+# -- whole-axis operators -----------------------------------------------------------------
+def softmax_chunk(op, axis, layouts, *pieces):
+    """softmax or log_softmax along `axis`, stabilized by subtracting the maximum."""
+    (x,), _ = _operands(layouts, pieces)
+    xp = dispatch.array_module(x)
+    if x.dtype.kind != "f":
+        x = x.astype(np.result_type(x.dtype, np.float16))
+    shifted = x - xp.max(x, axis=axis, keepdims=True)
+    if op == "log_softmax":
+        return shifted - xp.log(xp.sum(xp.exp(shifted), axis=axis, keepdims=True))
+    e = xp.exp(shifted)
+    e /= xp.sum(e, axis=axis, keepdims=True)
+    return e
+
+
+# -- layout -------------------------------------------------------------------------------
+def transpose_chunk(axes, layouts, *pieces):
+    (x,), _ = _operands(layouts, pieces)
+    return dispatch.array_module(x).ascontiguousarray(x.transpose(axes))
+
+
+def reshape_chunk(out_shape, layouts, *pieces):
+    (x,), _ = _operands(layouts, pieces)
+    return x.reshape(out_shape)
+
+
+def slice_chunk(steps, layouts, *pieces):
+    (x,), _ = _operands(layouts, pieces)
+    if all(s == 1 for s in steps):
+        return x
+    return dispatch.array_module(x).ascontiguousarray(x[tuple(slice(None, None, s)
+                                                            for s in steps)])
+
+
+def to_host(x):
+    """Move a result chunk to host memory (a NumPy array) for gathering."""
+    return dispatch.to_host(x)
+
+
+def to_device(x):
+    """Move a host array onto this worker's device when it has one (identity on CPUs)."""
+    engine = dispatch.device_engine()
+    return x if engine == "numpy" else dispatch.asarray_on_engine(x, engine)

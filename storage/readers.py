@@ -1,0 +1,44 @@
+"""Read regions of arrays kept in files: `.npy` (memory-mapped) and Zarr (any fsspec URL).
+
+Tasks call these on workers, so a run reads each chunk where it is computed and the driver
+never holds the whole input. `array_info` lets the driver check shape and dtype up front.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from deepx_flow.errors import InputError
+
+
+def _is_zarr(path: str) -> bool:
+    return path.rstrip("/").endswith(".zarr") or "://" in path and not path.endswith(".npy")
+
+
+def array_info(path: str) -> tuple[tuple[int, ...], str]:
+    """(shape, dtype) of the array at `path`, or InputError naming the file."""
+    if _is_zarr(path):
+        import zarr
+        try:
+            arr = zarr.open_array(path, mode="r")
+        except Exception as err:  # zarr raises several types for a missing or bad store
+            raise InputError(f"cannot open Zarr array {path}: {err}") from None
+        return tuple(arr.shape), np.dtype(arr.dtype).name
+    if not Path(path).is_file():
+        raise InputError(f"input file {path} does not exist")
+    try:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except Exception as err:
+        raise InputError(f"cannot read {path} as a .npy array: {err}") from None
+    return tuple(arr.shape), arr.dtype.name
+
+
+def read_region(path: str, region) -> np.ndarray:
+    """The block `region` ((start, stop) per axis) of the array at `path`, as a NumPy array."""
+    index = tuple(slice(lo, hi) for lo, hi in region)
+    if _is_zarr(path):
+        import zarr
+        return np.asarray(zarr.open_array(path, mode="r")[index])
+    return np.array(np.load(path, mmap_mode="r", allow_pickle=False)[index])
