@@ -64,7 +64,7 @@ class _Classes:
         self.parent: dict = {}
         self.extent: dict = {}
         self.size: dict = {}
-        self.whole: set = set()
+        self.whole: dict = {}   # class root -> the node that keeps it whole
         self.grain: dict = {}
 
     def add(self, key, extent: int):
@@ -88,11 +88,14 @@ class _Classes:
         assert self.extent[ra] == self.extent[rb], (a, b)
         self.parent[rb] = ra
         if rb in self.whole:
-            self.whole.add(ra)
+            self.whole.setdefault(ra, self.whole[rb])
         self.grain[ra] = math.lcm(self.grain.get(ra, 1), self.grain.get(rb, 1))
 
-    def keep_whole(self, key):
-        self.whole.add(self.find(key))
+    def keep_whole(self, key, reason: str):
+        self.whole.setdefault(self.find(key), reason)
+
+    def whole_reason(self, key) -> str | None:
+        return self.whole.get(self.find(key))
 
     def set_grain(self, key, grain: int):
         root = self.find(key)
@@ -183,7 +186,7 @@ def partition_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None 
             (t,) = ins
             for axis in range(node.ndim):
                 classes.union((t.id, axis), (node.id, axis))
-            classes.keep_whole((node.id, node.attr("axis")))
+            classes.keep_whole((node.id, node.attr("axis")), f"'{node.id}' ({node.op})")
         elif node.op == "transpose":
             (t,) = ins
             for i, j in enumerate(node.attr("axes")):
@@ -193,7 +196,7 @@ def partition_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None 
             lead = _reshape_lead(node.shape)
             for axis in range(node.ndim):
                 if axis != lead:
-                    classes.keep_whole((node.id, axis))
+                    classes.keep_whole((node.id, axis), f"'{node.id}' (reshape)")
             if lead is not None:
                 row_out = math.prod(node.shape[lead + 1:])
                 t_lead = _reshape_lead(t.shape)
@@ -251,7 +254,10 @@ def partition_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None 
             while (ws := peak(node)) > budget:
                 candidates = [k for k in task_keys(node) if classes.splittable(k)]
                 if not candidates:
-                    raise PlanError(_too_big(node, ws, budget, cluster))
+                    reasons = sorted({r for k in task_keys(node)
+                                      if (r := classes.whole_reason(k)) and
+                                      classes.extent[classes.find(k)] > 1})
+                    raise PlanError(_too_big(node, ws, budget, cluster, reasons))
                 classes.halve(max(candidates, key=classes.chunk))
                 changed = True
 
@@ -311,9 +317,10 @@ def _fanin(partial_bytes: int, budget: int, config: Settings) -> int:
     return max(2, min(config.reduce_fanin, fits))
 
 
-def _too_big(node: Node, ws: int, budget: int, cluster: ClusterSpec) -> str:
+def _too_big(node: Node, ws: int, budget: int, cluster: ClusterSpec, reasons) -> str:
+    why = f"; an axis must stay whole for {', '.join(reasons)}" if reasons else ""
     return (f"node '{node.id}' ({node.op}, shape {node.shape}, {node.dtype}) cannot fit: its "
             f"smallest task needs {format_bytes(ws)} but a task may use "
             f"{format_bytes(budget)} on cluster '{cluster.name}' (worker memory x "
-            f"memory_fraction / threads). Use workers with more memory or fewer threads, or "
-            f"make the axes that must stay whole smaller")
+            f"memory_fraction / threads){why}. Use workers with more memory or fewer threads, "
+            f"or make the axes that must stay whole smaller")

@@ -1,0 +1,55 @@
+"""The fusion pass: which nodes fuse, and that nothing is fused across outputs or fan-out."""
+
+import deepx_flow as dx
+from deepx_flow.compiler.fuse import fuse_elementwise
+from deepx_flow.compiler.infer import infer_types
+from deepx_flow.compiler.validate import validate_graph
+
+
+def fused(outputs):
+    g = fuse_elementwise(infer_types(dx.build_graph(outputs)))
+    infer_types(validate_graph(g))  # the fused graph is itself a valid graph
+    return g
+
+
+def test_chain_becomes_one_kernel():
+    x = dx.input("x", (100, 10))
+    y = dx.tanh(dx.exp(x * 2.0 + 1.0) - x) / 3.0
+    g = fused(y)
+    assert [n.op for n in g.nodes] == ["input", "fused"]
+    program = g.nodes[1].attr("program")
+    assert [op for op, _, _ in program] == ["mul", "add", "exp", "sub", "tanh", "div"]
+    assert g.nodes[1].id == y.node.id  # the root keeps its id
+
+
+def test_fan_out_and_outputs_are_not_fused_through():
+    x = dx.input("x", (100, 10))
+    shared = dx.exp(x)
+    a, b = shared + 1.0, shared * 2.0
+    g = fused([a, b])
+    ops = [n.op for n in g.nodes]
+    assert ops.count("fused") == 3  # shared stays a kernel of its own
+    g2 = fused([shared, shared + 1.0])
+    assert g2[shared.node.id].op == "fused"
+    assert g2[(shared + 1.0).node.id].inputs == (shared.node.id,)
+
+
+def test_matmul_epilogue_and_reduction_prologue():
+    x = dx.input("x", (64, 32))
+    w = dx.random.normal((32, 16), seed=1)
+    b = dx.input("b", (16,))
+    y = dx.relu(x @ w + b)
+    z = dx.exp(x - 1.0).sum(axis=0)
+    g = fused([y, z])
+    mm = g[y.node.id]
+    assert mm.op == "matmul" and mm.attr("epilogue") is not None
+    assert mm.inputs == ("x", w.node.id, "b")
+    red = g[z.node.id]
+    assert red.op == "sum" and red.attr("prologue") is not None and red.inputs == ("x",)
+
+
+def test_matmul_used_twice_keeps_its_result():
+    x = dx.input("x", (64, 32))
+    p = x @ dx.ones((32, 8))
+    g = fused([p + 1.0, p * 2.0])
+    assert g[p.node.id].op == "matmul" and g[p.node.id].attr("epilogue") is None

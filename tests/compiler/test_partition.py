@@ -1,0 +1,97 @@
+"""The partitioner: every task fits the budget, aligned operands share grids, clear errors."""
+
+import math
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import deepx_flow as dx
+from deepx_flow.compiler.compile import compile_graph
+from deepx_flow.config import Settings
+from tests.helpers import cluster_with_memory
+
+
+def plan_for(outputs, memory, **kw):
+    return compile_graph(dx.build_graph(outputs), cluster_with_memory(memory, **kw), check=True)
+
+
+def test_every_task_fits_the_budget_for_a_small_worker():
+    x = dx.input("x", (3000, 700))
+    w = dx.random.normal((700, 900), seed=0)
+    y = dx.softmax(dx.gelu(x @ w + 1.0), axis=1).mean(axis=0)
+    plan = plan_for(y, memory=64 * 2**20)
+    stats = plan.stats()
+    assert all(r.peak_working_set <= plan.partition.budget for r in stats.nodes)
+    mm = plan.fused.nodes[2]
+    assert mm.op == "matmul"
+    # The matmul had to be tiled: more than one chunk along M.
+    assert len(plan.chunks[mm.id][0]) > 1
+
+
+def test_matmul_tiles_over_m_n_and_k_when_memory_is_tight():
+    a = dx.random.normal((2048, 2048), seed=0, dtype="float64")
+    b = dx.random.normal((2048, 2048), seed=1, dtype="float64")
+    plan = plan_for(a @ b, memory=16 * 2**20)
+    node = plan.fused.nodes[-1]
+    assert len(plan.chunks[node.id][0]) > 1 and len(plan.chunks[node.id][1]) > 1
+    assert len(plan.partition.k_chunks[node.id]) > 1
+
+
+def test_elementwise_operands_share_the_result_grid():
+    x = dx.input("x", (5000, 300))
+    y = dx.input("y", (5000, 300))
+    z = x * y + dx.exp(x)
+    plan = plan_for(z, memory=8 * 2**20)
+    assert plan.chunks["x"] == plan.chunks["y"] == plan.chunks[z.node.id]
+    assert len(plan.chunks["x"][0]) > 1
+
+
+def test_softmax_keeps_its_axis_whole():
+    x = dx.input("x", (4000, 2500))
+    plan = plan_for(dx.softmax(x, axis=1), memory=16 * 2**20)
+    chunks = plan.chunks[plan.fused.nodes[-1].id]
+    assert chunks[1] == (2500,) and len(chunks[0]) > 1
+
+
+def test_a_row_bigger_than_the_budget_fails_at_compile_time():
+    x = dx.input("x", (10, 50_000_000))
+    with pytest.raises(dx.PlanError, match=r"cannot fit.*must stay whole for 'softmax-"):
+        plan_for(dx.softmax(x, axis=1), memory=64 * 2**20)
+
+
+def test_large_tensors_are_split_for_parallelism():
+    x = dx.input("x", (4_000_000, 16))
+    plan = plan_for(dx.exp(x), memory=2**40, workers=2, threads=2)
+    assert len(plan.chunks["x"][0]) >= 2 * 2 * Settings().chunks_per_thread
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.integers(1, 3000), k=st.integers(1, 700), n=st.integers(1, 900),
+       memory=st.sampled_from([2**20, 4 * 2**20, 64 * 2**20, 2**34]))
+def test_property_plans_fit_and_cover_the_shapes(m, k, n, memory):
+    x = dx.input("x", (m, k))
+    y = (dx.tanh(x @ dx.random.uniform((k, n), seed=3)) * 2.0).sum(axis=1, keepdims=True)
+    try:
+        plan = plan_for(y, memory=memory)
+    except dx.PlanError:
+        # Only acceptable when even the smallest tiles cannot fit.
+        assert memory <= 4 * 2**20
+        return
+    for node in plan.fused.nodes:
+        chunks = plan.chunks[node.id]
+        assert tuple(sum(c) for c in chunks) == node.shape
+        assert all(min(c) > 0 for c in chunks if sum(c) > 0)
+    assert all(r.peak_working_set <= plan.partition.budget for r in plan.stats().nodes)
+
+
+def test_explain_lists_tensors_tasks_and_ratio():
+    x = dx.input("x", (200_000, 512))
+    w = dx.random.normal((512, 1024), seed=0)
+    y = dx.relu(x @ w + 1.0).sum(axis=1)
+    text = dx.compile(y, cluster="graphs/clusters/8xH100.yaml").explain()
+    assert "8xH100" in text and "chunk shape" in text and "peak working set" in text
+    assert "compute/communication ratio" in text
+    assert "matmul + relu(add(in0, 1.0))" in text
+    stats = dx.compile(y, cluster="graphs/clusters/8xH100.yaml").stats()
+    mm = stats.nodes[2]
+    assert math.isclose(mm.flops, 2 * 200_000 * 512 * 1024 + 2 * 200_000 * 1024, rel_tol=1e-9)
