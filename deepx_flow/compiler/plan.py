@@ -123,7 +123,8 @@ class Plan:
         names = {node_id: name for name, node_id in self.graph.outputs}
         for node in self.fused.nodes:
             chunks = self.partition.chunks[node.id]
-            label = node.id + (f" -> {names[node.id]}" if node.id in names else "")
+            label = node.id + (f" -> {names[node.id]}" if names.get(node.id, node.id) != node.id
+                               else "")
             rows.append((label, node.op, _shape(node.shape), node.dtype,
                          _shape(tuple(max(c) for c in chunks)),
                          str(math.prod(len(c) for c in chunks))))
@@ -155,7 +156,7 @@ def _label(node) -> str:
 
 
 def _shape(shape) -> str:
-    return "(" + ", ".join(str(s) for s in shape) + ")"
+    return str(tuple(shape))
 
 
 def _table(rows) -> list[str]:

@@ -46,7 +46,7 @@ def _infer_random(node, inputs):
 
 def specs() -> list[OpSpec]:
     return [
-        OpSpec("input", SOURCE, 0, _infer_declared, declared=("shape", "dtype"), doc="named graph input"),
+        OpSpec("input", SOURCE, 0, _infer_declared, declared=("shape", "dtype"), flops_per_element=0, doc="named graph input"),
         OpSpec("full", SOURCE, 0, _infer_full, declared=("shape", "dtype"), attrs=("value",), required_attrs=("value",),
                doc="tensor filled with one value"),
         OpSpec("arange", SOURCE, 0, _infer_arange, declared=("shape", "dtype"), attrs=("start", "step"),

@@ -1,0 +1,135 @@
+"""The `deepx-flow` command: run and explain YAML graphs, list operators.
+
+    deepx-flow run graphs/mlp_forward.yaml --input x=x.npy --output y=y.npy
+    deepx-flow explain graphs/mlp_forward.yaml --cluster graphs/clusters/8xH100.yaml
+    deepx-flow ops
+
+Exit codes: 0 success; 2 a bad graph, input file, cluster file or option (one line, no
+traceback); 1 a failure while running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from deepx_flow.errors import DeepxError, InputError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse exits 2 already; keep it to one line
+        self.exit(2, f"deepx-flow: error: {message}\n")
+
+
+def _pairs(values, what: str) -> dict[str, str]:
+    out = {}
+    for value in values or []:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise InputError(f"--{what} expects NAME=PATH, got {value!r}")
+        out[name] = path
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="deepx-flow", description="Run tensor graphs on Dask clusters.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run a YAML graph")
+    run.add_argument("graph", help="YAML graph spec")
+    run.add_argument("--input", "-i", action="append", metavar="NAME=PATH",
+                     help="an input from a .npy file or a Zarr array (repeatable)")
+    run.add_argument("--output", "-o", action="append", metavar="NAME=PATH",
+                     help="write an output to a .npy file (repeatable); the names are the "
+                          "spec's outputs")
+    run.add_argument("--scheduler", metavar="ADDRESS",
+                     help="use a running Dask scheduler instead of an embedded cluster")
+    run.add_argument("--cluster", metavar="FILE", help="plan with this cluster file")
+    run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                     help="show a progress bar (default: on long runs in a terminal)")
+
+    explain = sub.add_parser("explain", help="print the plan of a YAML graph")
+    explain.add_argument("graph", help="YAML graph spec")
+    explain.add_argument("--cluster", metavar="FILE",
+                         help="plan for this cluster file (default: this machine)")
+    explain.add_argument("--scheduler", metavar="ADDRESS",
+                         help="plan for the cluster behind this scheduler")
+
+    sub.add_parser("ops", help="list the operators and their engines")
+    return parser
+
+
+def _cmd_run(args) -> int:
+    import numpy as np
+
+    from deepx_flow.runtime.run import run
+    from deepx_flow.spec.yaml_io import from_yaml
+
+    graph = from_yaml(Path(args.graph))
+    inputs = _pairs(args.input, "input")
+    outputs = _pairs(args.output, "output")
+    names = [name for name, _ in graph.outputs]
+    unknown = sorted(set(outputs) - set(names))
+    if unknown:
+        raise InputError(f"--output names {', '.join(unknown)}, but the spec's outputs are "
+                         f"{', '.join(names)}")
+    for name, path in outputs.items():
+        parent = Path(path).parent
+        if not parent.is_dir():
+            raise InputError(f"--output {name}: folder {parent} does not exist")
+    results = run(graph, inputs=inputs, scheduler=args.scheduler, cluster=args.cluster,
+                  progress=args.progress)
+    for name in names:
+        value = results[name]
+        if name in outputs:
+            np.save(outputs[name], value)
+            where = f"-> {outputs[name]}"
+        else:
+            where = f"min {value.min() if value.size else '-'} max " \
+                    f"{value.max() if value.size else '-'}"
+        print(f"{name}: shape {value.shape} {value.dtype} {where}")
+    return 0
+
+
+def _cmd_explain(args) -> int:
+    from deepx_flow.runtime.run import cluster_spec
+    from deepx_flow.compiler.compile import compile_graph
+    from deepx_flow.spec.yaml_io import from_yaml
+
+    graph = from_yaml(Path(args.graph))
+    if args.scheduler:
+        from deepx_flow.runtime.cluster import connect
+        with connect(scheduler=args.scheduler) as client:
+            spec = cluster_spec(None, client)
+    else:
+        spec = cluster_spec(args.cluster)
+    print(compile_graph(graph, spec).explain())
+    return 0
+
+
+def _cmd_ops(args) -> int:
+    from deepx_flow.registry.operators import operator_table
+    print(operator_table())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    command = {"run": _cmd_run, "explain": _cmd_explain, "ops": _cmd_ops}[args.command]
+    try:
+        return command(args)
+    except DeepxError as err:
+        print(f"deepx-flow: error: {err}".splitlines()[0] if err.exit_code == 2 else
+              f"deepx-flow: failed: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("deepx-flow: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # a failure while running: one line, not a traceback
+        print(f"deepx-flow: failed: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
