@@ -1,0 +1,211 @@
+"""Every operator against NumPy in float64, under three chunk grids with uneven edges.
+
+The grids come from the registry, as in real use: the same graph is planned for clusters
+whose workers have less and less memory, which forces smaller chunks. Shapes are odd so that
+edge chunks are uneven.
+"""
+
+import numpy as np
+import pytest
+
+import deepx_flow as dx
+from deepx_flow.compiler.compile import compile_graph
+from tests.helpers import cluster_with_memory
+
+# Worker memories giving one chunk, a few chunks, and many small uneven chunks.
+MEMORIES = (2**30, 48 * 2**10, 8 * 2**10)
+RNG = np.random.default_rng(0)
+A = RNG.standard_normal((37, 23))
+B = RNG.standard_normal((37, 23))
+POS = RNG.uniform(0.5, 2.0, (37, 23))
+ROW = RNG.standard_normal((23,))
+
+TOL = {"float64": (1e-10, 1e-12), "float32": (2e-5, 1e-5), "float16": (1e-2, 1e-2)}
+
+
+def gelu(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def run_all_grids(client, build, inputs, dtype="float32"):
+    """Run the graph `build(*tensors)` under each memory size; return results and grids."""
+    tensors = {k: dx.input(k, v.shape, dtype if v.dtype.kind == "f" else v.dtype.name)
+               for k, v in inputs.items()}
+    out = build(**tensors)
+    feed = {k: v.astype(tensors[k].dtype) for k, v in inputs.items()}
+    results, grids = [], set()
+    for memory in MEMORIES:
+        spec = cluster_with_memory(memory)
+        plan = compile_graph(dx.build_graph(out), spec)
+        grids.add(tuple(plan.chunks[out.node.id]) + tuple(plan.chunks[next(iter(tensors))]))
+        results.append(dx.run(out, inputs=feed, client=client, cluster=spec))
+    return results, grids
+
+
+def check(results, expected, dtype):
+    rtol, atol = TOL.get(dtype, (0, 0))
+    for got in results:
+        assert got.shape == np.shape(expected)
+        if got.dtype.kind in "biu":
+            np.testing.assert_array_equal(got, expected)
+        else:
+            np.testing.assert_allclose(got.astype("float64"), expected, rtol=rtol, atol=atol)
+
+
+UNARY = {
+    "neg": (dx.neg, np.negative, A), "abs": (dx.abs, np.abs, A), "exp": (dx.exp, np.exp, A),
+    "log": (dx.log, np.log, POS), "sqrt": (dx.sqrt, np.sqrt, POS),
+    "tanh": (dx.tanh, np.tanh, A), "sigmoid": (dx.sigmoid, lambda x: 1 / (1 + np.exp(-x)), A),
+    "relu": (dx.relu, lambda x: np.maximum(x, 0), A), "gelu": (dx.gelu, gelu, A),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary(client, name, dtype):
+    fn, ref, data = UNARY[name]
+    results, grids = run_all_grids(client, lambda x: fn(x), {"x": data}, dtype)
+    assert len(grids) == 3
+    check(results, ref(data.astype(dtype).astype("float64")), dtype)
+
+
+BINARY = {
+    "add": (lambda a, b: a + b, np.add), "sub": (lambda a, b: a - b, np.subtract),
+    "mul": (lambda a, b: a * b, np.multiply), "div": (lambda a, b: a / b, np.divide),
+    "pow": (lambda a, b: a ** b, np.power), "maximum": (dx.maximum, np.maximum),
+    "minimum": (dx.minimum, np.minimum),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_with_broadcasting(client, name):
+    fn, ref = BINARY[name]
+    a = POS if name == "pow" else A
+    results, _ = run_all_grids(client, lambda x, r: fn(x, r), {"x": a, "r": ROW})
+    x32, r32 = a.astype("float32").astype("float64"), ROW.astype("float32").astype("float64")
+    check(results, ref(x32, r32), "float32")
+
+
+@pytest.mark.parametrize("op", ["lt", "le", "gt", "ge", "eq", "ne"])
+def test_comparisons(client, op):
+    ops = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+           "eq": np.equal, "ne": np.not_equal}
+    b = np.where(RNG.uniform(size=A.shape) < 0.3, A, B)  # some equal elements
+    fn = {"lt": dx.less, "le": dx.less_equal, "gt": dx.greater, "ge": dx.greater_equal,
+          "eq": dx.equal, "ne": dx.not_equal}[op]
+    results, _ = run_all_grids(client, lambda x, y: fn(x, y), {"x": A, "y": b}, "float64")
+    check(results, ops[op](A, b), "bool")
+
+
+def test_where_and_cast(client):
+    results, _ = run_all_grids(
+        client, lambda x, y: dx.where(x > 0, x, y * 2.0).astype("float64") + 1,
+        {"x": A, "y": B})
+    a32, b32 = A.astype("float32"), B.astype("float32")
+    check(results, np.where(a32 > 0, a32, b32 * np.float32(2)).astype("float64") + 1, "float64")
+    results, _ = run_all_grids(client, lambda x: (x * 10).astype("int32"), {"x": A}, "float64")
+    check(results, (A * 10).astype("int32"), "int32")
+
+
+def test_mixed_dtypes_follow_numpy(client):
+    ints = RNG.integers(-5, 5, A.shape).astype("int32")
+    results, _ = run_all_grids(client, lambda x, i: x * i + i / 2, {"x": A, "i": ints},
+                               "float32")
+    x = A.astype("float32")
+    expected = x * ints + ints / 2
+    assert results[0].dtype == expected.dtype
+    check(results, expected.astype("float64"), "float64" if expected.dtype == "float64"
+          else "float32")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_matmul_2d_with_epilogue(client, dtype):
+    w = RNG.standard_normal((23, 31))
+    results, grids = run_all_grids(client, lambda x, w: dx.relu(x @ w + 1.0),
+                                   {"x": A, "w": w}, dtype)
+    ref = np.maximum(A.astype(dtype).astype("float64") @ w.astype(dtype).astype("float64")
+                     + 1.0, 0)
+    assert len(grids) == 3
+    rtol, atol = TOL[dtype]
+    for got in results:
+        np.testing.assert_allclose(got, ref, rtol=rtol * 10, atol=atol * 10)
+
+
+def test_batched_matmul_broadcasts_batch(client):
+    a = RNG.standard_normal((3, 9, 13))
+    b = RNG.standard_normal((13, 7))
+    c = RNG.standard_normal((1, 7, 5))
+    results, _ = run_all_grids(client, lambda a, b, c: (a @ b) @ c, {"a": a, "b": b, "c": c},
+                               "float64")
+    check(results, (a @ b) @ c, "float64")
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "min"])
+@pytest.mark.parametrize("axis,keepdims", [(None, False), (0, False), (1, True), ((0, 1), True),
+                                           (-1, False)])
+def test_reductions(client, op, axis, keepdims):
+    fn = getattr(dx, op)
+    results, _ = run_all_grids(client, lambda x: fn(dx.exp(x) - 1.0, axis=axis,
+                                                     keepdims=keepdims), {"x": A}, "float64")
+    check(results, getattr(np, op)(np.exp(A) - 1.0, axis=axis, keepdims=keepdims), "float64")
+
+
+def test_integer_sum_and_mean_follow_numpy(client):
+    ints = RNG.integers(-100, 100, (37, 23)).astype("int32")
+    x = dx.input("i", ints.shape, "int32")
+    s, m = dx.run([x.sum(axis=0), x.mean()], inputs={"i": ints}, client=client,
+                  cluster=cluster_with_memory(MEMORIES[2]))
+    assert s.dtype == ints.sum(axis=0).dtype and m.dtype == np.float64
+    np.testing.assert_array_equal(s, ints.sum(axis=0))
+    np.testing.assert_allclose(m, ints.mean(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_softmax(client, op, axis):
+    fn = getattr(dx, op)
+    results, _ = run_all_grids(client, lambda x: fn(x * 3.0, axis=axis), {"x": A}, "float64")
+    z = A * 3.0
+    e = np.exp(z - z.max(axis=axis, keepdims=True))
+    sm = e / e.sum(axis=axis, keepdims=True)
+    check(results, sm if op == "softmax" else np.log(sm), "float64")
+
+
+def test_transpose_reshape_concat_slice(client):
+    def build(x, y):
+        t = (x.T * 2.0)[:, 3:30:2]                       # (23, 14)
+        r = dx.reshape(t, (46, 7))
+        c = dx.concat([r, dx.reshape(y[:2], (46, 1))], axis=1)
+        return c[::3, 1:] + 1.0
+    results, _ = run_all_grids(client, build, {"x": A, "y": B}, "float64")
+    t = (A.T * 2.0)[:, 3:30:2]
+    c = np.concatenate([t.reshape(46, 7), B[:2].reshape(46, 1)], axis=1)
+    check(results, c[::3, 1:] + 1.0, "float64")
+
+
+def test_indexing_with_integers_and_newaxis(client):
+    results, _ = run_all_grids(client, lambda x: x[5, None, ::2] * x[:, 0].sum(),
+                               {"x": A}, "float64")
+    check(results, A[5, None, ::2] * A[:, 0].sum(), "float64")
+
+
+def test_constants_and_arange(client):
+    x = dx.arange(5, 200, 3, dtype="float64")
+    y = x * dx.ones((65,), "float64") + dx.full((65,), 0.5, "float64") + dx.zeros((65,), "float64")
+    for memory in MEMORIES:
+        got = dx.run(y, client=client, cluster=cluster_with_memory(memory))
+        np.testing.assert_allclose(got, np.arange(5, 200, 3, dtype="float64") + 0.5)
+
+
+def test_random_tensors_ignore_the_chunk_grid_and_look_random(client):
+    n = dx.random.normal((301, 97), seed=7, mean=1.0, std=2.0, dtype="float64")
+    u = dx.random.uniform((301, 97), seed=7, low=-1.0, high=3.0, dtype="float32")
+    runs = [dx.run([n, u], client=client, cluster=cluster_with_memory(m)) for m in MEMORIES]
+    for got_n, got_u in runs[1:]:
+        np.testing.assert_array_equal(got_n, runs[0][0])
+        np.testing.assert_array_equal(got_u, runs[0][1])
+    normal, uniform = runs[0]
+    assert abs(normal.mean() - 1.0) < 0.05 and abs(normal.std() - 2.0) < 0.05
+    assert uniform.min() >= -1.0 and uniform.max() < 3.0 and abs(uniform.mean() - 1.0) < 0.05
+    other = dx.run(dx.random.normal((301, 97), seed=8, dtype="float64"), client=client)
+    assert not np.allclose(other, (normal - 1.0) / 2.0)
