@@ -87,11 +87,13 @@ class WorkerSpec:
     flops: float = DEFAULT_CPU_FLOPS
     bandwidth: float = DEFAULT_CPU_BANDWIDTH
     address: str | None = None
+    reserved: int = 0  # host memory the worker process already used when it registered
 
     @property
     def budget(self) -> int:
-        """Memory the planner divides among tasks: the GPU's when there is one."""
-        return self.device.memory if self.device else self.memory
+        """Memory the planner divides among tasks: the GPU's when there is one, else the
+        host memory limit less what the worker process itself already holds."""
+        return self.device.memory if self.device else max(0, self.memory - self.reserved)
 
     @property
     def tasks_at_once(self) -> int:

@@ -29,21 +29,35 @@ def probe_device() -> dict | None:
         return None
 
 
+def probe_worker() -> dict:
+    """On a worker: its GPU (if any) and the memory its process holds already."""
+    import psutil
+    return {"device": probe_device(), "rss": psutil.Process().memory_info().rss}
+
+
 def cluster_spec_from_client(client) -> ClusterSpec:
     """The ClusterSpec of the cluster behind a `distributed.Client`."""
     info = client.scheduler_info(n_workers=-1) if _takes_n_workers(client) \
         else client.scheduler_info()
-    devices = client.run(probe_device) if info["workers"] else {}
+    probes = client.run(probe_worker) if info["workers"] else {}
     workers = []
     for address, w in sorted(info["workers"].items()):
-        dev = devices.get(address)
+        probe = probes.get(address, {})
+        dev = probe.get("device")
         device = DeviceSpec("gpu", dev["name"], dev["total"]) if dev else None
-        memory = int(w.get("memory_limit") or 0) or _host_memory()
+        limit = int(w.get("memory_limit") or 0)
+        # Threaded workers share the client's process: its memory is not theirs to reserve.
+        reserved = int(probe.get("rss", 0)) if limit and _separate_process(client, address) \
+            else 0
         workers.append(WorkerSpec(str(w.get("name", address)), str(w.get("host", "")),
-                                  int(w.get("nthreads", 1)), memory, device,
-                                  address=address))
+                                  int(w.get("nthreads", 1)), limit or _host_memory(), device,
+                                  address=address, reserved=reserved))
     return ClusterSpec(f"dask {client.scheduler.address}", tuple(workers), (),
                        "scheduler " + str(client.scheduler.address))
+
+
+def _separate_process(client, address: str) -> bool:
+    return not address.startswith("inproc://")
 
 
 def _takes_n_workers(client) -> bool:
