@@ -43,7 +43,7 @@ class Lowered:
         return [(key, *idx) for idx in itertools.product(*(range(len(c)) for c in chunks))]
 
 
-class _Grid:
+class Grid:
     """Chunk boundaries of one tensor, for finding the chunks under a region."""
 
     def __init__(self, chunks):
@@ -66,6 +66,22 @@ class _Grid:
                                   min(hi, starts[i] + sizes[i]) - starts[i]))
                              for i in range(first, last + 1)])
         return per_axis
+
+    def layout(self, name: str, region: Region):
+        """(layout, keys) giving a task `region` of the tensor whose keys start with `name`:
+        `()` and one key when the region is exactly a chunk, else the piece grid, the slice
+        of each piece, and the keys of the pieces in C order."""
+        cover = self.cover(region)
+        if all(len(c) == 1 for c in cover):
+            idx = tuple(c[0][0] for c in cover)
+            if self.region(idx) == region:
+                return (), [(name, *idx)]
+        shape = tuple(len(c) for c in cover)
+        keys, slices = [], []
+        for combo in itertools.product(*cover):
+            keys.append((name, *(i for i, _ in combo)))
+            slices.append(tuple(s for _, s in combo))
+        return (shape, tuple(slices)), keys
 
 
 def chunk_indices(chunks):
@@ -92,7 +108,7 @@ def lower_partition(part: Partition, sources: dict, token: str = "", to_host: bo
     from deepx_flow.kernels import tasks as K  # loaded on first lowering: kernels import numexpr
 
     graph = part.graph
-    grids = {n.id: _Grid(part.chunks[n.id]) for n in graph.nodes}
+    grids = {n.id: Grid(part.chunks[n.id]) for n in graph.nodes}
     dependent: set[str] = set()
     tkey: dict[str, str] = {}
     for node in graph.nodes:
@@ -102,19 +118,7 @@ def lower_partition(part: Partition, sources: dict, token: str = "", to_host: bo
     dsk: dict = {}
 
     def operand(t_id: str, region: Region):
-        """(layout, keys) giving task access to `region` of tensor `t_id`."""
-        grid = grids[t_id]
-        cover = grid.cover(region)
-        if all(len(c) == 1 for c in cover):
-            idx = tuple(c[0][0] for c in cover)
-            if grid.region(idx) == region:
-                return (), [(tkey[t_id], *idx)]
-        shape = tuple(len(c) for c in cover)
-        keys, slices = [], []
-        for combo in itertools.product(*cover):
-            keys.append((tkey[t_id], *(i for i, _ in combo)))
-            slices.append(tuple(s for _, s in combo))
-        return (shape, tuple(slices)), keys
+        return grids[t_id].layout(tkey[t_id], region)
 
     def operands(ids, regions):
         layouts, keys = [], []
@@ -230,7 +234,7 @@ def _lower_matmul(node, ins, part, grid, name, operands, dsk):
 
 
 def _lower_reduce(node, ins, part, grid, name, operands, dsk):
-    space = _Grid(part.spaces[node.id])
+    space = Grid(part.spaces[node.id])
     axes = node.attr("axes")
     keepdims = node.attr("keepdims", False)
     prologue = node.attr("prologue")

@@ -39,6 +39,22 @@ class FileSource:
         return task(key, load_region, self.path, region)
 
 
+@dataclass(frozen=True)
+class PersistedSource:
+    """An output of an earlier `dx.persist`, still on the cluster: tasks read its chunks."""
+
+    key: str
+    chunks: tuple
+    dtype: str
+
+    def task(self, key, region):
+        from deepx_flow.compiler.lower import Grid
+        from deepx_flow.compiler.taskspec import ref
+        from deepx_flow.kernels.tasks import cast_chunk
+        layout, keys = Grid(self.chunks).layout(self.key, region)
+        return task(key, cast_chunk, self.dtype, (layout,), *[ref(k) for k in keys])
+
+
 def load_region(path, region):
     from deepx_flow.kernels.tasks import to_device
     return to_device(read_region(path, region))
@@ -54,7 +70,12 @@ def bind_inputs(graph: Graph, inputs: dict | None) -> tuple[dict, str]:
             raise InputError(f"input '{node.id}' {node.shape} {node.dtype} was not given "
                              f"(inputs given: {given})")
         value = inputs.pop(node.id)
-        if isinstance(value, (str, os.PathLike)):
+        if hasattr(value, "futures") and hasattr(value, "chunks"):  # a dx.Persisted
+            shape, dtype = value.shape, value.dtype
+            source = PersistedSource(value.key, value.chunks, value.dtype)
+            parts.append((node.id, value.key))
+            where = f"persisted output '{value.name}'"
+        elif isinstance(value, (str, os.PathLike)):
             path = str(value)
             shape, dtype = array_info(path)
             source = FileSource(path)

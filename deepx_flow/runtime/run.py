@@ -81,6 +81,13 @@ class Persisted:
     chunks: tuple[tuple[int, ...], ...]
     futures: list
     client: object
+    key: str  # the tensor key of the chunks: (key, *chunk index)
+
+    def wait(self) -> "Persisted":
+        """Block until every chunk is computed."""
+        from distributed import wait
+        wait(self.futures)
+        return self
 
     def to_numpy(self) -> np.ndarray:
         """Gather the chunks into one NumPy array."""
@@ -99,7 +106,8 @@ def _submit(plan: Plan, graph: Graph, inputs, client):
     flat = [k for ks in keys.values() for k in ks]
     futures = client.get(lowered.dsk, flat, sync=False)
     by_key = dict(zip(flat, futures))
-    return {name: [by_key[k] for k in ks] for name, ks in keys.items()}, len(lowered.dsk)
+    names = {name: lowered.outputs[name][0] for name in keys}
+    return {name: [by_key[k] for k in ks] for name, ks in keys.items()}, names
 
 
 def _show_progress(futures, n_tasks: int, progress) -> None:
@@ -146,8 +154,8 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
 
 
 def _compute(plan, graph, inputs, client, progress):
-    futures, n_tasks = _submit(plan, graph, inputs, client)
-    _show_progress([f for fs in futures.values() for f in fs], n_tasks, progress)
+    futures, _ = _submit(plan, graph, inputs, client)
+    _show_progress([f for fs in futures.values() for f in fs], plan.stats().tasks, progress)
     out = {}
     for name, node_id in graph.outputs:
         node = plan.graph[node_id]
@@ -205,12 +213,12 @@ def persist(outputs, inputs: dict | None = None, client=None, scheduler: str | N
         client = _shared_client()
     with connect(client, scheduler) as active:
         plan = compile_graph(graph, cluster_spec(cluster, active))
-        futures, _ = _submit(plan, graph, inputs, active)
+        futures, keys = _submit(plan, graph, inputs, active)
     handles = {}
     for name, node_id in graph.outputs:
         node = plan.graph[node_id]
         handles[name] = Persisted(name, node.shape, node.dtype, plan.partition.chunks[node_id],
-                                  futures[name], active)
+                                  futures[name], active, keys[name])
     if isinstance(outputs, Tensor):
         return handles[graph.outputs[0][0]]
     if isinstance(outputs, (dict, Graph)):
