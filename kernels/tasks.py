@@ -42,9 +42,18 @@ def _operands(layouts, pieces):
 
 
 # -- sources ------------------------------------------------------------------------------
+def _device_module():
+    """NumPy, or CuPy on a worker with a GPU: where new arrays are made."""
+    if dispatch.device_engine() == "numpy":
+        return np
+    import cupy
+    return cupy
+
+
+
 def source_chunk(op, attrs, full_shape, region, dtype):
     """A chunk of a constant, a range or a random tensor, made on this worker's device."""
-    xp = dispatch.module_for(dispatch.device_engine())
+    xp = _device_module()
     shape = tuple(hi - lo for lo, hi in region)
     if op == "full":
         return xp.full(shape, attrs["value"], dtype=dtype)

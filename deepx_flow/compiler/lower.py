@@ -21,6 +21,8 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from dask.base import tokenize
+
 from deepx_flow.compiler.partition import Partition
 from deepx_flow.compiler.taskspec import data_node, ref, task
 from deepx_flow.ir import Node
@@ -114,7 +116,10 @@ def lower_partition(part: Partition, sources: dict, token: str = "", to_host: bo
     for node in graph.nodes:
         if node.op == "input" or any(i in dependent for i in node.inputs):
             dependent.add(node.id)
-        tkey[node.id] = f"{node.id}@{token}" if token and node.id in dependent else node.id
+        # The same node chunked differently, or fed other data, must not share keys.
+        layout = (part.chunks[node.id], part.spaces.get(node.id), part.k_chunks.get(node.id),
+                  part.fanin.get(node.id), token if node.id in dependent else "")
+        tkey[node.id] = f"{node.id}@{tokenize(layout)[:10]}"
     dsk: dict = {}
 
     def operand(t_id: str, region: Region):

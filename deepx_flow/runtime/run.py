@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import math
 import sys
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,7 +105,11 @@ def _submit(plan: Plan, graph: Graph, inputs, client):
     lowered = plan.lower(sources, token, to_host=plan.cluster.has_devices)
     keys = {name: lowered.output_keys(name) for name, _ in graph.outputs}
     flat = [k for ks in keys.values() for k in ks]
-    futures = client.get(lowered.dsk, flat, sync=False)
+    with warnings.catch_warnings():
+        # NumPy inputs travel inside the graph on purpose (so they can be sent again if a
+        # worker dies); Dask's advice against large graphs does not apply.
+        warnings.filterwarnings("ignore", message="Sending large graph")
+        futures = client.get(lowered.dsk, flat, sync=False)
     by_key = dict(zip(flat, futures))
     names = {name: lowered.outputs[name][0] for name in keys}
     return {name: [by_key[k] for k in ks] for name, ks in keys.items()}, names

@@ -7,6 +7,7 @@ YAML written from them, are explicit.
 
 from __future__ import annotations
 
+import builtins
 from typing import Sequence
 
 from deepx_flow.errors import GraphError
@@ -53,7 +54,7 @@ def arange(start, stop=None, step=1, dtype=None) -> Tensor:
     """`start, start + step, ...` below `stop`, like `numpy.arange`."""
     if stop is None:
         start, stop = 0, start
-    n = max(0, -(-(stop - start) // step)) if step else 0
+    n = builtins.max(0, -(-(stop - start) // step)) if step else 0
     if step == 0:
         raise GraphError("arange: step must not be zero")
     if dtype is None:

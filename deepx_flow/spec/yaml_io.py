@@ -1,0 +1,254 @@
+"""Read and write YAML graph specs: the cross-language protocol for tensor graphs.
+
+A spec is a YAML mapping (`deepx: 1`, `inputs`, `nodes`, `outputs`; the format is described in
+docs/graph-spec.md) that any language can write. `to_yaml` writes every node in full (id, op,
+operand ids, shape, dtype, attributes), so `from_yaml(to_yaml(g)) == g` for every graph that
+`build_graph` or `from_yaml` made; floats are written by `repr` and read back bit for bit.
+`from_yaml` reads with `yaml.safe_load` only (no Python objects can be built from a spec), then
+checks, orders and types the graph (`deepx_flow.spec.reader`).
+
+Constants the SDK made from Python scalars (`x + 1.0`) are written back as literals in `args`
+when reading the literal gives back the same node, so exported specs read like hand-written
+ones.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from deepx_flow.errors import GraphError, SpecError
+from deepx_flow.ir import Graph, Node
+from deepx_flow.ir.node import make_attrs, make_id
+from deepx_flow.sdk.build import Outputs, build_graph
+from deepx_flow.spec.normalize import is_literal, literal_dtype
+from deepx_flow.spec.reader import VERSION, document_to_graph
+
+SUFFIXES = (".yaml", ".yml")
+
+
+def from_yaml(source: str | os.PathLike) -> Graph:
+    """Read a graph spec from a file or from YAML text.
+
+    Parameters
+    ----------
+    source : str or path-like
+        A `Path` (or any path-like) is always a file. A string is a file name when it has no
+        newline and ends in `.yaml` or `.yml` or names an existing file; otherwise it is the
+        spec's text.
+
+    Returns
+    -------
+    Graph
+        Validated and typed: every node has its shape and dtype. Nodes are in canonical order
+        (depth-first from the outputs, as `build_graph` orders them); outputs are named and
+        ordered as the spec's `outputs` list.
+
+    Raises
+    ------
+    SpecError
+        The file is missing or unreadable, the text is not YAML (the message gives the line),
+        or it does not follow the format (version, keys, field types, undefined or duplicate
+        ids, unknown outputs).
+    GraphError
+        The graph is wrong: unknown operator or attribute, a cycle, operands that do not fit,
+        a stated shape or dtype that disagrees with the inferred one.
+
+    Every message starts with the file name when the spec came from a file, and names the
+    node, input or output at fault.
+
+    Examples
+    --------
+    >>> g = from_yaml("graphs/mlp_forward.yaml")          # doctest: +SKIP
+    >>> g = from_yaml("deepx: 1\\ninputs: {x: {shape: [4], dtype: float32}}\\noutputs: [x]")
+    >>> g.outputs
+    (('x', 'x'),)
+    """
+    text, path = _read_source(source)
+    try:
+        return document_to_graph(_parse_yaml(text))
+    except GraphError as err:
+        if path is None:
+            raise
+        # Same class and node, with the file in front: the CLI prints only the message.
+        located = type(err)(f"{path}: {err}")
+        located.node = err.node
+        raise located.with_traceback(err.__traceback__) from None
+
+
+def to_yaml(outputs: Outputs, path: str | os.PathLike | None = None, *,
+            name: str | None = None, description: str | None = None) -> str:
+    """Write the graph behind `outputs` as a spec; return the text.
+
+    Parameters
+    ----------
+    outputs : Tensor, list or dict of Tensor, or Graph
+        What to write; tensors are collected with `build_graph` (dict keys name the outputs).
+    path : str or path-like, optional
+        Also write the text to this file (UTF-8).
+    name, description : str, optional
+        Written as the spec's `name` and `description` (a Graph itself has neither).
+
+    Returns
+    -------
+    str
+        The spec. Reading it back with `from_yaml` gives a graph equal to
+        `build_graph(outputs)` whenever that graph is in canonical order, as every graph
+        built by the SDK or read by `from_yaml` is.
+
+    Examples
+    --------
+    >>> import deepx_flow as dx
+    >>> x = dx.input("x", (4, 3))
+    >>> print(to_yaml({"y": (x * 2.0).sum(axis=1)}))  # doctest: +ELLIPSIS
+    deepx: 1
+    inputs:
+      x:
+        shape: [4, 3]
+        dtype: float32
+    nodes:
+    - id: mul-...
+      op: mul
+      args: [x, 2.0]
+    ...
+    """
+    graph = build_graph(outputs)
+    doc = graph_to_document(graph, name=name, description=description)
+    text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=100,
+                          allow_unicode=True)
+    if path is not None:
+        Path(path).write_text(text, encoding="utf-8")
+    return text
+
+
+def graph_to_document(graph: Graph, name: str | None = None,
+                      description: str | None = None) -> dict[str, Any]:
+    """The spec of `graph` as plain dicts and lists, ready for any YAML (or JSON) writer."""
+    inline = inlined_constants(graph)
+    doc: dict[str, Any] = {"deepx": VERSION}
+    if name is not None:
+        doc["name"] = name
+    if description is not None:
+        doc["description"] = description
+    inputs: dict[str, Any] = {}
+    nodes: list[dict[str, Any]] = []
+    for node in graph.nodes:
+        if node.op == "input":
+            inputs[node.id] = _typed({}, node)
+        elif node.id not in inline:
+            nodes.append(_node_entry(node, graph, inline))
+    if inputs:
+        doc["inputs"] = inputs
+    if nodes:
+        doc["nodes"] = nodes
+    doc["outputs"] = [node_id if out == node_id else {out: node_id}
+                      for out, node_id in graph.outputs]
+    return doc
+
+
+def inlined_constants(graph: Graph) -> set[str]:
+    """Ids of the constants that can be written as literals in their users' args.
+
+    A constant qualifies when it is a 0-d `full` node with the SDK's content-hash id, is not an
+    output, and at every use the reader's typing rule (`normalize.literal_dtype`) gives back
+    its dtype. Whether one use qualifies depends on which other operands are literals, so
+    constants are dropped from the candidates until none changes.
+    """
+    users: dict[str, list[tuple[Node, int]]] = {n.id: [] for n in graph.nodes}
+    for node in graph.nodes:
+        for position, src in enumerate(node.inputs):
+            users[src].append((node, position))
+    outputs = set(graph.output_ids)
+    candidates = {n.id for n in graph.nodes if _is_literal_constant(n) and n.id not in outputs}
+    changed = True
+    while changed:
+        changed = False
+        for node_id in sorted(candidates):
+            constant = graph[node_id]
+            for user, position in users[node_id]:
+                arg_dtypes = [None if src in candidates else graph[src].dtype
+                              for src in user.inputs]
+                if literal_dtype(constant.attr("value"), position, user.op,
+                                 arg_dtypes) != constant.dtype:
+                    candidates.discard(node_id)
+                    changed = True
+                    break
+    return candidates
+
+
+def _is_literal_constant(node: Node) -> bool:
+    if node.op != "full" or node.shape != () or node.inputs or node.dtype is None:
+        return False
+    value = node.attr("value")
+    return (is_literal(value) and node.attrs == make_attrs(value=value)
+            and node.id == make_id("full", (), (), node.dtype, node.attrs))
+
+
+def _node_entry(node: Node, graph: Graph, inline: set[str]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"id": node.id, "op": node.op}
+    if node.inputs:
+        entry["args"] = [graph[src].attr("value") if src in inline else src
+                         for src in node.inputs]
+    _typed(entry, node)
+    if node.attrs:
+        entry["attrs"] = {key: _thaw(value) for key, value in node.attrs}
+    return entry
+
+
+def _typed(entry: dict[str, Any], node: Node) -> dict[str, Any]:
+    # A node without a shape or dtype (a graph not yet typed) is written without it: the
+    # reader derives it, so the spec stays valid.
+    if node.shape is not None:
+        entry["shape"] = list(node.shape)
+    if node.dtype is not None:
+        entry["dtype"] = node.dtype
+    return entry
+
+
+def _thaw(value: Any) -> Any:
+    """Tuples (frozen attribute values) as lists, which every YAML library reads."""
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    return value
+
+
+# -- reading -------------------------------------------------------------------------------
+def _read_source(source: str | os.PathLike) -> tuple[str, str | None]:
+    """The spec's text, and the file it came from (None for text)."""
+    if isinstance(source, str) and not _is_file_name(source):
+        return source, None
+    if not isinstance(source, (str, os.PathLike)):
+        raise SpecError(f"from_yaml takes a file path or YAML text, not a "
+                        f"{type(source).__name__}")
+    path = os.fspath(source)
+    try:
+        return Path(path).read_text(encoding="utf-8"), path
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such graph spec file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise SpecError(f"{path}: cannot read the graph spec: {err}") from None
+
+
+def _is_file_name(text: str) -> bool:
+    if "\n" in text:
+        return False
+    return text.strip().endswith(SUFFIXES) or os.path.isfile(text)
+
+
+def _parse_yaml(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = err.problem or err.context or "unreadable"
+        # Parsers notice a missing bracket or quote only later; say where the construct began.
+        if err.context and err.context_mark and err.problem_mark \
+                and err.context_mark.line != err.problem_mark.line:
+            problem += f" ({err.context} that starts at line {err.context_mark.line + 1})"
+        raise SpecError(f"{where}invalid YAML: {problem}") from None
+    except yaml.YAMLError as err:
+        raise SpecError(f"invalid YAML: {err}") from None
