@@ -30,12 +30,12 @@ def start_embedded_cluster(**kwargs):
     """A local cluster for this machine; keyword arguments override the defaults."""
     if _gpu_count() and not kwargs.pop("cpu", False):
         from dask_cuda import LocalCUDACluster
-        return LocalCUDACluster(dashboard_address=kwargs.pop("dashboard_address", None),
+        return LocalCUDACluster(dashboard_address=kwargs.pop("dashboard_address", "127.0.0.1:0"),
                                 **kwargs)
     from distributed import LocalCluster
     n_workers, threads = local_layout()
     options = dict(n_workers=n_workers, threads_per_worker=threads, processes=True,
-                   dashboard_address=None, silence_logs=logging.ERROR)
+                   dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
     options.update(kwargs)
     return LocalCluster(**options)
 

@@ -76,7 +76,8 @@ def bind_inputs(graph: Graph, inputs: dict | None) -> tuple[dict, str]:
             parts.append((node.id, value.key))
             where = f"persisted output '{value.name}'"
         elif isinstance(value, (str, os.PathLike)):
-            path = str(value)
+            # Workers may run in another folder: local paths are made absolute here.
+            path = str(value) if "://" in str(value) else str(Path(value).resolve())
             shape, dtype = array_info(path)
             source = FileSource(path)
             stat = Path(path).stat() if Path(path).exists() else None

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from deepx_flow.compiler.compile import compile_graph
+from deepx_flow.compiler.infer import infer_types
+from deepx_flow.compiler.validate import validate_graph
 from deepx_flow.compiler.plan import Plan
 from deepx_flow.errors import DeepxError, ExecutionError
 from deepx_flow.ir import Graph
@@ -100,8 +102,15 @@ class Persisted:
         self.futures = []
 
 
-def _submit(plan: Plan, graph: Graph, inputs, client):
-    sources, token = bind_inputs(plan.graph, inputs)
+def _checked(outputs, inputs):
+    """The graph of `outputs`, validated and typed, and its bound inputs: every mistake in
+    the graph or the inputs is reported before a cluster is started or contacted."""
+    graph = infer_types(validate_graph(build_graph(outputs)))
+    return graph, bind_inputs(graph, inputs)
+
+
+def _submit(plan: Plan, graph: Graph, bound, client):
+    sources, token = bound
     lowered = plan.lower(sources, token, to_host=plan.cluster.has_devices)
     keys = {name: lowered.output_keys(name) for name, _ in graph.outputs}
     flat = [k for ks in keys.values() for k in ks]
@@ -147,10 +156,10 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
     progress : bool, optional
         Show a progress bar; by default only on long interactive runs.
     """
-    graph = build_graph(outputs)
+    graph, bound = _checked(outputs, inputs)
     with connect(client, scheduler) as active:
         plan = compile_graph(graph, cluster_spec(cluster, active))
-        results = _compute(plan, graph, inputs, active, progress)
+        results = _compute(plan, graph, bound, active, progress)
     if isinstance(outputs, Tensor):
         return results[graph.outputs[0][0]]
     if isinstance(outputs, (dict, Graph)):
@@ -158,8 +167,8 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
     return [results[name] for name, _ in graph.outputs]
 
 
-def _compute(plan, graph, inputs, client, progress):
-    futures, _ = _submit(plan, graph, inputs, client)
+def _compute(plan, graph, bound, client, progress):
+    futures, _ = _submit(plan, graph, bound, client)
     _show_progress([f for fs in futures.values() for f in fs], plan.stats().tasks, progress)
     out = {}
     for name, node_id in graph.outputs:
@@ -213,12 +222,12 @@ def persist(outputs, inputs: dict | None = None, client=None, scheduler: str | N
     Use this for outputs too large to gather. Without a client, a process-wide embedded
     cluster is used and kept until the interpreter exits.
     """
-    graph = build_graph(outputs)
+    graph, bound = _checked(outputs, inputs)
     if client is None and scheduler is None:
         client = _shared_client()
     with connect(client, scheduler) as active:
         plan = compile_graph(graph, cluster_spec(cluster, active))
-        futures, keys = _submit(plan, graph, inputs, active)
+        futures, keys = _submit(plan, graph, bound, active)
     handles = {}
     for name, node_id in graph.outputs:
         node = plan.graph[node_id]

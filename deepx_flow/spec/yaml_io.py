@@ -152,9 +152,9 @@ def graph_to_document(graph: Graph, name: str | None = None,
 def inlined_constants(graph: Graph) -> set[str]:
     """Ids of the constants that can be written as literals in their users' args.
 
-    A constant qualifies when it is a 0-d `full` node with the SDK's content-hash id, is not an
-    output, and at every use the reader's typing rule (`normalize.literal_dtype`) gives back
-    its dtype. Whether one use qualifies depends on which other operands are literals, so
+    A constant qualifies when it is a 0-d `full` node with the SDK's content-hash id, is used
+    and is not an output, and at every use the reader's typing rule (`normalize.literal_dtype`)
+    gives back its dtype. Whether one use qualifies depends on which other operands are literals, so
     constants are dropped from the candidates until none changes.
     """
     users: dict[str, list[tuple[Node, int]]] = {n.id: [] for n in graph.nodes}
@@ -162,7 +162,9 @@ def inlined_constants(graph: Graph) -> set[str]:
         for position, src in enumerate(node.inputs):
             users[src].append((node, position))
     outputs = set(graph.output_ids)
-    candidates = {n.id for n in graph.nodes if _is_literal_constant(n) and n.id not in outputs}
+    # An unused constant has no args to be written into: it stays a node.
+    candidates = {n.id for n in graph.nodes if _is_literal_constant(n) and users[n.id]
+                  and n.id not in outputs}
     changed = True
     while changed:
         changed = False

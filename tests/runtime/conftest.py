@@ -8,7 +8,7 @@ from distributed import Client, LocalCluster
 
 def _client(n_workers: int):
     cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=False,
-                           dashboard_address=None, silence_logs=logging.ERROR)
+                           dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
     return cluster, Client(cluster)
 
 

@@ -41,7 +41,7 @@ def test_input_three_times_worker_memory(tmp_path):
     col_max = x.max(axis=0)
     peak = {"rss": 0}
     with LocalCluster(n_workers=2, threads_per_worker=1, memory_limit=LIMIT, processes=True,
-                      dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
+                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
             Client(cluster) as client:
         done = threading.Event()
 
