@@ -22,13 +22,14 @@ from deepx_flow.sdk.functions import (abs, add, arange, cast, concat, concatenat
 from deepx_flow.sdk.tensor import Tensor
 from deepx_flow.registry.cluster import ClusterSpec, load_cluster_file
 from deepx_flow.runtime.run import Persisted, compile, persist, run
+from deepx_flow.spec.yaml_io import from_yaml, to_yaml
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ClusterError", "DeepxError", "ExecutionError", "GraphError", "InputError", "PlanError",
     "SpecError", "Graph", "Node", "Tensor", "build_graph", "random", "ClusterSpec",
-    "load_cluster_file", "Persisted", "compile", "persist", "run",
+    "load_cluster_file", "Persisted", "compile", "persist", "run", "from_yaml", "to_yaml",
     "abs", "add", "arange", "cast", "concat", "concatenate", "div", "equal", "exp", "full",
     "gelu", "greater", "greater_equal", "input", "less", "less_equal", "log", "log_softmax",
     "matmul", "max", "maximum", "mean", "min", "minimum", "mul", "neg", "not_equal", "ones",
