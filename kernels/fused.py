@@ -1,0 +1,41 @@
+"""Fused elementwise programs: one entry point that picks the engine by where the data lives.
+
+CuPy arrays go to the generated CUDA kernel (`fused_gpu`), everything else to the one-pass CPU
+evaluator (`fused_cpu`). The choice is made by `dispatch.array_module`, the one place that
+decides devices, so this module never imports CuPy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from deepx_flow.ir.program import Program
+from deepx_flow.kernels import fused_cpu
+from deepx_flow.kernels.dispatch import array_module
+
+
+def evaluate(program: Program, arrays: Sequence[Any], out_shape: tuple[int, ...]) -> Any:
+    """Evaluate a fused elementwise program on the device its input arrays live on.
+
+    Parameters
+    ----------
+    program
+        A fused program (see `deepx_flow.ir.program`).
+    arrays
+        The task's input arrays: NumPy arrays, or CuPy arrays (then NumPy arrays among them
+        are copied to the device).
+    out_shape
+        The task's output shape; the inputs must broadcast to it.
+
+    Returns
+    -------
+    array
+        A new array of shape `out_shape` and the dtype of the program's last instruction, of
+        the same array module as the inputs.
+    """
+    if array_module(*arrays) is not np:
+        from deepx_flow.kernels import fused_gpu
+        return fused_gpu.evaluate(program, arrays, out_shape)
+    return fused_cpu.evaluate(program, arrays, out_shape)

@@ -1,0 +1,472 @@
+"""fused_cpu: both paths (numexpr, blocked) against float64 references, memory, threads."""
+
+import threading
+import tracemalloc
+
+import numexpr as ne
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from deepx_flow.errors import ExecutionError
+from deepx_flow.kernels import fused, fused_cpu
+from deepx_flow.kernels.elementwise import apply_op, constant
+from tests.kernels.cases import (ALL_CASES, NE_DTYPES, assert_matches, case_id, fused as one_op,
+                                 operands, reference)
+
+NE_CASES = [c for c in ALL_CASES if all(d in NE_DTYPES for d in c[1]) and c[2] in NE_DTYPES]
+
+# Cases numexpr cannot run exactly, by design (they take the blocked path): integer pow
+# (NumPy raises on negative exponents) and bool pow (its result is int8).
+NE_UNSUPPORTED = {("pow", ins, r) for op, ins, r in NE_CASES if op == "pow"
+                  and np.dtype(r).kind != "f"}
+
+
+def _shapes(n):
+    return [(3, 17), (17,), (3, 1)][:n]
+
+
+def _inputs(case):
+    op, ins, _ = case
+    return [operands(op, ins, s, seed=i)[i] for i, s in enumerate(_shapes(len(ins)))]
+
+
+@pytest.mark.parametrize("case", ALL_CASES, ids=case_id)
+def test_blocked_path_matches_reference(case):
+    op, ins, r = case
+    arrays = _inputs(case)
+    # 7-element blocks: many blocks, a ragged last one, slices along the last axis
+    got = fused_cpu.evaluate_blocked(one_op(op, len(ins), r), arrays, (3, 17), block_elements=7)
+    assert_matches(got, reference(op, arrays, r), r, what=case_id(case))
+
+
+@pytest.mark.parametrize("case", NE_CASES, ids=case_id)
+def test_numexpr_path_matches_reference(case):
+    op, ins, r = case
+    program = one_op(op, len(ins), r)
+    if case in NE_UNSUPPORTED:
+        assert fused_cpu.numexpr_source(program, ins) is None
+        return
+    arrays = _inputs(case)
+    got = fused_cpu.evaluate_numexpr(program, arrays, (3, 17))
+    assert_matches(got, reference(op, arrays, r), r, what=case_id(case))
+
+
+@pytest.mark.parametrize("case", ALL_CASES[::5], ids=case_id)
+def test_evaluate_and_dispatch_match_reference(case):
+    op, ins, r = case
+    arrays = _inputs(case)
+    want = reference(op, arrays, r)
+    for f in (fused_cpu.evaluate, fused.evaluate):
+        assert_matches(f(one_op(op, len(ins), r), arrays, (3, 17)), want, r, what=case_id(case))
+
+
+CASTS = [(s, d) for s in NE_DTYPES for d in ("bool", "int8", "int32", "int64", "uint8",
+                                             "float16", "float32", "float64") if s != d]
+
+
+@pytest.mark.parametrize("src,dst", CASTS)
+def test_casts_on_every_path(src, dst):
+    x = np.array([0, 1, -3, 2.5, -0.0, 100.25, 7], dtype=np.float64).astype(src)
+    # a cast inside the program (followed by an add) and a final cast
+    inner = (("cast", (("in", 0),), dst),
+             ("maximum", (("t", 0), ("t", 0)), dst if dst != "bool" else "bool"))
+    for program in (inner, (("cast", (("in", 0),), dst),)):
+        want = x.astype(dst)
+        np.testing.assert_array_equal(fused_cpu.evaluate_blocked(program, [x], x.shape), want)
+        np.testing.assert_array_equal(fused_cpu.evaluate(program, [x], x.shape), want)
+        if fused_cpu.numexpr_source(program, (src,)) is not None:
+            got = fused_cpu.evaluate_numexpr(program, [x], x.shape)
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+
+
+def test_numexpr_runs_exact_widening_and_final_casts():
+    x = ("in", 0)
+    supported = [
+        ((("cast", (x,), "float64"),), "int32"),
+        ((("cast", (x,), "float32"), ("exp", (("t", 0),), "float32")), "int32"),
+        ((("cast", (x,), "float64"), ("exp", (("t", 0),), "float64")), "bool"),
+        ((("exp", (x,), "float64"), ("cast", (("t", 0),), "float16")), "float64"),
+        ((("mul", (x, x), "int64"), ("cast", (("t", 0),), "int8")), "int64"),
+    ]
+    for program, d in supported:
+        assert fused_cpu.numexpr_source(program, (d,)) is not None, program
+    unsupported = [  # narrowing casts inside a program, and odd dtypes
+        ((("cast", (x,), "float32"), ("exp", (("t", 0),), "float32")), "float64"),
+        ((("exp", (x,), "float16"),), "float16"),
+        ((("add", (x, x), "int8"),), "int8"),
+    ]
+    for program, d in unsupported:
+        assert fused_cpu.numexpr_source(program, (d,)) is None, program
+        assert fused_cpu.engine_for(program, (d,)) == "blocked"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("path", ["numexpr", "blocked"])
+def test_maximum_minimum_relu_nan_and_infinities(dtype, path):
+    a = np.array([np.nan, 1, np.nan, -np.inf, np.inf, 0.0, 2, -1], dtype=dtype)
+    b = np.array([1, np.nan, np.nan, 2, -np.inf, -0.0, 2, np.nan], dtype=dtype)
+    run = fused_cpu.evaluate_numexpr if path == "numexpr" else fused_cpu.evaluate_blocked
+    for op, want in (("maximum", np.maximum(a, b)), ("minimum", np.minimum(a, b))):
+        got = run(((op, (("in", 0), ("in", 1)), dtype),), [a, b], a.shape)
+        np.testing.assert_array_equal(got, want)
+    got = run((("relu", (("in", 0),), dtype),), [a], a.shape)
+    np.testing.assert_array_equal(got, np.maximum(a, 0))
+
+
+@pytest.mark.parametrize("path", ["numexpr", "blocked"])
+def test_true_division_of_integers(path):
+    a = np.array([1, -1, 0, 7, 2**31 - 1], dtype=np.int32)
+    b = np.array([0, 0, 0, 2, 3], dtype=np.int64)
+    run = fused_cpu.evaluate_numexpr if path == "numexpr" else fused_cpu.evaluate_blocked
+    got = run((("div", (("in", 0), ("in", 1)), "float64"),), [a, b], a.shape)
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, [np.inf, -np.inf, np.nan, 3.5, (2**31 - 1) / 3])
+
+
+@pytest.mark.parametrize("path", ["numexpr", "blocked"])
+def test_float32_constants_stay_float32(path):
+    # (x + c) - c with c = 2**24 + 1: c rounds to 2**24 in float32, so the result is 0 where
+    # float64 arithmetic (a constant read as a float64 literal) would give 1.
+    c = ("c", 16777217.0, "float32")
+    program = (("add", (("in", 0), c), "float32"), ("sub", (("t", 0), c), "float32"))
+    x = np.ones(5, dtype=np.float32)
+    run = fused_cpu.evaluate_numexpr if path == "numexpr" else fused_cpu.evaluate_blocked
+    got = run(program, [x], x.shape)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, np.zeros(5, np.float32))
+
+
+def test_constants_nan_inf_and_negative_zero_are_kept_apart():
+    x = np.array([1.0, -1.0], dtype=np.float64)
+    # 1 / (x / c): the sign of a zero shows up as the sign of an infinity
+    cases = ((np.nan, [np.nan, np.nan]), (np.inf, [np.inf, -np.inf]),
+             (0.0, [0.0, -0.0]), (-0.0, [-0.0, 0.0]))
+    for value, want in cases:
+        program = (("div", (("in", 0), ("c", value, "float64")), "float64"),
+                   ("div", (("c", 1.0, "float64"), ("t", 0)), "float64"))
+        for run in (fused_cpu.evaluate_numexpr, fused_cpu.evaluate_blocked, fused_cpu.evaluate):
+            got = run(program, [x], x.shape)
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_bool_logic_and_where():
+    rng = np.random.default_rng(3)
+    a, b = rng.random((4, 6)) < 0.5, rng.random((4, 6)) < 0.5
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    program = (("add", (("in", 0), ("in", 1)), "bool"),        # or
+               ("mul", (("in", 0), ("in", 1)), "bool"),        # and
+               ("lt", (("t", 0), ("t", 1)), "bool"),           # ordered bool comparison
+               ("where", (("t", 2), ("in", 2), ("c", -1.0, "float32")), "float32"),
+               ("where", (("t", 1), ("t", 3), ("in", 2)), "float32"))
+    t0, t1 = a | b, a & b
+    want = np.where(t1, np.where(t0 < t1, x, np.float32(-1)), x)
+    for run in (fused_cpu.evaluate_numexpr, fused_cpu.evaluate_blocked):
+        got = run(program, [a, b, x], x.shape)
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, want)
+
+
+CHAIN10 = (
+    ("mul", (("in", 0), ("c", 1.5, "@")), "@"),
+    ("add", (("t", 0), ("in", 1)), "@"),
+    ("tanh", (("t", 1),), "@"),
+    ("sub", (("t", 2), ("in", 0)), "@"),
+    ("exp", (("t", 3),), "@"),
+    ("maximum", (("t", 4), ("in", 1)), "@"),
+    ("sigmoid", (("t", 5),), "@"),
+    ("gelu", (("t", 6),), "@"),
+    ("div", (("t", 7), ("c", 3.0, "@")), "@"),
+    ("relu", (("t", 8),), "@"),
+)
+
+
+def chain10(dtype):
+    return tuple((op, tuple(a[:2] + (dtype,) if a[0] == "c" else a for a in args), dtype)
+                 for op, args, _ in CHAIN10)
+
+
+def chain10_reference(x, y):
+    x, y = x.astype(np.float64), y.astype(np.float64)
+    t = np.tanh(x * 1.5 + y) - x
+    t = np.maximum(np.exp(t), y)
+    t = 1 / (1 + np.exp(-t))
+    t = 0.5 * t * (1 + np.tanh(np.sqrt(2 / np.pi) * (t + 0.044715 * t ** 3)))
+    return np.maximum(t / 3.0, 0)
+
+
+@pytest.mark.parametrize("dtype,rtol", [("float16", 2e-2), ("float32", 1e-5),
+                                        ("float64", 1e-12)])
+def test_ten_op_chain_on_every_path(dtype, rtol):
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-2, 2, (64, 33)).astype(dtype)
+    y = rng.uniform(-2, 2, (33,)).astype(dtype)
+    program = chain10(dtype)
+    want = chain10_reference(x, y)
+    runs = [fused_cpu.evaluate, fused_cpu.evaluate_blocked,
+            lambda p, a, s: fused_cpu.evaluate_blocked(p, a, s, block_elements=100)]
+    if dtype != "float16":
+        runs.append(fused_cpu.evaluate_numexpr)
+    else:
+        assert fused_cpu.engine_for(program, (dtype, dtype)) == "blocked"
+    for run in runs:
+        got = run(program, [x, y], x.shape)
+        assert got.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=rtol, atol=rtol)
+
+
+def test_long_chain_falls_back_to_blocked_and_stays_exact():
+    # 300 instructions nest too deep for one numexpr expression
+    program = [("add", (("in", 0), ("c", 1.0, "float64")), "float64")]
+    for j in range(299):
+        program.append(("mul" if j % 2 else "sub", (("t", j), ("in", 0)), "float64"))
+    program = tuple(program)
+    assert fused_cpu.numexpr_source(program, ("float64",)) is None
+    x = np.linspace(-1, 1, 50)
+    t = x + 1.0
+    for j in range(299):
+        t = t * x if j % 2 else t - x
+    np.testing.assert_allclose(fused_cpu.evaluate(program, [x], x.shape), t, rtol=1e-12)
+
+
+def test_broadcasts_to_a_larger_output_and_returns_a_fresh_array():
+    bias = np.arange(5, dtype=np.float32).reshape(1, 5)
+    program = (("add", (("in", 0), ("c", 1.0, "float32")), "float32"),)
+    for run in (fused_cpu.evaluate, fused_cpu.evaluate_numexpr, fused_cpu.evaluate_blocked):
+        got = run(program, [bias], (4, 3, 5))
+        assert got.shape == (4, 3, 5) and got.flags.writeable and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, np.broadcast_to(bias + 1, (4, 3, 5)))
+        got[0, 0, 0] = -1  # writable, and not a view of anything shared
+        assert bias[0, 0] == 0
+    x = np.ones((2, 3))
+    same = fused_cpu.evaluate((("cast", (("in", 0),), "float64"),), [x], x.shape)
+    assert same is not x and not np.shares_memory(same, x)
+
+
+def test_inputs_that_broadcast_against_each_other():
+    a = np.arange(6.0).reshape(2, 1, 3)
+    b = np.arange(4.0).reshape(4, 1)
+    program = (("mul", (("in", 0), ("in", 1)), "float64"),
+               ("add", (("t", 0), ("in", 1)), "float64"))
+    want = np.broadcast_to(a * b + b, (5, 2, 4, 3))
+    for run in (fused_cpu.evaluate, fused_cpu.evaluate_numexpr,
+                lambda p, x, s: fused_cpu.evaluate_blocked(p, x, s, block_elements=5)):
+        np.testing.assert_array_equal(run(program, [a, b], (5, 2, 4, 3)), want)
+
+
+def test_constant_only_program_and_zero_size_outputs():
+    program = (("add", (("c", 2, "int64"), ("c", 3, "int64")), "int64"),)
+    np.testing.assert_array_equal(fused_cpu.evaluate(program, [], (2, 2)), np.full((2, 2), 5))
+    empty = fused_cpu.evaluate((("exp", (("in", 0),), "float32"),),
+                               [np.zeros((0, 3), np.float32)], (0, 3))
+    assert empty.shape == (0, 3) and empty.dtype == np.float32
+
+
+def test_bad_calls_raise_execution_errors():
+    x = np.zeros((2, 3))
+    with pytest.raises(ExecutionError, match="empty fused program"):
+        fused_cpu.evaluate((), [x], x.shape)
+    with pytest.raises(ExecutionError, match="reads input 1"):
+        fused_cpu.evaluate((("add", (("in", 0), ("in", 1)), "float64"),), [x], x.shape)
+    with pytest.raises(ExecutionError, match=r"do not broadcast to the output shape \(4, 3\)"):
+        fused_cpu.evaluate((("exp", (("in", 0),), "float64"),), [x], (4, 3))
+    with pytest.raises(ExecutionError, match="reads temporary 3"):
+        fused_cpu.evaluate_blocked((("exp", (("t", 3),), "float64"),), [x], x.shape)
+
+
+# --- one pass over memory ---------------------------------------------------------------------
+
+def _peak(fn):
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _long_float64_chain(n_ops):
+    program = [("mul", (("in", 0), ("c", 0.5, "float64")), "float64")]
+    for j in range(n_ops - 1):
+        op = ("add", "tanh", "mul", "sigmoid")[j % 4]
+        args = (("t", j),) if op in ("tanh", "sigmoid") else (("t", j), ("in", 0))
+        program.append((op, args, "float64"))
+    return tuple(program)
+
+
+def test_fused_evaluation_does_not_allocate_a_temporary_per_instruction():
+    x = np.random.default_rng(0).standard_normal(500_000)
+    program = _long_float64_chain(20)
+    out_bytes = x.nbytes
+    # compile and warm up first: the measured calls are the steady state of a worker
+    fused_cpu.evaluate_blocked(program, [x], x.shape)
+    fused_cpu.evaluate_numexpr(program, [x], x.shape)
+
+    def unfused():
+        values = []
+        for op, args, dtype in program:
+            ops = [x if a[0] == "in" else values[a[1]] if a[0] == "t" else constant(a[1], a[2])
+                   for a in args]
+            values.append(apply_op(op, ops, dtype, np))
+
+    # The control: tracemalloc sees NumPy's full-size temporaries.
+    assert _peak(unfused) > 10 * out_bytes
+    blocked = _peak(lambda: fused_cpu.evaluate_blocked(program, [x], x.shape))
+    # the output plus a few block buffers (BLOCK_ELEMENTS float64 each)
+    assert blocked < out_bytes + 16 * fused_cpu.BLOCK_ELEMENTS * 8
+    numexpr = _peak(lambda: fused_cpu.evaluate_numexpr(program, [x], x.shape))
+    assert numexpr < out_bytes + 2**20  # numexpr's own registers are 1024-element blocks
+
+
+def test_blocked_allocator_reuses_buffers():
+    # 40 float64 temporaries in a chain need only two block buffers
+    slots, slot_dtypes, scratch = fused_cpu._allocate(_long_float64_chain(40))
+    assert slot_dtypes == ["float64", "float64"] and not scratch
+    # a value read late keeps its buffer; no instruction writes over one of its operands
+    program = (("exp", (("in", 0),), "float64"), ("tanh", (("t", 0),), "float64"),
+               ("neg", (("t", 1),), "float64"), ("add", (("t", 2), ("t", 0)), "float64"))
+    slots, slot_dtypes, _ = fused_cpu._allocate(program)
+    assert len({slots[0], slots[1], slots[2]}) == 3 and len(slot_dtypes) == 3
+    x = np.linspace(-1, 1, 30)
+    np.testing.assert_allclose(fused_cpu.evaluate_blocked(program, [x], x.shape, 4),
+                               -np.tanh(np.exp(x)) + np.exp(x), rtol=1e-14)
+
+
+# --- blocks -----------------------------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(shape=st.lists(st.integers(0, 7), min_size=0, max_size=4).map(tuple),
+       block=st.integers(1, 60))
+def test_blocks_tile_the_array_exactly_once(shape, block):
+    seen = np.zeros(shape, dtype=np.int64)
+    for key in fused_cpu.iter_blocks(shape, block):
+        view = seen[key]
+        assert view.size <= block
+        assert view.flags.c_contiguous
+        view += 1
+    np.testing.assert_array_equal(seen, np.ones(shape, dtype=np.int64))
+
+
+# --- random programs --------------------------------------------------------------------------
+
+UNARY_SAFE = ("neg", "abs", "tanh", "sigmoid", "relu", "gelu")
+BINARY_SAFE = ("add", "sub", "mul", "maximum", "minimum")
+
+
+@st.composite
+def programs(draw):
+    """Random float programs with broadcasting inputs, mixed float32/float64, constants, and
+    comparisons (of inputs only, so rounding cannot flip a branch) feeding where()."""
+    base = draw(st.lists(st.integers(1, 4), min_size=1, max_size=3))
+    n_in = draw(st.integers(1, 3))
+    in_dtypes = [draw(st.sampled_from(["float32", "float64"])) for _ in range(n_in)]
+    shapes = []
+    for _ in range(n_in):
+        drop = draw(st.integers(0, len(base) - 1))
+        shapes.append(tuple(1 if draw(st.booleans()) else s for s in base[drop:]))
+    values = [(("in", k), in_dtypes[k]) for k in range(n_in)]
+    program = []
+    for _ in range(draw(st.integers(1, 8))):
+        kind = draw(st.sampled_from(["unary", "binary", "const", "where"]))
+        a, da = draw(st.sampled_from(values))
+        if kind == "unary":
+            op, args, d = draw(st.sampled_from(UNARY_SAFE)), (a,), da
+        elif kind == "binary":
+            b, db = draw(st.sampled_from(values))
+            op, args = draw(st.sampled_from(BINARY_SAFE)), (a, b)
+            d = np.result_type(da, db).name
+        elif kind == "const":
+            c = draw(st.floats(-2, 2, allow_nan=False).map(lambda v: round(v, 3)))
+            op, args, d = draw(st.sampled_from(BINARY_SAFE)), (a, ("c", c, da)), da
+        else:
+            k1, k2 = draw(st.integers(0, n_in - 1)), draw(st.integers(0, n_in - 1))
+            program.append((draw(st.sampled_from(["lt", "ge", "ne"])),
+                            (("in", k1), ("in", k2)),
+                            "bool"))
+            b, db = draw(st.sampled_from(values))
+            op, args = "where", (("t", len(program) - 1), a, b)
+            d = np.result_type(da, db).name
+        program.append((op, args, d))
+        values.append((("t", len(program) - 1), d))
+    return tuple(program), in_dtypes, shapes
+
+
+def plain_numpy(program, arrays):
+    """A straightforward float64 interpreter, independent of the kernels."""
+    k = np.sqrt(2 / np.pi)
+    f = {"neg": np.negative, "abs": np.abs, "tanh": np.tanh,
+         "sigmoid": lambda a: 1 / (1 + np.exp(-a)), "relu": lambda a: np.maximum(a, 0),
+         "gelu": lambda a: 0.5 * a * (1 + np.tanh(k * (a + 0.044715 * a ** 3))),
+         "add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum,
+         "minimum": np.minimum, "lt": np.less, "ge": np.greater_equal, "ne": np.not_equal,
+         "where": np.where}
+    values = []
+    for op, args, _ in program:
+        xs = [arrays[a[1]].astype(np.float64) if a[0] == "in" else values[a[1]]
+              if a[0] == "t" else np.float64(a[1]) for a in args]
+        values.append(f[op](*xs))
+    return values[-1]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=programs(), seed=st.integers(0, 2**16))
+def test_random_programs_match_plain_numpy(case, seed):
+    program, in_dtypes, shapes = case
+    rng = np.random.default_rng(seed)
+    arrays = [rng.uniform(-2, 2, s).astype(d) for s, d in zip(shapes, in_dtypes)]
+    out_shape = tuple(np.broadcast_shapes(*shapes))
+    want = np.broadcast_to(plain_numpy(program, arrays), out_shape)
+    scale = max(1.0, float(np.max(np.abs(want))))
+    rdtype = program[-1][2]
+    tol = 1e-4 if rdtype == "float32" or "float32" in in_dtypes else 1e-10
+    results = [fused_cpu.evaluate_blocked(program, arrays, out_shape, block_elements=5),
+               fused_cpu.evaluate(program, arrays, out_shape)]
+    if fused_cpu.numexpr_source(program, tuple(in_dtypes)) is not None:
+        results.append(fused_cpu.evaluate_numexpr(program, arrays, out_shape))
+    for got in results:
+        assert got.dtype == np.dtype(rdtype) and got.shape == out_shape
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol * scale)
+
+
+# --- threads ----------------------------------------------------------------------------------
+
+def test_concurrent_calls_from_many_threads_are_correct():
+    program = chain10("float32")
+    rng = np.random.default_rng(1)
+    inputs = [(rng.uniform(-2, 2, (200, 301)).astype(np.float32),
+               rng.uniform(-2, 2, (301,)).astype(np.float32)) for _ in range(6)]
+    wants = [fused_cpu.evaluate_blocked(program, list(xy), (200, 301)) for xy in inputs]
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(5):
+                for run in (fused_cpu.evaluate_numexpr, fused_cpu.evaluate):
+                    got = run(program, list(inputs[i]), (200, 301))
+                    np.testing.assert_allclose(got, wants[i], rtol=1e-5, atol=1e-6)
+        except Exception as e:  # collected: an assert in a thread would be lost
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert ne.get_num_threads() == fused_cpu.NUMEXPR_THREADS
+
+
+def test_engine_choice_follows_the_cost_table():
+    # float32 transcendentals: NumPy's SIMD loops beat numexpr's scalar libm calls
+    tanh = (("tanh", (("in", 0),), "float32"),)
+    assert fused_cpu.engine_for(tanh, ("float32",)) == "blocked"
+    # where() over float64: numexpr's select loop beats NumPy's where
+    sel = (("gt", (("in", 0), ("in", 1)), "bool"),
+           ("where", (("t", 0), ("in", 0), ("in", 1)), "float64"),
+           ("add", (("t", 1), ("in", 1)), "float64"))
+    assert fused_cpu.engine_for(sel, ("float64", "float64")) == "numexpr"
+    cost = fused_cpu.estimated_cost(sel)
+    assert cost["numexpr"] < cost["blocked"]
