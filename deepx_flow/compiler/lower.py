@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from dask.base import tokenize
 
 from deepx_flow.compiler.partition import Partition
-from deepx_flow.compiler.taskspec import data_node, ref, task
+from deepx_flow.compiler.taskspec import ref, task
 from deepx_flow.ir import Node
-from deepx_flow.ir.node import Attrs
 from deepx_flow.ops import AXIS_WHOLE, ELEMENTWISE, MATMUL, REDUCE, SOURCE, get_op
 
 Region = tuple[tuple[int, int], ...]

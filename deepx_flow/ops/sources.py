@@ -45,16 +45,18 @@ def _infer_random(node, inputs):
 
 
 def specs() -> list[OpSpec]:
+    declared = ("shape", "dtype")
     return [
-        OpSpec("input", SOURCE, 0, _infer_declared, declared=("shape", "dtype"), flops_per_element=0, doc="named graph input"),
-        OpSpec("full", SOURCE, 0, _infer_full, declared=("shape", "dtype"), attrs=("value",), required_attrs=("value",),
-               doc="tensor filled with one value"),
-        OpSpec("arange", SOURCE, 0, _infer_arange, declared=("shape", "dtype"), attrs=("start", "step"),
+        OpSpec("input", SOURCE, 0, _infer_declared, declared=declared, flops_per_element=0,
+               doc="named graph input"),
+        OpSpec("full", SOURCE, 0, _infer_full, declared=declared, attrs=("value",),
+               required_attrs=("value",), doc="tensor filled with one value"),
+        OpSpec("arange", SOURCE, 0, _infer_arange, declared=declared, attrs=("start", "step"),
                doc="start + step * index"),
-        OpSpec("random_normal", SOURCE, 0, _infer_random, declared=("shape", "dtype"), flops_per_element=30,
-               temp_bytes_per_element=40, attrs=("seed", "mean", "std"),
+        OpSpec("random_normal", SOURCE, 0, _infer_random, declared=declared,
+               flops_per_element=30, temp_bytes_per_element=40, attrs=("seed", "mean", "std"),
                required_attrs=("seed",), doc="normal values from (seed, element index)"),
-        OpSpec("random_uniform", SOURCE, 0, _infer_random, declared=("shape", "dtype"), flops_per_element=15,
-               temp_bytes_per_element=24, attrs=("seed", "low", "high"),
+        OpSpec("random_uniform", SOURCE, 0, _infer_random, declared=declared,
+               flops_per_element=15, temp_bytes_per_element=24, attrs=("seed", "low", "high"),
                required_attrs=("seed",), doc="uniform values in [low, high) from (seed, index)"),
     ]

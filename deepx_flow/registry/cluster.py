@@ -27,7 +27,6 @@ Cluster file format (`deepx_cluster: 1`):
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -7,7 +7,6 @@ not have to start its own.
 import logging
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest

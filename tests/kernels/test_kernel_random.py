@@ -146,6 +146,9 @@ def test_bad_requests_raise():
     with pytest.raises(ExecutionError, match="low < high"):
         random_chunk("random_uniform", 0, {"low": 1.0, "high": 1.0}, (3,), ((0, 3),),
                      "float32")
+    with pytest.raises(ExecutionError, match="no float16 value lies in"):
+        random_chunk("random_uniform", 0, {"low": 1.0001, "high": 1.0002}, (3,), ((0, 3),),
+                     "float16")
     with pytest.raises(ExecutionError, match="std >= 0"):
         random_chunk("random_normal", 0, {"std": -1.0}, (3,), ((0, 3),), "float32")
     with pytest.raises(ExecutionError, match="not inside shape"):

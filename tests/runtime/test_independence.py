@@ -18,7 +18,8 @@ def reference(x, w, b):
     return h.sum(axis=1), np.exp(-np.abs(h)).mean(axis=0), h.max()
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(m=st.integers(1, 90), k=st.integers(1, 40), n=st.integers(1, 50),
        seed=st.integers(0, 2**31),
        plans=st.lists(st.tuples(st.sampled_from([2**30, 64 * 2**10, 16 * 2**10, 6 * 2**10]),
