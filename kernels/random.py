@@ -132,6 +132,9 @@ def random_chunk(op: str, seed: int, params: Mapping[str, float], full_shape, re
             raise ExecutionError(f"random_uniform needs finite low < high, got low={low}, "
                                  f"high={high}")
         lo, hi = _bounds(low, high, dtype)
+        if lo > hi:
+            raise ExecutionError(f"random_uniform: no {dtype} value lies in [{low}, {high}); "
+                                 "widen the range or use a wider dtype")
     else:
         mean, std = p["mean"], p["std"]
         if not (math.isfinite(mean) and math.isfinite(std) and std >= 0):

@@ -63,7 +63,8 @@ def source_chunk(op, attrs, full_shape, region, dtype):
         index = xp.arange(lo, hi, dtype="float64" if isinstance(step, float) or isinstance(
             start, float) else "int64")
         return (start + step * index).astype(dtype)
-    params = {k: v for k, v in attrs.items() if k != "seed"}
+    names = ("mean", "std") if op == "random_normal" else ("low", "high")
+    params = {k: attrs[k] for k in names if k in attrs}
     return random_chunk(op, attrs["seed"], params, full_shape, region, dtype, xp=xp)
 
 

@@ -54,9 +54,9 @@ def specs() -> list[OpSpec]:
         OpSpec("arange", SOURCE, 0, _infer_arange, declared=declared, attrs=("start", "step"),
                doc="start + step * index"),
         OpSpec("random_normal", SOURCE, 0, _infer_random, declared=declared,
-               flops_per_element=30, temp_bytes_per_element=40, attrs=("seed", "mean", "std"),
+               flops_per_element=30, temp_bytes_per_element=24, attrs=("seed", "mean", "std"),
                required_attrs=("seed",), doc="normal values from (seed, element index)"),
         OpSpec("random_uniform", SOURCE, 0, _infer_random, declared=declared,
-               flops_per_element=15, temp_bytes_per_element=24, attrs=("seed", "low", "high"),
+               flops_per_element=15, temp_bytes_per_element=16, attrs=("seed", "low", "high"),
                required_attrs=("seed",), doc="uniform values in [low, high) from (seed, index)"),
     ]
