@@ -3,16 +3,16 @@
 Before: a validated, typed graph.
 After: an equal computation in which
   * every elementwise operator belongs to exactly one `fused` node whose `program` attribute
-    lists its operations (see `deepx_flow.ir.program`); a tree of elementwise nodes whose inner
-    nodes have one user and are not outputs becomes one `fused` node, keeping the id of the
-    tree's root so its users and the outputs still find it;
+    lists its operations (see `deepx_flow.ir.program`); elementwise nodes whose users all
+    belong to one kernel, and which are not outputs, join that kernel, which keeps the id of
+    its root so its users and the outputs still find it;
   * scalar constants (`full` of shape ()) are inlined into programs as literals;
   * a `fused` node that reads a matmul result of the same shape, used nowhere else, becomes the
     matmul's `epilogue` (the product is `in0`; the other operands follow `a` and `b`);
   * a `fused` node read only by a reduction becomes the reduction's `prologue`, so the
     elementwise result is never stored: each partial reduction evaluates it chunk by chunk.
-Nodes are never fused across an output or a node with several users, so nothing is computed
-twice.
+Nodes are never fused across an output or into kernels of several users, so nothing is
+computed twice.
 """
 
 from __future__ import annotations
@@ -67,13 +67,20 @@ def fuse_elementwise(graph: Graph) -> Graph:
     users = graph.consumers()
     outputs = set(graph.output_ids)
 
-    # An elementwise node is absorbed into its user's kernel when that user is elementwise,
-    # it has exactly one use, and it is not an output.
-    absorbed = {
-        n.id for n in graph.nodes
-        if _is_elementwise(n) and n.id not in outputs and len(users[n.id]) == 1
-        and _is_elementwise(graph[users[n.id][0]])
-    }
+    # An elementwise node joins its users' kernel when it is not an output and all its users
+    # are elementwise and in one kernel (`t * t`, or `t` read twice further down the chain):
+    # the program then computes it once and reads the result twice. Users come before their
+    # operands in reverse order, so their kernels are known when a node is looked at.
+    root: dict[str, str] = {}
+    for n in reversed(graph.nodes):
+        if not _is_elementwise(n):
+            continue
+        kernels = {root.get(u) for u in users[n.id]}
+        if n.id not in outputs and len(kernels) == 1 and None not in kernels:
+            root[n.id] = kernels.pop()
+        else:
+            root[n.id] = n.id
+    absorbed = {node_id for node_id, r in root.items() if r != node_id}
     inlined = {n.id for n in graph.nodes if _is_scalar_const(n) and n.id not in outputs
                and all(_is_elementwise(graph[u]) for u in users[n.id])}
 
