@@ -298,7 +298,7 @@ def _long_float64_chain(n_ops):
 
 
 def test_fused_evaluation_does_not_allocate_a_temporary_per_instruction():
-    x = np.random.default_rng(0).standard_normal(500_000)
+    x = np.random.default_rng(0).standard_normal(2_500_000)
     program = _long_float64_chain(20)
     out_bytes = x.nbytes
     # compile and warm up first: the measured calls are the steady state of a worker
