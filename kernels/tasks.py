@@ -144,6 +144,8 @@ def softmax_chunk(op, axis, layouts, *pieces):
     xp = dispatch.array_module(x)
     if x.dtype.kind != "f":
         x = x.astype(np.result_type(x.dtype, np.float16))
+    if x.size == 0:
+        return x.copy()
     shifted = x - xp.max(x, axis=axis, keepdims=True)
     if op == "log_softmax":
         return shifted - xp.log(xp.sum(xp.exp(shifted), axis=axis, keepdims=True))
@@ -155,7 +157,7 @@ def softmax_chunk(op, axis, layouts, *pieces):
 # -- layout -------------------------------------------------------------------------------
 def transpose_chunk(axes, layouts, *pieces):
     (x,), _ = _operands(layouts, pieces)
-    return dispatch.array_module(x).ascontiguousarray(x.transpose(axes))
+    return x.transpose(axes).copy()  # a C-ordered copy (ascontiguousarray would make 0-d 1-d)
 
 
 def reshape_chunk(out_shape, layouts, *pieces):
@@ -167,8 +169,7 @@ def slice_chunk(steps, layouts, *pieces):
     (x,), _ = _operands(layouts, pieces)
     if all(s == 1 for s in steps):
         return x
-    return dispatch.array_module(x).ascontiguousarray(x[tuple(slice(None, None, s)
-                                                            for s in steps)])
+    return x[tuple(slice(None, None, s) for s in steps)].copy()
 
 
 def to_host(x):

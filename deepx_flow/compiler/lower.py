@@ -26,6 +26,7 @@ from dask.base import tokenize
 from deepx_flow.compiler.partition import Partition
 from deepx_flow.compiler.taskspec import ref, task
 from deepx_flow.ir import Node
+from deepx_flow.kernels import tasks as K
 from deepx_flow.ops import AXIS_WHOLE, ELEMENTWISE, MATMUL, REDUCE, SOURCE, get_op
 
 Region = tuple[tuple[int, int], ...]
@@ -37,7 +38,6 @@ class Lowered:
 
     dsk: dict
     outputs: dict[str, tuple[str, tuple[tuple[int, ...], ...]]]  # name -> (tensor key, chunks)
-    tensor_keys: dict[str, str]                                   # node id -> tensor key
 
     def output_keys(self, name: str) -> list[tuple]:
         key, chunks = self.outputs[name]
@@ -89,8 +89,7 @@ def chunk_indices(chunks):
     return itertools.product(*(range(len(c)) for c in chunks))
 
 
-def lower_partition(part: Partition, sources: dict, token: str = "", to_host: bool = False
-                    ) -> Lowered:
+def lower_partition(part: Partition, sources: dict, to_host: bool = False) -> Lowered:
     """Build the Dask graph of `part`; see the module docstring.
 
     Parameters
@@ -99,26 +98,22 @@ def lower_partition(part: Partition, sources: dict, token: str = "", to_host: bo
         The chunked graph.
     sources : dict
         Input name -> an object with `task(key, region)` returning the task that loads that
-        region (see `deepx_flow.runtime.inputs`).
-    token : str
-        Identifies the bound input data; appended to the keys of nodes that depend on inputs.
+        region and `token`, which identifies the data (see `deepx_flow.runtime.inputs`).
     to_host : bool
         Add a task per output chunk that moves it to host memory (GPU workers).
     """
-    global K
-    from deepx_flow.kernels import tasks as K  # loaded on first lowering: kernels import numexpr
-
     graph = part.graph
     grids = {n.id: Grid(part.chunks[n.id]) for n in graph.nodes}
-    dependent: set[str] = set()
     tkey: dict[str, str] = {}
     for node in graph.nodes:
-        if node.op == "input" or any(i in dependent for i in node.inputs):
-            dependent.add(node.id)
-        # The same node chunked differently, or fed other data, must not share keys.
-        layout = (part.chunks[node.id], part.spaces.get(node.id), part.k_chunks.get(node.id),
-                  part.fanin.get(node.id), token if node.id in dependent else "")
-        tkey[node.id] = f"{node.id}@{tokenize(layout)[:10]}"
+        # Keys are content addresses: the operator, its attributes, its chunking and the keys
+        # of its operands (for an input, the token of the data bound to it). The same
+        # computation gets the same keys in every process; anything else never shares one.
+        data = sources[node.id].token if node.op == "input" else None
+        content = (node.op, node.attrs, node.shape, node.dtype, [tkey[i] for i in node.inputs],
+                   part.chunks[node.id], part.spaces.get(node.id), part.k_chunks.get(node.id),
+                   part.fanin.get(node.id), data)
+        tkey[node.id] = f"{node.id}@{tokenize(content)[:12]}"
     dsk: dict = {}
 
     def operand(t_id: str, region: Region):
@@ -178,15 +173,13 @@ def lower_partition(part: Partition, sources: dict, token: str = "", to_host: bo
                 dsk[(host, *idx)] = task((host, *idx), K.to_host, ref((key, *idx)))
             key = host
         outputs[out_name] = (key, chunks)
-    return Lowered(dsk, outputs, tkey)
+    return Lowered(dsk, outputs)
 
 
 def _broadcast_region(t: Node, region: Region) -> Region:
     """The region of operand `t` that broadcasts onto `region` of the result."""
     offset = len(region) - t.ndim
-    return tuple((0, 1) if t.shape[j] == 1 and (region[j + offset][1] - region[j + offset][0]
-                                                != 1 or region[j + offset][0] != 0)
-                 else region[j + offset] for j in range(t.ndim))
+    return tuple((0, 1) if t.shape[j] == 1 else region[j + offset] for j in range(t.ndim))
 
 
 def _tree(keys: list, fanin: int, base: str, idx: tuple, dsk: dict, combine, *args) -> list:
@@ -315,7 +308,7 @@ def _reshape_source(t: Node, node: Node, region) -> tuple:
     whole operand rows, so the elements form a contiguous run of whole operand rows.
     """
     lead = next((a for a, e in enumerate(node.shape) if e > 1), None)
-    if lead is None:
+    if lead is None or t.size == 0:
         return tuple((0, e) for e in t.shape)
     row_out = math.prod(node.shape[lead + 1:])
     flat = (region[lead][0] * row_out, region[lead][1] * row_out)

@@ -197,7 +197,7 @@ def partition_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None 
             for axis in range(node.ndim):
                 if axis != lead:
                     classes.keep_whole((node.id, axis), f"'{node.id}' (reshape)")
-            if lead is not None:
+            if lead is not None and node.size:
                 row_out = math.prod(node.shape[lead + 1:])
                 t_lead = _reshape_lead(t.shape)
                 row_in = math.prod(t.shape[t_lead + 1:]) if t_lead is not None else 1

@@ -63,8 +63,9 @@ class Plan:
     def output_chunks(self, name: str):
         return self.partition.chunks[dict(self.graph.outputs)[name]]
 
-    def lower(self, sources: dict, token: str = "", to_host: bool = False) -> Lowered:
-        return lower_partition(self.partition, sources, token, to_host)
+    def lower(self, sources: dict, to_host: bool = False) -> Lowered:
+        """The Dask graph of this plan with `sources` bound to its inputs."""
+        return lower_partition(self.partition, sources, to_host)
 
     def stats(self) -> PlanStats:
         part, graph, cluster = self.partition, self.fused, self.cluster

@@ -50,7 +50,14 @@ def scalar_dtype(value, other: str) -> str:
     if isinstance(value, (bool, np.bool_)):
         return other
     if isinstance(value, (int, np.integer)):
-        return "int64" if other == "bool" else other
+        if other == "bool":
+            return "int64"
+        if np.dtype(other).kind in "iu":
+            info = np.iinfo(other)
+            if not info.min <= value <= info.max:
+                raise GraphError(f"the scalar {value} does not fit in {other} (range "
+                                 f"{info.min}..{info.max}); cast the tensor first")
+        return other
     if isinstance(value, (float, np.floating)):
         return other if is_float(other) else "float64"
     raise GraphError(f"cannot use {type(value).__name__} {value!r} as a tensor scalar")

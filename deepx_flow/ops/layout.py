@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from deepx_flow.errors import GraphError
 from deepx_flow.ir import dtypes
 from deepx_flow.ops.common import normalize_axis
@@ -47,6 +49,9 @@ def _infer_reshape(node, inputs):
 
 def _infer_concat(node, inputs):
     first = inputs[0]
+    if first.ndim == 0:
+        raise GraphError("concat needs tensors of at least 1 dimension; reshape 0-d tensors "
+                         "to (1,) first", node.id)
     axis = node.attr("axis")
     if axis is None or normalize_axis(node, axis, first.ndim) != axis:
         raise GraphError(f"concat: axis must be a non-negative axis, got {axis!r}", node.id)
@@ -59,7 +64,6 @@ def _infer_concat(node, inputs):
     dtype = first.dtype
     for other in inputs[1:]:
         if other.dtype != dtype:
-            import numpy as np
             dtype = dtypes.ufunc_result(np.add, dtype, other.dtype)
     size = sum(t.shape[axis] for t in inputs)
     return first.shape[:axis] + (size,) + first.shape[axis + 1:], dtype

@@ -40,20 +40,37 @@ def start_embedded_cluster(**kwargs):
     return LocalCluster(**options)
 
 
+def current_client():
+    """The Dask client this process already uses (`distributed.Client()` in a notebook)."""
+    try:
+        from distributed import default_client
+        return default_client()
+    except ValueError:
+        return None
+
+
+def open_client(address: str):
+    """A client for the scheduler at `address`, or ClusterError naming it."""
+    from distributed import Client
+    try:
+        return Client(address, timeout="10s")
+    except OSError as err:
+        raise ClusterError(f"cannot reach the Dask scheduler at {address}: {err}") from None
+
+
 @contextlib.contextmanager
 def connect(client=None, scheduler: str | None = None):
-    """Yield a `distributed.Client`: the one given, one for `scheduler`, or an embedded one."""
+    """Yield a `distributed.Client`: the one given, one for `scheduler` (or
+    `DEEPX_SCHEDULER`), the process's current client, or an embedded cluster's."""
     from distributed import Client
+    address = scheduler or settings().scheduler_address
+    if client is None and not address:
+        client = current_client()
     if client is not None:
         yield client
         return
-    address = scheduler or settings().scheduler_address
     if address:
-        try:
-            remote = Client(address, timeout="10s")
-        except OSError as err:
-            raise ClusterError(f"cannot reach the Dask scheduler at {address}: {err}") from None
-        with remote:
+        with open_client(address) as remote:
             yield remote
         return
     with start_embedded_cluster() as cluster, Client(cluster) as local:

@@ -15,25 +15,30 @@ from pathlib import Path
 import numpy as np
 from dask.base import tokenize
 
-from deepx_flow.compiler.taskspec import data_node, task
+from deepx_flow.compiler.lower import Grid
+from deepx_flow.compiler.taskspec import data_node, ref, task
 from deepx_flow.errors import InputError
 from deepx_flow.ir import Graph
+from deepx_flow.kernels.tasks import cast_chunk, to_device
 from deepx_flow.storage.readers import array_info, read_region
 
 
 @dataclass(frozen=True)
 class ArraySource:
     array: np.ndarray
+    token: str
 
     def task(self, key, region):
-        from deepx_flow.kernels.tasks import to_device
         block = self.array[tuple(slice(lo, hi) for lo, hi in region)]
-        return task(key, to_device, data_node(key + ("data",), np.ascontiguousarray(block)))
+        # copy=None copies only non-contiguous blocks; 0-d blocks stay 0-d.
+        return task(key, to_device, data_node(key + ("data",),
+                                              np.array(block, order="C", copy=None)))
 
 
 @dataclass(frozen=True)
 class FileSource:
     path: str
+    token: str
 
     def task(self, key, region):
         return task(key, load_region, self.path, region)
@@ -47,23 +52,23 @@ class PersistedSource:
     chunks: tuple
     dtype: str
 
+    @property
+    def token(self) -> str:
+        return self.key
+
     def task(self, key, region):
-        from deepx_flow.compiler.lower import Grid
-        from deepx_flow.compiler.taskspec import ref
-        from deepx_flow.kernels.tasks import cast_chunk
         layout, keys = Grid(self.chunks).layout(self.key, region)
         return task(key, cast_chunk, self.dtype, (layout,), *[ref(k) for k in keys])
 
 
 def load_region(path, region):
-    from deepx_flow.kernels.tasks import to_device
     return to_device(read_region(path, region))
 
 
-def bind_inputs(graph: Graph, inputs: dict | None) -> tuple[dict, str]:
-    """Check `inputs` against the graph's input nodes; return (sources, data token)."""
+def bind_inputs(graph: Graph, inputs: dict | None) -> dict:
+    """Check `inputs` against the graph's input nodes; return a source for each input."""
     inputs = dict(inputs or {})
-    sources, parts = {}, []
+    sources = {}
     for node in graph.inputs:
         if node.id not in inputs:
             given = ", ".join(sorted(inputs)) or "none"
@@ -71,23 +76,24 @@ def bind_inputs(graph: Graph, inputs: dict | None) -> tuple[dict, str]:
                              f"(inputs given: {given})")
         value = inputs.pop(node.id)
         if hasattr(value, "futures") and hasattr(value, "chunks"):  # a dx.Persisted
+            if not value.futures:
+                raise InputError(f"input '{node.id}': persisted output '{value.name}' was "
+                                 f"released")
             shape, dtype = value.shape, value.dtype
             source = PersistedSource(value.key, value.chunks, value.dtype)
-            parts.append((node.id, value.key))
             where = f"persisted output '{value.name}'"
         elif isinstance(value, (str, os.PathLike)):
             # Workers may run in another folder: local paths are made absolute here.
             path = str(value) if "://" in str(value) else str(Path(value).resolve())
             shape, dtype = array_info(path)
-            source = FileSource(path)
             stat = Path(path).stat() if Path(path).exists() else None
-            parts.append((node.id, path, stat and (stat.st_mtime_ns, stat.st_size)))
+            source = FileSource(path, tokenize(path, stat and (stat.st_mtime_ns,
+                                                                stat.st_size)))
             where = f"file {path}"
         else:
             array = np.asarray(value)
             shape, dtype = array.shape, array.dtype.name
-            source = ArraySource(array)
-            parts.append((node.id, tokenize(array)))
+            source = ArraySource(array, tokenize(array))
             where = "the array given"
         if tuple(shape) != node.shape:
             raise InputError(f"input '{node.id}' must have shape {node.shape}, but {where} has "
@@ -99,4 +105,4 @@ def bind_inputs(graph: Graph, inputs: dict | None) -> tuple[dict, str]:
     if inputs:
         raise InputError(f"unknown input(s) {', '.join(sorted(inputs))}; the graph's inputs are "
                          f"{', '.join(n.id for n in graph.inputs) or 'none'}")
-    return sources, tokenize(parts)[:12] if parts else ""
+    return sources

@@ -23,9 +23,11 @@ from deepx_flow.compiler.plan import Plan
 from deepx_flow.errors import DeepxError, ExecutionError
 from deepx_flow.ir import Graph
 from deepx_flow.registry.cluster import ClusterSpec, load_cluster_file, local_cluster_spec
-from deepx_flow.runtime.cluster import connect, start_embedded_cluster
+from deepx_flow.config import settings
+from deepx_flow.runtime.cluster import (connect, current_client, open_client,
+                                        start_embedded_cluster)
 from deepx_flow.runtime.inputs import bind_inputs
-from deepx_flow.sdk.build import build_graph, output_pairs
+from deepx_flow.sdk.build import build_graph
 from deepx_flow.sdk.tensor import Tensor
 
 # Gather at most this many bytes of output chunks per round trip.
@@ -45,12 +47,9 @@ def cluster_spec(cluster=None, client=None) -> ClusterSpec:
         return cluster
     if cluster is not None:
         return load_cluster_file(cluster)
+    client = client or current_client()
     if client is None:
-        try:
-            from distributed import default_client
-            client = default_client()
-        except ValueError:
-            return local_cluster_spec()
+        return local_cluster_spec()
     return cluster_spec_from_client(client)
 
 
@@ -109,9 +108,8 @@ def _checked(outputs, inputs):
     return graph, bind_inputs(graph, inputs)
 
 
-def _submit(plan: Plan, graph: Graph, bound, client):
-    sources, token = bound
-    lowered = plan.lower(sources, token, to_host=plan.cluster.has_devices)
+def _submit(plan: Plan, graph: Graph, sources, client):
+    lowered = plan.lower(sources, to_host=plan.cluster.has_devices)
     keys = {name: lowered.output_keys(name) for name, _ in graph.outputs}
     flat = [k for ks in keys.values() for k in ks]
     with warnings.catch_warnings():
@@ -157,7 +155,7 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
         Show a progress bar; by default only on long interactive runs.
     """
     graph, bound = _checked(outputs, inputs)
-    with connect(client, scheduler) as active:
+    with connect(client or _persisted_client(inputs), scheduler) as active:
         plan = compile_graph(graph, cluster_spec(cluster, active))
         results = _compute(plan, graph, bound, active, progress)
     if isinstance(outputs, Tensor):
@@ -205,6 +203,14 @@ def _gather(client, futures, shape, dtype, chunks) -> np.ndarray:
 _shared = {}
 
 
+def _persisted_client(inputs):
+    """The client holding any persisted input: a run that reads it must use that cluster."""
+    for value in (inputs or {}).values():
+        if isinstance(value, Persisted):
+            return value.client
+    return None
+
+
 def _shared_client():
     """A process-wide embedded cluster for `persist` without a client (closed at exit)."""
     if "client" not in _shared:
@@ -223,11 +229,12 @@ def persist(outputs, inputs: dict | None = None, client=None, scheduler: str | N
     cluster is used and kept until the interpreter exits.
     """
     graph, bound = _checked(outputs, inputs)
-    if client is None and scheduler is None:
-        client = _shared_client()
-    with connect(client, scheduler) as active:
-        plan = compile_graph(graph, cluster_spec(cluster, active))
-        futures, keys = _submit(plan, graph, bound, active)
+    # The handles outlive this call, so the client they use must too.
+    address = scheduler or settings().scheduler_address
+    active = (client or _persisted_client(inputs) or (open_client(address) if address else None)
+              or current_client() or _shared_client())
+    plan = compile_graph(graph, cluster_spec(cluster, active))
+    futures, keys = _submit(plan, graph, bound, active)
     handles = {}
     for name, node_id in graph.outputs:
         node = plan.graph[node_id]
@@ -240,4 +247,4 @@ def persist(outputs, inputs: dict | None = None, client=None, scheduler: str | N
     return [handles[name] for name, _ in graph.outputs]
 
 
-__all__ = ["compile", "run", "persist", "Persisted", "cluster_spec", "output_pairs"]
+__all__ = ["compile", "run", "persist", "Persisted", "cluster_spec"]

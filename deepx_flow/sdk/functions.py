@@ -132,21 +132,30 @@ def min(x, axis=None, keepdims=False) -> Tensor:  # noqa: A001
     return reduce_("min", as_tensor(x), axis, keepdims)
 
 
+def _axis(op: str, x: Tensor, axis) -> int:
+    """`axis` made non-negative; an error names the operator being built and its operand."""
+    try:
+        return normalize_axis(Node(f"new {op}", op, (x.node.id,), x.shape, x.dtype), axis,
+                              x.ndim)
+    except GraphError as err:
+        raise GraphError(f"{err} (operand: {x.node.id}{x.shape})") from None
+
+
 def softmax(x, axis=-1) -> Tensor:
     x = as_tensor(x)
-    return apply("softmax", [x], axis=normalize_axis(x.node, axis, x.ndim))
+    return apply("softmax", [x], axis=_axis("softmax", x, axis))
 
 
 def log_softmax(x, axis=-1) -> Tensor:
     x = as_tensor(x)
-    return apply("log_softmax", [x], axis=normalize_axis(x.node, axis, x.ndim))
+    return apply("log_softmax", [x], axis=_axis("log_softmax", x, axis))
 
 
 # -- layout -------------------------------------------------------------------------------
 def transpose(x, axes=None) -> Tensor:
     x = as_tensor(x)
     axes = tuple(reversed(range(x.ndim))) if axes is None else \
-        tuple(normalize_axis(x.node, a, x.ndim) for a in axes)
+        tuple(_axis("transpose", x, a) for a in axes)
     return apply("transpose", [x], axes=axes)
 
 
@@ -159,7 +168,10 @@ def concat(tensors, axis=0) -> Tensor:
     tensors = [as_tensor(t) for t in tensors]
     if not tensors:
         raise GraphError("concat needs at least one tensor")
-    return apply("concat", tensors, axis=normalize_axis(tensors[0].node, axis, tensors[0].ndim))
+    if tensors[0].ndim == 0:
+        raise GraphError("concat needs tensors of at least 1 dimension; reshape 0-d tensors "
+                         "to (1,) first")
+    return apply("concat", tensors, axis=_axis("concat", tensors[0], axis))
 
 
 concatenate = concat

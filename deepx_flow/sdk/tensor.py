@@ -175,5 +175,8 @@ def binary(op: str, a, b) -> Tensor:
 
 def reduce_(op: str, x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
     from deepx_flow.ops.common import normalize_axes
-    axes = normalize_axes(Node(f"new {op}", op, (), x.shape, x.dtype), axis, x.ndim)
+    try:
+        axes = normalize_axes(Node(f"new {op}", op, (), x.shape, x.dtype), axis, x.ndim)
+    except GraphError as err:
+        raise GraphError(f"{err} (operand: {x.node.id}{x.shape})") from None
     return apply(op, [x], axes=axes, keepdims=bool(keepdims))
