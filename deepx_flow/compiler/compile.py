@@ -1,7 +1,7 @@
 """The compiler pipeline: validate, infer, fuse, partition; each a pure pass.
 
-`compile_graph` runs the passes in order and returns a `Plan`. With `check=True` the
-validator also runs between passes, which is how the tests keep each pass honest.
+`compile_graph` runs the passes in order and returns a `Plan`. With `check=True` the fused
+graph is validated and typed again before partitioning (the compiler tests use it).
 """
 
 from __future__ import annotations

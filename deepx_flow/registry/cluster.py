@@ -138,7 +138,8 @@ class ClusterSpec:
         return any(w.device for w in self.workers)
 
     def task_budget(self, config: Settings | None = None) -> int:
-        """Bytes one task may use: the smallest worker's share of its usable memory."""
+        """Bytes one task may use: the smallest worker's share of its usable memory
+        (budget x memory_fraction / tasks at once)."""
         config = config or settings()
         return min(int(w.budget * config.memory_fraction) // w.tasks_at_once
                    for w in self.workers)
@@ -157,41 +158,56 @@ class ClusterSpec:
         return self.link("host" if len(hosts) == 1 else "cluster").bandwidth
 
 
+def _number(entry: dict, key: str, default, where: str, kind=float):
+    try:
+        return kind(entry.get(key, default))
+    except (TypeError, ValueError):
+        raise ClusterError(f"{where}: '{key}' must be a number, got {entry.get(key)!r}") from None
+
+
 def cluster_from_dict(data: dict, source: str = "") -> ClusterSpec:
+    """A ClusterSpec from a parsed cluster file; ClusterError names the file and entry."""
     where = source or "cluster spec"
     if not isinstance(data, dict) or data.get("deepx_cluster") != 1:
         raise ClusterError(f"{where}: a cluster file starts with 'deepx_cluster: 1'")
+    entries = data.get("workers") or []
+    if not isinstance(entries, list):
+        raise ClusterError(f"{where}: 'workers' must be a list of worker entries")
     workers = []
-    for i, entry in enumerate(data.get("workers") or []):
+    for i, entry in enumerate(entries):
+        at = f"{where}: worker entry {i}"
         if not isinstance(entry, dict) or "memory" not in entry:
-            raise ClusterError(f"{where}: worker entry {i} needs at least 'memory'")
+            raise ClusterError(f"{at} needs at least 'memory'")
         dev = entry.get("device")
         device = None
         if dev is not None:
             if not isinstance(dev, dict) or "memory" not in dev:
-                raise ClusterError(f"{where}: worker entry {i}: device needs 'memory'")
+                raise ClusterError(f"{at}: device needs 'memory'")
             device = DeviceSpec(kind=str(dev.get("kind", "gpu")), name=str(dev.get("name", "gpu")),
-                                memory=parse_bytes(dev["memory"], f"{where}: device memory"),
-                                flops=float(dev.get("flops", DeviceSpec.flops)),
-                                bandwidth=float(dev.get("bandwidth", DeviceSpec.bandwidth)))
-        count = int(entry.get("count", 1))
+                                memory=parse_bytes(dev["memory"], f"{at}: device memory"),
+                                flops=_number(dev, "flops", DeviceSpec.flops, at),
+                                bandwidth=_number(dev, "bandwidth", DeviceSpec.bandwidth, at))
+        count = _number(entry, "count", 1, at, int)
         base = str(entry.get("name", f"worker{i}"))
         for k in range(count):
             workers.append(WorkerSpec(
                 name=f"{base}{k}" if count > 1 else base,
                 host=str(entry.get("host", "localhost")),
-                threads=int(entry.get("threads", 1)),
-                memory=parse_bytes(entry["memory"], f"{where}: worker {base} memory"),
+                threads=_number(entry, "threads", 1, at, int),
+                memory=parse_bytes(entry["memory"], f"{at}: memory"),
                 device=device,
-                flops=float(entry.get("flops", DEFAULT_CPU_FLOPS)),
-                bandwidth=float(entry.get("bandwidth", DEFAULT_CPU_BANDWIDTH))))
+                flops=_number(entry, "flops", DEFAULT_CPU_FLOPS, at),
+                bandwidth=_number(entry, "bandwidth", DEFAULT_CPU_BANDWIDTH, at)))
     links = []
-    for entry in data.get("links") or []:
-        scope = entry.get("scope")
-        if scope not in DEFAULT_LINKS:
-            raise ClusterError(f"{where}: link scope must be 'host' or 'cluster', got {scope!r}")
-        links.append(LinkSpec(scope, str(entry.get("protocol", "tcp")),
-                              float(entry["bandwidth"]), float(entry.get("latency", 0.0))))
+    for i, entry in enumerate(data.get("links") or []):
+        at = f"{where}: link entry {i}"
+        if not isinstance(entry, dict) or entry.get("scope") not in DEFAULT_LINKS:
+            raise ClusterError(f"{at}: 'scope' must be 'host' or 'cluster'")
+        if "bandwidth" not in entry:
+            raise ClusterError(f"{at} needs 'bandwidth' (bytes/s)")
+        links.append(LinkSpec(entry["scope"], str(entry.get("protocol", "tcp")),
+                              _number(entry, "bandwidth", 0, at),
+                              _number(entry, "latency", 0.0, at)))
     return ClusterSpec(str(data.get("name", Path(source).stem if source else "cluster")),
                        tuple(workers), tuple(links), source)
 
