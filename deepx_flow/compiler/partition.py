@@ -18,7 +18,9 @@ How it chooses:
    is left to split the graph cannot fit.
 3. Memory fitting alone can leave a big tensor in one chunk and the cluster idle, so classes
    of large tensors are halved further until each large node has `chunks_per_thread` tasks
-   per worker thread, never below `min_chunk_bytes`.
+   per worker thread, never below `min_chunk_bytes`. Axes that are summed over (matmul's K,
+   reduced axes) are split for this only as a last resort, and sources with users follow
+   their users' grids.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from deepx_flow.compiler.costs import combine_cost, main_cost, reduce_space
 from deepx_flow.config import Settings, settings
 from deepx_flow.errors import PlanError
 from deepx_flow.ir import Graph, Node, dtypes
-from deepx_flow.ops import AXIS_WHOLE, ELEMENTWISE, LAYOUT, MATMUL, REDUCE, get_op
+from deepx_flow.ops import AXIS_WHOLE, ELEMENTWISE, LAYOUT, MATMUL, REDUCE, SOURCE, get_op
 from deepx_flow.registry.cluster import ClusterSpec, format_bytes
 
 Chunks = tuple[tuple[int, ...], ...]
@@ -261,10 +263,20 @@ def partition_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None 
                 classes.halve(max(candidates, key=classes.chunk))
                 changed = True
 
-    # 3. Split large tensors further so every worker thread has work.
+    # 3. Split large tensors further so every worker thread has work. Splitting an axis that
+    # some node sums over (matmul's K, a reduced axis) adds partial results to combine and
+    # move, so those classes are split for parallelism only when nothing else is left.
+    summed = {classes.find((n.id + "#k", 0)) for n in nodes if get_op(n.op).kind == MATMUL}
+    for n in nodes:
+        if get_op(n.op).kind == REDUCE:
+            summed |= {classes.find((n.id + "#in", a)) for a in n.attr("axes")}
+    # Sources that feed other nodes take their grid from those users: splitting a cheap
+    # source for its own sake would only cut its users' tiles smaller.
     target = cluster.total_threads * config.chunks_per_thread
+    users = graph.consumers()
     for node in nodes:
-        if get_op(node.op).kind == LAYOUT and node.op != "transpose":
+        kind = get_op(node.op).kind
+        if (kind == LAYOUT and node.op != "transpose") or (kind == SOURCE and users[node.id]):
             continue
         keys = ([(node.id + "#in", a) for a in range(len(space_chunk(node)))]
                 if get_op(node.op).kind == REDUCE else [(node.id, a) for a in range(node.ndim)])
@@ -277,7 +289,8 @@ def partition_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None 
             candidates = [k for k in keys if classes.splittable(k)]
             if tasks >= target or chunk_bytes < 2 * config.min_chunk_bytes or not candidates:
                 break
-            classes.halve(max(candidates, key=classes.chunk))
+            free = [k for k in candidates if classes.find(k) not in summed]
+            classes.halve(max(free or candidates, key=classes.chunk))
 
     chunks: dict[str, Chunks] = {}
     for node in nodes:

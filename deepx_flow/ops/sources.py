@@ -53,10 +53,12 @@ def specs() -> list[OpSpec]:
                required_attrs=("value",), doc="tensor filled with one value"),
         OpSpec("arange", SOURCE, 0, _infer_arange, declared=declared, attrs=("start", "step"),
                doc="start + step * index"),
+        # Random kernels hash counters in fixed-size blocks, so their scratch (at most
+        # 1.5 MiB on a CPU, 24 MiB on a GPU) does not grow with the chunk: none per element.
         OpSpec("random_normal", SOURCE, 0, _infer_random, declared=declared,
-               flops_per_element=30, temp_bytes_per_element=24, attrs=("seed", "mean", "std"),
+               flops_per_element=30, attrs=("seed", "mean", "std"),
                required_attrs=("seed",), doc="normal values from (seed, element index)"),
         OpSpec("random_uniform", SOURCE, 0, _infer_random, declared=declared,
-               flops_per_element=15, temp_bytes_per_element=16, attrs=("seed", "low", "high"),
+               flops_per_element=15, attrs=("seed", "low", "high"),
                required_attrs=("seed",), doc="uniform values in [low, high) from (seed, index)"),
     ]

@@ -36,10 +36,14 @@ import yaml
 from deepx_flow.config import Settings, settings
 from deepx_flow.errors import ClusterError
 
-# Rough per-thread CPU figures used when nothing better is registered.
-DEFAULT_CPU_FLOPS = 20e9
+# Per-thread CPU figures and Dask TCP link figures used when nothing better is registered.
+# Measured on a 2-core EPYC (benchmarks/results): float64 BLAS reached about 35 GFLOP/s per
+# core, and Dask moved 805 MB between two busy local workers in 3.7 s (about 0.2 GB/s); an
+# idle loopback link does better, so 0.5 GB/s is a middle figure. Probing real links is the
+# network registration's job.
+DEFAULT_CPU_FLOPS = 30e9
 DEFAULT_CPU_BANDWIDTH = 8e9
-DEFAULT_LINKS = {"host": (4e9, 50e-6), "cluster": (1.25e9, 100e-6)}
+DEFAULT_LINKS = {"host": (5e8, 50e-6), "cluster": (5e8, 100e-6)}
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
           "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
