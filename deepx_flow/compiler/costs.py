@@ -83,8 +83,14 @@ def main_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, space_chunk=Non
         flops = n_space * (1 + (program_flops(prologue) if prologue else 0))
         return TaskCost(in_bytes + operand + 2 * partial, flops, in_bytes, partial)
     if spec.kind == AXIS_WHOLE:
-        ws = in_bytes + out_bytes + int(n_out * spec.temp_bytes_per_element)
-        return TaskCost(ws, n_out * spec.flops_per_element, in_bytes, out_bytes)
+        # When the operand is split along the axis, its rows arrive in pieces that are then
+        # assembled: both are held at once.
+        t = inputs[0]
+        region = n_out * dtypes.itemsize(t.dtype)
+        axis = node.attr("axis")
+        pieces = region if chunk_of(t.id)[axis] < t.shape[axis] else 0
+        ws = region + pieces + out_bytes + int(n_out * spec.temp_bytes_per_element)
+        return TaskCost(ws, n_out * spec.flops_per_element, region, out_bytes)
     if spec.kind == LAYOUT:
         if node.op == "slice":
             steps = node.attr("steps")

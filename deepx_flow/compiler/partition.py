@@ -11,7 +11,8 @@ How it chooses:
    elementwise node and its result, matmul's M with its left operand and K on both operands,
    the kept axes of a reduction, a transpose's permuted axes. So aligned operands need no
    copying. Reshape, slice and the concat axis read whatever grid their operand has (the
-   lowering assembles the region a task needs).
+   lowering assembles the region a task needs); so does softmax's axis when joining it with
+   the operand's would not fit.
 2. Every class starts whole (one chunk per axis: chunks as large as possible). While some
    node's task does not fit, the largest splittable class it touches is halved. An axis that
    must stay whole (softmax's axis, a reshape's trailing axes) is never split; when nothing
@@ -137,8 +138,23 @@ def _reshape_lead(shape) -> int | None:
 
 def partition_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None = None
                     ) -> Partition:
-    """Pick chunk grids for every tensor of `graph`; see the module docstring."""
+    """Pick chunk grids for every tensor of `graph`; see the module docstring.
+
+    A whole axis (softmax's) is first joined with its operand's axis, so no task has to
+    assemble rows. When that cannot fit, for example because two softmaxes read one tensor
+    along different axes, the plan is made again with those axes left free.
+    """
     config = config or settings()
+    try:
+        return _partition(graph, cluster, config, join_whole_axes=True)
+    except PlanError:
+        if not any(get_op(n.op).kind == AXIS_WHOLE for n in graph.nodes):
+            raise
+    return _partition(graph, cluster, config, join_whole_axes=False)
+
+
+def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_axes: bool
+               ) -> Partition:
     budget = cluster.task_budget(config)
     classes = _Classes()
     nodes = graph.nodes
@@ -185,10 +201,14 @@ def partition_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None 
                 classes.union((space, axis), (node.id, out_axis))
                 out_axis += 1
         elif kind == AXIS_WHOLE:
+            # Unless it is joined, the whole axis leaves the operand free to be split along it
+            # for other users, and each task assembles the rows it needs.
             (t,) = ins
+            whole = node.attr("axis")
             for axis in range(node.ndim):
-                classes.union((t.id, axis), (node.id, axis))
-            classes.keep_whole((node.id, node.attr("axis")), f"'{node.id}' ({node.op})")
+                if axis != whole or join_whole_axes:
+                    classes.union((t.id, axis), (node.id, axis))
+            classes.keep_whole((node.id, whole), f"'{node.id}' ({node.op})")
         elif node.op == "transpose":
             (t,) = ins
             for i, j in enumerate(node.attr("axes")):

@@ -209,3 +209,16 @@ def test_random_tensors_ignore_the_chunk_grid_and_look_random(client):
     assert uniform.min() >= -1.0 and uniform.max() < 3.0 and abs(uniform.mean() - 1.0) < 0.05
     other = dx.run(dx.random.normal((301, 97), seed=8, dtype="float64"), client=client)
     assert not np.allclose(other, (normal - 1.0) / 2.0)
+
+
+def test_softmax_along_both_axes_of_one_tensor(client):
+    x = dx.input("x", A.shape, "float64")
+    e0 = np.exp(A - A.max(axis=0, keepdims=True))
+    e1 = A - A.max(axis=1, keepdims=True)
+    # At the smallest size a column must arrive in pieces and be assembled: it cannot fit.
+    for memory in (2**30, 8 * 2**10, 4 * 2**10):
+        s0, s1 = dx.run([dx.softmax(x, 0), dx.log_softmax(x, 1)], inputs={"x": A},
+                        client=client, cluster=cluster_with_memory(memory))
+        np.testing.assert_allclose(s0, e0 / e0.sum(axis=0, keepdims=True), rtol=1e-12)
+        np.testing.assert_allclose(s1, e1 - np.log(np.exp(e1).sum(axis=1, keepdims=True)),
+                                   rtol=1e-12, atol=1e-12)
