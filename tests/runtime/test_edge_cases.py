@@ -91,3 +91,11 @@ def test_released_persisted_input_is_an_input_error(client):
     handle.release()
     with pytest.raises(dx.InputError, match="released"):
         dx.run(dx.input("y", (6,), "float64") + 1.0, inputs={"y": handle}, client=client)
+
+
+def test_progress_bar_on_request(client, capsys):
+    x = dx.input("x", (300, 7), "float64")
+    dx.run(x * 2.0, inputs={"x": np.ones((300, 7))}, client=client, progress=True,
+           cluster=cluster_with_memory(8 * 2**10))
+    out = capsys.readouterr()
+    assert "Completed" in out.out + out.err
