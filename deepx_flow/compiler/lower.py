@@ -50,9 +50,14 @@ class Grid:
     def __init__(self, chunks):
         self.chunks = chunks
         self.starts = [tuple(itertools.accumulate((0,) + c[:-1])) for c in chunks]
+        # (start, stop) of each chunk along each axis -> its index: the common case of a
+        # region that is exactly one chunk is a few dictionary lookups.
+        self.bounds = [tuple((s, s + c) for s, c in zip(starts, sizes))
+                       for starts, sizes in zip(self.starts, chunks)]
+        self.exact = [{b: i for i, b in enumerate(bounds)} for bounds in self.bounds]
 
     def region(self, idx) -> Region:
-        return tuple((s[i], s[i] + c[i]) for s, c, i in zip(self.starts, self.chunks, idx))
+        return tuple(b[i] for b, i in zip(self.bounds, idx))
 
     def cover(self, region: Region):
         """Per axis, the chunk indices overlapping the region and the local slice of each."""
@@ -72,11 +77,10 @@ class Grid:
         """(layout, keys) giving a task `region` of the tensor whose keys start with `name`:
         `()` and one key when the region is exactly a chunk, else the piece grid, the slice
         of each piece, and the keys of the pieces in C order."""
+        idx = [exact.get(bounds) for bounds, exact in zip(region, self.exact)]
+        if None not in idx:
+            return (), [(name, *idx)]
         cover = self.cover(region)
-        if all(len(c) == 1 for c in cover):
-            idx = tuple(c[0][0] for c in cover)
-            if self.region(idx) == region:
-                return (), [(name, *idx)]
         shape = tuple(len(c) for c in cover)
         keys, slices = [], []
         for combo in itertools.product(*cover):

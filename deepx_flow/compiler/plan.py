@@ -92,7 +92,10 @@ class Plan:
             n_out = math.prod(len(c) for c in chunks)
             combines = max(0, n_main - n_out) if kind in (REDUCE, MATMUL) else 0
             fanin = part.fanin.get(node.id, 2)
-            n_tasks = n_main + (math.ceil(combines / max(1, fanin - 1)) if combines else 0)
+            n_tasks = n_main
+            if combines:
+                # Each result chunk combines its partials in a tree, then one finishing task.
+                n_tasks += n_out * (_tree_tasks(n_main // n_out, fanin) + 1)
             peak = cost.working_set
             if combines:
                 peak = max(peak, combine_cost(cost.bytes_out, fanin))
@@ -144,6 +147,15 @@ class Plan:
                      f"{stats.comm_seconds:.4f} s, compute/communication ratio "
                      f"{'inf' if ratio == math.inf else f'{ratio:.1f}'}")
         return "\n".join(lines)
+
+
+def _tree_tasks(parts: int, fanin: int) -> int:
+    """Combining tasks a tree reduction of `parts` partials needs before its last step."""
+    tasks = 0
+    while parts > fanin:
+        parts = math.ceil(parts / fanin)
+        tasks += parts
+    return tasks
 
 
 def _label(node) -> str:

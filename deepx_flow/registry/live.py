@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 
+from deepx_flow.errors import ClusterError
 from deepx_flow.registry.cluster import ClusterSpec, DeviceSpec, WorkerSpec
 
 
@@ -35,8 +36,17 @@ def probe_worker() -> dict:
     return {"device": probe_device(), "rss": psutil.Process().memory_info().rss}
 
 
-def cluster_spec_from_client(client) -> ClusterSpec:
-    """The ClusterSpec of the cluster behind a `distributed.Client`."""
+def cluster_spec_from_client(client, wait: float = 30.0) -> ClusterSpec:
+    """The ClusterSpec of the cluster behind a `distributed.Client`.
+
+    Waits up to `wait` seconds for at least one worker, since workers may be (re)starting.
+    """
+    try:
+        client.wait_for_workers(1, timeout=wait)
+    except TimeoutError:
+        raise ClusterError(f"the Dask scheduler at {client.scheduler.address} has had no "
+                           f"workers for {wait:.0f} s; start some (dask worker / dask cuda "
+                           f"worker)") from None
     info = client.scheduler_info(n_workers=-1) if _takes_n_workers(client) \
         else client.scheduler_info()
     probes = client.run(probe_worker) if info["workers"] else {}
