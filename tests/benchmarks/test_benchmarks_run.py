@@ -1,0 +1,26 @@
+"""The benchmark scripts still run (at their `--quick` size) and write their results file.
+
+Timings are not asserted here: speed targets are shown by the full-size runs recorded in
+benchmarks/results/. This only keeps the scripts from rotting as the engine changes.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bench_compile", "bench_elementwise", "bench_matmul"])
+def test_benchmark_quick_run_writes_results(name):
+    out = BENCH / "results" / f"{name}.quick.json"
+    out.unlink(missing_ok=True)
+    res = subprocess.run([sys.executable, str(BENCH / f"{name}.py"), "--quick"],
+                         capture_output=True, text=True, timeout=300, cwd=BENCH.parent)
+    assert res.returncode == 0, res.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["quick"] is True and data["targets"]
