@@ -11,14 +11,19 @@ from deepx_flow.compiler.infer import infer_types
 from deepx_flow.compiler.partition import partition_graph
 from deepx_flow.compiler.plan import Plan
 from deepx_flow.compiler.validate import validate_graph
-from deepx_flow.config import Settings
+from deepx_flow.config import Settings, settings
 from deepx_flow.ir import Graph
 from deepx_flow.registry.cluster import ClusterSpec
 
 
 def compile_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None = None,
                   check: bool = False) -> Plan:
-    """Compile `graph` for `cluster`: validate, infer types, fuse, choose chunk grids."""
+    """Compile `graph` for `cluster`: validate, infer types, fuse, choose chunk grids.
+
+    `config` defaults to the settings read from the environment, here and only here, so the
+    passes themselves stay pure functions of their arguments.
+    """
+    config = config or settings()
     typed = infer_types(validate_graph(graph))
     fused = fuse_elementwise(typed)
     if check:

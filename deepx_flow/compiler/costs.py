@@ -9,6 +9,8 @@ their own per-element figures (`OpSpec.flops_per_element`, `temp_bytes_per_eleme
 from __future__ import annotations
 
 import math
+
+import numpy as np
 from dataclasses import dataclass
 from typing import Callable
 
@@ -36,9 +38,9 @@ def program_flops(program) -> float:
     return sum(get_op(op).flops_per_element for op, _, _ in program)
 
 
-def reduce_space(node: Node, inputs: list[Node]) -> tuple[int, ...]:
-    """Shape of the tensor a reduction reduces (its prologue's result, or its input)."""
-    import numpy as np
+def reduce_space(inputs: list[Node]) -> tuple[int, ...]:
+    """Shape of the tensor a reduction reduces: its prologue's result (the broadcast of its
+    inputs), or its single input."""
     return tuple(np.broadcast_shapes(*[t.shape for t in inputs]))
 
 

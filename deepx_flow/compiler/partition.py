@@ -186,7 +186,7 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
                 _align(classes, t, t.id, node.shape, node.id)
         elif kind == REDUCE:
             space = node.id + "#in"
-            shape = reduce_space(node, ins)
+            shape = reduce_space(ins)
             for axis, extent in enumerate(shape):
                 classes.add((space, axis), extent)
             for t in ins:
@@ -241,7 +241,7 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
         return tuple(classes.chunk((node_id, a)) for a in range(node.ndim))
 
     def space_chunk(node: Node):
-        shape = reduce_space(node, [graph[i] for i in node.inputs])
+        shape = reduce_space([graph[i] for i in node.inputs])
         return tuple(classes.chunk((node.id + "#in", a)) for a in range(len(shape)))
 
     def task_keys(node: Node) -> list:
@@ -327,7 +327,7 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
     for node in nodes:
         kind = get_op(node.op).kind
         if kind == REDUCE:
-            shape = reduce_space(node, [graph[i] for i in node.inputs])
+            shape = reduce_space([graph[i] for i in node.inputs])
             spaces[node.id] = tuple(regular_chunks(e, classes.chunk((node.id + "#in", a)))
                                     for a, e in enumerate(shape))
             partial = main_cost(node, [graph[i] for i in node.inputs], chunk_of,

@@ -57,7 +57,7 @@ def cluster_spec_from_client(client, wait: float = 30.0) -> ClusterSpec:
         device = DeviceSpec("gpu", dev["name"], dev["total"]) if dev else None
         limit = int(w.get("memory_limit") or 0)
         # Threaded workers share the client's process: its memory is not theirs to reserve.
-        reserved = int(probe.get("rss", 0)) if limit and _separate_process(client, address) \
+        reserved = int(probe.get("rss", 0)) if limit and _separate_process(address) \
             else 0
         workers.append(WorkerSpec(str(w.get("name", address)), str(w.get("host", "")),
                                   int(w.get("nthreads", 1)), limit or _host_memory(), device,
@@ -66,7 +66,7 @@ def cluster_spec_from_client(client, wait: float = 30.0) -> ClusterSpec:
                        "scheduler " + str(client.scheduler.address))
 
 
-def _separate_process(client, address: str) -> bool:
+def _separate_process(address: str) -> bool:
     return not address.startswith("inproc://")
 
 
