@@ -9,6 +9,8 @@ every other kernel works on whatever array module its operands use.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from deepx_flow.kernels import dispatch, fused
@@ -160,9 +162,14 @@ def transpose_chunk(axes, layouts, *pieces):
     return x.transpose(axes).copy()  # a C-ordered copy (ascontiguousarray would make 0-d 1-d)
 
 
-def reshape_chunk(out_shape, layouts, *pieces):
+def reshape_chunk(out_shape, offset, layouts, *pieces):
+    """The run of `prod(out_shape)` elements starting at `offset` in the operand block."""
     (x,), _ = _operands(layouts, pieces)
-    return x.reshape(out_shape)
+    n = math.prod(out_shape)
+    flat = x.reshape(-1)
+    if offset or flat.size != n:
+        flat = flat[offset:offset + n]
+    return flat.reshape(out_shape)
 
 
 def slice_chunk(steps, layouts, *pieces):

@@ -99,8 +99,15 @@ def main_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, space_chunk=Non
             region = math.prod(c * s for c, s in zip(out_chunk, steps))
             read = region * dtypes.itemsize(inputs[0].dtype)
             return TaskCost(read + 2 * out_bytes, 0, read, out_bytes)
+        extra = 0
+        if node.op == "reshape":
+            # The operand block may reach up to one operand row past each end of the run.
+            t = inputs[0]
+            lead = next((a for a, e in enumerate(t.shape) if e > 1), None)
+            row = math.prod(t.shape[lead + 1:]) if lead is not None else 1
+            extra = 2 * row * dtypes.itemsize(t.dtype)
         # Pieces of the operand, the assembled block and the result.
-        return TaskCost(3 * out_bytes, 0, out_bytes, out_bytes)
+        return TaskCost(3 * out_bytes + 2 * extra, 0, out_bytes + extra, out_bytes)
     raise AssertionError(f"no cost model for kind {spec.kind}")
 
 

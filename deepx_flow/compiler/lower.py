@@ -280,8 +280,9 @@ def _lower_layout(node, ins, grid, name, operands, dsk):
             layouts, refs = operands([t.id], [src])
             dsk[key] = task(key, K.transpose_chunk, axes, layouts, *refs)
         elif node.op == "reshape":
-            layouts, refs = operands([t.id], [_reshape_source(t, node, region)])
-            dsk[key] = task(key, K.reshape_chunk, shape, layouts, *refs)
+            source, offset = _reshape_source(t, node, region)
+            layouts, refs = operands([t.id], [source])
+            dsk[key] = task(key, K.reshape_chunk, shape, offset, layouts, *refs)
         elif node.op == "slice":
             starts, steps = node.attr("starts"), node.attr("steps")
             src = tuple((st + lo * sp, st + (hi - 1) * sp + 1) if hi > lo else (st, st)
@@ -306,19 +307,21 @@ def _lower_layout(node, ins, grid, name, operands, dsk):
 
 
 def _reshape_source(t: Node, node: Node, region) -> tuple:
-    """The operand region holding the elements of a reshape's output chunk `region`.
+    """The operand rows holding a reshape's output chunk, and where the chunk starts in them.
 
-    The partitioner splits a reshape only along its first axis longer than 1 and in steps of
-    whole operand rows, so the elements form a contiguous run of whole operand rows.
+    The partitioner splits a reshape only along its first axis longer than 1, so an output
+    chunk is a contiguous run of elements in row-major order. The operand rows (along the
+    operand's first axis longer than 1) that contain that run form a block; the task flattens
+    the block and takes the run from `offset`.
     """
+    whole = tuple((0, e) for e in t.shape)
     lead = next((a for a, e in enumerate(node.shape) if e > 1), None)
-    if lead is None or t.size == 0:
-        return tuple((0, e) for e in t.shape)
-    row_out = math.prod(node.shape[lead + 1:])
-    flat = (region[lead][0] * row_out, region[lead][1] * row_out)
     t_lead = next((a for a, e in enumerate(t.shape) if e > 1), None)
-    if t_lead is None:
-        return tuple((0, e) for e in t.shape)
+    if lead is None or t_lead is None or t.size == 0:
+        return whole, 0
+    row_out = math.prod(node.shape[lead + 1:])
+    start, stop = region[lead][0] * row_out, region[lead][1] * row_out
     row_in = math.prod(t.shape[t_lead + 1:])
-    return tuple((0, e) if a != t_lead else (flat[0] // row_in, -(-flat[1] // row_in))
-                 for a, e in enumerate(t.shape))
+    first, last = start // row_in, -(-stop // row_in)
+    source = tuple((first, last) if a == t_lead else w for a, w in enumerate(whole))
+    return source, start - first * row_in

@@ -61,14 +61,14 @@ def regular_chunks(extent: int, size: int) -> tuple[int, ...]:
 
 
 class _Classes:
-    """Union-find over axes, each class with an extent, a chunk size and split rules."""
+    """Union-find over axes, each class with an extent, a chunk size, and whether it must
+    stay whole."""
 
     def __init__(self):
         self.parent: dict = {}
         self.extent: dict = {}
         self.size: dict = {}
         self.whole: dict = {}   # class root -> the node that keeps it whole
-        self.grain: dict = {}
 
     def add(self, key, extent: int):
         if key not in self.parent:
@@ -92,7 +92,6 @@ class _Classes:
         self.parent[rb] = ra
         if rb in self.whole:
             self.whole.setdefault(ra, self.whole[rb])
-        self.grain[ra] = math.lcm(self.grain.get(ra, 1), self.grain.get(rb, 1))
 
     def keep_whole(self, key, reason: str):
         self.whole.setdefault(self.find(key), reason)
@@ -100,24 +99,17 @@ class _Classes:
     def whole_reason(self, key) -> str | None:
         return self.whole.get(self.find(key))
 
-    def set_grain(self, key, grain: int):
-        root = self.find(key)
-        self.grain[root] = math.lcm(self.grain.get(root, 1), grain)
-
     def chunk(self, key) -> int:
         root = self.find(key)
         return min(self.size[root], self.extent[root])
 
     def splittable(self, key) -> bool:
         root = self.find(key)
-        return root not in self.whole and self.size[root] > max(1, self.grain.get(root, 1)) \
-            and self.extent[root] > 1
+        return root not in self.whole and self.size[root] > 1 and self.extent[root] > 1
 
     def halve(self, key):
         root = self.find(key)
-        grain = self.grain.get(root, 1)
-        half = -(-self.size[root] // 2)
-        self.size[root] = max(grain, -(-half // grain) * grain)
+        self.size[root] = -(-self.size[root] // 2)
 
 
 def _align(classes: _Classes, t: Node, t_key: str, out_shape, out_key: str):
@@ -214,16 +206,12 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
             for i, j in enumerate(node.attr("axes")):
                 classes.union((t.id, j), (node.id, i))
         elif node.op == "reshape":
-            (t,) = ins
+            # A chunk of whole rows along the first axis longer than 1 is a contiguous run of
+            # elements: its task reads the operand rows around that run (see the lowering).
             lead = _reshape_lead(node.shape)
             for axis in range(node.ndim):
                 if axis != lead:
                     classes.keep_whole((node.id, axis), f"'{node.id}' (reshape)")
-            if lead is not None and node.size:
-                row_out = math.prod(node.shape[lead + 1:])
-                t_lead = _reshape_lead(t.shape)
-                row_in = math.prod(t.shape[t_lead + 1:]) if t_lead is not None else 1
-                classes.set_grain((node.id, lead), math.lcm(row_out, row_in) // row_out)
         elif node.op == "concat":
             axis = node.attr("axis")
             for t in ins:

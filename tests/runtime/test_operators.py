@@ -27,14 +27,14 @@ def gelu(x):
     return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
 
 
-def run_all_grids(client, build, inputs, dtype="float32"):
+def run_all_grids(client, build, inputs, dtype="float32", memories=MEMORIES):
     """Run the graph `build(*tensors)` under each memory size; return results and grids."""
     tensors = {k: dx.input(k, v.shape, dtype if v.dtype.kind == "f" else v.dtype.name)
                for k, v in inputs.items()}
     out = build(**tensors)
     feed = {k: v.astype(tensors[k].dtype) for k, v in inputs.items()}
     results, grids = [], set()
-    for memory in MEMORIES:
+    for memory in memories:
         spec = cluster_with_memory(memory)
         plan = compile_graph(dx.build_graph(out), spec)
         grids.add(tuple(plan.chunks[out.node.id]) + tuple(plan.chunks[next(iter(tensors))]))
@@ -222,3 +222,17 @@ def test_softmax_along_both_axes_of_one_tensor(client):
         np.testing.assert_allclose(s0, e0 / e0.sum(axis=0, keepdims=True), rtol=1e-12)
         np.testing.assert_allclose(s1, e1 - np.log(np.exp(e1).sum(axis=1, keepdims=True)),
                                    rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape,new", [((600, 10), (400, 15)), ((4, 9, 40), (36, 40)),
+                                       ((37, 23), (23, 37)), ((1, 851), (851,)),
+                                       ((851,), (37, 23)), ((37, 23), (1, 37, 1, 23))])
+def test_reshape_with_rows_that_do_not_line_up(client, shape, new):
+    # A reshape task may read up to one operand row past each end of its run, so the
+    # smallest budgets here are a few rows, not a few elements.
+    data = np.arange(np.prod(shape), dtype="float64").reshape(shape)
+    results, grids = run_all_grids(client, lambda x: (x * 2.0).reshape(new) + 1.0,
+                                   {"x": data}, "float64", memories=(2**30, 64 * 2**10,
+                                                                     32 * 2**10))
+    assert len(grids) >= 2
+    check(results, (data * 2.0).reshape(new) + 1.0, "float64")
