@@ -51,6 +51,7 @@ class PersistedSource:
     key: str
     chunks: tuple
     dtype: str
+    scheduler: str  # address of the cluster that holds the chunks
 
     @property
     def token(self) -> str:
@@ -59,6 +60,17 @@ class PersistedSource:
     def task(self, key, region):
         layout, keys = Grid(self.chunks).layout(self.key, region)
         return task(key, cast_chunk, self.dtype, (layout,), *[ref(k) for k in keys])
+
+
+def check_sources_on(sources: dict, client) -> None:
+    """Persisted inputs can only be read on the cluster that holds them."""
+    here = client.scheduler.address
+    for name, source in sources.items():
+        where = getattr(source, "scheduler", None)
+        if where is not None and where != here:
+            raise InputError(f"input '{name}' is a persisted output held by the cluster at "
+                             f"{where}, but this run uses {here}; run on that cluster (omit "
+                             f"client=) or gather it first with .to_numpy()")
 
 
 def load_region(path, region):
@@ -80,7 +92,8 @@ def bind_inputs(graph: Graph, inputs: dict | None) -> dict:
                 raise InputError(f"input '{node.id}': persisted output '{value.name}' was "
                                  f"released")
             shape, dtype = value.shape, value.dtype
-            source = PersistedSource(value.key, value.chunks, value.dtype)
+            source = PersistedSource(value.key, value.chunks, value.dtype,
+                                     value.client.scheduler.address)
             where = f"persisted output '{value.name}'"
         elif isinstance(value, (str, os.PathLike)):
             # Workers may run in another folder: local paths are made absolute here.

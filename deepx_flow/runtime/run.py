@@ -26,7 +26,7 @@ from deepx_flow.registry.cluster import ClusterSpec, load_cluster_file, local_cl
 from deepx_flow.config import settings
 from deepx_flow.runtime.cluster import (connect, current_client, open_client,
                                         start_embedded_cluster)
-from deepx_flow.runtime.inputs import bind_inputs
+from deepx_flow.runtime.inputs import bind_inputs, check_sources_on
 from deepx_flow.sdk.build import build_graph
 from deepx_flow.sdk.tensor import Tensor
 
@@ -109,6 +109,7 @@ def _checked(outputs, inputs):
 
 
 def _submit(plan: Plan, graph: Graph, sources, client):
+    check_sources_on(sources, client)
     lowered = plan.lower(sources, to_host=plan.cluster.has_devices)
     keys = {name: lowered.output_keys(name) for name, _ in graph.outputs}
     flat = [k for ks in keys.values() for k in ks]

@@ -99,3 +99,10 @@ def test_progress_bar_on_request(client, capsys):
            cluster=cluster_with_memory(8 * 2**10))
     out = capsys.readouterr()
     assert "Completed" in out.out + out.err
+
+
+def test_persisted_input_on_another_cluster_is_an_input_error(client, client3):
+    x = dx.input("x", (6,), "float64")
+    handle = dx.persist(dx.exp(x), inputs={"x": np.arange(6.0)}, client=client)
+    with pytest.raises(dx.InputError, match="held by the cluster at"):
+        dx.run(dx.input("y", (6,), "float64") + 1.0, inputs={"y": handle}, client=client3)
