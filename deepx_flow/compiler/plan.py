@@ -107,10 +107,15 @@ class Plan:
             rows.append(NodeStats(node.id, _label(node), n_tasks, peak, total_flops,
                                   cost.bytes_in * n_main, cost.bytes_out * n_main, moved))
         flops = sum(r.flops for r in rows)
+        # Matmul arithmetic runs at BLAS speed; everything else is counted in elementwise
+        # operations, which NumPy runs far below the machine's peak FLOP rate.
+        dense = sum(r.flops for r, n in zip(rows, graph.nodes) if get_op(n.op).kind == MATMUL)
         touched = sum(r.bytes_in + r.bytes_out for r in rows)
         compute_rate = sum(w.compute_rate for w in cluster.workers)
+        elementwise_rate = sum(w.elementwise_rate for w in cluster.workers)
         memory_rate = sum(w.memory_rate for w in cluster.workers)
-        compute_s = max(flops / compute_rate, touched / memory_rate)
+        compute_s = max(dense / compute_rate + (flops - dense) / elementwise_rate,
+                        touched / memory_rate)
         comm_bytes = sum(r.comm_bytes for r in rows)
         comm_s = comm_bytes / (cluster.transfer_bandwidth * workers)
         return PlanStats(tuple(rows), sum(r.tasks for r in rows), flops, comm_bytes, compute_s,

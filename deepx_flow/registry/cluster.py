@@ -42,6 +42,9 @@ from deepx_flow.errors import ClusterError
 # idle loopback link does better, so 0.5 GB/s is a middle figure. Probing real links is the
 # network registration's job.
 DEFAULT_CPU_FLOPS = 30e9
+# NumPy's elementwise kernels on cache-sized blocks ran at about 0.5 ns per add per element
+# (kernels/fused_cpu.py OP_COST_NS); operators weigh themselves in adds (flops_per_element).
+DEFAULT_CPU_ELEMENTWISE_RATE = 2e9
 DEFAULT_CPU_BANDWIDTH = 8e9
 DEFAULT_LINKS = {"host": (5e8, 50e-6), "cluster": (5e8, 100e-6)}
 
@@ -106,6 +109,13 @@ class WorkerSpec:
     @property
     def compute_rate(self) -> float:
         return self.device.flops if self.device else self.flops * self.threads
+
+    @property
+    def elementwise_rate(self) -> float:
+        """Elementwise operations per second (an `add` on one element is one operation)."""
+        if self.device:
+            return self.device.bandwidth / 8  # memory-bound: about one 8-byte read per op
+        return DEFAULT_CPU_ELEMENTWISE_RATE * self.threads
 
     @property
     def memory_rate(self) -> float:
