@@ -168,7 +168,7 @@ def reshape_chunk(out_shape, offset, layouts, *pieces):
     n = math.prod(out_shape)
     flat = x.reshape(-1)
     if offset or flat.size != n:
-        flat = flat[offset:offset + n]
+        flat = flat[offset:offset + n].copy()  # a view would keep the whole block alive
     return flat.reshape(out_shape)
 
 

@@ -101,11 +101,16 @@ def main_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, space_chunk=Non
             return TaskCost(read + 2 * out_bytes, 0, read, out_bytes)
         extra = 0
         if node.op == "reshape":
-            # The operand block may reach up to one operand row past each end of the run.
+            # A run of whole operand rows reads nothing more; any other run reads the operand
+            # rows around it: up to one row more at each end.
             t = inputs[0]
-            lead = next((a for a, e in enumerate(t.shape) if e > 1), None)
-            row = math.prod(t.shape[lead + 1:]) if lead is not None else 1
-            extra = 2 * row * dtypes.itemsize(t.dtype)
+            t_lead = next((a for a, e in enumerate(t.shape) if e > 1), None)
+            lead = next((a for a, e in enumerate(node.shape) if e > 1), None)
+            if t_lead is not None and lead is not None:
+                row_in = math.prod(t.shape[t_lead + 1:])
+                run = out_chunk[lead] * math.prod(node.shape[lead + 1:])
+                if row_in and run % row_in:
+                    extra = 2 * row_in * dtypes.itemsize(t.dtype)
         # Pieces of the operand, the assembled block and the result.
         return TaskCost(3 * out_bytes + 2 * extra, 0, out_bytes + extra, out_bytes)
     raise AssertionError(f"no cost model for kind {spec.kind}")

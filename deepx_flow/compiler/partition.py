@@ -20,8 +20,8 @@ How it chooses:
 3. Memory fitting alone can leave a big tensor in one chunk and the cluster idle, so classes
    of large tensors are halved further until each large node has `chunks_per_thread` tasks
    per worker thread, never below `min_chunk_bytes`. Axes that are summed over (matmul's K,
-   reduced axes) are split for this only as a last resort, and sources with users follow
-   their users' grids.
+   reduced axes) are split for this only as a last resort, and sources follow the grids of
+   users that share their axes.
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ class _Classes:
         self.extent: dict = {}
         self.size: dict = {}
         self.whole: dict = {}   # class root -> the node that keeps it whole
+        self.step: dict = {}    # class root -> preferred multiple for its chunk size
 
     def add(self, key, extent: int):
         if key not in self.parent:
@@ -92,6 +93,8 @@ class _Classes:
         self.parent[rb] = ra
         if rb in self.whole:
             self.whole.setdefault(ra, self.whole[rb])
+        if rb in self.step:
+            self.step[ra] = math.lcm(self.step.get(ra, 1), self.step[rb])
 
     def keep_whole(self, key, reason: str):
         self.whole.setdefault(self.find(key), reason)
@@ -107,9 +110,19 @@ class _Classes:
         root = self.find(key)
         return root not in self.whole and self.size[root] > 1 and self.extent[root] > 1
 
-    def halve(self, key):
+    def prefer(self, key, step: int):
         root = self.find(key)
-        self.size[root] = -(-self.size[root] // 2)
+        self.step[root] = math.lcm(self.step.get(root, 1), step)
+
+    def halve(self, key):
+        """Halve the class's chunk size, rounded up to its preferred step while that still
+        makes it smaller."""
+        root = self.find(key)
+        size = self.size[root]
+        half = -(-size // 2)
+        step = self.step.get(root, 1)
+        rounded = -(-half // step) * step
+        self.size[root] = rounded if rounded < size else half
 
 
 def _align(classes: _Classes, t: Node, t_key: str, out_shape, out_key: str):
@@ -208,10 +221,18 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
         elif node.op == "reshape":
             # A chunk of whole rows along the first axis longer than 1 is a contiguous run of
             # elements: its task reads the operand rows around that run (see the lowering).
+            # Runs of whole operand rows need nothing extra, so chunk sizes in multiples of
+            # that many result rows are preferred while they fit.
+            (t,) = ins
             lead = _reshape_lead(node.shape)
             for axis in range(node.ndim):
                 if axis != lead:
                     classes.keep_whole((node.id, axis), f"'{node.id}' (reshape)")
+            t_lead = _reshape_lead(t.shape)
+            if lead is not None and t_lead is not None and node.size:
+                row_out = math.prod(node.shape[lead + 1:])
+                row_in = math.prod(t.shape[t_lead + 1:])
+                classes.prefer((node.id, lead), math.lcm(row_out, row_in) // row_out)
         elif node.op == "concat":
             axis = node.attr("axis")
             for t in ins:
@@ -278,13 +299,14 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
     for n in nodes:
         if get_op(n.op).kind == REDUCE:
             summed |= {classes.find((n.id + "#in", a)) for a in n.attr("axes")}
-    # Sources that feed other nodes take their grid from those users: splitting a cheap
-    # source for its own sake would only cut its users' tiles smaller.
+    # Sources that feed nodes sharing their axes take their grid from those users: splitting
+    # a cheap source for its own sake would only cut its users' tiles smaller.
     target = cluster.total_threads * config.chunks_per_thread
     users = graph.consumers()
     for node in nodes:
         kind = get_op(node.op).kind
-        if (kind == LAYOUT and node.op != "transpose") or (kind == SOURCE and users[node.id]):
+        if (kind == LAYOUT and node.op != "transpose") or (
+                kind == SOURCE and any(_shares_grid(graph[u]) for u in users[node.id])):
             continue
         keys = ([(node.id + "#in", a) for a in range(len(space_chunk(node)))]
                 if get_op(node.op).kind == REDUCE else [(node.id, a) for a in range(node.ndim)])
@@ -326,6 +348,11 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
                                                classes.chunk((node.id + "#k", 0)))
             fanin[node.id] = _fanin(_bytes(chunk_of(node.id), node.dtype), budget, config)
     return Partition(graph, chunks, spaces, k_chunks, budget, fanin)
+
+
+def _shares_grid(node: Node) -> bool:
+    """Whether `node` joins its operands' axes with its own (so it sets their grid)."""
+    return get_op(node.op).kind != LAYOUT or node.op == "transpose"
 
 
 def _bytes(shape, dtype) -> int:

@@ -49,11 +49,11 @@ def current_client():
         return None
 
 
-def open_client(address: str):
+def open_client(address: str, set_as_default: bool = True):
     """A client for the scheduler at `address`, or ClusterError naming it."""
     from distributed import Client
     try:
-        return Client(address, timeout="10s")
+        return Client(address, timeout="10s", set_as_default=set_as_default)
     except OSError as err:
         raise ClusterError(f"cannot reach the Dask scheduler at {address}: {err}") from None
 

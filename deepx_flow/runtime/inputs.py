@@ -51,7 +51,8 @@ class PersistedSource:
     key: str
     chunks: tuple
     dtype: str
-    scheduler: str  # address of the cluster that holds the chunks
+    scheduler: str  # id of the scheduler that holds the chunks
+    address: str
 
     @property
     def token(self) -> str:
@@ -64,13 +65,16 @@ class PersistedSource:
 
 def check_sources_on(sources: dict, client) -> None:
     """Persisted inputs can only be read on the cluster that holds them."""
-    here = client.scheduler.address
-    for name, source in sources.items():
-        where = getattr(source, "scheduler", None)
-        if where is not None and where != here:
+    persisted = {n: s for n, s in sources.items() if isinstance(s, PersistedSource)}
+    if not persisted:
+        return
+    # Scheduler ids, not addresses: one scheduler has several addresses (localhost, an IP).
+    here = client.scheduler_info()["id"]
+    for name, source in persisted.items():
+        if source.scheduler != here:
             raise InputError(f"input '{name}' is a persisted output held by the cluster at "
-                             f"{where}, but this run uses {here}; run on that cluster (omit "
-                             f"client=) or gather it first with .to_numpy()")
+                             f"{source.address}, but this run uses {client.scheduler.address};"
+                             f" run on that cluster or gather it first with .to_numpy()")
 
 
 def load_region(path, region):
@@ -93,6 +97,7 @@ def bind_inputs(graph: Graph, inputs: dict | None) -> dict:
                                  f"released")
             shape, dtype = value.shape, value.dtype
             source = PersistedSource(value.key, value.chunks, value.dtype,
+                                     value.client.scheduler_info()["id"],
                                      value.client.scheduler.address)
             where = f"persisted output '{value.name}'"
         elif isinstance(value, (str, os.PathLike)):

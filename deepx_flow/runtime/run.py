@@ -156,7 +156,9 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
         Show a progress bar; by default only on long interactive runs.
     """
     graph, bound = _checked(outputs, inputs)
-    with connect(client or _persisted_client(inputs), scheduler) as active:
+    # Persisted inputs pick their own cluster unless one was named (then it must be theirs).
+    with connect(client or (None if scheduler else _persisted_client(inputs)),
+                 scheduler) as active:
         plan = compile_graph(graph, cluster_spec(cluster, active))
         results = _compute(plan, graph, bound, active, progress)
     if isinstance(outputs, Tensor):
@@ -201,7 +203,9 @@ def _gather(client, futures, shape, dtype, chunks) -> np.ndarray:
     return out
 
 
-_shared = {}
+# Clients that persisted handles use, kept open until the interpreter exits: one embedded
+# cluster's ("embedded") and one per scheduler address.
+_shared: dict = {}
 
 
 def _persisted_client(inputs):
@@ -212,14 +216,31 @@ def _persisted_client(inputs):
     return None
 
 
-def _shared_client():
-    """A process-wide embedded cluster for `persist` without a client (closed at exit)."""
-    if "client" not in _shared:
+def _shared_client(address: str | None = None):
+    """A process-wide client for `persist`: for `address`, or for an embedded cluster.
+
+    Handles outlive the call that made them, so their client must too. These clients are not
+    made the process's default, so they never redirect a later `dx.run`.
+    """
+    if not _shared:
+        atexit.register(_close_shared)
+    name = address or "embedded"
+    if name not in _shared:
         from distributed import Client
-        cluster = start_embedded_cluster()
-        _shared["cluster"], _shared["client"] = cluster, Client(cluster)
-        atexit.register(lambda: (_shared["client"].close(), _shared["cluster"].close()))
-    return _shared["client"]
+        if address:
+            _shared[name] = (open_client(address, set_as_default=False), None)
+        else:
+            cluster = start_embedded_cluster()
+            _shared[name] = (Client(cluster, set_as_default=False), cluster)
+    return _shared[name][0]
+
+
+def _close_shared():
+    for client, cluster in _shared.values():
+        client.close()
+        if cluster is not None:
+            cluster.close()
+    _shared.clear()
 
 
 def persist(outputs, inputs: dict | None = None, client=None, scheduler: str | None = None,
@@ -232,8 +253,8 @@ def persist(outputs, inputs: dict | None = None, client=None, scheduler: str | N
     graph, bound = _checked(outputs, inputs)
     # The handles outlive this call, so the client they use must too.
     address = scheduler or settings().scheduler_address
-    active = (client or _persisted_client(inputs) or (open_client(address) if address else None)
-              or current_client() or _shared_client())
+    active = (client or (_shared_client(address) if address else None)
+              or _persisted_client(inputs) or current_client() or _shared_client())
     plan = compile_graph(graph, cluster_spec(cluster, active))
     futures, keys = _submit(plan, graph, bound, active)
     handles = {}

@@ -101,3 +101,18 @@ def test_explain_lists_tensors_tasks_and_ratio():
     stats = dx.compile(y, cluster="graphs/clusters/8xH100.yaml").stats()
     mm = stats.nodes[2]
     assert math.isclose(mm.flops, 2 * 200_000 * 512 * 1024 + 2 * 200_000 * 1024, rel_tol=1e-9)
+
+
+def test_reshape_prefers_runs_of_whole_operand_rows():
+    x = dx.input("x", (64, 2**20), "float32")
+    plan = plan_for(x.reshape(-1), memory=32 * 2**20)  # one 4 MiB row per task fits
+    assert plan.stats().nodes[-1].peak_working_set <= plan.partition.budget
+    y = dx.input("y", (4, 3000), "float64")
+    plan = plan_for((y * 2.0).reshape(12000), memory=200_000)
+    assert len(plan.chunks[plan.fused.nodes[-1].id][0]) == 4  # one operand row each
+
+
+def test_sources_read_only_through_slices_are_still_split_for_parallelism():
+    r = dx.random.normal((8192, 4096), seed=0, dtype="float64")
+    plan = plan_for(r[::2] * 2.0, memory=8 * 2**30, threads=4)
+    assert len(plan.chunks[r.node.id][0]) > 1

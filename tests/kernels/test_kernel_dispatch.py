@@ -62,3 +62,11 @@ def test_to_host_and_asarray_on_engine():
     np.testing.assert_array_equal(dispatch.asarray_on_engine(h, "numpy"), x)
     with pytest.raises(ExecutionError, match="unknown array engine 'tpu'"):
         dispatch.asarray_on_engine(h, "tpu")
+
+
+def test_reshape_chunk_does_not_keep_its_operand_block_alive():
+    from deepx_flow.kernels.tasks import reshape_chunk
+    block = np.arange(12.0).reshape(3, 4)
+    out = reshape_chunk((5,), 3, ((),), block)  # one operand, passed whole
+    np.testing.assert_array_equal(out, np.arange(3.0, 8.0))
+    assert not np.shares_memory(out, block)

@@ -106,3 +106,20 @@ def test_persisted_input_on_another_cluster_is_an_input_error(client, client3):
     handle = dx.persist(dx.exp(x), inputs={"x": np.arange(6.0)}, client=client)
     with pytest.raises(dx.InputError, match="held by the cluster at"):
         dx.run(dx.input("y", (6,), "float64") + 1.0, inputs={"y": handle}, client=client3)
+
+
+def test_persist_by_address_reuses_one_client_and_accepts_other_spellings():
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, host="127.0.0.1",
+                      protocol="tcp", dashboard_address="127.0.0.1:0",
+                      silence_logs=logging.ERROR) as cluster:
+        address = cluster.scheduler_address
+        x = dx.input("x", (6,), "float64")
+        handles = [dx.persist(x * float(i), inputs={"x": np.arange(6.0)}, scheduler=address)
+                   for i in range(3)]
+        n_clients = handles[0].client.run_on_scheduler(
+            lambda dask_scheduler: len(dask_scheduler.clients))
+        assert n_clients <= 3  # the scheduler's own, the fixture's, and one shared
+        other = address.replace("127.0.0.1", "localhost")
+        y = dx.input("y", (6,), "float64")
+        got = dx.run(y + 1.0, inputs={"y": handles[2]}, scheduler=other)
+        np.testing.assert_allclose(got, np.arange(6.0) * 2 + 1)
