@@ -225,6 +225,8 @@ def _shared_client(address: str | None = None):
     if not _shared:
         atexit.register(_close_shared)
     name = address or "embedded"
+    if name in _shared and _shared[name][0].status != "running":
+        del _shared[name]  # closed by its user; open a new one
     if name not in _shared:
         from distributed import Client
         if address:

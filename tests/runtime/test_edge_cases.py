@@ -123,3 +123,4 @@ def test_persist_by_address_reuses_one_client_and_accepts_other_spellings():
         y = dx.input("y", (6,), "float64")
         got = dx.run(y + 1.0, inputs={"y": handles[2]}, scheduler=other)
         np.testing.assert_allclose(got, np.arange(6.0) * 2 + 1)
+        handles[0].client.close()  # before its cluster goes away
