@@ -144,10 +144,12 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
     outputs : Tensor, list or dict of Tensors, or Graph
         A single tensor gives one array, a list a list, a dict (or Graph) a dict by name.
     inputs : dict, optional
-        Input name -> NumPy array, `.npy` path or Zarr path/URL.
+        Input name -> NumPy array, `.npy` path, Zarr path/URL, or a `Persisted` output of an
+        earlier `dx.persist` (the run then uses the cluster that holds it).
     client : distributed.Client, optional
-        Run on this client's cluster. Without it (and without `scheduler`) an embedded local
-        cluster is started and closed afterwards.
+        Run on this client's cluster. Without it (and without `scheduler`), the Dask client
+        this process already made is used, or else an embedded local cluster is started and
+        closed afterwards.
     scheduler : str, optional
         Address of a running Dask scheduler (e.g. one with `dask cuda worker` processes).
     cluster : ClusterSpec or path, optional
