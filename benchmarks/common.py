@@ -4,8 +4,9 @@
 - `copy_bandwidth`: the machine's memory-copy bandwidth (`np.copyto` of a large array, bytes
   read plus bytes written per second), the ceiling for any memory-bound kernel.
 - `comm_stream`: compute and communication measured on the cluster during a block: the sums
-  of the 'compute' and the 'transfer' intervals of `distributed.get_task_stream`, and the
-  bytes the workers received (their `transfer_incoming_log`).
+  of the 'compute' and the 'transfer' intervals of `distributed.get_task_stream`, the transfer
+  time during which the receiving worker computed nothing (not overlapped), and the bytes the
+  workers received (their `transfer_incoming_log`).
 - `interleaved`: contenders timed round-robin, so that a noisy shared machine hits all alike.
 - `worker_counters`: the workers' user and system CPU seconds and minor page faults.
 - `local_cluster`: the LocalCluster every benchmark uses (worker processes, one thread each,
@@ -201,18 +202,58 @@ def comm_stream(client, into: list):
         yield into
     compute = transfer = 0.0
     n_transfers = 0
+    spans: dict = {}  # worker -> {"compute": [...], "transfer": [...]} intervals
     for record in stream.data:
         for ss in record["startstops"]:
+            if ss["action"] in ("compute", "transfer"):
+                spans.setdefault(record.get("worker"), {"compute": [], "transfer": []})[
+                    ss["action"]].append((ss["start"], ss["stop"]))
             if ss["action"] == "compute":
                 compute += ss["stop"] - ss["start"]
             elif ss["action"] == "transfer":
                 transfer += ss["stop"] - ss["start"]
                 n_transfers += 1
+    # Transfer time during which the receiving worker computed nothing: what communication
+    # cost the run, as opposed to fetching that overlapped with work.
+    exposed = sum(_length(_minus(_union(w["transfer"]), _union(w["compute"])))
+                  for w in spans.values())
     received = client.run(_incoming_transfers, since=since - 1.0)
     nbytes = sum(total for log in received.values() for total, _ in log)
     into.append({"tasks": len(stream.data), "compute_s": compute, "transfer_s": transfer,
                  "transfers": n_transfers, "transfer_bytes": nbytes,
-                 "compute_comm_ratio": compute / transfer if transfer else math.inf})
+                 "compute_comm_ratio": compute / transfer if transfer else math.inf,
+                 "exposed_transfer_s": exposed,
+                 "compute_exposed_comm_ratio": compute / exposed if exposed else math.inf})
+
+
+def _union(intervals):
+    """Sorted, non-overlapping intervals covering the same time as `intervals`."""
+    out = []
+    for start, stop in sorted(intervals):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], stop))
+        else:
+            out.append((start, stop))
+    return out
+
+
+def _minus(a, b):
+    """Parts of the intervals `a` not covered by `b` (both as made by `_union`)."""
+    out = []
+    for start, stop in a:
+        for b_start, b_stop in b:
+            if b_stop <= start or b_start >= stop:
+                continue
+            if b_start > start:
+                out.append((start, b_start))
+            start = max(start, b_stop)
+        if start < stop:
+            out.append((start, stop))
+    return out
+
+
+def _length(intervals) -> float:
+    return sum(stop - start for start, stop in intervals)
 
 
 class RssSampler:
@@ -288,7 +329,10 @@ def compute_comm_report(stats, measured: dict) -> dict:
          f"{stats.comm_bytes:.3g}", fmt(stats.compute_comm_ratio, 1)),
         ("measured (task stream)", fmt(measured["compute_s"], 3),
          fmt(measured["transfer_s"], 3), f"{measured['transfer_bytes']:.3g}",
-         fmt(measured["compute_comm_ratio"], 1))])
+         fmt(measured["compute_comm_ratio"], 1)),
+        ("measured, not overlapped", fmt(measured["compute_s"], 3),
+         fmt(measured["exposed_transfer_s"], 3), "",
+         fmt(measured["compute_exposed_comm_ratio"], 1))])
     return {"estimated": {"compute_s": stats.compute_seconds, "comm_s": stats.comm_seconds,
                           "comm_bytes": stats.comm_bytes, "ratio": stats.compute_comm_ratio},
             "measured": measured}
