@@ -24,8 +24,9 @@ Which path: numexpr is not the faster one for most programs here. NumPy 2's SIMD
 cache-resident blocks, beat numexpr's scalar libm calls on float32 exp/log/tanh (tanh 4 ns per
 element against 17, gelu 5 against 25) and on maximum; numexpr wins on where() and float64 exp.
 A 10-instruction float32 chain over 4M elements took 208 ms through numexpr, 70 ms unfused
-(one NumPy call and temporary per instruction) and 40 to 47 ms blocked. So `evaluate` takes numexpr only where it can run the program exactly and
-the measured per-instruction costs (`OP_COST_NS`) predict it faster. With a VML-enabled
+(one NumPy call and temporary per instruction) and 40 to 47 ms blocked (11 ms with the
+256K-element blocks chosen below). So `evaluate` takes numexpr only where it can run the
+program exactly and the measured per-instruction costs (`OP_COST_NS`) predict it faster. With a VML-enabled
 numexpr, or other hardware, re-measure (`benchmarks/bench_fused_kernel.py --ops`).
 
 Both paths compute at the broadcast shape of the inputs the program reads and only then widen
@@ -226,23 +227,34 @@ def estimated_cost(program: Program) -> dict[str, float]:
 
 def _prepare(program: Program, arrays, out_shape) -> tuple[list[np.ndarray], tuple[int, ...]]:
     """Check the call and return the arrays and the broadcast shape of the inputs read."""
+    arrays = [np.asarray(a) for a in arrays]
+    _, shape = check_call(program, [a.shape for a in arrays], out_shape)
+    return arrays, shape
+
+
+def check_call(program: Program, shapes, out_shape) -> tuple[list[int], tuple[int, ...]]:
+    """Check a fused call against its input shapes, for every engine.
+
+    Returns the input indices the program reads and the broadcast shape of those inputs;
+    raises ExecutionError for an empty program, a missing input, or inputs that do not
+    broadcast to `out_shape`.
+    """
     if not program:
         raise ExecutionError("cannot evaluate an empty fused program")
-    arrays = [np.asarray(a) for a in arrays]
     used = sorted({a[1] for _, args, _ in program for a in args if a[0] == "in"})
-    if used and used[-1] >= len(arrays):
+    if used and used[-1] >= len(shapes):
         raise ExecutionError(f"fused program reads input {used[-1]} but the task has "
-                             f"{len(arrays)} input array(s)")
+                             f"{len(shapes)} input array(s)")
     out_shape = tuple(int(s) for s in out_shape)
-    shapes = [arrays[k].shape for k in used]
+    read = [tuple(shapes[k]) for k in used]
     try:
-        shape = np.broadcast_shapes(*shapes) if shapes else ()
+        shape = tuple(np.broadcast_shapes(*read)) if read else ()
         if np.broadcast_shapes(shape, out_shape) != out_shape:
             raise ValueError
     except ValueError:
-        raise ExecutionError(f"fused program inputs of shapes {shapes} do not broadcast to the "
+        raise ExecutionError(f"fused program inputs of shapes {read} do not broadcast to the "
                              f"output shape {out_shape}") from None
-    return arrays, tuple(shape)
+    return used, shape
 
 
 def _widen(result: np.ndarray, out_shape: tuple[int, ...]) -> np.ndarray:

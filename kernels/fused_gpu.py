@@ -33,6 +33,8 @@ import numpy as np
 from deepx_flow.errors import ExecutionError
 from deepx_flow.ir.program import Program
 from deepx_flow.kernels.elementwise import COMPARISONS, GELU_C, GELU_K, OPS, compute_dtype
+from deepx_flow.kernels.fused_cpu import check_call
+from deepx_flow.kernels.fused_cpu import evaluate as evaluate_cpu
 
 # NumPy dtype name -> the C type CuPy uses for it in kernel code.
 CTYPES: dict[str, str] = {
@@ -290,26 +292,12 @@ def evaluate(program: Program, arrays: Sequence[Any], out_shape: tuple[int, ...]
         For an empty program, missing inputs or inputs that do not broadcast to `out_shape`.
     """
     import cupy
-    if not program:
-        raise ExecutionError("cannot evaluate an empty fused program")
     arrays = [cupy.asarray(a) for a in arrays]
-    used = sorted({a[1] for _, args, _ in program for a in args if a[0] == "in"})
-    if used and used[-1] >= len(arrays):
-        raise ExecutionError(f"fused program reads input {used[-1]} but the task has "
-                             f"{len(arrays)} input array(s)")
+    used, shape = check_call(program, [a.shape for a in arrays], out_shape)
     out_shape = tuple(int(s) for s in out_shape)
-    shapes = [arrays[k].shape for k in used]
-    try:
-        shape = tuple(np.broadcast_shapes(*shapes)) if shapes else ()
-        if np.broadcast_shapes(shape, out_shape) != out_shape:
-            raise ValueError
-    except ValueError:
-        raise ExecutionError(f"fused program inputs of shapes {shapes} do not broadcast to the "
-                             f"output shape {out_shape}") from None
     dtype = program[-1][2]
     if not used:
         # No array input: evaluate once on 0-d operands; an ElementwiseKernel needs an input.
-        from deepx_flow.kernels.fused_cpu import evaluate as evaluate_cpu
         value = evaluate_cpu(program, [], ())
         return cupy.full(out_shape, value[()], dtype=dtype)
     in_dtypes = tuple(a.dtype.name for a in arrays)
