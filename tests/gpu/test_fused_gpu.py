@@ -7,23 +7,10 @@ cupy = pytest.importorskip("cupy")
 
 from deepx_flow.kernels import dispatch, fused, fused_cpu, fused_gpu  # noqa: E402
 from deepx_flow.kernels.random import random_chunk  # noqa: E402
-from tests.kernels.cases import (ALL_CASES, assert_matches, case_id,  # noqa: E402
+from tests.kernels.cases import (CHAIN10, ALL_CASES, assert_matches, case_id,  # noqa: E402
                                  fused as one_op, operands, reference)
 
 pytestmark = pytest.mark.gpu
-
-CHAIN10 = (
-    ("mul", (("in", 0), ("c", 1.5, "float32")), "float32"),
-    ("add", (("t", 0), ("in", 1)), "float32"),
-    ("tanh", (("t", 1),), "float32"),
-    ("sub", (("t", 2), ("in", 0)), "float32"),
-    ("exp", (("t", 3),), "float32"),
-    ("maximum", (("t", 4), ("in", 1)), "float32"),
-    ("sigmoid", (("t", 5),), "float32"),
-    ("gelu", (("t", 6),), "float32"),
-    ("div", (("t", 7), ("c", 3.0, "float32")), "float32"),
-    ("relu", (("t", 8),), "float32"),
-)
 
 
 def test_dispatch_sees_the_device():

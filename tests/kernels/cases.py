@@ -171,3 +171,23 @@ def case_id(case) -> str:
 def fused(op: str, n_in: int, rdtype: str) -> tuple:
     """A one-instruction program applying `op` to inputs 0..n_in-1."""
     return ((op, tuple(("in", k) for k in range(n_in)), rdtype),)
+
+
+def chain10(dtype: str = "float32"):
+    """A 10-instruction fused program over two inputs, in `dtype`; several kernel tests (CPU,
+    generated GPU source, and on a device) share it."""
+    return (
+        ("mul", (("in", 0), ("c", 1.5, dtype)), dtype),
+        ("add", (("t", 0), ("in", 1)), dtype),
+        ("tanh", (("t", 1),), dtype),
+        ("sub", (("t", 2), ("in", 0)), dtype),
+        ("exp", (("t", 3),), dtype),
+        ("maximum", (("t", 4), ("in", 1)), dtype),
+        ("sigmoid", (("t", 5),), dtype),
+        ("gelu", (("t", 6),), dtype),
+        ("div", (("t", 7), ("c", 3.0, dtype)), dtype),
+        ("relu", (("t", 8),), dtype),
+    )
+
+
+CHAIN10 = chain10()

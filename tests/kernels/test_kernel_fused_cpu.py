@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from deepx_flow.errors import ExecutionError
 from deepx_flow.kernels import fused, fused_cpu
 from deepx_flow.kernels.elementwise import apply_op, constant
+from tests.kernels.cases import chain10
 from tests.kernels.cases import (ALL_CASES, NE_DTYPES, assert_matches, case_id, fused as one_op,
                                  operands, reference)
 
@@ -168,25 +169,6 @@ def test_bool_logic_and_where():
         got = run(program, [a, b, x], x.shape)
         assert got.dtype == np.float32
         np.testing.assert_array_equal(got, want)
-
-
-CHAIN10 = (
-    ("mul", (("in", 0), ("c", 1.5, "@")), "@"),
-    ("add", (("t", 0), ("in", 1)), "@"),
-    ("tanh", (("t", 1),), "@"),
-    ("sub", (("t", 2), ("in", 0)), "@"),
-    ("exp", (("t", 3),), "@"),
-    ("maximum", (("t", 4), ("in", 1)), "@"),
-    ("sigmoid", (("t", 5),), "@"),
-    ("gelu", (("t", 6),), "@"),
-    ("div", (("t", 7), ("c", 3.0, "@")), "@"),
-    ("relu", (("t", 8),), "@"),
-)
-
-
-def chain10(dtype):
-    return tuple((op, tuple(a[:2] + (dtype,) if a[0] == "c" else a for a in args), dtype)
-                 for op, args, _ in CHAIN10)
 
 
 def chain10_reference(x, y):

@@ -17,20 +17,8 @@ import pytest
 
 from deepx_flow.errors import ExecutionError
 from deepx_flow.kernels import fused_gpu
-from tests.kernels.cases import ALL_CASES, assert_matches, case_id, fused, operands, reference
-
-CHAIN10 = (
-    ("mul", (("in", 0), ("c", 1.5, "float32")), "float32"),
-    ("add", (("t", 0), ("in", 1)), "float32"),
-    ("tanh", (("t", 1),), "float32"),
-    ("sub", (("t", 2), ("in", 0)), "float32"),
-    ("exp", (("t", 3),), "float32"),
-    ("maximum", (("t", 4), ("in", 1)), "float32"),
-    ("sigmoid", (("t", 5),), "float32"),
-    ("gelu", (("t", 6),), "float32"),
-    ("div", (("t", 7), ("c", 3.0, "float32")), "float32"),
-    ("relu", (("t", 8),), "float32"),
-)
+from tests.kernels.cases import (CHAIN10, ALL_CASES, assert_matches, case_id, fused, operands,
+                                 reference)
 
 
 def test_a_ten_op_chain_is_one_kernel():
