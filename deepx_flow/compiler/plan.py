@@ -60,9 +60,6 @@ class Plan:
         """Node id -> chunk sizes along each axis (Dask style)."""
         return self.partition.chunks
 
-    def output_chunks(self, name: str):
-        return self.partition.chunks[dict(self.graph.outputs)[name]]
-
     def lower(self, sources: dict, to_host: bool = False) -> Lowered:
         """The Dask graph of this plan with `sources` bound to its inputs."""
         return lower_partition(self.partition, sources, to_host)

@@ -34,10 +34,6 @@ def is_float(dtype: str) -> bool:
     return np.dtype(dtype).kind == "f"
 
 
-def is_bool(dtype: str) -> bool:
-    return dtype == "bool"
-
-
 def ufunc_result(ufunc, *dtypes: str) -> str:
     """The dtype NumPy gives when `ufunc` is applied to arrays of `dtypes`."""
     args = [np.zeros((1,), dtype=d) for d in dtypes]

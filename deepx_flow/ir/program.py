@@ -36,11 +36,6 @@ def const_ref(value: Any, dtype: str) -> Arg:
     return ("c", value, dtype)
 
 
-def n_inputs(program: Program) -> int:
-    """How many input arrays the program reads (1 + the largest input index)."""
-    return 1 + max((a[1] for _, args, _ in program for a in args if a[0] == "in"), default=-1)
-
-
 def describe(program: Program) -> str:
     """A one-line formula for explain tables, e.g. `relu(add(in0, 1.0))`."""
     exprs: list[str] = []
