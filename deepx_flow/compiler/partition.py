@@ -163,6 +163,9 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
     budget = cluster.task_budget(config)
     classes = _Classes()
     nodes = graph.nodes
+    # The shape each reduction reduces (its prologue's result, or its input).
+    space_shapes = {n.id: reduce_space([graph[i] for i in n.inputs]) for n in nodes
+                    if get_op(n.op).kind == REDUCE}
     for node in nodes:
         for axis, extent in enumerate(node.shape):
             classes.add((node.id, axis), extent)
@@ -191,7 +194,7 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
                 _align(classes, t, t.id, node.shape, node.id)
         elif kind == REDUCE:
             space = node.id + "#in"
-            shape = reduce_space(ins)
+            shape = space_shapes[node.id]
             for axis, extent in enumerate(shape):
                 classes.add((space, axis), extent)
             for t in ins:
@@ -250,8 +253,8 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
         return tuple(classes.chunk((node_id, a)) for a in range(node.ndim))
 
     def space_chunk(node: Node):
-        shape = reduce_space([graph[i] for i in node.inputs])
-        return tuple(classes.chunk((node.id + "#in", a)) for a in range(len(shape)))
+        return tuple(classes.chunk((node.id + "#in", a))
+                     for a in range(len(space_shapes[node.id])))
 
     def task_keys(node: Node) -> list:
         """The class keys whose chunk sizes set the node's task working set."""
@@ -337,9 +340,8 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
     for node in nodes:
         kind = get_op(node.op).kind
         if kind == REDUCE:
-            shape = reduce_space([graph[i] for i in node.inputs])
             spaces[node.id] = tuple(regular_chunks(e, classes.chunk((node.id + "#in", a)))
-                                    for a, e in enumerate(shape))
+                                    for a, e in enumerate(space_shapes[node.id]))
             partial = main_cost(node, [graph[i] for i in node.inputs], chunk_of,
                                 space_chunk(node)).bytes_out
             fanin[node.id] = _fanin(partial, budget, config)
