@@ -23,6 +23,11 @@ class Settings:
     reduce_fanin: int = 8
     # Scheduler address to use instead of starting an embedded cluster.
     scheduler_address: str | None = None
+    # Metadata database: any SQLAlchemy URL; by default a SQLite file `.deepx/deepx.db` in
+    # the working directory.
+    db_url: str | None = None
+    # Record runs, tasks and chunk placements in the metadata database.
+    record: bool = True
 
 
 def settings() -> Settings:
@@ -34,4 +39,6 @@ def settings() -> Settings:
         chunks_per_thread=int(env.get("DEEPX_CHUNKS_PER_THREAD", Settings.chunks_per_thread)),
         reduce_fanin=int(env.get("DEEPX_REDUCE_FANIN", Settings.reduce_fanin)),
         scheduler_address=env.get("DEEPX_SCHEDULER") or None,
+        db_url=env.get("DEEPX_DB_URL") or None,
+        record=env.get("DEEPX_RECORD", "1").strip().lower() not in ("0", "false", "no", "off"),
     )

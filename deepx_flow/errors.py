@@ -47,6 +47,13 @@ class PlanError(DeepxError):
     exit_code = 2
 
 
+class DatabaseError(DeepxError):
+    """The metadata database cannot be opened: a bad URL, no server, or a schema this code
+    does not know (written by a newer deepx_flow)."""
+
+    exit_code = 2
+
+
 class ExecutionError(DeepxError):
     """A task failed while running on the cluster."""
 

@@ -1,0 +1,131 @@
+"""Opening the metadata database: URL, engine settings, sessions.
+
+SQLite (the default, `.deepx/deepx.db` in the working directory) is set up for several
+processes writing at once: WAL journal (readers never wait for a writer), a 60 s busy
+timeout, and `BEGIN IMMEDIATE` for every transaction, so a transaction that will write takes
+the write lock up front; a deferred one that upgrades later can fail with "database is
+locked" without waiting. Transactions are kept short by their callers.
+
+Any other SQLAlchemy URL works through `DEEPX_DB_URL` or `--db` (PostgreSQL is tested:
+`postgresql+psycopg://user@127.0.0.1:5432/deepx`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlmodel import Session
+
+from deepx_flow.config import settings
+from deepx_flow.errors import DatabaseError
+
+DEFAULT_PATH = Path(".deepx") / "deepx.db"
+SQLITE_BUSY_TIMEOUT_S = 60
+
+
+def database_url(url: str | None = None) -> str:
+    """`url`, else `DEEPX_DB_URL`, else the SQLite file under `.deepx/` here."""
+    url = url or settings().db_url
+    if url:
+        return url
+    return f"sqlite:///{(Path.cwd() / DEFAULT_PATH).as_posix()}"
+
+
+class Database:
+    """An engine on one metadata database, migrated to this code's schema on opening."""
+
+    def __init__(self, url: str):
+        from deepx_flow.meta.migrations import migrate
+
+        self.url = url
+        self.engine = _engine(url)
+        try:
+            migrate(self.engine)
+        except OperationalError as err:
+            raise DatabaseError(f"cannot open the metadata database {self.display_url}: "
+                                f"{str(err.orig).strip().splitlines()[0]}") from None
+
+    @property
+    def display_url(self) -> str:
+        return make_url(self.url).render_as_string(hide_password=True)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.engine.dialect.name == "sqlite"
+
+    @contextmanager
+    def session(self):
+        """An ORM session in one transaction, committed on leaving (rolled back on error)."""
+        with Session(self.engine, expire_on_commit=False) as session, session.begin():
+            yield session
+
+    def begin(self):
+        """A Core connection in one transaction (for bulk inserts and upserts)."""
+        return self.engine.begin()
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+_open: dict[tuple[int, str], Database] = {}
+_lock = threading.Lock()
+
+
+def open_db(url: str | None = None) -> Database:
+    """The metadata database at `url` (see `database_url`), opened once per process."""
+    url = database_url(url)
+    key = (os.getpid(), url)  # a forked child must not share its parent's connections
+    with _lock:
+        db = _open.get(key)
+        if db is None:
+            db = _open[key] = Database(url)
+        return db
+
+
+def close_all() -> None:
+    """Dispose every engine this process opened (tests switch databases with this)."""
+    with _lock:
+        for db in _open.values():
+            db.dispose()
+        _open.clear()
+
+
+def _engine(url: str) -> Engine:
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise DatabaseError(f"metadata database URL {url!r} is not a SQLAlchemy URL "
+                            f"(e.g. sqlite:///path/deepx.db or "
+                            f"postgresql+psycopg://user@host/db)") from None
+    if parsed.get_backend_name() != "sqlite":
+        try:
+            return create_engine(url, pool_pre_ping=True)
+        except Exception as err:  # a missing driver, a bad option
+            raise DatabaseError(f"cannot use the metadata database {url!r}: {err}") from None
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S,
+                                              "check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record):
+        # Let SQLAlchemy's "begin" event issue BEGIN itself (pysqlite's own is deferred).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_S * 1000}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine

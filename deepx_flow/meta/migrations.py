@@ -1,0 +1,66 @@
+"""Schema versions of the metadata database, and the steps between them.
+
+A new database gets the current tables (`models.py`) and is stamped `SCHEMA_VERSION`. An
+older one is brought forward by the steps after its version, in order, in one transaction;
+its rows stay. A database stamped with a version newer than this code fails to open with a
+message saying so: old code must not write into a schema it does not know.
+
+To change a table: edit `models.py`, add a step here that turns the previous schema into
+the new one (portable DDL: it runs on SQLite and PostgreSQL), and bump `SCHEMA_VERSION`.
+
+History:
+1. workers, devices, storage_tiers, operators, links, graphs, runs, tasks, chunk_placements.
+2. events (drift, worker loss, ... per run); runs.username (who started the run).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import inspect, select, text, update
+from sqlalchemy.engine import Connection, Engine
+from sqlmodel import SQLModel
+
+from deepx_flow.errors import DatabaseError
+from deepx_flow.meta import models
+from deepx_flow.meta.models import SchemaInfo
+
+SCHEMA_VERSION = 2
+
+# An arbitrary constant: PostgreSQL sessions migrating at once take turns on this lock.
+_PG_LOCK_ID = 74_700_11
+
+
+def _v2_events_and_username(conn: Connection) -> None:
+    models.Event.__table__.create(conn, checkfirst=True)
+    conn.execute(text("ALTER TABLE runs ADD COLUMN username VARCHAR NOT NULL DEFAULT ''"))
+
+
+STEPS = {
+    2: _v2_events_and_username,
+}
+
+
+def migrate(engine: Engine) -> int:
+    """Create or upgrade the schema; return the version found before (0 for a new one)."""
+    with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _PG_LOCK_ID})
+        tables = set(inspect(conn).get_table_names())
+        if SchemaInfo.__tablename__ not in tables:
+            ours = sorted(tables & set(SQLModel.metadata.tables))
+            if ours:
+                raise DatabaseError(f"the database has tables named like deepx_flow's "
+                                    f"({', '.join(ours)}) but no schema version; it was "
+                                    f"not made by deepx_flow")
+            SQLModel.metadata.create_all(conn)
+            conn.execute(SchemaInfo.__table__.insert().values(id=1, version=SCHEMA_VERSION))
+            return 0
+        found = conn.execute(select(SchemaInfo.version)).scalar_one()
+        if found > SCHEMA_VERSION:
+            raise DatabaseError(
+                f"the metadata database {engine.url.render_as_string(hide_password=True)} has "
+                f"schema version {found}, newer than this deepx_flow knows ({SCHEMA_VERSION}); "
+                f"upgrade deepx_flow, or use another database (--db or DEEPX_DB_URL)")
+        for version in range(found + 1, SCHEMA_VERSION + 1):
+            STEPS[version](conn)
+            conn.execute(update(SchemaInfo).values(version=version))
+        return found

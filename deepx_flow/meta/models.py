@@ -1,0 +1,184 @@
+"""The metadata database's tables, as SQLModel classes.
+
+One class per table. Times are seconds since the epoch (floats, UTC): Dask reports task
+times that way, and the dashboard's timelines need sub-second resolution on every backend.
+Sizes are bytes (64-bit integers). Strings that name Dask things (worker addresses, keys)
+are stored as Dask prints them.
+
+What each table records:
+- `workers`, `devices`, `storage_tiers`: memory and compute-storage registration, per
+  scheduler (the same address can be a different worker on another cluster);
+- `operators`: operator registration (built-in and from entry points);
+- `links`: network registration, one row per measured worker pair;
+- `graphs`: every graph that ran, by content hash, with its YAML;
+- `runs`: one row per `dx.run` / `dx.persist`, with its plan summary and outcome;
+- `tasks`: one row per Dask task that finished or failed in a run;
+- `chunk_placements`: where each chunk of a tensor is (one row per chunk and worker);
+- `events`: things that happened to a run besides its tasks (worker lost, drift, ...).
+
+Changing a table means adding a migration in `migrations.py` and bumping `SCHEMA_VERSION`.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from sqlalchemy import BigInteger, Column, Index, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+def _big(**kw):
+    return Field(default=None, sa_column=Column(BigInteger, **kw))
+
+
+def _text(**kw):
+    return Field(default=None, sa_column=Column(Text, **kw))
+
+
+class SchemaInfo(SQLModel, table=True):
+    """The schema version of this database (one row)."""
+
+    __tablename__ = "deepx_schema"
+    id: int = Field(default=1, primary_key=True)
+    version: int
+
+
+class Worker(SQLModel, table=True):
+    __tablename__ = "workers"
+    __table_args__ = (UniqueConstraint("scheduler", "address"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    scheduler: str = Field(index=True)
+    address: str
+    name: str
+    host: str
+    protocol: str  # tcp, ucx, inproc, ...
+    nthreads: int
+    memory_limit: Optional[int] = _big()  # the worker's host memory limit
+    memory_reserved: Optional[int] = _big()  # held by the worker process when registered
+    status: str = "running"  # running, gone
+    first_seen: float
+    last_seen: float
+
+
+class Device(SQLModel, table=True):
+    __tablename__ = "devices"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    worker_id: int = Field(foreign_key="workers.id", index=True)
+    index: int = 0
+    kind: str = "gpu"
+    name: str
+    memory_total: Optional[int] = _big()
+    memory_free: Optional[int] = _big()
+    healthy: bool = True
+    registered_at: float
+
+
+class StorageTier(SQLModel, table=True):
+    __tablename__ = "storage_tiers"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    worker_id: int = Field(foreign_key="workers.id", index=True)
+    tier: str  # device, host, disk, object
+    location: str  # device name, "memory", a local path or an object-store URL
+    capacity: Optional[int] = _big()
+    registered_at: float
+
+
+class Operator(SQLModel, table=True):
+    __tablename__ = "operators"
+    name: str = Field(primary_key=True)
+    kind: str
+    engines: str  # comma-separated: numpy,cupy
+    fusable: bool
+    flops_per_element: float
+    temp_bytes_per_element: float
+    source: str = "builtin"  # or the distribution that registered it through an entry point
+    doc: Optional[str] = _text()
+    registered_at: float
+
+
+class Link(SQLModel, table=True):
+    __tablename__ = "links"
+    __table_args__ = (UniqueConstraint("scheduler", "source", "target"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    scheduler: str = Field(index=True)
+    source: str  # worker address
+    target: str
+    protocol: str
+    bandwidth: float  # bytes/s
+    latency: float  # seconds
+    measured_at: float
+
+
+class GraphRecord(SQLModel, table=True):
+    __tablename__ = "graphs"
+    hash: str = Field(primary_key=True)
+    yaml: Optional[str] = _text()
+    n_nodes: int
+    created_at: float
+
+
+class Run(SQLModel, table=True):
+    __tablename__ = "runs"
+    id: str = Field(primary_key=True)  # a uuid4 hex
+    graph_hash: str = Field(foreign_key="graphs.hash", index=True)
+    kind: str = "run"  # run (results gathered) or persist (left on the cluster)
+    status: str = Field(default="running", index=True)  # running, succeeded, failed, interrupted
+    started_at: float = Field(index=True)
+    ended_at: Optional[float] = None
+    scheduler: str
+    cluster: str  # the ClusterSpec's name
+    n_workers: int
+    n_tasks: int
+    n_chunks: int
+    compute_comm_ratio: Optional[float] = None  # the plan's estimate (None when infinite)
+    explain: Optional[str] = _text()
+    outputs: Optional[str] = _text()  # JSON: output name -> tensor key
+    error: Optional[str] = _text()
+    host: str
+    pid: int
+    username: str
+
+
+class Task(SQLModel, table=True):
+    __tablename__ = "tasks"
+    __table_args__ = (Index("ix_tasks_run_key", "run_id", "key"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="runs.id")
+    key: str  # the Dask key as text: "('node@token', 0, 1)"
+    tensor: str  # the tensor key (node id @ content token), or an internal step of it
+    operator: str  # operator, or the fused group: "fused(tanh,mul,add)", "sum<exp,mul>"
+    worker: Optional[str] = None
+    start: Optional[float] = None
+    stop: Optional[float] = None
+    bytes_in: Optional[int] = _big()
+    bytes_out: Optional[int] = _big()
+    attempts: int = 1
+    status: str = "memory"  # memory (finished) or erred
+    error: Optional[str] = _text()
+
+
+class ChunkPlacement(SQLModel, table=True):
+    __tablename__ = "chunk_placements"
+    __table_args__ = (UniqueConstraint("tensor", "chunk", "worker"),
+                      Index("ix_chunk_placements_run", "run_id"))
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="runs.id")
+    tensor: str  # tensor key (node id @ content token)
+    chunk: str  # chunk index, comma-separated: "0,1"
+    worker: str
+    device: Optional[str] = None
+    tier: str = "host"  # device, host, disk (spilled), object
+    nbytes: Optional[int] = _big()
+    state: str = "memory"  # memory, spilled, stored, lost, released
+    updated_at: float
+
+
+class Event(SQLModel, table=True):
+    __tablename__ = "events"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: Optional[str] = Field(default=None, foreign_key="runs.id", index=True)
+    at: float
+    kind: str  # worker-lost, drift, retry, ...
+    worker: Optional[str] = None
+    key: Optional[str] = None
+    message: Optional[str] = _text()
