@@ -8,8 +8,8 @@
     out = dx.run(y, inputs={"x": x_np})
 """
 
-from deepx_flow.errors import (ClusterError, DeepxError, ExecutionError, GraphError, InputError,
-                               PlanError, SpecError)
+from deepx_flow.errors import (ClusterError, DatabaseError, DeepxError, ExecutionError,
+                               GraphError, InputError, PlanError, SpecError)
 from deepx_flow.ir import Graph, Node
 from deepx_flow.sdk import random
 from deepx_flow.sdk.build import build_graph
@@ -21,15 +21,17 @@ from deepx_flow.sdk.functions import (abs, add, arange, cast, concat, concatenat
                                       where, zeros)
 from deepx_flow.sdk.tensor import Tensor
 from deepx_flow.registry.cluster import ClusterSpec, load_cluster_file
+from deepx_flow.runtime.placement import Placement, placement
 from deepx_flow.runtime.run import Persisted, compile, persist, run
 from deepx_flow.spec.yaml_io import from_yaml, to_yaml
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ClusterError", "DeepxError", "ExecutionError", "GraphError", "InputError", "PlanError",
+    "ClusterError", "DatabaseError", "DeepxError", "ExecutionError", "GraphError", "InputError", "PlanError",
     "SpecError", "Graph", "Node", "Tensor", "build_graph", "random", "ClusterSpec",
-    "load_cluster_file", "Persisted", "compile", "persist", "run", "from_yaml", "to_yaml",
+    "load_cluster_file", "Persisted", "Placement", "compile", "persist", "placement", "run",
+    "from_yaml", "to_yaml",
     "abs", "add", "arange", "cast", "concat", "concatenate", "div", "equal", "exp", "full",
     "gelu", "greater", "greater_equal", "input", "less", "less_equal", "log", "log_softmax",
     "matmul", "max", "maximum", "mean", "min", "minimum", "mul", "neg", "not_equal", "ones",

@@ -28,6 +28,9 @@ class Settings:
     db_url: str | None = None
     # Record runs, tasks and chunk placements in the metadata database.
     record: bool = True
+    # An object store (any fsspec URL, e.g. s3://bucket/deepx) the workers can write to; it
+    # is registered as each worker's "object" storage tier.
+    object_store: str | None = None
 
 
 def settings() -> Settings:
@@ -41,4 +44,5 @@ def settings() -> Settings:
         scheduler_address=env.get("DEEPX_SCHEDULER") or None,
         db_url=env.get("DEEPX_DB_URL") or None,
         record=env.get("DEEPX_RECORD", "1").strip().lower() not in ("0", "false", "no", "off"),
+        object_store=env.get("DEEPX_OBJECT_STORE") or None,
     )

@@ -1,8 +1,13 @@
-"""The `deepx-flow` command: run and explain YAML graphs, list operators.
+"""The `deepx-flow` command: run and explain YAML graphs, list operators, show recorded runs.
 
     deepx-flow run graphs/mlp_forward.yaml --input x=x.npy --output y=y.npy
     deepx-flow explain graphs/mlp_forward.yaml --cluster graphs/clusters/8xH100.yaml
     deepx-flow ops
+    deepx-flow runs                      # recorded runs, newest first
+    deepx-flow runs show RUN_ID          # one run: tasks by operator, errors, its plan
+    deepx-flow placement RUN_ID          # which worker holds each chunk
+
+`--db URL` (or DEEPX_DB_URL) picks the metadata database; the default is `.deepx/deepx.db`.
 
 Exit codes: 0 success; 2 a bad graph, input file, cluster file or option (one line, no
 traceback); 1 a failure while running.
@@ -11,6 +16,7 @@ traceback); 1 a failure while running.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -33,10 +39,16 @@ def _pairs(values, what: str) -> dict[str, str]:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from deepx_flow.cli import runs_cmd
+
     parser = _Parser(prog="deepx-flow", description="Run tensor graphs on Dask clusters.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    db = argparse.ArgumentParser(add_help=False)
+    db.add_argument("--db", metavar="URL",
+                    help="metadata database URL (default: DEEPX_DB_URL, else "
+                         "sqlite:///.deepx/deepx.db)")
 
-    run = sub.add_parser("run", help="run a YAML graph")
+    run = sub.add_parser("run", help="run a YAML graph", parents=[db])
     run.add_argument("graph", help="YAML graph spec")
     run.add_argument("--input", "-i", action="append", metavar="NAME=PATH",
                      help="an input from a .npy file or a Zarr array (repeatable)")
@@ -57,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
                          help="plan for the cluster behind this scheduler")
 
     sub.add_parser("ops", help="list the operators and their engines")
+    runs_cmd.add_parsers(sub, [db])
     return parser
 
 
@@ -66,6 +79,8 @@ def _cmd_run(args) -> int:
     from deepx_flow.runtime.run import run
     from deepx_flow.spec.yaml_io import from_yaml
 
+    if args.db:  # the run records itself where the settings say
+        os.environ["DEEPX_DB_URL"] = args.db
     graph = from_yaml(Path(args.graph))
     inputs = _pairs(args.input, "input")
     outputs = _pairs(args.output, "output")
@@ -116,7 +131,9 @@ def _cmd_ops(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    command = {"run": _cmd_run, "explain": _cmd_explain, "ops": _cmd_ops}[args.command]
+    from deepx_flow.cli import runs_cmd
+    command = {"run": _cmd_run, "explain": _cmd_explain, "ops": _cmd_ops,
+               "runs": runs_cmd.cmd_runs, "placement": runs_cmd.cmd_placement}[args.command]
     try:
         return command(args)
     except DeepxError as err:

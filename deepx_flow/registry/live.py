@@ -1,8 +1,10 @@
 """Memory registration from a running Dask cluster.
 
-Each worker reports its thread count and memory limit through the scheduler; workers that
-can see a GPU report its name and memory through a probe that runs on the worker (CuPy is
-imported there only if it is installed). The result is the `ClusterSpec` the compiler uses.
+Each worker reports its thread count and memory limit through the scheduler; a probe that
+runs on the worker adds its GPU (name, total and free memory, through CuPy, imported there
+only if it is installed), the memory its process holds already, and its storage tiers
+(`storage_tiers.py`). The result is the `ClusterSpec` the compiler uses.
+`deepx_flow.registry.register` does the same and also records it in the metadata database.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from deepx_flow.registry.cluster import ClusterSpec, DeviceSpec, WorkerSpec
 
 
 def probe_device() -> dict | None:
-    """On a worker: the GPU this process uses (name, total and free memory), if any."""
+    """On a worker: the GPU this process uses (CUDA index, name, total and free memory)."""
     if importlib.util.find_spec("cupy") is None:
         return None
     try:
@@ -25,19 +27,39 @@ def probe_device() -> dict | None:
         free, total = device.mem_info
         props = cupy.cuda.runtime.getDeviceProperties(device.id)
         name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-        return {"name": name, "total": int(total), "free": int(free)}
+        return {"index": int(device.id), "name": name, "total": int(total), "free": int(free)}
     except Exception:  # no driver, no device, or a broken install: a CPU worker
         return None
 
 
-def probe_worker() -> dict:
-    """On a worker: its GPU (if any) and the memory its process holds already."""
+def probe_devices() -> list[dict]:
+    """On a worker: the GPUs it computes on, each with index, name, total and free memory.
+
+    That is the current CUDA device (dask-cuda lists the worker's own GPU first in
+    CUDA_VISIBLE_DEVICES); other visible GPUs are not the worker's, and asking CuPy for
+    their free memory would create a CUDA context (hundreds of MiB) on each of them.
+    """
+    device = probe_device()
+    return [device] if device else []
+
+
+def probe_worker(dask_worker=None) -> dict:
+    """On a worker: its GPUs, the memory its process holds already and its storage tiers.
+
+    `client.run` passes `dask_worker`; without it (called in this process) there is no
+    local directory to report as a disk tier.
+    """
     import psutil
-    return {"device": probe_device(), "rss": psutil.Process().memory_info().rss}
+
+    from deepx_flow.registry.storage_tiers import probe_tiers
+    devices = probe_devices()
+    return {"device": devices[0] if devices else None, "devices": devices,
+            "rss": psutil.Process().memory_info().rss,
+            "tiers": probe_tiers(dask_worker, devices)}
 
 
-def cluster_spec_from_client(client, wait: float = 30.0) -> ClusterSpec:
-    """The ClusterSpec of the cluster behind a `distributed.Client`.
+def probe_cluster(client, wait: float = 30.0) -> dict[str, tuple[dict, dict]]:
+    """`{address: (the scheduler's info on the worker, the worker's own probe)}`.
 
     Waits up to `wait` seconds for at least one worker, since workers may be (re)starting.
     """
@@ -50,18 +72,30 @@ def cluster_spec_from_client(client, wait: float = 30.0) -> ClusterSpec:
     info = client.scheduler_info(n_workers=-1) if _takes_n_workers(client) \
         else client.scheduler_info()
     probes = client.run(probe_worker) if info["workers"] else {}
-    workers = []
-    for address, w in sorted(info["workers"].items()):
-        probe = probes.get(address, {})
-        dev = probe.get("device")
-        device = DeviceSpec("gpu", dev["name"], dev["total"]) if dev else None
-        limit = int(w.get("memory_limit") or 0)
-        # Threaded workers share the client's process: its memory is not theirs to reserve.
-        reserved = int(probe.get("rss", 0)) if limit and _separate_process(address) \
-            else 0
-        workers.append(WorkerSpec(str(w.get("name", address)), str(w.get("host", "")),
-                                  int(w.get("nthreads", 1)), limit or _host_memory(), device,
-                                  address=address, reserved=reserved))
+    # A worker that joined between the two calls has no info yet; one that left, no probe.
+    return {address: (w, probes[address]) for address, w in sorted(info["workers"].items())
+            if address in probes}
+
+
+def worker_spec(address: str, info: dict, probe: dict) -> WorkerSpec:
+    """The WorkerSpec of one worker from the scheduler's info and its probe."""
+    dev = probe.get("device")
+    device = DeviceSpec("gpu", dev["name"], dev["total"]) if dev else None
+    limit = int(info.get("memory_limit") or 0)
+    # Threaded workers share the client's process: its memory is not theirs to reserve.
+    reserved = int(probe.get("rss", 0)) if limit and _separate_process(address) else 0
+    return WorkerSpec(str(info.get("name", address)), str(info.get("host", "")),
+                      int(info.get("nthreads", 1)), limit or _host_memory(), device,
+                      address=address, reserved=reserved)
+
+
+def cluster_spec_from_client(client, wait: float = 30.0) -> ClusterSpec:
+    """The ClusterSpec of the cluster behind a `distributed.Client` (links: the defaults).
+
+    Waits up to `wait` seconds for at least one worker, since workers may be (re)starting.
+    """
+    workers = [worker_spec(address, info, probe)
+               for address, (info, probe) in probe_cluster(client, wait).items()]
     return ClusterSpec(f"dask {client.scheduler.address}", tuple(workers), (),
                        "scheduler " + str(client.scheduler.address))
 

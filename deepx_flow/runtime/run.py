@@ -27,6 +27,7 @@ from deepx_flow.config import settings
 from deepx_flow.runtime.cluster import (connect, current_client, open_client,
                                         start_embedded_cluster)
 from deepx_flow.runtime.inputs import bind_inputs, check_sources_on
+from deepx_flow.runtime.recording import RunRecorder
 from deepx_flow.sdk.build import build_graph
 from deepx_flow.sdk.tensor import Tensor
 
@@ -84,11 +85,14 @@ class Persisted:
     futures: list
     client: object
     key: str  # the tensor key of the chunks: (key, *chunk index)
+    recorder: RunRecorder | None = None  # records the run that made it, and its release
 
     def wait(self) -> "Persisted":
         """Block until every chunk is computed."""
         from distributed import wait
         wait(self.futures)
+        if self.recorder is not None:
+            self.recorder.finish_if_done()
         return self
 
     def to_numpy(self) -> np.ndarray:
@@ -96,9 +100,13 @@ class Persisted:
         return _gather(self.client, self.futures, self.shape, self.dtype, self.chunks)
 
     def release(self) -> None:
+        """Let the cluster drop the chunks (the placement table then says "released")."""
+        keys = [f.key for f in self.futures]
         for future in self.futures:
             future.release()
         self.futures = []
+        if self.recorder is not None:
+            self.recorder.flush_quietly(settle_keys=keys)
 
 
 def _checked(outputs, inputs):
@@ -108,19 +116,27 @@ def _checked(outputs, inputs):
     return graph, bind_inputs(graph, inputs)
 
 
-def _submit(plan: Plan, graph: Graph, sources, client):
+def _submit(plan: Plan, graph: Graph, sources, client, kind: str):
+    """Lower and submit the plan; returns output futures by name, output tensor keys by
+    name, and the run's recorder (None when recording is off)."""
     check_sources_on(sources, client)
     lowered = plan.lower(sources, to_host=plan.cluster.has_devices)
     keys = {name: lowered.output_keys(name) for name, _ in graph.outputs}
     flat = [k for ks in keys.values() for k in ks]
-    with warnings.catch_warnings():
-        # NumPy inputs travel inside the graph on purpose (so they can be sent again if a
-        # worker dies); Dask's advice against large graphs does not apply.
-        warnings.filterwarnings("ignore", message="Sending large graph")
-        futures = client.get(lowered.dsk, flat, sync=False)
+    recorder = RunRecorder.start(plan, lowered, client, kind)
+    try:
+        with warnings.catch_warnings():
+            # NumPy inputs travel inside the graph on purpose (so they can be sent again if
+            # a worker dies); Dask's advice against large graphs does not apply.
+            warnings.filterwarnings("ignore", message="Sending large graph")
+            futures = client.get(lowered.dsk, flat, sync=False)
+    except BaseException as err:
+        if recorder is not None:
+            recorder.finish(error=f"{type(err).__name__}: {err}")
+        raise
     by_key = dict(zip(flat, futures))
     names = {name: lowered.outputs[name][0] for name in keys}
-    return {name: [by_key[k] for k in ks] for name, ks in keys.items()}, names
+    return {name: [by_key[k] for k in ks] for name, ks in keys.items()}, names, recorder
 
 
 def _show_progress(futures, n_tasks: int, progress) -> None:
@@ -171,13 +187,28 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
 
 
 def _compute(plan, graph, bound, client, progress):
-    futures, _ = _submit(plan, graph, bound, client)
-    _show_progress([f for fs in futures.values() for f in fs], plan.stats().tasks, progress)
-    out = {}
-    for name, node_id in graph.outputs:
-        node = plan.graph[node_id]
-        out[name] = _gather(client, futures[name], node.shape, node.dtype,
-                            plan.partition.chunks[node_id])
+    futures, _, recorder = _submit(plan, graph, bound, client, "run")
+    flat = [f for fs in futures.values() for f in fs]
+    if recorder is not None:
+        recorder.watch()
+    try:
+        _show_progress(flat, plan.stats().tasks, progress)
+        out = {}
+        for name, node_id in graph.outputs:
+            node = plan.graph[node_id]
+            out[name] = _gather(client, futures[name], node.shape, node.dtype,
+                                plan.partition.chunks[node_id])
+    except BaseException as err:
+        if recorder is not None:
+            recorder.finish(error=f"{type(err).__name__}: {err}")
+        raise
+    if recorder is not None:
+        # The outputs are NumPy arrays now; dropping the futures frees the chunks, and the
+        # placement table should say so.
+        keys = [f.key for f in flat]
+        for f in flat:
+            f.release()
+        recorder.finish(settle_keys=keys)
     return out
 
 
@@ -260,12 +291,14 @@ def persist(outputs, inputs: dict | None = None, client=None, scheduler: str | N
     active = (client or (_shared_client(address) if address else None)
               or _persisted_client(inputs) or current_client() or _shared_client())
     plan = compile_graph(graph, cluster_spec(cluster, active))
-    futures, keys = _submit(plan, graph, bound, active)
+    futures, keys, recorder = _submit(plan, graph, bound, active, "persist")
+    if recorder is not None:
+        recorder.watch([f for fs in futures.values() for f in fs])
     handles = {}
     for name, node_id in graph.outputs:
         node = plan.graph[node_id]
         handles[name] = Persisted(name, node.shape, node.dtype, plan.partition.chunks[node_id],
-                                  futures[name], active, keys[name])
+                                  futures[name], active, keys[name], recorder)
     if isinstance(outputs, Tensor):
         return handles[graph.outputs[0][0]]
     if isinstance(outputs, (dict, Graph)):

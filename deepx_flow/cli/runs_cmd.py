@@ -1,0 +1,115 @@
+"""`deepx-flow runs`, `deepx-flow runs show RUN_ID` and `deepx-flow placement RUN_ID`:
+recorded runs, their tasks and errors, and where their chunks are."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from deepx_flow.meta import open_db, queries
+from deepx_flow.registry.cluster import format_bytes
+from deepx_flow.runtime.placement import placement_table
+from deepx_flow.text_table import text_table
+
+
+def add_parsers(sub, parents) -> None:
+    runs = sub.add_parser("runs", help="list recorded runs; 'runs show RUN_ID' shows one",
+                          parents=parents)
+    runs_sub = runs.add_subparsers(dest="runs_command")
+    runs.add_argument("--limit", type=int, default=20, help="how many (newest first)")
+    runs.add_argument("--status", choices=("running", "succeeded", "failed", "interrupted"))
+    show = runs_sub.add_parser("show", help="one run: plan, tasks by operator, errors",
+                               parents=parents)
+    show.add_argument("run_id", help="a run id, or the start of one")
+    show.add_argument("--tasks", action="store_true", help="list every task")
+
+    where = sub.add_parser("placement", help="where each chunk of a run's tensors is",
+                           parents=parents)
+    where.add_argument("run_id", help="a run id, or the start of one")
+    where.add_argument("--tensor", help="only this tensor key")
+    where.add_argument("--all", action="store_true",
+                       help="also chunks that were released or lost")
+
+
+def cmd_runs(args) -> int:
+    db = open_db(args.db)
+    if getattr(args, "runs_command", None) == "show":
+        return _show(db, args)
+    rows = [(r.id[:12], r.kind, r.status, _time(r.started_at), _duration(r), r.n_tasks,
+             r.n_workers, r.cluster, _first_line(r.error))
+            for r in queries.list_runs(db, args.limit, args.status)]
+    print(text_table(("run", "kind", "status", "started", "seconds", "tasks", "workers",
+                      "cluster", "error"), rows) if rows else f"no runs in {db.display_url}")
+    return 0
+
+
+def _show(db, args) -> int:
+    run = queries.find_run(db, args.run_id)
+    ratio = "inf" if run.compute_comm_ratio is None else f"{run.compute_comm_ratio:.1f}"
+    print(f"run {run.id}  {run.kind}  {run.status}\n"
+          f"  started {_time(run.started_at)}, {_duration(run)} s, by {run.username or '?'} "
+          f"on {run.host} (pid {run.pid})\n"
+          f"  cluster {run.cluster} ({run.n_workers} workers) at {run.scheduler}\n"
+          f"  graph {run.graph_hash}; {run.n_tasks} tasks, {run.n_chunks} chunks; "
+          f"planned compute/communication {ratio}")
+    if run.error:
+        print(f"  error: {run.error}")
+    summary = queries.task_summary(db, run.id)
+    print()
+    print(text_table(("operator", "tasks", "failed", "compute s", "bytes out"),
+                     [(op, n, failed, f"{secs:.3f}", format_bytes(nbytes))
+                      for op, n, failed, secs, nbytes in summary],
+                     "tasks by operator") if summary else "no tasks recorded")
+    tasks = queries.run_tasks(db, run.id)
+    failed = [t for t in tasks if t.status == "erred"]
+    if failed:
+        print()
+        print(text_table(("key", "worker", "attempts", "error"),
+                         [(t.key, t.worker, t.attempts, _first_line(t.error)) for t in failed],
+                         "failed tasks"))
+    if args.tasks:
+        print()
+        print(text_table(("key", "operator", "worker", "start", "seconds", "bytes in",
+                          "bytes out", "attempts", "status"),
+                         [(t.key, t.operator, t.worker, _time(t.start, ms=True),
+                           f"{t.stop - t.start:.3f}" if t.start and t.stop else "-",
+                           _size(t.bytes_in), _size(t.bytes_out), t.attempts, t.status)
+                          for t in tasks], "tasks"))
+    events = queries.run_events(db, run.id)
+    if events:
+        print()
+        print(text_table(("at", "event", "worker", "key", "message"),
+                         [(_time(e.at, ms=True), e.kind, e.worker, e.key, e.message)
+                          for e in events], "events"))
+    if run.explain:
+        print()
+        print(run.explain)
+    return 0
+
+
+def cmd_placement(args) -> int:
+    db = open_db(args.db)
+    run = queries.find_run(db, args.run_id)
+    rows = queries.placements(db, run_id=run.id, tensor=args.tensor, current=not args.all)
+    print(placement_table(rows, f"chunks of run {run.id}") if rows else
+          f"run {run.id} has no {'' if args.all else 'held '}chunks recorded")
+    return 0
+
+
+def _time(t: float | None, ms: bool = False) -> str:
+    if t is None:
+        return "-"
+    stamp = dt.datetime.fromtimestamp(t)
+    return stamp.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if ms else \
+        stamp.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _duration(run) -> str:
+    return f"{run.ended_at - run.started_at:.2f}" if run.ended_at else "-"
+
+
+def _size(n) -> str:
+    return format_bytes(n) if n is not None else "-"
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").strip().splitlines()[0][:100] if text and text.strip() else ""

@@ -1,0 +1,88 @@
+"""Reading runs, tasks and chunk placements back, for the CLI, `dx.placement` and the
+dashboard. Each function is one short read; results are plain model objects."""
+
+from __future__ import annotations
+
+from sqlalchemy import case, func
+from sqlmodel import col, select
+
+from deepx_flow.errors import InputError
+from deepx_flow.meta.db import Database
+from deepx_flow.meta.models import ChunkPlacement, Event, Run, Task
+
+
+def list_runs(db: Database, limit: int = 20, status: str | None = None) -> list[Run]:
+    """The most recent runs first."""
+    query = select(Run).order_by(col(Run.started_at).desc()).limit(limit)
+    if status:
+        query = query.where(Run.status == status)
+    with db.session() as session:
+        return list(session.exec(query))
+
+
+def find_run(db: Database, run_id: str) -> Run:
+    """The run whose id is `run_id` or starts with it (as `deepx-flow runs` prints it)."""
+    with db.session() as session:
+        run = session.get(Run, run_id)
+        if run is not None:
+            return run
+        matches = list(session.exec(select(Run).where(col(Run.id).startswith(run_id))
+                                    .limit(2))) if run_id else []
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise InputError(f"no run {run_id!r} in {db.display_url} (deepx-flow runs lists them)")
+    raise InputError(f"run id {run_id!r} is ambiguous in {db.display_url}; give more of it")
+
+
+def run_tasks(db: Database, run_id: str) -> list[Task]:
+    with db.session() as session:
+        return list(session.exec(select(Task).where(Task.run_id == run_id)
+                                 .order_by(col(Task.start), col(Task.id))))
+
+
+def task_summary(db: Database, run_id: str) -> list[tuple]:
+    """Per operator: tasks, failed tasks, compute seconds, bytes out."""
+    failed = func.sum(case((Task.status == "erred", 1), else_=0))
+    query = (select(Task.operator, func.count(), failed,
+                    func.sum(func.coalesce(Task.stop - Task.start, 0.0)),
+                    func.sum(func.coalesce(Task.bytes_out, 0)))
+             .where(Task.run_id == run_id).group_by(Task.operator)
+             .order_by(Task.operator))
+    with db.session() as session:
+        return [tuple(row) for row in session.exec(query)]
+
+
+def run_events(db: Database, run_id: str) -> list[Event]:
+    with db.session() as session:
+        return list(session.exec(select(Event).where(Event.run_id == run_id)
+                                 .order_by(col(Event.at))))
+
+
+def placements(db: Database, *, run_id: str | None = None, tensor: str | None = None,
+               node_id: str | None = None, current: bool = True) -> list[ChunkPlacement]:
+    """Chunk placements of a run, a tensor key, or the latest run's tensor of a node id;
+    with `current`, only chunks still held (not released or lost)."""
+    query = select(ChunkPlacement)
+    if run_id is not None:
+        query = query.where(ChunkPlacement.run_id == run_id)
+    if tensor is not None:
+        query = query.where(ChunkPlacement.tensor == tensor)
+    if node_id is not None:
+        with db.session() as session:
+            latest = session.exec(
+                select(ChunkPlacement.tensor)
+                .where(col(ChunkPlacement.tensor).startswith(f"{node_id}@"))
+                .order_by(col(ChunkPlacement.updated_at).desc()).limit(1)).first()
+        if latest is None:
+            return []
+        query = query.where(ChunkPlacement.tensor == latest)
+    if current:
+        query = query.where(col(ChunkPlacement.state).in_(("memory", "spilled", "stored")))
+    with db.session() as session:
+        rows = list(session.exec(query))
+    return sorted(rows, key=lambda p: (p.tensor, _chunk_order(p.chunk), p.worker))
+
+
+def _chunk_order(chunk: str) -> tuple:
+    return tuple(int(i) for i in chunk.split(",") if i)

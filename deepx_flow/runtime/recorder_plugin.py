@@ -1,0 +1,222 @@
+"""The scheduler side of run recording: a Dask scheduler plugin that notes, for the keys of
+the runs it is told about, every finished or failed task and where each chunk is held.
+
+It only buffers; the process that started a run drains the buffer (`drain`, through
+`client.run_on_scheduler`) and writes it to the metadata database. So the scheduler needs no
+database access, a remote cluster works like a local one, and the scheduler's event loop
+never waits for a disk.
+
+Where chunks are comes from the scheduler's own state, so it agrees with `who_has`:
+- a task finishing puts its chunk on the worker that computed it ("memory");
+- copies made by transfers are found at each drain by comparing `who_has` with what was
+  last reported (new holders "memory", dropped ones "released");
+- a key leaving memory marks its holders "released", or "lost" when the holder is a worker
+  that has just left the cluster;
+- workers report chunks they spilled to disk (and read back) as events (`SpillReporter`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+
+from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
+
+PLUGIN_NAME = "deepx-recorder"
+SPILL_TOPIC = "deepx-spill"
+# How long a drain waits for the scheduler to process a client's release of keys.
+SETTLE_TIMEOUT_S = 5.0
+
+
+def key_name(key) -> str:
+    return key[0] if isinstance(key, tuple) else str(key)
+
+
+def chunk_index(key) -> str:
+    return ",".join(str(i) for i in key[1:]) if isinstance(key, tuple) else ""
+
+
+class RecorderPlugin(SchedulerPlugin):
+    """Buffers task and placement records of tracked runs until their driver drains them."""
+
+    name = PLUGIN_NAME
+    idempotent = True  # registering it again keeps the one with its buffers
+
+    def __init__(self):
+        self.scheduler = None
+        self.run_of: dict[str, str] = {}  # key name -> run id (the latest run to track it)
+        self.attempts: dict = defaultdict(int)
+        self.tasks: dict[str, list] = defaultdict(list)
+        self.placements: dict[str, list] = defaultdict(list)
+        self.events: dict[str, list] = defaultdict(list)
+        self.holders: dict = {}  # key -> set of workers last reported holding it
+
+    async def start(self, scheduler) -> None:
+        self.scheduler = scheduler
+
+    # -- called by the driver through run_on_scheduler ---------------------------------------
+
+    def track(self, run_id: str, names) -> None:
+        for name in names:
+            self.run_of[name] = run_id
+
+    async def drain(self, run_ids, settle_keys=(), client_id: str | None = None) -> dict:
+        """Pop everything buffered for `run_ids`. With `settle_keys`, first wait (bounded)
+        until the scheduler has processed `client_id`'s release of them, so the drain sees
+        them released."""
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        while settle_keys and time.monotonic() < deadline and any(
+                self._wanted_by(k, client_id) for k in settle_keys):
+            await asyncio.sleep(0.01)
+        self._sync_replicas(set(run_ids))
+        out = {}
+        for run_id in run_ids:
+            out[run_id] = {"tasks": self.tasks.pop(run_id, []),
+                           "placements": self.placements.pop(run_id, []),
+                           "events": self.events.pop(run_id, [])}
+        return out
+
+    def _wanted_by(self, key, client_id) -> bool:
+        ts = self.scheduler.tasks.get(key)
+        return ts is not None and any(cs.client_key == client_id for cs in ts.who_wants)
+
+    # -- scheduler hooks ----------------------------------------------------------------------
+
+    def transition(self, key, start, finish, *args, stimulus_id=None, **kwargs) -> None:
+        run_id = self.run_of.get(key_name(key))
+        if run_id is None:
+            return
+        if finish == "processing":
+            self.attempts[key] += 1
+        elif start == "processing" and finish in ("memory", "erred"):
+            self._task_done(run_id, key, finish, kwargs)
+        if finish == "memory" and start != "memory":
+            worker = kwargs.get("worker")
+            ts = self.scheduler.tasks.get(key)
+            workers = {worker} if worker else {ws.address for ws in ts.who_has or ()}
+            for w in workers:
+                self._place(run_id, key, w, "memory", kwargs.get("nbytes")
+                            or (ts.nbytes if ts else None))
+            self.holders[key] = workers
+        elif start == "memory" and finish != "memory":
+            alive = self.scheduler.workers
+            for w in self.holders.pop(key, ()):
+                self._place(run_id, key, w, "released" if w in alive else "lost", None)
+        if finish == "forgotten":
+            self.attempts.pop(key, None)
+
+    def remove_worker(self, scheduler, worker: str, *, stimulus_id=None, **kwargs) -> None:
+        now = time.time()
+        runs = set()
+        for key, workers in list(self.holders.items()):
+            if worker in workers:
+                workers.discard(worker)
+                run_id = self.run_of.get(key_name(key))
+                self._place(run_id, key, worker, "lost", None)
+                runs.add(run_id)
+        for run_id in runs:
+            self.events[run_id].append({"at": now, "kind": "worker-lost", "worker": worker,
+                                        "key": None, "message": f"worker {worker} left the "
+                                        f"cluster ({stimulus_id})"})
+
+    def log_event(self, topic, msg) -> None:
+        if topic != SPILL_TOPIC or not isinstance(msg, dict):
+            return
+        worker = msg.get("worker")
+        for state, keys in (("spilled", msg.get("spilled", ())),
+                            ("memory", msg.get("unspilled", ()))):
+            for key in keys:
+                key = tuple(key) if isinstance(key, list) else key
+                run_id = self.run_of.get(key_name(key))
+                if run_id is not None and worker in self.holders.get(key, ()):
+                    ts = self.scheduler.tasks.get(key)
+                    self._place(run_id, key, worker, state, ts.nbytes if ts else None)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _task_done(self, run_id, key, finish, kw) -> None:
+        compute = [s for s in kw.get("startstops") or () if s.get("action") == "compute"]
+        ts = self.scheduler.tasks.get(key)
+        deps_bytes = sum(max(d.nbytes, 0) for d in ts.dependencies) if ts else None
+        self.tasks[run_id].append({
+            "key": str(key), "tensor": key_name(key), "worker": kw.get("worker"),
+            "start": compute[0]["start"] if compute else None,
+            "stop": compute[-1]["stop"] if compute else None,
+            "bytes_in": deps_bytes,
+            "bytes_out": kw.get("nbytes") if finish == "memory" else None,
+            "attempts": max(1, self.attempts.get(key, 1)),
+            "status": finish,
+            "error": kw.get("exception_text") if finish == "erred" else None,
+        })
+
+    def _place(self, run_id, key, worker, state, nbytes) -> None:
+        if run_id is None:
+            return
+        self.placements[run_id].append({
+            "tensor": key_name(key), "chunk": chunk_index(key), "worker": worker,
+            "state": state, "nbytes": nbytes, "at": time.time()})
+
+    def _sync_replicas(self, run_ids: set) -> None:
+        """Record copies that transfers made (or dropped) since the last drain."""
+        tasks = self.scheduler.tasks
+        for key, known in list(self.holders.items()):
+            run_id = self.run_of.get(key_name(key))
+            if run_id not in run_ids:
+                continue
+            ts = tasks.get(key)
+            if ts is None or ts.state != "memory":
+                continue
+            now = {ws.address for ws in ts.who_has or ()}
+            if now == known:
+                continue
+            for w in now - known:
+                self._place(run_id, key, w, "memory", ts.nbytes)
+            for w in known - now:
+                self._place(run_id, key, w, "released", None)
+            self.holders[key] = now
+
+
+async def drain(dask_scheduler, run_ids, settle_keys=(), client_id=None) -> dict:
+    """Run on the scheduler: the recorder plugin's buffered records for `run_ids`."""
+    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
+    if plugin is None:
+        return {run_id: {"tasks": [], "placements": [], "events": []} for run_id in run_ids}
+    return await plugin.drain(run_ids, settle_keys, client_id)
+
+
+def track(dask_scheduler, run_id, names) -> None:
+    """Run on the scheduler: record the keys named `names` under `run_id`."""
+    dask_scheduler.plugins[PLUGIN_NAME].track(run_id, names)
+
+
+class SpillReporter(WorkerPlugin):
+    """On each worker: every second, report keys moved to or from the disk since the last
+    look, as an event the scheduler plugin turns into "spilled" / "memory" placements."""
+
+    name = "deepx-spill-reporter"
+    idempotent = True
+    INTERVAL_MS = 1000
+
+    def setup(self, worker) -> None:
+        from tornado.ioloop import PeriodicCallback
+
+        self.worker = worker
+        self.spilled: set = set()
+        self.callback = PeriodicCallback(self._look, self.INTERVAL_MS)
+        self.callback.start()
+
+    def teardown(self, worker) -> None:
+        self.callback.stop()
+
+    def _look(self) -> None:
+        slow = getattr(self.worker.data, "slow", None)
+        if slow is None:
+            return
+        now = set(slow.keys())
+        spilled, unspilled = now - self.spilled, self.spilled - now
+        self.spilled = now
+        if spilled or unspilled:
+            self.worker.log_event(SPILL_TOPIC, {
+                "worker": self.worker.address, "spilled": list(spilled),
+                "unspilled": [k for k in unspilled if k in self.worker.data]})

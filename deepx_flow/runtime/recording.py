@@ -1,0 +1,188 @@
+"""The driver side of run recording: a run's row, then its tasks and chunk placements.
+
+`RunRecorder.start` writes the run (status "running") and its graph, and tells the
+scheduler plugin (`recorder_plugin.py`) which keys are this run's. While the run goes, a
+thread drains the plugin's buffer every `FLUSH_INTERVAL_S` and writes it in one
+transaction, so recording costs the run a few batched writes, not one per task. `finish`
+drains the rest and sets the status.
+
+Recording is on unless `DEEPX_RECORD=0`.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+
+from deepx_flow.config import settings
+from deepx_flow.ir.program import describe
+from deepx_flow.meta import open_db, store
+from deepx_flow.meta.models import Run
+from deepx_flow.runtime import recorder_plugin
+
+FLUSH_INTERVAL_S = 0.5
+
+log = logging.getLogger(__name__)
+
+
+def operator_label(node) -> str:
+    """What a task of `node` runs: its operator, a fused program, or an operator with the
+    elementwise steps fused into it ("matmul+epilogue(add, relu)")."""
+    attrs = dict(node.attrs)
+    if node.op == "fused":
+        return _short(f"fused[{describe(attrs['program'])}]")
+    for part in ("prologue", "epilogue"):
+        if attrs.get(part):
+            return _short(f"{node.op}+{part}[{describe(attrs[part])}]")
+    return node.op
+
+
+def _short(label: str, limit: int = 160) -> str:
+    return label if len(label) <= limit else label[:limit - 3] + "..."
+
+
+class RunRecorder:
+    """Records one run of a compiled plan in the metadata database."""
+
+    def __init__(self, db, client, run_id: str, labels: dict, places: dict):
+        self.db, self.client, self.run_id = db, client, run_id
+        self.labels = labels  # node id -> operator label
+        self.places = places  # worker address -> (tier, device name)
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = None
+        self.futures = None
+        self.status = "running"
+
+    @classmethod
+    def start(cls, plan, lowered, client, kind: str = "run") -> "RunRecorder | None":
+        """Write the run's row and start tracking its keys; None when recording is off."""
+        if not settings().record:
+            return None
+        from deepx_flow.spec.yaml_io import to_yaml
+
+        db = open_db()
+        graph_yaml = to_yaml(plan.graph)
+        stats = plan.stats()
+        ratio = stats.compute_comm_ratio
+        run = Run(
+            id=uuid.uuid4().hex, kind=kind, status="running", started_at=time.time(),
+            graph_hash=hashlib.sha256(graph_yaml.encode()).hexdigest()[:16],
+            scheduler=str(client.scheduler.address), cluster=plan.cluster.name,
+            n_workers=len(plan.cluster.workers), n_tasks=len(lowered.dsk),
+            n_chunks=sum(_count(c) for c in plan.partition.chunks.values()),
+            compute_comm_ratio=None if ratio == float("inf") else ratio,
+            explain=plan.explain(),
+            outputs=json.dumps({name: key for name, (key, _) in lowered.outputs.items()}),
+            host=socket.gethostname(), pid=os.getpid(), username=_user())
+        store.begin_run(db, run, graph_yaml, len(plan.graph.nodes))
+        _install_plugins(client)
+        names = {recorder_plugin.key_name(k) for k in lowered.dsk}
+        client.run_on_scheduler(recorder_plugin.track, run_id=run.id, names=names)
+        labels = {node.id: operator_label(node) for node in plan.fused.nodes}
+        places = {w.address: (("device", w.device.name) if w.device and plan.cluster.has_devices
+                              else ("host", None)) for w in plan.cluster.workers if w.address}
+        return cls(db, client, run.id, labels, places)
+
+    def watch(self, futures=None) -> None:
+        """Drain in the background until `finish` is called or, given `futures`, until they
+        are all done (then finish the run from their outcome)."""
+        self.futures = futures
+
+        def loop():
+            while not self._done.wait(FLUSH_INTERVAL_S):
+                if self.finish_if_done():
+                    return
+                self.flush_quietly()
+        self._thread = threading.Thread(target=loop, name=f"deepx-record-{self.run_id[:8]}",
+                                        daemon=True)
+        self._thread.start()
+
+    def flush(self, settle_keys=()) -> None:
+        """Write what the scheduler has buffered for this run. With `settle_keys` (keys this
+        client just released), first let the scheduler process the release."""
+        with self._lock:
+            out = self.client.run_on_scheduler(
+                recorder_plugin.drain, run_ids=[self.run_id], settle_keys=list(settle_keys),
+                client_id=self.client.id)[self.run_id]
+            for task in out["tasks"]:
+                task["operator"] = self.labels.get(task["tensor"].split("@")[0], "?")
+            for p in out["placements"]:
+                p["tier"], p["device"] = self.places.get(p["worker"], ("host", None))
+                if p["state"] == "spilled":
+                    p["tier"] = "disk"
+            store.write_records(self.db, self.run_id, out["tasks"], out["placements"],
+                                out["events"])
+
+    def finish(self, error: str | None = None, settle_keys=()) -> None:
+        """Drain the rest and set the run's status (failed when `error` is given); once."""
+        with self._lock:
+            if self.status != "running":
+                return
+            self.status = "failed" if error else "succeeded"
+        self._done.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        self.flush_quietly(settle_keys)
+        try:
+            store.end_run(self.db, self.run_id, self.status, error)
+        except Exception as err:
+            log.warning("deepx_flow: could not record the end of run %s: %s", self.run_id, err)
+
+    def finish_if_done(self) -> bool:
+        """Finish the run if all the futures `watch` was given are done; say if it was."""
+        if self.futures is None or not all(f.done() for f in self.futures):
+            return False
+        self.finish_from(self.futures)
+        return True
+
+    def finish_from(self, futures) -> None:
+        """`finish`, with the error of the first failed future if any."""
+        failed = next((f for f in futures if f.status == "error"), None)
+        error = None
+        if failed is not None:
+            try:
+                error = f"{failed.key}: {failed.exception()!r}"
+            except Exception as err:  # the future's error could not be fetched
+                error = f"{failed.key}: {err!r}"
+        self.finish(error)
+
+    def flush_quietly(self, settle_keys=()) -> None:
+        """`flush`, logging instead of raising: recording must never fail a run."""
+        try:
+            self.flush(settle_keys)
+        except Exception as err:
+            log.warning("deepx_flow: could not record run %s: %s", self.run_id, err)
+
+
+def _install_plugins(client) -> None:
+    """Register the scheduler plugin (and the workers' spill reporter) once per cluster."""
+    installed = client.run_on_scheduler(_has_plugin)
+    if not installed:
+        client.register_plugin(recorder_plugin.RecorderPlugin())
+        client.register_plugin(recorder_plugin.SpillReporter())
+
+
+def _has_plugin(dask_scheduler) -> bool:
+    return recorder_plugin.PLUGIN_NAME in dask_scheduler.plugins
+
+
+def _count(chunks) -> int:
+    n = 1
+    for c in chunks:
+        n *= len(c)
+    return n
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no name for this uid (containers)
+        return str(os.getuid()) if hasattr(os, "getuid") else "?"
