@@ -19,7 +19,8 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import DatabaseError as SQLAlchemyDatabaseError
 from sqlmodel import Session
 
 from deepx_flow.config import settings
@@ -47,9 +48,14 @@ class Database:
         self.engine = _engine(url)
         try:
             migrate(self.engine)
-        except OperationalError as err:
+        except BaseException as err:
+            self.engine.dispose()  # a database we refuse keeps no connections open
+            if not isinstance(err, SQLAlchemyDatabaseError):
+                raise
+            # No server, a file that is not SQLite, no permission to create tables, ...
+            reason = (str(err.orig).strip().splitlines() or [type(err.orig).__name__])[0]
             raise DatabaseError(f"cannot open the metadata database {self.display_url}: "
-                                f"{str(err.orig).strip().splitlines()[0]}") from None
+                                f"{reason}") from None
 
     @property
     def display_url(self) -> str:
@@ -107,7 +113,8 @@ def _engine(url: str) -> Engine:
         try:
             return create_engine(url, pool_pre_ping=True)
         except Exception as err:  # a missing driver, a bad option
-            raise DatabaseError(f"cannot use the metadata database {url!r}: {err}") from None
+            shown = parsed.render_as_string(hide_password=True)
+            raise DatabaseError(f"cannot use the metadata database {shown!r}: {err}") from None
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S,

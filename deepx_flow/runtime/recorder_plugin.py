@@ -51,6 +51,7 @@ class RecorderPlugin(SchedulerPlugin):
         self.placements: dict[str, list] = defaultdict(list)
         self.events: dict[str, list] = defaultdict(list)
         self.holders: dict = {}  # key -> set of workers last reported holding it
+        self.lost_runs: dict = defaultdict(set)  # dead worker -> runs that lost chunks on it
 
     async def start(self, scheduler) -> None:
         self.scheduler = scheduler
@@ -102,13 +103,17 @@ class RecorderPlugin(SchedulerPlugin):
         elif start == "memory" and finish != "memory":
             alive = self.scheduler.workers
             for w in self.holders.pop(key, ()):
-                self._place(run_id, key, w, "released" if w in alive else "lost", None)
+                if w in alive:
+                    self._place(run_id, key, w, "released", None)
+                else:  # the scheduler drops a dead worker's keys before telling plugins
+                    self._place(run_id, key, w, "lost", None)
+                    self.lost_runs[w].add(run_id)
         if finish == "forgotten":
             self.attempts.pop(key, None)
 
     def remove_worker(self, scheduler, worker: str, *, stimulus_id=None, **kwargs) -> None:
         now = time.time()
-        runs = set()
+        runs = self.lost_runs.pop(worker, set())
         for key, workers in list(self.holders.items()):
             if worker in workers:
                 workers.discard(worker)

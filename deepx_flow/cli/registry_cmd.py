@@ -1,0 +1,195 @@
+"""`deepx-flow registry`: what the registry holds, and measuring the network.
+
+    deepx-flow registry show                          # from the metadata database
+    deepx-flow registry show --scheduler ADDRESS      # register that cluster first
+    deepx-flow registry probe --scheduler ADDRESS     # measure links, store, print them
+
+`show` prints, per scheduler, the workers (memory, devices, storage tiers) and the matrix of
+measured links, then the number of registered operators. `probe` registers the cluster,
+measures every ordered pair of workers (`deepx_flow.registry.network`) and stores the result,
+which the compiler then uses for its communication estimate. The database is `args.db`
+(the global `--db` option), else `DEEPX_DB_URL`, else `.deepx/deepx.db`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from datetime import datetime
+
+from deepx_flow.errors import ClusterError
+
+
+def _size(value: str) -> int:
+    from deepx_flow.registry.cluster import parse_bytes
+    try:
+        return parse_bytes(value, "--bytes")
+    except ClusterError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def add_parser(subparsers) -> None:
+    """Add `registry show` and `registry probe` to the command's subparsers."""
+    registry = subparsers.add_parser("registry", help="show the registry, or measure the "
+                                                      "network between workers")
+    sub = registry.add_subparsers(dest="registry_command", required=True)
+    show = sub.add_parser("show", help="print workers, devices, storage tiers, links and "
+                                       "operators from the metadata database")
+    show.add_argument("--scheduler", metavar="ADDRESS",
+                      help="register the cluster behind this scheduler first, and show only it")
+    probe = sub.add_parser("probe", help="measure bandwidth and latency between every pair "
+                                         "of workers and store them")
+    probe.add_argument("--scheduler", metavar="ADDRESS",
+                       help="the cluster's scheduler (default: DEEPX_SCHEDULER)")
+    probe.add_argument("--bytes", type=_size, default="32MiB", metavar="SIZE",
+                       help="payload of each bandwidth transfer (default 32MiB)")
+    probe.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+                       help="start no new pair after this long (default 120)")
+
+
+def run(args) -> int:
+    from deepx_flow.meta import open_db
+    db = open_db(getattr(args, "db", None))
+    if args.registry_command == "probe":
+        return _probe(args, db)
+    return _show(args, db)
+
+
+def _show(args, db) -> int:
+    from deepx_flow.registry.operators import register_operators
+    scheduler = None
+    if args.scheduler:
+        scheduler = _register(args.scheduler, db)
+    operators = register_operators(db)
+    print(f"Metadata database: {db.display_url}")
+    schedulers = [scheduler] if scheduler else _schedulers(db)
+    if not schedulers:
+        print("\nNo cluster registered yet (deepx-flow registry show --scheduler ADDRESS).")
+    for address in schedulers:
+        print()
+        print("\n".join(_cluster_lines(db, address)))
+    builtin = sum(r.source == "builtin" for r in operators)
+    print(f"\nOperators: {len(operators)} registered ({builtin} built-in, "
+          f"{len(operators) - builtin} from entry points; deepx-flow ops lists them)")
+    return 0
+
+
+def _probe(args, db) -> int:
+    from deepx_flow.config import settings
+    from deepx_flow.registry.network import probe_network
+    from deepx_flow.registry.register import register_cluster
+    from deepx_flow.runtime.cluster import open_client
+    address = args.scheduler or settings().scheduler_address
+    if not address:
+        raise ClusterError("registry probe needs a cluster: --scheduler ADDRESS or "
+                           "DEEPX_SCHEDULER")
+    with open_client(address, set_as_default=False) as client:
+        spec = register_cluster(client, db)
+        if len(spec.workers) < 2:
+            raise ClusterError(f"the cluster at {address} has {len(spec.workers)} worker; "
+                               f"a network probe needs at least two")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            found = probe_network(client, db, nbytes=args.bytes, timeout=args.timeout)
+        scheduler = str(client.scheduler.address)
+    for w in caught:
+        print(f"deepx-flow: warning: {w.message}", file=sys.stderr)
+    print(f"Measured {len(found)} link(s) with {args.bytes / 2**20:g} MiB transfers.")
+    print("\n".join(_cluster_lines(db, scheduler, workers_too=False)))
+    return 0
+
+
+def _register(address: str, db) -> str:
+    from deepx_flow.registry.register import register_cluster
+    from deepx_flow.runtime.cluster import open_client
+    with open_client(address, set_as_default=False) as client:
+        register_cluster(client, db)
+        return str(client.scheduler.address)
+
+
+def _schedulers(db) -> list[str]:
+    """Registered schedulers, most recently seen first."""
+    from sqlmodel import func, select
+
+    from deepx_flow.meta.models import Worker
+    with db.session() as session:
+        rows = session.exec(select(Worker.scheduler, func.max(Worker.last_seen))
+                            .group_by(Worker.scheduler)).all()
+    return [s for s, _ in sorted(rows, key=lambda r: -r[1])]
+
+
+def _cluster_lines(db, scheduler: str, workers_too: bool = True) -> list[str]:
+    from sqlmodel import select
+
+    from deepx_flow.meta.models import Device, Link, StorageTier, Worker
+    with db.session() as session:
+        workers = session.exec(select(Worker).where(Worker.scheduler == scheduler)
+                               .order_by(Worker.address)).all()
+        ids = [w.id for w in workers]
+        devices = session.exec(select(Device).where(Device.worker_id.in_(ids))).all()
+        tiers = session.exec(select(StorageTier).where(StorageTier.worker_id.in_(ids))
+                             .order_by(StorageTier.id)).all()
+        links = session.exec(select(Link).where(Link.scheduler == scheduler)).all()
+    running = [w for w in workers if w.status == "running"]
+    label = {w.address: str(i) for i, w in enumerate(running)}
+    last = max((w.last_seen for w in workers), default=0)
+    lines = [f"Scheduler {scheduler}: {len(running)} worker(s) running, "
+             f"{len(workers) - len(running)} gone; last registered {_when(last)}"]
+    if workers_too:
+        lines += _worker_lines(workers, devices, tiers, label)
+    lines += _link_lines(links, running, label)
+    return lines
+
+
+def _worker_lines(workers, devices, tiers, label) -> list[str]:
+    from deepx_flow.registry.cluster import format_bytes
+    by_worker = {}
+    for d in devices:
+        by_worker.setdefault(d.worker_id, []).append(
+            f"{d.name} {format_bytes(d.memory_total or 0)}"
+            + (f" ({format_bytes(d.memory_free)} free)" if d.memory_free is not None else ""))
+    rows = [("#", "address", "name", "host", "threads", "memory limit", "reserved", "status",
+             "devices")]
+    for w in workers:
+        rows.append((label.get(w.address, "-"), w.address, w.name, w.host, str(w.nthreads),
+                     format_bytes(w.memory_limit) if w.memory_limit else "none",
+                     format_bytes(w.memory_reserved or 0), w.status,
+                     "; ".join(by_worker.get(w.id, [])) or "-"))
+    lines = ["  " + line for line in _table(rows)]
+    address = {w.id: w.address for w in workers}
+    rows = [("#", "tier", "location", "capacity")]
+    for t in tiers:
+        capacity = "-" if t.capacity is None else format_bytes(t.capacity) + \
+            (" free" if t.tier == "disk" else "")
+        rows.append((label.get(address[t.worker_id], "-"), t.tier, t.location, capacity))
+    lines += ["", "  Storage tiers:"] + ["  " + line for line in _table(rows)]
+    return lines
+
+
+def _link_lines(links, running, label) -> list[str]:
+    measured = {(r.source, r.target): r for r in links
+                if r.source in label and r.target in label}
+    if not measured:
+        return ["", "  Links: not measured (deepx-flow registry probe)"]
+    protocols = sorted({r.protocol for r in measured.values()})
+    lines = ["", f"  Links ({', '.join(protocols)}), from row to column:"]
+    for title, cell in (("bandwidth GB/s", lambda r: f"{r.bandwidth / 1e9:.2f}"),
+                        ("latency ms", lambda r: f"{r.latency * 1e3:.3f}")):
+        rows = [(title,) + tuple(label[w.address] for w in running)]
+        for a in running:
+            rows.append((label[a.address],) + tuple(
+                "-" if a is b else (cell(measured[a.address, b.address])
+                                    if (a.address, b.address) in measured else "?")
+                for b in running))
+        lines += ["  " + line for line in _table(rows)]
+    return lines
+
+
+def _table(rows) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def _when(t: float) -> str:
+    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "never"
