@@ -6,6 +6,7 @@
     deepx-flow runs                      # recorded runs, newest first
     deepx-flow runs show RUN_ID          # one run: tasks by operator, errors, its plan
     deepx-flow placement RUN_ID          # which worker holds each chunk
+    deepx-flow registry show|probe       # registered workers, tiers, links; measure links
 
 `--db URL` (or DEEPX_DB_URL) picks the metadata database; the default is `.deepx/deepx.db`.
 
@@ -39,7 +40,7 @@ def _pairs(values, what: str) -> dict[str, str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from deepx_flow.cli import runs_cmd
+    from deepx_flow.cli import registry_cmd, runs_cmd
 
     parser = _Parser(prog="deepx-flow", description="Run tensor graphs on Dask clusters.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -70,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("ops", help="list the operators and their engines")
     runs_cmd.add_parsers(sub, [db])
+    registry_cmd.add_parser(sub, [db])
     return parser
 
 
@@ -131,9 +133,10 @@ def _cmd_ops(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from deepx_flow.cli import runs_cmd
+    from deepx_flow.cli import registry_cmd, runs_cmd
     command = {"run": _cmd_run, "explain": _cmd_explain, "ops": _cmd_ops,
-               "runs": runs_cmd.cmd_runs, "placement": runs_cmd.cmd_placement}[args.command]
+               "runs": runs_cmd.cmd_runs, "placement": runs_cmd.cmd_placement,
+               "registry": registry_cmd.run}[args.command]
     try:
         return command(args)
     except DeepxError as err:

@@ -4,11 +4,13 @@
     deepx-flow registry show --scheduler ADDRESS      # register that cluster first
     deepx-flow registry probe --scheduler ADDRESS     # measure links, store, print them
 
-`show` prints, per scheduler, the workers (memory, devices, storage tiers) and the matrix of
-measured links, then the number of registered operators. `probe` registers the cluster,
-measures every ordered pair of workers (`deepx_flow.registry.network`) and stores the result,
-which the compiler then uses for its communication estimate. The database is `args.db`
-(the global `--db` option), else `DEEPX_DB_URL`, else `.deepx/deepx.db`.
+`show` prints, per scheduler, the workers (memory, devices, storage tiers) and the matrices
+of measured links, then the number of registered operators (it registers this
+installation's operators, built-in and from entry points, before counting them).
+`probe` registers the cluster, measures every ordered pair of workers
+(`deepx_flow.registry.network`) and stores the result, which the compiler then uses for its
+communication estimate. The database is `args.db` (`--db`, from the parent parsers main.py
+passes), else `DEEPX_DB_URL`, else `.deepx/deepx.db`.
 """
 
 from __future__ import annotations
@@ -19,27 +21,32 @@ import warnings
 from datetime import datetime
 
 from deepx_flow.errors import ClusterError
+from deepx_flow.text_table import text_table
 
 
 def _size(value: str) -> int:
     from deepx_flow.registry.cluster import parse_bytes
     try:
-        return parse_bytes(value, "--bytes")
-    except ClusterError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+        return parse_bytes(value)
+    except ClusterError:
+        raise argparse.ArgumentTypeError(f"cannot read {value!r} as a size (use e.g. 32MiB "
+                                         f"or 4MB)") from None
 
 
-def add_parser(subparsers) -> None:
-    """Add `registry show` and `registry probe` to the command's subparsers."""
+def add_parser(subparsers, parents=()) -> None:
+    """Add `registry show` and `registry probe` to the command's subparsers; `parents`
+    (parsers with shared options such as --db) are given to both."""
     registry = subparsers.add_parser("registry", help="show the registry, or measure the "
                                                       "network between workers")
-    sub = registry.add_subparsers(dest="registry_command", required=True)
+    sub = registry.add_subparsers(dest="registry_command", required=True,
+                                  metavar="{show,probe}")
     show = sub.add_parser("show", help="print workers, devices, storage tiers, links and "
-                                       "operators from the metadata database")
+                                       "operators from the metadata database",
+                          parents=list(parents))
     show.add_argument("--scheduler", metavar="ADDRESS",
                       help="register the cluster behind this scheduler first, and show only it")
     probe = sub.add_parser("probe", help="measure bandwidth and latency between every pair "
-                                         "of workers and store them")
+                                         "of workers and store them", parents=list(parents))
     probe.add_argument("--scheduler", metavar="ADDRESS",
                        help="the cluster's scheduler (default: DEEPX_SCHEDULER)")
     probe.add_argument("--bytes", type=_size, default="32MiB", metavar="SIZE",
@@ -149,21 +156,22 @@ def _worker_lines(workers, devices, tiers, label) -> list[str]:
         by_worker.setdefault(d.worker_id, []).append(
             f"{d.name} {format_bytes(d.memory_total or 0)}"
             + (f" ({format_bytes(d.memory_free)} free)" if d.memory_free is not None else ""))
-    rows = [("#", "address", "name", "host", "threads", "memory limit", "reserved", "status",
-             "devices")]
+    rows = []
     for w in workers:
         rows.append((label.get(w.address, "-"), w.address, w.name, w.host, str(w.nthreads),
                      format_bytes(w.memory_limit) if w.memory_limit else "none",
                      format_bytes(w.memory_reserved or 0), w.status,
                      "; ".join(by_worker.get(w.id, [])) or "-"))
-    lines = ["  " + line for line in _table(rows)]
+    lines = _indent(text_table(("#", "address", "name", "host", "threads", "memory limit",
+                                "reserved", "status", "devices"), rows))
     address = {w.id: w.address for w in workers}
-    rows = [("#", "tier", "location", "capacity")]
+    rows = []
     for t in tiers:
         capacity = "-" if t.capacity is None else format_bytes(t.capacity) + \
             (" free" if t.tier == "disk" else "")
         rows.append((label.get(address[t.worker_id], "-"), t.tier, t.location, capacity))
-    lines += ["", "  Storage tiers:"] + ["  " + line for line in _table(rows)]
+    lines += ["", "  Storage tiers:"] + _indent(text_table(("#", "tier", "location",
+                                                             "capacity"), rows))
     return lines
 
 
@@ -176,19 +184,19 @@ def _link_lines(links, running, label) -> list[str]:
     lines = ["", f"  Links ({', '.join(protocols)}), from row to column:"]
     for title, cell in (("bandwidth GB/s", lambda r: f"{r.bandwidth / 1e9:.2f}"),
                         ("latency ms", lambda r: f"{r.latency * 1e3:.3f}")):
-        rows = [(title,) + tuple(label[w.address] for w in running)]
+        rows = []
         for a in running:
             rows.append((label[a.address],) + tuple(
                 "-" if a is b else (cell(measured[a.address, b.address])
                                     if (a.address, b.address) in measured else "?")
                 for b in running))
-        lines += ["  " + line for line in _table(rows)]
-    return lines
+        headers = (title,) + tuple(label[w.address] for w in running)
+        lines += _indent(text_table(headers, rows)) + [""]
+    return lines[:-1]
 
 
-def _table(rows) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+def _indent(table: str) -> list[str]:
+    return ["  " + line for line in table.splitlines()]
 
 
 def _when(t: float) -> str:

@@ -69,12 +69,19 @@ def probe_cluster(client, wait: float = 30.0) -> dict[str, tuple[dict, dict]]:
         raise ClusterError(f"the Dask scheduler at {client.scheduler.address} has had no "
                            f"workers for {wait:.0f} s; start some (dask worker / dask cuda "
                            f"worker)") from None
+    workers = scheduler_workers(client)
+    probes = client.run(probe_worker) if workers else {}
+    # A worker that joined between the two calls has no info yet; one that left, no probe.
+    return {address: (w, probes[address]) for address, w in sorted(workers.items())
+            if address in probes}
+
+
+def scheduler_workers(client) -> dict[str, dict]:
+    """The scheduler's info on every worker, by address (all of them, not the first few
+    that newer versions of `scheduler_info` return by default)."""
     info = client.scheduler_info(n_workers=-1) if _takes_n_workers(client) \
         else client.scheduler_info()
-    probes = client.run(probe_worker) if info["workers"] else {}
-    # A worker that joined between the two calls has no info yet; one that left, no probe.
-    return {address: (w, probes[address]) for address, w in sorted(info["workers"].items())
-            if address in probes}
+    return info["workers"]
 
 
 def worker_spec(address: str, info: dict, probe: dict) -> WorkerSpec:

@@ -64,11 +64,12 @@ def probe_network(client, db=None, nbytes: int = DEFAULT_NBYTES,
 
     Returns the measurements (none with fewer than two workers).
     """
-    from deepx_flow.registry.live import _takes_n_workers
-    info = client.scheduler_info(n_workers=-1) if _takes_n_workers(client) \
-        else client.scheduler_info()
-    workers = sorted(info["workers"])
-    pairs = [(a, b) for a in workers for b in workers if a != b]
+    from deepx_flow.registry.live import scheduler_workers
+    workers = sorted(scheduler_workers(client))
+    n = len(workers)
+    # Round k pairs each worker with the k-th after it: if time runs out, what was measured
+    # still covers every worker, not only the first few as sources.
+    pairs = [(workers[i], workers[(i + k) % n]) for k in range(1, n) for i in range(n)]
     deadline = time.monotonic() + timeout
     results = []
     for a, b in pairs:

@@ -121,14 +121,10 @@ def register_operators(db=None) -> list[RegisteredOperator]:
 
 
 def operator_table(registered: list[RegisteredOperator] | None = None) -> str:
-    rows = [("operator", "kind", "engines", "fuses", "flops/elem", "scratch B/elem", "source",
-             "description")]
-    for r in registered if registered is not None else registered_operators():
-        spec = r.spec
-        rows.append((spec.name, spec.kind, ",".join(spec.engines), "yes" if spec.fusable
-                     else "no", f"{spec.flops_per_element:g}",
-                     f"{spec.temp_bytes_per_element:g}", r.source, spec.doc))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    from deepx_flow.text_table import text_table
+    rows = [(r.spec.name, r.spec.kind, ",".join(r.spec.engines),
+             "yes" if r.spec.fusable else "no", f"{r.spec.flops_per_element:g}",
+             f"{r.spec.temp_bytes_per_element:g}", r.source, r.spec.doc)
+            for r in (registered if registered is not None else registered_operators())]
+    return text_table(("operator", "kind", "engines", "fuses", "flops/elem", "scratch B/elem",
+                       "source", "description"), rows)

@@ -24,6 +24,11 @@ from collections import defaultdict
 from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
 
 PLUGIN_NAME = "deepx-recorder"
+# The records a drain returns are tuples in these orders.
+TASK_FIELDS = ("key", "tensor", "worker", "start", "stop", "bytes_in", "bytes_out",
+               "attempts", "status", "error")
+PLACEMENT_FIELDS = ("tensor", "chunk", "worker", "state", "nbytes", "at")
+EVENT_FIELDS = ("at", "kind", "worker", "key", "message")
 SPILL_TOPIC = "deepx-spill"
 # How long a drain waits for the scheduler to process a client's release of keys.
 SETTLE_TIMEOUT_S = 5.0
@@ -48,7 +53,10 @@ class RecorderPlugin(SchedulerPlugin):
         self.run_of: dict[str, str] = {}  # key name -> run id (the latest run to track it)
         self.attempts: dict = defaultdict(int)
         self.tasks: dict[str, list] = defaultdict(list)
-        self.placements: dict[str, list] = defaultdict(list)
+        # run -> {(key, worker): latest placement}: a chunk made and dropped between two
+        # drains is never written (its task row says where it was computed).
+        self.placements: dict[str, dict] = defaultdict(dict)
+        self.reported: set = set()  # (key, worker) pairs drained while held
         self.events: dict[str, list] = defaultdict(list)
         self.holders: dict = {}  # key -> set of workers last reported holding it
         self.lost_runs: dict = defaultdict(set)  # dead worker -> runs that lost chunks on it
@@ -74,9 +82,21 @@ class RecorderPlugin(SchedulerPlugin):
         out = {}
         for run_id in run_ids:
             out[run_id] = {"tasks": self.tasks.pop(run_id, []),
-                           "placements": self.placements.pop(run_id, []),
+                           "placements": self._drain_placements(run_id),
                            "events": self.events.pop(run_id, [])}
         return out
+
+    def _drain_placements(self, run_id: str) -> list:
+        rows = []
+        for pair, row in self.placements.pop(run_id, {}).items():
+            if row[3] in ("released", "lost"):
+                if pair not in self.reported:
+                    continue  # made and dropped since the last drain
+                self.reported.discard(pair)
+            else:
+                self.reported.add(pair)
+            rows.append(row)
+        return rows
 
     def _wanted_by(self, key, client_id) -> bool:
         ts = self.scheduler.tasks.get(key)
@@ -121,9 +141,8 @@ class RecorderPlugin(SchedulerPlugin):
                 self._place(run_id, key, worker, "lost", None)
                 runs.add(run_id)
         for run_id in runs:
-            self.events[run_id].append({"at": now, "kind": "worker-lost", "worker": worker,
-                                        "key": None, "message": f"worker {worker} left the "
-                                        f"cluster ({stimulus_id})"})
+            self.events[run_id].append((now, "worker-lost", worker, None,
+                                        f"worker {worker} left the cluster ({stimulus_id})"))
 
     def log_event(self, topic, msg) -> None:
         if topic != SPILL_TOPIC or not isinstance(msg, dict):
@@ -144,23 +163,22 @@ class RecorderPlugin(SchedulerPlugin):
         compute = [s for s in kw.get("startstops") or () if s.get("action") == "compute"]
         ts = self.scheduler.tasks.get(key)
         deps_bytes = sum(max(d.nbytes, 0) for d in ts.dependencies) if ts else None
-        self.tasks[run_id].append({
-            "key": str(key), "tensor": key_name(key), "worker": kw.get("worker"),
-            "start": compute[0]["start"] if compute else None,
-            "stop": compute[-1]["stop"] if compute else None,
-            "bytes_in": deps_bytes,
-            "bytes_out": kw.get("nbytes") if finish == "memory" else None,
-            "attempts": max(1, self.attempts.get(key, 1)),
-            "status": finish,
-            "error": kw.get("exception_text") if finish == "erred" else None,
-        })
+        # A tuple in TASK_FIELDS order: drains move thousands of these.
+        self.tasks[run_id].append((
+            str(key), key_name(key), kw.get("worker"),
+            compute[0]["start"] if compute else None,
+            compute[-1]["stop"] if compute else None,
+            deps_bytes,
+            kw.get("nbytes") if finish == "memory" else None,
+            max(1, self.attempts.get(key, 1)),
+            finish,
+            kw.get("exception_text") if finish == "erred" else None))
 
     def _place(self, run_id, key, worker, state, nbytes) -> None:
         if run_id is None:
             return
-        self.placements[run_id].append({
-            "tensor": key_name(key), "chunk": chunk_index(key), "worker": worker,
-            "state": state, "nbytes": nbytes, "at": time.time()})
+        self.placements[run_id][(key, worker)] = (
+            key_name(key), chunk_index(key), worker, state, nbytes, time.time())
 
     def _sync_replicas(self, run_ids: set) -> None:
         """Record copies that transfers made (or dropped) since the last drain."""

@@ -27,7 +27,7 @@ from deepx_flow.meta import open_db, store
 from deepx_flow.meta.models import Run
 from deepx_flow.runtime import recorder_plugin
 
-FLUSH_INTERVAL_S = 0.5
+FLUSH_INTERVAL_S = 1.0
 
 log = logging.getLogger(__name__)
 
@@ -112,14 +112,16 @@ class RunRecorder:
             out = self.client.run_on_scheduler(
                 recorder_plugin.drain, run_ids=[self.run_id], settle_keys=list(settle_keys),
                 client_id=self.client.id)[self.run_id]
-            for task in out["tasks"]:
-                task["operator"] = self.labels.get(task["tensor"].split("@")[0], "?")
-            for p in out["placements"]:
-                p["tier"], p["device"] = self.places.get(p["worker"], ("host", None))
-                if p["state"] == "spilled":
-                    p["tier"] = "disk"
-            store.write_records(self.db, self.run_id, out["tasks"], out["placements"],
-                                out["events"])
+            # Plugin tuples (recorder_plugin.*_FIELDS) -> table rows (store.*_COLUMNS).
+            labels, places = self.labels, self.places
+            tasks = [(t[0], t[1], labels.get(t[1].split("@")[0], "?"), *t[2:])
+                     for t in out["tasks"]]
+            placements = []
+            for tensor, chunk, worker, state, nbytes, at in out["placements"]:
+                tier, device = places.get(worker, ("host", None))
+                placements.append((tensor, chunk, worker, device,
+                                   "disk" if state == "spilled" else tier, nbytes, state, at))
+            store.write_records(self.db, self.run_id, tasks, placements, out["events"])
 
     def finish(self, error: str | None = None, settle_keys=()) -> None:
         """Drain the rest and set the run's status (failed when `error` is given); once."""

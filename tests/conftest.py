@@ -1,0 +1,74 @@
+"""Fixtures shared by all tests."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+
+# --- metadata database ---------------------------------------------------------------------
+#
+# Tests never write `.deepx/deepx.db` into the working directory: the whole session records
+# into a SQLite file in a temporary folder. Tests of the database itself use `db_url`, a fresh
+# empty database per test, on SQLite and on the PostgreSQL server at DEEPX_TEST_PG_URL (which
+# `.ci/run` starts; DEEPX_REQUIRE_PG=1 there makes a missing server a failure, not a skip).
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_db_url(tmp_path_factory):
+    """Point DEEPX_DB_URL at a session-wide SQLite file, so runs are not recorded in the repo."""
+    path = tmp_path_factory.mktemp("deepx-db") / "deepx.db"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DEEPX_DB_URL", f"sqlite:///{path.as_posix()}")
+        yield
+
+
+def _postgres_database():
+    """Create a database with a unique name on the test server, yield its URL, drop it."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.pool import NullPool
+
+    server = os.environ.get("DEEPX_TEST_PG_URL")
+    if not server:
+        reason = "DEEPX_TEST_PG_URL is not set (no PostgreSQL server to test against)"
+        if os.environ.get("DEEPX_REQUIRE_PG") == "1":
+            pytest.fail(f"DEEPX_REQUIRE_PG=1 but {reason}")
+        pytest.skip(reason)
+    name = f"deepx_test_{uuid.uuid4().hex[:16]}"
+    admin = create_engine(server, poolclass=NullPool, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        try:
+            yield make_url(server).set(database=name).render_as_string(hide_password=False)
+        finally:
+            from deepx_flow.meta.db import close_all
+
+            close_all()
+            with admin.connect() as conn:
+                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """The URL of a fresh, empty metadata database (nothing created in it yet)."""
+    from deepx_flow.meta.db import close_all
+
+    if request.param == "sqlite":
+        yield f"sqlite:///{(tmp_path / 'deepx.db').as_posix()}"
+    else:
+        yield from _postgres_database()
+    close_all()  # no engine keeps connections to a database that is gone
+
+
+@pytest.fixture
+def db(db_url):
+    """The metadata database at `db_url`, opened (so created at the current schema)."""
+    from deepx_flow.meta.db import open_db
+
+    return open_db(db_url)

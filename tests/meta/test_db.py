@@ -1,0 +1,319 @@
+"""The metadata database: creating, reopening, migrating and refusing databases, on SQLite and
+on PostgreSQL (`db_url` runs each test on both), and many processes writing one SQLite file."""
+
+from __future__ import annotations
+
+import multiprocessing
+import socket
+import time
+import traceback
+from pathlib import Path
+
+import pytest
+from sqlalchemy import MetaData, create_engine, inspect, text
+from sqlalchemy.pool import NullPool
+from sqlmodel import SQLModel, select
+
+from deepx_flow.errors import DatabaseError
+from deepx_flow.meta.db import Database, close_all, database_url, open_db
+from deepx_flow.meta.migrations import SCHEMA_VERSION
+from deepx_flow.meta.models import (ChunkPlacement, Device, Event, GraphRecord, Run, SchemaInfo,
+                                    Task, Worker)
+
+SCHEMA_V1 = Path(__file__).parent / "fixtures" / "schema_v1.sql"
+V1_TABLES = {"deepx_schema", "workers", "devices", "storage_tiers", "operators", "links",
+             "graphs", "runs", "tasks", "chunk_placements"}
+
+
+# --- helpers: raw access, beside deepx_flow's own engine -----------------------------------
+
+def raw_engine(url: str):
+    """An engine with no deepx_flow settings and no pool: it sees the database as it is."""
+    return create_engine(url, poolclass=NullPool)
+
+
+def load_sql(url: str, path: Path) -> None:
+    """Run the statements of a SQL file (see its header for the one SQLite substitution)."""
+    engine = raw_engine(url)
+    sql = "\n".join(line for line in path.read_text().splitlines()
+                    if not line.lstrip().startswith("--"))
+    if engine.dialect.name == "sqlite":
+        sql = sql.replace(" SERIAL ", " INTEGER ")
+    with engine.begin() as conn:
+        for statement in sql.split(";"):
+            if statement.strip():
+                conn.exec_driver_sql(statement)
+    engine.dispose()
+
+
+def snapshot(url: str) -> dict[str, list[dict]]:
+    """Every row of every table, ordered by primary key, as the database holds them now."""
+    engine = raw_engine(url)
+    meta = MetaData()
+    with engine.connect() as conn:
+        meta.reflect(conn)
+        rows = {name: [dict(r._mapping) for r in conn.execute(
+                    select(table).order_by(*table.primary_key.columns))]
+                for name, table in meta.tables.items()}
+    engine.dispose()
+    return rows
+
+
+def columns(url: str) -> dict[str, dict[str, bool]]:
+    """Table -> column -> nullable, as the database has them."""
+    engine = raw_engine(url)
+    with engine.connect() as conn:
+        insp = inspect(conn)
+        found = {t: {c["name"]: c["nullable"] for c in insp.get_columns(t)}
+                 for t in insp.get_table_names()}
+    engine.dispose()
+    return found
+
+
+def model_columns() -> dict[str, dict[str, bool]]:
+    """Table -> column -> nullable, as `models.py` declares them."""
+    return {name: {c.name: bool(c.nullable) for c in table.columns}
+            for name, table in SQLModel.metadata.tables.items()}
+
+
+def stored_version(url: str) -> int:
+    engine = raw_engine(url)
+    with engine.connect() as conn:
+        version = conn.execute(select(SchemaInfo.version)).scalar_one()
+    engine.dispose()
+    return version
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound once, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def new_run(run_id: str, graph_hash: str, **kw) -> Run:
+    fields = dict(id=run_id, graph_hash=graph_hash, started_at=time.time(), scheduler="inproc",
+                  cluster="local", n_workers=2, n_tasks=1, n_chunks=1, host="here", pid=1,
+                  username="alice")
+    return Run(**{**fields, **kw})
+
+
+# --- a new database ------------------------------------------------------------------------
+
+def test_new_database_has_every_table_and_the_current_version(db_url):
+    open_db(db_url)
+    assert columns(db_url) == model_columns()
+    assert stored_version(db_url) == SCHEMA_VERSION
+
+
+def test_opening_twice_is_fine(db_url):
+    """Once per process from `open_db`; a second engine (another process) finds it current."""
+    first = open_db(db_url)
+    assert open_db(db_url) is first
+    other = Database(db_url)  # migrates again: nothing to do
+    other.dispose()
+    close_all()
+    assert open_db(db_url) is not first
+    assert stored_version(db_url) == SCHEMA_VERSION
+
+
+def test_rows_written_in_one_session_are_read_in_another(db, db_url):
+    with db.session() as s:
+        s.add(Worker(scheduler="tcp://s:8786", address="tcp://w:1", name="w0", host="h",
+                     protocol="tcp", nthreads=2, memory_limit=3 * 2**40, first_seen=1.25,
+                     last_seen=2.5))
+        s.add(GraphRecord(hash="abc", yaml="deepx: 1\n", n_nodes=3, created_at=1.0))
+        s.add(new_run("r1", "abc", started_at=1767225600.123456, compute_comm_ratio=None))
+    with db.session() as s:
+        worker_id = s.exec(select(Worker.id)).one()
+        s.add(Device(worker_id=worker_id, name="H100", memory_total=85520809984,
+                     healthy=False, registered_at=3.0))
+        s.add(Task(run_id="r1", key="('y@abc', 0)", tensor="y@abc", operator="fused(relu)",
+                   bytes_in=6 * 2**30, start=10.5, stop=10.75))
+        s.add(ChunkPlacement(run_id="r1", tensor="y@abc", chunk="0,1", worker="tcp://w:1",
+                             nbytes=2**33, updated_at=11.0))
+        s.add(Event(run_id="r1", at=12.0, kind="drift", message="moved"))
+    close_all()
+
+    with open_db(db_url).session() as s:
+        run = s.get(Run, "r1")
+        task = s.exec(select(Task)).one()
+        device = s.exec(select(Device)).one()
+        placement = s.exec(select(ChunkPlacement)).one()
+        event = s.exec(select(Event)).one()
+        worker = s.get(Worker, worker_id)
+    assert (run.started_at, run.username, run.compute_comm_ratio, run.status) == \
+        (1767225600.123456, "alice", None, "running")
+    assert (task.bytes_in, task.start, task.stop, task.attempts) == (6 * 2**30, 10.5, 10.75, 1)
+    assert (device.memory_total, device.healthy, device.kind) == (85520809984, False, "gpu")
+    assert (placement.nbytes, placement.chunk, placement.tier) == (2**33, "0,1", "host")
+    assert (event.run_id, event.kind, event.message) == ("r1", "drift", "moved")
+    assert worker.memory_limit == 3 * 2**40
+
+
+# --- migrations ----------------------------------------------------------------------------
+
+def test_a_version_1_database_is_migrated_with_its_rows(db_url):
+    load_sql(db_url, SCHEMA_V1)
+    before = snapshot(db_url)
+    assert set(before) == V1_TABLES and stored_version(db_url) == 1
+    assert len(before["runs"]) == 3 and len(before["tasks"]) == 4
+
+    db = open_db(db_url)
+
+    after = snapshot(db_url)
+    assert stored_version(db_url) == 2 == SCHEMA_VERSION
+    assert set(after) == V1_TABLES | {"events"}
+    assert after["events"] == []
+    assert [r.pop("username") for r in after["runs"]] == ["", "", ""]
+    assert {t: rows for t, rows in after.items() if t not in ("events", "deepx_schema")} == \
+        {t: rows for t, rows in before.items() if t != "deepx_schema"}
+    # The migrated schema is the one a new database gets.
+    assert columns(db_url) == model_columns()
+
+    # New rows go in, ids continue after the old ones.
+    with db.session() as s:
+        s.add(new_run("new", "9f2c4e1ab7d35e60", username="bob"))
+    with db.session() as s:
+        s.add(Task(run_id="new", key="('y@9f2c', 0, 0)", tensor="y@9f2c", operator="relu"))
+        s.add(Event(run_id="new", at=1.0, kind="worker-lost", worker="tcp://10.0.0.2:40123"))
+    with db.session() as s:
+        assert s.get(Run, "new").username == "bob"
+        assert s.get(Run, "5b0f6c1e8d2a4f3b9c7e1a0d2b4c6e8f").username == ""
+        assert s.exec(select(Task.id).order_by(Task.id)).all() == [1, 2, 3, 4, 5]
+        assert s.exec(select(Event.kind)).all() == ["worker-lost"]
+
+
+def test_a_newer_schema_is_refused_and_left_alone(db_url):
+    open_db(db_url)
+    close_all()
+    engine = raw_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE deepx_schema SET version = :v"), {"v": SCHEMA_VERSION + 1})
+    engine.dispose()
+    before = snapshot(db_url)
+
+    with pytest.raises(DatabaseError) as err:
+        open_db(db_url)
+
+    message = str(err.value)
+    assert "newer" in message
+    assert f"schema version {SCHEMA_VERSION + 1}" in message
+    assert f"({SCHEMA_VERSION})" in message
+    assert snapshot(db_url) == before
+
+
+def test_tables_without_a_schema_version_are_refused(db_url):
+    engine = raw_engine(db_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE runs (id VARCHAR NOT NULL PRIMARY KEY, note TEXT)")
+        conn.exec_driver_sql("CREATE TABLE tasks (id INTEGER NOT NULL PRIMARY KEY)")
+    engine.dispose()
+
+    with pytest.raises(DatabaseError, match=r"\(runs, tasks\) but no schema version"):
+        open_db(db_url)
+
+    assert set(columns(db_url)) == {"runs", "tasks"}  # nothing created beside them
+
+
+# --- URLs that cannot be opened ------------------------------------------------------------
+
+@pytest.mark.parametrize("url, says", [
+    ("not a url", "'not a url' is not a SQLAlchemy URL"),
+    ("nosuchdialect://x", "nosuchdialect"),
+])
+def test_a_bad_url_is_a_database_error(url, says):
+    with pytest.raises(DatabaseError) as err:
+        open_db(url)
+    assert says in str(err.value)
+
+
+def test_a_missing_driver_hides_the_password():
+    with pytest.raises(DatabaseError) as err:
+        open_db("postgresql+nosuchdriver://deepx:s3cret@127.0.0.1/deepx")
+    assert "postgresql+nosuchdriver://deepx:***@127.0.0.1/deepx" in str(err.value)
+    assert "s3cret" not in str(err.value)
+
+
+def test_an_unreachable_postgresql_names_the_url_without_its_password():
+    port = closed_port()
+    with pytest.raises(DatabaseError) as err:
+        open_db(f"postgresql+psycopg://deepx:s3cret@127.0.0.1:{port}/deepx")
+    message = str(err.value)
+    assert f"postgresql+psycopg://deepx:***@127.0.0.1:{port}/deepx" in message
+    assert "s3cret" not in message
+
+
+def test_a_file_that_is_not_sqlite_is_a_database_error(tmp_path):
+    path = tmp_path / "notes.db"
+    path.write_text("these are not the tables you are looking for\n" * 100)
+    with pytest.raises(DatabaseError, match="cannot open the metadata database"):
+        open_db(f"sqlite:///{path.as_posix()}")
+
+
+# --- where the database is -----------------------------------------------------------------
+
+def test_database_url_explicit_then_environment_then_default(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DEEPX_DB_URL", "sqlite:///from-env.db")
+    assert database_url("sqlite:///explicit.db") == "sqlite:///explicit.db"
+    assert database_url() == "sqlite:///from-env.db"
+
+    monkeypatch.delenv("DEEPX_DB_URL")
+    default = f"sqlite:///{(tmp_path / '.deepx' / 'deepx.db').as_posix()}"
+    assert database_url() == default
+    monkeypatch.setenv("DEEPX_DB_URL", "")  # empty means unset
+    assert database_url() == default
+
+    open_db()
+    close_all()
+    assert (tmp_path / ".deepx" / "deepx.db").is_file()
+
+
+# --- many writers --------------------------------------------------------------------------
+
+PROCESSES = 4
+ROWS = 200
+
+
+def _write_runs(url: str, worker: int, start, results) -> None:
+    """In a child process: wait for the others, then write ROWS runs and tasks, one short
+    transaction each. Reports None, or the traceback."""
+    try:
+        start.wait()
+        db = open_db(url)  # the first open creates the schema: the processes race on it too
+        with db.session() as s:
+            s.add(GraphRecord(hash=f"g{worker}", n_nodes=1, created_at=time.time()))
+        for i in range(ROWS):
+            with db.session() as s:
+                s.add(new_run(f"{worker}-{i}", f"g{worker}", pid=worker))
+            with db.session() as s:
+                s.add(Task(run_id=f"{worker}-{i}", key=f"('t@g{worker}', {i})",
+                           tensor=f"t@g{worker}", operator="relu", start=time.time()))
+            with db.session() as s:
+                s.get(Run, f"{worker}-{i}").status = "succeeded"
+        results.put(None)
+    except BaseException:
+        results.put(traceback.format_exc())
+
+
+@pytest.mark.slow
+def test_processes_writing_at_once_lose_nothing(db_url):
+    ctx = multiprocessing.get_context("spawn")
+    start, results = ctx.Barrier(PROCESSES), ctx.Queue()
+    procs = [ctx.Process(target=_write_runs, args=(db_url, w, start, results))
+             for w in range(PROCESSES)]
+    for p in procs:
+        p.start()
+    errors = [results.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert errors == [None] * PROCESSES
+
+    with open_db(db_url).session() as s:
+        runs = s.exec(select(Run.id, Run.status)).all()
+        tasks = s.exec(select(Task.run_id)).all()
+    expected = {f"{w}-{i}" for w in range(PROCESSES) for i in range(ROWS)}
+    assert {r.id for r in runs} == expected and len(runs) == len(expected)
+    assert {r.status for r in runs} == {"succeeded"}
+    assert sorted(tasks) == sorted(expected)
