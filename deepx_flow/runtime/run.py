@@ -41,7 +41,9 @@ def cluster_spec(cluster=None, client=None) -> ClusterSpec:
     """The registry's view of the cluster to plan for.
 
     `cluster` may be a ClusterSpec or a cluster-file path; else the given client's cluster,
-    else the current default Dask client's, else this machine's embedded cluster.
+    else the current default Dask client's, else this machine's embedded cluster. A live
+    cluster is registered in the metadata database (unless DEEPX_RECORD=0), and links
+    measured by `deepx-flow registry probe` replace the default link figures.
     """
     from deepx_flow.registry.live import cluster_spec_from_client
     if isinstance(cluster, ClusterSpec):
@@ -51,6 +53,10 @@ def cluster_spec(cluster=None, client=None) -> ClusterSpec:
     client = client or current_client()
     if client is None:
         return local_cluster_spec()
+    if settings().record:  # register the workers, and plan with the links measured for them
+        from deepx_flow.meta import open_db
+        from deepx_flow.registry.register import register_cluster
+        return register_cluster(client, open_db())
     return cluster_spec_from_client(client)
 
 
