@@ -28,6 +28,9 @@ from deepx_flow.meta.models import Run
 from deepx_flow.runtime import recorder_plugin
 
 FLUSH_INTERVAL_S = 1.0
+# CPU seconds this process's threads have spent draining and writing records (the
+# benchmark reads it; CPU time, so time spent waiting for the scheduler is not counted).
+seconds_spent = 0.0
 
 log = logging.getLogger(__name__)
 
@@ -108,20 +111,26 @@ class RunRecorder:
     def flush(self, settle_keys=()) -> None:
         """Write what the scheduler has buffered for this run. With `settle_keys` (keys this
         client just released), first let the scheduler process the release."""
+        global seconds_spent
+        began = time.thread_time()
         with self._lock:
             out = self.client.run_on_scheduler(
                 recorder_plugin.drain, run_ids=[self.run_id], settle_keys=list(settle_keys),
                 client_id=self.client.id)[self.run_id]
             # Plugin tuples (recorder_plugin.*_FIELDS) -> table rows (store.*_COLUMNS).
             labels, places = self.labels, self.places
-            tasks = [(t[0], t[1], labels.get(t[1].split("@")[0], "?"), *t[2:])
-                     for t in out["tasks"]]
+            key_name, chunk_index = recorder_plugin.key_name, recorder_plugin.chunk_index
+            tasks = []
+            for key, *rest in out["tasks"]:
+                tensor = key_name(key)
+                tasks.append((str(key), tensor, labels.get(tensor.split("@")[0], "?"), *rest))
             placements = []
-            for tensor, chunk, worker, state, nbytes, at in out["placements"]:
+            for key, worker, state, nbytes, at in out["placements"]:
                 tier, device = places.get(worker, ("host", None))
-                placements.append((tensor, chunk, worker, device,
+                placements.append((key_name(key), chunk_index(key), worker, device,
                                    "disk" if state == "spilled" else tier, nbytes, state, at))
             store.write_records(self.db, self.run_id, tasks, placements, out["events"])
+            seconds_spent += time.thread_time() - began
 
     def finish(self, error: str | None = None, settle_keys=()) -> None:
         """Drain the rest and set the run's status (failed when `error` is given); once."""
