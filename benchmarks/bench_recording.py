@@ -13,7 +13,8 @@ recording adds to. Timed is `dx.run(...)` (results gathered).
 Recording writes to a fresh SQLite file (the default backend). Best and median of 7, after a
 warm-up each, "on" and "off" alternating.
 
-Run: `python benchmarks/bench_recording.py [--quick]` (--quick: about 1,000 tasks).
+Run: `python benchmarks/bench_recording.py [--quick]` (--quick: about 1,000 tasks, 2 runs
+each).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def _graph(rows: int):
     return (dx.tanh(x) * 2.0 + 1.0).sum(axis=1)
 
 
-def main(quick: bool = False, repeat: int = 7) -> dict:
+def main(quick: bool = False, repeat: int | None = None) -> dict:
+    repeat = repeat or (2 if quick else 7)
     rows = 1024 if quick else 9472
     # 16 KiB of worker memory: chunks of 16 x 256, so each task is tiny and the run time is
     # mostly Dask's per-task cost, the part recording adds to.
@@ -109,6 +111,6 @@ def main(quick: bool = False, repeat: int = 7) -> dict:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="about 1,000 tasks")
-    parser.add_argument("--repeat", type=int, default=7, help="timed runs of each")
+    parser.add_argument("--repeat", type=int, help="timed runs of each (7; 2 with --quick)")
     args = parser.parse_args()
     main(args.quick, args.repeat)
