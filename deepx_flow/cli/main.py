@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="show a progress bar (default: on long runs in a terminal)")
 
-    explain = sub.add_parser("explain", help="print the plan of a YAML graph")
+    explain = sub.add_parser("explain", help="print the plan of a YAML graph", parents=[db])
     explain.add_argument("graph", help="YAML graph spec")
     explain.add_argument("--cluster", metavar="FILE",
                          help="plan for this cluster file (default: this machine)")
@@ -114,6 +114,8 @@ def _cmd_explain(args) -> int:
     from deepx_flow.compiler.compile import compile_graph
     from deepx_flow.spec.yaml_io import from_yaml
 
+    if args.db:  # planning for a live cluster registers it there
+        os.environ["DEEPX_DB_URL"] = args.db
     graph = from_yaml(Path(args.graph))
     if args.scheduler:
         from deepx_flow.runtime.cluster import connect

@@ -3,6 +3,7 @@ recorded runs, their tasks and errors, and where their chunks are."""
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 
 from deepx_flow.meta import open_db, queries
@@ -17,8 +18,11 @@ def add_parsers(sub, parents) -> None:
     runs_sub = runs.add_subparsers(dest="runs_command")
     runs.add_argument("--limit", type=int, default=20, help="how many (newest first)")
     runs.add_argument("--status", choices=("running", "succeeded", "failed", "interrupted"))
-    show = runs_sub.add_parser("show", help="one run: plan, tasks by operator, errors",
-                               parents=parents)
+    show = runs_sub.add_parser("show", help="one run: plan, tasks by operator, errors")
+    # `--db` may come before or after `show`; without SUPPRESS the subcommand's default
+    # would overwrite a value given before it.
+    show.add_argument("--db", metavar="URL", default=argparse.SUPPRESS,
+                      help="metadata database URL")
     show.add_argument("run_id", help="a run id, or the start of one")
     show.add_argument("--tasks", action="store_true", help="list every task")
 

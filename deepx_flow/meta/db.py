@@ -2,9 +2,10 @@
 
 SQLite (the default, `.deepx/deepx.db` in the working directory) is set up for several
 processes writing at once: WAL journal (readers never wait for a writer), a 60 s busy
-timeout, and `BEGIN IMMEDIATE` for every transaction, so a transaction that will write takes
-the write lock up front; a deferred one that upgrades later can fail with "database is
-locked" without waiting. Transactions are kept short by their callers.
+timeout, and `BEGIN IMMEDIATE` for every write transaction, so a transaction that will write
+takes the write lock up front (a deferred one that upgrades later can fail with "database is
+locked" without waiting); reads (`Database.read`) begin deferred and never wait for a
+writer. Transactions are kept short by their callers.
 
 Any other SQLAlchemy URL works through `DEEPX_DB_URL` or `--db` (PostgreSQL is tested:
 `postgresql+psycopg://user@127.0.0.1:5432/deepx`).
@@ -67,16 +68,40 @@ class Database:
 
     @contextmanager
     def session(self):
-        """An ORM session in one transaction, committed on leaving (rolled back on error)."""
-        with Session(self.engine, expire_on_commit=False) as session, session.begin():
+        """An ORM session in one write transaction, committed on leaving (rolled back on
+        error)."""
+        with _database_errors(self), Session(self.engine, expire_on_commit=False) as session, \
+                session.begin():
             yield session
 
+    @contextmanager
+    def read(self):
+        """An ORM session for reading: on SQLite a deferred transaction, so readers never
+        queue behind the writers' BEGIN IMMEDIATE (WAL lets them read during a write)."""
+        engine = self.engine.execution_options(deepx_read_only=True)
+        with _database_errors(self), Session(engine, expire_on_commit=False) as session, \
+                session.begin():
+            yield session
+
+    @contextmanager
     def begin(self):
-        """A Core connection in one transaction (for bulk inserts and upserts)."""
-        return self.engine.begin()
+        """A Core connection in one write transaction (for bulk inserts and upserts)."""
+        with _database_errors(self), self.engine.begin() as conn:
+            yield conn
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+@contextmanager
+def _database_errors(db: Database):
+    """A lost server, a lock held too long, a full disk: one DatabaseError naming the
+    database, instead of SQLAlchemy's multi-line text."""
+    try:
+        yield
+    except SQLAlchemyDatabaseError as err:
+        reason = (str(err.orig).strip().splitlines() or [type(err.orig).__name__])[0]
+        raise DatabaseError(f"metadata database {db.display_url}: {reason}") from err
 
 
 _open: dict[tuple[int, str], Database] = {}
@@ -133,6 +158,7 @@ def _engine(url: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn):
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        read_only = conn.get_execution_options().get("deepx_read_only")
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     return engine

@@ -15,12 +15,12 @@ History:
 
 from __future__ import annotations
 
-from sqlalchemy import inspect, select, text, update
+from sqlalchemy import (Column, Float, ForeignKey, Integer, MetaData, String, Table, Text,
+                        inspect, select, text, update)
 from sqlalchemy.engine import Connection, Engine
 from sqlmodel import SQLModel
 
 from deepx_flow.errors import DatabaseError
-from deepx_flow.meta import models
 from deepx_flow.meta.models import SchemaInfo
 
 SCHEMA_VERSION = 2
@@ -30,7 +30,20 @@ _PG_LOCK_ID = 74_700_11
 
 
 def _v2_events_and_username(conn: Connection) -> None:
-    models.Event.__table__.create(conn, checkfirst=True)
+    # The events table as it was at version 2, frozen here: a later change to the model
+    # must come as its own step, or migrating a version-1 database would skip it.
+    frozen = MetaData()
+    Table("runs", frozen, Column("id", String, primary_key=True))  # for the foreign key
+    events = Table(
+        "events", frozen,
+        Column("id", Integer, primary_key=True),
+        Column("run_id", String, ForeignKey("runs.id"), nullable=True, index=True),
+        Column("at", Float, nullable=False),
+        Column("kind", String, nullable=False),
+        Column("worker", String, nullable=True),
+        Column("key", String, nullable=True),
+        Column("message", Text, nullable=True))
+    events.create(conn, checkfirst=True)
     conn.execute(text("ALTER TABLE runs ADD COLUMN username VARCHAR NOT NULL DEFAULT ''"))
 
 

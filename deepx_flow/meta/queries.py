@@ -16,17 +16,17 @@ def list_runs(db: Database, limit: int = 20, status: str | None = None) -> list[
     query = select(Run).order_by(col(Run.started_at).desc()).limit(limit)
     if status:
         query = query.where(Run.status == status)
-    with db.session() as session:
+    with db.read() as session:
         return list(session.exec(query))
 
 
 def find_run(db: Database, run_id: str) -> Run:
     """The run whose id is `run_id` or starts with it (as `deepx-flow runs` prints it)."""
-    with db.session() as session:
+    with db.read() as session:
         run = session.get(Run, run_id)
         if run is not None:
             return run
-        matches = list(session.exec(select(Run).where(col(Run.id).startswith(run_id))
+        matches = list(session.exec(select(Run).where(col(Run.id).startswith(run_id, autoescape=True))
                                     .limit(2))) if run_id else []
     if len(matches) == 1:
         return matches[0]
@@ -36,7 +36,7 @@ def find_run(db: Database, run_id: str) -> Run:
 
 
 def run_tasks(db: Database, run_id: str) -> list[Task]:
-    with db.session() as session:
+    with db.read() as session:
         return list(session.exec(select(Task).where(Task.run_id == run_id)
                                  .order_by(col(Task.start), col(Task.id))))
 
@@ -49,12 +49,12 @@ def task_summary(db: Database, run_id: str) -> list[tuple]:
                     func.sum(func.coalesce(Task.bytes_out, 0)))
              .where(Task.run_id == run_id).group_by(Task.operator)
              .order_by(Task.operator))
-    with db.session() as session:
+    with db.read() as session:
         return [tuple(row) for row in session.exec(query)]
 
 
 def run_events(db: Database, run_id: str) -> list[Event]:
-    with db.session() as session:
+    with db.read() as session:
         return list(session.exec(select(Event).where(Event.run_id == run_id)
                                  .order_by(col(Event.at))))
 
@@ -69,17 +69,17 @@ def placements(db: Database, *, run_id: str | None = None, tensor: str | None = 
     if tensor is not None:
         query = query.where(ChunkPlacement.tensor == tensor)
     if node_id is not None:
-        with db.session() as session:
+        with db.read() as session:
             latest = session.exec(
                 select(ChunkPlacement.tensor)
-                .where(col(ChunkPlacement.tensor).startswith(f"{node_id}@"))
+                .where(col(ChunkPlacement.tensor).startswith(f"{node_id}@", autoescape=True))
                 .order_by(col(ChunkPlacement.updated_at).desc()).limit(1)).first()
         if latest is None:
             return []
         query = query.where(ChunkPlacement.tensor == latest)
     if current:
         query = query.where(col(ChunkPlacement.state).in_(("memory", "spilled", "stored")))
-    with db.session() as session:
+    with db.read() as session:
         rows = list(session.exec(query))
     return sorted(rows, key=lambda p: (p.tensor, _chunk_order(p.chunk), p.worker))
 

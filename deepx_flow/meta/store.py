@@ -10,25 +10,34 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import insert, update
+from sqlalchemy import insert, select, update
 
 from deepx_flow.meta.db import Database
 from deepx_flow.meta.models import ChunkPlacement, GraphRecord, Run
 
 
 def begin_run(db: Database, run: Run, graph_yaml: str, n_nodes: int) -> None:
-    """Add the run (status running) and its graph, if this graph is new."""
-    with db.session() as session:
-        if session.get(GraphRecord, run.graph_hash) is None:
-            session.add(GraphRecord(hash=run.graph_hash, yaml=graph_yaml, n_nodes=n_nodes,
-                                    created_at=time.time()))
-            session.flush()
-        session.add(run)
+    """Add the run (status running) and its graph, if this graph is new. Two processes may
+    run a new graph at once, so the graph row is inserted with ON CONFLICT DO NOTHING."""
+    with db.begin() as conn:
+        graph = {"hash": run.graph_hash, "yaml": graph_yaml, "n_nodes": n_nodes,
+                 "created_at": time.time()}
+        if conn.dialect.name in ("sqlite", "postgresql"):
+            mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
+            conn.exec_driver_sql(
+                f"INSERT INTO graphs (hash, yaml, n_nodes, created_at) VALUES "
+                f"({mark}, {mark}, {mark}, {mark}) ON CONFLICT (hash) DO NOTHING",
+                (graph["hash"], graph["yaml"], graph["n_nodes"], graph["created_at"]))
+        elif conn.execute(select(GraphRecord.hash).where(
+                GraphRecord.hash == run.graph_hash)).first() is None:
+            conn.execute(insert(GraphRecord).values(**graph))
+        conn.execute(insert(Run).values(**run.model_dump()))
 
 
 def end_run(db: Database, run_id: str, status: str, error: str | None = None) -> None:
+    """Set the outcome of a run that is still running (a run is ended once)."""
     with db.begin() as conn:
-        conn.execute(update(Run).where(Run.id == run_id)
+        conn.execute(update(Run).where(Run.id == run_id, Run.status == "running")
                      .values(status=status, ended_at=time.time(), error=error))
 
 

@@ -60,6 +60,9 @@ class RecorderPlugin(SchedulerPlugin):
         self.reported: set = set()  # (key, worker) pairs drained while held
         self.events: dict[str, list] = defaultdict(list)
         self.holders: dict = {}  # key -> set of workers last reported holding it
+        # key -> the run that computed the chunk held now: its later copies, release or
+        # loss belong to that run, even if a later run tracked the same (content) key.
+        self.owner: dict = {}
         self.lost_runs: dict = defaultdict(set)  # dead worker -> runs that lost chunks on it
         self.hook_seconds = 0.0  # CPU seconds in `transition` for tracked keys (benchmarks)
 
@@ -127,8 +130,10 @@ class RecorderPlugin(SchedulerPlugin):
                 self._place(run_id, key, w, "memory", kwargs.get("nbytes")
                             or (ts.nbytes if ts else None))
             self.holders[key] = workers
+            self.owner[key] = run_id
         elif start == "memory" and finish != "memory":
             alive = self.scheduler.workers
+            run_id = self.owner.pop(key, run_id)
             for w in self.holders.pop(key, ()):
                 if w in alive:
                     self._place(run_id, key, w, "released", None)
@@ -144,7 +149,7 @@ class RecorderPlugin(SchedulerPlugin):
         for key, workers in list(self.holders.items()):
             if worker in workers:
                 workers.discard(worker)
-                run_id = self.run_of.get(key_name(key))
+                run_id = self.owner.get(key)
                 self._place(run_id, key, worker, "lost", None)
                 runs.add(run_id)
         for run_id in runs:
@@ -159,7 +164,7 @@ class RecorderPlugin(SchedulerPlugin):
                             ("memory", msg.get("unspilled", ()))):
             for key in keys:
                 key = tuple(key) if isinstance(key, list) else key
-                run_id = self.run_of.get(key_name(key))
+                run_id = self.owner.get(key)
                 if run_id is not None and worker in self.holders.get(key, ()):
                     ts = self.scheduler.tasks.get(key)
                     self._place(run_id, key, worker, state, ts.nbytes if ts else None)
@@ -190,7 +195,7 @@ class RecorderPlugin(SchedulerPlugin):
         """Record copies that transfers made (or dropped) since the last drain."""
         tasks = self.scheduler.tasks
         for key, known in list(self.holders.items()):
-            run_id = self.run_of.get(key_name(key))
+            run_id = self.owner.get(key)
             if run_id not in run_ids:
                 continue
             ts = tasks.get(key)

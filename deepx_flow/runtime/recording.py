@@ -11,6 +11,7 @@ Recording is on unless `DEEPX_RECORD=0`.
 
 from __future__ import annotations
 
+import atexit
 import getpass
 import hashlib
 import json
@@ -20,6 +21,7 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 
 from deepx_flow.config import settings
 from deepx_flow.ir.program import describe
@@ -59,16 +61,32 @@ class RunRecorder:
         self.labels = labels  # node id -> operator label
         self.places = places  # worker address -> (tier, device name)
         self._lock = threading.Lock()
-        self._done = threading.Event()
+        self._done = threading.Event()  # stop the background drains
+        self._ended = threading.Event()  # the run's outcome is written
+        self._pending = ([], [], [])  # rows a failed write left for the next flush
         self._thread = None
         self.futures = None
         self.status = "running"
 
     @classmethod
     def start(cls, plan, lowered, client, kind: str = "run") -> "RunRecorder | None":
-        """Write the run's row and start tracking its keys; None when recording is off."""
+        """Write the run's row and start tracking its keys; None when recording is off or
+        cannot be set up (a warning says why: the run itself goes ahead)."""
         if not settings().record:
             return None
+        run_id = uuid.uuid4().hex
+        try:
+            return cls._start(run_id, plan, lowered, client, kind)
+        except Exception as err:
+            log.warning("deepx_flow: this run is not recorded: %s", err)
+            try:  # if its row was written, it must not stay "running"
+                store.end_run(open_db(), run_id, "failed", f"recording failed: {err}")
+            except Exception:
+                pass
+            return None
+
+    @classmethod
+    def _start(cls, run_id, plan, lowered, client, kind) -> "RunRecorder":
         from deepx_flow.spec.yaml_io import to_yaml
 
         db = open_db()
@@ -76,7 +94,7 @@ class RunRecorder:
         stats = plan.stats()
         ratio = stats.compute_comm_ratio
         run = Run(
-            id=uuid.uuid4().hex, kind=kind, status="running", started_at=time.time(),
+            id=run_id, kind=kind, status="running", started_at=time.time(),
             graph_hash=hashlib.sha256(graph_yaml.encode()).hexdigest()[:16],
             scheduler=str(client.scheduler.address), cluster=plan.cluster.name,
             n_workers=len(plan.cluster.workers), n_tasks=len(lowered.dsk),
@@ -92,7 +110,9 @@ class RunRecorder:
         labels = {node.id: operator_label(node) for node in plan.fused.nodes}
         places = {w.address: (("device", w.device.name) if w.device and plan.cluster.has_devices
                               else ("host", None)) for w in plan.cluster.workers if w.address}
-        return cls(db, client, run.id, labels, places)
+        recorder = cls(db, client, run.id, labels, places)
+        _live.add(recorder)
+        return recorder
 
     def watch(self, futures=None) -> None:
         """Drain in the background until `finish` is called or, given `futures`, until they
@@ -126,26 +146,47 @@ class RunRecorder:
                 tasks.append((str(key), tensor, labels.get(tensor.split("@")[0], "?"), *rest))
             placements = []
             for key, worker, state, nbytes, at in out["placements"]:
-                tier, device = places.get(worker, ("host", None))
-                placements.append((key_name(key), chunk_index(key), worker, device,
+                name = key_name(key)
+                # Chunks copied to host memory for gathering (".host" keys) are not on a GPU.
+                tier, device = ("host", None) if name.endswith(".host") else \
+                    places.get(worker, ("host", None))
+                placements.append((name, chunk_index(key), worker, device,
                                    "disk" if state == "spilled" else tier, nbytes, state, at))
-            store.write_records(self.db, self.run_id, tasks, placements, out["events"])
+            # The plugin forgot these rows when it handed them over: keep them until written.
+            pending = self._pending
+            tasks, placements = pending[0] + tasks, pending[1] + placements
+            events = pending[2] + [tuple(e) for e in out["events"]]
+            self._pending = (tasks, placements, events)
+            store.write_records(self.db, self.run_id, tasks, placements, events)
+            self._pending = ([], [], [])
             seconds_spent += time.thread_time() - began
 
-    def finish(self, error: str | None = None, settle_keys=()) -> None:
-        """Drain the rest and set the run's status (failed when `error` is given); once."""
+    def finish(self, error: str | None = None, settle_keys=(), status: str | None = None,
+               drain: bool = True) -> None:
+        """Drain the rest and set the run's status: `status`, else failed when `error` is
+        given, else succeeded. Once: a second caller waits until the first has written it."""
         with self._lock:
             if self.status != "running":
-                return
-            self.status = "failed" if error else "succeeded"
+                first = False
+            else:
+                first = True
+                self.status = status or ("failed" if error else "succeeded")
+        if not first:
+            if self._thread is not threading.current_thread():
+                self._ended.wait(timeout=60)
+            return
+        _live.discard(self)
         self._done.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
-        self.flush_quietly(settle_keys)
+        if drain:
+            self.flush_quietly(settle_keys)
         try:
             store.end_run(self.db, self.run_id, self.status, error)
         except Exception as err:
             log.warning("deepx_flow: could not record the end of run %s: %s", self.run_id, err)
+        finally:
+            self._ended.set()
 
     def finish_if_done(self) -> bool:
         """Finish the run if all the futures `watch` was given are done; say if it was."""
@@ -155,7 +196,11 @@ class RunRecorder:
         return True
 
     def finish_from(self, futures) -> None:
-        """`finish`, with the error of the first failed future if any."""
+        """`finish`, with the error of the first failed future if any; interrupted when
+        some were cancelled (released or their client closed) before they finished."""
+        if any(f.status == "cancelled" for f in futures):
+            self.finish("cancelled before it finished", status="interrupted")
+            return
         failed = next((f for f in futures if f.status == "error"), None)
         error = None
         if failed is not None:
@@ -171,6 +216,17 @@ class RunRecorder:
             self.flush(settle_keys)
         except Exception as err:
             log.warning("deepx_flow: could not record run %s: %s", self.run_id, err)
+
+
+# Recorders of runs not yet finished: at interpreter exit they are marked interrupted.
+_live: "weakref.WeakSet[RunRecorder]" = weakref.WeakSet()
+
+
+@atexit.register
+def _interrupt_live_runs() -> None:
+    for recorder in list(_live):
+        recorder.finish("the process that started the run exited before it finished",
+                        status="interrupted", drain=False)
 
 
 def _install_plugins(client) -> None:

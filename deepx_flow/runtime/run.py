@@ -9,6 +9,7 @@ come back as ExecutionError naming the task.
 from __future__ import annotations
 
 import atexit
+import logging
 import math
 import sys
 import warnings
@@ -20,7 +21,7 @@ from deepx_flow.compiler.compile import compile_graph
 from deepx_flow.compiler.infer import infer_types
 from deepx_flow.compiler.validate import validate_graph
 from deepx_flow.compiler.plan import Plan
-from deepx_flow.errors import DeepxError, ExecutionError
+from deepx_flow.errors import ClusterError, DeepxError, ExecutionError
 from deepx_flow.ir import Graph
 from deepx_flow.registry.cluster import ClusterSpec, load_cluster_file, local_cluster_spec
 from deepx_flow.config import settings
@@ -30,6 +31,8 @@ from deepx_flow.runtime.inputs import bind_inputs, check_sources_on
 from deepx_flow.runtime.recording import RunRecorder
 from deepx_flow.sdk.build import build_graph
 from deepx_flow.sdk.tensor import Tensor
+
+log = logging.getLogger(__name__)
 
 # Gather at most this many bytes of output chunks per round trip.
 GATHER_BATCH_BYTES = 256 * 2**20
@@ -56,7 +59,13 @@ def cluster_spec(cluster=None, client=None) -> ClusterSpec:
     if settings().record:  # register the workers, and plan with the links measured for them
         from deepx_flow.meta import open_db
         from deepx_flow.registry.register import register_cluster
-        return register_cluster(client, open_db())
+        try:
+            return register_cluster(client, open_db())
+        except DeepxError as err:
+            if isinstance(err, ClusterError):
+                raise
+            log.warning("deepx_flow: the cluster is not registered (planning without "
+                        "measured links): %s", err)
     return cluster_spec_from_client(client)
 
 
@@ -107,7 +116,7 @@ class Persisted:
 
     def release(self) -> None:
         """Let the cluster drop the chunks (the placement table then says "released")."""
-        keys = [f.key for f in self.futures]
+        keys = [f.key for f in self.futures if self.client.refcount.get(f.key, 0) <= 1]
         for future in self.futures:
             future.release()
         self.futures = []
@@ -138,7 +147,8 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str):
             futures = client.get(lowered.dsk, flat, sync=False)
     except BaseException as err:
         if recorder is not None:
-            recorder.finish(error=f"{type(err).__name__}: {err}")
+            recorder.finish(error=f"{type(err).__name__}: {err}",
+                            status="interrupted" if isinstance(err, KeyboardInterrupt) else None)
         raise
     by_key = dict(zip(flat, futures))
     names = {name: lowered.outputs[name][0] for name in keys}
@@ -206,12 +216,13 @@ def _compute(plan, graph, bound, client, progress):
                                 plan.partition.chunks[node_id])
     except BaseException as err:
         if recorder is not None:
-            recorder.finish(error=f"{type(err).__name__}: {err}")
+            recorder.finish(error=f"{type(err).__name__}: {err}",
+                            status="interrupted" if isinstance(err, KeyboardInterrupt) else None)
         raise
     if recorder is not None:
         # The outputs are NumPy arrays now; dropping the futures frees the chunks, and the
-        # placement table should say so.
-        keys = [f.key for f in flat]
+        # placement table should say so (for keys no other handle here still holds).
+        keys = [f.key for f in flat if client.refcount.get(f.key, 0) <= 1]
         for f in flat:
             f.release()
         recorder.finish(settle_keys=keys)

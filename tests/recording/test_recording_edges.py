@@ -1,0 +1,92 @@
+"""Recording at the edges: cancelled runs, keys shared by two runs, a database that cannot
+be used, and `--db` placed before a subcommand."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+from sqlalchemy import create_engine, text
+
+import deepx_flow as dx
+from deepx_flow.meta import open_db, queries
+from deepx_flow.meta.db import close_all
+
+
+@pytest.fixture(scope="module")
+def client():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
+            Client(cluster) as c:
+        yield c
+
+
+@pytest.fixture
+def record_db(db_url, monkeypatch):
+    monkeypatch.setenv("DEEPX_DB_URL", db_url)
+    yield open_db(db_url)
+    close_all()
+
+
+def _wait_for_status(db, run_id, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        run = queries.find_run(db, run_id)
+        if run.status != "running" or time.monotonic() > deadline:
+            return run
+        time.sleep(0.1)
+
+
+def test_a_persist_released_before_it_finishes_is_interrupted(client, record_db):
+    slow = dx.random.normal((4000, 4000), seed=11, dtype="float64")
+    p = dx.persist(dx.tanh(slow @ slow), client=client)
+    p.release()
+    (run,) = queries.list_runs(record_db)
+    run = _wait_for_status(record_db, run.id)
+    assert run.status == "interrupted" and "cancelled" in run.error
+
+
+def test_a_chunk_belongs_to_the_run_that_computed_it(client, record_db):
+    y = dx.random.uniform((600, 500), seed=12) * 4.0
+    p = dx.persist(y, client=client).wait()
+    began = time.monotonic()
+    again = dx.run(y, client=client)  # same keys: nothing is recomputed
+    assert time.monotonic() - began < 4  # no wait for a release that is not ours to make
+    np.testing.assert_array_equal(again, p.to_numpy())
+    persist_run = queries.list_runs(record_db)[-1]
+    assert persist_run.kind == "persist"
+    assert {r.run_id for r in dx.placement(p).rows} == {persist_run.id}
+    p.release()
+    rows = queries.placements(record_db, tensor=p.key, current=False)
+    assert rows and {r.state for r in rows} == {"released"}
+
+
+def test_an_unusable_database_does_not_stop_the_run(client, tmp_path, monkeypatch, caplog):
+    url = f"sqlite:///{tmp_path / 'newer.db'}"
+    open_db(url)
+    close_all()
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE deepx_schema SET version = version + 1"))
+    engine.dispose()
+    monkeypatch.setenv("DEEPX_DB_URL", url)
+    with caplog.at_level(logging.WARNING):
+        out = dx.run(dx.arange(12) * 3, client=client)
+    np.testing.assert_array_equal(out, np.arange(12) * 3)
+    assert any("not recorded" in r.getMessage() and "newer" in r.getMessage()
+               for r in caplog.records)
+    close_all()
+
+
+def test_db_option_before_show(client, record_db, db_url):
+    dx.run(dx.ones((5,)) + 1, client=client)
+    (run,) = queries.list_runs(record_db)
+    res = subprocess.run([sys.executable, "-m", "deepx_flow.cli.main", "runs", "--db", db_url,
+                          "show", run.id[:10]], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert f"run {run.id}" in res.stdout
