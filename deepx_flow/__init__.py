@@ -16,7 +16,8 @@ from deepx_flow.sdk.build import build_graph
 from deepx_flow.sdk.functions import (abs, add, arange, cast, concat, concatenate, div, equal,
                                       exp, full, gelu, greater, greater_equal, input, less,
                                       less_equal, log, log_softmax, matmul, max, maximum, mean,
-                                      min, minimum, mul, neg, not_equal, ones, pow, relu,
+                                      min, minimum, mul, neg, not_equal, ones, pow, read_zarr,
+                                      relu,
                                       reshape, sigmoid, softmax, sqrt, sub, sum, tanh, transpose,
                                       where, zeros)
 from deepx_flow.sdk.tensor import Tensor
@@ -35,6 +36,6 @@ __all__ = [
     "abs", "add", "arange", "cast", "concat", "concatenate", "div", "equal", "exp", "full",
     "gelu", "greater", "greater_equal", "input", "less", "less_equal", "log", "log_softmax",
     "matmul", "max", "maximum", "mean", "min", "minimum", "mul", "neg", "not_equal", "ones",
-    "pow", "relu", "reshape", "sigmoid", "softmax", "sqrt", "sub", "sum", "tanh", "transpose",
+    "pow", "read_zarr", "relu", "reshape", "sigmoid", "softmax", "sqrt", "sub", "sum", "tanh", "transpose",
     "where", "zeros",
 ]

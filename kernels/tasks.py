@@ -59,6 +59,9 @@ def source_chunk(op, attrs, full_shape, region, dtype):
     shape = tuple(hi - lo for lo, hi in region)
     if op == "full":
         return xp.full(shape, attrs["value"], dtype=dtype)
+    if op == "read_zarr":
+        from deepx_flow.storage.readers import read_region
+        return xp.asarray(read_region(attrs["uri"], region)).astype(dtype, copy=False)
     if op == "arange":
         (lo, hi), = region
         start, step = attrs.get("start", 0), attrs.get("step", 1)

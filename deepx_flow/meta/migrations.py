@@ -11,19 +11,20 @@ the new one (portable DDL: it runs on SQLite and PostgreSQL), and bump `SCHEMA_V
 History:
 1. workers, devices, storage_tiers, operators, links, graphs, runs, tasks, chunk_placements.
 2. events (drift, worker loss, ... per run); runs.username (who started the run).
+3. asset_materializations, asset_check_results.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import (Column, Float, ForeignKey, Integer, MetaData, String, Table, Text,
-                        inspect, select, text, update)
+from sqlalchemy import (BigInteger, Boolean, Column, Float, ForeignKey, Index, Integer,
+                        MetaData, String, Table, Text, inspect, select, text, update)
 from sqlalchemy.engine import Connection, Engine
 from sqlmodel import SQLModel
 
 from deepx_flow.errors import DatabaseError
 from deepx_flow.meta.models import SchemaInfo
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # An arbitrary constant: PostgreSQL sessions migrating at once take turns on this lock.
 _PG_LOCK_ID = 74_700_11
@@ -47,8 +48,47 @@ def _v2_events_and_username(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE runs ADD COLUMN username VARCHAR NOT NULL DEFAULT ''"))
 
 
+def _v3_assets(conn: Connection) -> None:
+    # The asset tables as they were at version 3 (frozen, as in step 2).
+    frozen = MetaData()
+    Table("runs", frozen, Column("id", String, primary_key=True))
+    materializations = Table(
+        "asset_materializations", frozen,
+        Column("id", Integer, primary_key=True),
+        Column("version", String, nullable=False, unique=True),
+        Column("asset", String, nullable=False),
+        Column("partition", String, nullable=True),
+        Column("code_version", String, nullable=True),
+        Column("upstream_versions", Text, nullable=True),
+        Column("shape", String, nullable=False),
+        Column("dtype", String, nullable=False),
+        Column("chunks", String, nullable=True),
+        Column("nbytes", BigInteger, nullable=True),
+        Column("storage", String, nullable=False),
+        Column("uri", Text, nullable=True),
+        Column("run_id", String, ForeignKey("runs.id"), nullable=True),
+        Column("seconds", Float, nullable=True),
+        Column("checks_passed", Boolean, nullable=True),
+        Column("created_at", Float, nullable=False),
+        Index("ix_asset_materializations_asset", "asset", "created_at"))
+    checks = Table(
+        "asset_check_results", frozen,
+        Column("id", Integer, primary_key=True),
+        Column("materialization_id", Integer, ForeignKey("asset_materializations.id"),
+               nullable=False, index=True),
+        Column("check", String, nullable=False),
+        Column("passed", Boolean, nullable=False),
+        Column("blocking", Boolean, nullable=False),
+        Column("value", Float, nullable=True),
+        Column("message", Text, nullable=True),
+        Column("created_at", Float, nullable=False))
+    materializations.create(conn, checkfirst=True)
+    checks.create(conn, checkfirst=True)
+
+
 STEPS = {
     2: _v2_events_and_username,
+    3: _v3_assets,
 }
 
 

@@ -14,7 +14,8 @@ What each table records:
 - `runs`: one row per `dx.run` / `dx.persist`, with its plan summary and outcome;
 - `tasks`: one row per Dask task that finished or failed in a run;
 - `chunk_placements`: where each chunk of a tensor is (one row per chunk and worker);
-- `events`: things that happened to a run besides its tasks (worker lost, drift, ...).
+- `events`: things that happened to a run besides its tasks (worker lost, drift, ...);
+- `asset_materializations`, `asset_check_results`: stored asset versions and their checks.
 
 Changing a table means adding a migration in `migrations.py` and bumping `SCHEMA_VERSION`.
 """
@@ -182,3 +183,39 @@ class Event(SQLModel, table=True):
     worker: Optional[str] = None
     key: Optional[str] = None
     message: Optional[str] = _text()
+
+
+class AssetMaterialization(SQLModel, table=True):
+    """One stored version of an asset (or of one partition of it). The row is written after
+    the data, so a version is visible only once it is complete."""
+
+    __tablename__ = "asset_materializations"
+    __table_args__ = (Index("ix_asset_materializations_asset", "asset", "created_at"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    version: str = Field(unique=True)  # a uuid4 hex
+    asset: str
+    partition: Optional[str] = None
+    code_version: Optional[str] = None
+    upstream_versions: Optional[str] = _text()  # JSON: upstream asset -> version used
+    shape: str  # JSON list
+    dtype: str
+    chunks: Optional[str] = None  # JSON list: the stored chunk shape
+    nbytes: Optional[int] = _big()
+    storage: str  # storage engine name
+    uri: Optional[str] = _text()
+    run_id: Optional[str] = Field(default=None, foreign_key="runs.id")
+    seconds: Optional[float] = None  # compute and write time of the materialization
+    checks_passed: Optional[bool] = None
+    created_at: float
+
+
+class AssetCheckResult(SQLModel, table=True):
+    __tablename__ = "asset_check_results"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    materialization_id: int = Field(foreign_key="asset_materializations.id", index=True)
+    check: str
+    passed: bool
+    blocking: bool = True
+    value: Optional[float] = None
+    message: Optional[str] = _text()
+    created_at: float

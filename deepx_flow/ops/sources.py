@@ -44,6 +44,13 @@ def _infer_random(node, inputs):
     return shape, dtype
 
 
+def _infer_read_zarr(node, inputs):
+    uri = node.attr("uri")
+    if not isinstance(uri, str) or not uri:
+        raise GraphError(f"read_zarr: uri must be a path or URL, got {uri!r}", node.id)
+    return _infer_declared(node, inputs)
+
+
 def specs() -> list[OpSpec]:
     declared = ("shape", "dtype")
     return [
@@ -61,4 +68,8 @@ def specs() -> list[OpSpec]:
         OpSpec("random_uniform", SOURCE, 0, _infer_random, declared=declared,
                flops_per_element=15, attrs=("seed", "low", "high"),
                required_attrs=("seed",), doc="uniform values in [low, high) from (seed, index)"),
+        # Tasks read just their region, on the worker: a stored tensor is never loaded whole.
+        OpSpec("read_zarr", SOURCE, 0, _infer_read_zarr, declared=declared, flops_per_element=0,
+               attrs=("uri",), required_attrs=("uri",),
+               doc="a stored Zarr array (a path or fsspec URL), read chunk by chunk"),
     ]

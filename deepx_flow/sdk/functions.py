@@ -34,6 +34,14 @@ def input(name: str, shape: Sequence[int], dtype="float32") -> Tensor:  # noqa: 
     return Tensor(node, (), name)
 
 
+def read_zarr(uri: str) -> Tensor:
+    """A stored Zarr array (a local path or any fsspec URL) as a tensor. Its shape and dtype
+    are read now; its data is read chunk by chunk by the tasks that need it."""
+    from deepx_flow.storage.readers import array_info
+    shape, dtype = array_info(str(uri))
+    return apply("read_zarr", [], shape=shape, dtype=dtype, uri=str(uri))
+
+
 def full(shape, value, dtype=None) -> Tensor:
     """A tensor of `shape` filled with `value` (dtype inferred from the value if not given)."""
     if dtype is None:
