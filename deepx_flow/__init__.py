@@ -8,6 +8,7 @@
     out = dx.run(y, inputs={"x": x_np})
 """
 
+from deepx_flow.assets import Definitions, asset, load, materialize, status
 from deepx_flow.errors import (ClusterError, DatabaseError, DeepxError, ExecutionError,
                                GraphError, InputError, PlanError, SpecError)
 from deepx_flow.ir import Graph, Node
@@ -29,6 +30,7 @@ from deepx_flow.spec.yaml_io import from_yaml, to_yaml
 __version__ = "0.1.0"
 
 __all__ = [
+    "Definitions", "asset", "load", "materialize", "status",
     "ClusterError", "DatabaseError", "DeepxError", "ExecutionError", "GraphError", "InputError", "PlanError",
     "SpecError", "Graph", "Node", "Tensor", "build_graph", "random", "ClusterSpec",
     "load_cluster_file", "Persisted", "Placement", "compile", "persist", "placement", "run",

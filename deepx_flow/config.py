@@ -28,6 +28,8 @@ class Settings:
     db_url: str | None = None
     # Record runs, tasks and chunk placements in the metadata database.
     record: bool = True
+    # Where assets' stored versions go (a path or fsspec URL); default .deepx/assets here.
+    asset_root: str | None = None
     # An object store (any fsspec URL, e.g. s3://bucket/deepx) the workers can write to; it
     # is registered as each worker's "object" storage tier.
     object_store: str | None = None
@@ -43,6 +45,7 @@ def settings() -> Settings:
         reduce_fanin=int(env.get("DEEPX_REDUCE_FANIN", Settings.reduce_fanin)),
         scheduler_address=env.get("DEEPX_SCHEDULER") or None,
         db_url=env.get("DEEPX_DB_URL") or None,
+        asset_root=env.get("DEEPX_ASSET_ROOT") or None,
         record=env.get("DEEPX_RECORD", "1").strip().lower() not in ("0", "false", "no", "off"),
         object_store=env.get("DEEPX_OBJECT_STORE") or None,
     )
