@@ -1,1 +1,7 @@
-"""Storage engines: where chunked tensors are read from and written to (Zarr through fsspec)."""
+"""Storage engines: where chunked tensors are read from and written to.
+
+`readers` reads `.npy` and Zarr inputs on the workers; `zarr_store` writes tensors held on
+the cluster to new Zarr v3 arrays (local paths or any fsspec URL), one task per chunk;
+`engines` puts Zarr, cluster memory and third-party engines (entry-point group
+`deepx_flow.storage`) behind one protocol for assets.
+"""

@@ -127,10 +127,12 @@ def _compose(defs, names: list[str], db) -> tuple[dict[str, Tensor], dict[str, d
 
 def _stored_tensor(row: AssetMaterialization) -> Tensor:
     from deepx_flow.sdk.functions import read_zarr
+    from deepx_flow.storage.engines import get_engine
     if not row.uri:
         raise InputError(f"asset {row.asset} version {row.version[:12]} has no stored data "
                          f"to read (storage {row.storage!r})")
-    return read_zarr(row.uri)
+    # Engines that keep files give a URI read_zarr reads chunk by chunk; others refuse.
+    return read_zarr(get_engine(row.storage).reader_uri(row.uri))
 
 
 def _store(a, handle, engine, used: dict, run_id, began: float,

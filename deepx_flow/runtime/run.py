@@ -105,7 +105,8 @@ class Persisted:
     def wait(self) -> "Persisted":
         """Block until every chunk is computed."""
         from distributed import wait
-        wait(self.futures)
+        with self.client.as_current():  # wait() uses the current client, which may not be it
+            wait(self.futures)
         if self.recorder is not None:
             self.recorder.finish_if_done()
         return self
