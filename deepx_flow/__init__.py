@@ -31,13 +31,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Definitions", "asset", "load", "materialize", "status",
-    "ClusterError", "DatabaseError", "DeepxError", "ExecutionError", "GraphError", "InputError", "PlanError",
-    "SpecError", "Graph", "Node", "Tensor", "build_graph", "random", "ClusterSpec",
-    "load_cluster_file", "Persisted", "Placement", "compile", "persist", "placement", "run",
-    "from_yaml", "to_yaml",
+    "ClusterError", "DatabaseError", "DeepxError", "ExecutionError", "GraphError",
+    "InputError", "PlanError", "SpecError", "Graph", "Node", "Tensor", "build_graph", "random",
+    "ClusterSpec", "load_cluster_file", "Persisted", "Placement", "compile", "persist",
+    "placement", "run", "from_yaml", "to_yaml",
     "abs", "add", "arange", "cast", "concat", "concatenate", "div", "equal", "exp", "full",
     "gelu", "greater", "greater_equal", "input", "less", "less_equal", "log", "log_softmax",
     "matmul", "max", "maximum", "mean", "min", "minimum", "mul", "neg", "not_equal", "ones",
-    "pow", "read_zarr", "relu", "reshape", "sigmoid", "softmax", "sqrt", "sub", "sum", "tanh", "transpose",
-    "where", "zeros",
+    "pow", "read_zarr", "relu", "reshape", "sigmoid", "softmax", "sqrt", "sub", "sum", "tanh",
+    "transpose", "where", "zeros",
 ]

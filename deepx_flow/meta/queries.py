@@ -26,8 +26,8 @@ def find_run(db: Database, run_id: str) -> Run:
         run = session.get(Run, run_id)
         if run is not None:
             return run
-        matches = list(session.exec(select(Run).where(col(Run.id).startswith(run_id, autoescape=True))
-                                    .limit(2))) if run_id else []
+        prefix = col(Run.id).startswith(run_id, autoescape=True)
+        matches = list(session.exec(select(Run).where(prefix).limit(2))) if run_id else []
     if len(matches) == 1:
         return matches[0]
     if not matches:
