@@ -121,6 +121,10 @@ class RunRecorder:
 
         def loop():
             while not self._done.wait(FLUSH_INTERVAL_S):
+                if self.client.status in ("closing", "closed"):  # e.g. at interpreter exit
+                    self.finish("its Dask client closed before it finished",
+                                status="interrupted", drain=False)
+                    return
                 if self.finish_if_done():
                     return
                 self.flush_quietly()
@@ -212,6 +216,8 @@ class RunRecorder:
 
     def flush_quietly(self, settle_keys=()) -> None:
         """`flush`, logging instead of raising: recording must never fail a run."""
+        if self.client.status in ("closing", "closed"):
+            return  # nothing to drain from; the buffered records went with the scheduler
         try:
             self.flush(settle_keys)
         except Exception as err:
