@@ -72,3 +72,25 @@ def db(db_url):
     from deepx_flow.meta.db import open_db
 
     return open_db(db_url)
+
+
+# --- Dask clusters ---------------------------------------------------------------------------
+
+
+def _session_client(n_workers: int):
+    """A LocalCluster of threaded workers (1 thread each) on loopback, and its Client."""
+    import logging
+
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=False,
+                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
+            Client(cluster) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def client():
+    """Two threaded workers, shared by the whole session."""
+    yield from _session_client(2)
+

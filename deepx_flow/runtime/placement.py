@@ -18,14 +18,6 @@ class Placement:
     tensor: str | None
     rows: list[ChunkPlacement]
 
-    def by_chunk(self) -> dict[tuple[int, ...], list[str]]:
-        """Chunk index -> the workers holding it."""
-        out: dict = {}
-        for row in self.rows:
-            out.setdefault(tuple(int(i) for i in row.chunk.split(",") if i), []).append(
-                row.worker)
-        return out
-
     def __len__(self) -> int:
         return len(self.rows)
 

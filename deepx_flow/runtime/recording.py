@@ -16,6 +16,7 @@ import getpass
 import hashlib
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -98,7 +99,8 @@ class RunRecorder:
             graph_hash=hashlib.sha256(graph_yaml.encode()).hexdigest()[:16],
             scheduler=str(client.scheduler.address), cluster=plan.cluster.name,
             n_workers=len(plan.cluster.workers), n_tasks=len(lowered.dsk),
-            n_chunks=sum(_count(c) for c in plan.partition.chunks.values()),
+            n_chunks=sum(math.prod(len(c) for c in chunks)
+                         for chunks in plan.partition.chunks.values()),
             compute_comm_ratio=None if ratio == float("inf") else ratio,
             explain=plan.explain(),
             outputs=json.dumps({name: key for name, (key, _) in lowered.outputs.items()}),
@@ -192,6 +194,11 @@ class RunRecorder:
         finally:
             self._ended.set()
 
+    def fail(self, err: BaseException) -> None:
+        """Finish after the driver saw `err`: interrupted for Ctrl-C, else failed."""
+        self.finish(error=f"{type(err).__name__}: {err}",
+                    status="interrupted" if isinstance(err, KeyboardInterrupt) else None)
+
     def finish_if_done(self) -> bool:
         """Finish the run if all the futures `watch` was given are done; say if it was."""
         if self.futures is None or not all(f.done() for f in self.futures):
@@ -245,13 +252,6 @@ def _install_plugins(client) -> None:
 
 def _has_plugin(dask_scheduler) -> bool:
     return recorder_plugin.PLUGIN_NAME in dask_scheduler.plugins
-
-
-def _count(chunks) -> int:
-    n = 1
-    for c in chunks:
-        n *= len(c)
-    return n
 
 
 def _user() -> str:

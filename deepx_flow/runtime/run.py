@@ -148,8 +148,7 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str):
             futures = client.get(lowered.dsk, flat, sync=False)
     except BaseException as err:
         if recorder is not None:
-            recorder.finish(error=f"{type(err).__name__}: {err}",
-                            status="interrupted" if isinstance(err, KeyboardInterrupt) else None)
+            recorder.fail(err)
         raise
     by_key = dict(zip(flat, futures))
     names = {name: lowered.outputs[name][0] for name in keys}
@@ -217,8 +216,7 @@ def _compute(plan, graph, bound, client, progress):
                                 plan.partition.chunks[node_id])
     except BaseException as err:
         if recorder is not None:
-            recorder.finish(error=f"{type(err).__name__}: {err}",
-                            status="interrupted" if isinstance(err, KeyboardInterrupt) else None)
+            recorder.fail(err)
         raise
     if recorder is not None:
         # The outputs are NumPy arrays now; dropping the futures frees the chunks, and the

@@ -4,24 +4,14 @@ staleness and `only_stale`, on a real local cluster and a fresh metadata databas
 from __future__ import annotations
 
 import json
-import logging
 
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
 
 import deepx_flow as dx
 from deepx_flow.assets import catalog, select
 from deepx_flow.meta import open_db
 from deepx_flow.meta.db import close_all
-
-
-@pytest.fixture(scope="module")
-def client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
-            Client(cluster) as c:
-        yield c
 
 
 @pytest.fixture

@@ -10,20 +10,11 @@ import time
 
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
 from sqlalchemy import create_engine, text
 
 import deepx_flow as dx
 from deepx_flow.meta import open_db, queries
 from deepx_flow.meta.db import close_all
-
-
-@pytest.fixture(scope="module")
-def client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
-            Client(cluster) as c:
-        yield c
 
 
 @pytest.fixture
