@@ -12,19 +12,21 @@ History:
 1. workers, devices, storage_tiers, operators, links, graphs, runs, tasks, chunk_placements.
 2. events (drift, worker loss, ... per run); runs.username (who started the run).
 3. asset_materializations, asset_check_results.
+4. schedules, schedule_ticks.
 """
 
 from __future__ import annotations
 
 from sqlalchemy import (BigInteger, Boolean, Column, Float, ForeignKey, Index, Integer,
-                        MetaData, String, Table, Text, inspect, select, text, update)
+                        MetaData, String, Table, Text, UniqueConstraint, inspect, select, text,
+                        update)
 from sqlalchemy.engine import Connection, Engine
 from sqlmodel import SQLModel
 
 from deepx_flow.errors import DatabaseError
 from deepx_flow.meta.models import SchemaInfo
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # An arbitrary constant: PostgreSQL sessions migrating at once take turns on this lock.
 _PG_LOCK_ID = 74_700_11
@@ -86,9 +88,36 @@ def _v3_assets(conn: Connection) -> None:
     checks.create(conn, checkfirst=True)
 
 
+def _v4_schedules(conn: Connection) -> None:
+    # The schedule tables as they were at version 4 (frozen, as in step 2).
+    frozen = MetaData()
+    Table("schedules", frozen,
+          Column("name", String, primary_key=True),
+          Column("cron", String, nullable=False),
+          Column("selection", String, nullable=False),
+          Column("timezone", String, nullable=False),
+          Column("definitions", String, nullable=True),
+          Column("daemon", String, nullable=True),
+          Column("heartbeat_at", Float, nullable=True),
+          Column("updated_at", Float, nullable=False))
+    Table("schedule_ticks", frozen,
+          Column("id", Integer, primary_key=True),
+          Column("schedule", String, nullable=False, index=True),
+          Column("tick_at", Float, nullable=False),
+          Column("status", String, nullable=False),
+          Column("run_id", String, nullable=True),
+          Column("message", Text, nullable=True),
+          Column("daemon", String, nullable=True),
+          Column("started_at", Float, nullable=False),
+          Column("finished_at", Float, nullable=True),
+          UniqueConstraint("schedule", "tick_at"))
+    frozen.create_all(conn, checkfirst=True)
+
+
 STEPS = {
     2: _v2_events_and_username,
     3: _v3_assets,
+    4: _v4_schedules,
 }
 
 

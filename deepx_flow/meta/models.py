@@ -15,7 +15,9 @@ What each table records:
 - `tasks`: one row per Dask task that finished or failed in a run;
 - `chunk_placements`: where each chunk of a tensor is (one row per chunk and worker);
 - `events`: things that happened to a run besides its tasks (worker lost, drift, ...);
-- `asset_materializations`, `asset_check_results`: stored asset versions and their checks.
+- `asset_materializations`, `asset_check_results`: stored asset versions and their checks;
+- `schedules`, `schedule_ticks`: the schedules a scheduler daemon runs, and every tick it
+  evaluated (launched, skipped, failed), one row per schedule and tick time.
 
 Changing a table means adding a migration in `migrations.py` and bumping `SCHEMA_VERSION`.
 """
@@ -219,3 +221,35 @@ class AssetCheckResult(SQLModel, table=True):
     value: Optional[float] = None
     message: Optional[str] = _text()
     created_at: float
+
+
+class Schedule(SQLModel, table=True):
+    """A cron schedule as the scheduler daemon last saw it (schedules live in code; this
+    row lets the dashboard list them, and says which daemon runs them)."""
+
+    __tablename__ = "schedules"
+    name: str = Field(primary_key=True)
+    cron: str
+    selection: str  # the asset selection it materializes
+    timezone: str = "UTC"
+    definitions: Optional[str] = None  # the module or file the daemon loaded it from
+    daemon: Optional[str] = None  # host:pid of the daemon running it
+    heartbeat_at: Optional[float] = None  # the daemon's last sign of life
+    updated_at: float
+
+
+class ScheduleTick(SQLModel, table=True):
+    """One tick of a schedule. The unique (schedule, tick_at) pair is what makes a restarted
+    daemon never launch a tick twice: a tick is claimed by inserting its row first."""
+
+    __tablename__ = "schedule_ticks"
+    __table_args__ = (UniqueConstraint("schedule", "tick_at"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    schedule: str = Field(index=True)
+    tick_at: float  # the cron time of the tick
+    status: str  # launched, skipped, failed
+    run_id: Optional[str] = None  # the run its materialization made
+    message: Optional[str] = _text()  # why it was skipped or failed; what it materialized
+    daemon: Optional[str] = None
+    started_at: float
+    finished_at: Optional[float] = None

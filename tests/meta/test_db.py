@@ -162,8 +162,9 @@ def test_a_version_1_database_is_migrated_with_its_rows(db_url):
     db = open_db(db_url)
 
     after = snapshot(db_url)
-    added = {"events", "asset_materializations", "asset_check_results"}  # versions 2 and 3
-    assert stored_version(db_url) == 3 == SCHEMA_VERSION
+    added = {"events", "asset_materializations", "asset_check_results",  # versions 2-4
+             "schedules", "schedule_ticks"}
+    assert stored_version(db_url) == 4 == SCHEMA_VERSION
     assert set(after) == V1_TABLES | added
     assert all(after[t] == [] for t in added)
     assert [r.pop("username") for r in after["runs"]] == ["", "", ""]
