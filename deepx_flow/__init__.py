@@ -8,9 +8,13 @@
     out = dx.run(y, inputs={"x": x_np})
 """
 
-from deepx_flow.assets import Definitions, asset, load, materialize, status
-from deepx_flow.errors import (ClusterError, DatabaseError, DeepxError, ExecutionError,
-                               GraphError, InputError, PlanError, SpecError)
+from deepx_flow.assets import (DailyPartitions, Definitions, HourlyPartitions,
+                               MonthlyPartitions, Partition, StaticPartitions,
+                               TimeWindowPartitions, WeeklyPartitions, asset, checks, load,
+                               materialize, status)
+from deepx_flow.assets.schedule import schedule
+from deepx_flow.errors import (CheckFailed, ClusterError, DatabaseError, DeepxError,
+                               ExecutionError, GraphError, InputError, PlanError, SpecError)
 from deepx_flow.ir import Graph, Node
 from deepx_flow.sdk import random
 from deepx_flow.sdk.build import build_graph
@@ -30,11 +34,14 @@ from deepx_flow.spec.yaml_io import from_yaml, to_yaml
 __version__ = "0.1.0"
 
 __all__ = [
-    "Definitions", "asset", "load", "materialize", "status",
-    "ClusterError", "DatabaseError", "DeepxError", "ExecutionError", "GraphError",
+    "Definitions", "asset", "checks", "load", "materialize", "status", "DailyPartitions",
+    "HourlyPartitions", "MonthlyPartitions", "Partition", "StaticPartitions",
+    "TimeWindowPartitions", "WeeklyPartitions", "CheckFailed", "ClusterError",
+    "DatabaseError", "DeepxError", "ExecutionError", "GraphError",
     "InputError", "PlanError", "SpecError", "Graph", "Node", "Tensor", "build_graph", "random",
     "ClusterSpec", "load_cluster_file", "Persisted", "Placement", "compile", "persist",
     "placement", "run", "from_yaml", "to_yaml",
+    "schedule",
     "abs", "add", "arange", "cast", "concat", "concatenate", "div", "equal", "exp", "full",
     "gelu", "greater", "greater_equal", "input", "less", "less_equal", "log", "log_softmax",
     "matmul", "max", "maximum", "mean", "min", "minimum", "mul", "neg", "not_equal", "ones",

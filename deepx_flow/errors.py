@@ -58,3 +58,14 @@ class ExecutionError(DeepxError):
     """A task failed while running on the cluster."""
 
     exit_code = 1
+
+
+class CheckFailed(DeepxError):
+    """A blocking asset check failed: the checked version is recorded but not used, and the
+    assets downstream of it were not materialized. `materialized` is what was stored."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, materialized=None):
+        super().__init__(message)
+        self.materialized = materialized

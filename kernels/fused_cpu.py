@@ -26,8 +26,8 @@ element against 17, gelu 5 against 25) and on maximum; numexpr wins on where() a
 A 10-instruction float32 chain over 4M elements took 208 ms through numexpr, 70 ms unfused
 (one NumPy call and temporary per instruction) and 40 to 47 ms blocked (11 ms with the
 256K-element blocks chosen below). So `evaluate` takes numexpr only where it can run the
-program exactly and the measured per-instruction costs (`OP_COST_NS`) predict it faster. With a VML-enabled
-numexpr, or other hardware, re-measure (`benchmarks/bench_fused_kernel.py --ops`).
+program exactly and the measured per-instruction costs (`OP_COST_NS`) predict it faster.
+With a VML-enabled numexpr, or other hardware, re-measure (`benchmarks/bench_fused_kernel.py --ops`).
 
 Both paths compute at the broadcast shape of the inputs the program reads and only then widen
 the result to the task's output shape, so a program that reads a small bias costs the bias'

@@ -8,6 +8,14 @@ An engine has a `name` and three methods:
 - `reader_uri(uri) -> str`: a path that `dx.run(inputs=...)` and `dx.read_zarr` read.
 - `delete(uri)`: drop a stored version (garbage collection); deleting a missing one is fine.
 
+An engine may also write as the graph computes, so a tensor larger than the cluster's
+memory can be stored: `create(uri, shape, dtype, chunks) -> uri` makes the empty target,
+`write_tasks(uri, tensor_key, shape, dtype, chunks, name) -> dict` gives Dask tasks
+(keyed `(name, ...)`) that write the chunks `(tensor_key, *index)` and that a
+materialization adds to its graph, and `commit(uri, shape, dtype, chunks, began) -> dict`
+marks the target complete once they all finished (returning what `write` returns).
+Engines without these get `write` after the tensor is computed and held on the cluster.
+
 Built in: "zarr" (Zarr v3 arrays on local disk or any fsspec URL, written by the workers)
 and "memory" (the chunks stay on the cluster, kept alive in a process-wide table under URIs
 like `memory://name/version`; they are not files, so `get(uri)` gives the `Persisted` to
@@ -64,6 +72,18 @@ class ZarrEngine:
 
     def write(self, persisted, uri: str) -> dict:
         return zarr_store.write_persisted(persisted, uri)
+
+    def create(self, uri: str, shape, dtype, chunks) -> str:
+        uri = zarr_store.normalize_uri(uri)
+        zarr_store.create_array(uri, shape, dtype, chunks)
+        return uri
+
+    def write_tasks(self, uri: str, tensor_key: str, shape, dtype, chunks, name: str) -> dict:
+        return zarr_store.write_tasks(uri, tensor_key, shape, dtype, chunks, name)
+
+    def commit(self, uri: str, shape, dtype, chunks, began: float) -> dict:
+        zarr_store.mark_complete(uri)
+        return zarr_store.written(uri, shape, dtype, zarr_store.chunk_shape(chunks), began)
 
     def reader_uri(self, uri: str) -> str:
         return zarr_store.reader_uri(uri)
@@ -224,5 +244,10 @@ def get_engine(name: str):
     return found[name]
 
 
-__all__ = ["StorageEngine", "ZarrEngine", "MemoryEngine", "engines", "get_engine",
+def streams(engine) -> bool:
+    """Whether `engine` writes as the graph computes (has create, write_tasks, commit)."""
+    return all(callable(getattr(engine, m, None)) for m in ("create", "write_tasks", "commit"))
+
+
+__all__ = ["streams", "StorageEngine", "ZarrEngine", "MemoryEngine", "engines", "get_engine",
            "as_input", "ENTRY_POINT_GROUP"]

@@ -98,28 +98,14 @@ def write_persisted(persisted, uri) -> dict:
         The array could not be created, or a chunk could not be written (the message names
         the chunk; what was written is deleted first).
     """
-    import zarr
     from distributed import wait
-    from zarr.errors import ContainsArrayError, ContainsGroupError
 
     began = time.perf_counter()
     uri = normalize_uri(uri)
     if not persisted.futures:
         raise InputError(f"cannot write '{persisted.name}' to {uri}: it was released")
-    if _exists(uri):
-        raise InputError(f"{uri} already exists; each version is written to a new location, "
-                         f"never over an old one")
     shape, dtype, chunks = tuple(persisted.shape), np.dtype(persisted.dtype), persisted.chunks
-    zchunks = chunk_shape(chunks)
-    try:
-        zarr.create_array(store=uri, shape=shape, dtype=dtype, chunks=zchunks,
-                          zarr_format=3, overwrite=False)
-    except (ContainsArrayError, ContainsGroupError):  # another writer got there first
-        raise InputError(f"{uri} already exists; each version is written to a new "
-                         f"location, never over an old one") from None
-    except Exception as err:
-        raise ExecutionError(f"cannot create the Zarr array {uri}: {type(err).__name__}: "
-                             f"{err}; {_delete_quietly(uri)}") from err
+    zchunks = create_array(uri, shape, dtype, chunks)
 
     client = persisted.client
     tasks = _chunk_writes(persisted, zchunks)
@@ -145,7 +131,7 @@ def write_persisted(persisted, uri) -> dict:
             more = f" (and {len(failed) - 1} more chunks)" if len(failed) > 1 else ""
             raise ExecutionError(f"writing {uri}: chunk {idx}{more} failed: {cause}; "
                                  f"{_delete_quietly(uri)}")
-        zarr.open_array(uri, mode="r+").update_attributes({COMPLETE_ATTR: True})
+        mark_complete(uri)
     except DeepxError:
         raise
     except BaseException as err:  # an interrupt, a lost scheduler, a failed marker write
@@ -156,7 +142,61 @@ def write_persisted(persisted, uri) -> dict:
             raise
         raise ExecutionError(f"writing {uri} failed: {type(err).__name__}: {err}; "
                              f"{cleanup}") from err
-    return {"uri": uri, "shape": shape, "dtype": dtype.name, "chunks": zchunks,
+    return written(uri, shape, dtype, zchunks, began)
+
+
+def create_array(uri: str, shape, dtype, chunks) -> tuple[int, ...]:
+    """Create the empty Zarr v3 array for a tensor with plan chunks `chunks` at a new `uri`
+    (normalized); return its Zarr chunk shape. Refuses a `uri` where something exists."""
+    import zarr
+    from zarr.errors import ContainsArrayError, ContainsGroupError
+
+    if _exists(uri):
+        raise InputError(f"{uri} already exists; each version is written to a new location, "
+                         f"never over an old one")
+    zchunks = chunk_shape(chunks)
+    try:
+        zarr.create_array(store=uri, shape=tuple(shape), dtype=np.dtype(dtype), chunks=zchunks,
+                          zarr_format=3, overwrite=False)
+    except (ContainsArrayError, ContainsGroupError):  # another writer got there first
+        raise InputError(f"{uri} already exists; each version is written to a new "
+                         f"location, never over an old one") from None
+    except Exception as err:
+        raise ExecutionError(f"cannot create the Zarr array {uri}: {type(err).__name__}: "
+                             f"{err}; {_delete_quietly(uri)}") from err
+    return zchunks
+
+
+def write_tasks(uri: str, tensor_key: str, shape, dtype, chunks, name: str) -> dict:
+    """Tasks writing the tensor whose plan chunks are `(tensor_key, *index)` into the array
+    `create_array` made at `uri`: one per Zarr chunk, keyed `(name, *zarr chunk index)`,
+    each returning the bytes it wrote. Added to the graph that computes the tensor, they
+    write each chunk as soon as it exists, and the chunk can then be dropped."""
+    from deepx_flow.compiler.lower import Grid
+    from deepx_flow.compiler.taskspec import ref, task
+
+    grid, zchunks = Grid(chunks), chunk_shape(chunks)
+    counts = [math.ceil(n / c) for n, c in zip(shape, zchunks)]
+    tasks = {}
+    for idx in itertools.product(*(range(n) for n in counts)):
+        region = tuple((i * c, min((i + 1) * c, n)) for i, c, n in zip(idx, zchunks, shape))
+        layout, keys = grid.layout(tensor_key, region)
+        key = (name, *idx)
+        tasks[key] = task(key, write_block, uri, region, str(np.dtype(dtype)), layout,
+                          *[ref(k) for k in keys])
+    return tasks
+
+
+def mark_complete(uri: str) -> None:
+    """Set the marker that says every chunk of the array at `uri` was written."""
+    import zarr
+    zarr.open_array(uri, mode="r+").update_attributes({COMPLETE_ATTR: True})
+
+
+def written(uri: str, shape, dtype, zchunks, began: float) -> dict:
+    """What a finished write reports (see `write_persisted`)."""
+    dtype = np.dtype(dtype)
+    return {"uri": uri, "shape": tuple(shape), "dtype": dtype.name, "chunks": zchunks,
             "nbytes": math.prod(shape) * dtype.itemsize, "stored_bytes": _stored_bytes(uri),
             "seconds": time.perf_counter() - began}
 
@@ -186,6 +226,7 @@ def write_block(uri, region, dtype, layout, *pieces):
     from deepx_flow.kernels.tasks import cast_chunk
     block = to_host(cast_chunk(dtype, (layout,), *pieces))
     zarr.open_array(uri, mode="r+")[tuple(slice(lo, hi) for lo, hi in region)] = block
+    return block.nbytes
 
 
 def _exists(uri: str) -> bool:
@@ -233,5 +274,6 @@ def is_complete(uri) -> bool:
     return arr.attrs.get(COMPLETE_ATTR) is True
 
 
-__all__ = ["write_persisted", "delete_array", "is_complete", "reader_uri", "normalize_uri",
+__all__ = ["write_persisted", "create_array", "write_tasks", "mark_complete", "written",
+           "delete_array", "is_complete", "reader_uri", "normalize_uri",
            "chunk_shape", "is_regular", "COMPLETE_ATTR"]

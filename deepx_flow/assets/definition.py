@@ -4,6 +4,9 @@ An asset is a function that builds a tensor graph. Its parameters name the upstr
 it reads (as in Dagster); `deps=` adds upstream assets it depends on without reading them.
 `code_version` is the user's statement that the body changed: a new one makes the asset
 stale. The body runs only when a materialization composes the graph.
+
+A partitioned asset (`partitions=`, see `partitions.py`) takes a `partition` parameter
+that is not an upstream asset: the partition being built.
 """
 
 from __future__ import annotations
@@ -28,29 +31,47 @@ class AssetDef:
     description: str | None = None
     metadata: dict = field(default_factory=dict)
     storage: str = "zarr"  # the storage engine that keeps its versions
-    checks: tuple = ()
+    checks: tuple = ()  # dx.checks objects
+    partitions: object = None  # StaticPartitions, TimeWindowPartitions, or None
+    partition_axis: int | None = None  # partitions are slices along this axis
+    takes_partition: bool = False  # the body has a `partition` parameter
 
 
 def asset(fn: Callable | None = None, *, name: str | None = None, deps=(),
           code_version: str | None = None, description: str | None = None,
-          metadata: dict | None = None, storage: str = "zarr", checks=()):
+          metadata: dict | None = None, storage: str = "zarr", checks=(), partitions=None,
+          partition_axis: int | None = None):
     """Declare an asset; use as `@dx.asset` or `@dx.asset(code_version="2", ...)`."""
+    from deepx_flow.assets.checks import check_names
+
     def wrap(f: Callable) -> AssetDef:
-        params = []
-        for p in inspect.signature(f).parameters.values():
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise GraphError(f"asset {name or f.__name__}: *args and **kwargs cannot "
-                                 f"name upstream assets; use named parameters")
-            params.append(p.name)
-        extra = tuple(d.name if isinstance(d, AssetDef) else str(d) for d in deps)
         asset_name = name or f.__name__
         if not asset_name.isidentifier():
             raise GraphError(f"asset name must be an identifier, got {asset_name!r}")
+        params = []
+        for p in inspect.signature(f).parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise GraphError(f"asset {asset_name}: *args and **kwargs cannot name "
+                                 f"upstream assets; use named parameters")
+            params.append(p.name)
+        takes_partition = "partition" in params
+        if takes_partition:
+            if partitions is None:
+                raise GraphError(f"asset {asset_name} takes a 'partition' parameter but has "
+                                 f"no partitions=")
+            params.remove("partition")
+        if partition_axis is not None and partitions is None:
+            raise GraphError(f"asset {asset_name}: partition_axis needs partitions=")
+        try:
+            check_names(checks)
+        except GraphError as err:
+            raise GraphError(f"asset {asset_name}: {err}") from None
+        extra = tuple(d.name if isinstance(d, AssetDef) else str(d) for d in deps)
         return AssetDef(asset_name, f, tuple(params),
                         tuple(params) + tuple(d for d in extra if d not in params),
                         None if code_version is None else str(code_version),
                         description or inspect.getdoc(f), dict(metadata or {}), storage,
-                        tuple(checks))
+                        tuple(checks), partitions, partition_axis, takes_partition)
     return wrap(fn) if fn is not None else wrap
 
 
@@ -75,7 +96,11 @@ class Definitions:
                                      f"defined" + (f" (did you mean {hint[0]!r}?)" if hint
                                                    else ""))
         self.order = _topological(self.assets)
-        self.schedules = tuple(schedules)
+        for a in self.assets.values():
+            for dep in a.deps:
+                _check_partitioned_read(a, self.assets[dep])
+        from deepx_flow.assets.schedule import checked_schedules
+        self.schedules = checked_schedules(self, schedules)
 
     def downstream(self, name: str) -> list[str]:
         """Assets that read `name` directly."""
@@ -83,6 +108,21 @@ class Definitions:
 
     def __getitem__(self, name: str) -> AssetDef:
         return self.assets[name]
+
+
+def reads_partition_by_partition(a: AssetDef, dep: AssetDef) -> bool:
+    """Whether each partition of `a` reads the same partition of `dep` (else it reads `dep`
+    whole: all its partitions concatenated along its partition axis)."""
+    return a.partitions is not None and a.partitions == dep.partitions
+
+
+def _check_partitioned_read(a: AssetDef, dep: AssetDef) -> None:
+    if dep.partitions is None or reads_partition_by_partition(a, dep):
+        return
+    if dep.partition_axis is None:
+        raise GraphError(f"asset {a.name} reads {dep.name}, whose partitions are separate "
+                         f"tensors: give {a.name} the same partitions, or give {dep.name} "
+                         f"a partition_axis so it can be read whole")
 
 
 def _topological(assets: dict[str, AssetDef]) -> list[str]:

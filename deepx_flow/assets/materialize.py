@@ -1,150 +1,345 @@
 """Materializing assets: compose the selected bodies into one graph, compile and run it
-once, store each asset as a new version, and record the versions.
+once, store each asset (or partition) as a new version, run its checks, record it all.
 
-Upstream assets outside the selection are read from their latest stored version (lazily:
-`read_zarr` tasks read only the chunks the plan needs). Publishing is data first, row last:
-each version is written to a fresh location, and the database row that makes it visible is
-added only after the write finished, so a crash leaves the previous version readable.
+One Dask graph per stage holds the assets' tasks, the tasks that write each chunk to
+storage as soon as it is computed (so a tensor larger than the cluster's memory can be
+stored), and the checks' reductions, which read the same chunks while they are in memory.
+Stages come from blocking checks: whatever reads a checked asset runs in the next stage,
+only if the check passed (`targets.stages`). Without blocking checks there is one stage.
+
+Publishing is data first, row last: each version is written to a fresh location and its
+database row, which makes it visible, is added only after every chunk was written. A
+crash leaves the previous version readable; a failed stage deletes what it wrote.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 import uuid
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from deepx_flow.assets import catalog
+from deepx_flow.assets.compose import compose
 from deepx_flow.assets.selection import select as select_assets
-from deepx_flow.assets.status import stale_assets
+from deepx_flow.assets.status import stale_targets
+from deepx_flow.assets.targets import Target, reads, stages, targets_for
 from deepx_flow.config import settings
-from deepx_flow.errors import GraphError, InputError
+from deepx_flow.errors import CheckFailed, DeepxError, ExecutionError, GraphError
 from deepx_flow.meta import open_db
-from deepx_flow.meta.models import AssetMaterialization
+from deepx_flow.meta.models import AssetCheckResult, AssetMaterialization
 from deepx_flow.sdk.tensor import Tensor
 
 
 @dataclass(frozen=True)
 class Materialized:
-    """What one `materialize` call stored: the new version rows, by asset name."""
+    """What one `materialize` call stored: version rows by target ("asset" or
+    "asset[partition]"), the runs that made them, and what was skipped and why."""
 
     versions: dict[str, AssetMaterialization]
-    run_id: str | None
+    run_ids: list[str]
     seconds: float
+    checks: dict[str, list[AssetCheckResult]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def run_id(self) -> str | None:
+        """The (first) run that made these versions."""
+        return self.run_ids[0] if self.run_ids else None
 
     def __str__(self) -> str:
-        if not self.versions:
+        if not self.versions and not self.skipped:
             return "nothing to materialize"
-        return "\n".join(f"{name}: version {row.version[:12]} {tuple(json.loads(row.shape))} "
-                         f"{row.dtype} -> {row.uri}" for name, row in self.versions.items())
+        lines = []
+        for name, row in self.versions.items():
+            failed = [c.check for c in self.checks.get(name, ()) if not c.passed]
+            lines.append(f"{name}: version {row.version[:12]} {tuple(json.loads(row.shape))} "
+                         f"{row.dtype} -> {row.uri}"
+                         + (f" (failed checks: {', '.join(failed)})" if failed else ""))
+        lines += [f"{name}: not materialized: {why}" for name, why in self.skipped.items()]
+        return "\n".join(lines)
 
 
 def asset_root() -> str:
     return settings().asset_root or str(Path.cwd() / ".deepx" / "assets")
 
 
-def load(name: str, version: str | None = None, db=None) -> Tensor:
-    """The stored asset `name` (its latest version, or `version`) as a lazy tensor."""
+def materialize(defs, select="*", *, partitions=None, only_stale: bool = False, client=None,
+                scheduler: str | None = None, db=None) -> Materialized:
+    """Materialize the assets `select` picks (see `deepx_flow.assets.selection`).
+
+    Parameters
+    ----------
+    defs : Definitions
+    select : str or list
+        Asset selection: `"*"`, `"embeddings"`, `"+embeddings"`, `"features*"`, ...
+    partitions : str or list, optional
+        For partitioned assets: a key, a list of keys, or `"first...last"` (a backfill);
+        default every partition.
+    only_stale : bool
+        Only what is stale (never made, code version changed, upstream newer), and what is
+        downstream of it in the selection.
+    client, scheduler
+        The Dask cluster to use (default: the shared embedded one, as `dx.persist`).
+    db : str, optional
+        Metadata database URL (default DEEPX_DB_URL, else `.deepx/deepx.db`).
+
+    Raises
+    ------
+    CheckFailed
+        A blocking check failed; everything else was stored and recorded, and the error's
+        `materialized` says what.
+    """
+    from deepx_flow.runtime.run import lasting_client
+
     database = open_db(db)
-    if version is None:
-        row = catalog.latest(database, name)
-    else:
-        row = next((r for r in catalog.history(database, name)
-                    if r.version.startswith(version)), None)
-    if row is None:
-        raise InputError(f"asset {name!r} has no stored version" +
-                         (f" {version!r}" if version else "") + " in " + database.display_url)
-    return _stored_tensor(row)
-
-
-def materialize(defs, select="*", *, only_stale: bool = False, client=None,
-                db=None) -> Materialized:
-    """Materialize the assets `select` picks (see `deepx_flow.assets.selection`)."""
-    from deepx_flow.runtime.run import persist
-    from deepx_flow.storage.engines import get_engine
-
-    database = open_db(db)
-    names = select_assets(defs, select)
+    now = dt.datetime.now(dt.timezone.utc)
+    targets = targets_for(defs, select_assets(defs, select), partitions, now)
     if only_stale:
-        names = stale_assets(defs, names, database)
-    if not names:
-        return Materialized({}, None, 0.0)
-    engines = {name: get_engine(defs[name].storage) for name in names}
+        targets = stale_targets(defs, targets, database, now)
+    if not targets:
+        return Materialized({}, [], 0.0)
     began = time.perf_counter()
-    tensors, used = _compose(defs, names, database)
-    handles = persist(tensors, client=client)
-    try:
-        for handle in handles.values():
-            handle.wait()
-        failed = [n for n, h in handles.items() if any(f.status == "error" for f in h.futures)]
-        if failed:
-            handles[failed[0]].to_numpy()  # raises the task's ExecutionError
-        recorder = next(iter(handles.values())).recorder
-        run_id = recorder.run_id if recorder is not None else None
-        versions: dict[str, AssetMaterialization] = {}
-        for name in names:  # upstream first: a version records the upstream versions it read
-            read = {**used[name], **{dep: versions[dep].version for dep in defs[name].deps
-                                     if dep in versions}}
-            versions[name] = _store(defs[name], handles[name], engines[name], read, run_id,
-                                    began, database)
-    finally:
-        for handle in handles.values():
-            handle.release()
-    return Materialized(versions, run_id, time.perf_counter() - began)
+    active = lasting_client(client, scheduler)
+    versions = {t: uuid.uuid4().hex for t in targets}
+    written: dict[Target, AssetMaterialization] = {}
+    checks: dict[Target, list[AssetCheckResult]] = {}
+    skipped: dict[Target, str] = {}
+    run_ids: list[str] = []
+    for stage in stages(defs, targets, now):
+        todo = []
+        for t in stage:
+            blocked = _blocked_by(defs, t, written, checks, skipped, now)
+            if blocked:
+                skipped[t] = blocked
+            else:
+                todo.append(t)
+        if todo:
+            run_id = _run_stage(defs, todo, versions, written, checks, database, active, now)
+            if run_id:
+                run_ids.append(run_id)
+    result = Materialized({str(t): r for t, r in written.items()}, run_ids,
+                          time.perf_counter() - began, {str(t): c for t, c in checks.items()},
+                          {str(t): why for t, why in skipped.items()})
+    _report_checks(result)
+    return result
 
 
-def _compose(defs, names: list[str], db) -> tuple[dict[str, Tensor], dict[str, dict]]:
-    """Call the selected bodies in topological order with their upstream tensors: selected
-    ones as built here, others read from their latest stored version."""
-    tensors: dict[str, Tensor] = {}
-    stored: dict[str, AssetMaterialization] = {}
-    used: dict[str, dict] = {}
-    for name in names:
-        a = defs[name]
-        args, used[name] = {}, {}
-        for dep in a.deps:
-            if dep in tensors:
+def _blocked_by(defs, t: Target, written, checks, skipped, now) -> str | None:
+    """Why `t` must not run: an upstream target of this materialization failed a blocking
+    check or was itself skipped."""
+    for ups in reads(defs, t, now).values():
+        for u in ups:
+            if u in skipped:
+                return f"upstream {u} was not materialized"
+            failed = [c.check for c in checks.get(u, ()) if c.blocking and not c.passed]
+            if u in written and failed:
+                return f"blocking check {failed[0]} of {u} failed"
+    return None
+
+
+def _report_checks(result: Materialized) -> None:
+    blocking = [(name, c) for name, cs in result.checks.items() for c in cs
+                if not c.passed and c.blocking]
+    for name, c in ((n, c) for n, cs in result.checks.items() for c in cs
+                    if not c.passed and not c.blocking):
+        warnings.warn(f"asset {name}: check {c.check} failed: {c.message}", stacklevel=3)
+    if blocking:
+        name, c = blocking[0]
+        more = f" (and {len(blocking) - 1} more)" if len(blocking) > 1 else ""
+        stopped = f"; not materialized: {', '.join(result.skipped)}" if result.skipped else ""
+        raise CheckFailed(f"asset {name}: blocking check {c.check} failed: {c.message}{more}"
+                          f"{stopped}", result)
+
+
+# --- one stage: one graph, one run -------------------------------------------------------
+
+def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
+               now) -> str | None:
+    """Compute, write and check the targets of one stage; record their versions. Returns
+    the run id (None when recording is off)."""
+    from deepx_flow.compiler.compile import compile_graph
+    from deepx_flow.runtime.run import _checked, cluster_spec
+    from deepx_flow.storage.engines import get_engine, streams
+
+    began = time.perf_counter()
+    tensors, used = compose(defs, stage, versions, written, db, now)
+    outputs, measured = {}, {}
+    for i, t in enumerate(stage):
+        outputs[f"t{i}"] = tensors[t]
+        for j, c in enumerate(defs[t.asset].checks):
+            measured[t, j] = _check_outputs(t, c, tensors[t], f"t{i}_check{j}", outputs)
+    graph, bound = _checked(outputs, None)
+    plan = compile_graph(graph, cluster_spec(None, client))
+    engines = {t: get_engine(defs[t.asset].storage) for t in stage}
+    out_name = {t: f"t{i}" for i, t in enumerate(stage)}
+    nodes = {t: plan.graph[dict(graph.outputs)[out_name[t]]] for t in stage}
+    uris: dict[Target, str] = {}
+    store_labels: dict[str, str] = {}
+
+    def add_writes(lowered) -> list:
+        keys = []
+        for t in stage:
+            engine = engines[t]
+            if not streams(engine):
                 continue
-            row = stored.get(dep) or catalog.latest(db, dep)
-            if row is None:
-                raise InputError(f"asset {name} reads {dep}, which has never been "
-                                 f"materialized: select it too (e.g. '+{name}')")
-            stored[dep] = row
-            used[name][dep] = row.version
-        for param in a.params:
-            args[param] = tensors[param] if param in tensors else _stored_tensor(stored[param])
-        try:
-            out = a.fn(**args)
-        except GraphError as err:
-            raise GraphError(f"asset {name}: {err}", err.node) from None
-        if not isinstance(out, Tensor):
-            raise GraphError(f"asset {name} must return a dx.Tensor, got "
-                             f"{type(out).__name__}")
-        tensors[name] = out
-    return tensors, used
+            node = nodes[t]
+            tensor_key, chunks = lowered.outputs[out_name[t]]
+            uris[t] = engine.create(_uri(engine, t, versions[t]), node.shape, node.dtype, chunks)
+            name = f"store-{t.asset}-{versions[t][:12]}"
+            tasks = engine.write_tasks(uris[t], tensor_key, node.shape, node.dtype, chunks, name)
+            lowered.dsk.update(tasks)
+            keys += list(tasks)
+            store_labels[name] = f"store[{engine.name}]"
+        return keys
+
+    hold = [out_name[t] for t in stage if not streams(engines[t])] + \
+        [name for names in measured.values() for name in names or ()]
+    futures, keys, recorder, writes = _submit_stage(plan, graph, bound, client, hold,
+                                                    add_writes, store_labels)
+    every = [f for fs in futures.values() for f in fs] + writes
+    try:
+        _wait_or_raise(client, every)
+        values = {k: _gather_scalars(client, futures, names, plan, graph)
+                  for k, names in measured.items() if names is not None}
+        infos = {}
+        for t in stage:
+            node = nodes[t]
+            chunks = plan.partition.chunks[dict(graph.outputs)[out_name[t]]]
+            if t in uris:
+                infos[t] = engines[t].commit(uris[t], node.shape, node.dtype, chunks, began)
+            else:
+                infos[t] = _write_held(engines[t], t, versions[t], futures[out_name[t]],
+                                       node, chunks, client, keys[out_name[t]], recorder)
+    except BaseException as err:
+        for t, uri in uris.items():
+            _delete_quietly(engines[t], uri)
+        if recorder is not None:
+            recorder.fail(err)
+        if isinstance(err, DeepxError) or not isinstance(err, Exception):
+            raise
+        raise ExecutionError(f"materializing {', '.join(map(str, stage))} failed: "
+                             f"{type(err).__name__}: {err}") from err
+    finally:
+        for f in every:
+            f.release()
+    run_id = recorder.run_id if recorder is not None else None
+    if recorder is not None:
+        recorder.finish()
+    seconds = time.perf_counter() - began
+    for t in stage:  # upstream first: a row is published after what it read
+        node = nodes[t]
+        results = [_verdict(c, values.get((t, j)), node) for j, c in
+                   enumerate(defs[t.asset].checks)]
+        info = infos[t]
+        row = AssetMaterialization(
+            version=versions[t], asset=t.asset, partition=t.partition,
+            code_version=defs[t.asset].code_version,
+            upstream_versions=json.dumps(used[t], sort_keys=True),
+            shape=json.dumps(list(node.shape)), dtype=node.dtype,
+            chunks=json.dumps(list(info.get("chunks") or ())), nbytes=info.get("nbytes"),
+            storage=engines[t].name, uri=info.get("uri", uris.get(t)), run_id=run_id,
+            seconds=seconds, checks_passed=all(r.passed for r in results) if results else None,
+            created_at=time.time())
+        catalog.record(db, row, results)
+        written[t], checks[t] = row, results
+    return run_id
 
 
-def _stored_tensor(row: AssetMaterialization) -> Tensor:
-    from deepx_flow.sdk.functions import read_zarr
-    from deepx_flow.storage.engines import get_engine
-    if not row.uri:
-        raise InputError(f"asset {row.asset} version {row.version[:12]} has no stored data "
-                         f"to read (storage {row.storage!r})")
-    # Engines that keep files give a URI read_zarr reads chunk by chunk; others refuse.
-    return read_zarr(get_engine(row.storage).reader_uri(row.uri))
+def _check_outputs(t: Target, check, tensor: Tensor, prefix: str, outputs: dict):
+    """Add the tensors `check` measures on `tensor` to the graph's outputs; their names
+    (None for a check that measures nothing on the cluster)."""
+    if check.measure is None:
+        return None
+    try:
+        measured = check.measure(tensor)
+    except GraphError as err:
+        raise GraphError(f"asset {t}: check {check.name}: {err}", err.node) from None
+    if measured is None:
+        return None
+    parts = measured if isinstance(measured, (tuple, list)) else (measured,)
+    names = []
+    for k, part in enumerate(parts):
+        if not isinstance(part, Tensor):
+            raise GraphError(f"asset {t}: check {check.name} must build dx.Tensors, got "
+                             f"{type(part).__name__}")
+        outputs[f"{prefix}_{k}"] = part
+        names.append(f"{prefix}_{k}")
+    return names
 
 
-def _store(a, handle, engine, used: dict, run_id, began: float,
-           db) -> AssetMaterialization:
-    version = uuid.uuid4().hex
-    uri = f"{asset_root().rstrip('/')}/{a.name}/{version}.zarr"
-    info = engine.write(handle, uri)
-    row = AssetMaterialization(
-        version=version, asset=a.name, code_version=a.code_version,
-        upstream_versions=json.dumps(used, sort_keys=True), shape=json.dumps(handle.shape),
-        dtype=handle.dtype, chunks=json.dumps(list(info.get("chunks") or ())),
-        nbytes=info.get("nbytes"), storage=a.storage, uri=info.get("uri", uri), run_id=run_id,
-        seconds=time.perf_counter() - began, created_at=time.time())
-    catalog.record(db, row, [])
-    return row
+def _submit_stage(plan, graph, bound, client, hold, add_writes, store_labels):
+    from deepx_flow.runtime.run import _submit
+    futures, keys, recorder, writes = _submit(plan, graph, bound, client, "materialize",
+                                              hold=hold, extend=add_writes)
+    if recorder is not None:
+        recorder.labels.update(store_labels)  # task rows say "store[zarr]" for the writes
+        recorder.watch()
+    return futures, keys, recorder, writes
+
+
+def _wait_or_raise(client, futures) -> None:
+    from distributed import wait
+    with client.as_current():
+        wait(futures)
+    failed = next((f for f in futures if f.status != "finished"), None)
+    if failed is None:
+        return
+    try:
+        err = failed.exception() if failed.status == "error" else None
+    except Exception as fetch:  # the error itself could not be fetched
+        err = fetch
+    cause = f"{type(err).__name__}: {err}" if err is not None else failed.status
+    raise ExecutionError(f"task {failed.key} failed: {cause}")
+
+
+def _gather_scalars(client, futures, names, plan, graph) -> tuple:
+    from deepx_flow.runtime.run import _gather
+    out = []
+    for name in names:
+        node = plan.graph[dict(graph.outputs)[name]]
+        out.append(_gather(client, futures[name], node.shape, node.dtype,
+                           plan.partition.chunks[node.id]))
+    return tuple(out) if len(out) > 1 else out[0]
+
+
+def _write_held(engine, t, version, futures, node, chunks, client, key, recorder) -> dict:
+    """Engines that do not write as the graph computes get the computed tensor held."""
+    from deepx_flow.runtime.run import Persisted
+    held = Persisted(str(t), node.shape, node.dtype, chunks, list(futures), client, key, None)
+    return engine.write(held, _uri(engine, t, version))
+
+
+def _verdict(check, values, node) -> AssetCheckResult:
+    try:
+        v = check.judge(values, node.shape, node.dtype)
+        passed, value, message = v.passed, v.value, v.message
+    except Exception as err:  # a user's predicate that raised: the check failed
+        passed, value, message = False, None, f"the check raised {type(err).__name__}: {err}"
+    if value is not None and not np.isfinite(value):
+        value = None  # NaN and inf do not store on every backend; the message says it
+    return AssetCheckResult(materialization_id=0, check=check.name, passed=bool(passed),
+                            blocking=check.blocking, value=value, message=message,
+                            created_at=time.time())
+
+
+def _uri(engine, t: Target, version: str) -> str:
+    if engine.name == "memory":
+        return f"memory://{t.asset}/{t.partition + '/' if t.partition else ''}{version}"
+    part = f"/{t.partition.replace(':', '-')}" if t.partition else ""
+    return f"{asset_root().rstrip('/')}/{t.asset}{part}/{version}.zarr"
+
+
+def _delete_quietly(engine, uri: str) -> None:
+    try:
+        engine.delete(uri)
+    except Exception:  # best effort: the row was never written, so nothing points at it
+        pass
+
+
+__all__ = ["Materialized", "materialize", "asset_root"]

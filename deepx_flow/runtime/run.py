@@ -132,13 +132,20 @@ def _checked(outputs, inputs):
     return graph, bind_inputs(graph, inputs)
 
 
-def _submit(plan: Plan, graph: Graph, sources, client, kind: str):
-    """Lower and submit the plan; returns output futures by name, output tensor keys by
-    name, and the run's recorder (None when recording is off)."""
+def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, extend=None):
+    """Lower and submit the plan.
+
+    `hold` names the outputs whose chunk futures to return (default: all). `extend(lowered)`
+    may add tasks to the lowered graph (writes to storage, checks) and returns the keys of
+    those to compute as well. Returns output futures by name, output tensor keys by name,
+    the run's recorder (None when recording is off) and the futures of `extend`'s keys.
+    """
     check_sources_on(sources, client)
     lowered = plan.lower(sources, to_host=plan.cluster.has_devices)
-    keys = {name: lowered.output_keys(name) for name, _ in graph.outputs}
-    flat = [k for ks in keys.values() for k in ks]
+    held = [name for name, _ in graph.outputs if hold is None or name in hold]
+    keys = {name: lowered.output_keys(name) for name in held}
+    extra = list(extend(lowered)) if extend is not None else []
+    flat = [k for ks in keys.values() for k in ks] + extra
     recorder = RunRecorder.start(plan, lowered, client, kind)
     try:
         with warnings.catch_warnings():
@@ -152,7 +159,8 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str):
         raise
     by_key = dict(zip(flat, futures))
     names = {name: lowered.outputs[name][0] for name in keys}
-    return {name: [by_key[k] for k in ks] for name, ks in keys.items()}, names, recorder
+    return ({name: [by_key[k] for k in ks] for name, ks in keys.items()}, names, recorder,
+            [by_key[k] for k in extra])
 
 
 def _show_progress(futures, n_tasks: int, progress) -> None:
@@ -203,7 +211,7 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
 
 
 def _compute(plan, graph, bound, client, progress):
-    futures, _, recorder = _submit(plan, graph, bound, client, "run")
+    futures, _, recorder, _ = _submit(plan, graph, bound, client, "run")
     flat = [f for fs in futures.values() for f in fs]
     if recorder is not None:
         recorder.watch()
@@ -294,6 +302,15 @@ def _close_shared():
     _shared.clear()
 
 
+def lasting_client(client=None, scheduler: str | None = None, inputs=None):
+    """The client for work whose results outlive the call (persisted handles, stored
+    assets): the one given, else one for `scheduler` (or DEEPX_SCHEDULER), else the cluster
+    holding a persisted input, the process's default client, or the shared embedded one."""
+    address = scheduler or settings().scheduler_address
+    return (client or (_shared_client(address) if address else None)
+            or _persisted_client(inputs) or current_client() or _shared_client())
+
+
 def persist(outputs, inputs: dict | None = None, client=None, scheduler: str | None = None,
             cluster=None):
     """Compute `outputs` and keep them on the cluster; returns `Persisted` handles.
@@ -302,12 +319,9 @@ def persist(outputs, inputs: dict | None = None, client=None, scheduler: str | N
     cluster is used and kept until the interpreter exits.
     """
     graph, bound = _checked(outputs, inputs)
-    # The handles outlive this call, so the client they use must too.
-    address = scheduler or settings().scheduler_address
-    active = (client or (_shared_client(address) if address else None)
-              or _persisted_client(inputs) or current_client() or _shared_client())
+    active = lasting_client(client, scheduler, inputs)
     plan = compile_graph(graph, cluster_spec(cluster, active))
-    futures, keys, recorder = _submit(plan, graph, bound, active, "persist")
+    futures, keys, recorder, _ = _submit(plan, graph, bound, active, "persist")
     if recorder is not None:
         recorder.watch([f for fs in futures.values() for f in fs])
     handles = {}
