@@ -95,7 +95,7 @@ def in_range(low=None, high=None, *, blocking: bool = True, name: str | None = N
     return Check(name or "in_range", measure, judge, blocking, f"values in [{low}, {high}]")
 
 
-def shape(expected, *, blocking: bool = True) -> Check:
+def shape(expected, *, blocking: bool = True, name: str | None = None) -> Check:
     """The tensor has this shape (`None` matches any size along that axis)."""
     expected = tuple(expected)
 
@@ -105,7 +105,7 @@ def shape(expected, *, blocking: bool = True) -> Check:
         return Verdict(ok, None, f"shape {tuple(actual)}" + ("" if ok else
                                                              f", expected {expected}"))
 
-    return Check("shape", None, judge, blocking, f"shape {expected}")
+    return Check(name or "shape", None, judge, blocking, f"shape {expected}")
 
 
 def reduction(fn: Callable, predicate: Callable, *, name: str | None = None,

@@ -46,8 +46,10 @@ def _import(where: str):
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # so dataclasses and pickling find it
         # The file's folder on the path, as `python file.py` would have it.
-        sys.path.insert(0, str(path.resolve().parent))
-        spec.loader.exec_module(module)
+        folder = str(path.resolve().parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        _run(lambda: spec.loader.exec_module(module), where)
         return module
     if str(Path.cwd()) not in sys.path and "" not in sys.path:
         sys.path.insert(0, str(Path.cwd()))  # `-m my_pipeline` from the project folder
@@ -57,4 +59,17 @@ def _import(where: str):
         if err.name and where.startswith(err.name):
             raise InputError(f"cannot import {where!r}: no such module (from "
                              f"{Path.cwd()})") from None
-        raise
+        raise InputError(f"importing {where}: {err}") from err
+    except SyntaxError as err:
+        raise InputError(f"{err.filename}:{err.lineno}: {err.msg}") from err
+
+
+def _run(load, where: str) -> None:
+    """Run a definitions file; a syntax error or a missing import is bad input (one line
+    naming the file and line), not a failure while running."""
+    try:
+        load()
+    except SyntaxError as err:
+        raise InputError(f"{err.filename}:{err.lineno}: {err.msg}") from err
+    except ImportError as err:
+        raise InputError(f"importing {where}: {err}") from err

@@ -100,7 +100,8 @@ def status(defs, db=None, now=None) -> StatusTable:
         stale = [(t, why) for t, why in found.items() if why]
         reasons = [f"[{t.partition}] {'; '.join(why)}" for t, why in stale[:SHOWN_REASONS]]
         if len(stale) > SHOWN_REASONS:
-            reasons.append(f"and {len(stale) - SHOWN_REASONS} more partitions")
+            more = len(stale) - SHOWN_REASONS
+            reasons.append(f"and {more} more partition{'s' if more > 1 else ''}")
         rows.append(AssetStatus(name, bool(stale), tuple(reasons), None, stamp,
                                 (len(made), len(targets))))
     return StatusTable(tuple(rows))

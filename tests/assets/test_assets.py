@@ -10,17 +10,6 @@ import pytest
 
 import deepx_flow as dx
 from deepx_flow.assets import catalog, select
-from deepx_flow.meta import open_db
-from deepx_flow.meta.db import close_all
-
-
-@pytest.fixture
-def env(db_url, tmp_path, monkeypatch):
-    """A fresh metadata database and asset root for each test."""
-    monkeypatch.setenv("DEEPX_DB_URL", db_url)
-    monkeypatch.setenv("DEEPX_ASSET_ROOT", str(tmp_path / "assets"))
-    yield open_db(db_url)
-    close_all()
 
 
 def pipeline(features_version="1"):

@@ -1,0 +1,183 @@
+"""`deepx-flow assets list|status|history` and `deepx-flow materialize`: a project's assets,
+their stored versions and staleness, and materializing a selection of them from a shell.
+
+`-m` names the project's `dx.Definitions` as `load_definitions` reads it: a module, a `.py`
+file, either one followed by `:ATTRIBUTE`. `history` reads the database only, so it needs no
+module. Selection words are joined with commas into one selection (`materialize -m p a+ b`
+is `a+,b`), so they are materialized together, upstream first. A blocking check that fails
+still prints what was stored before the one-line error (exit 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import difflib
+import json
+import os
+
+from deepx_flow.errors import InputError
+from deepx_flow.registry.cluster import format_bytes
+from deepx_flow.text_table import text_table
+
+
+def add_parsers(sub, parents) -> None:
+    assets = sub.add_parser("assets", help="a project's assets: list, status, history",
+                            parents=parents)
+    assets_sub = assets.add_subparsers(dest="assets_command", required=True)
+    # `--db` may come before or after the subcommand; without SUPPRESS the subcommand's
+    # default would overwrite a value given before it.
+    listing = assets_sub.add_parser("list", help="each asset: upstream, code version, "
+                                                 "storage, latest stored version")
+    status = assets_sub.add_parser("status", help="fresh or stale, and why, for each asset")
+    history = assets_sub.add_parser("history", help="the stored versions of one asset")
+    for p in (listing, status, history):
+        p.add_argument("--db", metavar="URL", default=argparse.SUPPRESS,
+                       help="metadata database URL")
+    for p in (listing, status):
+        _module_argument(p)
+    history.add_argument("name", help="an asset name")
+    history.add_argument("--limit", type=int, default=20, help="how many (newest first)")
+
+    mat = sub.add_parser("materialize", help="compute and store a selection of assets",
+                         parents=parents)
+    _module_argument(mat)
+    mat.add_argument("selection", nargs="*", default=["*"],
+                     help="assets to store: name, +name (and its upstream), name+ (and its "
+                          "downstream), *name, name*; default: all")
+    mat.add_argument("--partitions", metavar="KEYS",
+                     help="for partitioned assets: a key, KEY1,KEY2, or FIRST...LAST "
+                          "(a backfill); default every partition")
+    mat.add_argument("--only-stale", action="store_true",
+                     help="of the selection, only assets that are stale or downstream of one")
+    mat.add_argument("--scheduler", metavar="ADDRESS",
+                     help="use a running Dask scheduler instead of an embedded cluster")
+
+
+def _module_argument(parser) -> None:
+    parser.add_argument("-m", "--module", required=True, metavar="MODULE[:ATTR]",
+                        help="the module or .py file that holds the dx.Definitions")
+
+
+def cmd_assets(args) -> int:
+    return {"list": _list, "status": _status, "history": _history}[args.assets_command](args)
+
+
+def _list(args) -> int:
+    from deepx_flow.assets import catalog
+    from deepx_flow.assets.loading import load_definitions
+    from deepx_flow.meta import open_db
+
+    defs = load_definitions(args.module)
+    db = open_db(args.db)
+    rows = []
+    for name in defs.order:
+        a = defs[name]
+        if a.partitions is None:
+            row = catalog.latest(db, name)
+            latest = row.version[:12] if row else "never materialized"
+        else:  # the newest partition stands for the rest
+            made = catalog.latest_partitions(db, name)
+            row = max(made.values(), key=lambda r: (r.created_at, r.id), default=None)
+            latest = f"{len(made)} partitions" if made else "never materialized"
+        rows.append((name, ", ".join(a.deps) or "-", a.code_version or "-", a.storage,
+                     ", ".join(c.name for c in a.checks) or "-", latest,
+                     _shape(row.shape) if row else "-", row.dtype if row else "-",
+                     _time(row.created_at) if row else "-"))
+    print(text_table(("asset", "upstream", "code", "storage", "checks", "latest", "shape",
+                      "dtype", "materialized"), rows) if rows else
+          f"{args.module} defines no assets")
+    return 0
+
+
+def _status(args) -> int:
+    import deepx_flow as dx
+    from deepx_flow.assets.loading import load_definitions
+
+    print(dx.status(load_definitions(args.module), db=args.db))
+    return 0
+
+
+def _history(args) -> int:
+    from deepx_flow.assets import catalog
+    from deepx_flow.meta import open_db
+
+    db = open_db(args.db)
+    rows = catalog.history(db, args.name)
+    if not rows:
+        known = _stored_assets(db)
+        hint = difflib.get_close_matches(args.name, known, n=1)
+        raise InputError(f"asset {args.name!r} has no stored versions in {db.display_url}"
+                         + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+    partitioned = any(r.partition is not None for r in rows)
+    print(text_table(("version", *(("partition",) if partitioned else ()), "created", "shape",
+                      "dtype", "bytes", "run", "seconds", "checks", "uri"),
+                     [(r.version[:12], *((r.partition or "-",) if partitioned else ()),
+                       _time(r.created_at), _shape(r.shape), r.dtype,
+                       format_bytes(r.nbytes) if r.nbytes is not None else "-",
+                       (r.run_id or "-")[:12],
+                       f"{r.seconds:.2f}" if r.seconds is not None else "-",
+                       {None: "-", True: "passed", False: "failed"}[r.checks_passed],
+                       r.uri or "-") for r in rows[:args.limit]],
+                     f"{args.name}: {len(rows)} stored versions, newest first"))
+    return 0
+
+
+def cmd_materialize(args) -> int:
+    import deepx_flow as dx
+    from deepx_flow.assets.loading import load_definitions
+    from deepx_flow.assets.selection import select
+    from deepx_flow.errors import CheckFailed
+    from deepx_flow.runtime.cluster import connect
+
+    if args.db:  # the run records itself where the settings say
+        os.environ["DEEPX_DB_URL"] = args.db
+    defs = load_definitions(args.module)
+    selection = ",".join(args.selection)
+    names = select(defs, selection)  # a bad selection fails before a cluster is started
+    if args.only_stale and not any(row.stale for row in dx.status(defs, db=args.db).rows
+                                   if row.asset in names):
+        print("nothing to materialize: the selected assets are fresh")
+        return 0
+    partitions = _partitions(args.partitions)
+    try:
+        with connect(scheduler=args.scheduler) as client:
+            done = dx.materialize(defs, selection, partitions=partitions,
+                                  only_stale=args.only_stale, client=client, db=args.db)
+    except CheckFailed as err:  # what was stored is stored: say what, then why it stopped
+        if err.materialized is not None:
+            _print_materialized(err.materialized)
+        raise
+    _print_materialized(done)
+    return 0
+
+
+def _print_materialized(done) -> None:
+    print(done)
+    if done.run_ids:
+        print(f"run{'s' if len(done.run_ids) > 1 else ''} {', '.join(done.run_ids)}, "
+              f"{done.seconds:.2f} s")
+
+
+def _partitions(text: str | None):
+    """`--partitions`: None (all), one key, KEY1,KEY2 (a list) or FIRST...LAST (a range)."""
+    if text is None or "..." in text or "," not in text:
+        return text
+    return [key.strip() for key in text.split(",") if key.strip()]
+
+
+def _stored_assets(db) -> list[str]:
+    from sqlmodel import select
+
+    from deepx_flow.meta.models import AssetMaterialization
+
+    with db.read() as session:
+        return list(session.exec(select(AssetMaterialization.asset).distinct()))
+
+
+def _shape(text: str) -> str:
+    return "x".join(map(str, json.loads(text))) or "()"
+
+
+def _time(t: float | None) -> str:
+    return dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "-"
