@@ -7,6 +7,10 @@
     deepx-flow runs show RUN_ID          # one run: tasks by operator, errors, its plan
     deepx-flow placement RUN_ID          # which worker holds each chunk
     deepx-flow registry show|probe       # registered workers, tiers, links; measure links
+    deepx-flow assets list|status -m my_pipeline   # a project's assets, fresh or stale
+    deepx-flow assets history NAME       # the stored versions of one asset
+    deepx-flow materialize -m my_pipeline [SELECTION ...] [--only-stale]
+    deepx-flow scheduler -m my_pipeline [--once]   # run its schedules: each tick once
 
 `--db URL` (or DEEPX_DB_URL) picks the metadata database; the default is `.deepx/deepx.db`.
 
@@ -40,7 +44,7 @@ def _pairs(values, what: str) -> dict[str, str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from deepx_flow.cli import registry_cmd, runs_cmd
+    from deepx_flow.cli import assets_cmd, registry_cmd, runs_cmd, scheduler_cmd
 
     parser = _Parser(prog="deepx-flow", description="Run tensor graphs on Dask clusters.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -72,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("ops", help="list the operators and their engines")
     runs_cmd.add_parsers(sub, [db])
     registry_cmd.add_parser(sub, [db])
+    assets_cmd.add_parsers(sub, [db])
+    scheduler_cmd.add_parser(sub, [db])
     return parser
 
 
@@ -135,10 +141,12 @@ def _cmd_ops(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from deepx_flow.cli import registry_cmd, runs_cmd
+    from deepx_flow.cli import assets_cmd, registry_cmd, runs_cmd, scheduler_cmd
     command = {"run": _cmd_run, "explain": _cmd_explain, "ops": _cmd_ops,
                "runs": runs_cmd.cmd_runs, "placement": runs_cmd.cmd_placement,
-               "registry": registry_cmd.run}[args.command]
+               "registry": registry_cmd.run, "assets": assets_cmd.cmd_assets,
+               "materialize": assets_cmd.cmd_materialize,
+               "scheduler": scheduler_cmd.run}[args.command]
     try:
         return command(args)
     except DeepxError as err:
