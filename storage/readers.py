@@ -35,6 +35,18 @@ def array_info(path: str) -> tuple[tuple[int, ...], str]:
     return tuple(arr.shape), arr.dtype.name
 
 
+def storage_chunks(path: str) -> tuple[int, ...] | None:
+    """The chunk shape of the Zarr array at `path` (None for `.npy` files, which are read
+    by memory map and have no chunks)."""
+    if not _is_zarr(path):
+        return None
+    import zarr
+    try:
+        return tuple(int(c) for c in zarr.open_array(path, mode="r").chunks)
+    except Exception:  # array_info has already reported a bad store
+        return None
+
+
 def read_region(path: str, region) -> np.ndarray:
     """The block `region` ((start, stop) per axis) of the array at `path`, as a NumPy array."""
     index = tuple(slice(lo, hi) for lo, hi in region)

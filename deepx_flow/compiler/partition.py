@@ -22,6 +22,10 @@ How it chooses:
    per worker thread, never below `min_chunk_bytes`. Axes that are summed over (matmul's K,
    reduced axes) are split for this only as a last resort, and sources follow the grids of
    users that share their axes.
+4. A stored array (`read_zarr` with `storage_chunks`) prefers chunk sizes that are multiples
+   of its stored chunks, and for parallelism is split along its stored chunks first (even
+   an axis that is summed over), and last along an axis a stored chunk spans, which would
+   read each stored chunk once per piece.
 """
 
 from __future__ import annotations
@@ -242,6 +246,14 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
                 for j in range(t.ndim):
                     if j != axis:
                         classes.union((t.id, j), (node.id, j))
+    # Stored arrays read fastest in their own chunks: chunk sizes along their chunked axes
+    # are kept to multiples of the stored chunk while that fits.
+    stored = {n.id: tuple(n.attr("storage_chunks")) for n in nodes
+              if n.op == "read_zarr" and n.attr("storage_chunks")}
+    for node_id, store in stored.items():
+        for axis, size in enumerate(store):
+            if size < graph[node_id].shape[axis]:
+                classes.prefer((node_id, axis), size)
 
     def chunk_of(node_id: str) -> tuple[int, ...]:
         node = graph[node_id]
@@ -302,6 +314,14 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
     for n in nodes:
         if get_op(n.op).kind == REDUCE:
             summed |= {classes.find((n.id + "#in", a)) for a in n.attr("axes")}
+    # Splitting a stored array across its stored chunks costs nothing extra; splitting it
+    # where a stored chunk spans the axis reads each stored chunk again per piece. So for
+    # parallelism the first are preferred (even when summed over) and the second avoided.
+    aligned = {classes.find((i, a)) for i, store in stored.items() for a, size in
+               enumerate(store) if size < graph[i].shape[a]}
+    rereads = {classes.find((i, a)) for i, store in stored.items() for a, size in
+               enumerate(store) if size >= graph[i].shape[a] > 1}
+    costly = (summed - aligned) | (rereads - aligned)
     # Sources that feed nodes sharing their axes take their grid from those users: splitting
     # a cheap source for its own sake would only cut its users' tiles smaller.
     target = cluster.total_threads * config.chunks_per_thread
@@ -322,7 +342,7 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
             candidates = [k for k in keys if classes.splittable(k)]
             if tasks >= target or chunk_bytes < 2 * config.min_chunk_bytes or not candidates:
                 break
-            free = [k for k in candidates if classes.find(k) not in summed]
+            free = [k for k in candidates if classes.find(k) not in costly]
             classes.halve(max(free or candidates, key=classes.chunk))
 
     chunks: dict[str, Chunks] = {}

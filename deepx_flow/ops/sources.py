@@ -48,7 +48,13 @@ def _infer_read_zarr(node, inputs):
     uri = node.attr("uri")
     if not isinstance(uri, str) or not uri:
         raise GraphError(f"read_zarr: uri must be a path or URL, got {uri!r}", node.id)
-    return _infer_declared(node, inputs)
+    shape, dtype = _infer_declared(node, inputs)
+    chunks = node.attr("storage_chunks")
+    if chunks is not None and (not isinstance(chunks, (tuple, list)) or len(chunks) != len(shape)
+                               or not all(isinstance(c, int) and c > 0 for c in chunks)):
+        raise GraphError(f"read_zarr: storage_chunks must be {len(shape)} positive integers "
+                         f"(the stored chunk shape), got {chunks!r}", node.id)
+    return shape, dtype
 
 
 def specs() -> list[OpSpec]:
@@ -70,6 +76,6 @@ def specs() -> list[OpSpec]:
                required_attrs=("seed",), doc="uniform values in [low, high) from (seed, index)"),
         # Tasks read just their region, on the worker: a stored tensor is never loaded whole.
         OpSpec("read_zarr", SOURCE, 0, _infer_read_zarr, declared=declared, flops_per_element=0,
-               attrs=("uri",), required_attrs=("uri",),
+               attrs=("uri", "storage_chunks"), required_attrs=("uri",),
                doc="a stored Zarr array (a path or fsspec URL), read chunk by chunk"),
     ]

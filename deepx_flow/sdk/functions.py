@@ -35,11 +35,14 @@ def input(name: str, shape: Sequence[int], dtype="float32") -> Tensor:  # noqa: 
 
 
 def read_zarr(uri: str) -> Tensor:
-    """A stored Zarr array (a local path or any fsspec URL) as a tensor. Its shape and dtype
-    are read now; its data is read chunk by chunk by the tasks that need it."""
-    from deepx_flow.storage.readers import array_info
+    """A stored Zarr array (a local path or any fsspec URL) as a tensor. Its shape, dtype and
+    chunk shape are read now; its data is read chunk by chunk by the tasks that need it (the
+    compiler aligns their chunks with the stored ones where it can)."""
+    from deepx_flow.storage.readers import array_info, storage_chunks
     shape, dtype = array_info(str(uri))
-    return apply("read_zarr", [], shape=shape, dtype=dtype, uri=str(uri))
+    chunks = storage_chunks(str(uri))
+    return apply("read_zarr", [], shape=shape, dtype=dtype, uri=str(uri),
+                 **({"storage_chunks": chunks} if chunks else {}))
 
 
 def full(shape, value, dtype=None) -> Tensor:

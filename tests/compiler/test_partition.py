@@ -116,3 +116,35 @@ def test_sources_read_only_through_slices_are_still_split_for_parallelism():
     r = dx.random.normal((8192, 4096), seed=0, dtype="float64")
     plan = plan_for(r[::2] * 2.0, memory=8 * 2**30, threads=4)
     assert len(plan.chunks[r.node.id][0]) > 1
+
+
+def _stored(tmp_path, shape, chunks, name="a.zarr"):
+    import zarr
+    path = str(tmp_path / name)
+    zarr.create_array(store=path, shape=shape, chunks=chunks, dtype="float32", zarr_format=3)
+    return dx.read_zarr(path)
+
+
+def test_stored_arrays_are_read_in_their_own_chunks(tmp_path):
+    # Summed over its chunked axis: split along the stored chunks (partial sums), not
+    # across the columns each stored chunk spans (which would read every chunk 4 times).
+    x = _stored(tmp_path, (262_144, 1024), (65_536, 1024))
+    assert x.node.attr("storage_chunks") == (65_536, 1024)
+    plan = plan_for(x.sum(axis=0), memory=2**34, workers=2, threads=1)
+    assert plan.chunks[x.node.id] == ((65_536,) * 4, (1024,))
+    # Tight memory: chunk sizes stay multiples of the stored chunk while they can.
+    y = _stored(tmp_path, (40_000, 64), (3000, 64), "b.zarr")
+    plan = plan_for(dx.exp(y), memory=12 * 2**20, workers=1, threads=1)
+    rows = plan.chunks[y.node.id][0]
+    assert all(r % 3000 == 0 for r in rows[:-1]) and sum(rows) == 40_000
+    assert all(r.peak_working_set <= plan.partition.budget for r in plan.stats().nodes)
+
+
+def test_storage_chunks_survive_yaml_and_are_checked(tmp_path):
+    x = _stored(tmp_path, (100, 8), (10, 8))
+    back = dx.from_yaml(dx.to_yaml(x * 2.0))
+    assert back == dx.build_graph(x * 2.0)
+    bad = dx.to_yaml(x).replace("storage_chunks: [10, 8]", "storage_chunks: [-10, 8]")
+    assert bad != dx.to_yaml(x)
+    with pytest.raises(dx.GraphError, match="storage_chunks must be 2 positive integers"):
+        dx.from_yaml(bad)
