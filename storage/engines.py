@@ -114,6 +114,8 @@ class MemoryEngine:
     def write(self, persisted, uri: str) -> dict:
         from distributed import Future, wait
 
+        from deepx_flow.runtime.futures import why_not_finished
+
         began = time.perf_counter()
         uri = str(uri)
         if not uri.startswith(self.prefix):
@@ -130,8 +132,8 @@ class MemoryEngine:
         indices = itertools.product(*(range(len(c)) for c in persisted.chunks))
         for idx, future in zip(indices, persisted.futures):
             if future.status != "finished":
-                cause = future.exception() if future.status == "error" else future.status
-                raise ExecutionError(f"writing {uri}: chunk {idx} failed: {cause}")
+                raise ExecutionError(f"writing {uri}: chunk {idx} failed: "
+                                     f"{why_not_finished(future)}")
         own = dataclasses.replace(persisted, futures=[Future(f.key, persisted.client)
                                                       for f in persisted.futures])
         with _MEMORY_LOCK:

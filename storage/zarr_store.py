@@ -100,6 +100,8 @@ def write_persisted(persisted, uri) -> dict:
     """
     from distributed import wait
 
+    from deepx_flow.runtime.futures import why_not_finished
+
     began = time.perf_counter()
     uri = normalize_uri(uri)
     if not persisted.futures:
@@ -126,8 +128,7 @@ def write_persisted(persisted, uri) -> dict:
         failed = [(idx, f) for (idx, *_), f in zip(tasks, futures) if f.status != "finished"]
         if failed:
             idx, future = failed[0]
-            err = future.exception() if future.status == "error" else None
-            cause = f"{type(err).__name__}: {err}" if err is not None else future.status
+            cause = why_not_finished(future)
             more = f" (and {len(failed) - 1} more chunks)" if len(failed) > 1 else ""
             raise ExecutionError(f"writing {uri}: chunk {idx}{more} failed: {cause}; "
                                  f"{_delete_quietly(uri)}")

@@ -66,15 +66,18 @@ def check_results(db: Database, materialization_id: int) -> list[AssetCheckResul
             .order_by(col(AssetCheckResult.id))))
 
 
-def record(db: Database, row: AssetMaterialization, checks: list[AssetCheckResult]) -> None:
-    """Publish a version: its row (and check results) in one transaction, written after its
-    data, so readers never see a version whose data is incomplete."""
+def record_all(db: Database, versions: list[tuple[AssetMaterialization,
+                                                 list[AssetCheckResult]]]) -> None:
+    """Publish versions: their rows and check results in one transaction, written after
+    their data, so readers never see a version whose data is incomplete, nor part of a
+    materialization's versions."""
     with db.session() as session:
-        session.add(row)
-        session.flush()  # the row's id, for its check results
-        for check in checks:
-            check.materialization_id = row.id
-            session.add(check)
+        for row, checks in versions:
+            session.add(row)
+            session.flush()  # the row's id, for its check results
+            for check in checks:
+                check.materialization_id = row.id
+                session.add(check)
 
 
 def upstream_versions(row: AssetMaterialization) -> dict[str, str]:

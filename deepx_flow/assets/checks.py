@@ -78,10 +78,10 @@ def in_range(low=None, high=None, *, blocking: bool = True, name: str | None = N
         raise GraphError("dx.checks.in_range needs a low or a high bound")
 
     def measure(t):
-        return (t.min(), t.max())
+        return None if math.prod(t.shape) == 0 else (t.min(), t.max())
 
     def judge(values, shape, dtype) -> Verdict:
-        if math.prod(shape) == 0:
+        if values is None:
             return Verdict(True, None, "no values")
         lo, hi = (float(v) for v in values)
         below = math.isnan(lo) or (low is not None and lo < low)
@@ -116,12 +116,20 @@ def reduction(fn: Callable, predicate: Callable, *, name: str | None = None,
     if label == "<lambda>":
         raise GraphError("dx.checks.reduction of a lambda needs name=...")
 
+    def measure(t):
+        out = fn(t)
+        if getattr(out, "shape", None) != ():
+            got = f"shape {out.shape}" if hasattr(out, "shape") else repr(out)
+            raise GraphError(f"must build a scalar (a full reduction such as t.mean()), "
+                             f"got {got}")
+        return out
+
     def judge(values, shape, dtype) -> Verdict:
-        value = float(np.asarray(values).reshape(-1)[0]) if np.size(values) else None
+        value = float(values)
         ok = bool(predicate(value))
         return Verdict(ok, value, f"value {value:.6g}" + ("" if ok else " fails the check"))
 
-    return Check(label, fn, judge, blocking, getattr(fn, "__doc__", None) or "")
+    return Check(label, measure, judge, blocking, getattr(fn, "__doc__", None) or "")
 
 
 def check_names(checks) -> list[str]:

@@ -43,6 +43,11 @@ def compose(defs, stage: list[Target], versions: dict[Target, str], written: dic
             out = a.fn(**args)
         except GraphError as err:
             raise GraphError(f"asset {t}: {err}", err.node) from None
+        except InputError as err:
+            raise InputError(f"asset {t}: {err}") from None
+        except Exception as err:  # a bug in the body: say which asset it is in
+            raise GraphError(f"asset {t}: its body raised {type(err).__name__}: {err}") \
+                from err
         if not isinstance(out, Tensor):
             raise GraphError(f"asset {t} must return a dx.Tensor, got {type(out).__name__}")
         tensors[t] = out

@@ -8,21 +8,21 @@ Stages come from blocking checks: whatever reads a checked asset runs in the nex
 only if the check passed (`targets.stages`). Without blocking checks there is one stage.
 
 Publishing is data first, row last: each version is written to a fresh location and its
-database row, which makes it visible, is added only after every chunk was written. A
-crash leaves the previous version readable; a failed stage deletes what it wrote.
+database row, which makes it visible, is added only after every chunk was written (a
+stage's rows in one transaction). A crash leaves the previous version readable; a failed
+stage cancels its tasks and deletes what it wrote.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import time
 import uuid
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
 
 from deepx_flow.assets import catalog
 from deepx_flow.assets.compose import compose
@@ -33,6 +33,8 @@ from deepx_flow.config import settings
 from deepx_flow.errors import CheckFailed, DeepxError, ExecutionError, GraphError
 from deepx_flow.meta import open_db
 from deepx_flow.meta.models import AssetCheckResult, AssetMaterialization
+from deepx_flow.runtime.futures import blamed_key, why_not_finished
+from deepx_flow.runtime.run import Persisted
 from deepx_flow.sdk.tensor import Tensor
 
 
@@ -162,9 +164,13 @@ def _report_checks(result: Materialized) -> None:
 def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
                now) -> str | None:
     """Compute, write and check the targets of one stage; record their versions. Returns
-    the run id (None when recording is off)."""
+    the run id (None when recording is off).
+
+    Nothing of a failed stage stays: running tasks are cancelled, then every array it
+    created is deleted, and no row is written. Its rows are published in one transaction.
+    """
     from deepx_flow.compiler.compile import compile_graph
-    from deepx_flow.runtime.run import _checked, cluster_spec
+    from deepx_flow.runtime.run import _checked, _submit, cluster_spec
     from deepx_flow.storage.engines import get_engine, streams
 
     began = time.perf_counter()
@@ -178,47 +184,60 @@ def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
     plan = compile_graph(graph, cluster_spec(None, client))
     engines = {t: get_engine(defs[t.asset].storage) for t in stage}
     out_name = {t: f"t{i}" for i, t in enumerate(stage)}
-    nodes = {t: plan.graph[dict(graph.outputs)[out_name[t]]] for t in stage}
-    uris: dict[Target, str] = {}
-    store_labels: dict[str, str] = {}
+    out_id = dict(graph.outputs)
+    nodes = {t: plan.graph[out_id[out_name[t]]] for t in stage}
+    chunks = {t: plan.partition.chunks[out_id[out_name[t]]] for t in stage}
+    streamed = [t for t in stage if streams(engines[t])]
+    held = [out_name[t] for t in stage if t not in streamed] + \
+        [name for names in measured.values() for name in names or ()]
+    created: dict[Target, str] = {}  # what to delete if the stage fails
+    labels = {f"store-{t.asset}-{versions[t][:12]}": f"store[{engines[t].name}]"
+              for t in streamed}
 
     def add_writes(lowered) -> list:
         keys = []
-        for t in stage:
-            engine = engines[t]
-            if not streams(engine):
-                continue
-            node = nodes[t]
-            tensor_key, chunks = lowered.outputs[out_name[t]]
-            uris[t] = engine.create(_uri(engine, t, versions[t]), node.shape, node.dtype, chunks)
-            name = f"store-{t.asset}-{versions[t][:12]}"
-            tasks = engine.write_tasks(uris[t], tensor_key, node.shape, node.dtype, chunks, name)
+        for t in streamed:
+            tasks = engines[t].write_tasks(created[t], lowered.outputs[out_name[t]][0],
+                                           nodes[t].shape, nodes[t].dtype, chunks[t],
+                                           f"store-{t.asset}-{versions[t][:12]}")
             lowered.dsk.update(tasks)
             keys += list(tasks)
-            store_labels[name] = f"store[{engine.name}]"
         return keys
 
-    hold = [out_name[t] for t in stage if not streams(engines[t])] + \
-        [name for names in measured.values() for name in names or ()]
-    futures, keys, recorder, writes = _submit_stage(plan, graph, bound, client, hold,
-                                                    add_writes, store_labels)
-    every = [f for fs in futures.values() for f in fs] + writes
+    every, recorder = [], None
     try:
+        for t in streamed:
+            created[t] = engines[t].create(_uri(engines[t], t, versions[t]), nodes[t].shape,
+                                           nodes[t].dtype, chunks[t])
+        futures, keys, recorder, writes = _submit(plan, graph, bound, client, "materialize",
+                                                  hold=held, extend=add_writes, db=db)
+        every = [f for fs in futures.values() for f in fs] + writes
+        if recorder is not None:
+            recorder.labels.update(labels)  # task rows say "store[zarr]" for the writes
+            recorder.watch()
         _wait_or_raise(client, every)
         values = {k: _gather_scalars(client, futures, names, plan, graph)
                   for k, names in measured.items() if names is not None}
         infos = {}
         for t in stage:
-            node = nodes[t]
-            chunks = plan.partition.chunks[dict(graph.outputs)[out_name[t]]]
-            if t in uris:
-                infos[t] = engines[t].commit(uris[t], node.shape, node.dtype, chunks, began)
+            if t in streamed:
+                infos[t] = engines[t].commit(created[t], nodes[t].shape, nodes[t].dtype,
+                                             chunks[t], began)
             else:
-                infos[t] = _write_held(engines[t], t, versions[t], futures[out_name[t]],
-                                       node, chunks, client, keys[out_name[t]], recorder)
+                infos[t] = engines[t].write(
+                    Persisted(str(t), nodes[t].shape, nodes[t].dtype, chunks[t],
+                              list(futures[out_name[t]]), client, keys[out_name[t]]),
+                    _uri(engines[t], t, versions[t]))
+                created[t] = infos[t]["uri"]
+        run_id = recorder.run_id if recorder is not None else None
+        seconds = time.perf_counter() - began
+        results = {t: [_verdict(c, values.get((t, j)), nodes[t])
+                       for j, c in enumerate(defs[t.asset].checks)] for t in stage}
+        rows = {t: _row(defs[t.asset], t, versions[t], used[t], nodes[t], engines[t].name,
+                        infos[t], run_id, seconds, results[t]) for t in stage}
+        catalog.record_all(db, [(rows[t], results[t]) for t in stage])
     except BaseException as err:
-        for t, uri in uris.items():
-            _delete_quietly(engines[t], uri)
+        _discard(client, every, engines, created)
         if recorder is not None:
             recorder.fail(err)
         if isinstance(err, DeepxError) or not isinstance(err, Exception):
@@ -228,27 +247,36 @@ def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
     finally:
         for f in every:
             f.release()
-    run_id = recorder.run_id if recorder is not None else None
     if recorder is not None:
         recorder.finish()
-    seconds = time.perf_counter() - began
-    for t in stage:  # upstream first: a row is published after what it read
-        node = nodes[t]
-        results = [_verdict(c, values.get((t, j)), node) for j, c in
-                   enumerate(defs[t.asset].checks)]
-        info = infos[t]
-        row = AssetMaterialization(
-            version=versions[t], asset=t.asset, partition=t.partition,
-            code_version=defs[t.asset].code_version,
-            upstream_versions=json.dumps(used[t], sort_keys=True),
-            shape=json.dumps(list(node.shape)), dtype=node.dtype,
-            chunks=json.dumps(list(info.get("chunks") or ())), nbytes=info.get("nbytes"),
-            storage=engines[t].name, uri=info.get("uri", uris.get(t)), run_id=run_id,
-            seconds=seconds, checks_passed=all(r.passed for r in results) if results else None,
-            created_at=time.time())
-        catalog.record(db, row, results)
-        written[t], checks[t] = row, results
+    for t in stage:
+        written[t], checks[t] = rows[t], results[t]
     return run_id
+
+
+def _row(a, t: Target, version, used, node, storage, info, run_id, seconds,
+         results) -> AssetMaterialization:
+    return AssetMaterialization(
+        version=version, asset=t.asset, partition=t.partition, code_version=a.code_version,
+        upstream_versions=json.dumps(used, sort_keys=True), shape=json.dumps(list(node.shape)),
+        dtype=node.dtype, chunks=json.dumps(list(info.get("chunks") or ())),
+        nbytes=info.get("nbytes"), storage=storage, uri=info.get("uri"), run_id=run_id,
+        seconds=seconds, checks_passed=all(r.passed for r in results) if results else None,
+        created_at=time.time())
+
+
+def _discard(client, futures, engines, created) -> None:
+    """After a failure: stop the stage's tasks (a write still running could otherwise
+    recreate what is deleted), then delete every array it created. Best effort."""
+    try:
+        client.cancel(futures)
+    except Exception:  # the scheduler may be gone; then nothing runs there either
+        pass
+    for t, uri in created.items():
+        try:
+            engines[t].delete(uri)
+        except Exception:  # no row points at it, so it is never read
+            pass
 
 
 def _check_outputs(t: Target, check, tensor: Tensor, prefix: str, outputs: dict):
@@ -260,6 +288,9 @@ def _check_outputs(t: Target, check, tensor: Tensor, prefix: str, outputs: dict)
         measured = check.measure(tensor)
     except GraphError as err:
         raise GraphError(f"asset {t}: check {check.name}: {err}", err.node) from None
+    except Exception as err:  # a user's measure that broke: say whose
+        raise GraphError(f"asset {t}: check {check.name} raised {type(err).__name__}: "
+                         f"{err}") from err
     if measured is None:
         return None
     parts = measured if isinstance(measured, (tuple, list)) else (measured,)
@@ -273,29 +304,13 @@ def _check_outputs(t: Target, check, tensor: Tensor, prefix: str, outputs: dict)
     return names
 
 
-def _submit_stage(plan, graph, bound, client, hold, add_writes, store_labels):
-    from deepx_flow.runtime.run import _submit
-    futures, keys, recorder, writes = _submit(plan, graph, bound, client, "materialize",
-                                              hold=hold, extend=add_writes)
-    if recorder is not None:
-        recorder.labels.update(store_labels)  # task rows say "store[zarr]" for the writes
-        recorder.watch()
-    return futures, keys, recorder, writes
-
-
 def _wait_or_raise(client, futures) -> None:
-    from distributed import wait
-    with client.as_current():
-        wait(futures)
-    failed = next((f for f in futures if f.status != "finished"), None)
-    if failed is None:
-        return
-    try:
-        err = failed.exception() if failed.status == "error" else None
-    except Exception as fetch:  # the error itself could not be fetched
-        err = fetch
-    cause = f"{type(err).__name__}: {err}" if err is not None else failed.status
-    raise ExecutionError(f"task {failed.key} failed: {cause}")
+    """Wait for `futures`; at the first that fails, raise its error (naming its task)."""
+    from distributed import as_completed
+    for future in as_completed(futures):
+        if future.status != "finished":
+            key = blamed_key(client, future.key) if future.status == "error" else future.key
+            raise ExecutionError(f"task {key} failed: {why_not_finished(future)}")
 
 
 def _gather_scalars(client, futures, names, plan, graph) -> tuple:
@@ -308,20 +323,14 @@ def _gather_scalars(client, futures, names, plan, graph) -> tuple:
     return tuple(out) if len(out) > 1 else out[0]
 
 
-def _write_held(engine, t, version, futures, node, chunks, client, key, recorder) -> dict:
-    """Engines that do not write as the graph computes get the computed tensor held."""
-    from deepx_flow.runtime.run import Persisted
-    held = Persisted(str(t), node.shape, node.dtype, chunks, list(futures), client, key, None)
-    return engine.write(held, _uri(engine, t, version))
-
-
 def _verdict(check, values, node) -> AssetCheckResult:
     try:
         v = check.judge(values, node.shape, node.dtype)
-        passed, value, message = v.passed, v.value, v.message
+        passed, value, message = bool(v.passed), v.value, str(v.message)
+        value = None if value is None else float(value)
     except Exception as err:  # a user's predicate that raised: the check failed
         passed, value, message = False, None, f"the check raised {type(err).__name__}: {err}"
-    if value is not None and not np.isfinite(value):
+    if value is not None and not math.isfinite(value):
         value = None  # NaN and inf do not store on every backend; the message says it
     return AssetCheckResult(materialization_id=0, check=check.name, passed=bool(passed),
                             blocking=check.blocking, value=value, message=message,
@@ -333,13 +342,6 @@ def _uri(engine, t: Target, version: str) -> str:
         return f"memory://{t.asset}/{t.partition + '/' if t.partition else ''}{version}"
     part = f"/{t.partition.replace(':', '-')}" if t.partition else ""
     return f"{asset_root().rstrip('/')}/{t.asset}{part}/{version}.zarr"
-
-
-def _delete_quietly(engine, uri: str) -> None:
-    try:
-        engine.delete(uri)
-    except Exception:  # best effort: the row was never written, so nothing points at it
-        pass
 
 
 __all__ = ["Materialized", "materialize", "asset_root"]

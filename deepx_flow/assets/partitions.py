@@ -19,6 +19,7 @@ partition and a failure leaves the others readable.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
@@ -90,33 +91,25 @@ class TimeWindowPartitions:
         object.__setattr__(self, "fmt", fmt)
         object.__setattr__(self, "timezone", timezone)
 
-    def windows(self, now: dt.datetime | None = None) -> list[tuple[dt.datetime, dt.datetime]]:
+    def windows(self, now: dt.datetime | None = None) -> tuple[tuple[dt.datetime, dt.datetime],
+                                                                ...]:
         """[start, end) of every window that has ended by `now` (and by `end`)."""
-        from croniter import croniter
-        tz = ZoneInfo(self.timezone)
-        limit = (now or dt.datetime.now(tz)).astimezone(tz)
-        if self.end is not None:
-            limit = min(limit, self.end)
-        it = croniter(self.cron, self.start - dt.timedelta(microseconds=1))
-        out, lo = [], it.get_next(dt.datetime)
-        while True:
-            hi = it.get_next(dt.datetime)
-            if hi > limit:
-                return out
-            out.append((lo, hi))
-            lo = hi
+        return _windows(self, self._limit(now))
 
     def keys(self, now: dt.datetime | None = None) -> list[str]:
-        keys = [lo.strftime(self.fmt) for lo, _ in self.windows(now)]
-        if len(set(keys)) != len(keys):
-            raise GraphError(f"time-window partitions: format {self.fmt!r} gives two windows "
-                             f"the same key ({_repeats(keys)}); use a finer format")
-        return keys
+        return list(_keys(self, self._limit(now)))
 
     def partition(self, key: str, now: dt.datetime | None = None) -> Partition:
-        windows = self.windows(now)
-        index = _index([lo.strftime(self.fmt) for lo, _ in windows], key, self)
-        return Partition(key, index, *windows[index])
+        limit = self._limit(now)
+        index = _key_index(self, limit).get(key)
+        if index is None:
+            _index(list(_keys(self, limit)), key, self)  # raises, listing the keys
+        return Partition(key, index, *_windows(self, limit)[index])
+
+    def _limit(self, now: dt.datetime | None) -> dt.datetime:
+        tz = ZoneInfo(self.timezone)
+        limit = (now or dt.datetime.now(tz)).astimezone(tz)
+        return limit if self.end is None else min(limit, self.end)
 
     def __str__(self) -> str:
         return f"time windows '{self.cron}' from {self.start.strftime(self.fmt)}"
@@ -127,7 +120,9 @@ def DailyPartitions(start, end=None, timezone: str = "UTC") -> TimeWindowPartiti
 
 
 def HourlyPartitions(start, end=None, timezone: str = "UTC") -> TimeWindowPartitions:
-    return TimeWindowPartitions(start, "0 * * * *", "%Y-%m-%d-%H:00", end, timezone)
+    # Outside UTC an hour repeats when clocks go back: the offset keeps the keys apart.
+    fmt = "%Y-%m-%d-%H:00" + ("" if timezone == "UTC" else "%z")
+    return TimeWindowPartitions(start, "0 * * * *", fmt, end, timezone)
 
 
 def WeeklyPartitions(start, end=None, timezone: str = "UTC") -> TimeWindowPartitions:
@@ -136,6 +131,39 @@ def WeeklyPartitions(start, end=None, timezone: str = "UTC") -> TimeWindowPartit
 
 def MonthlyPartitions(start, end=None, timezone: str = "UTC") -> TimeWindowPartitions:
     return TimeWindowPartitions(start, "0 0 1 * *", "%Y-%m", end, timezone)
+
+
+@functools.lru_cache(maxsize=64)
+def _windows(partitions: TimeWindowPartitions, limit: dt.datetime):
+    """The windows up to `limit`; cached, since a backfill asks for them once per target."""
+    from croniter import croniter
+    it = croniter(partitions.cron, partitions.start - dt.timedelta(microseconds=1))
+    out, lo = [], it.get_next(dt.datetime)
+    while True:
+        hi = it.get_next(dt.datetime)
+        if hi > limit:
+            return tuple(out)
+        out.append((lo, hi))
+        lo = hi
+
+
+@functools.lru_cache(maxsize=64)
+def _keys(partitions: TimeWindowPartitions, limit: dt.datetime) -> tuple[str, ...]:
+    keys = tuple(lo.strftime(partitions.fmt) for lo, _ in _windows(partitions, limit))
+    if len(set(keys)) != len(keys):
+        raise GraphError(f"time-window partitions: format {partitions.fmt!r} gives two "
+                         f"windows the same key ({_repeats(list(keys))}); use a finer format "
+                         f"(with %z where clocks change)")
+    bad = next((k for k in keys if "/" in k or RANGE in k), None)
+    if bad is not None:
+        raise GraphError(f"time-window partitions: format {partitions.fmt!r} gives key "
+                         f"{bad!r}; keys hold no '/' or '{RANGE}'")
+    return keys
+
+
+@functools.lru_cache(maxsize=64)
+def _key_index(partitions: TimeWindowPartitions, limit: dt.datetime) -> dict[str, int]:
+    return {k: i for i, k in enumerate(_keys(partitions, limit))}
 
 
 def resolve_keys(partitions, wanted, now: dt.datetime | None = None) -> list[str]:
@@ -151,8 +179,9 @@ def resolve_keys(partitions, wanted, now: dt.datetime | None = None) -> list[str
             raise InputError(f"partition range {wanted!r} runs backwards")
         return keys[lo:hi + 1]
     chosen = {str(wanted)} if isinstance(wanted, str) else {str(k) for k in wanted}
-    for key in chosen:
-        _index(keys, key, partitions)
+    known = set(keys)
+    for key in chosen - known:
+        _index(keys, key, partitions)  # raises, listing the keys
     return [k for k in keys if k in chosen]
 
 

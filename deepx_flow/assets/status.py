@@ -37,7 +37,10 @@ class StatusTable:
     rows: tuple[AssetStatus, ...]
 
     def __getitem__(self, asset: str) -> AssetStatus:
-        return next(r for r in self.rows if r.asset == asset)
+        for row in self.rows:
+            if row.asset == asset:
+                return row
+        raise KeyError(f"no asset named {asset!r} in this status table")
 
     def __str__(self) -> str:
         return text_table(("asset", "state", "version", "materialized", "why"), [
@@ -85,6 +88,7 @@ def status(defs, db=None, now=None) -> StatusTable:
     """Fresh or stale, and why, for every asset of `defs`."""
     database = db if db is not None and not isinstance(db, str) else open_db(db)
     latest = _Latest(database)
+    now = now or dt.datetime.now(dt.timezone.utc)  # one "now" for every partition asked
     rows = []
     for name in defs.order:
         targets = targets_for(defs, [name], None, now)

@@ -55,8 +55,11 @@ def whole(asset, made: dict, db, now=None) -> tuple[Tensor, dict[str, str]]:
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5
                                           else "")
-        raise InputError(f"asset {asset.name} is read whole, but partitions {shown} have "
-                         f"never been materialized: backfill them first")
+        failed = set(catalog.latest_partitions(db, asset.name, usable=False))
+        why = "have no version whose blocking checks passed" if set(missing) <= failed \
+            else "have never been materialized"
+        raise InputError(f"asset {asset.name} is read whole, but partitions {shown} {why}: "
+                         f"backfill them first")
     parts = [made[k] if k in made else stored_tensor(stored[k]) for k in keys]
     used = {f"{asset.name}[{k}]": stored[k].version for k in keys if k not in made}
     return (parts[0] if len(parts) == 1 else concat(parts, axis=asset.partition_axis)), used

@@ -24,8 +24,8 @@ How it chooses:
    users that share their axes.
 4. A stored array (`read_zarr` with `storage_chunks`) prefers chunk sizes that are multiples
    of its stored chunks, and for parallelism is split along its stored chunks first (even
-   an axis that is summed over), and last along an axis a stored chunk spans, which would
-   read each stored chunk once per piece.
+   an axis that is summed over), never below a stored chunk (each piece would decode the
+   whole stored chunk again), and last along an axis a stored chunk spans.
 """
 
 from __future__ import annotations
@@ -322,6 +322,13 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
     rereads = {classes.find((i, a)) for i, store in stored.items() for a, size in
                enumerate(store) if size >= graph[i].shape[a] > 1}
     costly = (summed - aligned) | (rereads - aligned)
+    # Below its stored chunk a piece decodes the whole stored chunk anyway: parallelism
+    # never splits a stored axis finer than that (memory fitting still may).
+    floor = {}
+    for i, store in stored.items():
+        for a, size in enumerate(store):
+            root = classes.find((i, a))
+            floor[root] = max(floor.get(root, 0), size)
     # Sources that feed nodes sharing their axes take their grid from those users: splitting
     # a cheap source for its own sake would only cut its users' tiles smaller.
     target = cluster.total_threads * config.chunks_per_thread
@@ -339,7 +346,8 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
             tasks = math.prod(-(-classes.extent[classes.find(k)] // max(1, s))
                               for k, s in zip(keys, sizes))
             chunk_bytes = math.prod(sizes) * itemsize
-            candidates = [k for k in keys if classes.splittable(k)]
+            candidates = [k for k in keys if classes.splittable(k)
+                          and classes.chunk(k) > floor.get(classes.find(k), 0)]
             if tasks >= target or chunk_bytes < 2 * config.min_chunk_bytes or not candidates:
                 break
             free = [k for k in candidates if classes.find(k) not in costly]

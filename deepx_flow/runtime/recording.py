@@ -29,6 +29,7 @@ from deepx_flow.ir.program import describe
 from deepx_flow.meta import open_db, store
 from deepx_flow.meta.models import Run
 from deepx_flow.runtime import recorder_plugin
+from deepx_flow.runtime.futures import why_not_finished
 
 FLUSH_INTERVAL_S = 1.0
 # CPU seconds this process's threads have spent draining and writing records (the
@@ -70,27 +71,28 @@ class RunRecorder:
         self.status = "running"
 
     @classmethod
-    def start(cls, plan, lowered, client, kind: str = "run") -> "RunRecorder | None":
-        """Write the run's row and start tracking its keys; None when recording is off or
-        cannot be set up (a warning says why: the run itself goes ahead)."""
+    def start(cls, plan, lowered, client, kind: str = "run", db=None) -> "RunRecorder | None":
+        """Write the run's row (in `db`, a Database; default the configured one) and start
+        tracking its keys; None when recording is off or cannot be set up (a warning says
+        why: the run itself goes ahead)."""
         if not settings().record:
             return None
         run_id = uuid.uuid4().hex
         try:
-            return cls._start(run_id, plan, lowered, client, kind)
+            return cls._start(run_id, plan, lowered, client, kind, db)
         except Exception as err:
             log.warning("deepx_flow: this run is not recorded: %s", err)
             try:  # if its row was written, it must not stay "running"
-                store.end_run(open_db(), run_id, "failed", f"recording failed: {err}")
+                store.end_run(db or open_db(), run_id, "failed", f"recording failed: {err}")
             except Exception:
                 pass
             return None
 
     @classmethod
-    def _start(cls, run_id, plan, lowered, client, kind) -> "RunRecorder":
+    def _start(cls, run_id, plan, lowered, client, kind, db) -> "RunRecorder":
         from deepx_flow.spec.yaml_io import to_yaml
 
-        db = open_db()
+        db = db or open_db()
         graph_yaml = to_yaml(plan.graph)
         stats = plan.stats()
         ratio = stats.compute_comm_ratio
@@ -213,13 +215,7 @@ class RunRecorder:
             self.finish("cancelled before it finished", status="interrupted")
             return
         failed = next((f for f in futures if f.status == "error"), None)
-        error = None
-        if failed is not None:
-            try:
-                error = f"{failed.key}: {failed.exception()!r}"
-            except Exception as err:  # the future's error could not be fetched
-                error = f"{failed.key}: {err!r}"
-        self.finish(error)
+        self.finish(None if failed is None else f"{failed.key}: {why_not_finished(failed)}")
 
     def flush_quietly(self, settle_keys=()) -> None:
         """`flush`, logging instead of raising: recording must never fail a run."""

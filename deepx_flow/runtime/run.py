@@ -132,13 +132,15 @@ def _checked(outputs, inputs):
     return graph, bind_inputs(graph, inputs)
 
 
-def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, extend=None):
+def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, extend=None,
+            db=None):
     """Lower and submit the plan.
 
     `hold` names the outputs whose chunk futures to return (default: all). `extend(lowered)`
     may add tasks to the lowered graph (writes to storage, checks) and returns the keys of
-    those to compute as well. Returns output futures by name, output tensor keys by name,
-    the run's recorder (None when recording is off) and the futures of `extend`'s keys.
+    those to compute as well. The run is recorded in `db` (a Database; default the
+    configured one). Returns output futures by name, output tensor keys by name, the run's
+    recorder (None when recording is off) and the futures of `extend`'s keys.
     """
     check_sources_on(sources, client)
     lowered = plan.lower(sources, to_host=plan.cluster.has_devices)
@@ -146,7 +148,7 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, ext
     keys = {name: lowered.output_keys(name) for name in held}
     extra = list(extend(lowered)) if extend is not None else []
     flat = [k for ks in keys.values() for k in ks] + extra
-    recorder = RunRecorder.start(plan, lowered, client, kind)
+    recorder = RunRecorder.start(plan, lowered, client, kind, db)
     try:
         with warnings.catch_warnings():
             # NumPy inputs travel inside the graph on purpose (so they can be sent again if

@@ -14,16 +14,28 @@ The policy:
   skipped: runs of one schedule never overlap and never pile up;
 - catchup="all": each due tick is launched once, oldest first; the runs wait their turn
   (one at a time per schedule), so ticks that come during a run are queued, not skipped.
-  At most `MAX_QUEUED` runs wait; older ticks beyond that are skipped;
+  At most `MAX_QUEUED` runs go or wait; a tick that finds no room is skipped. Within one
+  evaluation the newest ticks get the room (after an outage, the oldest due ticks are
+  skipped); across evaluations, ticks already queued keep their place, so while the queue
+  stays full it is the newly due ticks that are skipped;
 - one evaluation decides at most `MAX_TICKS` (the newest) ticks: a daemon that was down a
   year under a per-second cron records the last MAX_TICKS, and the oldest one's reason says
   that older ticks were not recorded.
+
+Deciding a tick is not recording it. `Backlog` holds a schedule's decided ticks that have
+no row yet, and lets their rows go in only in tick order (a skip is recorded, a launch
+claimed, once it is the oldest tick there). So a daemon never writes a row past a tick it
+decided and has not written yet, and the newest recorded tick is always a safe `after` for
+the next daemon: every tick after it is either not decided yet or decided and dropped with
+the daemon that decided it (stopped or killed), and is decided again. The daemon reads the
+newest recorded tick at start, so this rule is what makes a restart lose no tick.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import math
+from collections import deque
 from dataclasses import dataclass
 
 MAX_QUEUED = 100
@@ -73,6 +85,45 @@ def decide_ticks(schedule, after: float | None, now: float, *, waiting: int = 0,
                                 f"{format_tick(after, tz)} were not recorded (more than "
                                 f"{max_ticks} were due)")
     return decisions
+
+
+class Backlog:
+    """One schedule's ticks that a daemon decided and has not written a row for, oldest
+    first. A row may be written only for `head()` (record it if a skip, claim it if a
+    launch), then `pop()` it: so rows go in in tick order, and the newest row never passes
+    a decided tick that has none. Not thread-safe: the daemon holds a lock around it."""
+
+    def __init__(self):
+        self._ticks: deque[Decision] = deque()
+        self.launches = 0  # launches in it: runs waiting to be claimed
+
+    def add(self, decisions: list[Decision]) -> None:
+        """Append decisions of newer ticks than any already here (`decide_ticks` output)."""
+        if decisions and self._ticks:
+            assert decisions[0].tick_at > self._ticks[-1].tick_at, "ticks out of order"
+        self._ticks.extend(decisions)
+        self.launches += sum(d.launch for d in decisions)
+
+    def head(self) -> Decision | None:
+        """The oldest decided tick without a row: the only one whose row may go in now."""
+        return self._ticks[0] if self._ticks else None
+
+    def pop(self) -> Decision:
+        """Forget the head, once its row is in (or found already there)."""
+        d = self._ticks.popleft()
+        self.launches -= d.launch
+        return d
+
+    def drop(self) -> list[Decision]:
+        """Forget every tick here (a stop): none has a row, so the next daemon decides them
+        again."""
+        dropped = list(self._ticks)
+        self._ticks.clear()
+        self.launches = 0
+        return dropped
+
+    def __len__(self) -> int:
+        return len(self._ticks)
 
 
 def cron_times(schedule, after: float, until: float,

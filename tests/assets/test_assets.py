@@ -131,3 +131,39 @@ def test_unmaterialized_upstream_is_a_clear_error(client, env):
         dx.materialize(pipeline(), "embeddings", client=client)
     with pytest.raises(dx.InputError, match="asset 'features' has no stored version"):
         dx.load("features")
+
+
+def test_a_failing_stage_leaves_nothing_behind(client, env, tmp_path):
+    import zarr
+    path = tmp_path / "corrupt.zarr"
+    zarr.save_array(str(path), np.ones(1000), zarr_format=3)
+    (path / "c" / "0").write_bytes(b"not zstd")  # its one chunk cannot be decoded
+
+    @dx.asset
+    def good():
+        return dx.arange(1000, dtype="float64")
+
+    @dx.asset
+    def bad(good):
+        return good + dx.read_zarr(str(path))
+
+    with pytest.raises(dx.ExecutionError, match="task .*read_zarr.* failed"):
+        dx.materialize(dx.Definitions(assets=[good, bad]), client=client)
+    # One stage: neither version was published, and nothing is left under the asset root.
+    assert catalog.history(env, "good") == [] and catalog.history(env, "bad") == []
+    root = tmp_path / "assets"
+    assert not root.exists() or not any(p.is_file() for p in root.rglob("*"))
+
+
+def test_materialize_records_its_runs_in_the_database_it_is_given(client, tmp_path,
+                                                                     monkeypatch):
+    from deepx_flow.meta import open_db
+    from deepx_flow.meta.db import close_all
+    from deepx_flow.meta.queries import list_runs
+    monkeypatch.setenv("DEEPX_ASSET_ROOT", str(tmp_path / "assets"))
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    done = dx.materialize(pipeline(), "features", client=client, db=other)
+    runs = list_runs(open_db(other), limit=10)
+    assert [r.id for r in runs] == [done.run_id]
+    assert catalog.latest(open_db(other), "features").run_id == done.run_id
+    close_all()

@@ -170,3 +170,22 @@ def test_bad_checks_are_named():
         dx.checks.reduction(lambda t: t.sum(), bool)
     with pytest.raises(dx.GraphError, match="needs a low or a high bound"):
         dx.checks.in_range()
+
+
+def test_empty_assets_and_non_scalar_reductions(client, env):
+    @dx.asset(checks=[dx.checks.in_range(0, 1), dx.checks.all_finite])
+    def empty():
+        return dx.zeros((0, 4), dtype="float64")
+
+    done = dx.materialize(dx.Definitions(assets=[empty]), client=client)
+    assert [(c.check, c.passed) for c in done.checks["empty"]] == \
+        [("in_range", True), ("all_finite", True)]
+
+    @dx.asset(checks=[dx.checks.reduction(lambda t: t.mean(axis=0), lambda v: True,
+                                          name="col_means")])
+    def wide():
+        return dx.ones((3, 4))
+
+    with pytest.raises(dx.GraphError, match="asset wide: check col_means: must build a "
+                                            r"scalar .* got shape \(4,\)"):
+        dx.materialize(dx.Definitions(assets=[wide]), client=client)

@@ -148,3 +148,13 @@ def test_storage_chunks_survive_yaml_and_are_checked(tmp_path):
     assert bad != dx.to_yaml(x)
     with pytest.raises(dx.GraphError, match="storage_chunks must be 2 positive integers"):
         dx.from_yaml(bad)
+
+
+def test_parallelism_never_splits_below_a_stored_chunk(tmp_path):
+    # 4 stored chunks for 2 x 2 threads wanting more tasks: still 4 reads, one per chunk.
+    x = _stored(tmp_path, (4 * 65_536, 1024), (65_536, 1024))
+    plan = plan_for(dx.exp(x).sum(axis=0), memory=2**34, workers=2, threads=2)
+    assert plan.chunks[x.node.id][0] == (65_536,) * 4
+    # Memory fitting still may: a budget below one stored chunk splits it.
+    plan = plan_for(dx.exp(x), memory=2**28, workers=1, threads=1)
+    assert max(plan.chunks[x.node.id][0]) < 65_536

@@ -1,6 +1,6 @@
 """The daemon shell in this process, on a fake clock, with `dx.materialize` replaced by a
 stub that counts runs: claims under two daemons, restarts, abandoned ticks, overlapping
-runs and `--once`, on each database backend."""
+runs, a full queue then a stop, and `--once`, on each database backend."""
 
 from __future__ import annotations
 
@@ -77,10 +77,11 @@ def runs(monkeypatch):
     yield fake
 
 
-def daemon(db, clock, catchup="all", me=None) -> SchedulerDaemon:
+def daemon(db, clock, catchup="all", me=None, **kwargs) -> SchedulerDaemon:
     defs = dx.Definitions(assets=[doubled], schedules=[
         dx.schedule("* * * * * *", "doubled", name="every_second", catchup=catchup)])
-    d = SchedulerDaemon(defs, db, None, definitions="test", out=io.StringIO(), clock=clock)
+    d = SchedulerDaemon(defs, db, None, definitions="test", out=io.StringIO(), clock=clock,
+                        **kwargs)
     if me:
         d.me = me
     return d
@@ -246,3 +247,58 @@ def test_a_stop_closes_the_run_still_going_and_drops_waiting_ticks(db, runs):
     runs.release()  # the run ends late: the closed row stays as it is
     wait_for(lambda: not d.lanes["every_second"].waiting)
     assert [(r.tick_at, r.status) for r in ticks(db)] == [(T + 1, "failed")]
+
+
+@pytest.mark.parametrize("stop", [None, "SIGTERM", "SIGKILL"])
+def test_a_full_queue_then_a_stop_loses_no_tick_and_runs_none_twice(db, runs, stop):
+    """catchup='all' with a full queue: the ticks that find no room are skipped, but their
+    rows go in only once the queued ticks before them are claimed. So a stop or a kill
+    while ticks wait leaves no row past them, and the next daemon decides them again:
+    every tick gets one row, and every run belongs to one tick."""
+    clock = Clock(T)
+    host = socket.gethostname()
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()  # a pid that no longer runs: the first daemon, once "killed"
+    first = daemon(db, clock, catchup="all", me=f"{host}:{proc.pid}", max_queued=3)
+    first.start()
+    runs.hold()
+    clock.now = T + 3.5
+    first.evaluate(clock.now)  # T+1 runs (and hangs); T+2 and T+3 wait: the queue is full
+    wait_for(lambda: len(ticks(db)) == 1)
+    clock.now = T + 5.5
+    first.evaluate(clock.now)  # T+4 and T+5 find no room: skipped, recorded after T+3
+    assert [(r.tick_at - T, r.status) for r in ticks(db)] == [(1, "launched")]
+    lane = first.lanes["every_second"]
+    if stop is None:  # the runs go on: each skip is recorded once the claims before it are
+        runs.release()
+        first.drain()
+        rows = ticks(db)
+        assert [(r.tick_at - T, r.status) for r in rows] == [
+            (1, "launched"), (2, "launched"), (3, "launched"), (4, "skipped"), (5, "skipped")]
+        assert rows[3].message.startswith("more than 3 runs of this schedule would wait")
+        assert sorted(r.run_id for r in rows[:3]) == sorted(runs.run_ids)
+        return
+    if stop == "SIGTERM":
+        first.shutdown(grace=0.2)  # T+1 closed as failed; T+2 to T+5 dropped, with no row
+    else:  # SIGKILL: the process and its memory are gone; it writes nothing more
+        first.stopping.set()
+        lane.current = None
+    runs.release()  # T+1's run ends late: its row stays as it is
+    wait_for(lambda: not lane.thread.is_alive())  # it ends with the run: stopping is set
+    assert [(r.tick_at - T, r.status) for r in ticks(db)] == \
+        [(1, "failed" if stop == "SIGTERM" else "launched")]
+
+    clock.now = T + 6.5
+    second = daemon(db, clock, catchup="all")
+    second.start()  # resumes after T+1, the newest row
+    second.evaluate(clock.now)
+    second.drain()
+    rows = {r.tick_at - T: r for r in ticks(db)}
+    assert sorted(rows) == [1, 2, 3, 4, 5, 6]  # none lost: T+2 and T+3 waited, T+4, T+5 too
+    assert (rows[1].status, rows[1].run_id) == ("failed", None)
+    assert rows[1].message.endswith("stopped during the run; not relaunched")
+    assert all(rows[t].status == "launched" and rows[t].daemon == second.me
+               for t in (2, 3, 4, 5, 6))
+    # One run for T+1 (its row closed, not relaunched) and one per tick launched since.
+    assert len(runs.run_ids) == 6 == len(set(runs.run_ids))
+    assert sorted(rows[t].run_id for t in (2, 3, 4, 5, 6)) == sorted(runs.run_ids[1:])
