@@ -307,7 +307,8 @@ def _check_outputs(t: Target, check, tensor: Tensor, prefix: str, outputs: dict)
 def _wait_or_raise(client, futures) -> None:
     """Wait for `futures`; at the first that fails, raise its error (naming its task)."""
     from distributed import as_completed
-    for future in as_completed(futures):
+    # The futures' client need not be the default one (dx.persist's shared client is not).
+    for future in as_completed(futures, loop=client.loop):
         if future.status != "finished":
             key = blamed_key(client, future.key) if future.status == "error" else future.key
             raise ExecutionError(f"task {key} failed: {why_not_finished(future)}")
