@@ -13,6 +13,7 @@ Any other SQLAlchemy URL works through `DEEPX_DB_URL` or `--db` (PostgreSQL is t
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from contextlib import contextmanager
@@ -104,6 +105,7 @@ def _database_errors(db: Database):
         raise DatabaseError(f"metadata database {db.display_url}: {reason}") from err
 
 
+log = logging.getLogger(__name__)
 _open: dict[tuple[int, str], Database] = {}
 _lock = threading.Lock()
 
@@ -116,7 +118,17 @@ def open_db(url: str | None = None) -> Database:
         db = _open.get(key)
         if db is None:
             db = _open[key] = Database(url)
+            _interrupt_orphans(db)
         return db
+
+
+def _interrupt_orphans(db: Database) -> None:
+    """Mark runs whose driver died (see `orphans.py`); never stops the database opening."""
+    from deepx_flow.meta.orphans import interrupt_orphaned_runs
+    try:
+        interrupt_orphaned_runs(db)
+    except Exception as err:
+        log.warning("deepx_flow: could not check for runs whose driver died: %s", err)
 
 
 def close_all() -> None:

@@ -113,10 +113,10 @@ def test_killed_driver_leaves_the_previous_version(client, db_url, tmp_path, mon
     assert [r.version for r in catalog.history(db, "big")] == [first.version]
     np.testing.assert_allclose(dx.run(dx.load("big"), client=client), expected(1, *SMALL),
                                rtol=1e-6)
-    # The killed driver's run never ended. Marking a dead driver's run is driver-loss
-    # handling's job (nothing does it yet); it must at least not say it succeeded.
+    # The killed driver never ended its run: opening the database found it and marked it.
     killed = [r for r in queries.list_runs(db, 100) if r.pid == driver.pid]
-    assert len(killed) == 1 and killed[0].status != "succeeded"
+    assert len(killed) == 1 and killed[0].status == "interrupted"
+    assert f":{driver.pid} died before the run finished" in killed[0].error
 
     # The next materialization of the same code stores version 2, and it loads.
     done = dx.materialize(load_definitions(str(path)), client=client)
