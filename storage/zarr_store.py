@@ -100,7 +100,7 @@ def write_persisted(persisted, uri) -> dict:
     """
     from distributed import wait
 
-    from deepx_flow.runtime.futures import why_not_finished
+    from deepx_flow.runtime.futures import cancel_and_settle, why_not_finished
 
     began = time.perf_counter()
     uri = normalize_uri(uri)
@@ -136,8 +136,7 @@ def write_persisted(persisted, uri) -> dict:
     except DeepxError:
         raise
     except BaseException as err:  # an interrupt, a lost scheduler, a failed marker write
-        # Best effort: a task already running may still write its chunk after this.
-        client.cancel(futures)
+        cancel_and_settle(client, futures)  # no write may land after the cleanup
         cleanup = _delete_quietly(uri)
         if not isinstance(err, Exception):
             raise

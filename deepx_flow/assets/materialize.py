@@ -33,7 +33,7 @@ from deepx_flow.config import settings
 from deepx_flow.errors import CheckFailed, DeepxError, ExecutionError, GraphError
 from deepx_flow.meta import open_db
 from deepx_flow.meta.models import AssetCheckResult, AssetMaterialization
-from deepx_flow.runtime.futures import blamed_key, why_not_finished
+from deepx_flow.runtime.futures import blamed_key, cancel_and_settle, why_not_finished
 from deepx_flow.runtime.run import Persisted
 from deepx_flow.sdk.tensor import Tensor
 
@@ -268,10 +268,7 @@ def _row(a, t: Target, version, used, node, storage, info, run_id, seconds,
 def _discard(client, futures, engines, created) -> None:
     """After a failure: stop the stage's tasks (a write still running could otherwise
     recreate what is deleted), then delete every array it created. Best effort."""
-    try:
-        client.cancel(futures)
-    except Exception:  # the scheduler may be gone; then nothing runs there either
-        pass
+    cancel_and_settle(client, futures)
     for t, uri in created.items():
         try:
             engines[t].delete(uri)

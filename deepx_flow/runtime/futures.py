@@ -25,3 +25,25 @@ def blamed_key(client, key):
         return client.run_on_scheduler(blame, key=key)
     except Exception:  # the scheduler is gone: the dependent's key is what we have
         return key
+
+
+def cancel_and_settle(client, futures, timeout: float = 30.0) -> None:
+    """Cancel `futures` and wait (at most `timeout` s) until none of their tasks is still
+    executing on a worker: Dask's cancel does not stop a running task, and one that writes
+    to storage must not write after its writer's cleanup. Best effort: never raises."""
+    import time
+    keys = {f.key for f in futures}
+    try:
+        client.cancel(futures)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            running = client.run(_executing, keys=keys)
+            if not any(running.values()):
+                return
+            time.sleep(0.05)
+    except Exception:  # the cluster is gone: nothing runs there any more
+        return
+
+
+def _executing(dask_worker, keys):
+    return [ts.key for ts in getattr(dask_worker.state, "executing", ()) if ts.key in keys]
