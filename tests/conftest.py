@@ -89,6 +89,19 @@ def _session_client(n_workers: int):
         yield c
 
 
+@pytest.fixture(scope="module")
+def scheduler():
+    """The address of two threaded workers in this process that talk TCP, so a new client
+    (a CLI command, a subprocess) can connect."""
+    import logging
+
+    from distributed import LocalCluster
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, host="127.0.0.1",
+                      protocol="tcp", dashboard_address="127.0.0.1:0",
+                      silence_logs=logging.ERROR) as cluster:
+        yield cluster.scheduler_address
+
+
 @pytest.fixture(scope="session")
 def client():
     """Two threaded workers, shared by the whole session."""

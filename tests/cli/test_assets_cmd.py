@@ -4,13 +4,11 @@ the stored values against NumPy; bad input exits 2 with one line."""
 
 from __future__ import annotations
 
-import logging
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from distributed import LocalCluster
 
 import deepx_flow as dx
 from deepx_flow.assets import catalog
@@ -44,14 +42,6 @@ defs = dx.Definitions(assets=[base, scaled, total])
 def expected(version: int) -> dict[str, np.ndarray]:
     base = np.arange(12, dtype=np.float64).reshape(3, 4) * version
     return {"base": base, "scaled": base * 3 + 1, "total": (base * 3 + 1).sum(axis=0)}
-
-
-@pytest.fixture(scope="module")
-def scheduler():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, host="127.0.0.1",
-                      protocol="tcp", dashboard_address="127.0.0.1:0",
-                      silence_logs=logging.ERROR) as cluster:
-        yield cluster.scheduler_address
 
 
 @pytest.fixture

@@ -3,13 +3,11 @@ the metadata database a real run wrote."""
 
 from __future__ import annotations
 
-import logging
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from distributed import LocalCluster
 
 from deepx_flow.meta import open_db, queries
 
@@ -22,14 +20,6 @@ nodes:
   - {id: s, op: sum, args: [y], attrs: {axes: [1]}}
 outputs: [s]
 """
-
-
-@pytest.fixture(scope="module")
-def scheduler():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, host="127.0.0.1",
-                      protocol="tcp", dashboard_address="127.0.0.1:0",
-                      silence_logs=logging.ERROR) as cluster:
-        yield cluster.scheduler_address
 
 
 def cli(*args, cwd=None):

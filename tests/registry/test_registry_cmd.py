@@ -2,10 +2,9 @@
 arguments parsed as main.py parses them (--db from a parent parser)."""
 
 import argparse
-import logging
 
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 from sqlmodel import select
 
 from deepx_flow.cli import registry_cmd
@@ -13,15 +12,6 @@ from deepx_flow.errors import ClusterError
 from deepx_flow.meta import open_db
 from deepx_flow.meta.models import Link, Worker
 from deepx_flow.ops import OPS
-
-
-@pytest.fixture(scope="module")
-def scheduler():
-    """Two threaded workers in this process that talk TCP, so a new client can connect."""
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, host="127.0.0.1",
-                      protocol="tcp", dashboard_address="127.0.0.1:0",
-                      silence_logs=logging.ERROR) as cluster:
-        yield cluster.scheduler_address
 
 
 @pytest.fixture
