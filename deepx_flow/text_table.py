@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 
 def text_table(headers, rows, title: str | None = None) -> str:
     """Columns padded to their widest cell, a rule under the headers."""
@@ -13,3 +15,8 @@ def text_table(headers, rows, title: str | None = None) -> str:
     if title:
         lines.insert(0, title)
     return "\n".join(lines)
+
+
+def local_time(t: float | None, missing: str = "-") -> str:
+    """Seconds since the epoch as local wall time for a table cell; `missing` for none."""
+    return dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else missing

@@ -110,7 +110,7 @@ def write_persisted(persisted, uri) -> dict:
     zchunks = create_array(uri, shape, dtype, chunks)
 
     client = persisted.client
-    tasks = _chunk_writes(persisted, zchunks)
+    tasks = _chunk_writes(persisted)
     futures = []
     try:
         # On a regular grid each task needs one chunk: run it where that chunk is.
@@ -172,19 +172,26 @@ def write_tasks(uri: str, tensor_key: str, shape, dtype, chunks, name: str) -> d
     `create_array` made at `uri`: one per Zarr chunk, keyed `(name, *zarr chunk index)`,
     each returning the bytes it wrote. Added to the graph that computes the tensor, they
     write each chunk as soon as it exists, and the chunk can then be dropped."""
-    from deepx_flow.compiler.lower import Grid
     from deepx_flow.compiler.taskspec import ref, task
 
-    grid, zchunks = Grid(chunks), chunk_shape(chunks)
-    counts = [math.ceil(n / c) for n, c in zip(shape, zchunks)]
     tasks = {}
-    for idx in itertools.product(*(range(n) for n in counts)):
-        region = tuple((i * c, min((i + 1) * c, n)) for i, c, n in zip(idx, zchunks, shape))
-        layout, keys = grid.layout(tensor_key, region)
+    for idx, region, layout, keys in zarr_chunk_regions(tensor_key, shape, chunks):
         key = (name, *idx)
         tasks[key] = task(key, write_block, uri, region, str(np.dtype(dtype)), layout,
                           *[ref(k) for k in keys])
     return tasks
+
+
+def zarr_chunk_regions(tensor_key: str, shape, chunks):
+    """Per Zarr chunk (C order): its index, its region, and the layout and keys
+    `(tensor_key, *plan index)` of the plan chunks that make it (layout `()` when it is
+    exactly one plan chunk)."""
+    from deepx_flow.compiler.lower import Grid
+    grid, zchunks = Grid(chunks), chunk_shape(chunks)
+    counts = [math.ceil(n / c) for n, c in zip(shape, zchunks)]
+    for idx in itertools.product(*(range(n) for n in counts)):
+        region = tuple((i * c, min((i + 1) * c, n)) for i, c, n in zip(idx, zchunks, shape))
+        yield (idx, region, *grid.layout(tensor_key, region))
 
 
 def mark_complete(uri: str) -> None:
@@ -201,21 +208,14 @@ def written(uri: str, shape, dtype, zchunks, began: float) -> dict:
             "seconds": time.perf_counter() - began}
 
 
-def _chunk_writes(persisted, zchunks):
+def _chunk_writes(persisted):
     """(Zarr chunk index, region, layout, futures of the plan chunks it needs) per Zarr
-    chunk, in C order. `layout` is `()` when the region is exactly one plan chunk."""
-    from deepx_flow.compiler.lower import Grid
-    grid = Grid(persisted.chunks)
+    chunk, in C order."""
     by_index = dict(zip(itertools.product(*(range(len(c)) for c in persisted.chunks)),
                         persisted.futures))
-    counts = [math.ceil(n / c) for n, c in zip(persisted.shape, zchunks)]
-    tasks = []
-    for idx in itertools.product(*(range(n) for n in counts)):
-        region = tuple((i * c, min((i + 1) * c, n))
-                       for i, c, n in zip(idx, zchunks, persisted.shape))
-        layout, keys = grid.layout("", region)
-        tasks.append((idx, region, layout, [by_index[tuple(k[1:])] for k in keys]))
-    return tasks
+    return [(idx, region, layout, [by_index[tuple(k[1:])] for k in keys])
+            for idx, region, layout, keys in zarr_chunk_regions("", persisted.shape,
+                                                                persisted.chunks)]
 
 
 def write_block(uri, region, dtype, layout, *pieces):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from deepx_flow.assets import catalog
 from deepx_flow.assets.targets import Target, reads, targets_for
 from deepx_flow.meta import open_db
-from deepx_flow.text_table import text_table
+from deepx_flow.text_table import local_time, text_table
 
 # Reasons shown per partitioned asset before "... and N more".
 SHOWN_REASONS = 3
@@ -47,8 +47,7 @@ class StatusTable:
             (r.asset, "stale" if r.stale else "fresh",
              f"{r.partitions[0]}/{r.partitions[1]} partitions" if r.partitions else
              (r.version or "-")[:12],
-             dt.datetime.fromtimestamp(r.materialized_at).strftime("%Y-%m-%d %H:%M:%S")
-             if r.materialized_at else "-", "; ".join(r.reasons)) for r in self.rows])
+             local_time(r.materialized_at), "; ".join(r.reasons)) for r in self.rows])
 
     __repr__ = __str__
 

@@ -11,14 +11,13 @@ still prints what was stored before the one-line error (exit 1).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import difflib
 import json
 import os
 
 from deepx_flow.errors import InputError
 from deepx_flow.registry.cluster import format_bytes
-from deepx_flow.text_table import text_table
+from deepx_flow.text_table import local_time, text_table
 
 
 def add_parsers(sub, parents) -> None:
@@ -180,4 +179,4 @@ def _shape(text: str) -> str:
 
 
 def _time(t: float | None) -> str:
-    return dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "-"
+    return local_time(t)

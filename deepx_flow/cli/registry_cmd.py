@@ -18,10 +18,9 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from datetime import datetime
 
 from deepx_flow.errors import ClusterError
-from deepx_flow.text_table import text_table
+from deepx_flow.text_table import local_time, text_table
 
 
 def _size(value: str) -> int:
@@ -200,4 +199,4 @@ def _indent(table: str) -> list[str]:
 
 
 def _when(t: float) -> str:
-    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "never"
+    return local_time(t, missing="never")
