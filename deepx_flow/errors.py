@@ -55,9 +55,11 @@ class DatabaseError(DeepxError):
 
 
 class ExecutionError(DeepxError):
-    """A task failed while running on the cluster."""
+    """A task failed while running on the cluster. `kind` says how when it is known:
+    "oom", "device-lost", "killed-worker", "timeout" or "no-workers"."""
 
     exit_code = 1
+    kind: str | None = None
 
 
 class CheckFailed(DeepxError):

@@ -16,7 +16,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
-from deepx_flow.errors import GraphError
+from deepx_flow.errors import DeepxError, GraphError
 
 
 @dataclass(frozen=True)
@@ -35,13 +35,17 @@ class AssetDef:
     partitions: object = None  # StaticPartitions, TimeWindowPartitions, or None
     partition_axis: int | None = None  # partitions are slices along this axis
     takes_partition: bool = False  # the body has a `partition` parameter
+    recovery: object = None  # dx.Recovery or a mapping of task settings for its tasks
 
 
 def asset(fn: Callable | None = None, *, name: str | None = None, deps=(),
           code_version: str | None = None, description: str | None = None,
           metadata: dict | None = None, storage: str = "zarr", checks=(), partitions=None,
-          partition_axis: int | None = None):
-    """Declare an asset; use as `@dx.asset` or `@dx.asset(code_version="2", ...)`."""
+          partition_axis: int | None = None, recovery=None):
+    """Declare an asset; use as `@dx.asset` or `@dx.asset(code_version="2", ...)`.
+
+    `recovery` (a dx.Recovery, or a mapping such as {"retries": 3, "timeout": 600}) sets
+    retries, backoff and time limits for the tasks that compute this asset."""
     from deepx_flow.assets.checks import check_names
 
     def wrap(f: Callable) -> AssetDef:
@@ -71,8 +75,24 @@ def asset(fn: Callable | None = None, *, name: str | None = None, deps=(),
                         tuple(params) + tuple(d for d in extra if d not in params),
                         None if code_version is None else str(code_version),
                         description or inspect.getdoc(f), dict(metadata or {}), storage,
-                        tuple(checks), partitions, partition_axis, takes_partition)
+                        tuple(checks), partitions, partition_axis, takes_partition,
+                        _recovery(asset_name, recovery))
     return wrap(fn) if fn is not None else wrap
+
+
+def _recovery(asset_name: str, recovery):
+    """Check an asset's recovery settings when it is declared."""
+    from deepx_flow.runtime.recovery import Recovery
+    if recovery is None or isinstance(recovery, Recovery):
+        return recovery
+    try:
+        Recovery().merged(dict(recovery))
+    except (TypeError, ValueError) as err:
+        raise GraphError(f"asset {asset_name}: recovery must be a dx.Recovery or a mapping "
+                         f"of task settings: {err}") from None
+    except DeepxError as err:
+        raise GraphError(f"asset {asset_name}: {err}") from None
+    return dict(recovery)
 
 
 class Definitions:

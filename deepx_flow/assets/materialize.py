@@ -33,6 +33,7 @@ from deepx_flow.config import settings
 from deepx_flow.errors import CheckFailed, DeepxError, ExecutionError, GraphError
 from deepx_flow.meta import open_db
 from deepx_flow.meta.models import AssetCheckResult, AssetMaterialization
+from deepx_flow.runtime.failures import task_failure
 from deepx_flow.runtime.futures import blamed_key, cancel_and_settle, why_not_finished
 from deepx_flow.runtime.run import Persisted
 from deepx_flow.sdk.tensor import Tensor
@@ -72,7 +73,7 @@ def asset_root() -> str:
 
 
 def materialize(defs, select="*", *, partitions=None, only_stale: bool = False, client=None,
-                scheduler: str | None = None, db=None) -> Materialized:
+                scheduler: str | None = None, db=None, recovery=None) -> Materialized:
     """Materialize the assets `select` picks (see `deepx_flow.assets.selection`).
 
     Parameters
@@ -90,6 +91,9 @@ def materialize(defs, select="*", *, partitions=None, only_stale: bool = False, 
         The Dask cluster to use (default: the shared embedded one, as `dx.persist`).
     db : str, optional
         Metadata database URL (default DEEPX_DB_URL, else `.deepx/deepx.db`).
+    recovery : dx.Recovery, optional
+        Retries, timeouts and drift for the run (an asset's own `recovery=` wins for its
+        tasks); see docs/recovery.md.
 
     Raises
     ------
@@ -122,7 +126,8 @@ def materialize(defs, select="*", *, partitions=None, only_stale: bool = False, 
             else:
                 todo.append(t)
         if todo:
-            run_id = _run_stage(defs, todo, versions, written, checks, database, active, now)
+            run_id = _run_stage(defs, todo, versions, written, checks, database, active, now,
+                                recovery)
             if run_id:
                 run_ids.append(run_id)
     result = Materialized({str(t): r for t, r in written.items()}, run_ids,
@@ -162,7 +167,7 @@ def _report_checks(result: Materialized) -> None:
 # --- one stage: one graph, one run -------------------------------------------------------
 
 def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
-               now) -> str | None:
+               now, recovery=None) -> str | None:
     """Compute, write and check the targets of one stage; record their versions. Returns
     the run id (None when recording is off).
 
@@ -209,13 +214,15 @@ def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
         for t in streamed:
             created[t] = engines[t].create(_uri(engines[t], t, versions[t]), nodes[t].shape,
                                            nodes[t].dtype, chunks[t])
-        futures, keys, recorder, writes = _submit(plan, graph, bound, client, "materialize",
-                                                  hold=held, extend=add_writes, db=db)
+        futures, keys, recorder, writes = _submit(
+            plan, graph, bound, client, "materialize", hold=held, extend=add_writes, db=db,
+            recovery=recovery, owners=_owners(plan, [(out_name[t], defs[t.asset].recovery)
+                                                     for t in stage]))
         every = [f for fs in futures.values() for f in fs] + writes
         if recorder is not None:
             recorder.labels.update(labels)  # task rows say "store[zarr]" for the writes
             recorder.watch()
-        _wait_or_raise(client, every)
+        _wait_or_raise(client, every, plan)
         values = {k: _gather_scalars(client, futures, names, plan, graph)
                   for k, names in measured.items() if names is not None}
         infos = {}
@@ -252,6 +259,26 @@ def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
     for t in stage:
         written[t], checks[t] = rows[t], results[t]
     return run_id
+
+
+def _owners(plan, outputs) -> dict:
+    """Fused node id -> the recovery settings of the asset whose tasks compute it, for the
+    assets that have their own. `outputs` is (output name, recovery) per target, upstream
+    first: a node belongs to the first target that reaches it from its output."""
+    nodes = {n.id: n for n in plan.fused.nodes}
+    out_id = dict(plan.fused.outputs)
+    owners, seen = {}, set()
+    for name, recovery in outputs:
+        todo = [out_id[name]]
+        while todo:
+            node_id = todo.pop()
+            if node_id in seen:
+                continue
+            seen.add(node_id)
+            if recovery is not None:
+                owners[node_id] = recovery
+            todo += nodes[node_id].inputs
+    return owners
 
 
 def _row(a, t: Target, version, used, node, storage, info, run_id, seconds,
@@ -301,14 +328,23 @@ def _check_outputs(t: Target, check, tensor: Tensor, prefix: str, outputs: dict)
     return names
 
 
-def _wait_or_raise(client, futures) -> None:
-    """Wait for `futures`; at the first that fails, raise its error (naming its task)."""
+def _wait_or_raise(client, futures, plan) -> None:
+    """Wait for `futures`; at the first that fails, raise its error (naming its operator
+    and chunk)."""
     from distributed import as_completed
     # The futures' client need not be the default one (dx.persist's shared client is not).
     for future in as_completed(futures, loop=client.loop):
+        if future.status == "error":
+            raise task_failure(plan, blamed_key(client, future.key), _error_of(future))
         if future.status != "finished":
-            key = blamed_key(client, future.key) if future.status == "error" else future.key
-            raise ExecutionError(f"task {key} failed: {why_not_finished(future)}")
+            raise ExecutionError(f"task {future.key} failed: {why_not_finished(future)}")
+
+
+def _error_of(future) -> BaseException:
+    try:
+        return future.exception()
+    except Exception as fetch:  # the scheduler is gone, or the error does not unpickle
+        return fetch
 
 
 def _gather_scalars(client, futures, names, plan, graph) -> tuple:

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from dask._task_spec import DataNode, Task, TaskRef
 
+from deepx_flow.kernels.attempt import attempt
+
 
 def task(key, func, *args):
-    """A task calling `func(*args)`; TaskRefs among the top-level args are resolved."""
-    return Task(key, func, *args)
+    """A task calling `func(*args)`; TaskRefs among the top-level args are resolved.
+
+    It runs through `kernels.attempt` (retry backoff, fault injection, failure reports)."""
+    return Task(key, attempt, func, *args)
 
 
 def ref(key) -> TaskRef:

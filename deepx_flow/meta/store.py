@@ -13,7 +13,7 @@ import time
 from sqlalchemy import insert, select, update
 
 from deepx_flow.meta.db import Database
-from deepx_flow.meta.models import ChunkPlacement, GraphRecord, Run
+from deepx_flow.meta.models import ChunkPlacement, Device, GraphRecord, Run, Worker
 
 
 def begin_run(db: Database, run: Run, graph_yaml: str, n_nodes: int) -> None:
@@ -66,11 +66,19 @@ def write_records(db: Database, run_id: str, tasks: list[tuple], placements: lis
         if events:
             _insert_many(conn, "events", ("run_id",) + EVENT_COLUMNS, mark,
                          [(run_id, *e) for e in events])
+            _mark_lost_devices(conn, [e[2] for e in events if e[1] == "device-lost"])
         if placements:
             latest = {}
             for p in placements:  # in the order they happened: the last state of a row wins
                 latest[p[:3]] = p
             _upsert_placements(conn, mark, [(run_id, *p) for p in latest.values()])
+
+
+def _mark_lost_devices(conn, workers: list) -> None:
+    """The registry's devices of workers whose device failed: unhealthy."""
+    for worker in set(filter(None, workers)):
+        conn.execute(update(Device).where(Device.worker_id.in_(
+            select(Worker.id).where(Worker.address == worker))).values(healthy=False))
 
 
 def _insert_many(conn, table: str, columns: tuple, mark: str, rows: list) -> None:

@@ -62,13 +62,17 @@ def _record_worker(session, scheduler: str, spec, info: dict, probe: dict,
     row.status, row.last_seen = "running", now
     session.add(row)
     session.flush()  # gives a new row its id
-    # Devices and tiers are what the worker reports now, not an accumulation.
+    # Devices and tiers are what the worker reports now, not an accumulation; a device a
+    # task lost (a CUDA error that breaks it) stays unhealthy while its worker lives.
+    unhealthy = set(session.exec(select(Device.index).where(
+        Device.worker_id == row.id, Device.healthy.is_(False))).all())
     session.exec(delete(Device).where(Device.worker_id == row.id))
     session.exec(delete(StorageTier).where(StorageTier.worker_id == row.id))
     for dev in probe.get("devices", []):
         session.add(Device(worker_id=row.id, index=dev.get("index", 0), kind="gpu",
                            name=dev["name"], memory_total=dev["total"],
-                           memory_free=dev.get("free"), healthy=True, registered_at=now))
+                           memory_free=dev.get("free"),
+                           healthy=dev.get("index", 0) not in unhealthy, registered_at=now))
     for tier in probe.get("tiers", []):
         session.add(StorageTier(worker_id=row.id, tier=tier["tier"],
                                 location=tier["location"], capacity=tier["capacity"],

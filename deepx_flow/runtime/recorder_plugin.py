@@ -13,6 +13,11 @@ Where chunks are comes from the scheduler's own state, so it agrees with `who_ha
 - a key leaving memory marks its holders "released", or "lost" when the holder is a worker
   that has just left the cluster;
 - workers report chunks they spilled to disk (and read back) as events (`SpillReporter`).
+
+Every attempt of a task gets a row: a failed attempt that Dask retries is "retried" (its
+error comes from the task wrapper's report, `kernels/attempt.py`), one the supervisor
+abandoned after its time limit is "drifted", the last is "memory" or "erred". The
+supervisor's events (drifts, excluded workers, lost devices) are drained with the run's own.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import time
 from collections import defaultdict
 
 from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
+
+from deepx_flow.kernels.attempt import ATTEMPT_TOPIC
 
 PLUGIN_NAME = "deepx-recorder"
 # The records a drain returns are tuples in these orders. Keys stay Dask keys: turning them
@@ -53,6 +60,7 @@ class RecorderPlugin(SchedulerPlugin):
         self.scheduler = None
         self.run_of: dict[str, str] = {}  # key name -> run id (the latest run to track it)
         self.attempts: dict = defaultdict(int)
+        self.failed: dict = {}  # key -> (worker, start, stop, error) of its last failed attempt
         self.tasks: dict[str, list] = defaultdict(list)
         # run -> {(key, worker): latest placement}: a chunk made and dropped between two
         # drains is never written (its task row says where it was computed).
@@ -84,12 +92,23 @@ class RecorderPlugin(SchedulerPlugin):
                 self._wanted_by(k, client_id) for k in settle_keys):
             await asyncio.sleep(0.01)
         self._sync_replicas(set(run_ids))
+        supervisor = self.scheduler.plugins.get("deepx-supervisor")
         out = {}
         for run_id in run_ids:
+            events = self.events.pop(run_id, [])
+            if supervisor is not None:
+                events += supervisor.pop_events(run_id)
             out[run_id] = {"tasks": self.tasks.pop(run_id, []),
                            "placements": self._drain_placements(run_id),
-                           "events": self.events.pop(run_id, [])}
+                           "events": sorted(events, key=lambda e: e[0])}
         return out
+
+    def attempt_ended(self, key, worker, start, status: str, error: str) -> None:
+        """Record an attempt that ended without Dask knowing (a drift)."""
+        run_id = self.run_of.get(key_name(key))
+        if run_id is not None:
+            self.tasks[run_id].append((key, worker, start, time.time(), None, None,
+                                       max(1, self.attempts.get(key, 1)), status, error))
 
     def _drain_placements(self, run_id: str) -> list:
         rows = []
@@ -122,6 +141,11 @@ class RecorderPlugin(SchedulerPlugin):
             self.attempts[key] += 1
         elif start == "processing" and finish in ("memory", "erred"):
             self._task_done(run_id, key, finish, kwargs)
+        elif start == "processing" and key in self.failed:
+            # The attempt failed and Dask retries it (processing -> released -> waiting).
+            worker, began, ended, error = self.failed.pop(key)
+            self.tasks[run_id].append((key, worker, began, ended, None, None,
+                                       max(1, self.attempts.get(key, 1)), "retried", error))
         if finish == "memory" and start != "memory":
             worker = kwargs.get("worker")
             ts = self.scheduler.tasks.get(key)
@@ -142,6 +166,7 @@ class RecorderPlugin(SchedulerPlugin):
                     self.lost_runs[w].add(run_id)
         if finish == "forgotten":
             self.attempts.pop(key, None)
+            self.failed.pop(key, None)
 
     def remove_worker(self, scheduler, worker: str, *, stimulus_id=None, **kwargs) -> None:
         now = time.time()
@@ -157,6 +182,11 @@ class RecorderPlugin(SchedulerPlugin):
                                         f"worker {worker} left the cluster ({stimulus_id})"))
 
     def log_event(self, topic, msg) -> None:
+        if topic == ATTEMPT_TOPIC and isinstance(msg, dict):
+            key = tuple(msg["key"]) if isinstance(msg["key"], list) else msg["key"]
+            if key_name(key) in self.run_of:
+                self.failed[key] = (msg["worker"], msg["start"], msg["stop"], msg["error"])
+            return
         if topic != SPILL_TOPIC or not isinstance(msg, dict):
             return
         worker = msg.get("worker")
@@ -173,6 +203,9 @@ class RecorderPlugin(SchedulerPlugin):
 
     def _task_done(self, run_id, key, finish, kw) -> None:
         compute = [s for s in kw.get("startstops") or () if s.get("action") == "compute"]
+        failed = self.failed.pop(key, None)
+        if not compute and failed is not None:
+            compute = [{"start": failed[1], "stop": failed[2]}]
         ts = self.scheduler.tasks.get(key)
         deps_bytes = sum(max(d.nbytes, 0) for d in ts.dependencies) if ts else None
         # A tuple in TASK_FIELDS order: drains move thousands of these.

@@ -136,6 +136,13 @@ class RunRecorder:
                                         daemon=True)
         self._thread.start()
 
+    def note(self, kind: str, message: str) -> None:
+        """Add an event to the run (with the next drain's rows)."""
+        with self._lock:
+            tasks, placements, events = self._pending
+            self._pending = (tasks, placements, events + [(time.time(), kind, None, None,
+                                                           message)])
+
     def flush(self, settle_keys=()) -> None:
         """Write what the scheduler has buffered for this run. With `settle_keys` (keys this
         client just released), first let the scheduler process the release."""

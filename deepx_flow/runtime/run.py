@@ -12,9 +12,11 @@ import atexit
 import logging
 import math
 import sys
+import uuid
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+import dask
 import numpy as np
 
 from deepx_flow.compiler.compile import compile_graph
@@ -27,8 +29,11 @@ from deepx_flow.registry.cluster import ClusterSpec, load_cluster_file, local_cl
 from deepx_flow.config import settings
 from deepx_flow.runtime.cluster import (connect, current_client, open_client,
                                         start_embedded_cluster)
+from deepx_flow.runtime.failures import task_failure
+from deepx_flow.runtime.futures import blamed_key
 from deepx_flow.runtime.inputs import bind_inputs, check_sources_on
 from deepx_flow.runtime.recording import RunRecorder
+from deepx_flow.runtime.recovery import ByNode, Recovery, task_policies
 from deepx_flow.sdk.build import build_graph
 from deepx_flow.sdk.tensor import Tensor
 
@@ -133,14 +138,15 @@ def _checked(outputs, inputs):
 
 
 def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, extend=None,
-            db=None):
+            db=None, recovery: Recovery | None = None, owners=None):
     """Lower and submit the plan.
 
     `hold` names the outputs whose chunk futures to return (default: all). `extend(lowered)`
     may add tasks to the lowered graph (writes to storage, checks) and returns the keys of
     those to compute as well. The run is recorded in `db` (a Database; default the
-    configured one). Returns output futures by name, output tensor keys by name, the run's
-    recorder (None when recording is off) and the futures of `extend`'s keys.
+    configured one), and supervised with `recovery` (`owners`: node id -> the Recovery of
+    the asset it computes). Returns output futures by name, output tensor keys by name, the
+    run's recorder (None when recording is off) and the futures of `extend`'s keys.
     """
     check_sources_on(sources, client)
     lowered = plan.lower(sources, to_host=plan.cluster.has_devices)
@@ -150,7 +156,14 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, ext
     flat = [k for ks in keys.values() for k in ks] + extra
     recorder = RunRecorder.start(plan, lowered, client, kind, db)
     try:
-        with warnings.catch_warnings():
+        recovery = recovery or Recovery()
+        policies = task_policies(plan, recovery, owners)
+        supervise(client, recorder.run_id if recorder else uuid.uuid4().hex, lowered.dsk,
+                  policies, recovery)
+        with warnings.catch_warnings(), dask.annotate(
+                retries=ByNode({n: p.retries for n, p in policies.items()}, 0),
+                deepx_backoff=ByNode({n: (p.backoff, p.backoff_max) for n, p in
+                                      policies.items()})):
             # NumPy inputs travel inside the graph on purpose (so they can be sent again if
             # a worker dies); Dask's advice against large graphs does not apply.
             warnings.filterwarnings("ignore", message="Sending large graph")
@@ -163,6 +176,18 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, ext
     names = {name: lowered.outputs[name][0] for name in keys}
     return ({name: [by_key[k] for k in ks] for name, ks in keys.items()}, names, recorder,
             [by_key[k] for k in extra])
+
+
+def supervise(client, run_id: str, dsk, policies, recovery: Recovery) -> None:
+    """Have the scheduler's supervisor (installed once per cluster) watch the run's tasks:
+    timeouts and drift, excluded workers, lost devices (`runtime/supervisor.py`)."""
+    from deepx_flow.runtime import supervisor
+    if not client.run_on_scheduler(supervisor.installed):
+        client.register_plugin(supervisor.Supervisor())
+    names = {supervisor.key_name(k) for k in dsk}
+    client.run_on_scheduler(supervisor.watch, run_id=run_id, names=names, policies=policies,
+                            exclude_after=recovery.exclude_after,
+                            worker_wait=recovery.worker_wait)
 
 
 def _show_progress(futures, n_tasks: int, progress) -> None:
@@ -178,7 +203,7 @@ def _interactive() -> bool:
 
 
 def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None = None,
-        cluster=None, progress: bool | None = None):
+        cluster=None, progress: bool | None = None, recovery: Recovery | None = None):
     """Compute `outputs` and return them as NumPy arrays.
 
     Parameters
@@ -198,13 +223,32 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
         Plan with this cluster description instead of the one found at run time.
     progress : bool, optional
         Show a progress bar; by default only on long interactive runs.
+    recovery : dx.Recovery, optional
+        Retries, timeouts and drift, and re-planning after running out of memory (see
+        docs/recovery.md); by default no retries, and a task is drifted after 10 times its
+        expected time (at least 60 s).
     """
     graph, bound = _checked(outputs, inputs)
+    recovery = recovery or Recovery()
     # Persisted inputs pick their own cluster unless one was named (then it must be theirs).
     with connect(client or (None if scheduler else _persisted_client(inputs)),
                  scheduler) as active:
-        plan = compile_graph(graph, cluster_spec(cluster, active))
-        results = _compute(plan, graph, bound, active, progress)
+        spec = cluster_spec(cluster, active)
+        config = settings()
+        replanned = None
+        for replan in range(recovery.replan_on_oom + 1):
+            plan = compile_graph(graph, spec, config)
+            try:
+                results = _compute(plan, graph, bound, active, progress, recovery, replanned)
+                break
+            except ExecutionError as err:
+                if err.kind != "oom" or replan == recovery.replan_on_oom:
+                    raise
+                # Smaller chunks: plan again with half the memory budget per task.
+                config = replace(config, memory_fraction=config.memory_fraction / 2)
+                replanned = (f"planned again with memory fraction {config.memory_fraction:g} "
+                             f"(smaller chunks) after: {err}")
+                log.warning("deepx_flow: %s", replanned)
     if isinstance(outputs, Tensor):
         return results[graph.outputs[0][0]]
     if isinstance(outputs, (dict, Graph)):
@@ -212,10 +256,12 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
     return [results[name] for name, _ in graph.outputs]
 
 
-def _compute(plan, graph, bound, client, progress):
-    futures, _, recorder, _ = _submit(plan, graph, bound, client, "run")
+def _compute(plan, graph, bound, client, progress, recovery=None, note=None):
+    futures, _, recorder, _ = _submit(plan, graph, bound, client, "run", recovery=recovery)
     flat = [f for fs in futures.values() for f in fs]
     if recorder is not None:
+        if note:
+            recorder.note("replan", note)
         recorder.watch()
     try:
         _show_progress(flat, plan.stats().tasks, progress)
@@ -223,8 +269,13 @@ def _compute(plan, graph, bound, client, progress):
         for name, node_id in graph.outputs:
             node = plan.graph[node_id]
             out[name] = _gather(client, futures[name], node.shape, node.dtype,
-                                plan.partition.chunks[node_id])
+                                plan.partition.chunks[node_id], plan)
     except BaseException as err:
+        # Release the failed run's keys now: the error's traceback keeps these futures
+        # alive (a notebook keeps the last one), and a key left erred on the scheduler
+        # would fail the same computation run again at once.
+        for f in flat:
+            f.release()
         if recorder is not None:
             recorder.fail(err)
         raise
@@ -238,7 +289,7 @@ def _compute(plan, graph, bound, client, progress):
     return out
 
 
-def _gather(client, futures, shape, dtype, chunks) -> np.ndarray:
+def _gather(client, futures, shape, dtype, chunks, plan=None) -> np.ndarray:
     import itertools
     out = np.empty(shape, dtype=dtype)
     starts = [tuple(itertools.accumulate((0,) + c[:-1])) for c in chunks]
@@ -255,8 +306,9 @@ def _gather(client, futures, shape, dtype, chunks) -> np.ndarray:
             raise
         except Exception as err:
             failed = next((f.key for f in part if f.status == "error"), None)
-            where = f"task {failed}" if failed is not None else "a task"
-            raise ExecutionError(f"{where} failed: {type(err).__name__}: {err}") from err
+            if failed is None:
+                raise ExecutionError(f"a task failed: {type(err).__name__}: {err}") from err
+            raise task_failure(plan, blamed_key(client, failed), err) from err
         for slot, value in zip(slots[at:at + batch], values):
             out[slot] = value
     return out
@@ -314,7 +366,7 @@ def lasting_client(client=None, scheduler: str | None = None, inputs=None):
 
 
 def persist(outputs, inputs: dict | None = None, client=None, scheduler: str | None = None,
-            cluster=None):
+            cluster=None, recovery: Recovery | None = None):
     """Compute `outputs` and keep them on the cluster; returns `Persisted` handles.
 
     Use this for outputs too large to gather. Without a client, a process-wide embedded
@@ -323,7 +375,8 @@ def persist(outputs, inputs: dict | None = None, client=None, scheduler: str | N
     graph, bound = _checked(outputs, inputs)
     active = lasting_client(client, scheduler, inputs)
     plan = compile_graph(graph, cluster_spec(cluster, active))
-    futures, keys, recorder, _ = _submit(plan, graph, bound, active, "persist")
+    futures, keys, recorder, _ = _submit(plan, graph, bound, active, "persist",
+                                         recovery=recovery)
     if recorder is not None:
         recorder.watch([f for fs in futures.values() for f in fs])
     handles = {}
@@ -338,4 +391,4 @@ def persist(outputs, inputs: dict | None = None, client=None, scheduler: str | N
     return [handles[name] for name, _ in graph.outputs]
 
 
-__all__ = ["compile", "run", "persist", "Persisted", "cluster_spec"]
+__all__ = ["compile", "run", "persist", "Persisted", "cluster_spec", "Recovery"]

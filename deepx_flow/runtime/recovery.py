@@ -1,0 +1,190 @@
+"""How a run recovers from failed, hung and lost work: `dx.Recovery`, and what it means for
+each task of a plan.
+
+Settings come at three levels, the later overriding the earlier field by field: the run's
+(`dx.run(..., recovery=dx.Recovery(...))`, also `persist` and `materialize`), an
+operator's (`Recovery(operators={"matmul": {"timeout": 600}})`, matched against every
+operator a task runs, fused ones included), and an asset's (`@dx.asset(recovery=...)`, for
+the tasks that compute that asset).
+
+Per task: `retries` go to Dask as its retry count; `backoff` is the wait before the second
+attempt, doubled for each later one (at most `backoff_max`); a task running longer than its
+limit is abandoned on its worker and run again on another ("drift"). The limit is `timeout`
+seconds, or `timeout_factor` times what the task is expected to take (at least
+`min_timeout`), whichever is smaller. Expected: the median time of this run's finished tasks
+of the same tensor once three have finished, before that the cost model's estimate for the
+slowest worker.
+
+Per run: a worker whose tasks drift `exclude_after` times gets no more of the run's work;
+a run with no workers waits `worker_wait` seconds for one, then fails; a run that fails
+because a task ran out of memory is planned again with half the memory budget (smaller
+chunks), at most `replan_on_oom` times.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, replace
+from typing import Mapping
+
+from deepx_flow.errors import PlanError
+
+TASK_FIELDS = ("retries", "backoff", "backoff_max", "timeout", "timeout_factor",
+               "min_timeout")
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What a run does when its tasks fail, hang, or lose their worker.
+
+    Parameters
+    ----------
+    retries : int
+        Attempts after the first for a task that raises (Dask's retries).
+    backoff, backoff_max : float
+        Seconds to wait before the second attempt; doubled for each later one, capped.
+    timeout : float, optional
+        Seconds one attempt may run before it is drifted to another worker.
+    timeout_factor : float, optional
+        Drift an attempt running this many times longer than expected (None: never).
+    min_timeout : float
+        The factor never drifts a task sooner than this.
+    exclude_after : int
+        Drifts away from one worker before it gets no more of the run's tasks.
+    worker_wait : float
+        Seconds a run with no workers waits for one before it fails.
+    replan_on_oom : int
+        Times a run that ran out of memory is planned again with smaller chunks.
+    operators : mapping
+        Operator name -> overrides of the task fields above, e.g. {"matmul": {"retries": 3}}.
+    """
+
+    retries: int = 0
+    backoff: float = 0.5
+    backoff_max: float = 30.0
+    timeout: float | None = None
+    timeout_factor: float | None = 10.0
+    min_timeout: float = 60.0
+    exclude_after: int = 2
+    worker_wait: float = 60.0
+    replan_on_oom: int = 2
+    operators: Mapping[str, Mapping] = field(default_factory=dict)
+
+    def __post_init__(self):
+        _check(self.__dict__, "recovery settings")
+        for op, overrides in self.operators.items():
+            _overridden(self, overrides, f"recovery settings of operator {op!r}")
+
+    def merged(self, overrides) -> "Recovery":
+        """These settings with `overrides` (a Recovery, or a mapping of task fields) on top."""
+        if overrides is None:
+            return self
+        if isinstance(overrides, Recovery):
+            return overrides
+        return _overridden(self, overrides, "recovery overrides")
+
+
+@dataclass(frozen=True)
+class TaskPolicy:
+    """The settings that apply to the tasks of one node of a plan."""
+
+    retries: int
+    backoff: float
+    backoff_max: float
+    timeout: float | None
+    timeout_factor: float | None
+    min_timeout: float
+    expected_s: float  # the cost model's estimate for one task on the slowest worker
+
+    def limit(self, expected_s: float | None = None) -> float | None:
+        """Seconds an attempt may run; `expected_s` (measured) replaces the estimate."""
+        limits = []
+        if self.timeout is not None:
+            limits.append(self.timeout)
+        if self.timeout_factor is not None:
+            expected = self.expected_s if expected_s is None else expected_s
+            limits.append(max(self.min_timeout, self.timeout_factor * expected))
+        return min(limits) if limits else None
+
+
+
+def task_policies(plan, recovery: Recovery, owners: Mapping[str, Recovery] | None = None
+                  ) -> dict[str, TaskPolicy]:
+    """Node id (of `plan.fused`) -> the policy of its tasks.
+
+    `owners` maps node ids to the Recovery of the asset they compute (its overrides win
+    over the run's and the operators')."""
+    stats = {s.node: s for s in plan.stats().nodes}
+    workers = plan.cluster.workers
+    out = {}
+    for node in plan.fused.nodes:
+        settings = recovery
+        for op in sorted(operators_of(node)):
+            if op in recovery.operators:
+                settings = _overridden(settings, recovery.operators[op], op)
+        if owners and node.id in owners:
+            settings = settings.merged(owners[node.id])
+        out[node.id] = TaskPolicy(*(getattr(settings, f) for f in TASK_FIELDS),
+                                  expected_s=_expected_seconds(stats.get(node.id), workers))
+    return out
+
+
+def operators_of(node) -> set[str]:
+    """Every operator a task of `node` runs: its own, and those fused into it."""
+    ops = {node.op}
+    for part in ("program", "prologue", "epilogue"):
+        for op, _, _ in node.attr(part) or ():
+            ops.add(op)
+    return ops
+
+
+def _expected_seconds(stats, workers) -> float:
+    """One task's time on the slowest worker, by the cost model (0 when unknown)."""
+    if stats is None or not stats.tasks or not workers:
+        return 0.0
+    flops = stats.flops / stats.tasks
+    moved = (stats.bytes_in + stats.bytes_out) / stats.tasks
+    rate = min(w.elementwise_rate for w in workers)
+    memory = min(w.memory_rate for w in workers)
+    return max(flops / rate if rate else 0.0, moved / memory if memory else 0.0)
+
+
+def _overridden(base: Recovery, overrides: Mapping, where: str) -> Recovery:
+    unknown = set(overrides) - set(TASK_FIELDS)
+    if unknown:
+        raise PlanError(f"{where}: unknown recovery setting(s) {sorted(unknown)}; per "
+                        f"operator or asset these can be set: {', '.join(TASK_FIELDS)}")
+    _check(dict(overrides), where)
+    return replace(base, operators={}, **dict(overrides))
+
+
+def _check(values: Mapping, where: str) -> None:
+    """Refuse settings (all or some of Recovery's fields) that cannot mean anything."""
+    def bad(name, why):
+        raise PlanError(f"{where}: {name}={values[name]!r} {why}")
+    for f in fields(Recovery):
+        value = values.get(f.name)
+        if f.name == "operators" or value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            bad(f.name, "is not a number")
+        if value < 0:
+            bad(f.name, "is negative")
+        if f.name in ("retries", "exclude_after", "replan_on_oom") and not isinstance(value, int):
+            bad(f.name, "is not a whole number")
+    if values.get("timeout") == 0:
+        bad("timeout", "must be positive (None: no absolute limit)")
+    if values.get("exclude_after", 1) < 1:
+        bad("exclude_after", "must be at least 1")
+
+
+class ByNode:
+    """A per-task Dask annotation: `by_node[node id of the key]`, else `default`. Dask
+    calls it on the scheduler for each task of a graph, so it must pickle."""
+
+    def __init__(self, by_node: dict, default=None):
+        self.by_node, self.default = by_node, default
+
+    def __call__(self, key):
+        name = key[0] if isinstance(key, tuple) else str(key)
+        return self.by_node.get(name.split("@")[0], self.default)

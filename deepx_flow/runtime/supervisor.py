@@ -1,0 +1,310 @@
+"""The scheduler side of recovery: a Dask scheduler plugin that feeds each run's `RunWatch`
+(`drift.py`) with the scheduler's events and carries out its decisions.
+
+It is the thin shell around the pure decisions, and the only code that changes the
+scheduler's task state:
+- a drift sets the task's worker restrictions to the workers it may use (loose, so a run
+  whose other workers are all gone still goes on), and releases it on its worker, which
+  drops the attempt; Dask then runs it again;
+- excluding a worker restricts every unfinished task of the run to the others (and to
+  workers that join later);
+- a task that keeps timing out, or a run with no workers left, is failed with an error
+  that says why (futures of the run raise it).
+
+It also keeps the attempt counters the task wrapper (`kernels/attempt.py`) reads from the
+task's annotations, and gives a task that failed on a lost device a retry that does not
+count against its own. What it did goes into the run's events, which the recorder drains.
+"""
+
+from __future__ import annotations
+
+import time
+
+from distributed.diagnostics.plugin import SchedulerPlugin
+
+from deepx_flow.kernels.attempt import ATTEMPT_TOPIC
+from deepx_flow.runtime.drift import Drift, Exclude, FailTask, GiveUp, RunWatch, Suspect
+
+PLUGIN_NAME = "deepx-supervisor"
+TICK_MS = 250
+IDLE_FORGET_S = 3600.0  # a run with nothing running for this long is forgotten
+MAX_DEVICE_RETRIES = 3  # free retries of one task after device losses
+UNFINISHED = ("released", "waiting", "no-worker", "queued", "processing")
+
+
+class TaskTimedOut(Exception):
+    """A task kept running past its time limit on every worker that tried it."""
+
+
+class NoWorkers(Exception):
+    """A run had no workers for longer than it was willing to wait."""
+
+
+def node_of(key) -> str:
+    name = key[0] if isinstance(key, tuple) else str(key)
+    return name.split("@")[0]
+
+
+def key_name(key) -> str:
+    return key[0] if isinstance(key, tuple) else str(key)
+
+
+class Supervisor(SchedulerPlugin):
+    name = PLUGIN_NAME
+    idempotent = True
+
+    def __init__(self):
+        self.scheduler = None
+        self.watches: dict[str, RunWatch] = {}
+        self.run_of: dict[str, str] = {}  # key name -> run id
+        self.names: dict[str, set] = {}  # run id -> its key names
+        self.events: dict[str, list] = {}
+        self.restricted: dict[str, set] = {}  # run id -> keys restricted away from workers
+        self.device_retries: dict = {}  # key -> free retries given
+        self.last_active: dict[str, float] = {}
+        self.lost_devices: dict[str, str] = {}  # worker -> the error that lost its device
+        self.failing: set = set()  # keys whose attempt reported an error, not yet ended
+        self.callback = None
+
+    async def start(self, scheduler) -> None:
+        from tornado.ioloop import PeriodicCallback
+        self.scheduler = scheduler
+        self.callback = PeriodicCallback(self._tick, TICK_MS)
+        self.callback.start()
+
+    async def close(self) -> None:
+        if self.callback is not None:
+            self.callback.stop()
+
+    # -- called by the driver ------------------------------------------------------------------
+
+    def watch(self, run_id: str, names, policies, exclude_after: int, worker_wait: float):
+        self.watches[run_id] = RunWatch(policies, node_of, exclude_after, worker_wait)
+        self.names[run_id] = set(names)
+        self.events.setdefault(run_id, [])
+        self.last_active[run_id] = time.time()
+        for name in names:
+            self.run_of[name] = run_id
+        for worker, error in self.lost_devices.items():  # no new work for a broken device
+            self._apply(run_id, self.watches[run_id].device_failed(None, worker,
+                                                                   "device lost", error))
+
+    def pop_events(self, run_id: str) -> list:
+        events = self.events.get(run_id, [])
+        self.events[run_id] = []
+        return events
+
+    def forget(self, run_id: str) -> None:
+        for name in self.names.pop(run_id, ()):
+            if self.run_of.get(name) == run_id:
+                del self.run_of[name]
+        for table in (self.watches, self.events, self.restricted, self.last_active):
+            table.pop(run_id, None)
+
+    # -- scheduler hooks -----------------------------------------------------------------------
+
+    def transition(self, key, start, finish, *args, stimulus_id=None, **kwargs) -> None:
+        run_id = self.run_of.get(key_name(key))
+        if run_id is None:
+            return
+        watch = self.watches[run_id]
+        now = time.time()
+        self.last_active[run_id] = now
+        if finish == "processing":
+            ts = self.scheduler.tasks.get(key)
+            if ts is not None and ts.processing_on is not None:
+                watch.started(key, ts.processing_on.address, now)
+        elif start == "processing":
+            if finish == "memory":
+                watch.finished(key, now)
+            else:
+                watch.stopped(key)
+            if key in self.failing:
+                self.failing.discard(key)
+                if finish == "released":  # Dask retries it (processing -> released -> waiting)
+                    self._annotate(key, "deepx_failed", 1)
+        if finish == "forgotten":
+            self.device_retries.pop(key, None)
+
+    def update_graph(self, scheduler, *, tasks=(), **kwargs) -> None:
+        """New tasks of a run that excludes workers: restricted before they are scheduled."""
+        for key in tasks:
+            run_id = self.run_of.get(key_name(key))
+            watch = self.watches.get(run_id)
+            ts = self.scheduler.tasks.get(key)
+            if watch is not None and watch.excluded and ts is not None \
+                    and ts.state in UNFINISHED:
+                self._restrict(run_id, ts, watch.excluded)
+
+    def remove_worker(self, scheduler, worker: str, **kwargs) -> None:
+        self.lost_devices.pop(worker, None)
+        self._count_workers()
+
+    def add_worker(self, scheduler, worker: str) -> None:
+        self._count_workers()
+        tasks = self.scheduler.tasks
+        for run_id, keys in self.restricted.items():
+            excluded = self.watches[run_id].excluded
+            if worker in excluded:
+                continue
+            for key in list(keys):
+                ts = tasks.get(key)
+                if ts is None or ts.state not in UNFINISHED:
+                    keys.discard(key)
+                elif ts.worker_restrictions is not None:
+                    ts.worker_restrictions.add(worker)
+
+    def log_event(self, topic, msg) -> None:
+        if topic != ATTEMPT_TOPIC or not isinstance(msg, dict):
+            return
+        key = msg["key"]
+        key = tuple(key) if isinstance(key, list) else key
+        run_id = self.run_of.get(key_name(key))
+        if run_id is None:
+            return
+        self.failing.add(key)
+        if msg.get("kind") != "device-lost":
+            return
+        watch, worker = self.watches[run_id], msg["worker"]
+        self.lost_devices[worker] = msg["error"]
+        self._note(run_id, "device-lost", worker, key, msg["error"])
+        ts = self.scheduler.tasks.get(key)
+        given = self.device_retries.get(key, 0)
+        if ts is not None and given < MAX_DEVICE_RETRIES:
+            # Not the task's fault: Dask's retry (coming when it hears of the error) is free.
+            self.device_retries[key] = given + 1
+            ts.retries += 1
+        self._apply(run_id, watch.device_failed(key, worker, "device lost", msg["error"]))
+        if ts is not None:  # still processing, so not restricted with the rest: its retry is
+            self._restrict(run_id, ts, watch.excluded)
+        for other_id, other in self.watches.items():  # the device is gone for every run
+            if other_id != run_id:
+                self._apply(other_id, other.device_failed(None, worker, "device lost",
+                                                          msg["error"]))
+
+    # -- time ----------------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        now = time.time()
+        for run_id, watch in list(self.watches.items()):
+            if not watch.running and now - self.last_active.get(run_id, now) > IDLE_FORGET_S:
+                self.forget(run_id)
+                continue
+            self._apply(run_id, watch.tick(now))
+
+    def _count_workers(self) -> None:
+        now = time.time()
+        for run_id, watch in list(self.watches.items()):
+            self._apply(run_id, watch.workers(len(self.scheduler.workers), now))
+
+    # -- carrying out decisions ----------------------------------------------------------------
+
+    def _apply(self, run_id: str, actions) -> None:
+        for action in actions:
+            if isinstance(action, Drift):
+                self._drift(run_id, action)
+            elif isinstance(action, Suspect):
+                self._note(run_id, "suspect", action.worker, None, action.reason)
+            elif isinstance(action, Exclude):
+                self._exclude(run_id, action)
+            elif isinstance(action, FailTask):
+                self._note(run_id, "timed-out", action.worker, action.key, action.reason)
+                self._fail([action.key], TaskTimedOut(f"task {action.key} {action.reason}"))
+            elif isinstance(action, GiveUp):
+                self._note(run_id, "no-workers", None, None, action.reason)
+                keys = [k for k, ts in self.scheduler.tasks.items()
+                        if key_name(k) in self.names.get(run_id, ()) and ts.state in UNFINISHED]
+                self._fail(keys, NoWorkers(action.reason))
+
+    def _drift(self, run_id: str, drift: Drift) -> None:
+        ts = self.scheduler.tasks.get(drift.key)
+        if ts is None or ts.state != "processing" or ts.processing_on is None \
+                or ts.processing_on.address != drift.worker:
+            return
+        self._note(run_id, "drift", drift.worker, drift.key, drift.reason)
+        recorder = self.scheduler.plugins.get("deepx-recorder")
+        if recorder is not None:
+            recorder.attempt_ended(drift.key, drift.worker, drift.since, "drifted",
+                                   f"TimeoutError: {drift.reason}")
+        self._restrict(run_id, ts, drift.avoid)
+        self._annotate(drift.key, "deepx_drifts", 1)
+        # Released on its worker (which drops the attempt), then run again, since it is
+        # still wanted.
+        self.scheduler.transitions({drift.key: "released"},
+                                   stimulus_id=f"deepx-drift-{time.time()}")
+
+    def _exclude(self, run_id: str, exclude: Exclude) -> None:
+        self._note(run_id, "exclude", exclude.worker, None, exclude.reason)
+        names = self.names.get(run_id, ())
+        avoid = set(self.watches[run_id].excluded)
+        queued = []
+        for key, ts in self.scheduler.tasks.items():
+            if key_name(key) not in names or ts.state not in UNFINISHED:
+                continue
+            if ts.state == "processing":
+                continue  # it finishes or times out where it is
+            self._restrict(run_id, ts, avoid)
+            if ts.state == "queued":
+                queued.append(key)  # queued tasks must be unrestricted: queue them again
+        if queued:
+            self.scheduler.transitions({k: "released" for k in queued},
+                                       stimulus_id=f"deepx-exclude-{time.time()}")
+
+    def _restrict(self, run_id: str, ts, avoid) -> None:
+        allowed = {w for w in self.scheduler.workers if w not in avoid}
+        if not allowed:
+            return  # nowhere else to go: leave it to run where it can
+        ts.worker_restrictions = allowed
+        ts.loose_restrictions = True
+        self.restricted.setdefault(run_id, set()).add(ts.key)
+
+    def _fail(self, keys, error: Exception) -> None:
+        from distributed.core import error_message
+        stimulus_id = f"deepx-fail-{time.time()}"
+        msg = error_message(error)
+        for key in keys:
+            ts = self.scheduler.tasks.get(key)
+            if ts is None or ts.state not in UNFINISHED or ts.state == "waiting":
+                continue  # waiting tasks fail with what they wait for
+            holder = ts.processing_on.address if ts.processing_on is not None else None
+            fields = dict(cause=key, exception=msg["exception"], traceback=msg["traceback"],
+                          exception_text=msg["exception_text"],
+                          traceback_text=msg["traceback_text"])
+            if ts.state == "processing":  # only that transition takes the worker
+                fields["worker"] = holder
+            recs, client_msgs, worker_msgs = self.scheduler._transition(
+                key, "erred", stimulus_id, **fields)
+            if holder is not None:  # drop the attempt still running there
+                worker_msgs.setdefault(holder, []).append(
+                    {"op": "free-keys", "keys": [key], "stimulus_id": stimulus_id})
+            self.scheduler._transitions(recs, client_msgs, worker_msgs, stimulus_id)
+            self.scheduler.send_all(client_msgs, worker_msgs)
+
+    def _annotate(self, key, name: str, step: int) -> None:
+        ts = self.scheduler.tasks.get(key)
+        if ts is not None:
+            # A new dict: the message that sent the old one to a worker may not be out yet.
+            annotations = dict(ts.annotations or {})
+            annotations[name] = annotations.get(name, 0) + step
+            ts.annotations = annotations
+
+    def _note(self, run_id: str, kind: str, worker, key, message: str) -> None:
+        self.events.setdefault(run_id, []).append(
+            (time.time(), kind, worker, None if key is None else str(key), message))
+
+
+# -- run on the scheduler through client.run_on_scheduler ------------------------------------
+
+def watch(dask_scheduler, run_id, names, policies, exclude_after, worker_wait) -> None:
+    dask_scheduler.plugins[PLUGIN_NAME].watch(run_id, names, policies, exclude_after,
+                                              worker_wait)
+
+
+def forget(dask_scheduler, run_id) -> None:
+    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
+    if plugin is not None:
+        plugin.forget(run_id)
+
+
+def installed(dask_scheduler) -> bool:
+    return PLUGIN_NAME in dask_scheduler.plugins

@@ -1,0 +1,219 @@
+"""The pure parts of recovery, driven with events and values alone: drift decisions
+(`RunWatch`), time limits and per-operator settings (`Recovery`, `task_policies`), the retry
+backoff and how errors are classified."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import deepx_flow as dx
+from deepx_flow.errors import PlanError
+from deepx_flow.kernels import faults
+from deepx_flow.kernels.attempt import backoff_seconds, classify
+from deepx_flow.runtime.drift import (MAX_TIMEOUTS, MEASURED_AFTER, Drift, Exclude, FailTask,
+                                      GiveUp, RunWatch, Suspect)
+from deepx_flow.runtime.recovery import Recovery, TaskPolicy, operators_of, task_policies
+from tests.helpers import cluster_with_memory
+
+
+def policy(timeout=None, factor=None, floor=0.0, expected=1.0):
+    return TaskPolicy(0, 0.5, 30.0, timeout, factor, floor, expected)
+
+
+def node_of(key):
+    return key[0]
+
+
+def watch(limit=2.0, exclude_after=2, worker_wait=60.0, **nodes):
+    policies = {"n": policy(timeout=limit)}
+    policies.update(nodes)
+    return RunWatch(policies, node_of, exclude_after, worker_wait)
+
+
+def kinds(actions):
+    return [type(a).__name__ for a in actions]
+
+
+def test_an_attempt_within_its_limit_is_left_alone():
+    w = watch(limit=2.0)
+    w.started(("n", 0), "w1", at=100.0)
+    assert w.tick(101.9) == []
+    w.finished(("n", 0), at=102.0)
+    assert w.tick(500.0) == []
+
+
+def test_an_attempt_over_its_limit_drifts_and_its_worker_becomes_suspect():
+    w = watch(limit=2.0)
+    w.started(("n", 0), "w1", at=100.0)
+    actions = w.tick(102.5)
+    assert kinds(actions) == ["Suspect", "Drift"]
+    drift = actions[1]
+    assert drift == Drift(("n", 0), "w1", 100.0, frozenset({"w1"}), drift.reason)
+    assert "over its limit of 2.0 s" in drift.reason
+    assert w.tick(103.0) == []  # decided once
+
+
+def test_repeated_offences_exclude_the_worker_and_later_drifts_avoid_it():
+    w = watch(limit=1.0, exclude_after=2)
+    w.started(("n", 0), "w1", at=0.0)
+    w.started(("n", 1), "w1", at=0.0)
+    actions = w.tick(2.0)
+    assert kinds(actions) == ["Suspect", "Drift", "Exclude", "Drift"]
+    assert actions[2] == Exclude("w1", actions[2].reason)
+    assert "2 tasks drifted away" in actions[2].reason
+    w.started(("n", 2), "w2", at=3.0)
+    drift = w.tick(5.0)[-1]
+    assert drift.avoid == {"w1", "w2"}  # excluded for the rest of the run, and where it ran
+
+
+def test_a_task_that_times_out_everywhere_fails_instead_of_drifting_forever():
+    w = watch(limit=1.0, exclude_after=99)
+    at = 0.0
+    for attempt in range(1, MAX_TIMEOUTS + 1):
+        w.started(("n", 0), f"w{attempt}", at=at)
+        at += 2.0
+        actions = w.tick(at)
+        if attempt < MAX_TIMEOUTS:
+            assert isinstance(actions[-1], Drift)
+        else:
+            assert kinds(actions) == ["FailTask"]
+            assert actions[0] == FailTask(("n", 0), f"w{attempt}", actions[0].reason)
+            assert f"timed out {MAX_TIMEOUTS} times" in actions[0].reason
+
+
+def test_the_limit_follows_the_measured_median_once_enough_tasks_finished():
+    w = RunWatch({"n": policy(factor=3.0, floor=0.0, expected=100.0)}, node_of)
+    w.started(("n", 0), "w1", at=0.0)
+    assert w.running[("n", 0)].limit == 300.0  # from the cost model
+    for i in range(MEASURED_AFTER):
+        w.started(("n", i + 1), "w1", at=10.0)
+        w.finished(("n", i + 1), at=10.0 + 2.0 * (i + 1))  # 2, 4, 6 s: median 4
+    w.started(("n", 9), "w2", at=20.0)
+    assert w.running[("n", 9)].limit == 12.0
+    assert kinds(w.tick(32.5)) == ["Suspect", "Drift"]
+
+
+def test_a_lost_device_excludes_its_worker_at_once_and_once():
+    w = watch()
+    w.started(("n", 0), "w1", at=0.0)
+    first = w.device_failed(("n", 0), "w1", "device lost", "cudaErrorECCUncorrectable")
+    assert kinds(first) == ["Exclude"] and "cudaErrorECCUncorrectable" in first[0].reason
+    assert ("n", 0) not in w.running
+    assert w.device_failed(("n", 1), "w1", "device lost", "again") == []
+
+
+def test_no_workers_gives_up_after_the_wait_and_only_then():
+    w = watch(worker_wait=10.0)
+    assert w.workers(0, at=100.0) == []
+    assert w.tick(109.0) == []
+    assert w.workers(1, at=109.5) == []  # a replacement came: the clock restarts
+    assert w.workers(0, at=110.0) == []
+    actions = w.tick(120.5)
+    assert kinds(actions) == ["GiveUp"] and "no workers for 10 s" in actions[0].reason
+    assert w.tick(200.0) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.floats(0.0, 5.0)), min_size=1, max_size=30),
+       st.integers(1, 4))
+def test_drift_decisions_hold_their_promises(attempts, exclude_after):
+    """Whatever the durations: only attempts over the limit drift, a worker is excluded
+    exactly when its offences reach the threshold, and drifts avoid excluded workers."""
+    limit = 2.0
+    w = watch(limit=limit, exclude_after=exclude_after)
+    offences: dict = {}
+    for i, (worker_no, ran) in enumerate(attempts):
+        worker = f"w{worker_no}"
+        at = 10.0 * i
+        w.started(("n", i), worker, at=at)
+        actions = w.tick(at + ran)
+        drifted = [a for a in actions if isinstance(a, Drift)]
+        assert bool(drifted) == (ran > limit)
+        for d in drifted:
+            assert w.excluded.keys() <= d.avoid and worker in d.avoid
+        if ran > limit and worker not in offences.get("excluded", set()):
+            offences[worker] = offences.get(worker, 0) + 1
+        excluded_now = {a.worker for a in actions if isinstance(a, Exclude)}
+        if excluded_now:
+            assert excluded_now == {worker} and offences[worker] == exclude_after
+            offences.setdefault("excluded", set()).add(worker)
+        suspects = [a for a in actions if isinstance(a, Suspect)]
+        assert not suspects or (offences[worker] == 1 and exclude_after > 1)
+        w.finished(("n", i), at=at + ran)
+
+
+# -- limits and settings ---------------------------------------------------------------------
+
+def test_the_limit_is_the_smaller_of_the_absolute_and_the_relative_one():
+    assert policy(timeout=5.0).limit() == 5.0
+    assert policy(factor=10.0, floor=1.0, expected=0.3).limit() == 3.0
+    assert policy(factor=10.0, floor=60.0, expected=0.3).limit() == 60.0
+    assert policy(timeout=5.0, factor=10.0, floor=0.0, expected=2.0).limit() == 5.0
+    assert policy(timeout=50.0, factor=10.0, floor=0.0, expected=2.0).limit() == 20.0
+    assert policy(factor=10.0, floor=0.0, expected=2.0).limit(expected_s=0.5) == 5.0
+    assert policy().limit() is None
+
+
+def test_operator_and_asset_settings_override_the_runs():
+    x = dx.random.normal((512, 256), seed=1)
+    w = dx.random.normal((256, 64), seed=2)
+    y = dx.relu(x @ w).sum(axis=1)
+    plan = dx.compile(y, cluster=cluster_with_memory(2**20, workers=2))
+    recovery = Recovery(retries=1, timeout=30.0,
+                        operators={"matmul": {"retries": 4}, "relu": {"timeout": 7.0}})
+    policies = task_policies(plan, recovery)
+    by_op = {}
+    for node in plan.fused.nodes:
+        by_op.setdefault(node.op, []).append(policies[node.id])
+    matmul = by_op["matmul"][0]
+    assert matmul.retries == 4
+    # relu is fused into the matmul's epilogue: its timeout applies to those tasks too.
+    assert "relu" in operators_of(next(n for n in plan.fused.nodes if n.op == "matmul"))
+    assert matmul.timeout == 7.0
+    assert by_op["random_normal"][0].retries == 1 and by_op["random_normal"][0].timeout == 30.0
+    assert all(p.expected_s > 0 for p in policies.values())
+    owner = {plan.fused.nodes[0].id: {"retries": 9}}
+    assert task_policies(plan, recovery, owner)[plan.fused.nodes[0].id].retries == 9
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"retries": -1}, "retries=-1 is negative"),
+    ({"retries": 1.5}, "retries=1.5 is not a whole number"),
+    ({"timeout": 0}, "timeout=0 must be positive"),
+    ({"backoff": "1s"}, "backoff='1s' is not a number"),
+    ({"exclude_after": 0}, "exclude_after=0 must be at least 1"),
+    ({"operators": {"matmul": {"retrys": 2}}}, "operator 'matmul': unknown recovery "
+                                               "setting(s) ['retrys']"),
+    ({"operators": {"matmul": {"timeout": -3}}}, "operator 'matmul': timeout=-3 is negative"),
+])
+def test_bad_settings_are_refused_with_the_setting_named(kwargs, words):
+    with pytest.raises(PlanError) as info:
+        Recovery(**kwargs)
+    assert words in str(info.value)
+
+
+@given(st.integers(0, 12), st.floats(0.0, 10.0), st.floats(0.0, 100.0))
+def test_backoff_doubles_from_the_first_wait_up_to_the_cap(failed, first, cap):
+    wait = backoff_seconds(failed, (first, cap))
+    if failed == 0 or first == 0:
+        assert wait == 0.0
+    else:
+        assert wait == min(cap, first * 2 ** (failed - 1))
+        assert backoff_seconds(failed + 1, (first, cap)) >= wait
+    assert backoff_seconds(failed, None) == 0.0
+
+
+@pytest.mark.parametrize("err, kind", [
+    (faults.OutOfMemoryError("Out of memory allocating 1,024 bytes"), "oom"),
+    (MemoryError(), "oom"),
+    (RuntimeError("CUBLAS_STATUS_ALLOC_FAILED"), "oom"),
+    (faults.CUDARuntimeError("cudaErrorECCUncorrectable: uncorrectable ECC error"),
+     "device-lost"),
+    (RuntimeError("cudaErrorIllegalAddress: an illegal memory access was encountered"),
+     "device-lost"),
+    (ValueError("shapes do not match"), None),
+])
+def test_errors_are_classified_by_what_real_hardware_says(err, kind):
+    assert classify(err) == kind

@@ -1,0 +1,316 @@
+"""Recovery of single tasks, for real on local clusters, with faults injected by the
+fault engine (`kernels/faults.py`): a task that raises is retried after its backoff, a task
+that hangs on one worker drifts to another, a lost GPU excludes its worker, an out-of-memory
+error re-plans the run with smaller chunks, a task that kills its workers and a cluster with
+no workers left fail with a message that says so. Every result is compared with NumPy in
+float64, and what happened is read back from the metadata database."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+from sqlmodel import select
+
+import deepx_flow as dx
+from deepx_flow.kernels.faults import Fault, FaultInjection
+from deepx_flow.meta import open_db
+from deepx_flow.meta.models import Event, Run, Task
+from tests.helpers import cluster_with_memory
+
+SHAPE = (2000, 256)
+
+
+def graph():
+    x = dx.random.normal(SHAPE, seed=5, dtype="float64")
+    return x, (dx.tanh(x) * 2.0).sum(axis=1)
+
+
+def expected(client):
+    x, _ = graph()
+    return (np.tanh(dx.run(x, client=client)) * 2.0).sum(axis=1)
+
+
+def local_cluster(n: int, processes: bool = False):
+    return LocalCluster(n_workers=n, threads_per_worker=1, processes=processes,
+                        memory_limit="1GiB", dashboard_address="127.0.0.1:0",
+                        silence_logs=logging.CRITICAL)
+
+
+class faults_on:
+    """Install fault rules on every worker for a `with` block; removing them releases any
+    task they hung."""
+
+    def __init__(self, client, *rules):
+        self.client, self.rules = client, rules
+
+    def __enter__(self):
+        self.client.register_plugin(FaultInjection(self.rules))
+
+    def __exit__(self, *exc):
+        self.client.unregister_worker_plugin(FaultInjection.name)
+
+
+def last_run(db):
+    with db.read() as s:
+        return s.exec(select(Run).order_by(Run.started_at.desc())).first()
+
+
+def rows(db, model, run_id):
+    with db.read() as s:
+        return s.exec(select(model).where(model.run_id == run_id)).all()
+
+
+def node_id(y, op: str, spec) -> str:
+    return next(n.id for n in dx.compile(y, cluster=spec).fused.nodes if n.op == op)
+
+
+@pytest.fixture(scope="module")
+def three():
+    """Three single-thread workers in this process (the faults' switches are shared)."""
+    with local_cluster(3) as cluster, Client(cluster, set_as_default=False) as client:
+        yield client
+
+
+SPEC = cluster_with_memory(2**18, workers=3)  # ~150 small tasks
+
+
+# -- retries -----------------------------------------------------------------------------------
+
+def test_a_failing_task_is_retried_after_its_backoff_and_every_attempt_recorded(three):
+    db = open_db()
+    _, y = graph()
+    want = expected(three)
+    source = node_id(y, "random_normal", SPEC)
+    with faults_on(three, Fault("raise", node=source, times=2)):
+        out = dx.run(y, client=three, cluster=SPEC,
+                     recovery=dx.Recovery(retries=2, backoff=0.3))
+    np.testing.assert_allclose(out, want, rtol=1e-12)
+    run = last_run(db)
+    assert run.status == "succeeded"
+    tasks = rows(db, Task, run.id)
+    retried = [t for t in tasks if t.status == "retried"]
+    assert 1 <= len(retried) <= 2
+    for failed in retried:
+        assert "RuntimeError: injected fault in a task of " + source in failed.error
+        later = [t for t in tasks if t.key == failed.key and t.attempts > failed.attempts]
+        assert later, f"no later attempt of {failed.key}"
+        # Each retry waits the backoff (0.3 s after a first failure, 0.6 s after a second)
+        # inside its attempt, before the kernel runs.
+        assert min(t.stop for t in later) >= failed.stop + 0.3 * 2 ** (failed.attempts - 1)
+    final = {t.key: t for t in tasks if t.status == "memory"}
+    assert all(final[f.key].attempts > f.attempts for f in retried)
+
+
+def test_without_retries_the_error_names_the_operator_and_the_chunk(three):
+    _, y = graph()
+    source = node_id(y, "random_normal", SPEC)
+    with faults_on(three, Fault("raise", node=source, times=1)):
+        with pytest.raises(dx.ExecutionError) as info:
+            dx.run(y, client=three, cluster=SPEC)
+    message = str(info.value)
+    assert f"operator random_normal (node {source}), chunk (" in message
+    assert "RuntimeError: injected fault" in message
+
+
+def test_retries_can_be_given_to_one_operator(three):
+    _, y = graph()
+    source = node_id(y, "random_normal", SPEC)
+    recovery = dx.Recovery(retries=0, backoff=0.0, operators={"random_normal": {"retries": 1}})
+    with faults_on(three, Fault("raise", node=source, times=1)):
+        out = dx.run(y, client=three, cluster=SPEC, recovery=recovery)
+    np.testing.assert_allclose(out, expected(three), rtol=1e-12)
+    sums = node_id(y, "sum", SPEC)
+    with faults_on(three, Fault("raise", node=sums, times=1)):
+        with pytest.raises(dx.ExecutionError, match=f"node {sums}"):
+            dx.run(y, client=three, cluster=SPEC, recovery=recovery)
+
+
+# -- timeouts and drift ------------------------------------------------------------------------
+
+@pytest.mark.timeout(300)
+def test_a_task_hung_on_one_worker_drifts_and_the_run_finishes():
+    """Acceptance: every task that lands on one worker sleeps until the test ends; with a
+    1 s timeout those tasks drift to the other workers, the worker is excluded, and the
+    run's result is right. Worker processes, as in production."""
+    db = open_db()
+    _, y = graph()
+    with local_cluster(3, processes=True) as cluster, Client(cluster) as client:
+        want = expected(client)
+        victim = sorted(client.scheduler_info()["workers"])[0]
+        with faults_on(client, Fault("hang", worker=victim)):
+            out = dx.run(y, client=client, cluster=SPEC, recovery=dx.Recovery(timeout=1.0))
+        np.testing.assert_allclose(out, want, rtol=1e-12)
+    run = last_run(db)
+    assert run.status == "succeeded"
+    events = rows(db, Event, run.id)
+    drifts = [e for e in events if e.kind == "drift"]
+    assert drifts and all(e.worker == victim and "over its limit of 1.0 s" in e.message
+                          for e in drifts)
+    assert any(e.kind == "suspect" and e.worker == victim for e in events)
+    # A second drift away from it (exclude_after=2) excludes it from the run.
+    excluded = any(e.kind == "exclude" and e.worker == victim for e in events)
+    assert excluded == (len(drifts) >= 2)
+    tasks = rows(db, Task, run.id)
+    assert {t.key for t in tasks if t.status == "drifted"} == {e.key for e in drifts}
+    assert not [t for t in tasks if t.worker == victim and t.status == "memory"]
+
+
+# -- GPU loss ----------------------------------------------------------------------------------
+
+def test_a_lost_device_excludes_its_worker_and_its_task_runs_elsewhere():
+    """A CUDA error that breaks the device: the task runs again on another worker (without
+    using up its retries), the worker gets none of this run's or later runs' tasks."""
+    db = open_db()
+    _, y = graph()
+    with local_cluster(3) as cluster, Client(cluster, set_as_default=False) as client:
+        want = expected(client)
+        victim = sorted(client.scheduler_info()["workers"])[0]
+        with faults_on(client, Fault("device-lost", worker=victim, times=1)):
+            out = dx.run(y, client=client, cluster=SPEC)  # retries=0
+            run = last_run(db)
+            again = dx.run(y, client=client, cluster=SPEC)
+            second = last_run(db)
+    np.testing.assert_allclose(out, want, rtol=1e-12)
+    np.testing.assert_allclose(again, want, rtol=1e-12)
+    events = rows(db, Event, run.id)
+    lost = [e for e in events if e.kind == "device-lost"]
+    assert len(lost) == 1 and lost[0].worker == victim
+    assert "cudaErrorECCUncorrectable" in lost[0].message
+    assert any(e.kind == "exclude" and e.worker == victim for e in events)
+    tasks = rows(db, Task, run.id)
+    failed = [t for t in tasks if t.status == "retried"]
+    assert len(failed) == 1 and failed[0].worker == victim
+    redo = [t for t in tasks if t.key == failed[0].key and t.status == "memory"]
+    assert len(redo) == 1 and redo[0].worker != victim
+    # Tasks already sent to the worker may finish there; none starts there a moment later.
+    assert not [t for t in tasks if t.worker == victim and t.start > lost[0].at + 0.5]
+    assert any(e.kind == "exclude" and e.worker == victim for e in rows(db, Event, second.id))
+    assert not [t for t in rows(db, Task, second.id) if t.worker == victim]
+
+
+def test_a_lost_device_marks_the_registry(db):
+    from deepx_flow.meta import store
+    from deepx_flow.meta.models import Device, Worker
+    with db.session() as s:
+        for address in ("tcp://a:1", "tcp://b:1"):
+            w = Worker(scheduler="tcp://s:1", address=address, name=address, host="h",
+                       protocol="tcp", nthreads=1, first_seen=0, last_seen=0)
+            s.add(w)
+            s.flush()
+            s.add(Device(worker_id=w.id, name="H100", registered_at=0))
+    store.write_records(db, None, [], [], [(1.0, "device-lost", "tcp://a:1", "k", "ECC")])
+    with db.read() as s:
+        health = {w.address: d.healthy for d, w in s.exec(
+            select(Device, Worker).where(Device.worker_id == Worker.id)).all()}
+    assert health == {"tcp://a:1": False, "tcp://b:1": True}
+
+
+# -- out of memory: plan again with smaller chunks ---------------------------------------------
+
+def test_running_out_of_memory_plans_the_run_again_with_smaller_chunks(monkeypatch):
+    """A device with less memory than it registered: tasks whose chunks exceed 3 MiB run
+    out of memory. The first plan's 4 MiB chunks fail; the run is planned again with half
+    the budget (2 MiB chunks) and finishes."""
+    monkeypatch.setenv("DEEPX_MIN_CHUNK_BYTES", str(2**16))
+    db = open_db()
+    x = dx.random.normal((4096, 512), seed=3, dtype="float64")
+    y = (dx.tanh(x) * 2.0).sum(axis=1)
+    spec = cluster_with_memory(2**25, workers=2)
+    first = max(dx.compile(y, cluster=spec).chunks[node_id(y, "random_normal", spec)][0])
+    assert first * 512 * 8 > 3 * 2**20  # the first plan's chunks do not fit
+    with local_cluster(2) as cluster, Client(cluster, set_as_default=False) as client:
+        want = (np.tanh(dx.run(x, client=client)) * 2.0).sum(axis=1)
+        with faults_on(client, Fault("oom", over_bytes=3 * 2**20)):
+            with pytest.raises(dx.ExecutionError) as info:
+                dx.run(y, client=client, cluster=spec, recovery=dx.Recovery(replan_on_oom=0))
+            assert info.value.kind == "oom" and "ran out of memory" in str(info.value)
+            assert "OutOfMemoryError: Out of memory allocating" in str(info.value)
+            out = dx.run(y, client=client, cluster=spec)
+    np.testing.assert_allclose(out, want, rtol=1e-12)
+    run = last_run(db)
+    assert run.status == "succeeded"
+    replans = [e for e in rows(db, Event, run.id) if e.kind == "replan"]
+    assert len(replans) == 1 and "memory fraction 0.25" in replans[0].message
+    with db.read() as s:
+        failed = s.exec(select(Run).where(Run.status == "failed", Run.graph_hash
+                                          == run.graph_hash)).all()
+    assert failed and all("OutOfMemoryError" in r.error for r in failed)
+
+
+# -- a task that kills its workers; no workers at all -------------------------------------------
+
+@pytest.mark.timeout(300)
+def test_a_task_that_kills_its_workers_fails_naming_its_operator_and_chunk():
+    import dask
+    _, y = graph()
+    sums = node_id(y, "sum", SPEC)
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
+        with local_cluster(2, processes=True) as cluster, Client(cluster) as client:
+            # Not removed after: its workers keep dying, and the cluster goes with the test.
+            client.register_plugin(FaultInjection([Fault("exit", node=sums)]))
+            with pytest.raises(dx.ExecutionError) as info:
+                dx.run(y, client=client, cluster=SPEC)
+    assert info.value.kind == "killed-worker"
+    message = str(info.value)
+    assert f"(node {sums}), chunk (" in message
+    assert "its worker process died each time it ran it" in message
+    assert "KilledWorker" in message
+
+
+@pytest.mark.timeout(300)
+def test_a_run_with_no_workers_left_fails_after_its_bounded_wait():
+    db = open_db()
+    _, y = graph()
+    with local_cluster(1, processes=True) as cluster, Client(cluster) as client:
+        with faults_on(client, Fault("hang")):
+            closer = threading.Timer(1.0, cluster.scale, args=(0,))
+            closer.start()
+            began = time.monotonic()
+            try:
+                with pytest.raises(dx.ExecutionError) as info:
+                    dx.run(y, client=client, cluster=SPEC,
+                           recovery=dx.Recovery(worker_wait=2.0, timeout_factor=None))
+            finally:
+                closer.join()
+            waited = time.monotonic() - began
+    assert info.value.kind == "no-workers"
+    assert "no workers for 2 s (waited 2 s for a replacement)" in str(info.value)
+    assert waited >= 3.0  # it did wait for a replacement
+    run = last_run(db)
+    assert run.status == "failed" and "NoWorkers" in run.error
+    assert any(e.kind == "no-workers" for e in rows(db, Event, run.id))
+
+
+# -- per asset ---------------------------------------------------------------------------------
+
+def test_an_assets_own_retries_apply_to_its_tasks(three, tmp_path, monkeypatch):
+    """`@dx.asset(recovery=...)` retries that asset's tasks; the run's settings (none here)
+    hold for the rest, so the same fault in an asset without them fails the stage."""
+    monkeypatch.setenv("DEEPX_ASSET_ROOT", str(tmp_path / "assets"))
+
+    def definitions(recovery):
+        @dx.asset(recovery=recovery)
+        def noise():
+            return dx.random.normal((512, 64), seed=9, dtype="float64") * 2.0
+
+        @dx.asset
+        def total(noise):
+            return noise.sum(axis=0)
+        return dx.Definitions([noise, total])
+
+    with faults_on(three, Fault("raise", node="random_normal", times=1)):
+        done = dx.materialize(definitions({"retries": 1, "backoff": 0.0}), client=three)
+    x = dx.run(dx.random.normal((512, 64), seed=9, dtype="float64"), client=three)
+    np.testing.assert_allclose(dx.run(dx.load("total"), client=three), (x * 2.0).sum(axis=0),
+                               rtol=1e-12)
+    assert any(t.status == "retried" for t in rows(open_db(), Task, done.run_id))
+    with faults_on(three, Fault("raise", node="random_normal", times=1)):
+        with pytest.raises(dx.ExecutionError, match="operator random_normal"):
+            dx.materialize(definitions(None), client=three)
+    with pytest.raises(dx.GraphError, match="asset noise: .*unknown recovery setting"):
+        definitions({"retry": 1})
