@@ -80,6 +80,7 @@ class RunWatch:
         self.exclude_after, self.worker_wait = exclude_after, worker_wait
         self.running: dict = {}  # key -> _Attempt
         self.durations: dict[str, list[float]] = defaultdict(list)  # node -> finished times
+        self.medians: dict[str, tuple] = {}  # node -> (count it was taken at, median)
         self.drifts: dict = defaultdict(int)  # key -> times it timed out
         self.offences: dict[str, int] = defaultdict(int)
         self.excluded: dict[str, str] = {}  # worker -> why
@@ -147,7 +148,15 @@ class RunWatch:
 
     def _measured(self, node: str) -> float | None:
         times = self.durations.get(node, ())
-        return statistics.median(times) if len(times) >= MEASURED_AFTER else None
+        if len(times) < MEASURED_AFTER:
+            return None
+        n, median = self.medians.get(node, (0, None))
+        # Refreshed as the count grows (every time up to 64, then every 64th): a node
+        # with many tasks must not cost a sort per task start.
+        if n != len(times) and (len(times) <= 64 or len(times) >= n + 64):
+            median = statistics.median(times)
+            self.medians[node] = (len(times), median)
+        return median
 
     def _offence(self, worker: str, reason: str) -> list:
         if worker in self.excluded:

@@ -1,0 +1,165 @@
+"""What losing a worker costs a run, and recomputing vs reading back a stored chunk.
+
+Why: the design promises that a run survives the loss of a worker at the least cost. Dask
+recomputes what the dead worker held from the graph; the target is that a run which loses
+one of four workers halfway finishes in under 1.5x the time of an undisturbed run. For
+chunks of materialized assets the other way back is reading them from storage: the second
+table measures both ways for one stored asset, per chunk, beside what the cost model
+predicts for recomputing it (the figure a read-back-or-recompute decision would use).
+
+What runs: a 4-worker LocalCluster (processes, 1 thread each). The run is
+`tanh(normal((rows, 512)) @ uniform((512, 256))) * 2 + 1` summed over rows, float64, a few
+hundred tasks. Taking turns, median of `repeat` after a warm-up: the undisturbed run, and the
+same run with one worker SIGKILLed when half the undisturbed time has passed since its first
+task started (its nanny starts a replacement, which the next turn waits for). Then the
+matmul's result is materialized as an asset, and one chunk's worth is timed both ways:
+computing the asset again (divided by its chunk count) and reading every stored chunk back
+with `dx.load` (likewise).
+
+Run: `python benchmarks/bench_recovery.py [--quick]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+import common
+import deepx_flow as dx
+
+WIDTH, OUT = 512, 256
+
+
+def graph(rows: int):
+    x = dx.random.normal((rows, WIDTH), seed=11, dtype="float64")
+    w = dx.random.uniform((WIDTH, OUT), seed=12, dtype="float64") - 0.5
+    return dx.tanh(x @ w)
+
+
+def _pid():
+    return os.getpid()
+
+
+def _started(dask_scheduler) -> int:
+    return sum(1 for ts in dask_scheduler.tasks.values() if ts.state in ("memory",
+                                                                         "processing"))
+
+
+def _kill_after_start(client, pid: int, delay: float) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and client.run_on_scheduler(_started) == 0:
+        time.sleep(0.005)
+    time.sleep(delay)
+    os.kill(pid, signal.SIGKILL)
+
+
+def _wait_for_workers(client, n: int, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while len(client.scheduler_info()["workers"]) < n and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def main(quick: bool = False, repeat: int | None = None) -> dict:
+    repeat = repeat or (1 if quick else 5)
+    rows = 2**13 if quick else 2**16
+    tmp = tempfile.mkdtemp(prefix="deepx-bench-recovery-")
+    os.environ["DEEPX_DB_URL"] = f"sqlite:///{tmp}/deepx.db"
+    os.environ["DEEPX_ASSET_ROOT"] = os.path.join(tmp, "assets")
+    y = (graph(rows) * 2.0 + 1.0).sum(axis=1)
+    res = {"machine": common.machine_info(),
+           "busy_before": None if quick else common.wait_until_quiet(),
+           "parameters": {"rows": rows, "width": WIDTH, "out": OUT, "dtype": "float64",
+                          "repeat": repeat, "warmup": 1, "workers": 4,
+                          "threads_per_worker": 1}}
+    try:
+        # Killed workers make Dask log errors by design: only critical ones are shown.
+        with common.local_cluster(4, logs=logging.CRITICAL) as client:
+            plan = dx.compile(y, client=client)
+            res["parameters"]["tasks"] = plan.stats().tasks
+            reference = dx.run(y, client=client)
+            undisturbed = common.best_of(lambda: dx.run(y, client=client), repeat)
+            half = undisturbed["median_s"] / 2
+            results, times = [], []
+            for _ in range(repeat):
+                _wait_for_workers(client, 4)
+                victim = sorted(client.run(_pid).items())[0][1]
+                killer = threading.Thread(target=_kill_after_start,
+                                          args=(client, victim, half))
+                killer.start()
+                began = time.perf_counter()
+                results.append(dx.run(y, client=client))
+                times.append(time.perf_counter() - began)
+                killer.join()
+            for out in results:
+                np.testing.assert_array_equal(out, reference)
+            lost = {"best_s": min(times), "median_s": sorted(times)[len(times) // 2],
+                    "times_s": times}
+            _wait_for_workers(client, 4)
+
+            @dx.asset
+            def projected():
+                return graph(rows)
+
+            defs = dx.Definitions([projected])
+            stored = dx.materialize(defs, client=client).versions["projected"]
+            shape, chunk = json.loads(stored.shape), json.loads(stored.chunks)
+            n_chunks = math.prod(math.ceil(s / c) for s, c in zip(shape, chunk))
+            asset_plan = dx.compile(graph(rows), client=client)
+            node = asset_plan.fused.outputs[0][1]
+            chunks_computed = int(np.prod([len(c) for c in asset_plan.chunks[node]]))
+            recompute = common.best_of(lambda: dx.run(graph(rows), client=client), repeat)
+            reload = common.best_of(lambda: dx.run(dx.load("projected"), client=client),
+                                    repeat)
+            predicted = asset_plan.stats().compute_seconds
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    ratio = lost["median_s"] / undisturbed["median_s"]
+    common.print_table(
+        ("run", "best s", "median s", "vs undisturbed"),
+        [("undisturbed", common.fmt(undisturbed["best_s"]), common.fmt(undisturbed["median_s"]),
+          "1.00x"),
+         ("1 of 4 workers SIGKILLed halfway", common.fmt(lost["best_s"]),
+          common.fmt(lost["median_s"]), f"{ratio:.2f}x")],
+        f"{rows} x {WIDTH} @ {WIDTH} x {OUT}, float64, {res['parameters']['tasks']} tasks, "
+        f"median of {repeat}")
+    per_recompute = recompute["median_s"] / chunks_computed
+    per_reload = reload["median_s"] / n_chunks
+    common.print_table(
+        ("a lost chunk of a stored asset", "s per chunk", "chunks"),
+        [("recompute (measured)", common.fmt(per_recompute, 4), str(chunks_computed)),
+         ("recompute (cost model)", common.fmt(predicted / chunks_computed, 4),
+          str(chunks_computed)),
+         ("read back from Zarr (measured)", common.fmt(per_reload, 4), str(n_chunks))],
+        f"asset tanh(x @ w), {stored.nbytes / 2**20:.0f} MiB stored")
+    res.update({"undisturbed": undisturbed, "one_worker_lost": lost, "slowdown": ratio,
+                "recompute": recompute, "reload": reload,
+                "recompute_s_per_chunk": per_recompute, "reload_s_per_chunk": per_reload,
+                "recompute_predicted_s_per_chunk": predicted / chunks_computed,
+                "stored_bytes": stored.nbytes})
+    res["targets"] = {
+        "worker_loss": common.target(
+            "a run losing 1 of 4 workers halfway takes under 1.5x an undisturbed one (median)",
+            ratio, ratio < 1.5),
+        "reload_vs_recompute": common.target(
+            "reading a lost stored chunk back is cheaper than recomputing it (measured)",
+            per_reload / per_recompute, per_reload < per_recompute)}
+    common.write_results("bench_recovery", res, quick)
+    return res
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small run, one repeat")
+    parser.add_argument("--repeat", type=int, help="timed runs of each (5; 1 with --quick)")
+    args = parser.parse_args()
+    main(args.quick, args.repeat)
