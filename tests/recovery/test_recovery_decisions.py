@@ -111,7 +111,7 @@ def test_no_workers_gives_up_after_the_wait_and_only_then():
     assert w.workers(1, at=109.5) == []  # a replacement came: the clock restarts
     assert w.workers(0, at=110.0) == []
     actions = w.tick(120.5)
-    assert kinds(actions) == ["GiveUp"] and "no workers for 10 s" in actions[0].reason
+    assert actions == [GiveUp(actions[0].reason)] and "no workers for 10 s" in actions[0].reason
     assert w.tick(200.0) == []
 
 
