@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from deepx_flow.ir.keys import node_of
+
 KINDS = ("hang", "raise", "device-lost", "oom", "exit")
 
 _rules: list = []
@@ -87,7 +89,7 @@ def installed() -> bool:
 
 def inject(worker, key, func, args):
     """Run `func(*args)` with the faults that match this task."""
-    node = _node(key)
+    node = node_of(key)
     matching = [(i, f) for i, f in enumerate(_rules) if _matches(f, worker, node)]
     for i, fault in matching:
         if fault.over_bytes == 0 and _fire(i, fault):
@@ -102,11 +104,6 @@ def inject(worker, key, func, args):
         if fault.over_bytes and size > fault.over_bytes and _fire(i, fault):
             _fail(fault, node, size)
     return result
-
-
-def _node(key) -> str:
-    name = key[0] if isinstance(key, tuple) else str(key)
-    return name.split("@")[0]
 
 
 def _matches(fault: Fault, worker, node: str) -> bool:

@@ -34,7 +34,8 @@ from deepx_flow.errors import CheckFailed, DeepxError, ExecutionError, GraphErro
 from deepx_flow.meta import open_db
 from deepx_flow.meta.models import AssetCheckResult, AssetMaterialization
 from deepx_flow.runtime.failures import task_failure
-from deepx_flow.runtime.futures import blamed_key, cancel_and_settle, why_not_finished
+from deepx_flow.runtime.futures import (blamed_key, cancel_and_settle, error_of,
+                                        why_not_finished)
 from deepx_flow.runtime.run import Persisted
 from deepx_flow.sdk.tensor import Tensor
 
@@ -335,16 +336,9 @@ def _wait_or_raise(client, futures, plan) -> None:
     # The futures' client need not be the default one (dx.persist's shared client is not).
     for future in as_completed(futures, loop=client.loop):
         if future.status == "error":
-            raise task_failure(plan, blamed_key(client, future.key), _error_of(future))
+            raise task_failure(plan, blamed_key(client, future.key), error_of(future))
         if future.status != "finished":
             raise ExecutionError(f"task {future.key} failed: {why_not_finished(future)}")
-
-
-def _error_of(future) -> BaseException:
-    try:
-        return future.exception()
-    except Exception as fetch:  # the scheduler is gone, or the error does not unpickle
-        return fetch
 
 
 def _gather_scalars(client, futures, names, plan, graph) -> tuple:

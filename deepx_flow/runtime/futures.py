@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 
+def error_of(future) -> BaseException:
+    """A failed future's error; the reason it cannot be fetched, if it cannot."""
+    try:
+        return future.exception()
+    except Exception as fetch:  # the scheduler is gone, or the error does not unpickle
+        return fetch
+
+
 def why_not_finished(future) -> str:
     """`TypeName: message` of a failed future's error, or its status ("cancelled", "lost")
     when it has none; an error that cannot be fetched is described instead."""
     if future.status != "error":
         return future.status
-    try:
-        err = future.exception()
-    except Exception as fetch:  # the scheduler is gone, or the error does not unpickle
-        err = fetch
+    err = error_of(future)
     return f"{type(err).__name__}: {err}"
 
 

@@ -28,6 +28,7 @@ from collections import defaultdict
 
 from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
 
+from deepx_flow.ir.keys import key_name
 from deepx_flow.kernels.attempt import ATTEMPT_TOPIC
 
 PLUGIN_NAME = "deepx-recorder"
@@ -40,14 +41,6 @@ EVENT_FIELDS = ("at", "kind", "worker", "key", "message")
 SPILL_TOPIC = "deepx-spill"
 # How long a drain waits for the scheduler to process a client's release of keys.
 SETTLE_TIMEOUT_S = 5.0
-
-
-def key_name(key) -> str:
-    return key[0] if isinstance(key, tuple) else str(key)
-
-
-def chunk_index(key) -> str:
-    return ",".join(str(i) for i in key[1:]) if isinstance(key, tuple) else ""
 
 
 class RecorderPlugin(SchedulerPlugin):

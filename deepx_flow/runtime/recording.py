@@ -25,6 +25,7 @@ import uuid
 import weakref
 
 from deepx_flow.config import settings
+from deepx_flow.ir.keys import chunk_index, key_name, node_of
 from deepx_flow.ir.program import describe
 from deepx_flow.meta import open_db, store
 from deepx_flow.meta.models import Run
@@ -109,7 +110,7 @@ class RunRecorder:
             host=socket.gethostname(), pid=os.getpid(), username=_user())
         store.begin_run(db, run, graph_yaml, len(plan.graph.nodes))
         _install_plugins(client)
-        names = {recorder_plugin.key_name(k) for k in lowered.dsk}
+        names = {key_name(k) for k in lowered.dsk}
         client.run_on_scheduler(recorder_plugin.track, run_id=run.id, names=names)
         labels = {node.id: operator_label(node) for node in plan.fused.nodes}
         places = {w.address: (("device", w.device.name) if w.device and plan.cluster.has_devices
@@ -154,11 +155,10 @@ class RunRecorder:
                 client_id=self.client.id)[self.run_id]
             # Plugin tuples (recorder_plugin.*_FIELDS) -> table rows (store.*_COLUMNS).
             labels, places = self.labels, self.places
-            key_name, chunk_index = recorder_plugin.key_name, recorder_plugin.chunk_index
             tasks = []
             for key, *rest in out["tasks"]:
                 tensor = key_name(key)
-                tasks.append((str(key), tensor, labels.get(tensor.split("@")[0], "?"), *rest))
+                tasks.append((str(key), tensor, labels.get(node_of(key), "?"), *rest))
             placements = []
             for key, worker, state, nbytes, at in out["placements"]:
                 name = key_name(key)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Mapping
 
 from deepx_flow.errors import PlanError
+from deepx_flow.ir.keys import node_of
 
 TASK_FIELDS = ("retries", "backoff", "backoff_max", "timeout", "timeout_factor",
                "min_timeout")
@@ -186,5 +187,4 @@ class ByNode:
         self.by_node, self.default = by_node, default
 
     def __call__(self, key):
-        name = key[0] if isinstance(key, tuple) else str(key)
-        return self.by_node.get(name.split("@")[0], self.default)
+        return self.by_node.get(node_of(key), self.default)

@@ -25,6 +25,7 @@ from deepx_flow.compiler.validate import validate_graph
 from deepx_flow.compiler.plan import Plan
 from deepx_flow.errors import ClusterError, DeepxError, ExecutionError
 from deepx_flow.ir import Graph
+from deepx_flow.ir.keys import key_name
 from deepx_flow.registry.cluster import ClusterSpec, load_cluster_file, local_cluster_spec
 from deepx_flow.config import settings
 from deepx_flow.runtime.cluster import (connect, current_client, open_client,
@@ -182,12 +183,11 @@ def supervise(client, run_id: str, dsk, policies, recovery: Recovery) -> None:
     """Have the scheduler's supervisor (installed once per cluster) watch the run's tasks:
     timeouts and drift, excluded workers, lost devices (`runtime/supervisor.py`)."""
     from deepx_flow.runtime import supervisor
-    if not client.run_on_scheduler(supervisor.installed):
+    watch = dict(run_id=run_id, names={key_name(k) for k in dsk}, policies=policies,
+                 exclude_after=recovery.exclude_after, worker_wait=recovery.worker_wait)
+    if not client.run_on_scheduler(supervisor.watch, **watch):  # one round trip once there
         client.register_plugin(supervisor.Supervisor())
-    names = {supervisor.key_name(k) for k in dsk}
-    client.run_on_scheduler(supervisor.watch, run_id=run_id, names=names, policies=policies,
-                            exclude_after=recovery.exclude_after,
-                            worker_wait=recovery.worker_wait)
+        client.run_on_scheduler(supervisor.watch, **watch)
 
 
 def _show_progress(futures, n_tasks: int, progress) -> None:

@@ -22,6 +22,7 @@ import time
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from deepx_flow.ir.keys import key_name, node_of
 from deepx_flow.kernels.attempt import ATTEMPT_TOPIC
 from deepx_flow.runtime.drift import Drift, Exclude, FailTask, GiveUp, RunWatch, Suspect
 
@@ -38,15 +39,6 @@ class TaskTimedOut(Exception):
 
 class NoWorkers(Exception):
     """A run had no workers for longer than it was willing to wait."""
-
-
-def node_of(key) -> str:
-    name = key[0] if isinstance(key, tuple) else str(key)
-    return name.split("@")[0]
-
-
-def key_name(key) -> str:
-    return key[0] if isinstance(key, tuple) else str(key)
 
 
 class Supervisor(SchedulerPlugin):
@@ -295,9 +287,13 @@ class Supervisor(SchedulerPlugin):
 
 # -- run on the scheduler through client.run_on_scheduler ------------------------------------
 
-def watch(dask_scheduler, run_id, names, policies, exclude_after, worker_wait) -> None:
-    dask_scheduler.plugins[PLUGIN_NAME].watch(run_id, names, policies, exclude_after,
-                                              worker_wait)
+def watch(dask_scheduler, run_id, names, policies, exclude_after, worker_wait) -> bool:
+    """Start watching a run; False when the supervisor is not installed yet."""
+    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
+    if plugin is None:
+        return False
+    plugin.watch(run_id, names, policies, exclude_after, worker_wait)
+    return True
 
 
 def forget(dask_scheduler, run_id) -> None:
@@ -305,6 +301,3 @@ def forget(dask_scheduler, run_id) -> None:
     if plugin is not None:
         plugin.forget(run_id)
 
-
-def installed(dask_scheduler) -> bool:
-    return PLUGIN_NAME in dask_scheduler.plugins
