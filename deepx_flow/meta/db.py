@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -162,7 +163,7 @@ def _engine(url: str) -> Engine:
         # Let SQLAlchemy's "begin" event issue BEGIN itself (pysqlite's own is deferred).
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
+        _set_wal(cursor)
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_S * 1000}")
         cursor.execute("PRAGMA foreign_keys=ON")
@@ -174,3 +175,22 @@ def _engine(url: str) -> Engine:
         conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     return engine
+
+
+def _set_wal(cursor) -> None:
+    """Switch the file to WAL, retrying while another process holds a lock. Switching a new
+    file needs an exclusive lock, and SQLite answers "database is locked" at once, without
+    its busy timeout, when two connections opening a new file both ask for it (deadlock
+    avoidance); the loser simply asks again."""
+    import sqlite3
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    pause = 0.005
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
