@@ -200,15 +200,26 @@ def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
     labels = {f"store-{t.asset}-{versions[t][:12]}": f"store[{engines[t].name}]"
               for t in streamed}
 
+    write_tasks: dict[Target, dict] = {}
+
     def add_writes(lowered) -> list:
         keys = []
         for t in streamed:
-            tasks = engines[t].write_tasks(created[t], lowered.outputs[out_name[t]][0],
-                                           nodes[t].shape, nodes[t].dtype, chunks[t],
-                                           f"store-{t.asset}-{versions[t][:12]}")
+            tasks = write_tasks[t] = engines[t].write_tasks(
+                created[t], lowered.outputs[out_name[t]][0], nodes[t].shape, nodes[t].dtype,
+                chunks[t], f"store-{t.asset}-{versions[t][:12]}")
             lowered.dsk.update(tasks)
             keys += list(tasks)
         return keys
+
+    def readable(lowered) -> dict:
+        """Where each stored chunk can be read back from, should its worker be lost."""
+        from deepx_flow.runtime.readback import stored_chunks
+        out = {}
+        for t in streamed:
+            out.update(stored_chunks(lowered.outputs[out_name[t]][0], chunks[t],
+                                     write_tasks[t], engines[t].reader_uri(created[t])))
+        return out
 
     every, recorder = [], None
     try:
@@ -218,7 +229,7 @@ def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
         futures, keys, recorder, writes = _submit(
             plan, graph, bound, client, "materialize", hold=held, extend=add_writes, db=db,
             recovery=recovery, owners=_owners(plan, [(out_name[t], defs[t.asset].recovery)
-                                                     for t in stage]))
+                                                     for t in stage]), readable=readable)
         every = [f for fs in futures.values() for f in fs] + writes
         if recorder is not None:
             recorder.labels.update(labels)  # task rows say "store[zarr]" for the writes

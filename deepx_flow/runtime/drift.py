@@ -95,10 +95,13 @@ class RunWatch:
         self.running[key] = _Attempt(node, worker, at, None if policy is None else
                                      policy.limit(self._measured(node)))
 
-    def finished(self, key, at: float) -> None:
+    def finished(self, key, at: float) -> float | None:
+        """The attempt succeeded; returns how long it ran (None if it was not seen start)."""
         attempt = self.running.pop(key, None)
-        if attempt is not None:
-            self.durations[attempt.node].append(at - attempt.since)
+        if attempt is None:
+            return None
+        self.durations[attempt.node].append(at - attempt.since)
+        return at - attempt.since
 
     def stopped(self, key) -> None:
         """The attempt ended without a result (failed, released, its worker died)."""
@@ -122,6 +125,19 @@ class RunWatch:
         if self.no_workers_since is None:
             self.no_workers_since = at
         return self._give_up_if_waited(at)
+
+    def expected(self, key) -> float:
+        """Seconds a task of `key`'s node is expected to take: the median of the run's
+        finished ones (their mean while fewer than `MEASURED_AFTER`), else the cost model's
+        estimate (0 for a node without a policy)."""
+        node = self.node_of(key)
+        measured = self._measured(node)
+        if measured is not None:
+            return measured
+        if self.durations.get(node):
+            return statistics.fmean(self.durations[node])
+        policy = self.policies.get(node)
+        return 0.0 if policy is None else policy.expected_s
 
     # -- time ----------------------------------------------------------------------------------
 

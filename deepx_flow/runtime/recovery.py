@@ -18,7 +18,9 @@ slowest worker.
 Per run: a worker whose tasks drift `exclude_after` times gets no more of the run's work;
 a run with no workers waits `worker_wait` seconds for one, then fails; a run that fails
 because a task ran out of memory is planned again with half the memory budget (smaller
-chunks), at most `replan_on_oom` times.
+chunks), at most `replan_on_oom` times; a materialization reads a lost chunk of a stored
+asset back from storage when that is cheaper than computing it again (`read_back`,
+`readback.py`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ class Recovery:
         Seconds a run with no workers waits for one before it fails.
     replan_on_oom : int
         Times a run that ran out of memory is planned again with smaller chunks.
+    read_back : bool
+        Read a lost chunk of a stored asset back from storage instead of computing it again,
+        when the cost model says that is cheaper (materializations only).
     operators : mapping
         Operator name -> overrides of the task fields above, e.g. {"matmul": {"retries": 3}}.
     """
@@ -69,6 +74,7 @@ class Recovery:
     exclude_after: int = 2
     worker_wait: float = 60.0
     replan_on_oom: int = 2
+    read_back: bool = True
     operators: Mapping[str, Mapping] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -166,6 +172,10 @@ def _check(values: Mapping, where: str) -> None:
     for f in fields(Recovery):
         value = values.get(f.name)
         if f.name == "operators" or value is None:
+            continue
+        if f.name == "read_back":
+            if not isinstance(value, bool):
+                bad(f.name, "is not True or False")
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
             bad(f.name, "is not a number")

@@ -139,15 +139,17 @@ def _checked(outputs, inputs):
 
 
 def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, extend=None,
-            db=None, recovery: Recovery | None = None, owners=None):
+            db=None, recovery: Recovery | None = None, owners=None, readable=None):
     """Lower and submit the plan.
 
     `hold` names the outputs whose chunk futures to return (default: all). `extend(lowered)`
     may add tasks to the lowered graph (writes to storage, checks) and returns the keys of
     those to compute as well. The run is recorded in `db` (a Database; default the
     configured one), and supervised with `recovery` (`owners`: node id -> the Recovery of
-    the asset it computes). Returns output futures by name, output tensor keys by name, the
-    run's recorder (None when recording is off) and the futures of `extend`'s keys.
+    the asset it computes). `readable(lowered)` may say which chunks `extend`'s tasks store
+    (chunk key -> `readback.Stored`), to read back if lost. Returns output futures by name,
+    output tensor keys by name, the run's recorder (None when recording is off) and the
+    futures of `extend`'s keys.
     """
     check_sources_on(sources, client)
     lowered = plan.lower(sources, to_host=plan.cluster.has_devices)
@@ -159,8 +161,9 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, ext
     try:
         recovery = recovery or Recovery()
         policies = task_policies(plan, recovery, owners)
+        stored = readable(lowered) if readable is not None and recovery.read_back else None
         supervise(client, recorder.run_id if recorder else uuid.uuid4().hex, lowered.dsk,
-                  policies, recovery)
+                  policies, recovery, stored)
         with warnings.catch_warnings(), dask.annotate(
                 retries=ByNode({n: p.retries for n, p in policies.items()}, 0),
                 deepx_backoff=ByNode({n: (p.backoff, p.backoff_max) for n, p in
@@ -179,12 +182,14 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, ext
             [by_key[k] for k in extra])
 
 
-def supervise(client, run_id: str, dsk, policies, recovery: Recovery) -> None:
+def supervise(client, run_id: str, dsk, policies, recovery: Recovery, readable=None) -> None:
     """Have the scheduler's supervisor (installed once per cluster) watch the run's tasks:
-    timeouts and drift, excluded workers, lost devices (`runtime/supervisor.py`)."""
+    timeouts and drift, excluded workers, lost devices, stored chunks to read back if lost
+    (`runtime/supervisor.py`)."""
     from deepx_flow.runtime import supervisor
     watch = dict(run_id=run_id, names={key_name(k) for k in dsk}, policies=policies,
-                 exclude_after=recovery.exclude_after, worker_wait=recovery.worker_wait)
+                 exclude_after=recovery.exclude_after, worker_wait=recovery.worker_wait,
+                 readable=readable)
     if not client.run_on_scheduler(supervisor.watch, **watch):  # one round trip once there
         client.register_plugin(supervisor.Supervisor())
         client.run_on_scheduler(supervisor.watch, **watch)

@@ -11,6 +11,10 @@ scheduler's task state:
 - a task that keeps timing out, or a run with no workers left, is failed with an error
   that says why (futures of the run raise it).
 
+A chunk of a stored asset lost with its worker is read back from storage instead of being
+computed again, where the cost model says that is cheaper (`readback.py`): the task is
+rewritten into a read of its region, without dependencies.
+
 It also keeps the attempt counters the task wrapper (`kernels/attempt.py`) reads from the
 task's annotations, and gives a task that failed on a lost device a retry that does not
 count against its own. What it did goes into the run's events, which the recorder drains.
@@ -22,9 +26,12 @@ import time
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from deepx_flow.compiler.taskspec import task
 from deepx_flow.ir.keys import key_name, node_of
 from deepx_flow.kernels.attempt import ATTEMPT_TOPIC
 from deepx_flow.runtime.drift import Drift, Exclude, FailTask, GiveUp, RunWatch, Suspect
+from deepx_flow.runtime.inputs import load_region
+from deepx_flow.runtime.readback import StoreRate, decide, nothing_to_write
 
 PLUGIN_NAME = "deepx-supervisor"
 TICK_MS = 250
@@ -56,6 +63,11 @@ class Supervisor(SchedulerPlugin):
         self.last_active: dict[str, float] = {}
         self.lost_devices: dict[str, str] = {}  # worker -> the error that lost its device
         self.failing: set = set()  # keys whose attempt reported an error, not yet ended
+        self.readable: dict[str, dict] = {}  # run id -> {chunk key: readback.Stored}
+        self.write_run: dict = {}  # key of a task storing a chunk -> its run id
+        self.written: set = set()  # those that finished
+        self.store_rates: dict[str, StoreRate] = {}
+        self.orphans: set = set()  # keys a read-back left without dependents, to forget
         self.callback = None
 
     async def start(self, scheduler) -> None:
@@ -70,8 +82,19 @@ class Supervisor(SchedulerPlugin):
 
     # -- called by the driver ------------------------------------------------------------------
 
-    def watch(self, run_id: str, names, policies, exclude_after: int, worker_wait: float):
+    def watch(self, run_id: str, names, policies, exclude_after: int, worker_wait: float,
+              readable=None):
+        """Watch a run; `readable` maps chunk keys it stores to their `readback.Stored`."""
         self.watches[run_id] = RunWatch(policies, node_of, exclude_after, worker_wait)
+        if readable:
+            self.readable[run_id] = dict(readable)
+            self.store_rates[run_id] = StoreRate()
+            for stored in readable.values():
+                for write in stored.writes:
+                    self.write_run[write] = run_id
+                    ts = self.scheduler.tasks.get(write)
+                    if ts is not None and ts.state == "memory":  # finished before we heard
+                        self.written.add(write)
         self.names[run_id] = set(names)
         self.events.setdefault(run_id, [])
         self.last_active[run_id] = time.time()
@@ -90,8 +113,13 @@ class Supervisor(SchedulerPlugin):
         for name in self.names.pop(run_id, ()):
             if self.run_of.get(name) == run_id:
                 del self.run_of[name]
-        for table in (self.watches, self.events, self.restricted, self.last_active):
+        for table in (self.watches, self.events, self.restricted, self.last_active,
+                      self.store_rates):
             table.pop(run_id, None)
+        for stored in self.readable.pop(run_id, {}).values():
+            for write in stored.writes:
+                self.write_run.pop(write, None)
+                self.written.discard(write)
 
     # -- scheduler hooks -----------------------------------------------------------------------
 
@@ -108,13 +136,17 @@ class Supervisor(SchedulerPlugin):
                 watch.started(key, ts.processing_on.address, now)
         elif start == "processing":
             if finish == "memory":
-                watch.finished(key, now)
+                took = watch.finished(key, now)
+                if key in self.write_run:
+                    self._stored(run_id, key, took)
             else:
                 watch.stopped(key)
             if key in self.failing:
                 self.failing.discard(key)
                 if finish == "released":  # Dask retries it (processing -> released -> waiting)
                     self._annotate(key, "deepx_failed", 1)
+        if finish == "released" and run_id in self.readable:
+            self._read_back_lost(run_id, key)
         if finish == "forgotten":
             self.device_retries.pop(key, None)
 
@@ -177,12 +209,27 @@ class Supervisor(SchedulerPlugin):
     # -- time ----------------------------------------------------------------------------------
 
     def _tick(self) -> None:
+        if self.orphans:
+            self._forget_orphans()
         now = time.time()
         for run_id, watch in list(self.watches.items()):
             if not watch.running and now - self.last_active.get(run_id, now) > IDLE_FORGET_S:
                 self.forget(run_id)
                 continue
             self._apply(run_id, watch.tick(now))
+
+    def _forget_orphans(self) -> None:
+        """Forget what read-backs left with nothing to compute it for (it would otherwise stay
+        on the scheduler, and in memory, until the cluster closes)."""
+        recs = {}
+        for key in self.orphans:
+            ts = self.scheduler.tasks.get(key)
+            if ts is not None and ts.state in ("released", "memory") and not ts.dependents \
+                    and not ts.who_wants and not ts.waiters:
+                recs[key] = "forgotten"
+        self.orphans.clear()
+        if recs:
+            self.scheduler.transitions(recs, stimulus_id=f"deepx-readback-{time.time()}")
 
     def _count_workers(self) -> None:
         now = time.time()
@@ -272,6 +319,64 @@ class Supervisor(SchedulerPlugin):
             self.scheduler._transitions(recs, client_msgs, worker_msgs, stimulus_id)
             self.scheduler.send_all(client_msgs, worker_msgs)
 
+    # -- reading lost chunks back from storage ----------------------------------------------
+
+    def _stored(self, run_id: str, write_key, took) -> None:
+        """A task storing chunks finished: they can be read back; it measured storage."""
+        self.written.add(write_key)
+        ts = self.scheduler.tasks.get(write_key)
+        if ts is not None and took is not None:
+            self.store_rates[run_id].add(sum(max(0, d.nbytes) for d in ts.dependencies), took)
+
+    def _read_back_lost(self, run_id: str, key) -> None:
+        """`key` was released: if it will be computed again, read the stored chunks of its
+        lost lineage back where that is cheaper."""
+        tasks = self.scheduler.tasks
+        ts = tasks.get(key)
+        if ts is None or not ts.run_spec or not (ts.who_wants or ts.waiters):
+            return  # not needed again
+        if key in self.written:  # a finished write's result: the chunk is stored already
+            self._rewrite(ts, task(key, nothing_to_write))
+            return
+        table, watch, rate = self.readable[run_id], self.watches[run_id], \
+            self.store_rates[run_id]
+
+        def dependencies(k):
+            t = tasks.get(k)
+            return [d.key for d in t.dependencies] if t is not None else ()
+
+        def held(k):  # a forgotten key is not ours to recompute
+            t = tasks.get(k)
+            return t is None or bool(t.who_has)
+
+        def readable(k):
+            stored = table.get(k)
+            return stored is not None and tasks[k].state == "released" \
+                and all(w in self.written for w in stored.writes)
+
+        for choice in decide(key, dependencies, held, readable, watch.expected,
+                             lambda k: rate.read_seconds(max(0, tasks[k].nbytes))):
+            self._note(run_id, "read-back" if choice.read else "recompute", None, choice.key,
+                       choice.reason)
+            if choice.read:
+                stored = table[choice.key]
+                self._rewrite(tasks[choice.key],
+                              task(choice.key, load_region, stored.path, stored.region))
+
+    def _rewrite(self, ts, run_spec) -> None:
+        """Make released task `ts` run `run_spec`, which needs no other task: Dask then runs
+        it instead of its lineage."""
+        for dts in ts.dependencies:
+            dts.dependents.discard(ts)
+            if dts.waiters:
+                dts.waiters.discard(ts)
+            if not dts.dependents:
+                self.orphans.add(dts.key)
+        ts.dependencies = set()
+        ts.waiting_on = None
+        ts.has_lost_dependencies = False
+        ts.run_spec = run_spec
+
     def _annotate(self, key, name: str, step: int) -> None:
         ts = self.scheduler.tasks.get(key)
         if ts is not None:
@@ -287,12 +392,13 @@ class Supervisor(SchedulerPlugin):
 
 # -- run on the scheduler through client.run_on_scheduler ------------------------------------
 
-def watch(dask_scheduler, run_id, names, policies, exclude_after, worker_wait) -> bool:
+def watch(dask_scheduler, run_id, names, policies, exclude_after, worker_wait,
+          readable=None) -> bool:
     """Start watching a run; False when the supervisor is not installed yet."""
     plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
     if plugin is None:
         return False
-    plugin.watch(run_id, names, policies, exclude_after, worker_wait)
+    plugin.watch(run_id, names, policies, exclude_after, worker_wait, readable)
     return True
 
 
