@@ -350,8 +350,8 @@ class Supervisor(SchedulerPlugin):
             return t is None or bool(t.who_has)
 
         def readable(k):
-            stored = table.get(k)
-            return stored is not None and tasks[k].state == "released" \
+            stored, t = table.get(k), tasks.get(k)
+            return stored is not None and t is not None and t.state == "released" \
                 and all(w in self.written for w in stored.writes)
 
         for choice in decide(key, dependencies, held, readable, watch.expected,
