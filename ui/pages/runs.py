@@ -1,0 +1,18 @@
+"""The runs page: every recorded run, newest first, with status and duration."""
+
+from __future__ import annotations
+
+import panel as pn
+
+from deepx_flow.ui.data import RUNS
+from deepx_flow.ui.table import PagedTable
+
+STATUSES = ["any", "running", "succeeded", "failed", "interrupted"]
+
+
+def runs_page(db, scheduler=None):
+    table = PagedTable(RUNS, db, links={"id": "run?id="}, css_class="deepx-runs")
+    status = pn.widgets.Select(name="status", options=STATUSES, value="any", width=160)
+    status.param.watch(lambda e: table.refresh(status=None if e.new == "any" else e.new),
+                       "value")
+    return pn.Column(pn.pane.Markdown("## Runs"), status, table, sizing_mode="stretch_width")
