@@ -1,0 +1,53 @@
+"""The run page's Gantt chart: one bar per task attempt that ran, on its worker's lane,
+placed in seconds from the run's start, coloured by how it ended."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from deepx_flow.meta.models import Task
+from deepx_flow.ui.timeline import NO_WORKER, STATUS_COLORS, bars, figure, lanes
+
+START = 1.8e9
+
+
+@st.composite
+def task_rows(draw):
+    n = draw(st.integers(0, 30))
+    rows = []
+    for i in range(n):
+        start = draw(st.one_of(st.none(), st.floats(0, 100)))
+        took = draw(st.floats(0, 10))
+        rows.append(Task(run_id="r", key=f"('n@t', {i})", tensor="n@t", operator="relu",
+                         worker=draw(st.sampled_from([None, "tcp://a:1", "tcp://b:2"])),
+                         start=None if start is None else START + start,
+                         stop=None if start is None else START + start + took,
+                         status=draw(st.sampled_from(["memory", "erred", "retried",
+                                                      "drifted", "odd"])),
+                         error=draw(st.sampled_from([None, "ValueError: bad\nmore lines"]))))
+    return rows
+
+
+@settings(max_examples=100, deadline=None)
+@given(task_rows())
+def test_each_task_that_ran_is_one_bar_on_its_workers_lane(rows):
+    cols = bars(rows, START)
+    ran = [t for t in rows if t.start is not None]
+    assert len(cols["left"]) == len(ran) and all(len(v) == len(ran) for v in cols.values())
+    for t, worker, left, right, color, error in zip(ran, cols["worker"], cols["left"],
+                                                    cols["right"], cols["color"],
+                                                    cols["error"]):
+        assert worker == (t.worker or NO_WORKER)
+        assert left == t.start - START and right == t.stop - START and left <= right
+        assert color == STATUS_COLORS.get(t.status, "#9d9d9d")
+        assert "\n" not in error
+    assert lanes(cols) == sorted({t.worker or NO_WORKER for t in ran})
+
+
+def test_the_figure_names_its_source_for_the_browser_tests():
+    rows = [Task(run_id="r", key="k", tensor="n@t", operator="relu", worker="tcp://a:1",
+                 start=START, stop=START + 1.0)]
+    fig = figure(bars(rows, START))
+    source = fig.select_one({"name": "timeline-source"})
+    assert list(source.data["left"]) == [0.0] and list(fig.y_range.factors) == ["tcp://a:1"]

@@ -1,0 +1,57 @@
+"""A run's tasks as a Gantt chart: one bar per task attempt, one lane per worker.
+
+`bars` is pure (task rows in, plotting columns out); `figure` draws them with Bokeh. The
+data source is named `timeline-source`, so a browser test can count the bars.
+"""
+
+from __future__ import annotations
+
+STATUS_COLORS = {"memory": "#4c78a8", "erred": "#e45756", "retried": "#f58518",
+                 "drifted": "#b279a2"}
+OTHER_COLOR = "#9d9d9d"
+NO_WORKER = "(no worker)"
+
+
+def bars(tasks, run_start: float) -> dict:
+    """Plotting columns, one entry per task that has a start and a stop: its lane (worker),
+    seconds from the run's start to its start and stop, status, colour, operator, key,
+    attempt and error. Tasks without times (never started) have no bar."""
+    cols = {name: [] for name in ("worker", "left", "right", "status", "color", "operator",
+                                  "key", "attempts", "error")}
+    for t in tasks:
+        if t.start is None or t.stop is None:
+            continue
+        cols["worker"].append(t.worker or NO_WORKER)
+        cols["left"].append(t.start - run_start)
+        cols["right"].append(max(t.stop, t.start) - run_start)
+        cols["status"].append(t.status)
+        cols["color"].append(STATUS_COLORS.get(t.status, OTHER_COLOR))
+        cols["operator"].append(t.operator)
+        cols["key"].append(t.key)
+        cols["attempts"].append(t.attempts)
+        cols["error"].append((t.error or "").splitlines()[0][:200] if t.error else "")
+    return cols
+
+
+def lanes(columns: dict) -> list[str]:
+    """The workers, in a stable order (by address), for the chart's rows."""
+    return sorted(set(columns["worker"]))
+
+
+def figure(columns: dict, title: str = "tasks per worker"):
+    """The Bokeh figure: bars coloured by status, hover showing operator, key and error."""
+    from bokeh.models import ColumnDataSource, HoverTool
+    from bokeh.plotting import figure as bokeh_figure
+
+    source = ColumnDataSource(columns, name="timeline-source")
+    rows = lanes(columns) or [NO_WORKER]
+    fig = bokeh_figure(y_range=list(reversed(rows)), height=max(160, 40 + 28 * len(rows)),
+                       sizing_mode="stretch_width", title=title, name="timeline",
+                       x_axis_label="seconds since the run started", tools="xpan,xwheel_zoom,reset")
+    fig.hbar(y="worker", left="left", right="right", height=0.7, color="color",
+             source=source, name="timeline-bars")
+    fig.add_tools(HoverTool(tooltips=[("operator", "@operator"), ("key", "@key"),
+                                      ("status", "@status"), ("attempt", "@attempts"),
+                                      ("error", "@error")]))
+    fig.ygrid.grid_line_color = None
+    return fig
