@@ -79,9 +79,12 @@ def probe_cluster(client, wait: float = 30.0) -> dict[str, tuple[dict, dict]]:
 def scheduler_workers(client) -> dict[str, dict]:
     """The scheduler's info on every worker, by address (all of them, not the first few
     that newer versions of `scheduler_info` return by default)."""
-    info = client.scheduler_info(n_workers=-1) if _takes_n_workers(client) \
-        else client.scheduler_info()
-    return info["workers"]
+    if not _takes_n_workers(client):
+        return client.scheduler_info()["workers"]
+    # Asked of the scheduler directly: `scheduler_info` returns the client's cache, which
+    # its periodic refresh (asking for no workers) can overwrite between the update and
+    # the read, giving an empty "workers".
+    return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
 
 
 def worker_spec(address: str, info: dict, probe: dict) -> WorkerSpec:
