@@ -13,12 +13,17 @@ from deepx_flow.ui.data import PAGE_SIZE, Listing
 TIME_COLUMNS = ("started", "ended", "at", "created", "tick", "start", "stop", "seen")
 
 
+def utc_text(t: float) -> str:
+    """A Unix time as the dashboard shows it: the UTC date and time to the second."""
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
 def shown(value, column: str):
     """A value as the table shows it: times as UTC dates, seconds rounded."""
     if value is None:
         return ""
     if column in TIME_COLUMNS and isinstance(value, (int, float)):
-        return dt.datetime.fromtimestamp(value, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        return utc_text(value)
     if isinstance(value, float):
         return round(value, 3)
     return value

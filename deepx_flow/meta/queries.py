@@ -35,10 +35,11 @@ def find_run(db: Database, run_id: str) -> Run:
     raise InputError(f"run id {run_id!r} is ambiguous in {db.display_url}; give more of it")
 
 
-def run_tasks(db: Database, run_id: str) -> list[Task]:
+def run_tasks(db: Database, run_id: str, limit: int | None = None) -> list[Task]:
+    """The run's task rows by start (the first `limit` of them)."""
     with db.read() as session:
         return list(session.exec(select(Task).where(Task.run_id == run_id)
-                                 .order_by(col(Task.start), col(Task.id))))
+                                 .order_by(col(Task.start), col(Task.id)).limit(limit)))
 
 
 def task_summary(db: Database, run_id: str) -> list[tuple]:

@@ -64,7 +64,7 @@ class Supervisor(SchedulerPlugin):
         self.lost_devices: dict[str, str] = {}  # worker -> the error that lost its device
         self.failing: set = set()  # keys whose attempt reported an error, not yet ended
         self.readable: dict[str, dict] = {}  # run id -> {chunk key: readback.Stored}
-        self.write_run: dict = {}  # key of a task storing a chunk -> its run id
+        self.writes: set = set()  # keys of tasks storing chunks of watched runs
         self.written: set = set()  # those that finished
         self.store_rates: dict[str, StoreRate] = {}
         self.orphans: set = set()  # keys a read-back left without dependents, to forget
@@ -91,7 +91,7 @@ class Supervisor(SchedulerPlugin):
             self.store_rates[run_id] = StoreRate()
             for stored in readable.values():
                 for write in stored.writes:
-                    self.write_run[write] = run_id
+                    self.writes.add(write)
                     ts = self.scheduler.tasks.get(write)
                     if ts is not None and ts.state == "memory":  # finished before we heard
                         self.written.add(write)
@@ -117,9 +117,8 @@ class Supervisor(SchedulerPlugin):
                       self.store_rates):
             table.pop(run_id, None)
         for stored in self.readable.pop(run_id, {}).values():
-            for write in stored.writes:
-                self.write_run.pop(write, None)
-                self.written.discard(write)
+            self.writes.difference_update(stored.writes)
+            self.written.difference_update(stored.writes)
 
     # -- scheduler hooks -----------------------------------------------------------------------
 
@@ -137,7 +136,7 @@ class Supervisor(SchedulerPlugin):
         elif start == "processing":
             if finish == "memory":
                 took = watch.finished(key, now)
-                if key in self.write_run:
+                if key in self.writes:
                     self._stored(run_id, key, took)
             else:
                 watch.stopped(key)

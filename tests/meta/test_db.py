@@ -4,7 +4,6 @@ on PostgreSQL (`db_url` runs each test on both), and many processes writing one 
 from __future__ import annotations
 
 import multiprocessing
-import socket
 import time
 import traceback
 from pathlib import Path
@@ -19,6 +18,7 @@ from deepx_flow.meta.db import Database, close_all, database_url, open_db
 from deepx_flow.meta.migrations import SCHEMA_VERSION
 from deepx_flow.meta.models import (ChunkPlacement, Device, Event, GraphRecord, Run, SchemaInfo,
                                     Task, Worker)
+from tests.helpers import free_port
 
 SCHEMA_V1 = Path(__file__).parent / "fixtures" / "schema_v1.sql"
 V1_TABLES = {"deepx_schema", "workers", "devices", "storage_tiers", "operators", "links",
@@ -82,13 +82,6 @@ def stored_version(url: str) -> int:
         version = conn.execute(select(SchemaInfo.version)).scalar_one()
     engine.dispose()
     return version
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound once, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def new_run(run_id: str, graph_hash: str, **kw) -> Run:
@@ -238,7 +231,7 @@ def test_a_missing_driver_hides_the_password():
 
 
 def test_an_unreachable_postgresql_names_the_url_without_its_password():
-    port = closed_port()
+    port = free_port()
     with pytest.raises(DatabaseError) as err:
         open_db(f"postgresql+psycopg://deepx:s3cret@127.0.0.1:{port}/deepx")
     message = str(err.value)

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 import deepx_flow as dx
-from tests.ui.test_server import free_port, wait_until_serving
+from tests.helpers import free_port
+from tests.ui.test_server import wait_until_serving
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(os.environ.get("DEEPX_TEST_ARTIFACTS",

@@ -14,6 +14,7 @@ import pytest
 from deepx_flow.cli.main import main
 from deepx_flow.errors import InputError
 from deepx_flow.ui.server import check_bind, is_loopback, serve
+from tests.helpers import free_port
 
 
 @pytest.mark.parametrize("address,loopback", [
@@ -44,12 +45,6 @@ def test_the_command_refuses_before_anything_listens(capsys, tmp_path):
     assert err.startswith("deepx-flow: error: refusing to serve the dashboard on 0.0.0.0")
     with pytest.raises(OSError):  # nothing is listening there
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def request(port: int, method: str, path: str, body=None, headers=None):

@@ -4,15 +4,12 @@ operator."""
 
 from __future__ import annotations
 
-import datetime as dt
-
 import panel as pn
-from sqlmodel import col, func, select
 
 from deepx_flow.errors import InputError
-from deepx_flow.meta.models import Task
-from deepx_flow.meta.queries import find_run, run_events, task_summary
+from deepx_flow.meta.queries import find_run, run_events, run_tasks, task_summary
 from deepx_flow.ui import timeline
+from deepx_flow.ui.table import utc_text
 
 MAX_BARS = 20_000  # a timeline of more tasks shows the first ones (by start) and says so
 
@@ -23,19 +20,8 @@ def run_id_from_session() -> str:
     return values[0].decode("utf-8", "replace")
 
 
-def timeline_tasks(db, run_id: str, limit: int = MAX_BARS) -> tuple[list, int]:
-    """The first `limit` task attempts of the run by start, and how many there are."""
-    with db.read() as s:
-        total = s.exec(select(func.count()).select_from(Task)
-                       .where(Task.run_id == run_id)).one()
-        rows = list(s.exec(select(Task).where(Task.run_id == run_id)
-                           .order_by(col(Task.start), col(Task.id)).limit(limit)))
-    return rows, int(total)
-
-
 def _when(t: float | None) -> str:
-    return "-" if t is None else \
-        dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return "-" if t is None else f"{utc_text(t)} UTC"
 
 
 def run_page(db, scheduler=None):
@@ -44,9 +30,10 @@ def run_page(db, scheduler=None):
         run = find_run(db, wanted)
     except InputError as err:
         return pn.Column(pn.pane.Markdown("## Run"), pn.pane.Str(str(err)))
-    tasks, total = timeline_tasks(db, run.id)
-    ended = run.ended_at if run.ended_at is not None else None
-    seconds = "-" if ended is None else f"{ended - run.started_at:.3f} s"
+    tasks = run_tasks(db, run.id, limit=MAX_BARS)
+    per_operator = task_summary(db, run.id)
+    total = sum(count for _, count, *_ in per_operator)
+    seconds = "-" if run.ended_at is None else f"{run.ended_at - run.started_at:.3f} s"
     facts = [("status", run.status), ("kind", run.kind), ("started", _when(run.started_at)),
              ("duration", seconds), ("workers", run.n_workers), ("tasks planned", run.n_tasks),
              ("task attempts recorded", total), ("cluster", run.cluster),
@@ -70,7 +57,7 @@ def run_page(db, scheduler=None):
         css_classes=["deepx-run-events"], sizing_mode="stretch_width")
     per_op = pn.widgets.Tabulator(
         _frame(["operator", "tasks", "failed", "seconds", "bytes out"],
-               [tuple(r) for r in task_summary(db, run.id)]),
+               [tuple(r) for r in per_operator]),
         disabled=True, show_index=False, css_classes=["deepx-run-operators"],
         sizing_mode="stretch_width")
     parts = [pn.pane.Markdown(f"## Run {run.id}"), facts_table]
