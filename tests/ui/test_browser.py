@@ -1,102 +1,60 @@
-"""The dashboard in a real browser: Playwright drives Debian's headless Chromium against a
-server on loopback, over a database seeded by a real run. Every page must load with no
-JavaScript error and no request leaving the server, and show the seeded rows. Screenshots
-go to DEEPX_TEST_ARTIFACTS (default `.test-artifacts/` here; not committed).
-
-Without /usr/bin/chromium these tests skip, unless DEEPX_REQUIRE_BROWSER=1 (set by
-`.ci/run`, which installs it) makes that a failure.
-"""
+"""The runs and run pages in a real browser, over the seeded database (tests/ui/conftest.py):
+no JavaScript error, no request off the server, the seeded rows shown, and the run page's
+timeline has one bar per task. Screenshots go to `.test-artifacts/` (not committed)."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
-import deepx_flow as dx
-from tests.helpers import free_port
-from tests.ui.test_server import wait_until_serving
-
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(os.environ.get("DEEPX_TEST_ARTIFACTS",
-                                Path(__file__).resolve().parents[2] / ".test-artifacts"))
-IDLE = "() => window.Bokeh && Bokeh.documents.length > 0 && Bokeh.documents[0].is_idle"
+from deepx_flow.meta.queries import list_runs, run_tasks
+from tests.ui.browser import page_text, visit
 
 pytestmark = pytest.mark.slow
 
-
-def _browser_or_skip():
-    reason = None
-    if not Path(CHROMIUM).is_file():
-        reason = f"{CHROMIUM} is missing (apt install chromium)"
-    else:
-        try:
-            import playwright.sync_api  # noqa: F401
-        except ImportError:
-            reason = "playwright is not installed (pip install -e '.[dev]')"
-    if reason:
-        if os.environ.get("DEEPX_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"DEEPX_REQUIRE_BROWSER=1 but {reason}")
-        pytest.skip(reason)
+BARS = ("() => Bokeh.documents[0].get_model_by_name('timeline-source')"
+        ".data['left'].length")
 
 
-@pytest.fixture(scope="module")
-def dashboard(tmp_path_factory, client):
-    """A database seeded by a real run, and the dashboard serving it on loopback."""
-    _browser_or_skip()
-    from deepx_flow.meta import open_db
-    from deepx_flow.ui.server import serve
-    url = f"sqlite:///{tmp_path_factory.mktemp('ui') / 'deepx.db'}"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DEEPX_DB_URL", url)
-        x = dx.random.normal((400, 64), seed=3, dtype="float64")
-        dx.run((dx.tanh(x) * 2.0).sum(axis=0), client=client)
-    db = open_db(url)
-    port = free_port()
-    server = serve(db=url, port=port, threaded=True)
-    try:
-        wait_until_serving(port)
-        yield f"http://127.0.0.1:{port}", db
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def browser(dashboard):
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                     args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
-
-
-def visit(browser, base: str, path: str, shot: str):
-    """Open `path`; wait until Bokeh has rendered it; return the page and what went wrong
-    (JavaScript errors, console errors, requests to anywhere but the server)."""
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
-    problems = []
-    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-    page.on("console", lambda m: problems.append(f"console error: {m.text}")
-            if m.type == "error" else None)
-    page.on("request", lambda r: problems.append(f"request off the server: {r.url}")
-            if not r.url.startswith((base, "data:", "blob:")) else None)
-    page.goto(f"{base}/{path}")
-    page.wait_for_function(IDLE, timeout=30_000)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{shot}.png"), full_page=True)
-    return page, problems
-
-
-def test_the_runs_page_lists_the_seeded_run(dashboard, browser):
-    base, db = dashboard
-    from deepx_flow.meta.queries import list_runs
-    [run] = list_runs(db)
-    page, problems = visit(browser, base, "runs", "runs")
+def test_the_runs_page_lists_the_seeded_runs(seeded, dashboard, browser):
+    runs = list_runs(seeded.db, limit=1000)
+    assert len(runs) >= 4  # run, persist, materialize, the schedule's tick
+    page, problems = visit(browser, dashboard, "runs", "runs")
     page.wait_for_selector(".deepx-runs .tabulator-row")
     rows = page.locator(".deepx-runs .tabulator-row")
-    assert rows.count() == 1
-    assert run.id in rows.first.inner_text() and "succeeded" in rows.first.inner_text()
-    assert page.get_by_text("rows 1-1 of 1").count() == 1
+    assert rows.count() == len(runs)
+    shown = "\n".join(rows.all_inner_texts())
+    assert all(r.id in shown for r in runs)
+    first = rows.first.inner_text()  # newest first
+    assert runs[0].id in first and runs[0].status in first
+    assert page.get_by_text(f"rows 1-{len(runs)} of {len(runs)}").count() == 1
+    assert problems == []
+
+
+def test_the_run_page_has_one_bar_per_task(seeded, dashboard, browser):
+    run = list_runs(seeded.db, limit=1000)[-1]  # the first run: dx.run of tanh * 2, summed
+    tasks = run_tasks(seeded.db, run.id)
+    assert tasks and all(t.start is not None and t.stop is not None for t in tasks)
+    page, problems = visit(browser, dashboard, f"run?id={run.id}", "run")
+    assert page.evaluate(BARS) == len(tasks)
+    text = page_text(page)
+    assert f"Run {run.id}" in text and "succeeded" in text
+    assert "Work per operator" in text
+    assert problems == []
+
+
+def test_the_runs_page_links_to_the_run_page(seeded, dashboard, browser):
+    run = list_runs(seeded.db, limit=1)[0]
+    page, problems = visit(browser, dashboard, "runs", "runs-link")
+    page.wait_for_selector(".deepx-runs .tabulator-row")
+    page.locator(f".deepx-runs a:text('{run.id}')").click()
+    page.wait_for_url(f"**/run?id={run.id}")
+    page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0 && "
+                           "Bokeh.documents[0].is_idle", timeout=30_000)
+    assert f"Run {run.id}" in page_text(page)
+    assert problems == []
+
+
+def test_an_unknown_run_id_says_so(dashboard, browser):
+    page, problems = visit(browser, dashboard, "run?id=nosuchrun", "run-unknown")
+    assert "no run 'nosuchrun'" in page_text(page)
     assert problems == []

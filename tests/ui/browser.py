@@ -1,0 +1,52 @@
+"""Opening a dashboard page in the test browser and collecting what went wrong."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ARTIFACTS = Path(os.environ.get("DEEPX_TEST_ARTIFACTS",
+                                Path(__file__).resolve().parents[2] / ".test-artifacts"))
+IDLE = "() => window.Bokeh && Bokeh.documents.length > 0 && Bokeh.documents[0].is_idle"
+
+
+def visit(browser, base: str, path: str, shot: str):
+    """Open `path`; wait until Bokeh has rendered it; screenshot it to ARTIFACTS/`shot`.png;
+    return the page and what went wrong (JavaScript errors, console errors, requests to
+    anywhere but the server). Screenshot again with `screenshot(page, shot)` after waiting
+    for something."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    problems = []
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("console", lambda m: problems.append(f"console error: {m.text}")
+            if m.type == "error" else None)
+    page.on("request", lambda r: problems.append(f"request off the server: {r.url}")
+            if not r.url.startswith((base, "data:", "blob:")) else None)
+    page.goto(f"{base}/{path}")
+    page.wait_for_function(IDLE, timeout=30_000)
+    screenshot(page, shot)
+    return page, problems
+
+
+def screenshot(page, shot: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{shot}.png"), full_page=True)
+
+
+# Panel renders each pane inside a shadow root, which innerText does not enter.
+_TEXT = """() => {
+  const parts = [];
+  const walk = (node) => {
+    if (node.nodeType === Node.TEXT_NODE) { parts.push(node.textContent); return; }
+    if (node.nodeName === 'STYLE' || node.nodeName === 'SCRIPT') return;
+    if (node.shadowRoot) walk(node.shadowRoot);
+    for (const child of node.childNodes) walk(child);
+  };
+  walk(document.body);
+  return parts.join(' ');
+}"""
+
+
+def page_text(page) -> str:
+    """All the text the page shows, shadow roots included, whitespace collapsed."""
+    return " ".join(page.evaluate(_TEXT).split())

@@ -1,0 +1,125 @@
+"""One database seeded by real work, and one dashboard serving it, for all browser tests.
+
+The seed is what a user's day leaves behind: a `dx.run`, a `dx.persist` (chunk placements),
+assets materialized with checks and partitions, a schedule tick that launched a run, and the
+cluster's registration (workers, storage tiers, operators, measured links). The cluster
+stays up while the tests run, so the overview page can read the scheduler too.
+
+Without /usr/bin/chromium the browser tests skip, unless DEEPX_REQUIRE_BROWSER=1 (set by
+`.ci/run`, which installs it) makes that a failure.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+def browser_or_skip() -> None:
+    reason = None
+    if not Path(CHROMIUM).is_file():
+        reason = f"{CHROMIUM} is missing (apt install chromium)"
+    else:
+        try:
+            import playwright.sync_api  # noqa: F401
+        except ImportError:
+            reason = "playwright is not installed (pip install -e '.[dev]')"
+    if reason:
+        if os.environ.get("DEEPX_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"DEEPX_REQUIRE_BROWSER=1 but {reason}")
+        pytest.skip(reason)
+
+
+def _seed(url: str, client, asset_root: Path) -> SimpleNamespace:
+    import deepx_flow as dx
+    from deepx_flow.meta import open_db
+    from deepx_flow.registry.network import probe_network
+    from deepx_flow.registry.operators import register_operators
+    from deepx_flow.registry.register import register_cluster
+    from deepx_flow.scheduler.daemon import SchedulerDaemon
+
+    db = open_db(url)
+    x = dx.random.normal((400, 64), seed=3, dtype="float64")
+    dx.run((dx.tanh(x) * 2.0).sum(axis=0), client=client)
+    kept = dx.persist(dx.exp(dx.random.uniform((300, 40), seed=5)) + 1.0, client=client)
+
+    @dx.asset(code_version="1", checks=[dx.checks.all_finite])
+    def features():
+        return dx.random.normal((200, 16), seed=11, dtype="float32")
+
+    @dx.asset(checks=[dx.checks.shape((16,))])
+    def feature_mean(features):
+        return features.mean(axis=0)
+
+    @dx.asset(partitions=dx.DailyPartitions(start="2026-01-01", end="2026-01-03"),
+              partition_axis=0)
+    def daily(partition):
+        return dx.random.uniform((10, 4), seed=partition.index, dtype="float32")
+
+    defs = dx.Definitions(assets=[features, feature_mean, daily], schedules=[
+        dx.schedule("0 * * * *", "feature_mean", name="hourly_mean")])
+    dx.materialize(defs, client=client, db=url)
+    at = {"now": 1_800_000_000.0}
+    daemon = SchedulerDaemon(defs, db, client, definitions="tests/ui/conftest.py",
+                             out=io.StringIO(), clock=lambda: at["now"])
+    daemon.start()
+    at["now"] += 3600.0
+    daemon.evaluate(at["now"])
+    daemon.drain()
+    register_cluster(client, db)
+    probe_network(client, db, nbytes=1 << 16)
+    register_operators(db)
+    return SimpleNamespace(url=url, db=db, defs=defs, persisted=kept)
+
+
+@pytest.fixture(scope="package")
+def seeded(tmp_path_factory):
+    """The seeded database (its url, the opened `db`, the `defs` it materialized), and the
+    scheduler address of the cluster that did the work (`scheduler`, `client`)."""
+    browser_or_skip()
+    from distributed import Client, LocalCluster
+    root = tmp_path_factory.mktemp("ui-seed")
+    url = f"sqlite:///{(root / 'deepx.db').as_posix()}"
+    with pytest.MonkeyPatch.context() as mp, \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                         host="127.0.0.1", protocol="tcp", dashboard_address="127.0.0.1:0",
+                         silence_logs=logging.ERROR) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        mp.setenv("DEEPX_DB_URL", url)
+        mp.setenv("DEEPX_ASSET_ROOT", str(root / "assets"))
+        seed = _seed(url, client, root / "assets")
+        seed.scheduler, seed.client = cluster.scheduler_address, client
+        seed.dask_dashboard = cluster.dashboard_link
+        yield seed
+
+
+@pytest.fixture(scope="package")
+def dashboard(seeded):
+    """The dashboard serving the seeded database on loopback: its base URL."""
+    from deepx_flow.ui.server import serve
+    from tests.helpers import free_port
+    from tests.ui.test_server import wait_until_serving
+    port = free_port()
+    server = serve(db=seeded.url, port=port, scheduler=seeded.scheduler, threaded=True)
+    try:
+        wait_until_serving(port)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="package")
+def browser(dashboard):
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                     args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
