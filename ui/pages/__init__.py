@@ -34,5 +34,5 @@ def pages(db_url: str, scheduler: str | None = None) -> dict:
         return page
 
     routes = {path: route(path) for path in PATHS}
-    routes["/"] = routes["runs"]  # the overview, once it is built
+    routes["/"] = routes["overview"]
     return routes

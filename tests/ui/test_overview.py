@@ -1,0 +1,107 @@
+"""The overview page without a browser: its listings (runs in flight, failed runs with the
+first line of their error, erred tasks of the latest runs) against what the database holds,
+the scheduler read through one cached watch per address (a real 2-worker cluster), an
+unreachable one said so in time, and a failing refresh shown in the page, not raised."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from deepx_flow.meta.models import GraphRecord, Run, Task
+from deepx_flow.ui import cluster_state as cs
+from deepx_flow.ui.pages.overview import (ERRED_TASKS, FAILED_RUNS, IN_FLIGHT, RECENT_RUNS,
+                                          Overview, overview_page)
+from deepx_flow.ui.scheduler_watch import TIMEOUT_S, watch
+from tests.ui.paging import every_page
+
+STATUSES = ("running", "succeeded", "failed", "interrupted")
+
+
+def _run(i: int, status: str) -> Run:
+    return Run(id=f"run{i:03d}", graph_hash="g", status=status, started_at=1.7e9 + i,
+               ended_at=None if status == "running" else 1.7e9 + i + 0.5,
+               error=f"ValueError: bad {i}\nTraceback (most recent call last):\n  ..."
+               if status == "failed" else None,
+               scheduler="tcp://10.0.0.1:8786", cluster="c", n_workers=1, n_tasks=3,
+               n_chunks=1, host="elsewhere", pid=1, username="ann")
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    """Runs of every status; each run has three tasks, its first one erred."""
+    from deepx_flow.meta import open_db
+    from deepx_flow.meta.db import close_all
+    db = open_db(f"sqlite:///{tmp_path_factory.mktemp('overview') / 'deepx.db'}")
+    runs = [_run(i, STATUSES[i % 4]) for i in range(RECENT_RUNS + 30)]
+    with db.session() as s:
+        s.add(GraphRecord(hash="g", n_nodes=1, created_at=0.0))
+        s.add_all(runs)
+        s.flush()
+        s.add_all([Task(run_id=r.id, key=f"('x@t', {k})", tensor="x@t", operator="add",
+                        worker="tcp://10.0.0.1:1", start=r.started_at, stop=r.started_at + k,
+                        status="erred" if k == 0 else "memory",
+                        error=f"RuntimeError: {r.id}\nmore" if k == 0 else None)
+                   for r in runs for k in range(3)])
+    yield db, runs
+    close_all()
+
+
+def test_the_listings_hold_what_the_database_holds(db):
+    db, runs = db
+    in_flight = every_page(IN_FLIGHT, db, "started", True, 7)
+    assert [r["id"] for r in in_flight] == [r.id for r in reversed(runs)
+                                            if r.status == "running"]
+    failed = every_page(FAILED_RUNS, db, "started", True, 7)
+    assert [r["id"] for r in failed] == [r.id for r in reversed(runs) if r.status == "failed"]
+    assert all(r["error"] == f"ValueError: bad {int(r['id'][3:])}" for r in failed)
+    erred = every_page(ERRED_TASKS, db, "at", True, 9)
+    latest = [r.id for r in sorted(runs, key=lambda r: -r.started_at)][:RECENT_RUNS]
+    assert [r["run"] for r in erred] == latest  # one erred task each, newest first
+    assert all(r["error"] == f"RuntimeError: {r['run']}" and r["key"] == "('x@t', 0)"
+               for r in erred)
+
+
+def test_the_cluster_is_read_live_through_one_watch_per_address(db, scheduler):
+    db, _ = db
+    assert watch(scheduler) is watch(scheduler)
+    reading = watch(scheduler).current(wait=5)
+    assert reading.error is None and len(reading.identity["workers"]) == 2
+    live = cs.live_workers(reading.identity)
+    for address, info in reading.identity["workers"].items():
+        assert live[address]["limit"] == info["memory_limit"] > 0
+        assert live[address]["memory"] == info["metrics"]["memory"] > 0
+    page = overview_page(db, scheduler)  # nothing registered for it: its workers, unregistered
+    assert isinstance(page, Overview)
+    assert sorted(page.workers.value["worker"]) == sorted(reading.identity["workers"])
+    assert set(page.workers.value["state"]) == {"live, not registered"}
+    assert f"Dask scheduler {scheduler}: 2 workers live" in page.scheduler_status.object
+    port = reading.identity["services"]["dashboard"]
+    assert f'href="http://127.0.0.1:{port}/status"' in page.dask_link.object
+    assert page.gpus.visible is False and "No GPU" in page.gpus_note.object
+
+
+def test_an_unreachable_scheduler_is_said_within_its_timeout(db):
+    db, _ = db
+    started = time.monotonic()
+    page = overview_page(db, "tcp://127.0.0.1:1")
+    assert time.monotonic() - started < TIMEOUT_S + 3
+    assert "tcp://127.0.0.1:1 could not be reached" in page.scheduler_status.object
+    assert "not known" in page.dask_link.object
+
+
+def test_a_failing_refresh_is_shown_in_the_page(tmp_path):
+    from deepx_flow.meta import open_db
+    path = tmp_path / "gone.db"
+    db = open_db(f"sqlite:///{path}")
+    page = overview_page(db, None)
+    page.refresh()
+    assert page.refreshed.object.startswith("refreshed ")
+    db.dispose()  # the database file is removed under the running dashboard
+    for f in tmp_path.iterdir():
+        Path(f).unlink()
+    page.refresh()
+    assert page.refreshed.object.startswith("refresh failed at ")
+    assert "no such table" in page.refreshed.object
