@@ -9,15 +9,16 @@ from __future__ import annotations
 STATUS_COLORS = {"memory": "#4c78a8", "erred": "#e45756", "retried": "#f58518",
                  "drifted": "#b279a2"}
 OTHER_COLOR = "#9d9d9d"
+LABELS = {"memory": "finished"}  # the legend's word for a status
 NO_WORKER = "(no worker)"
 
 
 def bars(tasks, run_start: float) -> dict:
     """Plotting columns, one entry per task that has a start and a stop: its lane (worker),
-    seconds from the run's start to its start and stop, status, colour, operator, key,
+    seconds from the run's start to its start and stop, status (and its legend label), colour, operator, key,
     attempt and error. Tasks without times (never started) have no bar."""
-    cols = {name: [] for name in ("worker", "left", "right", "status", "color", "operator",
-                                  "key", "attempts", "error")}
+    cols = {name: [] for name in ("worker", "left", "right", "status", "label", "color",
+                                  "operator", "key", "attempts", "error")}
     for t in tasks:
         if t.start is None or t.stop is None:
             continue
@@ -25,6 +26,7 @@ def bars(tasks, run_start: float) -> dict:
         cols["left"].append(t.start - run_start)
         cols["right"].append(max(t.stop, t.start) - run_start)
         cols["status"].append(t.status)
+        cols["label"].append(LABELS.get(t.status, t.status))
         cols["color"].append(STATUS_COLORS.get(t.status, OTHER_COLOR))
         cols["operator"].append(t.operator)
         cols["key"].append(t.key)
@@ -49,7 +51,9 @@ def figure(columns: dict, title: str = "tasks per worker"):
                        sizing_mode="stretch_width", title=title, name="timeline",
                        x_axis_label="seconds since the run started", tools="xpan,xwheel_zoom,reset")
     fig.hbar(y="worker", left="left", right="right", height=0.7, color="color",
-             source=source, name="timeline-bars")
+             source=source, name="timeline-bars", legend_field="label")
+    fig.legend.orientation = "horizontal"
+    fig.add_layout(fig.legend[0], "above")  # not over the bars
     fig.add_tools(HoverTool(tooltips=[("operator", "@operator"), ("key", "@key"),
                                       ("status", "@status"), ("attempt", "@attempts"),
                                       ("error", "@error")]))

@@ -46,7 +46,7 @@ def _seed(url: str, client, asset_root: Path) -> SimpleNamespace:
     from deepx_flow.scheduler.daemon import SchedulerDaemon
 
     db = open_db(url)
-    x = dx.random.normal((400, 64), seed=3, dtype="float64")
+    x = dx.random.normal((16_000, 256), seed=3, dtype="float64")  # 8 chunks of 4 MiB
     dx.run((dx.tanh(x) * 2.0).sum(axis=0), client=client)
     kept = dx.persist(dx.exp(dx.random.uniform((300, 40), seed=5)) + 1.0, client=client)
 

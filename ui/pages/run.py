@@ -39,7 +39,8 @@ def run_page(db, scheduler=None):
              ("task attempts recorded", total), ("cluster", run.cluster),
              ("host / pid / user", f"{run.host} / {run.pid} / {run.username}"),
              ("compute/communication (planned)",
-              "-" if run.compute_comm_ratio is None else f"{run.compute_comm_ratio:.1f}")]
+              "inf (no data moves between workers)" if run.compute_comm_ratio is None
+              else f"{run.compute_comm_ratio:.1f}")]
     facts_table = pn.widgets.Tabulator(
         _frame(["what", "value"], [(k, str(v)) for k, v in facts]), disabled=True,
         show_index=False, css_classes=["deepx-run-facts"], sizing_mode="stretch_width")
