@@ -15,8 +15,8 @@ NO_WORKER = "(no worker)"
 
 def bars(tasks, run_start: float) -> dict:
     """Plotting columns, one entry per task that has a start and a stop: its lane (worker),
-    seconds from the run's start to its start and stop, status (and its legend label), colour, operator, key,
-    attempt and error. Tasks without times (never started) have no bar."""
+    seconds from the run's start to its start and stop, status (and its legend label),
+    colour, operator, key, attempt and error. Tasks without times (never started) have no bar."""
     cols = {name: [] for name in ("worker", "left", "right", "status", "label", "color",
                                   "operator", "key", "attempts", "error")}
     for t in tasks:
