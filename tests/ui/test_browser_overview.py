@@ -140,3 +140,41 @@ def test_an_unreachable_scheduler_is_said_and_registered_workers_shown(seeded):
     assert all(w.address in _shown(page.workers) for w in workers)
     assert set(page.workers.value["memory used"]) == {cs.MISSING}
     assert "No worker is registered under tcp://127.0.0.1:1" in page.workers_note.object
+
+
+def test_refreshing_stops_when_the_session_ends(seeded, browser):
+    """The page refreshes while its browser tab is open and stops once Bokeh has discarded
+    the closed tab's session (three seconds after, on this server)."""
+    import panel as pn
+
+    from tests.helpers import free_port
+    from tests.ui.test_server import wait_until_serving
+    built = []
+
+    def route():
+        built.append(overview_page(seeded.db, None))
+        return built[-1]
+
+    port = free_port()
+    server = pn.serve({"overview": route}, address="127.0.0.1", port=port, show=False,
+                      threaded=True, unused_session_lifetime_milliseconds=3000,
+                      check_unused_sessions_milliseconds=500)
+    try:
+        wait_until_serving(port)
+        page, problems = visit(browser, f"http://127.0.0.1:{port}", "overview",
+                               "overview-session")
+        shown = built[-1]  # the session the tab is connected to
+        first = shown.refreshed.object
+        deadline = time.monotonic() + 15
+        while shown.refreshed.object == first and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert shown.refreshed.object != first, "the open page did not refresh"
+        assert problems == []
+        page.close()
+        time.sleep(6)  # the closed tab's session is discarded within about 4 s
+        stopped = shown.refreshed.object
+        time.sleep(3)  # longer than a refresh period, and than the text's one-second steps
+        assert shown.refreshed.object == stopped
+    finally:
+        server.stop()
+
