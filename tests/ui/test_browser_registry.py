@@ -1,0 +1,102 @@
+"""The registry page in a real browser, over the seeded database (tests/ui/conftest.py): no
+JavaScript error and no request off the server; every registered operator listed; the link
+matrix shows the bandwidths the probe measured; each worker's storage tiers with the bytes
+its chunks hold; and the persisted tensor's chunk grid has a cell per placement, coloured by
+the worker the database names."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from urllib.parse import quote
+
+import pytest
+from sqlmodel import func, select
+
+from deepx_flow.meta.models import Link, Operator, Run, StorageTier, Worker
+from deepx_flow.meta.queries import placements
+from deepx_flow.ui.chunk_grid import worker_colors
+from deepx_flow.ui.registry_reads import HELD, SHOWN
+from tests.ui.browser import page_text, visit
+
+pytestmark = pytest.mark.slow
+
+LINKS = """() => {
+  const d = Bokeh.documents[0].get_model_by_name('link-matrix').data;
+  return Array.from(d.status, (s, i) =>
+    [d.source[i], d.target[i], s, s === 'measured' ? d.bandwidth[i] : null,
+     s === 'measured' ? d.latency_ms[i] : null]);
+}"""
+GRID = """() => {
+  const d = Bokeh.documents[0].get_model_by_name('chunk-grid').data;
+  return Array.from(d.chunk, (c, i) => [c, d.worker[i], d.state[i], d.color[i]]);
+}"""
+
+
+def _cells(page, css: str, field: str) -> list[str]:
+    return page.locator(f".{css} .tabulator-cell[tabulator-field='{field}']").all_inner_texts()
+
+
+def test_the_registry_shows_operators_links_and_storage(seeded, dashboard, browser):
+    with seeded.db.read() as s:
+        n_operators = s.exec(select(func.count()).select_from(Operator)).one()
+        links = s.exec(select(Link).where(Link.scheduler == seeded.scheduler)).all()
+        tiers = s.exec(select(Worker.address, StorageTier.tier)
+                       .join(StorageTier, StorageTier.worker_id == Worker.id)
+                       .where(Worker.scheduler == seeded.scheduler)).all()
+        runs = set(s.exec(select(Run.id).where(Run.scheduler == seeded.scheduler)).all())
+    assert n_operators > 20 and len(links) == 2 and tiers
+
+    page, problems = visit(browser, dashboard, "registry", "registry")
+    page.wait_for_selector(".deepx-operators .tabulator-row")
+    page.wait_for_selector(".deepx-storage-tiers .tabulator-row")
+    text = page_text(page)
+    assert f"{n_operators:,} operators" in text
+    assert len(_cells(page, "deepx-operators", "name")) == n_operators
+    assert f"cluster: scheduler {seeded.scheduler}" in text
+
+    # the matrix: both workers each way, the measured cells carry the rows' numbers
+    shown = page.evaluate(LINKS)
+    workers = sorted({x.source for x in links} | {x.target for x in links})
+    assert [(a, b) for a, b, *_ in shown] == [(a, b) for a in workers for b in workers]
+    measured = {(a, b): (bw, lat) for a, b, status, bw, lat in shown if status == "measured"}
+    assert measured.keys() == {(x.source, x.target) for x in links}
+    for x in links:
+        assert measured[x.source, x.target] == pytest.approx((x.bandwidth, x.latency * 1e3))
+    assert {status for a, b, status, *_ in shown if a == b} == {"self"}
+
+    # storage: every tier of every worker, holding what its held chunks add up to
+    held = defaultdict(int)
+    for p in placements(seeded.db):
+        if p.run_id in runs and p.state in HELD:
+            held[p.worker, p.tier] += p.nbytes or 0
+    rows = list(zip(_cells(page, "deepx-storage-tiers", "worker"),
+                    _cells(page, "deepx-storage-tiers", "tier"),
+                    _cells(page, "deepx-storage-tiers", "held")))
+    assert sorted((w, t) for w, t, _ in rows) == sorted(tiers)
+    assert {(w, t): int(h.replace(",", "")) for w, t, h in rows} == \
+        {(w, t): held.get((w, t), 0) for w, t in tiers}
+    assert sum(held.values()) > 0  # the persisted tensor is held somewhere
+    assert problems == []
+
+
+def test_the_persisted_tensors_chunk_grid_matches_its_placements(seeded, dashboard, browser):
+    key = seeded.persisted.key
+    rows = [p for p in placements(seeded.db, tensor=key, current=False) if p.state in SHOWN]
+    assert rows and len(rows) == len(placements(seeded.db, tensor=key))  # all still held
+    page, problems = visit(browser, dashboard, f"registry?tensor={quote(key)}", "registry-grid")
+    cells = page.evaluate(GRID)
+    assert sorted((c, w, s) for c, w, s, _ in cells) == \
+        sorted((p.chunk, p.worker, p.state) for p in rows)
+    colors = worker_colors(p.worker for p in rows)
+    assert all(color == colors[w] for _, w, _, color in cells)
+    chunks = len({p.chunk for p in rows})
+    assert re.search(rf"\b{len(rows):,} placements? of {chunks:,} chunks?\b", page_text(page))
+    assert problems == []
+
+
+def test_an_unknown_tensor_says_so(dashboard, browser):
+    page, problems = visit(browser, dashboard, "registry?tensor=nosuch%40tensor",
+                           "registry-unknown")
+    assert "no chunk of nosuch@tensor is held or lost on record" in page_text(page)
+    assert problems == []

@@ -1,0 +1,155 @@
+"""The registry page (`registry`, or `registry?tensor=<key>`): the registered operators and
+their engines; a cluster's network links as a matrix of bandwidths; its workers' storage
+tiers and the bytes each holds; and where each chunk of a tensor is.
+
+A cluster is a scheduler on record (the most recently measured one first); the links and the
+storage tiers follow the cluster chosen. The chunk grid shows one tensor, chosen among those
+the latest runs placed or named by the `tensor` query argument; it draws at most
+`registry_reads.MAX_CELLS` placements and says so when there are more.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import panel as pn
+
+from deepx_flow.ui import chunk_grid, link_matrix
+from deepx_flow.ui import registry_reads as reads
+from deepx_flow.ui.table import utc_text
+
+BYTES = {"type": "money", "thousand": ",", "symbol": "", "precision": 0}
+
+
+def tensor_from_session() -> str:
+    """The `tensor` query argument of this browser session ("" when missing)."""
+    values = pn.state.session_args.get("tensor") or [b""]
+    return values[0].decode("utf-8", "replace")
+
+
+def registry_page(db, scheduler=None):
+    clusters = reads.schedulers(db)
+    parts = [pn.pane.Markdown("## Registry"), *_operators(db), *_cluster(db, clusters),
+             *_placement(db, tensor_from_session())]
+    return pn.Column(*parts, sizing_mode="stretch_width")
+
+
+def _operators(db) -> list:
+    rows = reads.operators(db)
+    total = reads.operator_count(db)
+    frame = pd.DataFrame(
+        [(o.name, o.kind, o.engines, o.fusable, o.flops_per_element,
+          o.temp_bytes_per_element, o.source, (o.doc or "").strip().split("\n")[0])
+         for o in rows],
+        columns=["name", "kind", "engines", "fusable", "flops/element", "temp bytes/element",
+                 "source", "doc"])
+    # Few enough to send whole (MAX_OPERATORS at most): the browser sorts them.
+    table = pn.widgets.Tabulator(frame, disabled=True, show_index=False,
+                                 css_classes=["deepx-operators"], sizing_mode="stretch_width")
+    shown = _count(total, "operator") if total == len(rows) \
+        else f"the first {len(rows):,} of {total:,} operators, by name"
+    return [pn.pane.Markdown("### Operators"),
+            pn.pane.Str(shown, css_classes=["deepx-operators-count"]), table]
+
+
+def _cluster(db, clusters: list) -> list:
+    """The cluster chooser, its link matrix and its storage tiers, kept in step."""
+    if not clusters:
+        return [pn.pane.Markdown("### Network and storage"),
+                pn.pane.Str("No cluster registered yet (deepx-flow registry register, "
+                            "deepx-flow registry probe).")]
+    options = {_cluster_label(c): c.address for c in clusters}
+    chooser = pn.widgets.Select(label="cluster (scheduler)", options=options,
+                                value=clusters[0].address, css_classes=["deepx-cluster"],
+                                visible=len(clusters) > 1, width=600)
+    chosen = pn.pane.Str(f"cluster: scheduler {clusters[0].address}")
+    matrix = pn.pane.Bokeh(None)
+    matrix_note = pn.pane.Str("")
+    # A cluster's tiers are a few per worker: sent whole (up to MAX_TIERS), sorted and paged
+    # in the browser, so their one aggregate over the placements runs once per cluster.
+    tiers = pn.widgets.Tabulator(pd.DataFrame(), disabled=True, show_index=False,
+                                 pagination="local", page_size=50, formatters={
+                                     "capacity": BYTES, "held": BYTES},
+                                 css_classes=["deepx-storage-tiers"],
+                                 sizing_mode="stretch_width")
+    tiers_note = pn.pane.Str("", css_classes=["deepx-storage-tiers-count"])
+
+    def show(address: str) -> None:
+        chosen.object = f"cluster: scheduler {address}"
+        rows, total = reads.links(db, address)
+        cols = link_matrix.cells(rows)
+        matrix.object, matrix.visible = link_matrix.figure(cols), bool(rows)
+        n = len(link_matrix.workers(rows))
+        matrix_note.object = (
+            "no measured links for this cluster (deepx-flow registry probe measures them)"
+            if not rows else
+            f"{_count(total, 'measured link')} between {_count(n, 'worker')}"
+            + (" (cells: GB/s, then latency)" if n <= link_matrix.LABELLED else
+               " (hover over a cell for its numbers)")
+            + ("" if total == len(rows) else f"; the first {len(rows):,} drawn"))
+        rows, total = reads.storage_tiers(db, address)
+        tiers.value = pd.DataFrame(
+            [(r["address"], r["status"], r["tier"], r["location"], r["capacity"], r["held"],
+              r["chunks"], reads.used_percent(r["held"], r["capacity"])) for r in rows],
+            columns=["worker", "status", "tier", "location", "capacity", "held", "chunks",
+                     "used %"])
+        tiers_note.object = (_count(total, "storage tier") if total == len(rows) else
+                             f"the first {len(rows):,} of {total:,} storage tiers, by worker")
+
+    chooser.param.watch(lambda event: show(event.new), "value")
+    show(clusters[0].address)
+    return [pn.pane.Markdown("### Network and storage"), chooser, chosen,
+            pn.pane.Markdown("#### Network links"), matrix_note, matrix,
+            pn.pane.Markdown("#### Storage tiers (bytes held: chunks in memory, spilled or "
+                             "stored)"), tiers_note, tiers]
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{n:,} {thing}" + ("" if n == 1 else "s")
+
+
+def _cluster_label(c) -> str:
+    when = f"measured {utc_text(c.measured_at)}" if c.measured_at is not None \
+        else f"seen {utc_text(c.seen_at)}"
+    return f"{c.address} ({when} UTC)"
+
+
+def _placement(db, wanted: str) -> list:
+    """The tensor chooser and the chunk grid of the chosen tensor."""
+    recent = reads.recent_tensors(db)
+    options = {f"{t} ({_count(n, 'placement')})": t for t, n in recent}
+    if wanted and wanted not in options.values():
+        options = {wanted: wanted, **options}  # named in the URL, older than the listed
+    heading = pn.pane.Markdown("### Chunk placement")
+    if not options:
+        return [heading, pn.pane.Str("No chunk placements recorded yet.")]
+    listed = pn.pane.Str(f"tensors placed by the latest {reads.RECENT_RUNS:,} runs, the "
+                         f"{reads.MAX_TENSORS} most recent; any other: registry?tensor=<key>")
+    chooser = pn.widgets.Select(label="tensor", options=options,
+                                value=wanted or recent[0][0], css_classes=["deepx-tensor"],
+                                width=600)
+    note = pn.pane.Str("", css_classes=["deepx-chunk-note"])
+    grid = pn.pane.Bokeh(None)
+
+    def show(tensor: str) -> None:
+        rows, total = reads.tensor_placements(db, tensor)
+        if not rows:
+            note.object = f"no chunk of {tensor} is held or lost on record"
+            grid.visible = False
+            return
+        cols = chunk_grid.cells(rows)
+        grid.object, grid.visible = chunk_grid.figure(cols, f"chunks of {tensor}"), True
+        chunks = len(set(cols["chunk"]))
+        workers = len(set(cols["worker"]))
+        note.object = (
+            f"{_count(len(rows), 'placement')} of {_count(chunks, 'chunk')} on "
+            f"{_count(workers, 'worker')}, coloured by worker"
+            + ("" if workers <= chunk_grid.LEGEND_WORKERS else " (hover for which)")
+            + "; hatched: / spilled, . stored, x lost"
+            + ("" if total == len(rows) else
+               f"; only the first {len(rows):,} of {total:,} placements are drawn"))
+        if chunk_grid.axis_labels(cols)[0].endswith("flattened)"):
+            note.object += "; axes past the second are flattened into the columns"
+
+    chooser.param.watch(lambda event: show(event.new), "value")
+    show(chooser.value)
+    return [heading, listed, chooser, note, grid]

@@ -1,0 +1,145 @@
+"""What the registry page reads: the registered operators, the clusters (schedulers) on
+record, one cluster's measured links and storage tiers with the bytes held in each, and the
+chunk placements of one tensor.
+
+Every read is bounded (LIMIT) or aggregated in SQL. Storage use is summed in the database
+per worker and tier, over the chunks the scheduler's runs recorded as still held (in memory,
+spilled or stored).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import and_, func
+from sqlmodel import col, select
+
+from deepx_flow.meta.models import ChunkPlacement, Link, Operator, Run, StorageTier, Worker
+
+HELD = ("memory", "spilled", "stored")  # states whose bytes occupy a tier
+SHOWN = HELD + ("lost",)  # states drawn in the chunk grid (released chunks are gone)
+MAX_OPERATORS = 2_000
+MAX_SCHEDULERS = 50
+MAX_LINKS = 10_000  # about 100 workers: a matrix larger than that is not readable anyway
+MAX_TIERS = 5_000  # a cluster's tiers: a few per worker
+RECENT_RUNS = 1_000  # the tensor chooser lists tensors of the latest runs
+MAX_TENSORS = 200
+MAX_CELLS = 10_000
+
+
+def operators(db, limit: int = MAX_OPERATORS) -> list[Operator]:
+    """The registered operators by name (the first `limit`)."""
+    with db.read() as session:
+        return list(session.exec(select(Operator).order_by(col(Operator.name)).limit(limit)))
+
+
+def operator_count(db) -> int:
+    with db.read() as session:
+        return session.exec(select(func.count()).select_from(Operator)).one()
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """A cluster on record: its scheduler address, when its links were last measured and
+    its workers last seen (None when never)."""
+
+    address: str
+    measured_at: float | None
+    seen_at: float | None
+
+
+def schedulers(db, limit: int = MAX_SCHEDULERS) -> list[Scheduler]:
+    """The clusters with measured links or registered workers: the most recently measured
+    first, then those never measured by when their workers were last seen."""
+    with db.read() as session:
+        measured = dict(session.exec(
+            select(Link.scheduler, func.max(Link.measured_at)).group_by(Link.scheduler)
+            .order_by(func.max(Link.measured_at).desc()).limit(limit)).all())
+        seen = dict(session.exec(
+            select(Worker.scheduler, func.max(Worker.last_seen)).group_by(Worker.scheduler)
+            .order_by(func.max(Worker.last_seen).desc()).limit(limit)).all())
+    found = [Scheduler(a, measured.get(a), seen.get(a)) for a in set(measured) | set(seen)]
+    found.sort(key=lambda s: (s.measured_at is None, -(s.measured_at or 0.0),
+                              -(s.seen_at or 0.0), s.address))
+    return found[:limit]
+
+
+def links(db, scheduler: str, limit: int = MAX_LINKS) -> tuple[list, int]:
+    """The measured links of `scheduler` (the first `limit` by source and target: rows with
+    source, target, protocol, bandwidth, latency), and how many there are."""
+    where = Link.scheduler == scheduler
+    query = (select(Link.source, Link.target, Link.protocol, Link.bandwidth, Link.latency)
+             .where(where).order_by(col(Link.source), col(Link.target)).limit(limit))
+    with db.read() as session:
+        conn = session.connection()  # plain rows: thousands of ORM objects cost a second
+        rows = conn.execute(query).all()
+        total = conn.execute(select(func.count()).select_from(Link).where(where)).scalar_one()
+    return rows, int(total)
+
+
+def storage_tiers(db, scheduler: str, limit: int = MAX_TIERS) -> tuple[list[dict], int]:
+    """The storage tiers of `scheduler`'s workers (by worker address, fastest tier first;
+    the first `limit`), each with the bytes and chunks it holds, and how many tiers there
+    are. The bytes are summed in one aggregate over the placements of that scheduler's runs
+    (a worker address can come back on another cluster, so the run says which it was).
+    Without an index on the placements' state this reads them all once: about 0.3 s for
+    200,000 rows."""
+    held = (select(ChunkPlacement.worker, ChunkPlacement.tier,
+                   func.sum(func.coalesce(ChunkPlacement.nbytes, 0)).label("held"),
+                   func.count().label("chunks"))
+            .join(Run, col(Run.id) == col(ChunkPlacement.run_id))
+            .where(Run.scheduler == scheduler, col(ChunkPlacement.state).in_(HELD))
+            .group_by(ChunkPlacement.worker, ChunkPlacement.tier)
+            .subquery("held"))
+    # One worker has one device tier (a worker per GPU), so tier alone finds its bytes.
+    query = (select(Worker.address, Worker.status, StorageTier.tier, StorageTier.location,
+                    StorageTier.capacity, func.coalesce(held.c.held, 0).label("held"),
+                    func.coalesce(held.c.chunks, 0).label("chunks"))
+             .join(Worker, col(Worker.id) == col(StorageTier.worker_id))
+             .outerjoin(held, and_(held.c.worker == Worker.address,
+                                   held.c.tier == StorageTier.tier))
+             .where(Worker.scheduler == scheduler)
+             .order_by(col(Worker.address), col(StorageTier.id)).limit(limit))
+    count = (select(func.count()).select_from(StorageTier)
+             .join(Worker, col(Worker.id) == col(StorageTier.worker_id))
+             .where(Worker.scheduler == scheduler))
+    with db.read() as session:
+        conn = session.connection()
+        rows = [dict(r._mapping) for r in conn.execute(query)]
+        total = conn.execute(count).scalar_one()
+    return rows, int(total)
+
+
+def used_percent(held: int, capacity: int | None) -> float | None:
+    """The share of a tier's capacity its chunks hold (None when the capacity is unknown)."""
+    return round(100.0 * held / capacity, 3) if capacity else None
+
+
+def recent_tensors(db, limit: int = MAX_TENSORS,
+                   runs: int = RECENT_RUNS) -> list[tuple[str, int]]:
+    """The tensors of the latest `runs` runs with chunks shown in the grid (held or lost),
+    the most recently placed first (the first `limit`), with their number of placements.
+    Only the latest runs, so that the list costs the same with a million placements."""
+    latest = select(Run.id).order_by(col(Run.started_at).desc()).limit(runs)
+    at = func.max(ChunkPlacement.updated_at)
+    query = (select(ChunkPlacement.tensor, func.count())
+             .where(col(ChunkPlacement.run_id).in_(latest),
+                    col(ChunkPlacement.state).in_(SHOWN))
+             .group_by(ChunkPlacement.tensor).order_by(at.desc()).limit(limit))
+    with db.read() as session:
+        return [(t, int(n)) for t, n in session.exec(query).all()]
+
+
+def tensor_placements(db, tensor: str, limit: int = MAX_CELLS) -> tuple[list, int]:
+    """The placements of `tensor` that are held or lost (the first `limit`: rows with chunk,
+    worker, device, tier, nbytes, state), and how many there are in all."""
+    where = and_(ChunkPlacement.tensor == tensor, col(ChunkPlacement.state).in_(SHOWN))
+    query = (select(ChunkPlacement.chunk, ChunkPlacement.worker, ChunkPlacement.device,
+                    ChunkPlacement.tier, ChunkPlacement.nbytes, ChunkPlacement.state)
+             .where(where).order_by(col(ChunkPlacement.id)).limit(limit))
+    with db.read() as session:
+        conn = session.connection()
+        rows = conn.execute(query).all()
+        total = conn.execute(select(func.count()).select_from(ChunkPlacement)
+                             .where(where)).scalar_one()
+    return rows, int(total)
