@@ -1,0 +1,55 @@
+"""The registry page's shell, built without a browser over a real database with two
+clusters: the cluster chooser shows when several are on record, starts on the most recently
+measured one, and choosing the other redraws the link matrix and the storage tiers for it."""
+
+from __future__ import annotations
+
+import panel as pn
+from sqlmodel import delete
+
+from deepx_flow.meta.models import ChunkPlacement, Link
+from deepx_flow.ui.pages.registry import registry_page
+from tests.ui.test_registry_reads import ADDRESSES, SCHEDULERS, db  # noqa: F401 (fixture)
+
+
+def _widget(page, css: str, kind):
+    return next(w for w in page.select(kind) if css in w.css_classes)
+
+
+def _matrix(page) -> dict:
+    figures = [p.object for p in page.select(pn.pane.Bokeh) if p.object is not None]
+    source = next(f.select_one({"name": "link-matrix"}) for f in figures
+                  if f.select_one({"name": "link-matrix"}) is not None)
+    return dict(zip(zip(source.data["source"], source.data["target"]),
+                    source.data["status"]))
+
+
+def test_choosing_a_cluster_redraws_its_links_and_tiers(db):  # noqa: F811
+    with db.session() as s:
+        s.exec(delete(Link))
+        s.exec(delete(ChunkPlacement))
+        s.add(Link(scheduler=SCHEDULERS[1], source=ADDRESSES[0], target=ADDRESSES[1],
+                   protocol="tcp", bandwidth=1e9, latency=1e-4, measured_at=5.0))
+        s.add(Link(scheduler=SCHEDULERS[0], source=ADDRESSES[1], target=ADDRESSES[2],
+                   protocol="tcp", bandwidth=2e9, latency=1e-4, measured_at=9.0))
+        s.add(ChunkPlacement(run_id="run1", tensor="x@t", chunk="0,0", worker=ADDRESSES[2],
+                             tier="host", nbytes=4096, state="memory", updated_at=1.0))
+    page = registry_page(db)
+    chooser = _widget(page, "deepx-cluster", pn.widgets.Select)
+    tiers = _widget(page, "deepx-storage-tiers", pn.widgets.Tabulator)
+    assert chooser.visible and chooser.value == SCHEDULERS[0]  # measured last
+    assert _matrix(page)[ADDRESSES[1], ADDRESSES[2]] == "measured"
+    assert set(tiers.value["tier"]) == {"device", "host", "disk"}  # only s1 has devices
+    assert tiers.value["held"].sum() == 0
+
+    chooser.value = SCHEDULERS[1]
+    matrix = _matrix(page)
+    assert set(matrix) == {(a, b) for a in ADDRESSES[:2] for b in ADDRESSES[:2]}
+    assert matrix[ADDRESSES[0], ADDRESSES[1]] == "measured"
+    assert set(tiers.value["tier"]) == {"host", "disk"}
+    held = tiers.value.set_index(["worker", "tier"])["held"]
+    assert held[ADDRESSES[2], "host"] == 4096 and held.sum() == 4096
+
+    # the chunk grid lists the tensor and draws its one chunk
+    tensor = _widget(page, "deepx-tensor", pn.widgets.Select)
+    assert tensor.value == "x@t"
