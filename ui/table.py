@@ -10,7 +10,8 @@ import panel as pn
 
 from deepx_flow.ui.data import PAGE_SIZE, Listing
 
-TIME_COLUMNS = ("started", "ended", "at", "created", "tick", "start", "stop", "seen")
+TIME_COLUMNS = ("started", "ended", "at", "created", "tick", "start", "stop", "seen",
+                "heartbeat", "finished")
 
 
 def utc_text(t: float) -> str:
@@ -68,9 +69,10 @@ class PagedTable(pn.viewable.Viewer):
             page = self.listing.page(self.db, self.sort, self.descending, self.offset,
                                      self.page_size, **self.filters)
         self.total = page.total
-        self.table.value = pd.DataFrame(
-            [{c: shown(r[c], c) for c in page.columns} for r in page.rows],
-            columns=list(page.columns))
+        frame = pd.DataFrame([{c: shown(r[c], c) for c in page.columns} for r in page.rows],
+                             columns=list(page.columns))
+        if not frame.equals(self.table.value):  # a live page's unchanged rows are not re-sent
+            self.table.value = frame
         last = min(page.offset + len(page.rows), page.total)
         self.status.object = (f"rows {page.offset + 1}-{last} of {page.total:,}"
                               if page.total else "no rows")

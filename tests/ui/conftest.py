@@ -1,6 +1,6 @@
 """One database seeded by real work, and one dashboard serving it, for all browser tests.
 
-The seed is what a user's day leaves behind: a `dx.run`, a `dx.persist` (chunk placements),
+The seed is what a user's day leaves behind: a `dx.run`, a run that failed, a `dx.persist` (chunk placements),
 assets materialized with checks and partitions, a schedule tick that launched a run, and the
 cluster's registration (workers, storage tiers, operators, measured links). The cluster
 stays up while the tests run, so the overview page can read the scheduler too.
@@ -48,6 +48,7 @@ def _seed(url: str, client, asset_root: Path) -> SimpleNamespace:
     db = open_db(url)
     x = dx.random.normal((16_000, 256), seed=3, dtype="float64")  # 8 chunks of 4 MiB
     dx.run((dx.tanh(x) * 2.0).sum(axis=0), client=client)
+    _failed_run(dx, client, asset_root.parent)
     kept = dx.persist(dx.exp(dx.random.uniform((300, 40), seed=5)) + 1.0, client=client)
 
     @dx.asset(code_version="1", checks=[dx.checks.all_finite])
@@ -77,6 +78,18 @@ def _seed(url: str, client, asset_root: Path) -> SimpleNamespace:
     probe_network(client, db, nbytes=1 << 16)
     register_operators(db)
     return SimpleNamespace(url=url, db=db, defs=defs, persisted=kept)
+
+
+def _failed_run(dx, client, folder: Path) -> None:
+    """A run that fails for real: one chunk of its Zarr input is corrupt."""
+    import zarr
+    store = folder / "corrupt.zarr"
+    z = zarr.create_array(store, shape=(400, 100), chunks=(100, 100), dtype="float64")
+    z[:] = 1.0
+    (store / "c" / "2" / "0").write_bytes(b"not a compressed chunk")  # rows 200-299
+    x = dx.input("x", (400, 100), "float64")
+    with pytest.raises(dx.ExecutionError):
+        dx.run(x * 2.0, inputs={"x": str(store)}, client=client)
 
 
 @pytest.fixture(scope="package")

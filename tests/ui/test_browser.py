@@ -58,3 +58,17 @@ def test_an_unknown_run_id_says_so(dashboard, browser):
     page, problems = visit(browser, dashboard, "run?id=nosuchrun", "run-unknown")
     assert "no run 'nosuchrun'" in page_text(page)
     assert problems == []
+
+
+def test_a_failed_run_shows_its_error_and_its_erred_tasks(seeded, dashboard, browser):
+    [run] = list_runs(seeded.db, status="failed", limit=1000)  # the corrupt Zarr chunk
+    tasks = run_tasks(seeded.db, run.id)
+    erred = [t for t in tasks if t.status == "erred"]
+    assert erred and run.error
+    page, problems = visit(browser, dashboard, f"run?id={run.id}", "run-failed")
+    statuses = page.evaluate("() => Bokeh.documents[0].get_model_by_name('timeline-source')"
+                             ".data['status']")
+    assert sorted(statuses) == sorted(t.status for t in tasks if t.start is not None)
+    text = page_text(page)
+    assert "failed" in text and " ".join(run.error.splitlines()[0].split()) in text
+    assert problems == []
