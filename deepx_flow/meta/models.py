@@ -162,8 +162,11 @@ class Task(SQLModel, table=True):
 
 class ChunkPlacement(SQLModel, table=True):
     __tablename__ = "chunk_placements"
+    # By state: the chunks still held (memory, spilled, stored) are few among the released
+    # ones, and the registry sums the bytes each storage tier holds over those alone.
     __table_args__ = (UniqueConstraint("tensor", "chunk", "worker"),
-                      Index("ix_chunk_placements_run", "run_id"))
+                      Index("ix_chunk_placements_run", "run_id"),
+                      Index("ix_chunk_placements_state", "state"))
     id: Optional[int] = Field(default=None, primary_key=True)
     run_id: str = Field(foreign_key="runs.id")
     tensor: str  # tensor key (node id @ content token)
@@ -243,7 +246,9 @@ class ScheduleTick(SQLModel, table=True):
     daemon never launch a tick twice: a tick is claimed by inserting its row first."""
 
     __tablename__ = "schedule_ticks"
-    __table_args__ = (UniqueConstraint("schedule", "tick_at"),)
+    # By tick time: the dashboard lists every schedule's ticks newest first, a page at a time.
+    __table_args__ = (UniqueConstraint("schedule", "tick_at"),
+                      Index("ix_schedule_ticks_tick_at", "tick_at"))
     id: Optional[int] = Field(default=None, primary_key=True)
     schedule: str = Field(index=True)
     tick_at: float  # the cron time of the tick

@@ -17,7 +17,7 @@ from deepx_flow.errors import DatabaseError
 from deepx_flow.meta.db import Database, close_all, database_url, open_db
 from deepx_flow.meta.migrations import SCHEMA_VERSION
 from deepx_flow.meta.models import (ChunkPlacement, Device, Event, GraphRecord, Run, SchemaInfo,
-                                    Task, Worker)
+                                    ScheduleTick, Task, Worker)
 from tests.helpers import free_port
 
 SCHEMA_V1 = Path(__file__).parent / "fixtures" / "schema_v1.sql"
@@ -76,6 +76,26 @@ def model_columns() -> dict[str, dict[str, bool]]:
             for name, table in SQLModel.metadata.tables.items()}
 
 
+def indexes(url: str) -> dict[str, set[tuple]]:
+    """Table -> its indexes as (name, columns, unique), as the database has them (not the
+    ones backing a unique constraint)."""
+    engine = raw_engine(url)
+    with engine.connect() as conn:
+        insp = inspect(conn)
+        found = {t: {(ix["name"], tuple(ix["column_names"]), bool(ix["unique"]))
+                     for ix in insp.get_indexes(t) if not ix.get("duplicates_constraint")}
+                 for t in insp.get_table_names()}
+    engine.dispose()
+    return found
+
+
+def model_indexes() -> dict[str, set[tuple]]:
+    """Table -> its indexes as `models.py` declares them."""
+    return {name: {(ix.name, tuple(c.name for c in ix.columns), bool(ix.unique))
+                   for ix in table.indexes}
+            for name, table in SQLModel.metadata.tables.items()}
+
+
 def stored_version(url: str) -> int:
     engine = raw_engine(url)
     with engine.connect() as conn:
@@ -96,6 +116,7 @@ def new_run(run_id: str, graph_hash: str, **kw) -> Run:
 def test_new_database_has_every_table_and_the_current_version(db_url):
     open_db(db_url)
     assert columns(db_url) == model_columns()
+    assert indexes(db_url) == model_indexes()
     assert stored_version(db_url) == SCHEMA_VERSION
 
 
@@ -157,14 +178,15 @@ def test_a_version_1_database_is_migrated_with_its_rows(db_url):
     after = snapshot(db_url)
     added = {"events", "asset_materializations", "asset_check_results",  # versions 2-4
              "schedules", "schedule_ticks"}
-    assert stored_version(db_url) == 4 == SCHEMA_VERSION
+    assert stored_version(db_url) == 5 == SCHEMA_VERSION
     assert set(after) == V1_TABLES | added
     assert all(after[t] == [] for t in added)
     assert [r.pop("username") for r in after["runs"]] == ["", "", ""]
     assert {t: rows for t, rows in after.items() if t not in added | {"deepx_schema"}} == \
         {t: rows for t, rows in before.items() if t != "deepx_schema"}
-    # The migrated schema is the one a new database gets.
+    # The migrated schema is the one a new database gets, indexes included.
     assert columns(db_url) == model_columns()
+    assert indexes(db_url) == model_indexes()
 
     # New rows go in, ids continue after the old ones.
     with db.session() as s:
@@ -177,6 +199,37 @@ def test_a_version_1_database_is_migrated_with_its_rows(db_url):
         assert s.get(Run, "5b0f6c1e8d2a4f3b9c7e1a0d2b4c6e8f").username == ""
         assert s.exec(select(Task.id).order_by(Task.id)).all() == [1, 2, 3, 4, 5]
         assert s.exec(select(Event.kind)).all() == ["worker-lost"]
+
+
+def test_a_version_4_database_gets_the_listing_indexes_with_its_rows(db_url):
+    db = open_db(db_url)
+    with db.session() as s:
+        s.add(GraphRecord(hash="abc", yaml="deepx: 1\n", n_nodes=3, created_at=1.0))
+        s.add(new_run("r1", "abc"))
+    with db.session() as s:
+        s.add(ChunkPlacement(run_id="r1", tensor="y@abc", chunk="0,1", worker="tcp://w:1",
+                             state="stored", nbytes=2**20, updated_at=11.0))
+        s.add(ScheduleTick(schedule="hourly", tick_at=3600.0, status="skipped",
+                           started_at=3600.5))
+    close_all()
+    # Back to version 4: today's tables without the indexes version 5 added.
+    engine = raw_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("DROP INDEX ix_chunk_placements_state"))
+        conn.execute(text("DROP INDEX ix_schedule_ticks_tick_at"))
+        conn.execute(text("UPDATE deepx_schema SET version = 4"))
+    engine.dispose()
+    before = snapshot(db_url)
+    assert indexes(db_url) != model_indexes()
+
+    open_db(db_url)
+
+    assert stored_version(db_url) == SCHEMA_VERSION
+    assert indexes(db_url) == model_indexes()
+    after = snapshot(db_url)
+    assert after.pop("deepx_schema") == [{"id": 1, "version": SCHEMA_VERSION}]
+    before.pop("deepx_schema")
+    assert after == before and len(after["chunk_placements"]) == len(after["schedule_ticks"]) == 1
 
 
 def test_a_newer_schema_is_refused_and_left_alone(db_url):
