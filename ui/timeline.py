@@ -46,10 +46,9 @@ def figure(columns: dict, title: str = "tasks per worker"):
     from bokeh.plotting import figure as bokeh_figure
 
     source = ColumnDataSource(columns, name="timeline-source")
-    rows = lanes(columns) or [NO_WORKER]
-    fig = bokeh_figure(y_range=list(reversed(rows)), height=max(160, 40 + 28 * len(rows)),
-                       sizing_mode="stretch_width", title=title, name="timeline",
-                       x_axis_label="seconds since the run started", tools="xpan,xwheel_zoom,reset")
+    fig = bokeh_figure(y_range=[NO_WORKER], sizing_mode="stretch_width", title=title,
+                       name="timeline", x_axis_label="seconds since the run started",
+                       tools="xpan,xwheel_zoom,reset")
     fig.hbar(y="worker", left="left", right="right", height=0.7, color="color",
              source=source, name="timeline-bars", legend_field="label")
     fig.legend.orientation = "horizontal"
@@ -58,4 +57,14 @@ def figure(columns: dict, title: str = "tasks per worker"):
                                       ("status", "@status"), ("attempt", "@attempts"),
                                       ("error", "@error")]))
     fig.ygrid.grid_line_color = None
+    show(fig, columns, title)
     return fig
+
+
+def show(fig, columns: dict, title: str) -> None:
+    """Put new bars into a figure made by `figure` (a live page updates it in place)."""
+    rows = lanes(columns) or [NO_WORKER]
+    fig.y_range.factors = list(reversed(rows))
+    fig.height = max(160, 40 + 28 * len(rows))
+    fig.title.text = title
+    fig.select_one({"name": "timeline-source"}).data = columns

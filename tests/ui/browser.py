@@ -50,3 +50,8 @@ _TEXT = """() => {
 def page_text(page) -> str:
     """All the text the page shows, shadow roots included, whitespace collapsed."""
     return " ".join(page.evaluate(_TEXT).split())
+
+
+def shown_run_id(page) -> str:
+    """The id a run page is showing (its heading's Str pane)."""
+    return page.locator(".deepx-run-id pre").inner_text().strip()

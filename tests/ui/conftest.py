@@ -1,9 +1,9 @@
 """One database seeded by real work, and one dashboard serving it, for all browser tests.
 
-The seed is what a user's day leaves behind: a `dx.run`, a run that failed, a `dx.persist` (chunk placements),
-assets materialized with checks and partitions, a schedule tick that launched a run, and the
-cluster's registration (workers, storage tiers, operators, measured links). The cluster
-stays up while the tests run, so the overview page can read the scheduler too.
+The seed is what a user's day leaves behind: a `dx.run`, a run that failed, a `dx.persist`
+(chunk placements), assets materialized with checks and partitions, a schedule tick that
+launched a run, and the cluster's registration (workers, storage tiers, operators, measured
+links). The cluster stays up while the tests run, so the overview page can read the scheduler too.
 
 Without /usr/bin/chromium the browser tests skip, unless DEEPX_REQUIRE_BROWSER=1 (set by
 `.ci/run`, which installs it) makes that a failure.

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from deepx_flow.meta.queries import list_runs, run_tasks
-from tests.ui.browser import page_text, visit
+from tests.ui.browser import page_text, shown_run_id, visit
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +37,7 @@ def test_the_run_page_has_one_bar_per_task(seeded, dashboard, browser):
     page, problems = visit(browser, dashboard, f"run?id={run.id}", "run")
     assert page.evaluate(BARS) == len(tasks)
     text = page_text(page)
-    assert f"Run {run.id}" in text and "succeeded" in text
+    assert shown_run_id(page) == run.id and "succeeded" in text
     assert "Work per operator" in text
     assert problems == []
 
@@ -50,7 +50,7 @@ def test_the_runs_page_links_to_the_run_page(seeded, dashboard, browser):
     page.wait_for_url(f"**/run?id={run.id}")
     page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0 && "
                            "Bokeh.documents[0].is_idle", timeout=30_000)
-    assert f"Run {run.id}" in page_text(page)
+    assert shown_run_id(page) == run.id
     assert problems == []
 
 
@@ -72,3 +72,48 @@ def test_a_failed_run_shows_its_error_and_its_erred_tasks(seeded, dashboard, bro
     text = page_text(page)
     assert "failed" in text and " ".join(run.error.splitlines()[0].split()) in text
     assert problems == []
+
+
+def test_the_page_of_a_running_run_follows_it_until_it_ends(seeded, dashboard, browser):
+    """A run written as a driver in this process would: its page shows the first task,
+    then, without reloading, the second and the run's end."""
+    import os
+    import socket
+    import time
+    import uuid
+
+    from deepx_flow.meta.models import GraphRecord, Run, Task
+    from sqlmodel import select
+    run_id, now = uuid.uuid4().hex, time.time()
+    graph = f"test-run-page-{run_id}"
+    worker = "tcp://127.0.0.1:1"
+
+    def task(i):
+        return Task(run_id=run_id, key=f"('live@test', {i})", tensor="live@test",
+                    operator="relu", worker=worker, start=now + i, stop=now + i + 0.5)
+    with seeded.db.session() as session:
+        session.add(GraphRecord(hash=graph, n_nodes=1, created_at=now))
+        session.flush()
+        session.add(Run(id=run_id, graph_hash=graph, status="running", started_at=now,
+                        scheduler=seeded.scheduler, cluster="test", n_workers=1, n_tasks=2,
+                        n_chunks=2, host=socket.gethostname(), pid=os.getpid(),
+                        username="test"))
+        session.flush()
+        session.add(task(0))
+    try:
+        page, problems = visit(browser, dashboard, f"run?id={run_id}", "run-live")
+        assert page.evaluate(BARS) == 1 and "running" in page_text(page)
+        with seeded.db.session() as session:
+            session.add(task(1))
+            session.get(Run, run_id).status = "succeeded"
+        page.wait_for_function(f"() => ({BARS})() === 2", timeout=15_000)
+        assert "succeeded" in page_text(page)
+        assert problems == []
+    finally:
+        with seeded.db.session() as session:
+            for row in session.exec(select(Task).where(Task.run_id == run_id)).all():
+                session.delete(row)
+            session.flush()
+            session.delete(session.get(Run, run_id))
+            session.flush()
+            session.delete(session.get(GraphRecord, graph))

@@ -9,7 +9,7 @@ import pytest
 from sqlmodel import select
 
 from deepx_flow.meta.models import Run, Schedule, ScheduleTick
-from tests.ui.browser import IDLE, page_text, visit
+from tests.ui.browser import IDLE, shown_run_id, visit
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,7 @@ def test_a_ticks_run_links_to_the_run_page(seeded, dashboard, browser):
     page.locator(f".deepx-ticks a:text-is('{run_id}')").click()
     page.wait_for_url(f"**/run?id={run_id}")
     page.wait_for_function(IDLE, timeout=30_000)
-    assert f"Run {run_id}" in page_text(page)
+    assert shown_run_id(page) == run_id
     assert problems == []
 
 

@@ -19,6 +19,7 @@ from sqlmodel import col, select
 
 from deepx_flow.meta.models import AssetCheckResult, AssetMaterialization
 from deepx_flow.ui.data import Listing
+from deepx_flow.ui.session import session_arg
 from deepx_flow.ui.table import PagedTable, utc_text
 
 M, C = AssetMaterialization, AssetCheckResult
@@ -124,12 +125,6 @@ def upstream_rows(upstream_json: str | None) -> list[tuple[str, str, str]]:
 
 
 # --- the pages --------------------------------------------------------------------------
-
-def session_arg(name: str) -> str:
-    """The query argument `name` of this browser session ("" when missing)."""
-    values = pn.state.session_args.get(name) or [b""]
-    return values[0].decode("utf-8", "replace")
-
 
 def assets_page(db, scheduler=None):
     asset = session_arg("asset")

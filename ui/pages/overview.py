@@ -23,6 +23,7 @@ from sqlmodel import col, select
 from deepx_flow.meta.models import Device, Run, StorageTier, Task, Worker
 from deepx_flow.ui import cluster_state as cs
 from deepx_flow.ui.data import Listing
+from deepx_flow.ui.live import refresh_while_open
 from deepx_flow.ui.scheduler_watch import TIMEOUT_S, Reading, watch
 from deepx_flow.ui.table import PagedTable, utc_text
 
@@ -272,8 +273,5 @@ def _memory_chart():
 
 def overview_page(db, scheduler=None):
     overview = Overview(db, scheduler)
-    doc = pn.state.curdoc
-    if doc is not None and doc.session_context is not None:  # served: refresh while open
-        callback = pn.state.add_periodic_callback(overview.refresh, period=PERIOD_MS)
-        pn.state.on_session_destroyed(lambda _context: callback.stop())
+    refresh_while_open(overview.refresh, PERIOD_MS)
     return overview

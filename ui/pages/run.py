@@ -1,77 +1,111 @@
 """One run's page (`run?id=...`): what it was, its tasks on a timeline per worker (retries
 and drifts in their own colours), its events and errors, its plan, and the work per
-operator."""
+operator. The page of a running run is read again every few seconds until the run ends."""
 
 from __future__ import annotations
 
+import pandas as pd
 import panel as pn
 
 from deepx_flow.errors import InputError
 from deepx_flow.meta.queries import find_run, run_events, run_tasks, task_summary
 from deepx_flow.ui import timeline
+from deepx_flow.ui.live import refresh_while_open
+from deepx_flow.ui.session import session_arg
 from deepx_flow.ui.table import utc_text
 
 MAX_BARS = 20_000  # a timeline of more tasks shows the first ones (by start) and says so
-
-
-def run_id_from_session() -> str:
-    """The `id` query argument of this browser session ("" when missing)."""
-    values = pn.state.session_args.get("id") or [b""]
-    return values[0].decode("utf-8", "replace")
+PERIOD_MS = 3000  # how often the page of a running run is read again
 
 
 def _when(t: float | None) -> str:
     return "-" if t is None else f"{utc_text(t)} UTC"
 
 
+def _table(columns, css_class: str, **options):
+    return pn.widgets.Tabulator(pd.DataFrame(columns=columns), disabled=True,
+                                show_index=False, css_classes=[css_class],
+                                sizing_mode="stretch_width", **options)
+
+
+def facts(run, attempts: int) -> list[tuple[str, str]]:
+    """The run's facts table: (what, value) pairs, as text."""
+    seconds = "-" if run.ended_at is None else f"{run.ended_at - run.started_at:.3f} s"
+    planned = ("inf (no data moves between workers)" if run.compute_comm_ratio is None
+               else f"{run.compute_comm_ratio:.1f}")
+    rows = [("status", run.status), ("kind", run.kind), ("started", _when(run.started_at)),
+            ("duration", seconds), ("workers", run.n_workers), ("tasks planned", run.n_tasks),
+            ("task attempts recorded", attempts), ("cluster", run.cluster),
+            ("host / pid / user", f"{run.host} / {run.pid} / {run.username}"),
+            ("compute/communication (planned)", planned)]
+    return [(what, str(value)) for what, value in rows]
+
+
+class RunView(pn.viewable.Viewer):
+    """The widgets of one run's page; `refresh()` reads the run again and updates them in
+    place (the timeline's data source keeps its name, so there is always one)."""
+
+    def __init__(self, db, run):
+        super().__init__()
+        self.db, self.run_id = db, run.id
+        self.facts = _table(["what", "value"], "deepx-run-facts")
+        self.error = pn.pane.Str("", css_classes=["deepx-run-error"])
+        self.error_title = pn.pane.Markdown("### Error")
+        self.chart = timeline.figure(timeline.bars([], run.started_at))
+        self.events_title = pn.pane.Markdown("### Events")
+        self.events = _table(["at", "kind", "worker", "key", "message"], "deepx-run-events",
+                             pagination="local", page_size=20)
+        self.per_operator = _table(["operator", "tasks", "failed", "seconds", "bytes out"],
+                                   "deepx-run-operators")
+        self.plan = pn.pane.Str("", css_classes=["deepx-run-plan"])
+        self.plan_title = pn.pane.Markdown("### Plan")
+        # Database text goes into Str panes and tables (shown as text), never into Markdown.
+        self.layout = pn.Column(
+            pn.pane.Markdown("## Run"), pn.pane.Str(run.id, css_classes=["deepx-run-id"]),
+            self.facts, self.error_title, self.error, pn.pane.Markdown("### Timeline"),
+            pn.pane.Bokeh(self.chart, sizing_mode="stretch_width"), self.events_title,
+            self.events, pn.pane.Markdown("### Work per operator"), self.per_operator,
+            self.plan_title, self.plan, sizing_mode="stretch_width")
+        self.refresh(run)
+
+    def __panel__(self):
+        return self.layout
+
+    def refresh(self, run=None) -> str:
+        """Show the run as the database has it now; returns its status."""
+        run = run or find_run(self.db, self.run_id)
+        tasks = run_tasks(self.db, run.id, limit=MAX_BARS)
+        per_operator = task_summary(self.db, run.id)
+        total = sum(count for _, count, *_ in per_operator)
+        self.facts.value = pd.DataFrame(facts(run, total), columns=["what", "value"])
+        self.error.object = run.error or ""
+        self.error.visible = self.error_title.visible = bool(run.error)
+        shown = (f"{len(tasks):,} of {total:,} task attempts (the first by start)"
+                 if total > len(tasks) else f"{total:,} task attempts")
+        timeline.show(self.chart, timeline.bars(tasks, run.started_at),
+                      f"tasks per worker: {shown}")
+        events = run_events(self.db, run.id)
+        self.events_title.object = f"### Events ({len(events)})"
+        self.events.value = pd.DataFrame(
+            [(_when(e.at), e.kind, e.worker or "", e.key or "", e.message or "")
+             for e in events], columns=["at", "kind", "worker", "key", "message"])
+        self.per_operator.value = pd.DataFrame(
+            [tuple(r) for r in per_operator],
+            columns=["operator", "tasks", "failed", "seconds", "bytes out"])
+        self.plan.object = run.explain or ""
+        self.plan.visible = self.plan_title.visible = bool(run.explain)
+        return run.status
+
+
 def run_page(db, scheduler=None):
-    wanted = run_id_from_session()
     try:
-        run = find_run(db, wanted)
+        run = find_run(db, session_arg("id"))
     except InputError as err:
         return pn.Column(pn.pane.Markdown("## Run"), pn.pane.Str(str(err)))
-    tasks = run_tasks(db, run.id, limit=MAX_BARS)
-    per_operator = task_summary(db, run.id)
-    total = sum(count for _, count, *_ in per_operator)
-    seconds = "-" if run.ended_at is None else f"{run.ended_at - run.started_at:.3f} s"
-    facts = [("status", run.status), ("kind", run.kind), ("started", _when(run.started_at)),
-             ("duration", seconds), ("workers", run.n_workers), ("tasks planned", run.n_tasks),
-             ("task attempts recorded", total), ("cluster", run.cluster),
-             ("host / pid / user", f"{run.host} / {run.pid} / {run.username}"),
-             ("compute/communication (planned)",
-              "inf (no data moves between workers)" if run.compute_comm_ratio is None
-              else f"{run.compute_comm_ratio:.1f}")]
-    facts_table = pn.widgets.Tabulator(
-        _frame(["what", "value"], [(k, str(v)) for k, v in facts]), disabled=True,
-        show_index=False, css_classes=["deepx-run-facts"], sizing_mode="stretch_width")
-    cols = timeline.bars(tasks, run.started_at)
-    shown = f"{len(tasks):,} of {total:,} task attempts (the first by start)" \
-        if total > len(tasks) else f"{total:,} task attempts"
-    chart = pn.pane.Bokeh(timeline.figure(cols, f"tasks per worker: {shown}"),
-                          sizing_mode="stretch_width")
-    events = run_events(db, run.id)
-    events_table = pn.widgets.Tabulator(
-        _frame(["at", "kind", "worker", "key", "message"],
-               [(_when(e.at), e.kind, e.worker or "", e.key or "", e.message or "")
-                for e in events]),
-        disabled=True, show_index=False, pagination="local", page_size=20,
-        css_classes=["deepx-run-events"], sizing_mode="stretch_width")
-    per_op = pn.widgets.Tabulator(
-        _frame(["operator", "tasks", "failed", "seconds", "bytes out"],
-               [tuple(r) for r in per_operator]),
-        disabled=True, show_index=False, css_classes=["deepx-run-operators"],
-        sizing_mode="stretch_width")
-    parts = [pn.pane.Markdown(f"## Run {run.id}"), facts_table]
-    if run.error:
-        parts += [pn.pane.Markdown("### Error"), pn.pane.Str(run.error)]
-    parts += [pn.pane.Markdown("### Timeline"), chart,
-              pn.pane.Markdown(f"### Events ({len(events)})"), events_table,
-              pn.pane.Markdown("### Work per operator"), per_op]
-    if run.explain:
-        parts += [pn.pane.Markdown("### Plan"), pn.pane.Str(run.explain)]
-    return pn.Column(*parts, sizing_mode="stretch_width")
-
-
-def _frame(columns, rows):
-    import pandas as pd
-    return pd.DataFrame(list(rows), columns=columns)
+    view = RunView(db, run)
+    if run.status == "running":
+        def refresh():
+            if view.refresh() != "running" and callback is not None:
+                callback.stop()  # it ended: nothing more will change
+        callback = refresh_while_open(refresh, PERIOD_MS)
+    return view

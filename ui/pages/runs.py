@@ -1,13 +1,16 @@
-"""The runs page: every recorded run, newest first, with status and duration."""
+"""The runs page: every recorded run, newest first, with status and duration; it reads the
+current page again every few seconds, so runs that start or end show up."""
 
 from __future__ import annotations
 
 import panel as pn
 
 from deepx_flow.ui.data import RUNS
+from deepx_flow.ui.live import refresh_while_open
 from deepx_flow.ui.table import PagedTable
 
 STATUSES = ["any", "running", "succeeded", "failed", "interrupted"]
+PERIOD_MS = 5000
 
 
 def runs_page(db, scheduler=None):
@@ -15,4 +18,5 @@ def runs_page(db, scheduler=None):
     status = pn.widgets.Select(name="status", options=STATUSES, value="any", width=160)
     status.param.watch(lambda e: table.refresh(status=None if e.new == "any" else e.new),
                        "value")
+    refresh_while_open(table.refresh, PERIOD_MS)
     return pn.Column(pn.pane.Markdown("## Runs"), status, table, sizing_mode="stretch_width")

@@ -16,7 +16,7 @@ from sqlmodel import col, select
 from deepx_flow.meta.models import Run, Schedule, ScheduleTick
 from deepx_flow.scheduler.liveness import STALE_AFTER_S
 from deepx_flow.ui.data import Listing
-from deepx_flow.ui.pages.assets import session_arg
+from deepx_flow.ui.session import session_arg
 from deepx_flow.ui.table import PagedTable
 
 S, T = Schedule, ScheduleTick
