@@ -1,0 +1,420 @@
+"""The dashboard over a big metadata database: each page with 10,000 runs and 1,000,000 task
+rows must render in under 2 s.
+
+Why: the pages read the database on every visit (paged SQL, aggregates in SQL). A query that
+scans a big table, or a page that loads a whole table into Python, shows up here first.
+
+What runs:
+
+- A fresh SQLite database seeded by `seed_dashboard.py` (bulk inserts; 10,000 runs, 1,000,000
+  task rows, events, chunk placements, 64 workers with devices, storage tiers and 4,032 links,
+  the registered operators, 200 assets x 50 versions with checks, 20 schedules with 50,000
+  ticks). With DEEPX_BENCH_PG_URL set (a PostgreSQL server URL, like DEEPX_TEST_PG_URL), the
+  same seed in a new database there too, dropped at the end.
+- Every page of the dashboard (`ui/pages/__init__.PATHS`), plus detail variants: the run page
+  for the big run (25,000 tasks, more than its timeline shows) and for a typical run (~100),
+  and, where those pages exist, `graph?run=`, `assets?asset=`, `registry?tensor=`,
+  `schedules?schedule=`. A page whose module does not exist yet is reported as missing.
+- Two timings per page:
+  1. server build: the route function building the page and Panel turning it into Bokeh
+     models (`server_doc`), in this process, with the session's query arguments set as
+     Panel sets them; the SQL it ran is timed too (count, seconds, the slowest statements,
+     and the slowest one's query plan).
+  2. browser: the dashboard served (`deepx_flow.ui.server.serve`) on loopback, headless
+     Chromium (Playwright) timing from `page.goto` until Bokeh's document is idle (rendered).
+     One untimed load of the runs page first (the browser fetches Panel's scripts once);
+     then per page a first load (reported apart: it imports the page's module on the server)
+     and the median of N more.
+  The target is on the browser median; without Chromium or Playwright only (1) is measured,
+  and the target is judged on the server build.
+
+Run: `python benchmarks/bench_ui.py [--quick] [--repeat N] [--no-wait]` (full: about 5
+minutes, most of it seeding and loading pages; --quick: a hundredth of the rows, 1 timed load
+per page, under a minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import logging
+import os
+import socket
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+from urllib.parse import parse_qs, urlsplit
+
+import common
+import seed_dashboard
+
+CHROMIUM = "/usr/bin/chromium"
+TARGET_S = 2.0
+IDLE = "() => window.Bokeh && Bokeh.documents.length > 0 && Bokeh.documents[0].is_idle"
+
+
+# --- what to measure -------------------------------------------------------------------------
+
+def page_cases(seeded) -> list[SimpleNamespace]:
+    """(label, path with query, module) for every routed page and the detail variants."""
+    from deepx_flow.ui.pages import PATHS
+
+    cases = [SimpleNamespace(label=path, path=path, module=path)
+             for path in PATHS if path != "run"]
+    variants = [("run (big run)", f"run?id={seeded.big_run}"),
+                ("run (typical run)", f"run?id={seeded.typical_run}"),
+                ("run (failed run)", f"run?id={seeded.failed_run}"),
+                ("graph (big run)", f"graph?run={seeded.big_run}"),
+                ("graph (typical run)", f"graph?run={seeded.typical_run}"),
+                ("assets (one asset)", f"assets?asset={seeded.asset}"),
+                ("assets (partitioned)", f"assets?asset={seeded.partitioned_asset}"),
+                ("registry (tensor)", f"registry?tensor={seeded.tensor}"),
+                ("schedules (one)", f"schedules?schedule={seeded.schedule}")]
+    for label, path in variants:
+        module = urlsplit(path).path
+        if module in PATHS:
+            cases.append(SimpleNamespace(label=label, path=path, module=module))
+    for case in cases:
+        case.exists = importlib.util.find_spec(f"deepx_flow.ui.pages.{case.module}") is not None
+    return cases
+
+
+# --- (1) the server building a page ----------------------------------------------------------
+
+class SqlTimer:
+    """Times every statement the engine runs while `recording`."""
+
+    def __init__(self, engine):
+        from sqlalchemy import event
+        self.statements: list[tuple[float, str, object]] = []
+        self.recording = False
+        event.listen(engine, "before_cursor_execute", self._before)
+        event.listen(engine, "after_cursor_execute", self._after)
+
+    def _before(self, conn, cursor, statement, parameters, context, executemany):
+        conn.info.setdefault("deepx_bench_t", []).append(time.perf_counter())
+
+    def _after(self, conn, cursor, statement, parameters, context, executemany):
+        started = conn.info["deepx_bench_t"].pop()
+        if self.recording:
+            self.statements.append((time.perf_counter() - started, statement, parameters))
+
+    @contextlib.contextmanager
+    def record(self):
+        self.statements, self.recording = [], True
+        try:
+            yield self
+        finally:
+            self.recording = False
+
+
+def build_once(route, args: dict) -> float:
+    """Seconds for `route()` plus `server_doc` in a document whose session has the query
+    arguments `args`, as Panel's server gives them to the page (`pn.state.session_args`)."""
+    import panel as pn
+    from bokeh.document import Document
+
+    doc = Document()
+    request = SimpleNamespace(arguments=args, cookies={}, headers={})
+    context = SimpleNamespace(request=request, id=uuid.uuid4().hex)
+    doc._session_context = lambda: context
+    token = pn.state._curdoc.set(doc)
+    try:
+        start = time.perf_counter()
+        route().server_doc(doc)
+        return time.perf_counter() - start
+    finally:
+        pn.state._curdoc.reset(token)
+
+
+def server_builds(db, cases, repeat: int) -> None:
+    """Set `case.server` (first, median and every build's seconds, the SQL of the last one)
+    or `case.error` for every case whose module exists."""
+    from deepx_flow.ui.pages import pages
+
+    routes = pages(db.url, None)
+    sql = SqlTimer(db.engine)
+    for case in cases:
+        if not case.exists:
+            continue
+        split = urlsplit(case.path)
+        args = {k: [v.encode() for v in vs] for k, vs in parse_qs(split.query).items()}
+        times = []
+        try:
+            for _ in range(1 + repeat):
+                with sql.record():
+                    times.append(build_once(routes[split.path], args))
+        except Exception as err:  # a page being written may fail: report it, go on
+            case.error = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+            continue
+        slowest = sorted(sql.statements, key=lambda s: -s[0])[:3]
+        case.server = {
+            "first_s": times[0], "median_s": statistics.median(times[1:]),
+            "times_s": times[1:], "sql_s": sum(s[0] for s in sql.statements),
+            "queries": len(sql.statements),
+            "slowest_sql": [{"s": s, "statement": " ".join(stmt.split())[:600],
+                             "parameters": repr(params)[:200]} for s, stmt, params in slowest],
+            "slowest_plan": query_plan(db, *slowest[0][1:]) if slowest else None}
+
+
+def query_plan(db, statement: str, parameters) -> list[str]:
+    """The database's plan for one statement (EXPLAIN QUERY PLAN on SQLite, EXPLAIN on
+    PostgreSQL), as text lines."""
+    explain = "EXPLAIN QUERY PLAN " if db.is_sqlite else "EXPLAIN "
+    try:
+        with db.engine.connect() as conn:
+            rows = conn.exec_driver_sql(explain + statement, parameters).all()
+    except Exception as err:
+        return [f"(no plan: {type(err).__name__}: {err})"]
+    return [" | ".join(str(c) for c in row) for row in rows]
+
+
+# --- (2) a browser rendering a page ----------------------------------------------------------
+
+def browser_missing() -> str | None:
+    if not Path(CHROMIUM).is_file():
+        return f"{CHROMIUM} is missing (apt install chromium)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install -e '.[dev]')"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def dashboard(url: str):
+    """The dashboard served on a free loopback port: its base URL."""
+    from deepx_flow.ui.server import serve
+    port = free_port()
+    # Sessions of closed pages go within a second: a page that refreshes itself (the
+    # overview) must not keep reading the database while the next page is timed.
+    server = serve(db=url, port=port, threaded=True, check_unused_sessions_milliseconds=500,
+                   unused_session_lifetime_milliseconds=500)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError("the dashboard did not start in 60 s")
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+def load(browser, url: str, timeout_s: float) -> tuple[float | None, list[str]]:
+    """Seconds from `goto` until Bokeh's document is idle (None: not within `timeout_s`),
+    and the JavaScript errors seen."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    problems = []
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("console", lambda m: problems.append(f"console error: {m.text}")
+            if m.type == "error" else None)
+    try:
+        start = time.perf_counter()
+        page.goto(url, timeout=timeout_s * 1000)
+        page.wait_for_function(IDLE, timeout=timeout_s * 1000)
+        return time.perf_counter() - start, problems
+    except Exception as err:  # playwright's TimeoutError, or the page never loading
+        problems.append(f"{type(err).__name__}: {str(err).splitlines()[0][:200]}")
+        return None, problems
+    finally:
+        page.close()
+
+
+def browser_loads(url: str, cases, repeat: int, timeout_s: float, first: bool = True) -> None:
+    """Set `case.browser` (first and median seconds, every load, JavaScript errors) for every
+    case that built on the server; without `first`, no load is set apart as the first."""
+    from playwright.sync_api import sync_playwright
+    # A page closed while its session still sends (the overview's refresh) leaves tornado a
+    # WebSocketClosedError that asyncio would print as "Task exception was never retrieved".
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+    with dashboard(url) as base, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=["--no-sandbox"])
+        try:
+            load(browser, f"{base}/runs", timeout_s)  # the browser fetches the scripts once
+            for case in cases:
+                if not hasattr(case, "server"):
+                    continue
+                times, problems = [], []
+                loads = repeat + first
+                for _ in range(loads):
+                    seconds, seen = load(browser, f"{base}/{case.path}", timeout_s)
+                    problems += seen
+                    if seconds is None:
+                        break
+                    times.append(seconds)
+                timed = times[1:] if first else times
+                case.browser = {"first_s": times[0] if times else None,
+                                "median_s": statistics.median(timed) if timed else None,
+                                "times_s": timed, "problems": sorted(set(problems))[:10],
+                                "timed_out": len(times) < loads}
+        finally:
+            browser.close()
+
+
+# --- one database, every page ----------------------------------------------------------------
+
+def measure(url: str, scale, repeat_build: int, repeat_load: int, use_browser: bool,
+            timeout_s: float, first_load: bool = True) -> dict:
+    from deepx_flow.meta import open_db
+
+    start = time.perf_counter()
+    seeded = seed_dashboard.seed(url, scale)
+    seed_s = time.perf_counter() - start
+    print(f"seeded in {seed_s:.1f} s: " + ", ".join(f"{n:,} {t}"
+                                                    for t, n in seeded.counts.items()))
+    db = open_db(url)
+    cases = page_cases(seeded)
+    server_builds(db, cases, repeat_build)
+    if use_browser:
+        browser_loads(url, cases, repeat_load, timeout_s, first_load)
+    return {"seed_s": seed_s, "counts": seeded.counts,
+            "seeded": {k: v for k, v in vars(seeded).items() if k not in ("counts", "url")},
+            "pages": [_result(c, use_browser) for c in cases]}
+
+
+def _result(case, use_browser: bool) -> dict:
+    out = {"page": case.label, "path": case.path}
+    if not case.exists:
+        return {**out, "status": "missing"}
+    if hasattr(case, "error"):
+        return {**out, "status": "error", "error": case.error}
+    out.update(status="ok", server=case.server, browser=getattr(case, "browser", None))
+    if use_browser:
+        value = case.browser["median_s"]
+        out["judged_on"] = "browser median"
+    else:
+        value = case.server["median_s"]
+        out["judged_on"] = "server build median (no browser)"
+    out["seconds"] = value
+    out["met"] = value is not None and value < TARGET_S
+    return out
+
+
+def print_pages(backend: str, result: dict, scale) -> None:
+    rows = []
+    for p in result["pages"]:
+        server, browser = p.get("server") or {}, p.get("browser") or {}
+        status = p["status"] if p["status"] != "ok" else ("ok" if p["met"] else "SLOW")
+        if p["status"] == "ok" and browser.get("timed_out"):
+            status = "TIMEOUT"
+        rows.append((p["page"], common.fmt(server.get("median_s"), 3),
+                     common.fmt(server.get("sql_s"), 3), server.get("queries", "-"),
+                     common.fmt(browser.get("first_s"), 2),
+                     common.fmt(browser.get("median_s"), 2), f"< {TARGET_S:g}", status))
+    common.print_table(
+        ("page", "server build s", "its SQL s", "queries", "browser first s",
+         "browser median s", "target s", "ok?"), rows,
+        f"{backend}: {scale.runs:,} runs, {scale.tasks:,} task rows "
+        f"(median of the timed builds and loads)")
+    for p in result["pages"]:
+        if p["status"] == "error":
+            print(f"  {p['page']}: {p['error']}")
+        for problem in (p.get("browser") or {}).get("problems", []):
+            print(f"  {p['page']}: {problem}")
+    for p in result["pages"]:
+        server = p.get("server")
+        if not server or not server["slowest_sql"] or server["slowest_sql"][0]["s"] < 0.1:
+            continue
+        top = server["slowest_sql"][0]
+        print(f"\n{p['page']}: slowest SQL {top['s']:.3f} s of {server['sql_s']:.3f} s: "
+              f"{top['statement'][:300]}")
+        for line in server["slowest_plan"] or []:
+            print(f"    plan: {line}")
+
+
+@contextlib.contextmanager
+def postgres_database(server: str):
+    """A new database with a unique name on the PostgreSQL `server`; dropped on leaving."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.pool import NullPool
+
+    from deepx_flow.meta.db import close_all
+    name = f"deepx_bench_ui_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(server, poolclass=NullPool, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        try:
+            yield make_url(server).set(database=name).render_as_string(hide_password=False)
+        finally:
+            close_all()
+            with admin.connect() as conn:
+                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.dispose()
+
+
+def main(quick: bool = False, repeat: int | None = None, wait: bool = True) -> dict:
+    scale = seed_dashboard.Scale.quick() if quick else seed_dashboard.Scale()
+    # --quick is a smoke test: one build after the first, one load per page (no first load
+    # set apart: the server builds have imported every page module already).
+    repeat_load = repeat or (1 if quick else 5)
+    repeat_build = repeat or (1 if quick else 3)
+    timeout_s = 30.0 if quick else 60.0
+    missing = browser_missing()
+    if missing:
+        print(f"no browser: {missing}; measuring the server builds only")
+    res = {"machine": common.machine_info(),
+           "busy_before": None if quick or not wait else common.wait_until_quiet(),
+           "parameters": {"scale": scale.as_dict(), "server_builds": repeat_build,
+                          "browser_loads": repeat_load, "target_s": TARGET_S,
+                          "browser": None if missing else "chromium (headless, playwright)",
+                          "no_browser_reason": missing}}
+    backends = {}
+    with tempfile.TemporaryDirectory(prefix="deepx-bench-ui-") as tmp:
+        url = f"sqlite:///{tmp}/deepx.db"
+        backends["sqlite"] = measure(url, scale, repeat_build, repeat_load, not missing,
+                                     timeout_s, not quick)
+        print_pages("sqlite", backends["sqlite"], scale)
+    pg_server = os.environ.get("DEEPX_BENCH_PG_URL")
+    if pg_server:
+        with postgres_database(pg_server) as url:
+            backends["postgresql"] = measure(url, scale, repeat_build, repeat_load,
+                                             not missing, timeout_s, not quick)
+        print_pages("postgresql", backends["postgresql"], scale)
+    res["backends"] = backends
+    targets = {}
+    for backend, result in backends.items():
+        for p in result["pages"]:
+            if p["status"] == "ok":
+                targets[f"{backend}: {p['page']}"] = common.target(
+                    f"{backend} {p['page']} < {TARGET_S:g} s ({p['judged_on']})",
+                    p["seconds"], p["met"])
+        measured = [p for p in result["pages"] if p["status"] == "ok"]
+        worst = max((p["seconds"] or float("inf") for p in measured), default=float("inf"))
+        targets[f"{backend}: every page"] = common.target(
+            f"{backend}: every existing page < {TARGET_S:g} s (the slowest)", worst,
+            bool(measured) and all(p["met"] for p in measured),
+            missing=[p["page"] for p in result["pages"] if p["status"] == "missing"],
+            errors=[p["page"] for p in result["pages"] if p["status"] == "error"])
+    res["targets"] = targets
+    common.write_results("bench_ui", res, quick)
+    return res
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a hundredth of the rows")
+    parser.add_argument("--repeat", type=int,
+                        help="timed builds and browser loads per page (3 and 5; 1 and 1 with "
+                             "--quick)")
+    parser.add_argument("--no-wait", action="store_true",
+                        help="do not wait for a quiet machine before timing")
+    args = parser.parse_args()
+    main(args.quick, args.repeat, not args.no_wait)
