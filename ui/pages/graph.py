@@ -1,0 +1,103 @@
+"""The graph page (`graph?run=...`, default the latest run): the run's graph as compiled,
+operators in boxes with their chunk grids and fused kernels framed together, next to the
+plan the run recorded; below it, the asset lineage coloured by staleness.
+
+The compiled graph is rebuilt from the graph's recorded YAML (`ui/run_plan.py`: a safe
+loader, the spec reader, the compiler), never from anything executable in the database.
+"""
+
+from __future__ import annotations
+
+import panel as pn
+
+from deepx_flow.errors import InputError
+from deepx_flow.meta.queries import find_run, list_runs
+from deepx_flow.ui import graph_picture, lineage
+from deepx_flow.ui.asset_versions import MAX_TARGETS, newest_versions
+from deepx_flow.ui.run_plan import rebuild
+from deepx_flow.ui.session import session_arg
+from deepx_flow.ui.table import utc_text
+
+PLAN_LINES = 200  # of a run's recorded plan text (a big graph's runs to thousands)
+LEGEND = ("Boxes: operators of the graph as written (operator, shape, chunk grid; \"fused\" "
+          "when another node's kernel computes it). A coloured frame holds the operators "
+          "one fused kernel computes, named as its tasks are.")
+LINEAGE_LEGEND = ("Green: fresh. Orange: stale (an upstream has a newer version than the "
+                  "one read, or a blocking check failed). Red: the newest version failed a "
+                  "check. Grey: read by others but never materialized.")
+
+
+def graph_page(db, scheduler=None):
+    return pn.Column(*_compiled(db), *_lineage(db), sizing_mode="stretch_width")
+
+
+def _compiled(db) -> list:
+    wanted = session_arg("run")
+    head = pn.pane.Markdown("## Compiled graph")
+    if wanted:
+        try:
+            run = find_run(db, wanted)
+        except InputError as err:
+            return [head, pn.pane.Str(str(err), css_classes=["deepx-graph-problem"])]
+    else:
+        latest = list_runs(db, limit=1)
+        if not latest:
+            return [head, pn.pane.Str("no runs recorded yet")]
+        run = latest[0]
+    parts = [head, pn.pane.Str(f"run {run.id} ({run.kind}, {run.status}, started "
+                               f"{utc_text(run.started_at)} UTC), graph {run.graph_hash}",
+                               css_classes=["deepx-graph-run"])]
+    rebuilt = rebuild(db, run)
+    if rebuilt.plan is None:
+        parts.append(pn.pane.Str(rebuilt.problem, css_classes=["deepx-graph-problem"]))
+    else:
+        pic = graph_picture.picture(rebuilt.plan, label=_operator_label)
+        shown = f"{pic.total:,} nodes" if pic.shown == pic.total else \
+            f"the first {pic.shown:,} of {pic.total:,} nodes"
+        kernels = len(rebuilt.plan.fused.nodes)
+        groups = len(pic.groups["name"])
+        title = (f"{shown}, {kernels:,} kernel{'s' * (kernels != 1)}, {groups:,} fused "
+                 f"group{'s' * (groups != 1)}")
+        notes = [rebuilt.cluster_note]
+        if rebuilt.chunks_differ:
+            notes.append(f"these chunk grids differ from the run's ({run.n_chunks:,} chunks): "
+                         f"its plan below is what ran")
+        parts += [pn.pane.Markdown(LEGEND),
+                  pn.pane.Str("; ".join(notes), css_classes=["deepx-graph-notes"]),
+                  pn.pane.Bokeh(graph_picture.figure(pic, title), sizing_mode="stretch_width")]
+    if run.explain:
+        parts += [pn.pane.Markdown("### The plan the run recorded"),
+                  pn.pane.Str(_first_lines(run.explain, PLAN_LINES))]
+    return parts
+
+
+def _first_lines(text: str, n: int) -> str:
+    lines = text.splitlines()
+    return text if len(lines) <= n else \
+        "\n".join(lines[:n] + [f"... and {len(lines) - n:,} more lines"])
+
+
+def _operator_label(node) -> str:
+    # What the run's task rows call this kernel, so the page and the run page agree.
+    from deepx_flow.runtime.recording import operator_label
+    return operator_label(node)
+
+
+def _lineage(db) -> list:
+    head = pn.pane.Markdown("## Asset lineage")
+    newest, usable, more = newest_versions(db)
+    states = lineage.asset_states(newest, usable)
+    if not states:
+        return [head, pn.pane.Str("no assets materialized yet")]
+    nodes, edges, note = lineage.picture(states, when=lambda t: f"{utc_text(t)} UTC")
+    counts = {s: sum(1 for a in states.values() if a.state == s) for s in lineage.STATE_COLORS}
+    title = f"{len(states):,} assets: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    notes = [note] if note else []
+    if more:
+        notes.append(f"more than {MAX_TARGETS:,} assets and partitions: drawn from the first "
+                     f"{MAX_TARGETS:,} by name")
+    parts = [head, pn.pane.Markdown(LINEAGE_LEGEND)]
+    if notes:
+        parts.append(pn.pane.Str("; ".join(notes)))
+    parts.append(pn.pane.Bokeh(lineage.figure(nodes, edges, title), sizing_mode="stretch_width"))
+    return parts
