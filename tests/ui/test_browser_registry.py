@@ -32,6 +32,18 @@ GRID = """() => {
   return Array.from(d.chunk, (c, i) => [c, d.worker[i], d.state[i], d.color[i]]);
 }"""
 
+# Elements with id "injected", looked for through Panel's shadow roots.
+FIND_INJECTED = """() => {
+  let found = 0;
+  const walk = (node) => {
+    if (node.id === 'injected') found += 1;
+    if (node.shadowRoot) walk(node.shadowRoot);
+    for (const child of node.children || []) walk(child);
+  };
+  walk(document.body);
+  return found;
+}"""
+
 
 def _cells(page, css: str, field: str) -> list[str]:
     return page.locator(f".{css} .tabulator-cell[tabulator-field='{field}']").all_inner_texts()
@@ -99,4 +111,13 @@ def test_an_unknown_tensor_says_so(dashboard, browser):
     page, problems = visit(browser, dashboard, "registry?tensor=nosuch%40tensor",
                            "registry-unknown")
     assert "no chunk of nosuch@tensor is held or lost on record" in page_text(page)
+    assert problems == []
+
+
+def test_a_tensor_key_in_the_url_shows_as_text_not_html(dashboard, browser):
+    key = '<i id="injected">x</i>'
+    page, problems = visit(browser, dashboard, f"registry?tensor={quote(key)}",
+                           "registry-injection")
+    assert f"no chunk of {key} is held or lost on record" in page_text(page)
+    assert page.evaluate(FIND_INJECTED) == 0  # no element made from the key
     assert problems == []

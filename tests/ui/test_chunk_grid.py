@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deepx_flow.meta.models import ChunkPlacement
-from deepx_flow.ui.chunk_grid import (HATCHES, axis_labels, cells, chunk_index, figure,
+from deepx_flow.ui.chunk_grid import (ALPHAS, LOST_OUTLINE, axis_labels, cells, chunk_index, figure,
                                       grid_position, worker_colors)
 
 WORKERS = [f"tcp://10.0.0.{i}:4000" for i in range(4)]
-STATES = list(HATCHES)
+STATES = list(ALPHAS)
 
 
 def placement(chunk, worker, state="memory", nbytes=800):
@@ -93,11 +93,12 @@ def test_a_1d_tensor_is_one_row_and_a_3d_one_flattens():
     assert axis_labels(cols)[0].endswith("(axes 1-2 flattened)")
 
 
-def test_replicas_split_the_cell_and_states_hatch():
+def test_replicas_split_the_cell_and_states_show():
     cols = cells([placement("0,0", WORKERS[1], "spilled"), placement("0,0", WORKERS[0], "lost")])
     assert cols["worker"] == WORKERS[:2] and cols["width"] == [0.5, 0.5]
-    assert cols["x"] == [-0.25, 0.25] and cols["hatch"] == [HATCHES["lost"],
-                                                            HATCHES["spilled"]]
+    assert cols["x"] == [-0.25, 0.25]
+    assert cols["alpha"] == [ALPHAS["lost"], ALPHAS["spilled"]]
+    assert cols["outline"] == [LOST_OUTLINE, "white"]
 
 
 def test_the_figure_names_its_source():

@@ -10,6 +10,8 @@ the latest runs placed or named by the `tensor` query argument; it draws at most
 
 from __future__ import annotations
 
+import html
+
 import pandas as pd
 import panel as pn
 
@@ -61,7 +63,7 @@ def _cluster(db, clusters: list) -> list:
     chooser = pn.widgets.Select(label="cluster (scheduler)", options=options,
                                 value=clusters[0].address, css_classes=["deepx-cluster"],
                                 visible=len(clusters) > 1, width=600)
-    chosen = pn.pane.Str(f"cluster: scheduler {clusters[0].address}")
+    chosen = pn.pane.Str(_plain(f"cluster: scheduler {clusters[0].address}"))
     matrix = pn.pane.Bokeh(None)
     matrix_note = pn.pane.Str("")
     # A cluster's tiers are a few per worker: sent whole (up to MAX_TIERS), sorted and paged
@@ -74,7 +76,7 @@ def _cluster(db, clusters: list) -> list:
     tiers_note = pn.pane.Str("", css_classes=["deepx-storage-tiers-count"])
 
     def show(address: str) -> None:
-        chosen.object = f"cluster: scheduler {address}"
+        chosen.object = _plain(f"cluster: scheduler {address}")
         rows, total = reads.links(db, address)
         cols = link_matrix.cells(rows)
         matrix.object, matrix.visible = link_matrix.figure(cols), bool(rows)
@@ -103,6 +105,13 @@ def _cluster(db, clusters: list) -> list:
                              "stored)"), tiers_note, tiers]
 
 
+def _plain(text: str) -> str:
+    """`text` for a Str pane to show as it is. A Str pane puts its text into the page as
+    HTML (Panel 1.9: `<pre>` + text), so a tensor key from the URL or a scheduler address
+    from the database is escaped first; the numbers and fixed words need not be."""
+    return html.escape(text, quote=False)
+
+
 def _count(n: int, thing: str) -> str:
     return f"{n:,} {thing}" + ("" if n == 1 else "s")
 
@@ -122,8 +131,9 @@ def _placement(db, wanted: str) -> list:
     heading = pn.pane.Markdown("### Chunk placement")
     if not options:
         return [heading, pn.pane.Str("No chunk placements recorded yet.")]
-    listed = pn.pane.Str(f"tensors placed by the latest {reads.RECENT_RUNS:,} runs, the "
-                         f"{reads.MAX_TENSORS} most recent; any other: registry?tensor=<key>")
+    listed = pn.pane.Str(_plain(f"tensors placed by the latest {reads.RECENT_RUNS:,} runs, the "
+                                f"{reads.MAX_TENSORS} most recent; any other: "
+                                "registry?tensor=<key>"))
     chooser = pn.widgets.Select(label="tensor", options=options,
                                 value=wanted or recent[0][0], css_classes=["deepx-tensor"],
                                 width=600)
@@ -133,7 +143,7 @@ def _placement(db, wanted: str) -> list:
     def show(tensor: str) -> None:
         rows, total = reads.tensor_placements(db, tensor)
         if not rows:
-            note.object = f"no chunk of {tensor} is held or lost on record"
+            note.object = _plain(f"no chunk of {tensor} is held or lost on record")
             grid.visible = False
             return
         cols = chunk_grid.cells(rows)
@@ -144,7 +154,7 @@ def _placement(db, wanted: str) -> list:
             f"{_count(len(rows), 'placement')} of {_count(chunks, 'chunk')} on "
             f"{_count(workers, 'worker')}, coloured by worker"
             + ("" if workers <= chunk_grid.LEGEND_WORKERS else " (hover for which)")
-            + "; hatched: / spilled, . stored, x lost"
+            + "; paler: spilled, paler still: stored, red outline: lost"
             + ("" if total == len(rows) else
                f"; only the first {len(rows):,} of {total:,} placements are drawn"))
         if chunk_grid.axis_labels(cols)[0].endswith("flattened)"):
