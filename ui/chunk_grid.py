@@ -114,13 +114,15 @@ def figure(columns: dict, title: str = "chunks by worker"):
     along, down = axis_labels(columns)
     legend = len(set(columns["worker"])) <= LEGEND_WORKERS
     # Cells about 48 x 32 pixels, shrinking past 1000 x 600 so a big grid fits the page.
-    fig = bokeh_figure(title=title, frame_width=min(1000, max(160, 48 * cols)),
-                       frame_height=min(600, max(64, 32 * rows)),
+    width, height = min(1000, max(300, 48 * cols)), min(600, max(64, 32 * rows))
+    # Outlines only where cells are big enough to show fill inside them.
+    outlined = width / cols >= 6 and height / rows >= 6
+    fig = bokeh_figure(title=title, frame_width=width, frame_height=height,
                        x_range=Range1d(-0.5, cols - 0.5),
                        y_range=Range1d(rows - 0.5, -0.5), tools="pan,wheel_zoom,reset",
                        x_axis_label=along, y_axis_label=down, name="chunk-grid-figure")
     fig.rect(x="x", y="y", width="width", height=0.92, source=source, fill_color="color",
-             fill_alpha="alpha", line_color="outline",
+             fill_alpha="alpha", line_color="outline", line_width=1 if outlined else 0,
              **({"legend_field": "worker"} if legend else {}))
     fig.add_tools(HoverTool(tooltips=[("chunk", "@chunk"), ("worker", "@worker"),
                                       ("state", "@state"), ("tier", "@tier"),
