@@ -9,6 +9,7 @@ import pandas as pd
 import panel as pn
 
 from deepx_flow.ui.data import PAGE_SIZE, Listing
+from deepx_flow.ui.text import Text
 
 TIME_COLUMNS = ("started", "ended", "at", "created", "tick", "start", "stop", "seen",
                 "heartbeat", "finished")
@@ -50,7 +51,7 @@ class PagedTable(pn.viewable.Viewer):
                    for label in ("First", "Previous", "Next", "Last")]
         for button, step in zip(buttons, ("first", "previous", "next", "last")):
             button.on_click(lambda _event, step=step: self._go(step))
-        self.status = pn.pane.Str("", css_classes=[f"{css_class}-status"])
+        self.status = Text("", css_classes=[f"{css_class}-status"])
         self.layout = pn.Column(self.table, pn.Row(*buttons, self.status),
                                 sizing_mode="stretch_width")
         self.refresh()

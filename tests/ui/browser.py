@@ -34,7 +34,7 @@ def screenshot(page, shot: str) -> None:
 
 
 # Panel renders each pane inside a shadow root, which innerText does not enter.
-_TEXT = """() => {
+PAGE_TEXT = """() => {
   const parts = [];
   const walk = (node) => {
     if (node.nodeType === Node.TEXT_NODE) { parts.push(node.textContent); return; }
@@ -49,7 +49,7 @@ _TEXT = """() => {
 
 def page_text(page) -> str:
     """All the text the page shows, shadow roots included, whitespace collapsed."""
-    return " ".join(page.evaluate(_TEXT).split())
+    return " ".join(page.evaluate(PAGE_TEXT).split())
 
 
 def shown_run_id(page) -> str:

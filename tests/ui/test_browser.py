@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from deepx_flow.meta.queries import list_runs, run_tasks
-from tests.ui.browser import page_text, shown_run_id, visit
+from tests.ui.browser import PAGE_TEXT, page_text, shown_run_id, visit
 
 pytestmark = pytest.mark.slow
 
@@ -60,6 +60,14 @@ def test_an_unknown_run_id_says_so(dashboard, browser):
     assert problems == []
 
 
+def test_an_id_that_looks_like_markup_is_shown_as_typed(dashboard, browser):
+    page, problems = visit(browser, dashboard, "run?id=%3Ci%20id%3Dinjected%3Ex%3C/i%3E",
+                           "run-markup")
+    assert "no run '<i id=injected>x</i>'" in page_text(page)
+    assert page.locator("#injected").count() == 0
+    assert problems == []
+
+
 def test_a_failed_run_shows_its_error_and_its_erred_tasks(seeded, dashboard, browser):
     [run] = list_runs(seeded.db, status="failed", limit=1000)  # the corrupt Zarr chunk
     tasks = run_tasks(seeded.db, run.id)
@@ -76,7 +84,8 @@ def test_a_failed_run_shows_its_error_and_its_erred_tasks(seeded, dashboard, bro
 
 def test_the_page_of_a_running_run_follows_it_until_it_ends(seeded, dashboard, browser):
     """A run written as a driver in this process would: its page shows the first task,
-    then, without reloading, the second and the run's end."""
+    then, without reloading, the second and the run's end (failed, with an error that
+    looks like markup)."""
     import os
     import socket
     import time
@@ -105,9 +114,13 @@ def test_the_page_of_a_running_run_follows_it_until_it_ends(seeded, dashboard, b
         assert page.evaluate(BARS) == 1 and "running" in page_text(page)
         with seeded.db.session() as session:
             session.add(task(1))
-            session.get(Run, run_id).status = "succeeded"
+            ended = session.get(Run, run_id)
+            ended.status, ended.error = "failed", 'ValueError: <b id="injected">boom</b>'
         page.wait_for_function(f"() => ({BARS})() === 2", timeout=15_000)
-        assert "succeeded" in page_text(page)
+        page.wait_for_function(f"() => ({PAGE_TEXT})().includes('boom')", timeout=15_000)
+        # Text from the database is shown as typed, never as markup.
+        assert 'ValueError: <b id="injected">boom</b>' in page_text(page)
+        assert page.locator("#injected").count() == 0
         assert problems == []
     finally:
         with seeded.db.session() as session:

@@ -21,6 +21,7 @@ from deepx_flow.meta.models import AssetCheckResult, AssetMaterialization
 from deepx_flow.ui.data import Listing
 from deepx_flow.ui.session import session_arg
 from deepx_flow.ui.table import PagedTable, utc_text
+from deepx_flow.ui.text import Text
 
 M, C = AssetMaterialization, AssetCheckResult
 
@@ -140,12 +141,12 @@ def asset_detail(db, asset: str):
     latest = latest_version(db, asset)
     if latest is None:
         return pn.Column(pn.pane.Markdown("## Asset"), back,
-                         pn.pane.Str(f"no asset {asset!r} in the catalogue"),
+                         Text(f"no asset {asset!r} in the catalogue"),
                          sizing_mode="stretch_width")
     versions = PagedTable(VERSIONS, db, page_size=20, links={"run": "run?id="},
                           css_class="deepx-asset-versions", asset=asset)
     checks = PagedTable(CHECKS, db, page_size=20, css_class="deepx-asset-checks", asset=asset)
-    parts = [pn.pane.Markdown("## Asset"), pn.pane.Str(asset, css_classes=["deepx-asset-name"]),
+    parts = [pn.pane.Markdown("## Asset"), Text(asset, css_classes=["deepx-asset-name"]),
              back, _facts(latest, versions.total),
              pn.pane.Markdown("### Versions"), versions,
              pn.pane.Markdown("### Check results"), checks]
@@ -155,7 +156,7 @@ def asset_detail(db, asset: str):
         parts += [pn.pane.Markdown("### Partitions"), partitions]
     upstream = upstream_rows(latest.upstream_versions)
     parts += [pn.pane.Markdown("### Upstream versions the latest version read"),
-              _upstream_table(upstream) if upstream else pn.pane.Str("none (a source asset)")]
+              _upstream_table(upstream) if upstream else Text("none (a source asset)")]
     return pn.Column(*parts, sizing_mode="stretch_width")
 
 

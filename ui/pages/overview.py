@@ -26,6 +26,7 @@ from deepx_flow.ui.data import Listing
 from deepx_flow.ui.live import refresh_while_open
 from deepx_flow.ui.scheduler_watch import TIMEOUT_S, Reading, watch
 from deepx_flow.ui.table import PagedTable, utc_text
+from deepx_flow.ui.text import Text
 
 PERIOD_MS = 2000
 MAX_WORKERS = 1000  # registered workers shown (a cluster has one per GPU, so far fewer)
@@ -173,13 +174,13 @@ class Overview(pn.viewable.Viewer):
         super().__init__()
         self.db, self.scheduler = db, scheduler
         self.watch = watch(cs.scheduler_key(scheduler)) if scheduler else None
-        self.scheduler_status = pn.pane.Str("", css_classes=["deepx-overview-scheduler"])
+        self.scheduler_status = Text("", css_classes=["deepx-overview-scheduler"])
         self.dask_link = pn.pane.HTML(dashboard_link_html(None),
                                       css_classes=["deepx-overview-dask"])
         self.workers = _table(cs.WORKER_COLUMNS, "deepx-overview-workers")
-        self.workers_note = pn.pane.Str("", css_classes=["deepx-overview-workers-note"])
+        self.workers_note = Text("", css_classes=["deepx-overview-workers-note"])
         self.gpus = _table(cs.GPU_COLUMNS, "deepx-overview-gpus")
-        self.gpus_note = pn.pane.Str("", css_classes=["deepx-overview-gpus-note"])
+        self.gpus_note = Text("", css_classes=["deepx-overview-gpus-note"])
         self.chart, self.source = _memory_chart()
         self.in_flight = PagedTable(IN_FLIGHT, db, PAGE_SIZE, links={"id": "run?id="},
                                     css_class="deepx-overview-inflight")
@@ -187,7 +188,7 @@ class Overview(pn.viewable.Viewer):
                                       css_class="deepx-overview-failed-runs")
         self.erred_tasks = PagedTable(ERRED_TASKS, db, PAGE_SIZE, links={"run": "run?id="},
                                       css_class="deepx-overview-erred-tasks")
-        self.refreshed = pn.pane.Str("", css_classes=["deepx-overview-refreshed"])
+        self.refreshed = Text("", css_classes=["deepx-overview-refreshed"])
         reading = self.watch.current(wait=TIMEOUT_S + 0.5) if self.watch else None
         self._show_cluster(reading)
         self.chart.height = max(160, 60 + 28 * len(self.source.data["worker"]))

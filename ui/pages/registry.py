@@ -10,7 +10,6 @@ the latest runs placed or named by the `tensor` query argument; it draws at most
 
 from __future__ import annotations
 
-import html
 
 import pandas as pd
 import panel as pn
@@ -18,6 +17,7 @@ import panel as pn
 from deepx_flow.ui import chunk_grid, link_matrix
 from deepx_flow.ui import registry_reads as reads
 from deepx_flow.ui.table import utc_text
+from deepx_flow.ui.text import Text
 
 BYTES = {"type": "money", "thousand": ",", "symbol": "", "precision": 0}
 
@@ -50,22 +50,22 @@ def _operators(db) -> list:
     shown = _count(total, "operator") if total == len(rows) \
         else f"the first {len(rows):,} of {total:,} operators, by name"
     return [pn.pane.Markdown("### Operators"),
-            pn.pane.Str(shown, css_classes=["deepx-operators-count"]), table]
+            Text(shown, css_classes=["deepx-operators-count"]), table]
 
 
 def _cluster(db, clusters: list) -> list:
     """The cluster chooser, its link matrix and its storage tiers, kept in step."""
     if not clusters:
         return [pn.pane.Markdown("### Network and storage"),
-                pn.pane.Str("No cluster registered yet (deepx-flow registry register, "
+                Text("No cluster registered yet (deepx-flow registry register, "
                             "deepx-flow registry probe).")]
     options = {_cluster_label(c): c.address for c in clusters}
     chooser = pn.widgets.Select(label="cluster (scheduler)", options=options,
                                 value=clusters[0].address, css_classes=["deepx-cluster"],
                                 visible=len(clusters) > 1, width=600)
-    chosen = pn.pane.Str(_plain(f"cluster: scheduler {clusters[0].address}"))
+    chosen = Text(f"cluster: scheduler {clusters[0].address}")
     matrix = pn.pane.Bokeh(None)
-    matrix_note = pn.pane.Str("")
+    matrix_note = Text("")
     # A cluster's tiers are a few per worker: sent whole (up to MAX_TIERS), sorted and paged
     # in the browser, so their one aggregate over the placements runs once per cluster.
     tiers = pn.widgets.Tabulator(pd.DataFrame(), disabled=True, show_index=False,
@@ -73,10 +73,10 @@ def _cluster(db, clusters: list) -> list:
                                      "capacity": BYTES, "held": BYTES},
                                  css_classes=["deepx-storage-tiers"],
                                  sizing_mode="stretch_width")
-    tiers_note = pn.pane.Str("", css_classes=["deepx-storage-tiers-count"])
+    tiers_note = Text("", css_classes=["deepx-storage-tiers-count"])
 
     def show(address: str) -> None:
-        chosen.object = _plain(f"cluster: scheduler {address}")
+        chosen.object = f"cluster: scheduler {address}"
         rows, total = reads.links(db, address)
         cols = link_matrix.cells(rows)
         matrix.object, matrix.visible = link_matrix.figure(cols), bool(rows)
@@ -105,13 +105,6 @@ def _cluster(db, clusters: list) -> list:
                              "stored)"), tiers_note, tiers]
 
 
-def _plain(text: str) -> str:
-    """`text` for a Str pane to show as it is. A Str pane puts its text into the page as
-    HTML (Panel 1.9: `<pre>` + text), so a tensor key from the URL or a scheduler address
-    from the database is escaped first; the numbers and fixed words need not be."""
-    return html.escape(text, quote=False)
-
-
 def _count(n: int, thing: str) -> str:
     return f"{n:,} {thing}" + ("" if n == 1 else "s")
 
@@ -130,20 +123,19 @@ def _placement(db, wanted: str) -> list:
         options = {wanted: wanted, **options}  # named in the URL, older than the listed
     heading = pn.pane.Markdown("### Chunk placement")
     if not options:
-        return [heading, pn.pane.Str("No chunk placements recorded yet.")]
-    listed = pn.pane.Str(_plain(f"tensors placed by the latest {reads.RECENT_RUNS:,} runs, the "
-                                f"{reads.MAX_TENSORS} most recent; any other: "
-                                "registry?tensor=<key>"))
+        return [heading, Text("No chunk placements recorded yet.")]
+    listed = Text(f"tensors placed by the latest {reads.RECENT_RUNS:,} runs, the "
+                  f"{reads.MAX_TENSORS} most recent; any other: registry?tensor=<key>")
     chooser = pn.widgets.Select(label="tensor", options=options,
                                 value=wanted or recent[0][0], css_classes=["deepx-tensor"],
                                 width=600)
-    note = pn.pane.Str("", css_classes=["deepx-chunk-note"])
+    note = Text("", css_classes=["deepx-chunk-note"])
     grid = pn.pane.Bokeh(None)
 
     def show(tensor: str) -> None:
         rows, total = reads.tensor_placements(db, tensor)
         if not rows:
-            note.object = _plain(f"no chunk of {tensor} is held or lost on record")
+            note.object = f"no chunk of {tensor} is held or lost on record"
             grid.visible = False
             return
         cols = chunk_grid.cells(rows)

@@ -13,6 +13,7 @@ from deepx_flow.ui import timeline
 from deepx_flow.ui.live import refresh_while_open
 from deepx_flow.ui.session import session_arg
 from deepx_flow.ui.table import utc_text
+from deepx_flow.ui.text import Text
 
 MAX_BARS = 20_000  # a timeline of more tasks shows the first ones (by start) and says so
 PERIOD_MS = 3000  # how often the page of a running run is read again
@@ -49,7 +50,7 @@ class RunView(pn.viewable.Viewer):
         super().__init__()
         self.db, self.run_id = db, run.id
         self.facts = _table(["what", "value"], "deepx-run-facts")
-        self.error = pn.pane.Str("", css_classes=["deepx-run-error"])
+        self.error = Text("", css_classes=["deepx-run-error"])
         self.error_title = pn.pane.Markdown("### Error")
         self.chart = timeline.figure(timeline.bars([], run.started_at))
         self.events_title = pn.pane.Markdown("### Events")
@@ -57,11 +58,11 @@ class RunView(pn.viewable.Viewer):
                              pagination="local", page_size=20)
         self.per_operator = _table(["operator", "tasks", "failed", "seconds", "bytes out"],
                                    "deepx-run-operators")
-        self.plan = pn.pane.Str("", css_classes=["deepx-run-plan"])
+        self.plan = Text("", css_classes=["deepx-run-plan"])
         self.plan_title = pn.pane.Markdown("### Plan")
         # Database text goes into Str panes and tables (shown as text), never into Markdown.
         self.layout = pn.Column(
-            pn.pane.Markdown("## Run"), pn.pane.Str(run.id, css_classes=["deepx-run-id"]),
+            pn.pane.Markdown("## Run"), Text(run.id, css_classes=["deepx-run-id"]),
             self.facts, self.error_title, self.error, pn.pane.Markdown("### Timeline"),
             pn.pane.Bokeh(self.chart, sizing_mode="stretch_width"), self.events_title,
             self.events, pn.pane.Markdown("### Work per operator"), self.per_operator,
@@ -101,7 +102,7 @@ def run_page(db, scheduler=None):
     try:
         run = find_run(db, session_arg("id"))
     except InputError as err:
-        return pn.Column(pn.pane.Markdown("## Run"), pn.pane.Str(str(err)))
+        return pn.Column(pn.pane.Markdown("## Run"), Text(str(err)))
     view = RunView(db, run)
     if run.status == "running":
         def refresh():
