@@ -121,7 +121,12 @@ def test_the_page_of_a_running_run_follows_it_until_it_ends(seeded, dashboard, b
         # Text from the database is shown as typed, never as markup.
         assert 'ValueError: <b id="injected">boom</b>' in page_text(page)
         assert page.locator("#injected").count() == 0
-        assert problems == []
+        listed, more_problems = visit(browser, dashboard, "runs", "runs-markup")  # a table
+        listed.wait_for_selector(".deepx-runs .tabulator-row")
+        row = listed.locator(".deepx-runs .tabulator-row").filter(has_text=run_id)
+        assert '<b id="injected">boom</b>' in row.inner_text()
+        assert listed.locator("#injected").count() == 0
+        assert problems == more_problems == []
     finally:
         with seeded.db.session() as session:
             for row in session.exec(select(Task).where(Task.run_id == run_id)).all():
