@@ -11,6 +11,7 @@ Without /usr/bin/chromium the browser tests skip, unless DEEPX_REQUIRE_BROWSER=1
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import os
@@ -43,13 +44,19 @@ def _seed(url: str, client, asset_root: Path) -> SimpleNamespace:
     from deepx_flow.registry.network import probe_network
     from deepx_flow.registry.operators import register_operators
     from deepx_flow.registry.register import register_cluster
+    from deepx_flow.runtime.run import cluster_spec
     from deepx_flow.scheduler.daemon import SchedulerDaemon
 
     db = open_db(url)
     x = dx.random.normal((16_000, 256), seed=3, dtype="float64")  # 8 chunks of 4 MiB
     dx.run((dx.tanh(x) * 2.0).sum(axis=0), client=client)
     _failed_run(dx, client, asset_root.parent)
-    kept = dx.persist(dx.exp(dx.random.uniform((300, 40), seed=5)) + 1.0, client=client)
+    # Planned for workers with 64 KiB free each, so the kept tensor is 8 chunks on both.
+    spec = cluster_spec(client=client)
+    small = dataclasses.replace(spec, workers=tuple(
+        dataclasses.replace(w, memory=w.reserved + 64 * 2**10) for w in spec.workers))
+    kept = dx.persist(dx.exp(dx.random.uniform((300, 40), seed=5)) + 1.0, client=client,
+                      cluster=small)
 
     @dx.asset(code_version="1", checks=[dx.checks.all_finite])
     def features():
