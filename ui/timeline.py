@@ -51,8 +51,7 @@ def figure(columns: dict, title: str = "tasks per worker"):
                        tools="xpan,xwheel_zoom,reset")
     fig.hbar(y="worker", left="left", right="right", height=0.7, color="color",
              source=source, name="timeline-bars", legend_field="label")
-    fig.legend.orientation = "horizontal"
-    fig.add_layout(fig.legend[0], "above")  # not over the bars
+    fig.add_layout(fig.legend[0], "right")  # not over the bars
     fig.add_tools(HoverTool(tooltips=[("operator", "@operator"), ("key", "@key"),
                                       ("status", "@status"), ("attempt", "@attempts"),
                                       ("error", "@error")]))
@@ -65,6 +64,6 @@ def show(fig, columns: dict, title: str) -> None:
     """Put new bars into a figure made by `figure` (a live page updates it in place)."""
     rows = lanes(columns) or [NO_WORKER]
     fig.y_range.factors = list(reversed(rows))
-    fig.height = max(160, 40 + 28 * len(rows))
+    fig.height = max(180, 70 + 36 * len(rows))
     fig.title.text = title
     fig.select_one({"name": "timeline-source"}).data = columns

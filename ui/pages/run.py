@@ -62,7 +62,8 @@ class RunView(pn.viewable.Viewer):
         self.plan_title = pn.pane.Markdown("### Plan")
         # Database text goes into Str panes and tables (shown as text), never into Markdown.
         self.layout = pn.Column(
-            pn.pane.Markdown("## Run"), Text(run.id, css_classes=["deepx-run-id"]),
+            pn.pane.Markdown("## Run"),
+            Text(run.id, css_classes=["deepx-run-id"], styles={"font-size": "1.3em"}),
             self.facts, self.error_title, self.error, pn.pane.Markdown("### Timeline"),
             pn.pane.Bokeh(self.chart, sizing_mode="stretch_width"), self.events_title,
             self.events, pn.pane.Markdown("### Work per operator"), self.per_operator,
