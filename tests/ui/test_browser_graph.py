@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 
 import pytest
-from sqlmodel import select
 
 import deepx_flow as dx
 from deepx_flow.meta.models import GraphRecord
@@ -45,7 +44,7 @@ def first_dx_run(db):
 
 def recorded_graph(db, run):
     with db.read() as session:
-        return session.exec(select(GraphRecord).where(GraphRecord.hash == run.graph_hash)).one()
+        return session.get(GraphRecord, run.graph_hash)
 
 
 def test_the_compiled_graph_has_a_box_per_node(seeded, dashboard, browser):
@@ -82,9 +81,14 @@ def test_the_compiled_graph_has_a_box_per_node(seeded, dashboard, browser):
 
 def test_without_a_run_it_shows_the_latest(seeded, dashboard, browser):
     latest = list_runs(seeded.db, limit=1)[0]
+    record = recorded_graph(seeded.db, latest)
     page, problems = visit(browser, dashboard, "graph", "graph-latest")
     assert f"run {latest.id}" in page_text(page)
-    assert len(data(page, "graph-nodes")["id"]) == recorded_graph(seeded.db, latest).n_nodes
+    if record is not None and record.yaml:
+        assert len(data(page, "graph-nodes")["id"]) == record.n_nodes
+    else:  # a run another module's test wrote without its graph's YAML, still there
+        text = page_text(page)
+        assert "without its YAML" in text or "not in the graphs table" in text
     assert problems == []
 
 
