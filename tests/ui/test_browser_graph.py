@@ -100,6 +100,14 @@ def test_an_unknown_run_says_so(dashboard, browser):
     assert problems == []
 
 
+def test_a_run_argument_that_looks_like_markup_is_shown_as_typed(dashboard, browser):
+    page, problems = visit(browser, dashboard, "graph?run=%3Ci%20id%3Dinjected%3Ex%3C/i%3E",
+                           "graph-injected")
+    assert "no run '<i id=injected>x</i>'" in page_text(page)
+    assert page.locator("#injected").count() == 0
+    assert problems == []
+
+
 def shown_lineage(seeded, dashboard, browser, shot: str) -> dict:
     page, problems = visit(browser, dashboard, "graph", shot)
     assert problems == []

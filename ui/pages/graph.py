@@ -16,6 +16,7 @@ from deepx_flow.ui import graph_picture, lineage
 from deepx_flow.ui.asset_versions import MAX_TARGETS, newest_versions
 from deepx_flow.ui.run_plan import rebuild
 from deepx_flow.ui.session import session_arg
+from deepx_flow.ui.text import Text
 from deepx_flow.ui.table import utc_text
 
 PLAN_LINES = 200  # of a run's recorded plan text (a big graph's runs to thousands)
@@ -38,18 +39,18 @@ def _compiled(db) -> list:
         try:
             run = find_run(db, wanted)
         except InputError as err:
-            return [head, pn.pane.Str(str(err), css_classes=["deepx-graph-problem"])]
+            return [head, Text(str(err), css_classes=["deepx-graph-problem"])]
     else:
         latest = list_runs(db, limit=1)
         if not latest:
-            return [head, pn.pane.Str("no runs recorded yet")]
+            return [head, Text("no runs recorded yet")]
         run = latest[0]
-    parts = [head, pn.pane.Str(f"run {run.id} ({run.kind}, {run.status}, started "
+    parts = [head, Text(f"run {run.id} ({run.kind}, {run.status}, started "
                                f"{utc_text(run.started_at)} UTC), graph {run.graph_hash}",
                                css_classes=["deepx-graph-run"])]
     rebuilt = rebuild(db, run)
     if rebuilt.plan is None:
-        parts.append(pn.pane.Str(rebuilt.problem, css_classes=["deepx-graph-problem"]))
+        parts.append(Text(rebuilt.problem, css_classes=["deepx-graph-problem"]))
     else:
         pic = graph_picture.picture(rebuilt.plan, label=_operator_label)
         shown = f"{pic.total:,} nodes" if pic.shown == pic.total else \
@@ -63,11 +64,11 @@ def _compiled(db) -> list:
             notes.append(f"these chunk grids differ from the run's ({run.n_chunks:,} chunks): "
                          f"its plan below is what ran")
         parts += [pn.pane.Markdown(LEGEND),
-                  pn.pane.Str("; ".join(notes), css_classes=["deepx-graph-notes"]),
+                  Text("; ".join(notes), css_classes=["deepx-graph-notes"]),
                   pn.pane.Bokeh(graph_picture.figure(pic, title), sizing_mode="stretch_width")]
     if run.explain:
         parts += [pn.pane.Markdown("### The plan the run recorded"),
-                  pn.pane.Str(_first_lines(run.explain, PLAN_LINES))]
+                  Text(_first_lines(run.explain, PLAN_LINES))]
     return parts
 
 
@@ -88,7 +89,7 @@ def _lineage(db) -> list:
     newest, usable, more = newest_versions(db)
     states = lineage.asset_states(newest, usable)
     if not states:
-        return [head, pn.pane.Str("no assets materialized yet")]
+        return [head, Text("no assets materialized yet")]
     nodes, edges, note = lineage.picture(states, when=lambda t: f"{utc_text(t)} UTC")
     counts = {s: sum(1 for a in states.values() if a.state == s) for s in lineage.STATE_COLORS}
     title = f"{len(states):,} assets: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
@@ -98,6 +99,6 @@ def _lineage(db) -> list:
                      f"{MAX_TARGETS:,} by name")
     parts = [head, pn.pane.Markdown(LINEAGE_LEGEND)]
     if notes:
-        parts.append(pn.pane.Str("; ".join(notes)))
+        parts.append(Text("; ".join(notes)))
     parts.append(pn.pane.Bokeh(lineage.figure(nodes, edges, title), sizing_mode="stretch_width"))
     return parts
