@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from deepx_flow.meta.queries import list_runs, run_tasks
-from tests.ui.browser import PAGE_TEXT, page_text, shown_run_id, visit
+from tests.ui.browser import IDLE, PAGE_TEXT, page_text, shown_run_id, visit
 
 pytestmark = pytest.mark.slow
 
@@ -42,14 +42,23 @@ def test_the_run_page_has_one_bar_per_task(seeded, dashboard, browser):
     assert problems == []
 
 
+def test_the_run_page_links_to_its_graph(seeded, dashboard, browser):
+    run = list_runs(seeded.db, limit=1000)[-1]
+    page, problems = visit(browser, dashboard, f"run?id={run.id}", "run-graph-link")
+    page.locator(".deepx-run-graph a").click()
+    page.wait_for_url(f"**/graph?run={run.id}")
+    page.wait_for_function(IDLE, timeout=30_000)
+    assert run.id in page_text(page)
+    assert problems == []
+
+
 def test_the_runs_page_links_to_the_run_page(seeded, dashboard, browser):
     run = list_runs(seeded.db, limit=1)[0]
     page, problems = visit(browser, dashboard, "runs", "runs-link")
     page.wait_for_selector(".deepx-runs .tabulator-row")
     page.locator(f".deepx-runs a:text('{run.id}')").click()
     page.wait_for_url(f"**/run?id={run.id}")
-    page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0 && "
-                           "Bokeh.documents[0].is_idle", timeout=30_000)
+    page.wait_for_function(IDLE, timeout=30_000)
     assert shown_run_id(page) == run.id
     assert problems == []
 

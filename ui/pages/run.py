@@ -4,6 +4,8 @@ operator. The page of a running run is read again every few seconds until the ru
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import pandas as pd
 import panel as pn
 
@@ -42,6 +44,12 @@ def facts(run, attempts: int) -> list[tuple[str, str]]:
     return [(what, str(value)) for what, value in rows]
 
 
+def graph_link(run_id: str) -> str:
+    """A link to the run's compiled graph; the id is percent-quoted, so it can hold no
+    markup."""
+    return f'<a href="graph?run={quote(run_id, safe="")}">the compiled graph</a>'
+
+
 class RunView(pn.viewable.Viewer):
     """The widgets of one run's page; `refresh()` reads the run again and updates them in
     place (the timeline's data source keeps its name, so there is always one)."""
@@ -64,7 +72,8 @@ class RunView(pn.viewable.Viewer):
         self.layout = pn.Column(
             pn.pane.Markdown("## Run"),
             Text(run.id, css_classes=["deepx-run-id"], styles={"font-size": "1.3em"}),
-            self.facts, self.error_title, self.error, pn.pane.Markdown("### Timeline"),
+            pn.pane.HTML(graph_link(run.id), css_classes=["deepx-run-graph"]), self.facts,
+            self.error_title, self.error, pn.pane.Markdown("### Timeline"),
             pn.pane.Bokeh(self.chart, sizing_mode="stretch_width"), self.events_title,
             self.events, pn.pane.Markdown("### Work per operator"), self.per_operator,
             self.plan_title, self.plan, sizing_mode="stretch_width")
