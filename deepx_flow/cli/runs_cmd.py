@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 
 from deepx_flow.meta import open_db, queries
 from deepx_flow.registry.cluster import format_bytes
@@ -48,7 +49,7 @@ def cmd_runs(args) -> int:
 
 def _show(db, args) -> int:
     run = queries.find_run(db, args.run_id)
-    ratio = "inf" if run.compute_comm_ratio is None else f"{run.compute_comm_ratio:.1f}"
+    ratio = _ratio(math.inf if run.compute_comm_ratio is None else run.compute_comm_ratio)
     print(f"run {run.id}  {run.kind}  {run.status}\n"
           f"  started {_time(run.started_at)}, {_duration(run)} s, by {run.username or '?'} "
           f"on {run.host} (pid {run.pid})\n"
@@ -58,10 +59,12 @@ def _show(db, args) -> int:
     if run.error:
         print(f"  error: {run.error}")
     summary = queries.task_summary(db, run.id)
+    print(f"  measured compute/communication {_ratio(queries.measured_ratio(summary))}")
     print()
-    print(text_table(("operator", "tasks", "failed", "compute s", "bytes out"),
-                     [(op, n, failed, f"{secs:.3f}", format_bytes(nbytes))
-                      for op, n, failed, secs, nbytes in summary],
+    print(text_table(("operator", "tasks", "failed", "compute s", "fetch s", "bytes out"),
+                     [(op, n, failed, f"{secs:.3f}", "-" if comm is None else f"{comm:.3f}",
+                       format_bytes(nbytes))
+                      for op, n, failed, secs, comm, nbytes in summary],
                      "tasks by operator") if summary else "no tasks recorded")
     tasks = queries.run_tasks(db, run.id)
     failed = [t for t in tasks if t.status == "erred"]
@@ -117,3 +120,7 @@ def _size(n) -> str:
 
 def _first_line(text: str | None) -> str:
     return (text or "").strip().splitlines()[0][:100] if text and text.strip() else ""
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else "inf" if math.isinf(value) else f"{value:.1f}"

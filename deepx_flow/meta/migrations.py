@@ -14,6 +14,8 @@ History:
 3. asset_materializations, asset_check_results.
 4. schedules, schedule_ticks.
 5. indexes for the dashboard's listings: chunk_placements (state), schedule_ticks (tick_at).
+6. tasks.comm_seconds (time spent fetching inputs); an index on asset_materializations
+   (asset, partition, created_at) for the newest version of every asset and partition.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from sqlmodel import SQLModel
 from deepx_flow.errors import DatabaseError
 from deepx_flow.meta.models import SchemaInfo
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # An arbitrary constant: PostgreSQL sessions migrating at once take turns on this lock.
 _PG_LOCK_ID = 74_700_11
@@ -125,11 +127,23 @@ def _v5_listing_indexes(conn: Connection) -> None:
     Index("ix_schedule_ticks_tick_at", ticks.c.tick_at).create(conn, checkfirst=True)
 
 
+def _v6_comm_seconds(conn: Connection) -> None:
+    # The run page's measured compute/communication ratio, and the graph page's lineage
+    # (the newest version per asset and partition) without a scan of every version.
+    conn.execute(text("ALTER TABLE tasks ADD COLUMN comm_seconds FLOAT"))
+    frozen = MetaData()
+    versions = Table("asset_materializations", frozen, Column("asset", String),
+                     Column("partition", String), Column("created_at", Float))
+    Index("ix_asset_materializations_target", versions.c.asset, versions.c.partition,
+          versions.c.created_at).create(conn, checkfirst=True)
+
+
 STEPS = {
     2: _v2_events_and_username,
     3: _v3_assets,
     4: _v4_schedules,
     5: _v5_listing_indexes,
+    6: _v6_comm_seconds,
 }
 
 

@@ -155,6 +155,7 @@ class Task(SQLModel, table=True):
     stop: Optional[float] = None
     bytes_in: Optional[int] = _big()
     bytes_out: Optional[int] = _big()
+    comm_seconds: Optional[float] = None  # fetching its inputs from other workers
     attempts: int = 1
     status: str = "memory"  # memory (finished) or erred
     error: Optional[str] = _text()
@@ -195,7 +196,9 @@ class AssetMaterialization(SQLModel, table=True):
     the data, so a version is visible only once it is complete."""
 
     __tablename__ = "asset_materializations"
-    __table_args__ = (Index("ix_asset_materializations_asset", "asset", "created_at"),)
+    __table_args__ = (Index("ix_asset_materializations_asset", "asset", "created_at"),
+                      Index("ix_asset_materializations_target", "asset", "partition",
+                            "created_at"))
     id: Optional[int] = Field(default=None, primary_key=True)
     version: str = Field(unique=True)  # a uuid4 hex
     asset: str

@@ -3,6 +3,8 @@ dashboard. Each function is one short read; results are plain model objects."""
 
 from __future__ import annotations
 
+import math
+
 from sqlalchemy import case, func
 from sqlmodel import col, select
 
@@ -43,15 +45,28 @@ def run_tasks(db: Database, run_id: str, limit: int | None = None) -> list[Task]
 
 
 def task_summary(db: Database, run_id: str) -> list[tuple]:
-    """Per operator: tasks, failed tasks, compute seconds, bytes out."""
+    """Per operator: tasks, failed tasks, compute seconds, seconds spent fetching inputs
+    from other workers (None for runs recorded before that was), bytes out."""
     failed = func.sum(case((Task.status == "erred", 1), else_=0))
     query = (select(Task.operator, func.count(), failed,
                     func.sum(func.coalesce(Task.stop - Task.start, 0.0)),
+                    func.sum(Task.comm_seconds),
                     func.sum(func.coalesce(Task.bytes_out, 0)))
              .where(Task.run_id == run_id).group_by(Task.operator)
              .order_by(Task.operator))
     with db.read() as session:
         return [tuple(row) for row in session.exec(query)]
+
+
+def measured_ratio(summary: list[tuple]) -> float | None:
+    """The compute/communication ratio a run reached, from its `task_summary`: seconds of
+    compute over seconds of fetching inputs (inf when nothing was fetched; None when no
+    task recorded either)."""
+    compute = sum(row[3] or 0.0 for row in summary)
+    fetched = [row[4] for row in summary if row[4] is not None]
+    if not fetched:
+        return None
+    return compute / sum(fetched) if sum(fetched) > 0 else math.inf
 
 
 def run_events(db: Database, run_id: str) -> list[Event]:

@@ -42,7 +42,7 @@ def end_run(db: Database, run_id: str, status: str, error: str | None = None) ->
 
 
 TASK_COLUMNS = ("key", "tensor", "operator", "worker", "start", "stop", "bytes_in",
-                "bytes_out", "attempts", "status", "error")
+                "bytes_out", "attempts", "status", "error", "comm_seconds")
 PLACEMENT_COLUMNS = ("tensor", "chunk", "worker", "device", "tier", "nbytes", "state",
                      "updated_at")
 EVENT_COLUMNS = ("at", "kind", "worker", "key", "message")

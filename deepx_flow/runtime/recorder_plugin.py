@@ -35,7 +35,7 @@ PLUGIN_NAME = "deepx-recorder"
 # The records a drain returns are tuples in these orders. Keys stay Dask keys: turning them
 # into text is left to the driver, since scheduler CPU is what every task waits on.
 TASK_FIELDS = ("key", "worker", "start", "stop", "bytes_in", "bytes_out", "attempts",
-               "status", "error")
+               "status", "error", "comm_seconds")
 PLACEMENT_FIELDS = ("key", "worker", "state", "nbytes", "at")
 EVENT_FIELDS = ("at", "kind", "worker", "key", "message")
 SPILL_TOPIC = "deepx-spill"
@@ -101,7 +101,8 @@ class RecorderPlugin(SchedulerPlugin):
         run_id = self.run_of.get(key_name(key))
         if run_id is not None:
             self.tasks[run_id].append((key, worker, start, time.time(), None, None,
-                                       max(1, self.attempts.get(key, 1)), status, error))
+                                       max(1, self.attempts.get(key, 1)), status, error,
+                                       None))
 
     def _drain_placements(self, run_id: str) -> list:
         rows = []
@@ -138,7 +139,8 @@ class RecorderPlugin(SchedulerPlugin):
             # The attempt failed and Dask retries it (processing -> released -> waiting).
             worker, began, ended, error = self.failed.pop(key)
             self.tasks[run_id].append((key, worker, began, ended, None, None,
-                                       max(1, self.attempts.get(key, 1)), "retried", error))
+                                       max(1, self.attempts.get(key, 1)), "retried", error,
+                                       None))
         if finish == "memory" and start != "memory":
             worker = kwargs.get("worker")
             ts = self.scheduler.tasks.get(key)
@@ -195,7 +197,10 @@ class RecorderPlugin(SchedulerPlugin):
     # -- internals ----------------------------------------------------------------------------
 
     def _task_done(self, run_id, key, finish, kw) -> None:
-        compute = [s for s in kw.get("startstops") or () if s.get("action") == "compute"]
+        startstops = kw.get("startstops") or ()
+        compute = [s for s in startstops if s.get("action") == "compute"]
+        # The worker reports each input it fetched from another worker as a "transfer".
+        fetched = [s["stop"] - s["start"] for s in startstops if s.get("action") == "transfer"]
         failed = self.failed.pop(key, None)
         if not compute and failed is not None:
             compute = [{"start": failed[1], "stop": failed[2]}]
@@ -210,7 +215,8 @@ class RecorderPlugin(SchedulerPlugin):
             kw.get("nbytes") if finish == "memory" else None,
             max(1, self.attempts.get(key, 1)),
             finish,
-            kw.get("exception_text") if finish == "erred" else None))
+            kw.get("exception_text") if finish == "erred" else None,
+            sum(fetched) if fetched else 0.0))
 
     def _place(self, run_id, key, worker, state, nbytes) -> None:
         if run_id is None:

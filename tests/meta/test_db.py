@@ -178,10 +178,11 @@ def test_a_version_1_database_is_migrated_with_its_rows(db_url):
     after = snapshot(db_url)
     added = {"events", "asset_materializations", "asset_check_results",  # versions 2-4
              "schedules", "schedule_ticks"}
-    assert stored_version(db_url) == 5 == SCHEMA_VERSION
+    assert stored_version(db_url) == 6 == SCHEMA_VERSION
     assert set(after) == V1_TABLES | added
     assert all(after[t] == [] for t in added)
     assert [r.pop("username") for r in after["runs"]] == ["", "", ""]
+    assert [r.pop("comm_seconds") for r in after["tasks"]] == [None] * 4  # version 6
     assert {t: rows for t, rows in after.items() if t not in added | {"deepx_schema"}} == \
         {t: rows for t, rows in before.items() if t != "deepx_schema"}
     # The migrated schema is the one a new database gets, indexes included.
@@ -212,11 +213,13 @@ def test_a_version_4_database_gets_the_listing_indexes_with_its_rows(db_url):
         s.add(ScheduleTick(schedule="hourly", tick_at=3600.0, status="skipped",
                            started_at=3600.5))
     close_all()
-    # Back to version 4: today's tables without the indexes version 5 added.
+    # Back to version 4: today's tables without what versions 5 and 6 added.
     engine = raw_engine(db_url)
     with engine.begin() as conn:
         conn.execute(text("DROP INDEX ix_chunk_placements_state"))
         conn.execute(text("DROP INDEX ix_schedule_ticks_tick_at"))
+        conn.execute(text("DROP INDEX ix_asset_materializations_target"))
+        conn.execute(text("ALTER TABLE tasks DROP COLUMN comm_seconds"))
         conn.execute(text("UPDATE deepx_schema SET version = 4"))
     engine.dispose()
     before = snapshot(db_url)
@@ -230,6 +233,42 @@ def test_a_version_4_database_gets_the_listing_indexes_with_its_rows(db_url):
     assert after.pop("deepx_schema") == [{"id": 1, "version": SCHEMA_VERSION}]
     before.pop("deepx_schema")
     assert after == before and len(after["chunk_placements"]) == len(after["schedule_ticks"]) == 1
+
+
+def test_a_version_5_database_gets_comm_seconds_and_the_target_index(db_url):
+    db = open_db(db_url)
+    with db.session() as s:
+        s.add(GraphRecord(hash="abc", yaml="deepx: 1\n", n_nodes=3, created_at=1.0))
+        s.add(new_run("r1", "abc"))
+    with db.session() as s:
+        s.add(Task(run_id="r1", key="('y@abc', 0)", tensor="y@abc", operator="relu",
+                   start=1.0, stop=2.0))
+    close_all()
+    # Back to version 5: today's tables without what version 6 added.
+    engine = raw_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("DROP INDEX ix_asset_materializations_target"))
+        conn.execute(text("ALTER TABLE tasks DROP COLUMN comm_seconds"))
+        conn.execute(text("UPDATE deepx_schema SET version = 5"))
+    engine.dispose()
+    before = snapshot(db_url)
+    assert "comm_seconds" not in before["tasks"][0]
+
+    db = open_db(db_url)
+
+    assert stored_version(db_url) == SCHEMA_VERSION
+    assert columns(db_url) == model_columns()
+    assert indexes(db_url) == model_indexes()
+    after = snapshot(db_url)
+    assert [r.pop("comm_seconds") for r in after["tasks"]] == [None]
+    after.pop("deepx_schema")
+    before.pop("deepx_schema")
+    assert after == before
+    with db.session() as s:  # and new rows carry it
+        s.add(Task(run_id="r1", key="('y@abc', 1)", tensor="y@abc", operator="relu",
+                   comm_seconds=0.25))
+    with db.read() as s:
+        assert s.exec(select(Task.comm_seconds).order_by(Task.id)).all() == [None, 0.25]
 
 
 def test_a_newer_schema_is_refused_and_left_alone(db_url):

@@ -156,3 +156,27 @@ def test_recording_off(client3p, record_db, monkeypatch):
     out = dx.run(dx.arange(10) * 2, client=client3p)
     np.testing.assert_array_equal(out, np.arange(10) * 2)
     assert queries.list_runs(record_db) == []
+
+
+def test_time_spent_fetching_inputs_is_recorded(client3p, record_db, no_record_warnings):
+    """Each finished task's comm_seconds is the time its worker spent fetching its inputs
+    from other workers, as Dask's own task stream reports it; the run's measured ratio is
+    its compute over that."""
+    from distributed import get_task_stream
+    x = dx.random.normal((12_000, 400), seed=2, dtype="float64")  # several 4 MiB chunks
+    with get_task_stream(client=client3p) as stream:
+        dx.run((x * 2.0).sum(), client=client3p)  # partial sums combined across workers
+    fetched = {}
+    for record in stream.data:
+        transfers = [s for s in record["startstops"] if s["action"] == "transfer"]
+        fetched[str(record["key"])] = sum(s["stop"] - s["start"] for s in transfers)
+
+    (run,) = queries.list_runs(record_db)
+    tasks = [t for t in queries.run_tasks(record_db, run.id) if t.status == "memory"]
+    assert tasks and set(fetched) >= {t.key for t in tasks}
+    for t in tasks:
+        assert t.comm_seconds == pytest.approx(fetched[t.key], abs=1e-9)
+    assert any(t.comm_seconds > 0 for t in tasks)  # the reduction gathered from 3 workers
+    compute = sum(t.stop - t.start for t in tasks)
+    assert queries.measured_ratio(queries.task_summary(record_db, run.id)) == \
+        pytest.approx(compute / sum(t.comm_seconds for t in tasks))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from deepx_flow.meta.queries import list_runs, run_tasks
+from deepx_flow.meta.queries import list_runs, measured_ratio, run_tasks, task_summary
 from tests.ui.browser import IDLE, PAGE_TEXT, page_text, shown_run_id, visit
 
 pytestmark = pytest.mark.slow
@@ -39,6 +39,11 @@ def test_the_run_page_has_one_bar_per_task(seeded, dashboard, browser):
     text = page_text(page)
     assert shown_run_id(page) == run.id and "succeeded" in text
     assert "Work per operator" in text
+    measured = measured_ratio(task_summary(seeded.db, run.id))
+    assert measured is not None
+    shown = ("inf (no data moved between workers)" if measured == float("inf")
+             else f"{measured:.1f}")
+    assert f"compute/communication: measured {shown}" in text
     assert problems == []
 
 

@@ -4,13 +4,15 @@ operator. The page of a running run is read again every few seconds until the ru
 
 from __future__ import annotations
 
+import math
 from urllib.parse import quote
 
 import pandas as pd
 import panel as pn
 
 from deepx_flow.errors import InputError
-from deepx_flow.meta.queries import find_run, run_events, run_tasks, task_summary
+from deepx_flow.meta.queries import (find_run, measured_ratio, run_events, run_tasks,
+                                     task_summary)
 from deepx_flow.ui import timeline
 from deepx_flow.ui.live import refresh_while_open
 from deepx_flow.ui.session import session_arg
@@ -19,6 +21,7 @@ from deepx_flow.ui.text import Text
 
 MAX_BARS = 20_000  # a timeline of more tasks shows the first ones (by start) and says so
 PERIOD_MS = 3000  # how often the page of a running run is read again
+OPERATOR_COLUMNS = ["operator", "tasks", "failed", "compute s", "fetch s", "bytes out"]
 
 
 def _when(t: float | None) -> str:
@@ -31,16 +34,23 @@ def _table(columns, css_class: str, **options):
                                 sizing_mode="stretch_width", **options)
 
 
-def facts(run, attempts: int) -> list[tuple[str, str]]:
-    """The run's facts table: (what, value) pairs, as text."""
+def _ratio(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "inf (no data moved between workers)" if math.isinf(value) else f"{value:.1f}"
+
+
+def facts(run, attempts: int, measured: float | None) -> list[tuple[str, str]]:
+    """The run's facts table: (what, value) pairs, as text. `measured` is the ratio of its
+    tasks' compute seconds to their seconds fetching inputs (None: not recorded)."""
     seconds = "-" if run.ended_at is None else f"{run.ended_at - run.started_at:.3f} s"
-    planned = ("inf (no data moves between workers)" if run.compute_comm_ratio is None
-               else f"{run.compute_comm_ratio:.1f}")
+    planned = _ratio(math.inf if run.compute_comm_ratio is None else run.compute_comm_ratio)
     rows = [("status", run.status), ("kind", run.kind), ("started", _when(run.started_at)),
             ("duration", seconds), ("workers", run.n_workers), ("tasks planned", run.n_tasks),
             ("task attempts recorded", attempts), ("cluster", run.cluster),
             ("host / pid / user", f"{run.host} / {run.pid} / {run.username}"),
-            ("compute/communication (planned)", planned)]
+            ("compute/communication: planned", planned),
+            ("compute/communication: measured", _ratio(measured))]
     return [(what, str(value)) for what, value in rows]
 
 
@@ -64,8 +74,7 @@ class RunView(pn.viewable.Viewer):
         self.events_title = pn.pane.Markdown("### Events")
         self.events = _table(["at", "kind", "worker", "key", "message"], "deepx-run-events",
                              pagination="local", page_size=20)
-        self.per_operator = _table(["operator", "tasks", "failed", "seconds", "bytes out"],
-                                   "deepx-run-operators")
+        self.per_operator = _table(OPERATOR_COLUMNS, "deepx-run-operators")
         self.plan = Text("", css_classes=["deepx-run-plan"])
         self.plan_title = pn.pane.Markdown("### Plan")
         # Database text goes into Str panes and tables (shown as text), never into Markdown.
@@ -88,7 +97,8 @@ class RunView(pn.viewable.Viewer):
         tasks = run_tasks(self.db, run.id, limit=MAX_BARS)
         per_operator = task_summary(self.db, run.id)
         total = sum(count for _, count, *_ in per_operator)
-        self.facts.value = pd.DataFrame(facts(run, total), columns=["what", "value"])
+        self.facts.value = pd.DataFrame(facts(run, total, measured_ratio(per_operator)),
+                                        columns=["what", "value"])
         self.error.object = run.error or ""
         self.error.visible = self.error_title.visible = bool(run.error)
         shown = (f"{len(tasks):,} of {total:,} task attempts (the first by start)"
@@ -100,9 +110,8 @@ class RunView(pn.viewable.Viewer):
         self.events.value = pd.DataFrame(
             [(_when(e.at), e.kind, e.worker or "", e.key or "", e.message or "")
              for e in events], columns=["at", "kind", "worker", "key", "message"])
-        self.per_operator.value = pd.DataFrame(
-            [tuple(r) for r in per_operator],
-            columns=["operator", "tasks", "failed", "seconds", "bytes out"])
+        self.per_operator.value = pd.DataFrame([tuple(r) for r in per_operator],
+                                               columns=OPERATOR_COLUMNS)
         self.plan.object = run.explain or ""
         self.plan.visible = self.plan_title.visible = bool(run.explain)
         return run.status
