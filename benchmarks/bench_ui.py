@@ -12,19 +12,25 @@ What runs:
   ticks). With DEEPX_BENCH_PG_URL set (a PostgreSQL server URL, like DEEPX_TEST_PG_URL), the
   same seed in a new database there too, dropped at the end.
 - Every page of the dashboard (`ui/pages/__init__.PATHS`), plus detail variants: the run page
-  for the big run (25,000 tasks, more than its timeline shows) and for a typical run (~100),
-  and, where those pages exist, `graph?run=`, `assets?asset=`, `registry?tensor=`,
-  `schedules?schedule=`. A page whose module does not exist yet is reported as missing.
+  for the big run (25,000 tasks, more than its timeline shows), a typical run (~100) and a
+  failed one, and, where those pages exist, `graph?run=`, `assets?asset=`,
+  `registry?tensor=`, `schedules?schedule=`. A page whose module does not exist yet is
+  reported as missing, one that fails as an error. First in the table, the run page of no
+  run (`run?id=none`): what any page costs (Panel's scripts, the navigation bar).
 - Two timings per page:
   1. server build: the route function building the page and Panel turning it into Bokeh
      models (`server_doc`), in this process, with the session's query arguments set as
-     Panel sets them; the SQL it ran is timed too (count, seconds, the slowest statements,
+     Panel sets them: wall and CPU seconds (CPU time is less disturbed by other jobs on a
+     shared machine); the SQL it ran is timed too (count, seconds, the slowest statements,
      and the slowest one's query plan).
   2. browser: the dashboard served (`deepx_flow.ui.server.serve`) on loopback, headless
      Chromium (Playwright) timing from `page.goto` until Bokeh's document is idle (rendered).
      One untimed load of the runs page first (the browser fetches Panel's scripts once);
-     then per page a first load (reported apart: it imports the page's module on the server)
-     and the median of N more.
+     then per page a first load (reported apart) and the median of N more; also the CPU
+     seconds the page's renderer process spent (Chromium's ProcessTime: less disturbed by
+     other jobs on a shared machine than the wall time), the bytes the page's websocket
+     received (the document: "doc MB"), JavaScript errors and any request off the server
+     (the dashboard must not need a CDN).
   The target is on the browser median; without Chromium or Playwright only (1) is measured,
   and the target is judged on the server build.
 
@@ -63,8 +69,11 @@ def page_cases(seeded) -> list[SimpleNamespace]:
     """(label, path with query, module) for every routed page and the detail variants."""
     from deepx_flow.ui.pages import PATHS
 
-    cases = [SimpleNamespace(label=path, path=path, module=path)
-             for path in PATHS if path != "run"]
+    # The run page of no run: the cost of any page (Panel's scripts, the navigation bar).
+    cases = [SimpleNamespace(label="(empty page: run?id=none)", path="run?id=none",
+                             module="run")]
+    cases += [SimpleNamespace(label=path, path=path, module=path)
+              for path in PATHS if path != "run"]
     variants = [("run (big run)", f"run?id={seeded.big_run}"),
                 ("run (typical run)", f"run?id={seeded.typical_run}"),
                 ("run (failed run)", f"run?id={seeded.failed_run}"),
@@ -112,9 +121,10 @@ class SqlTimer:
             self.recording = False
 
 
-def build_once(route, args: dict) -> float:
-    """Seconds for `route()` plus `server_doc` in a document whose session has the query
-    arguments `args`, as Panel's server gives them to the page (`pn.state.session_args`)."""
+def build_once(route, args: dict) -> tuple[float, float]:
+    """Seconds (wall and this process's CPU) for `route()` plus `server_doc` in a document
+    whose session has the query arguments `args`, as Panel's server gives them to the page
+    (`pn.state.session_args`)."""
     import panel as pn
     from bokeh.document import Document
 
@@ -124,9 +134,9 @@ def build_once(route, args: dict) -> float:
     doc._session_context = lambda: context
     token = pn.state._curdoc.set(doc)
     try:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         route().server_doc(doc)
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.process_time() - cpu
     finally:
         pn.state._curdoc.reset(token)
 
@@ -143,18 +153,21 @@ def server_builds(db, cases, repeat: int) -> None:
             continue
         split = urlsplit(case.path)
         args = {k: [v.encode() for v in vs] for k, vs in parse_qs(split.query).items()}
-        times = []
+        times, cpu = [], []
         try:
             for _ in range(1 + repeat):
                 with sql.record():
-                    times.append(build_once(routes[split.path], args))
+                    wall, used = build_once(routes[split.path], args)
+                times.append(wall)
+                cpu.append(used)
         except Exception as err:  # a page being written may fail: report it, go on
             case.error = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
             continue
         slowest = sorted(sql.statements, key=lambda s: -s[0])[:3]
         case.server = {
             "first_s": times[0], "median_s": statistics.median(times[1:]),
-            "times_s": times[1:], "sql_s": sum(s[0] for s in sql.statements),
+            "times_s": times[1:], "cpu_median_s": statistics.median(cpu[1:]),
+            "sql_s": sum(s[0] for s in sql.statements),
             "queries": len(sql.statements),
             "slowest_sql": [{"s": s, "statement": " ".join(stmt.split())[:600],
                              "parameters": repr(params)[:200]} for s, stmt, params in slowest],
@@ -196,10 +209,13 @@ def dashboard(url: str):
     """The dashboard served on a free loopback port: its base URL."""
     from deepx_flow.ui.server import serve
     port = free_port()
-    # Sessions of closed pages go within a second: a page that refreshes itself (the
-    # overview) must not keep reading the database while the next page is timed.
-    server = serve(db=url, port=port, threaded=True, check_unused_sessions_milliseconds=500,
-                   unused_session_lifetime_milliseconds=500)
+    # Sessions of closed pages go after 10 s, not Bokeh's 15 to 32: pages that refresh
+    # themselves (overview, runs) keep reading the database until then, while the next page
+    # is timed. Not sooner: a session unused that long after its HTML was sent would be made
+    # again when the page connects, without the settings that serve the page's style sheets
+    # locally.
+    server = serve(db=url, port=port, threaded=True, check_unused_sessions_milliseconds=1000,
+                   unused_session_lifetime_milliseconds=10_000)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -214,24 +230,45 @@ def dashboard(url: str):
         server.stop()
 
 
-def load(browser, url: str, timeout_s: float) -> tuple[float | None, list[str]]:
-    """Seconds from `goto` until Bokeh's document is idle (None: not within `timeout_s`),
-    and the JavaScript errors seen."""
+def load(browser, base: str, path: str, timeout_s: float) -> dict:
+    """One load of `path`: `seconds` from `goto` until Bokeh's document is idle (None: not
+    within `timeout_s`); `renderer_cpu_s`, the CPU time the page's renderer process spent
+    meanwhile (Chromium's own figure: what the page costs the browser, whatever else the
+    machine runs); `websocket_bytes` received (the document, mostly); and `problems`
+    (JavaScript errors, requests to anywhere but the server)."""
     page = browser.new_page(viewport={"width": 1400, "height": 900})
-    problems = []
+    problems, received = [], [0]
+
+    def on_socket(ws):
+        ws.on("framereceived", lambda frame: received.__setitem__(0, received[0] + len(frame)))
+
+    page.on("websocket", on_socket)
+    page.on("request", lambda r: problems.append(f"request off the server: {r.url}")
+            if not r.url.startswith((base, "ws://127.0.0.1", "data:", "blob:")) else None)
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     page.on("console", lambda m: problems.append(f"console error: {m.text}")
             if m.type == "error" else None)
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Performance.enable")
+    out = {"seconds": None, "renderer_cpu_s": None, "problems": problems}
     try:
+        before = _renderer_cpu(cdp)
         start = time.perf_counter()
-        page.goto(url, timeout=timeout_s * 1000)
+        page.goto(f"{base}/{path}", timeout=timeout_s * 1000)
         page.wait_for_function(IDLE, timeout=timeout_s * 1000)
-        return time.perf_counter() - start, problems
+        out["seconds"] = time.perf_counter() - start
+        out["renderer_cpu_s"] = _renderer_cpu(cdp) - before
     except Exception as err:  # playwright's TimeoutError, or the page never loading
         problems.append(f"{type(err).__name__}: {str(err).splitlines()[0][:200]}")
-        return None, problems
     finally:
+        out["websocket_bytes"] = received[0]
         page.close()
+    return out
+
+
+def _renderer_cpu(cdp) -> float:
+    metrics = cdp.send("Performance.getMetrics")["metrics"]
+    return next(m["value"] for m in metrics if m["name"] == "ProcessTime")
 
 
 def browser_loads(url: str, cases, repeat: int, timeout_s: float, first: bool = True) -> None:
@@ -245,23 +282,29 @@ def browser_loads(url: str, cases, repeat: int, timeout_s: float, first: bool = 
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
                                     args=["--no-sandbox"])
         try:
-            load(browser, f"{base}/runs", timeout_s)  # the browser fetches the scripts once
-            for case in cases:
+            load(browser, base, "runs", timeout_s)  # the browser fetches the scripts once
+            # The overview last: its closed pages keep refreshing for a while.
+            for case in sorted(cases, key=lambda c: c.module == "overview"):
                 if not hasattr(case, "server"):
                     continue
-                times, problems = [], []
-                loads = repeat + first
+                done, loads = [], repeat + first
                 for _ in range(loads):
-                    seconds, seen = load(browser, f"{base}/{case.path}", timeout_s)
-                    problems += seen
-                    if seconds is None:
+                    done.append(load(browser, base, case.path, timeout_s))
+                    if done[-1]["seconds"] is None:
                         break
-                    times.append(seconds)
-                timed = times[1:] if first else times
-                case.browser = {"first_s": times[0] if times else None,
-                                "median_s": statistics.median(timed) if timed else None,
-                                "times_s": timed, "problems": sorted(set(problems))[:10],
-                                "timed_out": len(times) < loads}
+                ok = [d for d in done if d["seconds"] is not None]
+                timed = ok[1:] if first else ok
+                case.browser = {
+                    "first_s": ok[0]["seconds"] if ok else None,
+                    "median_s": statistics.median(d["seconds"] for d in timed) if timed
+                    else None,
+                    "renderer_cpu_median_s": statistics.median(
+                        d["renderer_cpu_s"] for d in timed) if timed else None,
+                    "times_s": [d["seconds"] for d in timed],
+                    "renderer_cpu_s": [d["renderer_cpu_s"] for d in timed],
+                    "websocket_bytes": done[-1]["websocket_bytes"],
+                    "problems": sorted({p for d in done for p in d["problems"]})[:10],
+                    "timed_out": len(ok) < loads}
         finally:
             browser.close()
 
@@ -312,13 +355,18 @@ def print_pages(backend: str, result: dict, scale) -> None:
         status = p["status"] if p["status"] != "ok" else ("ok" if p["met"] else "SLOW")
         if p["status"] == "ok" and browser.get("timed_out"):
             status = "TIMEOUT"
+        mb = browser.get("websocket_bytes")
         rows.append((p["page"], common.fmt(server.get("median_s"), 3),
+                     common.fmt(server.get("cpu_median_s"), 3),
                      common.fmt(server.get("sql_s"), 3), server.get("queries", "-"),
+                     "-" if mb is None else f"{mb / 1e6:.2f}",
                      common.fmt(browser.get("first_s"), 2),
-                     common.fmt(browser.get("median_s"), 2), f"< {TARGET_S:g}", status))
+                     common.fmt(browser.get("median_s"), 2),
+                     common.fmt(browser.get("renderer_cpu_median_s"), 2), f"< {TARGET_S:g}",
+                     status))
     common.print_table(
-        ("page", "server build s", "its SQL s", "queries", "browser first s",
-         "browser median s", "target s", "ok?"), rows,
+        ("page", "server build s", "cpu s", "its SQL s", "queries", "doc MB",
+         "browser first s", "browser median s", "renderer cpu s", "target s", "ok?"), rows,
         f"{backend}: {scale.runs:,} runs, {scale.tasks:,} task rows "
         f"(median of the timed builds and loads)")
     for p in result["pages"]:
