@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import and_, func
+from sqlalchemy import BigInteger, and_, cast, func
 from sqlmodel import col, select
 
 from deepx_flow.meta.models import ChunkPlacement, Link, Operator, Run, StorageTier, Worker
@@ -85,7 +85,8 @@ def storage_tiers(db, scheduler: str, limit: int = MAX_TIERS) -> tuple[list[dict
     Without an index on the placements' state this reads them all once: about 0.3 s for
     200,000 rows."""
     held = (select(ChunkPlacement.worker, ChunkPlacement.tier,
-                   func.sum(func.coalesce(ChunkPlacement.nbytes, 0)).label("held"),
+                   cast(func.sum(func.coalesce(ChunkPlacement.nbytes, 0)),  # not NUMERIC
+                        BigInteger).label("held"),
                    func.count().label("chunks"))
             .join(Run, col(Run.id) == col(ChunkPlacement.run_id))
             .where(Run.scheduler == scheduler, col(ChunkPlacement.state).in_(HELD))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from sqlalchemy import case, func
+from sqlalchemy import BigInteger, case, cast, func
 from sqlmodel import col, select
 
 from deepx_flow.errors import InputError
@@ -51,7 +51,8 @@ def task_summary(db: Database, run_id: str) -> list[tuple]:
     query = (select(Task.operator, func.count(), failed,
                     func.sum(func.coalesce(Task.stop - Task.start, 0.0)),
                     func.sum(Task.comm_seconds),
-                    func.sum(func.coalesce(Task.bytes_out, 0)))
+                    # PostgreSQL sums BIGINTs as NUMERIC (a Decimal in Python)
+                    cast(func.sum(func.coalesce(Task.bytes_out, 0)), BigInteger))
              .where(Task.run_id == run_id).group_by(Task.operator)
              .order_by(Task.operator))
     with db.read() as session:

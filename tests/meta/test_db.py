@@ -165,6 +165,26 @@ def test_rows_written_in_one_session_are_read_in_another(db, db_url):
     assert worker.memory_limit == 3 * 2**40
 
 
+def test_task_summary_gives_python_numbers_on_each_backend(db):
+    """Sums of BIGINT columns come back as ints (PostgreSQL's NUMERIC would be a Decimal,
+    which the dashboard's tables cannot send)."""
+    from deepx_flow.meta.queries import measured_ratio, task_summary
+    with db.session() as s:
+        s.add(GraphRecord(hash="abc", yaml="deepx: 1\n", n_nodes=1, created_at=1.0))
+        s.add(new_run("r1", "abc"))
+    big = 3 * 2**40
+    with db.session() as s:
+        for i, (status, comm) in enumerate([("memory", 0.5), ("erred", None), ("memory", 1.5)]):
+            s.add(Task(run_id="r1", key=f"('y@abc', {i})", tensor="y@abc", operator="relu",
+                       start=10.0, stop=12.0, bytes_out=big, status=status,
+                       comm_seconds=comm))
+    [(operator, n, failed, compute, comm, nbytes)] = task_summary(db, "r1")
+    assert (operator, n, failed, compute, comm, nbytes) == ("relu", 3, 1, 6.0, 2.0, 3 * big)
+    assert all(type(v) is int for v in (n, failed, nbytes))
+    assert all(type(v) is float for v in (compute, comm))
+    assert measured_ratio(task_summary(db, "r1")) == 3.0
+
+
 # --- migrations ----------------------------------------------------------------------------
 
 def test_a_version_1_database_is_migrated_with_its_rows(db_url):
