@@ -13,7 +13,7 @@ from typing import Callable
 from sqlalchemy import func
 from sqlmodel import col, select
 
-from deepx_flow.meta.models import Run
+from deepx_flow.meta.models import Event, Run
 
 PAGE_SIZE = 50
 
@@ -70,3 +70,14 @@ RUNS = Listing(
              "cluster": col(Run.cluster), "host": col(Run.host), "user": col(Run.username),
              "error": col(Run.error)},
     default_sort="started", descending=True, source=_runs, tie=col(Run.id))
+
+
+def _events(run_id: str | None = None):
+    query = select(Event)
+    return query.where(Event.run_id == run_id) if run_id is not None else query
+
+
+EVENTS = Listing(
+    columns={"at": col(Event.at), "kind": col(Event.kind), "worker": col(Event.worker),
+             "key": col(Event.key), "message": col(Event.message)},
+    default_sort="at", descending=False, source=_events, tie=col(Event.id))

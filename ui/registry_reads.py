@@ -24,7 +24,7 @@ MAX_LINKS = 10_000  # about 100 workers: a matrix larger than that is not readab
 MAX_TIERS = 5_000  # a cluster's tiers: a few per worker
 RECENT_RUNS = 1_000  # the tensor chooser lists tensors of the latest runs
 MAX_TENSORS = 200
-MAX_CELLS = 10_000
+MAX_CELLS = 4_000  # cells drawn of one tensor (each is sent to the browser: 5,000 took 3 s)
 
 
 def operators(db, limit: int = MAX_OPERATORS) -> list[Operator]:

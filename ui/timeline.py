@@ -6,33 +6,32 @@ data source is named `timeline-source`, so a browser test can count the bars.
 
 from __future__ import annotations
 
-STATUS_COLORS = {"memory": "#4c78a8", "erred": "#e45756", "retried": "#f58518",
+LABELS = {"memory": "finished"}  # the legend's word for a status
+# Colours by shown status; any other status is grey.
+STATUS_COLORS = {"finished": "#4c78a8", "erred": "#e45756", "retried": "#f58518",
                  "drifted": "#b279a2"}
 OTHER_COLOR = "#9d9d9d"
-LABELS = {"memory": "finished"}  # the legend's word for a status
 NO_WORKER = "(no worker)"
 
 
 def bars(tasks, run_start: float) -> dict:
     """Plotting columns, one entry per task that has a start and a stop: its lane (worker),
-    seconds from the run's start to its start and stop, status (and its legend label),
-    colour, operator, key, attempt and error. Tasks without times (never started) have no bar."""
-    cols = {name: [] for name in ("worker", "left", "right", "status", "label", "color",
-                                  "operator", "key", "attempts", "error")}
-    for t in tasks:
-        if t.start is None or t.stop is None:
-            continue
-        cols["worker"].append(t.worker or NO_WORKER)
-        cols["left"].append(t.start - run_start)
-        cols["right"].append(max(t.stop, t.start) - run_start)
-        cols["status"].append(t.status)
-        cols["label"].append(LABELS.get(t.status, t.status))
-        cols["color"].append(STATUS_COLORS.get(t.status, OTHER_COLOR))
-        cols["operator"].append(t.operator)
-        cols["key"].append(t.key)
-        cols["attempts"].append(t.attempts)
-        cols["error"].append((t.error or "").splitlines()[0][:200] if t.error else "")
-    return cols
+    seconds from the run's start to its start and stop, status (as the legend says it),
+    operator, key, attempt and the first line of its error. Tasks without times (never
+    started) have no bar. Numbers are NumPy arrays, which Bokeh sends as binary."""
+    import numpy as np
+
+    ran = [t for t in tasks if t.start is not None and t.stop is not None]
+    return {
+        "worker": [t.worker or NO_WORKER for t in ran],
+        "left": np.array([t.start - run_start for t in ran], dtype="float64"),
+        "right": np.array([max(t.stop, t.start) - run_start for t in ran], dtype="float64"),
+        "status": [LABELS.get(t.status, t.status) for t in ran],
+        "operator": [t.operator for t in ran],
+        "key": [t.key for t in ran],
+        "attempts": np.array([t.attempts for t in ran], dtype="int32"),
+        "error": [t.error.splitlines()[0][:200] if t.error else "" for t in ran],
+    }
 
 
 def lanes(columns: dict) -> list[str]:
@@ -42,15 +41,18 @@ def lanes(columns: dict) -> list[str]:
 
 def figure(columns: dict, title: str = "tasks per worker"):
     """The Bokeh figure: bars coloured by status, hover showing operator, key and error."""
-    from bokeh.models import ColumnDataSource, HoverTool
+    from bokeh.models import CategoricalColorMapper, ColumnDataSource, HoverTool
     from bokeh.plotting import figure as bokeh_figure
 
     source = ColumnDataSource(columns, name="timeline-source")
     fig = bokeh_figure(y_range=[NO_WORKER], sizing_mode="stretch_width", title=title,
                        name="timeline", x_axis_label="seconds since the run started",
                        tools="xpan,xwheel_zoom,reset")
-    fig.hbar(y="worker", left="left", right="right", height=0.7, color="color",
-             source=source, name="timeline-bars", legend_field="label")
+    colors = CategoricalColorMapper(factors=list(STATUS_COLORS),
+                                    palette=list(STATUS_COLORS.values()), nan_color=OTHER_COLOR)
+    fig.hbar(y="worker", left="left", right="right", height=0.7, source=source,
+             color={"field": "status", "transform": colors}, name="timeline-bars",
+             legend_field="status")
     fig.add_layout(fig.legend[0], "right")  # not over the bars
     fig.add_tools(HoverTool(tooltips=[("operator", "@operator"), ("key", "@key"),
                                       ("status", "@status"), ("attempt", "@attempts"),

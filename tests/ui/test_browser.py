@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from deepx_flow.meta.queries import list_runs, measured_ratio, run_tasks, task_summary
+from deepx_flow.ui.timeline import LABELS
 from tests.ui.browser import IDLE, PAGE_TEXT, page_text, shown_run_id, visit
 
 pytestmark = pytest.mark.slow
@@ -90,7 +91,8 @@ def test_a_failed_run_shows_its_error_and_its_erred_tasks(seeded, dashboard, bro
     page, problems = visit(browser, dashboard, f"run?id={run.id}", "run-failed")
     statuses = page.evaluate("() => Bokeh.documents[0].get_model_by_name('timeline-source')"
                              ".data['status']")
-    assert sorted(statuses) == sorted(t.status for t in tasks if t.start is not None)
+    assert sorted(statuses) == sorted(LABELS.get(t.status, t.status)
+                                      for t in tasks if t.start is not None)
     text = page_text(page)
     assert "failed" in text and " ".join(run.error.splitlines()[0].split()) in text
     assert problems == []

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deepx_flow.meta.models import Task
-from deepx_flow.ui.timeline import NO_WORKER, STATUS_COLORS, bars, figure, lanes
+from deepx_flow.ui.timeline import (NO_WORKER, OTHER_COLOR, STATUS_COLORS, bars, figure,
+                                    lanes)
 
 START = 1.8e9
 
@@ -35,14 +36,22 @@ def test_each_task_that_ran_is_one_bar_on_its_workers_lane(rows):
     cols = bars(rows, START)
     ran = [t for t in rows if t.start is not None]
     assert len(cols["left"]) == len(ran) and all(len(v) == len(ran) for v in cols.values())
-    for t, worker, left, right, color, error in zip(ran, cols["worker"], cols["left"],
-                                                    cols["right"], cols["color"],
-                                                    cols["error"]):
+    for t, worker, left, right, status, error in zip(ran, cols["worker"], cols["left"],
+                                                     cols["right"], cols["status"],
+                                                     cols["error"]):
         assert worker == (t.worker or NO_WORKER)
         assert left == t.start - START and right == t.stop - START and left <= right
-        assert color == STATUS_COLORS.get(t.status, "#9d9d9d")
+        assert status == ("finished" if t.status == "memory" else t.status)
         assert "\n" not in error
     assert lanes(cols) == sorted({t.worker or NO_WORKER for t in ran})
+
+
+def test_the_bars_are_coloured_by_status_and_other_statuses_are_grey():
+    fig = figure(bars([], START))
+    [bars_glyph] = fig.select({"name": "timeline-bars"})
+    mapper = bars_glyph.glyph.fill_color.transform
+    assert dict(zip(mapper.factors, mapper.palette)) == STATUS_COLORS
+    assert mapper.nan_color == OTHER_COLOR and set(STATUS_COLORS) >= {"finished", "erred"}
 
 
 def test_the_figure_names_its_source_for_the_browser_tests():

@@ -243,9 +243,11 @@ class Overview(pn.viewable.Viewer):
 
 
 def _table(columns, css_class: str):
+    # Pages of 16 rows: the browser draws one page (64 workers' rows took it a second).
     return pn.widgets.Tabulator(pd.DataFrame(columns=list(columns)), disabled=True,
                                 show_index=False, sizing_mode="stretch_width",
-                                css_classes=[css_class], header_filters=False)
+                                css_classes=[css_class], header_filters=False,
+                                pagination="local", page_size=16)
 
 
 def _set(table, columns, rows) -> None:

@@ -11,15 +11,15 @@ import pandas as pd
 import panel as pn
 
 from deepx_flow.errors import InputError
-from deepx_flow.meta.queries import (find_run, measured_ratio, run_events, run_tasks,
-                                     task_summary)
+from deepx_flow.meta.queries import find_run, measured_ratio, task_summary, timeline_rows
 from deepx_flow.ui import timeline
+from deepx_flow.ui.data import EVENTS
 from deepx_flow.ui.live import refresh_while_open
 from deepx_flow.ui.session import session_arg
-from deepx_flow.ui.table import utc_text
+from deepx_flow.ui.table import PagedTable, utc_text
 from deepx_flow.ui.text import Text
 
-MAX_BARS = 20_000  # a timeline of more tasks shows the first ones (by start) and says so
+MAX_BARS = 10_000  # a timeline of more tasks shows the first ones (by start) and says so
 PERIOD_MS = 3000  # how often the page of a running run is read again
 OPERATOR_COLUMNS = ["operator", "tasks", "failed", "compute s", "fetch s", "bytes out"]
 
@@ -72,8 +72,8 @@ class RunView(pn.viewable.Viewer):
         self.error_title = pn.pane.Markdown("### Error")
         self.chart = timeline.figure(timeline.bars([], run.started_at))
         self.events_title = pn.pane.Markdown("### Events")
-        self.events = _table(["at", "kind", "worker", "key", "message"], "deepx-run-events",
-                             pagination="local", page_size=20)
+        self.events = PagedTable(EVENTS, db, page_size=20, css_class="deepx-run-events",
+                                 run_id=run.id)  # a run can have thousands: paged in SQL
         self.per_operator = _table(OPERATOR_COLUMNS, "deepx-run-operators")
         self.plan = Text("", css_classes=["deepx-run-plan"])
         self.plan_title = pn.pane.Markdown("### Plan")
@@ -94,7 +94,7 @@ class RunView(pn.viewable.Viewer):
     def refresh(self, run=None) -> str:
         """Show the run as the database has it now; returns its status."""
         run = run or find_run(self.db, self.run_id)
-        tasks = run_tasks(self.db, run.id, limit=MAX_BARS)
+        tasks = timeline_rows(self.db, run.id, limit=MAX_BARS)
         per_operator = task_summary(self.db, run.id)
         total = sum(count for _, count, *_ in per_operator)
         self.facts.value = pd.DataFrame(facts(run, total, measured_ratio(per_operator)),
@@ -105,11 +105,8 @@ class RunView(pn.viewable.Viewer):
                  if total > len(tasks) else f"{total:,} task attempts")
         timeline.show(self.chart, timeline.bars(tasks, run.started_at),
                       f"tasks per worker: {shown}")
-        events = run_events(self.db, run.id)
-        self.events_title.object = f"### Events ({len(events)})"
-        self.events.value = pd.DataFrame(
-            [(_when(e.at), e.kind, e.worker or "", e.key or "", e.message or "")
-             for e in events], columns=["at", "kind", "worker", "key", "message"])
+        self.events.refresh()
+        self.events_title.object = f"### Events ({self.events.total:,})"
         self.per_operator.value = pd.DataFrame([tuple(r) for r in per_operator],
                                                columns=OPERATOR_COLUMNS)
         self.plan.object = run.explain or ""
