@@ -15,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import secrets
+import socket
 
 from deepx_flow.errors import InputError
 
@@ -44,9 +45,23 @@ def check_bind(address: str, basic_auth=None, oauth_provider: str | None = None)
         f"127.0.0.1")
 
 
+def websocket_origins(address: str, port: int, allow_origins=()) -> list[str]:
+    """The pages whose scripts may open the dashboard's websocket: the bound address and,
+    for a wildcard bind (0.0.0.0, ::), this host's names, plus `allow_origins` (HOST or
+    HOST:PORT, e.g. a proxy's name). Never "any host": that would let any site a logged-in
+    user visits talk to the dashboard (cross-site websocket hijacking)."""
+    hosts = [address]
+    if address in ("0.0.0.0", "::", ""):
+        hosts = [socket.getfqdn(), socket.gethostname()]
+    origins = [f"{h}:{port}" for h in hosts if h]
+    origins += [o if ":" in o else f"{o}:{port}" for o in allow_origins or ()]
+    return list(dict.fromkeys(origins))
+
+
 def serve(db: str | None = None, address: str = DEFAULT_ADDRESS, port: int = DEFAULT_PORT,
           scheduler: str | None = None, basic_auth=None, oauth_provider: str | None = None,
-          cookie_secret: str | None = None, threaded: bool = False, **panel_options):
+          cookie_secret: str | None = None, allow_origins=(), threaded: bool = False,
+          **panel_options):
     """Serve the dashboard; blocks unless `threaded` (then returns the server thread, with
     `.stop()`).
 
@@ -64,6 +79,9 @@ def serve(db: str | None = None, address: str = DEFAULT_ADDRESS, port: int = DEF
         PANEL_OAUTH_KEY / PANEL_OAUTH_SECRET.
     cookie_secret : str, optional
         Signs login cookies (default: a random one, so logins end when the server stops).
+    allow_origins : list of str, optional
+        HOST[:PORT] that browsers reach the dashboard at, when bound to another address
+        than loopback (see `websocket_origins`).
     """
     import panel as pn
 
@@ -82,7 +100,7 @@ def serve(db: str | None = None, address: str = DEFAULT_ADDRESS, port: int = DEF
             auth["basic_auth"] = basic_auth
         if oauth_provider:
             auth["oauth_provider"] = oauth_provider
-    origin = [] if is_loopback(address) else [f"{address}:{port}", f"*:{port}"]
+    origin = [] if is_loopback(address) else websocket_origins(address, port, allow_origins)
     return pn.serve(pages(database.url, scheduler), address=address, port=port, show=False,
                     threaded=threaded, title="deepx_flow", websocket_origin=origin or None,
                     **auth, **panel_options)

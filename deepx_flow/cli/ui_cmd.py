@@ -23,16 +23,22 @@ def add_parser(sub, parents) -> None:
                    help="a Dask scheduler to show live (default DEEPX_SCHEDULER)")
     p.add_argument("--basic-auth", metavar="PASSWORD|FILE",
                    default=os.environ.get("PANEL_BASIC_AUTH"),
-                   help="require a login: a password, or a JSON file of {user: password}")
+                   help="require a login: a JSON file of {user: password}, or a password "
+                        "(prefer the file or PANEL_BASIC_AUTH: other users can read a "
+                        "command line)")
     p.add_argument("--oauth-provider", default=os.environ.get("PANEL_OAUTH_PROVIDER"),
                    help="require an OAuth login (github, google, azure, generic, ...)")
     p.add_argument("--cookie-secret", default=os.environ.get("PANEL_COOKIE_SECRET"),
-                   help="sign login cookies with this (default: random per start)")
+                   help="sign login cookies with this (default: random per start; prefer "
+                        "PANEL_COOKIE_SECRET to the command line)")
+    p.add_argument("--allow-websocket-origin", metavar="HOST[:PORT]", action="append",
+                   default=[], help="a name browsers reach the dashboard by (a proxy, a DNS "
+                                    "alias), when not on loopback; repeatable")
 
 
 def run(args) -> int:
     from deepx_flow.ui.server import serve
     serve(db=args.db, address=args.address, port=args.port, scheduler=args.scheduler,
           basic_auth=args.basic_auth, oauth_provider=args.oauth_provider,
-          cookie_secret=args.cookie_secret)
+          cookie_secret=args.cookie_secret, allow_origins=args.allow_websocket_origin)
     return 0

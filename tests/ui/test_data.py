@@ -69,7 +69,7 @@ def test_pages_sorted_in_the_database_match_python(seeded, column, descending, s
     for row, value in zip((row for o in range(0, len(want), size)
                            for row in RUNS.page(db, column, descending, o, size,
                                                 status=status).rows), values):
-        assert row[column] == pytest.approx(value) if isinstance(value, float) else value
+        assert row[column] == (pytest.approx(value) if isinstance(value, float) else value)
 
 
 def test_an_unknown_sort_column_falls_back_to_the_default(seeded):

@@ -96,3 +96,14 @@ def test_with_basic_auth_a_visitor_must_log_in(tmp_path):
         assert status == 200 and b"bokeh" in body.lower()
     finally:
         server.stop()
+
+
+def test_websocket_origins_never_allow_any_host():
+    import socket
+
+    from deepx_flow.ui.server import websocket_origins
+    assert websocket_origins("10.1.2.3", 5006) == ["10.1.2.3:5006"]
+    assert websocket_origins("0.0.0.0", 80, ["dash.example.org", "proxy:443"]) == list(
+        dict.fromkeys([f"{socket.getfqdn()}:80", f"{socket.gethostname()}:80",
+                       "dash.example.org:80", "proxy:443"]))
+    assert not any(o.startswith("*") for o in websocket_origins("::", 5006, ["a"]))
