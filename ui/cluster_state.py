@@ -146,12 +146,18 @@ def gpu_rows(devices: list[dict], live: dict[str, dict] | None) -> list[dict]:
 
 
 def memory_columns(registered: list[dict], live: dict[str, dict] | None) -> dict:
-    """The memory chart's columns, one entry per worker of `worker_rows` (same order): the
-    memory used now and the limit registered for it (0 where unknown), in bytes and GiB."""
+    """The memory chart's columns, one entry per worker address of `worker_rows` (same
+    order; the first row of an address listed twice): the memory used now and the limit
+    registered for it (0 where unknown), in bytes and GiB."""
     cols = {"worker": [], "used": [], "registered": [], "used_gib": [], "registered_gib": []}
     live = live or {}
-    entries = [(r["address"], r.get("memory_limit")) for r in registered]
-    known = {address for address, _ in entries}
+    # One bar per address: an address registered under two schedulers (listed when no
+    # scheduler is given) would repeat a factor of the chart's axis, which Bokeh refuses.
+    entries, known = [], set()
+    for r in registered:
+        if r["address"] not in known:
+            known.add(r["address"])
+            entries.append((r["address"], r.get("memory_limit")))
     entries += [(a, now["limit"]) for a, now in sorted(live.items()) if a not in known]
     for address, limit in entries:
         used = (live.get(address) or {}).get("memory") or 0

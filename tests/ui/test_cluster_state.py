@@ -147,3 +147,13 @@ def test_sizes_shares_and_first_lines():
     assert cs.storage_text([]) == "-"
     assert cs.scheduler_key(" 10.0.0.1:8786") == "tcp://10.0.0.1:8786"
     assert cs.scheduler_key("ucx://h:1") == "ucx://h:1"
+
+
+def test_an_address_registered_under_two_schedulers_is_one_bar():
+    from deepx_flow.ui.cluster_state import memory_columns
+    registered = [{"address": "tcp://a:1", "memory_limit": 2 * 2**30},
+                  {"address": "tcp://b:1", "memory_limit": 2**30},
+                  {"address": "tcp://a:1", "memory_limit": 4 * 2**30}]  # another scheduler
+    cols = memory_columns(registered, None)
+    assert cols["worker"] == ["tcp://a:1", "tcp://b:1"]
+    assert cols["registered"] == [2 * 2**30, 2**30]

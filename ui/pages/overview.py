@@ -23,7 +23,7 @@ from sqlmodel import col, select
 from deepx_flow.meta.models import Device, Run, StorageTier, Task, Worker
 from deepx_flow.ui import cluster_state as cs
 from deepx_flow.ui.data import Listing
-from deepx_flow.ui.live import refresh_while_open
+from deepx_flow.ui.live import failure_text, refresh_while_open
 from deepx_flow.ui.scheduler_watch import TIMEOUT_S, Reading, watch
 from deepx_flow.ui.table import PagedTable, utc_text
 from deepx_flow.ui.text import Text
@@ -216,8 +216,7 @@ class Overview(pn.viewable.Viewer):
                 table.refresh()
             self.refreshed.object = f"refreshed {utc_text(time.time())} UTC"
         except Exception as err:  # a page that stops refreshing must say why, not vanish
-            self.refreshed.object = f"refresh failed at {utc_text(time.time())} UTC: " \
-                                    f"{type(err).__name__}: {err}"
+            self.refreshed.object = failure_text(err)
 
     def _show_cluster(self, reading: Reading | None) -> None:
         registered = registered_cluster(self.db, self.scheduler)

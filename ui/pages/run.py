@@ -14,7 +14,7 @@ from deepx_flow.errors import InputError
 from deepx_flow.meta.queries import find_run, measured_ratio, task_summary, timeline_rows
 from deepx_flow.ui import timeline
 from deepx_flow.ui.data import EVENTS
-from deepx_flow.ui.live import refresh_while_open
+from deepx_flow.ui.live import refresh_while_open, shown_failures
 from deepx_flow.ui.session import session_arg
 from deepx_flow.ui.table import PagedTable, utc_text
 from deepx_flow.ui.text import Text
@@ -96,7 +96,7 @@ class RunView(pn.viewable.Viewer):
         run = run or find_run(self.db, self.run_id)
         tasks = timeline_rows(self.db, run.id, limit=MAX_BARS)
         per_operator = task_summary(self.db, run.id)
-        total = sum(count for _, count, *_ in per_operator)
+        total = self.attempts = sum(count for _, count, *_ in per_operator)
         self.facts.value = pd.DataFrame(facts(run, total, measured_ratio(per_operator)),
                                         columns=["what", "value"])
         self.error.object = run.error or ""
@@ -121,8 +121,15 @@ def run_page(db, scheduler=None):
         return pn.Column(pn.pane.Markdown("## Run"), Text(str(err)))
     view = RunView(db, run)
     if run.status == "running":
+        problem = Text("", css_classes=["deepx-run-refresh"])
+        view.layout.append(problem)
+
+        read = shown_failures(view.refresh, problem)
+
         def refresh():
-            if view.refresh() != "running" and callback is not None:
+            if read() not in ("running", None) and callback is not None:
                 callback.stop()  # it ended: nothing more will change
-        callback = refresh_while_open(refresh, PERIOD_MS)
+        # A run of many tasks takes a while to read: read it less often.
+        big = view.attempts > MAX_BARS
+        callback = refresh_while_open(refresh, PERIOD_MS * (5 if big else 1))
     return view

@@ -6,8 +6,9 @@ from __future__ import annotations
 import panel as pn
 
 from deepx_flow.ui.data import RUNS
-from deepx_flow.ui.live import refresh_while_open
+from deepx_flow.ui.live import refresh_while_open, shown_failures
 from deepx_flow.ui.table import PagedTable
+from deepx_flow.ui.text import Text
 
 STATUSES = ["any", "running", "succeeded", "failed", "interrupted"]
 PERIOD_MS = 5000
@@ -18,5 +19,7 @@ def runs_page(db, scheduler=None):
     status = pn.widgets.Select(name="status", options=STATUSES, value="any", width=160)
     status.param.watch(lambda e: table.refresh(status=None if e.new == "any" else e.new),
                        "value")
-    refresh_while_open(table.refresh, PERIOD_MS)
-    return pn.Column(pn.pane.Markdown("## Runs"), status, table, sizing_mode="stretch_width")
+    problem = Text("", css_classes=["deepx-runs-refresh"])
+    refresh_while_open(shown_failures(table.refresh, problem), PERIOD_MS)
+    return pn.Column(pn.pane.Markdown("## Runs"), status, table, problem,
+                     sizing_mode="stretch_width")
