@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from deepx_flow.ui.layout import layout
+from deepx_flow.ui.layout import edge_lines, layout
 
 MAX_NODES = 2_000  # larger graphs draw their first nodes (closed under inputs) and say so
 LAYER_STEP, SLOT_STEP = 3.0, 2.0  # data units between layers (x) and slots (y)
@@ -119,13 +119,7 @@ def picture(plan, label=lambda node: node.op, limit: int = MAX_NODES) -> Picture
         nodes["text"].append(f"{n.op}\n{shape_text(n.shape)}\n{grid}")
 
     at = {node_id: (x, y) for node_id, x, y in zip(nodes["id"], nodes["x"], nodes["y"])}
-    lines = {"xs": [], "ys": [], "source": [], "target": []}
-    for src, dst in edges:
-        (x0, y0), (x1, y1) = at[src], at[dst]
-        lines["xs"].append([x0 + BOX_W / 2, x1 - BOX_W / 2])
-        lines["ys"].append([y0, y1])
-        lines["source"].append(src)
-        lines["target"].append(dst)
+    lines = edge_lines(edges, at, BOX_W)
 
     groups = {c: [] for c in ("name", "label", "color", "members", "x", "y")}
     frames = {c: [] for c in ("left", "right", "bottom", "top", "color", "name")}

@@ -74,3 +74,16 @@ def layout(nodes: Sequence, edges: Iterable[tuple]) -> list[Placed]:
             for i, n in enumerate(by_layer[depth]):
                 slot[n] = i
     return [Placed(n, layer[n], slot[n]) for n in nodes]
+
+
+def edge_lines(edges: Iterable[tuple], at: dict, box_width: float) -> dict:
+    """Plotting columns of one line per edge (source, target), from the right side of the
+    source's box to the left side of the target's; `at` maps a node to its (x, y)."""
+    lines = {"xs": [], "ys": [], "source": [], "target": []}
+    for src, dst in edges:
+        (x0, y0), (x1, y1) = at[src], at[dst]
+        lines["xs"].append([x0 + box_width / 2, x1 - box_width / 2])
+        lines["ys"].append([y0, y1])
+        lines["source"].append(src)
+        lines["target"].append(dst)
+    return lines

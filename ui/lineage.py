@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deepx_flow.ui.layout import layout
+from deepx_flow.ui.layout import edge_lines, layout
 
 FRESH, STALE, FAILED, NEVER = "fresh", "stale", "failed checks", "never materialized"
 STATE_COLORS = {FRESH: "#8fd18f", STALE: "#ffb347", FAILED: "#ef6b6b", NEVER: "#d0d0d0"}
@@ -143,13 +143,7 @@ def picture(states: dict[str, AssetState], when=lambda t: str(t),
         nodes["detail"].append(detail if s.materialized_at is None
                                else f"{detail}, {when(s.materialized_at)}")
         nodes["reasons"].append("; ".join(s.reasons) or "-")
-    lines = {"xs": [], "ys": [], "source": [], "target": []}
-    for src, dst in edges:
-        (x0, y0), (x1, y1) = at[src], at[dst]
-        lines["xs"].append([x0 + BOX_W / 2, x1 - BOX_W / 2])
-        lines["ys"].append([y0, y1])
-        lines["source"].append(src)
-        lines["target"].append(dst)
+    lines = edge_lines(edges, at, BOX_W)
     return nodes, lines, "; ".join(notes)
 
 

@@ -31,6 +31,20 @@ def shown(value, column: str):
     return value
 
 
+def text_table(columns, css_class: str, **options) -> pn.widgets.Tabulator:
+    """A read-only table of `columns`, empty until `show_rows` fills it."""
+    return pn.widgets.Tabulator(pd.DataFrame(columns=list(columns)), disabled=True,
+                                show_index=False, sizing_mode="stretch_width",
+                                css_classes=[css_class], **options)
+
+
+def show_rows(table: pn.widgets.Tabulator, frame: pd.DataFrame) -> None:
+    """Show `frame` in `table`; an unchanged table is not sent to the browser again (live
+    pages refresh every few seconds)."""
+    if not frame.equals(table.value):
+        table.value = frame
+
+
 class PagedTable(pn.viewable.Viewer):
     """`listing` read through `db`, `page_size` rows at a time, with `filters` applied.
     `links` maps a column to the URL prefix its values link to (e.g. {"id": "run?id="})."""
@@ -70,10 +84,9 @@ class PagedTable(pn.viewable.Viewer):
             page = self.listing.page(self.db, self.sort, self.descending, self.offset,
                                      self.page_size, **self.filters)
         self.total = page.total
-        frame = pd.DataFrame([{c: shown(r[c], c) for c in page.columns} for r in page.rows],
-                             columns=list(page.columns))
-        if not frame.equals(self.table.value):  # a live page's unchanged rows are not re-sent
-            self.table.value = frame
+        show_rows(self.table, pd.DataFrame(
+            [{c: shown(r[c], c) for c in page.columns} for r in page.rows],
+            columns=list(page.columns)))
         last = min(page.offset + len(page.rows), page.total)
         self.status.object = (f"rows {page.offset + 1}-{last} of {page.total:,}"
                               if page.total else "no rows")

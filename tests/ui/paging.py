@@ -24,3 +24,10 @@ def sql_order(rows: list[dict], sort: str, descending: bool, tie: str) -> list[d
     out = sorted(rows, key=lambda r: r[tie])
     return sorted(out, key=lambda r: (r[sort] is not None, r[sort] if r[sort] is not None
                                       else 0), reverse=descending)
+
+def matches(listing, db, want, sort, descending, size, tie, **filters):
+    """Every page of `listing` equals `want` (rows as dicts) in SQL's order."""
+    got = every_page(listing, db, sort, descending, size, **filters)
+    want = [{c: r[c] for c in listing.columns}
+            for r in sql_order(want, sort, descending, tie)]
+    assert got == want

@@ -16,7 +16,7 @@ from sqlmodel import select
 from deepx_flow.meta.models import AssetCheckResult, AssetMaterialization, GraphRecord, Run
 from deepx_flow.ui.pages.assets import (CATALOGUE, CHECKS, PARTITIONS, VERSIONS,
                                         latest_version, upstream_rows)
-from tests.ui.paging import every_page, sql_order
+from tests.ui.paging import matches
 
 ASSETS = ("alpha", "beta", "gamma", "delta", "eps", "zeta", "eta")
 PARTITIONED = ("gamma", "zeta")
@@ -111,13 +111,6 @@ def partition_rows(materializations, asset):
         out.append({"partition": key, "version": latest.version,
                     "created": latest.created_at, "checks": checks_text(latest.checks_passed)})
     return out
-
-
-def matches(listing, db, want, sort, descending, size, tie, **filters):
-    got = every_page(listing, db, sort, descending, size, **filters)
-    want = [{c: r[c] for c in listing.columns}
-            for r in sql_order(want, sort, descending, tie)]
-    assert got == want
 
 
 @settings(max_examples=30, deadline=None)

@@ -16,7 +16,7 @@ from sqlmodel import select
 from deepx_flow.meta.models import GraphRecord, Run, Schedule, ScheduleTick
 from deepx_flow.scheduler.liveness import STALE_AFTER_S, daemon_gone
 from deepx_flow.ui.pages.schedules import SCHEDULES, TICKS, schedule_names
-from tests.ui.paging import every_page, sql_order
+from tests.ui.paging import every_page, matches
 
 NAMES = ("hourly", "daily", "nightly", "weekly", "idle")
 STATUSES = ("launched", "skipped", "failed")
@@ -85,13 +85,6 @@ def tick_rows(ticks, run_status, schedule, status):
              "run_status": run_status.get(t.run_id), "message": t.message,
              "daemon": t.daemon, "started": t.started_at, "ended": t.finished_at, "id": t.id}
             for t in ticks if schedule in (None, t.schedule) and status in (None, t.status)]
-
-
-def matches(listing, db, want, sort, descending, size, tie, **filters):
-    got = every_page(listing, db, sort, descending, size, **filters)
-    want = [{c: r[c] for c in listing.columns}
-            for r in sql_order(want, sort, descending, tie)]
-    assert got == want
 
 
 @settings(max_examples=30, deadline=None)

@@ -25,7 +25,7 @@ from deepx_flow.ui import cluster_state as cs
 from deepx_flow.ui.data import Listing
 from deepx_flow.ui.live import failure_text, refresh_while_open
 from deepx_flow.ui.scheduler_watch import TIMEOUT_S, Reading, watch
-from deepx_flow.ui.table import PagedTable, utc_text
+from deepx_flow.ui.table import PagedTable, show_rows, text_table, utc_text
 from deepx_flow.ui.text import Text
 
 PERIOD_MS = 2000
@@ -243,16 +243,12 @@ class Overview(pn.viewable.Viewer):
 
 def _table(columns, css_class: str):
     # Pages of 16 rows: the browser draws one page (64 workers' rows took it a second).
-    return pn.widgets.Tabulator(pd.DataFrame(columns=list(columns)), disabled=True,
-                                show_index=False, sizing_mode="stretch_width",
-                                css_classes=[css_class], header_filters=False,
-                                pagination="local", page_size=16)
+    return text_table(columns, css_class, header_filters=False, pagination="local",
+                      page_size=16)
 
 
 def _set(table, columns, rows) -> None:
-    frame = pd.DataFrame(rows, columns=list(columns))
-    if not frame.equals(table.value):  # an unchanged table is not sent to the browser again
-        table.value = frame
+    show_rows(table, pd.DataFrame(rows, columns=list(columns)))
 
 
 def _memory_chart():

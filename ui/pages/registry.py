@@ -17,21 +17,16 @@ import panel as pn
 from deepx_flow.ui import chunk_grid, link_matrix
 from deepx_flow.ui import registry_reads as reads
 from deepx_flow.ui.table import utc_text
+from deepx_flow.ui.session import session_arg
 from deepx_flow.ui.text import Text
 
 BYTES = {"type": "money", "thousand": ",", "symbol": "", "precision": 0}
 
 
-def tensor_from_session() -> str:
-    """The `tensor` query argument of this browser session ("" when missing)."""
-    values = pn.state.session_args.get("tensor") or [b""]
-    return values[0].decode("utf-8", "replace")
-
-
 def registry_page(db, scheduler=None):
     clusters = reads.schedulers(db)
     parts = [pn.pane.Markdown("## Registry"), *_operators(db), *_cluster(db, clusters),
-             *_placement(db, tensor_from_session())]
+             *_placement(db, session_arg("tensor"))]
     return pn.Column(*parts, sizing_mode="stretch_width")
 
 

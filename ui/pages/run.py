@@ -16,7 +16,7 @@ from deepx_flow.ui import timeline
 from deepx_flow.ui.data import EVENTS
 from deepx_flow.ui.live import refresh_while_open, shown_failures
 from deepx_flow.ui.session import session_arg
-from deepx_flow.ui.table import PagedTable, utc_text
+from deepx_flow.ui.table import PagedTable, text_table, utc_text
 from deepx_flow.ui.text import Text
 
 MAX_BARS = 10_000  # a timeline of more tasks shows the first ones (by start) and says so
@@ -26,12 +26,6 @@ OPERATOR_COLUMNS = ["operator", "tasks", "failed", "compute s", "fetch s", "byte
 
 def _when(t: float | None) -> str:
     return "-" if t is None else f"{utc_text(t)} UTC"
-
-
-def _table(columns, css_class: str, **options):
-    return pn.widgets.Tabulator(pd.DataFrame(columns=columns), disabled=True,
-                                show_index=False, css_classes=[css_class],
-                                sizing_mode="stretch_width", **options)
 
 
 def _ratio(value: float | None) -> str:
@@ -67,14 +61,14 @@ class RunView(pn.viewable.Viewer):
     def __init__(self, db, run):
         super().__init__()
         self.db, self.run_id = db, run.id
-        self.facts = _table(["what", "value"], "deepx-run-facts")
+        self.facts = text_table(["what", "value"], "deepx-run-facts")
         self.error = Text("", css_classes=["deepx-run-error"])
         self.error_title = pn.pane.Markdown("### Error")
         self.chart = timeline.figure(timeline.bars([], run.started_at))
         self.events_title = pn.pane.Markdown("### Events")
         self.events = PagedTable(EVENTS, db, page_size=20, css_class="deepx-run-events",
                                  run_id=run.id)  # a run can have thousands: paged in SQL
-        self.per_operator = _table(OPERATOR_COLUMNS, "deepx-run-operators")
+        self.per_operator = text_table(OPERATOR_COLUMNS, "deepx-run-operators")
         self.plan = Text("", css_classes=["deepx-run-plan"])
         self.plan_title = pn.pane.Markdown("### Plan")
         # Database text goes into Str panes and tables (shown as text), never into Markdown.
