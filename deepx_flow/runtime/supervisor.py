@@ -3,11 +3,13 @@
 
 It is the thin shell around the pure decisions, and the only code that changes the
 scheduler's task state:
-- a drift sets the task's worker restrictions to the workers it may use (loose, so a run
-  whose other workers are all gone still goes on), and releases it on its worker, which
-  drops the attempt; Dask then runs it again;
+- a drift sets the task's worker restrictions to the workers it may use, and releases it on
+  its worker, which drops the attempt; Dask then runs it again. The restrictions are strict
+  (Dask's work stealing moves a task with loose ones to any idle worker, the excluded one
+  too); when the last worker a task may use leaves, they become loose, so the run goes on;
 - excluding a worker restricts every unfinished task of the run to the others (and to
-  workers that join later);
+  workers that join later); a worker whose device is lost also has the tasks it was sent
+  but has not finished taken back;
 - a task that keeps timing out, or a run with no workers left, is failed with an error
   that says why (futures of the run raise it).
 
@@ -162,6 +164,7 @@ class Supervisor(SchedulerPlugin):
     def remove_worker(self, scheduler, worker: str, **kwargs) -> None:
         self.lost_devices.pop(worker, None)
         self._count_workers()
+        self._loosen_stranded()
 
     def add_worker(self, scheduler, worker: str) -> None:
         self._count_workers()
@@ -204,6 +207,7 @@ class Supervisor(SchedulerPlugin):
             if other_id != run_id:
                 self._apply(other_id, other.device_failed(None, worker, "device lost",
                                                           msg["error"]))
+        self._move_off(worker, keep=key)
 
     # -- time ----------------------------------------------------------------------------------
 
@@ -288,13 +292,51 @@ class Supervisor(SchedulerPlugin):
             self.scheduler.transitions({k: "released" for k in queued},
                                        stimulus_id=f"deepx-exclude-{time.time()}")
 
-    def _restrict(self, run_id: str, ts, avoid) -> None:
+    def _move_off(self, worker: str, keep) -> None:
+        """Watched runs' tasks sent to a worker whose device is lost (all but `keep`, whose
+        failure Dask is handling): released there and run elsewhere. They would fail on the
+        broken device, and the worker starts them only once it has dealt with the failure,
+        which can take Dask a good part of a second."""
+        ws = self.scheduler.workers.get(worker)
+        if ws is None:
+            return
+        moved = []
+        for ts in list(ws.processing):
+            run_id = self.run_of.get(key_name(ts.key))
+            if ts.key != keep and run_id in self.watches \
+                    and self._restrict(run_id, ts, self.watches[run_id].excluded):
+                moved.append(ts.key)
+        if moved:
+            self.scheduler.transitions({k: "released" for k in moved},
+                                       stimulus_id=f"deepx-device-lost-{time.time()}")
+
+    def _restrict(self, run_id: str, ts, avoid) -> bool:
+        """Restrict a task to the workers not in `avoid`; False where there are none."""
         allowed = {w for w in self.scheduler.workers if w not in avoid}
         if not allowed:
-            return  # nowhere else to go: leave it to run where it can
+            return False  # nowhere else to go: leave it to run where it can
         ts.worker_restrictions = allowed
-        ts.loose_restrictions = True
+        ts.loose_restrictions = False
         self.restricted.setdefault(run_id, set()).add(ts.key)
+        return True
+
+    def _loosen_stranded(self) -> None:
+        """Restricted tasks none of whose workers is left may run anywhere: the run goes on
+        on the workers it has (Dask has already made those without a worker wait)."""
+        workers, stranded = self.scheduler.workers, []
+        for keys in self.restricted.values():
+            for key in list(keys):
+                ts = self.scheduler.tasks.get(key)
+                if ts is None or ts.state not in UNFINISHED:
+                    keys.discard(key)
+                elif ts.worker_restrictions is not None and \
+                        not any(w in workers for w in ts.worker_restrictions):
+                    ts.loose_restrictions = True
+                    if ts.state == "no-worker":
+                        stranded.append(key)
+        if stranded:  # released, then scheduled again, now anywhere
+            self.scheduler.transitions({k: "released" for k in stranded},
+                                       stimulus_id=f"deepx-loosen-{time.time()}")
 
     def _fail(self, keys, error: Exception) -> None:
         from distributed.core import error_message

@@ -193,6 +193,52 @@ def test_a_lost_device_excludes_its_worker_and_its_task_runs_elsewhere():
     assert not [t for t in rows(db, Task, second.id) if t.worker == victim]
 
 
+async def _lose_worker(address, dask_scheduler=None):
+    await dask_scheduler.remove_worker(address, stimulus_id="test-lose-worker", close=True)
+
+
+def _processing_on(address, dask_scheduler=None) -> int:
+    ws = dask_scheduler.workers.get(address)
+    return -1 if ws is None else len(ws.processing)
+
+
+@pytest.mark.timeout(300)
+def test_a_run_whose_only_allowed_worker_is_lost_goes_on_on_the_excluded_one():
+    """Restrictions away from an excluded worker are strict (so work stealing cannot hand it
+    a task), until no worker the task may use is left: then the run goes on where it can."""
+    db = open_db()
+    _, y = graph()
+    sums = node_id(y, "sum", SPEC)
+    with local_cluster(2) as cluster, Client(cluster, set_as_default=False) as client:
+        want = expected(client)
+        victim, other = sorted(client.scheduler_info()["workers"])
+        with faults_on(client, Fault("device-lost", worker=victim, times=1)):
+            dx.run(y, client=client, cluster=SPEC)
+        done, failed = {}, []
+
+        def second_run():
+            try:
+                done["out"] = dx.run(y, client=client, cluster=SPEC)
+            except BaseException as err:
+                failed.append(err)
+        thread = threading.Thread(target=second_run)
+        with faults_on(client, Fault("hang", worker=other, node=sums)):
+            thread.start()
+            deadline = time.monotonic() + 60
+            while client.run_on_scheduler(_processing_on, other) < 1 \
+                    and time.monotonic() < deadline:
+                time.sleep(0.05)
+            client.run_on_scheduler(_lose_worker, other)
+            thread.join(60)  # the hung tasks are still hung: the run must go on without them
+            finished = not thread.is_alive()
+        thread.join(60)
+    assert finished and not failed, failed
+    np.testing.assert_allclose(done["out"], want, rtol=1e-12)
+    run = last_run(db)
+    assert any(e.kind == "exclude" and e.worker == victim for e in rows(db, Event, run.id))
+    assert any(t.worker == victim for t in rows(db, Task, run.id))
+
+
 def test_a_lost_device_marks_the_registry(db):
     from deepx_flow.meta import store
     from deepx_flow.meta.models import Device, Worker
