@@ -7,6 +7,8 @@ key from the browser is looked up, never put into SQL as given.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Callable
 
@@ -54,6 +56,35 @@ class Listing:
             total = conn.execute(count).scalar_one()
             rows = conn.execute(query.offset(offset).limit(limit)).all()
         return Page(tuple(self.columns), [dict(r._mapping) for r in rows], int(total), offset)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Rows already in memory (dicts by column: a cluster's workers, GPUs, storage tiers, the
+    registered operators; hundreds at most) listed like a `Listing`, sorted and paged in
+    Python. Missing values come first in ascending order, as SQLite orders NULLs; numbers
+    sort as numbers, before text."""
+
+    columns: tuple
+    rows: list
+    default_sort: str
+    descending: bool = False
+
+    def page(self, db=None, sort: str | None = None, descending: bool | None = None,
+             offset: int = 0, limit: int = PAGE_SIZE) -> Page:
+        sort = sort if sort in self.columns else self.default_sort
+        descending = self.descending if descending is None else descending
+        ordered = sorted(self.rows, key=lambda row: _order(row.get(sort)), reverse=descending)
+        offset, limit = max(0, int(offset)), max(1, int(limit))
+        return Page(tuple(self.columns), ordered[offset:offset + limit], len(ordered), offset)
+
+
+def _order(value) -> tuple:
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return (0, 0, "") if math.isnan(value) else (1, float(value), "")
+    if value is None:
+        return (0, 0, "")
+    return (2, 0, str(value))
 
 
 def _runs(status: str | None = None):

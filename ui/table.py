@@ -1,15 +1,15 @@
-"""A table over a `data.Listing` that pages and sorts in the database: the browser gets one
-page at a time, and a click on a column header orders the whole listing, not the page."""
+"""A table over a `data.Listing` that pages and sorts in the database (or over in-memory
+`data.Rows`, paged and sorted in Python): the browser gets one page at a time, and a click
+on a column header orders the whole listing, not the page. Drawn by `grid.Grid`."""
 
 from __future__ import annotations
 
 import datetime as dt
 
-import pandas as pd
 import panel as pn
 
-from deepx_flow.ui.data import PAGE_SIZE, Listing
-from deepx_flow.ui.text import Text
+from deepx_flow.ui.data import PAGE_SIZE
+from deepx_flow.ui.grid import Grid
 
 TIME_COLUMNS = ("started", "ended", "at", "created", "tick", "start", "stop", "seen",
                 "heartbeat", "finished")
@@ -31,65 +31,73 @@ def shown(value, column: str):
     return value
 
 
-def text_table(columns, css_class: str, **options) -> pn.widgets.Tabulator:
-    """A read-only table of `columns`, empty until `show_rows` fills it."""
-    return pn.widgets.Tabulator(pd.DataFrame(columns=list(columns)), disabled=True,
-                                show_index=False, sizing_mode="stretch_width",
-                                css_classes=[css_class], **options)
-
-
-def show_rows(table: pn.widgets.Tabulator, frame: pd.DataFrame) -> None:
-    """Show `frame` in `table`; an unchanged table is not sent to the browser again (live
-    pages refresh every few seconds)."""
-    if not frame.equals(table.value):
-        table.value = frame
+def text_table(columns, css_class: str) -> Grid:
+    """A read-only table of `columns`, neither paged nor sorted, empty until `show` fills it
+    (`Grid.show`, with rows of values in column order)."""
+    return Grid(columns=list(columns), css_classes=[css_class])
 
 
 class PagedTable(pn.viewable.Viewer):
-    """`listing` read through `db`, `page_size` rows at a time, with `filters` applied.
-    `links` maps a column to the URL prefix its values link to (e.g. {"id": "run?id="})."""
+    """`listing` (a `data.Listing` read through `db`, or in-memory `data.Rows`), `page_size`
+    rows at a time, with `filters` applied. `links` maps a column to the URL prefix its
+    values link to (e.g. {"id": "run?id="}); `formats` a column to the function that writes
+    its values (after sorting, which uses the values themselves)."""
 
-    def __init__(self, listing: Listing, db, page_size: int = PAGE_SIZE, links=None,
-                 css_class: str = "deepx-table", **filters):
+    def __init__(self, listing, db=None, page_size: int = PAGE_SIZE, links=None,
+                 css_class: str = "deepx-table", formats=None, **filters):
         super().__init__()
         self.listing, self.db, self.page_size, self.filters = listing, db, page_size, filters
+        self.formats = formats or {}
         self.sort, self.descending, self.offset = listing.default_sort, listing.descending, 0
-        formatters = {c: {"type": "link", "urlPrefix": prefix, "target": "_self"}
-                      for c, prefix in (links or {}).items()}
-        self.table = pn.widgets.Tabulator(
-            pd.DataFrame(), pagination=None, disabled=True, show_index=False,
-            formatters=formatters, sizing_mode="stretch_width", css_classes=[css_class],
-            header_filters=False)
-        self.table.param.watch(self._sorted, "sorters")
-        buttons = [pn.widgets.Button(name=label, css_classes=[f"{css_class}-{label.lower()}"])
-                   for label in ("First", "Previous", "Next", "Last")]
-        for button, step in zip(buttons, ("first", "previous", "next", "last")):
-            button.on_click(lambda _event, step=step: self._go(step))
-        self.status = Text("", css_classes=[f"{css_class}-status"])
-        self.layout = pn.Column(self.table, pn.Row(*buttons, self.status),
-                                sizing_mode="stretch_width")
+        self.table = Grid(columns=list(listing.columns), links=dict(links or {}),
+                          sortable=True, pager=True, sort=self.sort,
+                          descending=self.descending, css_classes=[css_class],
+                          on_sort=self._sorted, on_page=self._go)
         self.refresh()
 
     def __panel__(self):
-        return self.layout
+        return self.table
+
+    @property
+    def visible(self) -> bool:
+        return self.table.visible
+
+    @visible.setter
+    def visible(self, value: bool) -> None:
+        self.table.visible = value
+
+    def show(self, listing) -> None:
+        """List `listing` instead (new in-memory rows, say), keeping the sort and page."""
+        self.listing = listing
+        self.refresh()
 
     def refresh(self, **filters) -> None:
         """Read the current page again (with new `filters`, if given: back to the first)."""
         if filters:
             self.filters, self.offset = filters, 0
-        page = self.listing.page(self.db, self.sort, self.descending, self.offset,
-                                 self.page_size, **self.filters)
+        page = self._page()
         if page.total and self.offset >= page.total:  # rows went away: show the last page
             self.offset = (page.total - 1) // self.page_size * self.page_size
-            page = self.listing.page(self.db, self.sort, self.descending, self.offset,
-                                     self.page_size, **self.filters)
+            page = self._page()
         self.total = page.total
-        show_rows(self.table, pd.DataFrame(
-            [{c: shown(r[c], c) for c in page.columns} for r in page.rows],
-            columns=list(page.columns)))
+        self.table.show([[self._shown(r[c], c) for c in page.columns] for r in page.rows])
         last = min(page.offset + len(page.rows), page.total)
-        self.status.object = (f"rows {page.offset + 1}-{last} of {page.total:,}"
-                              if page.total else "no rows")
+        status = (f"rows {page.offset + 1}-{last} of {page.total:,}" if page.total
+                  else "no rows")
+        if status != self.table.status:
+            self.table.status = status
+        at_first, at_last = self.offset == 0, last >= page.total
+        if (at_first, at_last) != (self.table.at_first, self.table.at_last):
+            self.table.param.update(at_first=at_first, at_last=at_last)
+
+    def _page(self):
+        return self.listing.page(self.db, self.sort, self.descending, self.offset,
+                                 self.page_size, **self.filters)
+
+    def _shown(self, value, column: str):
+        if value is not None and column in self.formats:
+            return self.formats[column](value)
+        return shown(value, column)
 
     def _go(self, step: str) -> None:
         last = max(0, (self.total - 1) // self.page_size * self.page_size)
@@ -97,10 +105,14 @@ class PagedTable(pn.viewable.Viewer):
                        "next": min(last, self.offset + self.page_size), "last": last}[step]
         self.refresh()
 
-    def _sorted(self, event) -> None:
-        sorters = [s for s in event.new or () if s.get("field") in self.listing.columns]
-        if not sorters:
+    def _sorted(self, column: str) -> None:
+        """A click on a column's header: sort by it, or the other way if it is the sort."""
+        if column not in self.listing.columns:
             return
-        self.sort, self.descending = sorters[0]["field"], sorters[0].get("dir") == "desc"
+        if column == self.sort:
+            self.descending = not self.descending
+        else:
+            self.sort, self.descending = column, False
         self.offset = 0
+        self.table.param.update(sort=self.sort, descending=self.descending)
         self.refresh()

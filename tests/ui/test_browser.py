@@ -9,6 +9,7 @@ import pytest
 from deepx_flow.meta.queries import list_runs, measured_ratio, run_tasks, task_summary
 from deepx_flow.ui.timeline import LABELS
 from tests.ui.browser import IDLE, PAGE_TEXT, page_text, shown_run_id, visit
+from tests.ui.paging import sql_order
 
 pytestmark = pytest.mark.slow
 
@@ -20,14 +21,32 @@ def test_the_runs_page_lists_the_seeded_runs(seeded, dashboard, browser):
     runs = list_runs(seeded.db, limit=1000)
     assert len(runs) >= 4  # run, persist, materialize, the schedule's tick
     page, problems = visit(browser, dashboard, "runs", "runs")
-    page.wait_for_selector(".deepx-runs .tabulator-row")
-    rows = page.locator(".deepx-runs .tabulator-row")
+    page.wait_for_selector(".deepx-runs .deepx-grid-row")
+    rows = page.locator(".deepx-runs .deepx-grid-row")
     assert rows.count() == len(runs)
     shown = "\n".join(rows.all_inner_texts())
     assert all(r.id in shown for r in runs)
     first = rows.first.inner_text()  # newest first
     assert runs[0].id in first and runs[0].status in first
     assert page.get_by_text(f"rows 1-{len(runs)} of {len(runs)}").count() == 1
+    assert problems == []
+
+
+def test_a_header_click_sorts_the_runs_in_the_database_and_a_second_reverses(seeded,
+                                                                             dashboard,
+                                                                             browser):
+    from playwright.sync_api import expect
+    runs = [{"id": r.id, "tasks": r.n_tasks} for r in list_runs(seeded.db, limit=1000)]
+    page, problems = visit(browser, dashboard, "runs", "runs-sorted")
+    page.wait_for_selector(".deepx-runs .deepx-grid-row")
+    for descending, arrow in ((False, "\u25b2"), (True, "\u25bc")):
+        page.locator(".deepx-runs th[data-field='tasks']").click()
+        expect(page.locator(".deepx-runs th[data-field='tasks']")).to_have_text(
+            f"tasks {arrow}")
+        want = [r["id"] for r in sql_order(runs, "tasks", descending, "id")]
+        expect(page.locator(".deepx-runs td[data-field='id']")).to_have_text(want)
+    assert page.locator(".deepx-runs .deepx-grid-first").is_disabled()
+    assert page.locator(".deepx-runs .deepx-grid-last").is_disabled()  # one page
     assert problems == []
 
 
@@ -61,7 +80,7 @@ def test_the_run_page_links_to_its_graph(seeded, dashboard, browser):
 def test_the_runs_page_links_to_the_run_page(seeded, dashboard, browser):
     run = list_runs(seeded.db, limit=1)[0]
     page, problems = visit(browser, dashboard, "runs", "runs-link")
-    page.wait_for_selector(".deepx-runs .tabulator-row")
+    page.wait_for_selector(".deepx-runs .deepx-grid-row")
     page.locator(f".deepx-runs a:text('{run.id}')").click()
     page.wait_for_url(f"**/run?id={run.id}")
     page.wait_for_function(IDLE, timeout=30_000)
@@ -138,8 +157,8 @@ def test_the_page_of_a_running_run_follows_it_until_it_ends(seeded, dashboard, b
         assert 'ValueError: <b id="injected">boom</b>' in page_text(page)
         assert page.locator("#injected").count() == 0
         listed, more_problems = visit(browser, dashboard, "runs", "runs-markup")  # a table
-        listed.wait_for_selector(".deepx-runs .tabulator-row")
-        row = listed.locator(".deepx-runs .tabulator-row").filter(has_text=run_id)
+        listed.wait_for_selector(".deepx-runs .deepx-grid-row")
+        row = listed.locator(".deepx-runs .deepx-grid-row").filter(has_text=run_id)
         assert '<b id="injected">boom</b>' in row.inner_text()
         assert listed.locator("#injected").count() == 0
         assert problems == more_problems == []

@@ -29,8 +29,8 @@ def checks_of(db, asset):
 
 
 def rows(page, css):
-    page.wait_for_selector(f".{css} .tabulator-row")
-    return page.locator(f".{css} .tabulator-row")
+    page.wait_for_selector(f".{css} .deepx-grid-row")
+    return page.locator(f".{css} .deepx-grid-row")
 
 
 def test_the_catalogue_has_one_row_per_asset(seeded, dashboard, browser):

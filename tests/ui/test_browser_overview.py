@@ -40,8 +40,8 @@ def test_the_overview_shows_the_cluster(seeded, dashboard, browser):
     live = scheduler_workers(seeded)
     assert len(workers) == 2 and {w.address for w in workers} == set(live)
     page, problems = visit(browser, dashboard, "", "overview")  # the overview is the root
-    page.wait_for_selector(".deepx-overview-workers .tabulator-row")
-    rows = page.locator(".deepx-overview-workers .tabulator-row")
+    page.wait_for_selector(".deepx-overview-workers .deepx-grid-row")
+    rows = page.locator(".deepx-overview-workers .deepx-grid-row")
     assert rows.count() == len(workers)
     for worker, row in zip(workers, rows.all_inner_texts()):  # by address, as registered
         assert worker.address in row and "live" in row
@@ -62,7 +62,7 @@ def test_the_overview_shows_the_cluster(seeded, dashboard, browser):
     assert page.locator(".deepx-overview-failed-runs").count() == 1
     assert page.locator(".deepx-overview-erred-tasks").count() == 1
     assert (f"rows 1-{failed} of {failed}" if failed else "no rows") in \
-        page.locator(".deepx-overview-failed-runs-status pre").inner_text()
+        page.locator(".deepx-overview-failed-runs .deepx-grid-status").inner_text()
     assert problems == []
 
 
@@ -95,10 +95,10 @@ def test_new_runs_and_failures_appear_without_reloading(seeded, dashboard, brows
     try:
         for run_id, table in shown.items():
             page.wait_for_selector(f"{table} a:text('{run_id}')", timeout=15_000)
-        tasks = page.locator(".deepx-overview-erred-tasks .tabulator-row")
+        tasks = page.locator(".deepx-overview-erred-tasks .deepx-grid-row")
         tasks.filter(has_text=failed).wait_for(timeout=15_000)
         screenshot(page, "overview-live")
-        failed_row = page.locator(".deepx-overview-failed-runs .tabulator-row").filter(
+        failed_row = page.locator(".deepx-overview-failed-runs .deepx-grid-row").filter(
             has_text=failed).inner_text()
         task_row = tasks.filter(has_text=failed).inner_text()
         assert "ValueError: the overview test failed" in failed_row
@@ -119,7 +119,11 @@ def test_new_runs_and_failures_appear_without_reloading(seeded, dashboard, brows
 
 
 def _shown(table) -> str:
-    return table.value.to_string()
+    return str(table.listing.rows)
+
+
+def _column(table, name: str) -> list:
+    return [row[name] for row in table.listing.rows]
 
 
 def test_without_a_scheduler_the_registered_workers_are_shown(seeded):
@@ -127,7 +131,7 @@ def test_without_a_scheduler_the_registered_workers_are_shown(seeded):
     page = overview_page(seeded.db, None)
     assert "No Dask scheduler given" in page.scheduler_status.object
     assert all(w.address in _shown(page.workers) for w in workers)
-    assert set(page.workers.value["state"]) == {"registered"}
+    assert set(_column(page.workers, "state")) == {"registered"}
     assert "not known" in page.dask_link.object
 
 
@@ -138,7 +142,7 @@ def test_an_unreachable_scheduler_is_said_and_registered_workers_shown(seeded):
     assert "could not be reached" in page.scheduler_status.object
     workers = registered_workers(seeded)
     assert all(w.address in _shown(page.workers) for w in workers)
-    assert set(page.workers.value["memory used"]) == {cs.MISSING}
+    assert set(_column(page.workers, "memory used")) == {cs.MISSING}
     assert "No worker is registered under tcp://127.0.0.1:1" in page.workers_note.object
 
 

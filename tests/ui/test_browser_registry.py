@@ -46,7 +46,7 @@ FIND_INJECTED = """() => {
 
 
 def _cells(page, css: str, field: str) -> list[str]:
-    return page.locator(f".{css} .tabulator-cell[tabulator-field='{field}']").all_inner_texts()
+    return page.locator(f".{css} td[data-field='{field}']").all_inner_texts()
 
 
 def test_the_registry_shows_operators_links_and_storage(seeded, dashboard, browser):
@@ -60,8 +60,8 @@ def test_the_registry_shows_operators_links_and_storage(seeded, dashboard, brows
     assert n_operators > 20 and len(links) == 2 and tiers
 
     page, problems = visit(browser, dashboard, "registry", "registry")
-    page.wait_for_selector(".deepx-operators .tabulator-row")
-    page.wait_for_selector(".deepx-storage-tiers .tabulator-row")
+    page.wait_for_selector(".deepx-operators .deepx-grid-row")
+    page.wait_for_selector(".deepx-storage-tiers .deepx-grid-row")
     text = page_text(page)
     assert f"{n_operators:,} operators" in text
     assert len(_cells(page, "deepx-operators", "name")) == n_operators

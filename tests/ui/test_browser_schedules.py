@@ -25,8 +25,8 @@ def ticks_of(db, schedule=None, status=None):
 
 
 def rows(page, css):
-    page.wait_for_selector(f".{css} .tabulator-row")
-    return page.locator(f".{css} .tabulator-row")
+    page.wait_for_selector(f".{css} .deepx-grid-row")
+    return page.locator(f".{css} .deepx-grid-row")
 
 
 def test_the_schedule_and_its_launched_tick_are_shown(seeded, dashboard, browser):
@@ -74,5 +74,5 @@ def test_ticks_are_filtered_by_status_and_schedule(seeded, dashboard, browser):
         page.locator(".deepx-ticks-status select").select_option(status)
         status_line = f"rows 1-{len(want)} of {len(want)}" if want else "no rows"
         page.get_by_text(status_line).wait_for()
-        expect(page.locator(".deepx-ticks .tabulator-row")).to_have_count(len(want))
+        expect(page.locator(".deepx-ticks .deepx-grid-row")).to_have_count(len(want))
     assert problems == []

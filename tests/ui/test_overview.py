@@ -75,8 +75,9 @@ def test_the_cluster_is_read_live_through_one_watch_per_address(db, scheduler):
         assert live[address]["memory"] == info["metrics"]["memory"] > 0
     page = overview_page(db, scheduler)  # nothing registered for it: its workers, unregistered
     assert isinstance(page, Overview)
-    assert sorted(page.workers.value["worker"]) == sorted(reading.identity["workers"])
-    assert set(page.workers.value["state"]) == {"live, not registered"}
+    rows = page.workers.listing.rows
+    assert sorted(r["worker"] for r in rows) == sorted(reading.identity["workers"])
+    assert {r["state"] for r in rows} == {"live, not registered"}
     assert f"Dask scheduler {scheduler}: 2 workers live" in page.scheduler_status.object
     port = reading.identity["services"]["dashboard"]
     assert f'href="http://127.0.0.1:{port}/status"' in page.dask_link.object

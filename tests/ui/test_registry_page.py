@@ -8,12 +8,23 @@ import panel as pn
 from sqlmodel import delete
 
 from deepx_flow.meta.models import ChunkPlacement, Link
+from deepx_flow.ui.grid import Grid
 from deepx_flow.ui.pages.registry import registry_page
 from tests.ui.test_registry_reads import ADDRESSES, SCHEDULERS, db  # noqa: F401 (fixture)
 
 
 def _widget(page, css: str, kind):
     return next(w for w in page.select(kind) if css in w.css_classes)
+
+
+def _tiers(page) -> list[dict]:
+    """The storage tiers table's rows as shown (bytes written with thousands commas)."""
+    grid = _widget(page, "deepx-storage-tiers", Grid)
+    return [dict(zip(grid.columns, row)) for row in grid.rows]
+
+
+def _held(row) -> int:
+    return int(row["held"].replace(",", ""))
 
 
 def _matrix(page) -> dict:
@@ -36,19 +47,18 @@ def test_choosing_a_cluster_redraws_its_links_and_tiers(db):  # noqa: F811
                              tier="host", nbytes=4096, state="memory", updated_at=1.0))
     page = registry_page(db)
     chooser = _widget(page, "deepx-cluster", pn.widgets.Select)
-    tiers = _widget(page, "deepx-storage-tiers", pn.widgets.Tabulator)
     assert chooser.visible and chooser.value == SCHEDULERS[0]  # measured last
     assert _matrix(page)[ADDRESSES[1], ADDRESSES[2]] == "measured"
-    assert set(tiers.value["tier"]) == {"device", "host", "disk"}  # only s1 has devices
-    assert tiers.value["held"].sum() == 0
+    assert {r["tier"] for r in _tiers(page)} == {"device", "host", "disk"}  # only s1: GPUs
+    assert sum(_held(r) for r in _tiers(page)) == 0
 
     chooser.value = SCHEDULERS[1]
     matrix = _matrix(page)
     assert set(matrix) == {(a, b) for a in ADDRESSES[:2] for b in ADDRESSES[:2]}
     assert matrix[ADDRESSES[0], ADDRESSES[1]] == "measured"
-    assert set(tiers.value["tier"]) == {"host", "disk"}
-    held = tiers.value.set_index(["worker", "tier"])["held"]
-    assert held[ADDRESSES[2], "host"] == 4096 and held.sum() == 4096
+    assert {r["tier"] for r in _tiers(page)} == {"host", "disk"}
+    held = {(r["worker"], r["tier"]): _held(r) for r in _tiers(page)}
+    assert held[ADDRESSES[2], "host"] == 4096 and sum(held.values()) == 4096
 
     # the chunk grid lists the tensor and draws its one chunk
     tensor = _widget(page, "deepx-tensor", pn.widgets.Select)

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import json
 
-import pandas as pd
 import panel as pn
 from sqlalchemy import case, func
 from sqlmodel import col, select
 
 from deepx_flow.meta.models import AssetCheckResult, AssetMaterialization
-from deepx_flow.ui.data import Listing
+from deepx_flow.ui.data import Listing, Rows
 from deepx_flow.ui.session import session_arg
-from deepx_flow.ui.table import PagedTable, utc_text
+from deepx_flow.ui.table import PagedTable, text_table, utc_text
 from deepx_flow.ui.text import Text
 
 M, C = AssetMaterialization, AssetCheckResult
@@ -168,18 +167,15 @@ def _facts(latest: AssetMaterialization, n_versions: int):
              ("bytes", "-" if latest.nbytes is None else f"{latest.nbytes:,}"),
              ("storage", latest.storage), ("uri", latest.uri or "-"),
              ("run", latest.run_id or "-"), ("versions", f"{n_versions:,}")]
-    return pn.widgets.Tabulator(
-        pd.DataFrame([(k, str(v)) for k, v in facts], columns=["what", "value"]),
-        disabled=True, show_index=False, css_classes=["deepx-asset-facts"],
-        sizing_mode="stretch_width")
+    table = text_table(["what", "value"], "deepx-asset-facts")
+    table.show([(k, str(v)) for k, v in facts])
+    return table
 
 
 def _upstream_table(rows):
-    # A materialization reads a bounded set of versions (its inputs), shown a page at a
-    # time in the browser; the asset names link to their own page.
-    return pn.widgets.Tabulator(
-        pd.DataFrame(rows, columns=["asset", "partition", "version"]), disabled=True,
-        show_index=False, pagination="local", page_size=20,
-        formatters={"asset": {"type": "link", "urlPrefix": "assets?asset=",
-                              "target": "_self"}},
-        css_classes=["deepx-asset-upstream"], sizing_mode="stretch_width")
+    # A materialization reads a bounded set of versions (its inputs), held in memory and
+    # shown a page at a time; the asset names link to their own page.
+    columns = ("asset", "partition", "version")
+    return PagedTable(Rows(columns, [dict(zip(columns, r)) for r in rows], "asset"),
+                      page_size=20, links={"asset": "assets?asset="},
+                      css_class="deepx-asset-upstream")

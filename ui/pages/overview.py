@@ -15,17 +15,16 @@ import html
 import time
 from dataclasses import dataclass, replace
 
-import pandas as pd
 import panel as pn
 from sqlalchemy import func
 from sqlmodel import col, select
 
 from deepx_flow.meta.models import Device, Run, StorageTier, Task, Worker
 from deepx_flow.ui import cluster_state as cs
-from deepx_flow.ui.data import Listing
+from deepx_flow.ui.data import Listing, Rows
 from deepx_flow.ui.live import failure_text, refresh_while_open
 from deepx_flow.ui.scheduler_watch import TIMEOUT_S, Reading, watch
-from deepx_flow.ui.table import PagedTable, show_rows, text_table, utc_text
+from deepx_flow.ui.table import PagedTable, utc_text
 from deepx_flow.ui.text import Text
 
 PERIOD_MS = 2000
@@ -177,9 +176,9 @@ class Overview(pn.viewable.Viewer):
         self.scheduler_status = Text("", css_classes=["deepx-overview-scheduler"])
         self.dask_link = pn.pane.HTML(dashboard_link_html(None),
                                       css_classes=["deepx-overview-dask"])
-        self.workers = _table(cs.WORKER_COLUMNS, "deepx-overview-workers")
+        self.workers = _table(cs.WORKER_COLUMNS, "deepx-overview-workers", "worker")
         self.workers_note = Text("", css_classes=["deepx-overview-workers-note"])
-        self.gpus = _table(cs.GPU_COLUMNS, "deepx-overview-gpus")
+        self.gpus = _table(cs.GPU_COLUMNS, "deepx-overview-gpus", "worker")
         self.gpus_note = Text("", css_classes=["deepx-overview-gpus-note"])
         self.chart, self.source = _memory_chart()
         self.in_flight = PagedTable(IN_FLIGHT, db, PAGE_SIZE, links={"id": "run?id="},
@@ -221,10 +220,9 @@ class Overview(pn.viewable.Viewer):
     def _show_cluster(self, reading: Reading | None) -> None:
         registered = registered_cluster(self.db, self.scheduler)
         live = cs.live_workers(reading.identity) if reading and reading.identity else None
-        _set(self.workers, cs.WORKER_COLUMNS,
-             cs.worker_rows(registered.workers, live, self.scheduler))
+        _set(self.workers, cs.worker_rows(registered.workers, live, self.scheduler))
         gpus = cs.gpu_rows(registered.gpus, live)
-        _set(self.gpus, cs.GPU_COLUMNS, gpus)
+        _set(self.gpus, gpus)
         self.gpus.visible = bool(gpus)
         self.gpus_note.object = "" if gpus else NO_GPU
         self.workers_note.object = workers_note(self.scheduler, registered)
@@ -241,14 +239,13 @@ class Overview(pn.viewable.Viewer):
             self.dask_link.object = link
 
 
-def _table(columns, css_class: str):
-    # Pages of 16 rows: the browser draws one page (64 workers' rows took it a second).
-    return text_table(columns, css_class, header_filters=False, pagination="local",
-                      page_size=16)
+def _table(columns, css_class: str, sort: str) -> PagedTable:
+    # Pages of 16 rows, sorted on the server: the browser draws one page.
+    return PagedTable(Rows(tuple(columns), [], sort), page_size=16, css_class=css_class)
 
 
-def _set(table, columns, rows) -> None:
-    show_rows(table, pd.DataFrame(rows, columns=list(columns)))
+def _set(table: PagedTable, rows: list[dict]) -> None:
+    table.show(replace(table.listing, rows=rows))
 
 
 def _memory_chart():

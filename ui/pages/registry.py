@@ -10,17 +10,17 @@ the latest runs placed or named by the `tensor` query argument; it draws at most
 
 from __future__ import annotations
 
-
-import pandas as pd
 import panel as pn
 
 from deepx_flow.ui import chunk_grid, link_matrix
 from deepx_flow.ui import registry_reads as reads
-from deepx_flow.ui.table import utc_text
+from deepx_flow.ui.data import Rows
+from deepx_flow.ui.table import PagedTable, utc_text
 from deepx_flow.ui.session import session_arg
 from deepx_flow.ui.text import Text
 
-BYTES = {"type": "money", "thousand": ",", "symbol": "", "precision": 0}
+OPERATORS_PAGE = 50
+TIER_COLUMNS = ("worker", "status", "tier", "location", "capacity", "held", "chunks", "used %")
 
 
 def registry_page(db, scheduler=None):
@@ -33,15 +33,15 @@ def registry_page(db, scheduler=None):
 def _operators(db) -> list:
     rows = reads.operators(db)
     total = reads.operator_count(db)
-    frame = pd.DataFrame(
-        [(o.name, o.kind, o.engines, o.fusable, o.flops_per_element,
-          o.temp_bytes_per_element, o.source, (o.doc or "").strip().split("\n")[0])
-         for o in rows],
-        columns=["name", "kind", "engines", "fusable", "flops/element", "temp bytes/element",
-                 "source", "doc"])
-    # Few enough to send whole (MAX_OPERATORS at most): the browser sorts them.
-    table = pn.widgets.Tabulator(frame, disabled=True, show_index=False,
-                                 css_classes=["deepx-operators"], sizing_mode="stretch_width")
+    columns = ("name", "kind", "engines", "fusable", "flops/element", "temp bytes/element",
+               "source", "doc")
+    listed = [dict(zip(columns, (o.name, o.kind, o.engines, str(o.fusable).lower(),
+                                 o.flops_per_element, o.temp_bytes_per_element, o.source,
+                                 (o.doc or "").strip().split("\n")[0])))
+              for o in rows]
+    # Few enough to hold in memory (MAX_OPERATORS at most): sorted and paged there.
+    table = PagedTable(Rows(columns, listed, "name"), page_size=OPERATORS_PAGE,
+                       css_class="deepx-operators")
     shown = _count(total, "operator") if total == len(rows) \
         else f"the first {len(rows):,} of {total:,} operators, by name"
     return [pn.pane.Markdown("### Operators"),
@@ -63,11 +63,9 @@ def _cluster(db, clusters: list) -> list:
     matrix_note = Text("")
     # A cluster's tiers are a few per worker: sent whole (up to MAX_TIERS), sorted and paged
     # in the browser, so their one aggregate over the placements runs once per cluster.
-    tiers = pn.widgets.Tabulator(pd.DataFrame(), disabled=True, show_index=False,
-                                 pagination="local", page_size=50, formatters={
-                                     "capacity": BYTES, "held": BYTES},
-                                 css_classes=["deepx-storage-tiers"],
-                                 sizing_mode="stretch_width")
+    tiers = PagedTable(Rows(TIER_COLUMNS, [], "worker"), page_size=50,
+                       formats={"capacity": _bytes, "held": _bytes},
+                       css_class="deepx-storage-tiers")
     tiers_note = Text("", css_classes=["deepx-storage-tiers-count"])
 
     def show(address: str) -> None:
@@ -84,11 +82,10 @@ def _cluster(db, clusters: list) -> list:
                " (hover over a cell for its numbers)")
             + ("" if total == len(rows) else f"; the first {len(rows):,} drawn"))
         rows, total = reads.storage_tiers(db, address)
-        tiers.value = pd.DataFrame(
-            [(r["address"], r["status"], r["tier"], r["location"], r["capacity"], r["held"],
-              r["chunks"], reads.used_percent(r["held"], r["capacity"])) for r in rows],
-            columns=["worker", "status", "tier", "location", "capacity", "held", "chunks",
-                     "used %"])
+        tiers.show(Rows(TIER_COLUMNS, [dict(zip(TIER_COLUMNS, (
+            r["address"], r["status"], r["tier"], r["location"], r["capacity"], r["held"],
+            r["chunks"], reads.used_percent(r["held"], r["capacity"])))) for r in rows],
+            "worker"))
         tiers_note.object = (_count(total, "storage tier") if total == len(rows) else
                              f"the first {len(rows):,} of {total:,} storage tiers, by worker")
 
@@ -98,6 +95,10 @@ def _cluster(db, clusters: list) -> list:
             pn.pane.Markdown("#### Network links"), matrix_note, matrix,
             pn.pane.Markdown("#### Storage tiers (bytes held: chunks in memory, spilled or "
                              "stored)"), tiers_note, tiers]
+
+
+def _bytes(n) -> str:
+    return f"{n:,.0f}"
 
 
 def _count(n: int, thing: str) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 from urllib.parse import quote
 
-import pandas as pd
 import panel as pn
 
 from deepx_flow.errors import InputError
@@ -16,7 +15,7 @@ from deepx_flow.ui import timeline
 from deepx_flow.ui.data import EVENTS
 from deepx_flow.ui.live import refresh_while_open, shown_failures
 from deepx_flow.ui.session import session_arg
-from deepx_flow.ui.table import PagedTable, text_table, utc_text
+from deepx_flow.ui.table import PagedTable, shown, text_table, utc_text
 from deepx_flow.ui.text import Text
 
 MAX_BARS = 10_000  # a timeline of more tasks shows the first ones (by start) and says so
@@ -91,18 +90,17 @@ class RunView(pn.viewable.Viewer):
         tasks = timeline_rows(self.db, run.id, limit=MAX_BARS)
         per_operator = task_summary(self.db, run.id)
         total = self.attempts = sum(count for _, count, *_ in per_operator)
-        self.facts.value = pd.DataFrame(facts(run, total, measured_ratio(per_operator)),
-                                        columns=["what", "value"])
+        self.facts.show(facts(run, total, measured_ratio(per_operator)))
         self.error.object = run.error or ""
         self.error.visible = self.error_title.visible = bool(run.error)
-        shown = (f"{len(tasks):,} of {total:,} task attempts (the first by start)"
+        drawn = (f"{len(tasks):,} of {total:,} task attempts (the first by start)"
                  if total > len(tasks) else f"{total:,} task attempts")
         timeline.show(self.chart, timeline.bars(tasks, run.started_at),
-                      f"tasks per worker: {shown}")
+                      f"tasks per worker: {drawn}")
         self.events.refresh()
         self.events_title.object = f"### Events ({self.events.total:,})"
-        self.per_operator.value = pd.DataFrame([tuple(r) for r in per_operator],
-                                               columns=OPERATOR_COLUMNS)
+        self.per_operator.show([[shown(v, c) for v, c in zip(r, OPERATOR_COLUMNS)]
+                                for r in per_operator])
         self.plan.object = run.explain or ""
         self.plan.visible = self.plan_title.visible = bool(run.explain)
         return run.status
