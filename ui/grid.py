@@ -160,11 +160,9 @@ class Grid(JSComponent):
         self._on_sort, self._on_page = on_sort, on_page
 
     def show(self, rows) -> None:
-        """Show `rows` (lists of raw values); unchanged rows are not sent again (live pages
-        refresh every few seconds)."""
-        rows = [[cell_value(v) for v in row] for row in rows]
-        if rows != self.rows:
-            self.rows = rows
+        """Show `rows` (lists of raw values). Param sends nothing for unchanged rows (live
+        pages refresh every few seconds)."""
+        self.rows = [[cell_value(v) for v in row] for row in rows]
 
     def _handle_msg(self, msg) -> None:
         if not isinstance(msg, dict):

@@ -48,10 +48,11 @@ class PagedTable(pn.viewable.Viewer):
         super().__init__()
         self.listing, self.db, self.page_size, self.filters = listing, db, page_size, filters
         self.formats = formats or {}
-        self.sort, self.descending, self.offset = listing.default_sort, listing.descending, 0
+        self.offset = 0
+        # The sort lives on the grid, which shows it in its header.
         self.table = Grid(columns=list(listing.columns), links=dict(links or {}),
-                          sortable=True, pager=True, sort=self.sort,
-                          descending=self.descending, css_classes=[css_class],
+                          sortable=True, pager=True, sort=listing.default_sort,
+                          descending=listing.descending, css_classes=[css_class],
                           on_sort=self._sorted, on_page=self._go)
         self.refresh()
 
@@ -77,22 +78,22 @@ class PagedTable(pn.viewable.Viewer):
             self.filters, self.offset = filters, 0
         page = self._page()
         if page.total and self.offset >= page.total:  # rows went away: show the last page
-            self.offset = (page.total - 1) // self.page_size * self.page_size
+            self.offset = self._last_offset(page.total)
             page = self._page()
         self.total = page.total
         self.table.show([[self._shown(r[c], c) for c in page.columns] for r in page.rows])
         last = min(page.offset + len(page.rows), page.total)
-        status = (f"rows {page.offset + 1}-{last} of {page.total:,}" if page.total
-                  else "no rows")
-        if status != self.table.status:
-            self.table.status = status
-        at_first, at_last = self.offset == 0, last >= page.total
-        if (at_first, at_last) != (self.table.at_first, self.table.at_last):
-            self.table.param.update(at_first=at_first, at_last=at_last)
+        # Param sends only what changed.
+        self.table.param.update(
+            status=f"rows {page.offset + 1}-{last} of {page.total:,}" if page.total
+            else "no rows", at_first=self.offset == 0, at_last=last >= page.total)
 
     def _page(self):
-        return self.listing.page(self.db, self.sort, self.descending, self.offset,
+        return self.listing.page(self.db, self.table.sort, self.table.descending, self.offset,
                                  self.page_size, **self.filters)
+
+    def _last_offset(self, total: int) -> int:
+        return max(0, (total - 1) // self.page_size * self.page_size)
 
     def _shown(self, value, column: str):
         if value is not None and column in self.formats:
@@ -100,7 +101,7 @@ class PagedTable(pn.viewable.Viewer):
         return shown(value, column)
 
     def _go(self, step: str) -> None:
-        last = max(0, (self.total - 1) // self.page_size * self.page_size)
+        last = self._last_offset(self.total)
         self.offset = {"first": 0, "previous": max(0, self.offset - self.page_size),
                        "next": min(last, self.offset + self.page_size), "last": last}[step]
         self.refresh()
@@ -109,10 +110,7 @@ class PagedTable(pn.viewable.Viewer):
         """A click on a column's header: sort by it, or the other way if it is the sort."""
         if column not in self.listing.columns:
             return
-        if column == self.sort:
-            self.descending = not self.descending
-        else:
-            self.sort, self.descending = column, False
+        descending = column == self.table.sort and not self.table.descending
         self.offset = 0
-        self.table.param.update(sort=self.sort, descending=self.descending)
+        self.table.param.update(sort=column, descending=descending)
         self.refresh()

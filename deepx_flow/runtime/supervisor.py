@@ -168,17 +168,10 @@ class Supervisor(SchedulerPlugin):
 
     def add_worker(self, scheduler, worker: str) -> None:
         self._count_workers()
-        tasks = self.scheduler.tasks
-        for run_id, keys in self.restricted.items():
-            excluded = self.watches[run_id].excluded
-            if worker in excluded:
-                continue
-            for key in list(keys):
-                ts = tasks.get(key)
-                if ts is None or ts.state not in UNFINISHED:
-                    keys.discard(key)
-                elif ts.worker_restrictions is not None:
-                    ts.worker_restrictions.add(worker)
+        for run_id, ts in self._restricted_unfinished():
+            if worker not in self.watches[run_id].excluded \
+                    and ts.worker_restrictions is not None:
+                ts.worker_restrictions.add(worker)
 
     def log_event(self, topic, msg) -> None:
         if topic != ATTEMPT_TOPIC or not isinstance(msg, dict):
@@ -320,20 +313,27 @@ class Supervisor(SchedulerPlugin):
         self.restricted.setdefault(run_id, set()).add(ts.key)
         return True
 
-    def _loosen_stranded(self) -> None:
-        """Restricted tasks none of whose workers is left may run anywhere: the run goes on
-        on the workers it has (Dask has already made those without a worker wait)."""
-        workers, stranded = self.scheduler.workers, []
-        for keys in self.restricted.values():
+    def _restricted_unfinished(self):
+        """(run id, task) for each task we restricted that is not finished yet; the finished
+        ones are forgotten on the way."""
+        for run_id, keys in self.restricted.items():
             for key in list(keys):
                 ts = self.scheduler.tasks.get(key)
                 if ts is None or ts.state not in UNFINISHED:
                     keys.discard(key)
-                elif ts.worker_restrictions is not None and \
-                        not any(w in workers for w in ts.worker_restrictions):
-                    ts.loose_restrictions = True
-                    if ts.state == "no-worker":
-                        stranded.append(key)
+                else:
+                    yield run_id, ts
+
+    def _loosen_stranded(self) -> None:
+        """Restricted tasks none of whose workers is left may run anywhere: the run goes on
+        on the workers it has (Dask has already made those without a worker wait)."""
+        workers, stranded = self.scheduler.workers, []
+        for _, ts in self._restricted_unfinished():
+            if ts.worker_restrictions is not None and \
+                    not any(w in workers for w in ts.worker_restrictions):
+                ts.loose_restrictions = True
+                if ts.state == "no-worker":
+                    stranded.append(ts.key)
         if stranded:  # released, then scheduled again, now anywhere
             self.scheduler.transitions({k: "released" for k in stranded},
                                        stimulus_id=f"deepx-loosen-{time.time()}")
