@@ -18,14 +18,14 @@ from deepx_flow.registry.cluster import format_bytes
 
 COLUMNS = ("chunk", "row", "col", "x", "y", "width", "worker", "state", "tier", "size",
            "device", "color", "alpha", "outline")
-NUMBERS = ("row", "col", "x", "y", "width", "alpha")
+NUMBERS = ("row", "col", "x", "y", "width", "alpha", "outline")
 LEGEND_WORKERS = 16  # a longer legend would be taller than the grid
 # How the state shows besides the hover: the further a chunk is from memory, the paler; a
-# lost one is outlined in red. (Not hatch patterns: a browser draws 5,000 hatched cells
-# several times slower than plain ones.)
+# lost one is outlined in red. Other cells have no outline at all (width 0): a browser
+# draws thousands of outlined cells twice as slowly, and hatch patterns several times.
 ALPHAS = {"memory": 1.0, "spilled": 0.6, "stored": 0.35, "lost": 0.12}
 OTHER_ALPHA = 0.35
-LOST_OUTLINE, OUTLINE = "#d62728", "white"
+LOST_OUTLINE, LOST_OUTLINE_WIDTH = "#d62728", 1.5
 
 
 def chunk_index(chunk: str) -> tuple[int, ...]:
@@ -57,8 +57,8 @@ def worker_colors(workers) -> dict[str, str]:
 def cells(rows) -> dict:
     """Plotting columns, one entry per placement row (chunk, worker, state, tier, nbytes,
     device): the chunk's grid row and column, the x centre and width of its part of the
-    cell, y, the worker's colour, and the state's fill alpha and outline. Rows of one chunk
-    are ordered by worker."""
+    cell, y, the worker's colour, and the state's fill alpha and outline width (0: none).
+    Rows of one chunk are ordered by worker."""
     by_chunk = defaultdict(list)
     for r in rows:
         by_chunk[chunk_index(r.chunk)].append(r)
@@ -84,7 +84,7 @@ def cells(rows) -> dict:
             cols["device"].append(r.device or "")
             cols["color"].append(colors[r.worker])
             cols["alpha"].append(ALPHAS.get(r.state, OTHER_ALPHA))
-            cols["outline"].append(LOST_OUTLINE if r.state == "lost" else OUTLINE)
+            cols["outline"].append(LOST_OUTLINE_WIDTH if r.state == "lost" else 0.0)
     return cols
 
 
@@ -106,8 +106,8 @@ def figure(columns: dict, title: str = "chunks by worker"):
 
     import numpy as np
 
-    # Numbers as arrays: Bokeh checks and sends them whole, not value by value.
-    source = ColumnDataSource({k: np.asarray(v, dtype=float) if k in NUMBERS else v
+    # Columns as arrays: Bokeh checks and sends them whole, not value by value.
+    source = ColumnDataSource({k: np.asarray(v, dtype=float if k in NUMBERS else str)
                                for k, v in columns.items()}, name="chunk-grid")
     rows = max(columns["row"], default=0) + 1
     cols = max(columns["col"], default=0) + 1
@@ -115,14 +115,15 @@ def figure(columns: dict, title: str = "chunks by worker"):
     legend = len(set(columns["worker"])) <= LEGEND_WORKERS
     # Cells about 48 x 32 pixels, shrinking past 1000 x 600 so a big grid fits the page.
     width, height = min(1000, max(300, 48 * cols)), min(600, max(64, 32 * rows))
-    # Outlines only where cells are big enough to show fill inside them.
+    # Lost cells outlined only where cells are big enough to show fill inside them.
     outlined = width / cols >= 6 and height / rows >= 6
     fig = bokeh_figure(title=title, frame_width=width, frame_height=height,
                        x_range=Range1d(-0.5, cols - 0.5),
                        y_range=Range1d(rows - 0.5, -0.5), tools="pan,wheel_zoom,reset",
                        x_axis_label=along, y_axis_label=down, name="chunk-grid-figure")
     fig.rect(x="x", y="y", width="width", height=0.92, source=source, fill_color="color",
-             fill_alpha="alpha", line_color="outline", line_width=1 if outlined else 0,
+             fill_alpha="alpha", line_color=LOST_OUTLINE,
+             line_width="outline" if outlined else 0,
              **({"legend_field": "worker"} if legend else {}))
     fig.add_tools(HoverTool(tooltips=[("chunk", "@chunk"), ("worker", "@worker"),
                                       ("state", "@state"), ("tier", "@tier"),

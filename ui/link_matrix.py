@@ -80,10 +80,10 @@ def figure(columns: dict, title: str = "bandwidth between workers"):
 
     names = sorted(set(columns["source"])) or ["(no links)"]
     labelled = len(names) <= LABELLED
-    # Numbers as arrays: Bokeh checks and sends them whole, not value by value. The cells'
+    # Columns as arrays: Bokeh checks and sends them whole, not value by value. The cells'
     # text only where it is drawn (64 workers' 4,096 labels were a fifth of the document).
     unused = () if labelled else ("label", "text_color")
-    source = ColumnDataSource({k: np.asarray(v, dtype=float) if k in NUMBERS else v
+    source = ColumnDataSource({k: np.asarray(v, dtype=float if k in NUMBERS else str)
                                for k, v in columns.items() if k not in unused},
                               name="link-matrix")
     cell_width, cell_height = (110, 50) if labelled else (16, 16)
@@ -96,8 +96,9 @@ def figure(columns: dict, title: str = "bandwidth between workers"):
                        frame_height=max(100, cell_height * len(names)),
                        x_axis_label="target (receives)", y_axis_label="source (sends)",
                        tools="", toolbar_location=None, name="link-matrix-figure")
-    fig.rect(x="target", y="source", width=1, height=1, source=source,
-             fill_color={"field": "gbps", "transform": mapper}, line_color="white")
+    # No outlines (a second path per cell to draw): the gaps between cells are the grid.
+    fig.rect(x="target", y="source", width=0.94, height=0.94, source=source,
+             fill_color={"field": "gbps", "transform": mapper}, line_color=None)
     if labelled:
         fig.text(x="target", y="source", text="label", source=source, text_align="center",
                  text_baseline="middle", text_font_size="11px", text_color="text_color")

@@ -15,6 +15,7 @@ from sqlalchemy import BigInteger, and_, cast, func
 from sqlmodel import col, select
 
 from deepx_flow.meta.models import ChunkPlacement, Link, Operator, Run, StorageTier, Worker
+from deepx_flow.meta.queries import plain_rows
 
 HELD = ("memory", "spilled", "stored")  # states whose bytes occupy a tier
 SHOWN = HELD + ("lost",)  # states drawn in the chunk grid (released chunks are gone)
@@ -72,7 +73,7 @@ def links(db, scheduler: str, limit: int = MAX_LINKS) -> tuple[list, int]:
              .where(where).order_by(col(Link.source), col(Link.target)).limit(limit))
     with db.read() as session:
         conn = session.connection()  # plain rows: thousands of ORM objects cost a second
-        rows = conn.execute(query).all()
+        rows = plain_rows(conn.execute(query))
         total = conn.execute(select(func.count()).select_from(Link).where(where)).scalar_one()
     return rows, int(total)
 
@@ -140,7 +141,7 @@ def tensor_placements(db, tensor: str, limit: int = MAX_CELLS) -> tuple[list, in
              .where(where).order_by(col(ChunkPlacement.id)).limit(limit))
     with db.read() as session:
         conn = session.connection()
-        rows = conn.execute(query).all()
+        rows = plain_rows(conn.execute(query))
         total = conn.execute(select(func.count()).select_from(ChunkPlacement)
                              .where(where)).scalar_one()
     return rows, int(total)

@@ -4,6 +4,7 @@ dashboard. Each function is one short read; results are plain model objects."""
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 
 from sqlalchemy import BigInteger, case, cast, func
 from sqlmodel import col, select
@@ -11,6 +12,14 @@ from sqlmodel import col, select
 from deepx_flow.errors import InputError
 from deepx_flow.meta.db import Database
 from deepx_flow.meta.models import ChunkPlacement, Event, Run, Task
+
+
+def plain_rows(result) -> list:
+    """The rows of a SQLAlchemy result as named tuples. A SQLAlchemy Row finds an attribute
+    by name in Python, about 0.7 us each: a page reading 10,000 rows of 8 columns spent
+    60 ms on that alone, a named tuple's attributes cost almost nothing."""
+    Row = namedtuple("Row", result.keys())
+    return [Row._make(row) for row in result]
 
 
 def list_runs(db: Database, limit: int = 20, status: str | None = None) -> list[Run]:
@@ -53,7 +62,7 @@ def timeline_rows(db: Database, run_id: str, limit: int) -> list:
              .where(Task.run_id == run_id).order_by(col(Task.start), col(Task.id))
              .limit(limit))
     with db.read() as session:
-        return list(session.connection().execute(query))
+        return plain_rows(session.connection().execute(query))
 
 
 def task_summary(db: Database, run_id: str) -> list[tuple]:

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deepx_flow.meta.models import ChunkPlacement
-from deepx_flow.ui.chunk_grid import (ALPHAS, LOST_OUTLINE, axis_labels, cells, chunk_index, figure,
-                                      grid_position, worker_colors)
+from deepx_flow.ui.chunk_grid import (ALPHAS, LOST_OUTLINE_WIDTH, axis_labels, cells,
+                                      chunk_index, figure, grid_position, worker_colors)
 
 WORKERS = [f"tcp://10.0.0.{i}:4000" for i in range(4)]
 STATES = list(ALPHAS)
@@ -98,7 +98,7 @@ def test_replicas_split_the_cell_and_states_show():
     assert cols["worker"] == WORKERS[:2] and cols["width"] == [0.5, 0.5]
     assert cols["x"] == [-0.25, 0.25]
     assert cols["alpha"] == [ALPHAS["lost"], ALPHAS["spilled"]]
-    assert cols["outline"] == [LOST_OUTLINE, "white"]
+    assert cols["outline"] == [LOST_OUTLINE_WIDTH, 0.0]  # only the lost part is outlined
 
 
 def test_the_figure_names_its_source():

@@ -59,4 +59,20 @@ def test_the_figure_names_its_source_for_the_browser_tests():
                  start=START, stop=START + 1.0)]
     fig = figure(bars(rows, START))
     source = fig.select_one({"name": "timeline-source"})
-    assert list(source.data["left"]) == [0.0] and list(fig.y_range.factors) == ["tcp://a:1"]
+    assert list(source.data["left"]) == [0.0] and list(source.data["key"]) == ["k"]
+
+
+@settings(max_examples=50, deadline=None)
+@given(task_rows())
+def test_each_bar_is_drawn_on_the_lane_its_worker_is_named_on(rows):
+    """The browser gets lane numbers, not worker names; the axis names each lane, the first
+    worker (by address) on top."""
+    cols = bars(rows, START)
+    fig = figure(cols)
+    data = fig.select_one({"name": "timeline-source"}).data
+    names = fig.yaxis[0].major_label_overrides
+    assert list(fig.yaxis[0].ticker.ticks) == list(range(len(names)))
+    assert [names[lane] for lane in data["lane"]] == cols["worker"]
+    assert [names[i] for i in sorted(names)] == (lanes(cols) or [NO_WORKER])
+    assert fig.y_range.start > fig.y_range.end  # lane 0 at the top
+    assert list(data["status"]) == cols["status"] and list(data["key"]) == cols["key"]
