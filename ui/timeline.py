@@ -5,8 +5,9 @@ data source is named `timeline-source`, so a browser test can count the bars.
 
 What goes to the browser is kept small, because a big run draws 10,000 bars and the page
 must render in under 2 s: the workers are lane numbers (their names are on the axis only,
-not repeated per bar), text columns are arrays (Bokeh does not walk them item by item), and
-the bars have no outline (a second path per bar to rasterize).
+not repeated per bar), the operators numbers into a list of their names (the hover looks the
+name up), text columns are arrays (Bokeh does not walk them item by item), and the bars have
+no outline (a second path per bar to rasterize).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ STATUS_COLORS = {"finished": "#4c78a8", "erred": "#e45756", "retried": "#f58518"
                  "drifted": "#b279a2"}
 OTHER_COLOR = "#9d9d9d"
 NO_WORKER = "(no worker)"
-TEXT = ("status", "operator", "key", "error")  # the columns sent as text
+TEXT = ("status", "key", "error")  # the columns sent as text
 # A lane's height in pixels: roomy for a few workers, compact for many (64 workers at 36 px
 # made a 2,400-pixel canvas, slow to paint).
 LANE_PX, COMPACT_LANE_PX, COMPACT_PAST = 36, 20, 16
@@ -48,14 +49,22 @@ def lanes(columns: dict) -> list[str]:
     return sorted(set(columns["worker"]))
 
 
+def operator_names(columns: dict) -> list[str]:
+    """The operators of the bars, by name: what the source's operator numbers index."""
+    return sorted(set(columns["operator"]))
+
+
 def source_data(columns: dict, rows: list[str]) -> dict:
     """The columns as the chart's data source holds them: each bar's worker as its lane's
-    number in `rows` (0 at the top), the text columns as NumPy arrays."""
+    number in `rows` (0 at the top), its operator as its number in `operator_names`, the
+    text columns as NumPy arrays."""
     import numpy as np
 
     lane = {worker: i for i, worker in enumerate(rows)}
+    number = {name: i for i, name in enumerate(operator_names(columns))}
     data = {k: v for k, v in columns.items() if k != "worker"}
     data["lane"] = np.array([lane[w] for w in columns["worker"]], dtype="int32")
+    data["operator"] = np.array([number[o] for o in columns["operator"]], dtype="int32")
     for name in TEXT:
         data[name] = np.array(columns[name], dtype=str)
     return data
@@ -63,8 +72,8 @@ def source_data(columns: dict, rows: list[str]) -> dict:
 
 def figure(columns: dict, title: str = "tasks per worker"):
     """The Bokeh figure: bars coloured by status, hover showing operator, key and error."""
-    from bokeh.models import (CategoricalColorMapper, ColumnDataSource, FixedTicker,
-                              HoverTool, Range1d)
+    from bokeh.models import (CategoricalColorMapper, ColumnDataSource, CustomJSHover,
+                              FixedTicker, HoverTool, Range1d)
     from bokeh.plotting import figure as bokeh_figure
 
     source = ColumnDataSource(source_data(bars([], 0.0), []), name="timeline-source")
@@ -77,9 +86,13 @@ def figure(columns: dict, title: str = "tasks per worker"):
              fill_color={"field": "status", "transform": colors}, line_color=None,
              name="timeline-bars", legend_field="status")
     fig.add_layout(fig.legend[0], "right")  # not over the bars
-    fig.add_tools(HoverTool(tooltips=[("operator", "@operator"), ("key", "@key"),
+    # The operator's name by its number (our own code; the names are data, shown as text).
+    operator = CustomJSHover(name="timeline-operators", args={"names": []},
+                             code="return names[value] ?? ''")
+    fig.add_tools(HoverTool(tooltips=[("operator", "@operator{custom}"), ("key", "@key"),
                                       ("status", "@status"), ("attempt", "@attempts"),
-                                      ("error", "@error")]))
+                                      ("error", "@error")],
+                            formatters={"@operator": operator}))
     fig.yaxis.ticker = FixedTicker(ticks=[])
     fig.yaxis.minor_tick_line_color = None
     fig.ygrid.grid_line_color = None
@@ -96,4 +109,5 @@ def show(fig, columns: dict, title: str) -> None:
     lane_px = LANE_PX if len(rows) <= COMPACT_PAST else COMPACT_LANE_PX
     fig.height = max(180, 70 + lane_px * len(rows))
     fig.title.text = title
+    fig.select_one({"name": "timeline-operators"}).args = {"names": operator_names(columns)}
     fig.select_one({"name": "timeline-source"}).data = source_data(columns, rows)

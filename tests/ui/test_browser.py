@@ -15,6 +15,15 @@ pytestmark = pytest.mark.slow
 
 BARS = ("() => Bokeh.documents[0].get_model_by_name('timeline-source')"
         ".data['left'].length")
+# What the timeline's hover says each bar is: its key and, looked up from its number by the
+# hover's own formatter, its operator.
+HOVERED = """async () => {
+  const doc = Bokeh.documents[0];
+  const d = doc.get_model_by_name('timeline-source').data;
+  const name = doc.get_model_by_name('timeline-operators');
+  return Promise.all(Array.from(d.key, async (key, i) =>
+    [key, await name.format(d.operator[i], '', {})]));
+}"""
 
 
 def test_the_runs_page_lists_the_seeded_runs(seeded, dashboard, browser):
@@ -56,6 +65,8 @@ def test_the_run_page_has_one_bar_per_task(seeded, dashboard, browser):
     assert tasks and all(t.start is not None and t.stop is not None for t in tasks)
     page, problems = visit(browser, dashboard, f"run?id={run.id}", "run")
     assert page.evaluate(BARS) == len(tasks)
+    assert sorted(map(tuple, page.evaluate(HOVERED))) == sorted((t.key, t.operator)
+                                                                for t in tasks)
     text = page_text(page)
     assert shown_run_id(page) == run.id and "succeeded" in text
     assert "Work per operator" in text

@@ -76,3 +76,5 @@ def test_each_bar_is_drawn_on_the_lane_its_worker_is_named_on(rows):
     assert [names[i] for i in sorted(names)] == (lanes(cols) or [NO_WORKER])
     assert fig.y_range.start > fig.y_range.end  # lane 0 at the top
     assert list(data["status"]) == cols["status"] and list(data["key"]) == cols["key"]
+    operators = fig.select_one({"name": "timeline-operators"}).args["names"]
+    assert [operators[i] for i in data["operator"]] == cols["operator"]
