@@ -1,8 +1,8 @@
 """The registry page in a real browser, over the seeded database (tests/ui/conftest.py): no
-JavaScript error and no request off the server; every registered operator listed; the link
-matrix shows the bandwidths the probe measured; each worker's storage tiers with the bytes
-its chunks hold; and the persisted tensor's chunk grid has a cell per placement, coloured by
-the worker the database names."""
+JavaScript error and no request off the server; every registered operator listed; a click on
+the network tab draws the link matrix with the bandwidths the probe measured and each
+worker's storage tiers with the bytes its chunks hold; and the persisted tensor's chunk grid
+has a cell per placement, coloured by the worker the database names."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from deepx_flow.meta.models import Link, Operator, Run, StorageTier, Worker
 from deepx_flow.meta.queries import placements
 from deepx_flow.ui.chunk_grid import worker_colors
 from deepx_flow.ui.registry_reads import HELD, SHOWN
-from tests.ui.browser import page_text, visit
+from tests.ui.browser import page_text, screenshot, visit
 
 pytestmark = pytest.mark.slow
 
@@ -27,6 +27,7 @@ LINKS = """() => {
     [d.source[i], d.target[i], s, s === 'measured' ? d.bandwidth[i] : null,
      s === 'measured' ? d.latency_ms[i] : null]);
 }"""
+MATRIX_DRAWN = "() => Bokeh.documents[0].get_model_by_name('link-matrix') !== null"
 GRID = """() => {
   const d = Bokeh.documents[0].get_model_by_name('chunk-grid').data;
   return Array.from(d.chunk, (c, i) => [c, d.worker[i], d.state[i], d.color[i]]);
@@ -61,11 +62,15 @@ def test_the_registry_shows_operators_links_and_storage(seeded, dashboard, brows
 
     page, problems = visit(browser, dashboard, "registry", "registry")
     page.wait_for_selector(".deepx-operators .deepx-grid-row")
-    page.wait_for_selector(".deepx-storage-tiers .deepx-grid-row")
-    text = page_text(page)
-    assert f"{n_operators:,} operators" in text
+    assert f"{n_operators:,} operators" in page_text(page)
     assert len(_cells(page, "deepx-operators", "name")) == n_operators
-    assert f"cluster: scheduler {seeded.scheduler}" in text
+    assert page.locator(".deepx-storage-tiers").count() == 0  # not built until opened
+
+    page.get_by_text("Network and storage", exact=True).click()
+    page.wait_for_selector(".deepx-storage-tiers .deepx-grid-row")
+    page.wait_for_function(MATRIX_DRAWN)
+    screenshot(page, "registry-network")
+    assert f"cluster: scheduler {seeded.scheduler}" in page_text(page)
 
     # the matrix: both workers each way, the measured cells carry the rows' numbers
     shown = page.evaluate(LINKS)
@@ -105,6 +110,18 @@ def test_the_persisted_tensors_chunk_grid_matches_its_placements(seeded, dashboa
     chunks = len({p.chunk for p in rows})
     assert re.search(rf"\b{len(rows):,} placements? of {chunks:,} chunks?\b", page_text(page))
     assert problems == []
+
+
+def test_a_section_in_the_url_opens_its_tab_and_an_unknown_one_says_so(dashboard, browser):
+    page, problems = visit(browser, dashboard, "registry?section=network", "registry-section")
+    page.wait_for_selector(".deepx-storage-tiers .deepx-grid-row")
+    assert page.evaluate(MATRIX_DRAWN)
+    assert page.locator(".deepx-operators").count() == 0
+    page, more = visit(browser, dashboard, "registry?section=%3Cb%3Ebogus", "registry-bogus")
+    page.wait_for_selector(".deepx-operators .deepx-grid-row")  # the first tab instead
+    assert "no section '<b>bogus': the registry has operators, network, placement" \
+        in page_text(page)
+    assert problems == [] and more == []
 
 
 def test_an_unknown_tensor_says_so(dashboard, browser):

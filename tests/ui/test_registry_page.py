@@ -1,6 +1,7 @@
 """The registry page's shell, built without a browser over a real database with two
-clusters: the cluster chooser shows when several are on record, starts on the most recently
-measured one, and choosing the other redraws the link matrix and the storage tiers for it."""
+clusters: a section is built when its tab is first opened; the cluster chooser shows when
+several are on record, starts on the most recently measured one, and choosing the other
+redraws the link matrix and the storage tiers for it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from sqlmodel import delete
 
 from deepx_flow.meta.models import ChunkPlacement, Link
 from deepx_flow.ui.grid import Grid
-from deepx_flow.ui.pages.registry import registry_page
+from deepx_flow.ui.pages.registry import SECTIONS, registry_page
 from tests.ui.test_registry_reads import ADDRESSES, SCHEDULERS, db  # noqa: F401 (fixture)
 
 
@@ -21,6 +22,13 @@ def _tiers(page) -> list[dict]:
     """The storage tiers table's rows as shown (bytes written with thousands commas)."""
     grid = _widget(page, "deepx-storage-tiers", Grid)
     return [dict(zip(grid.columns, row)) for row in grid.rows]
+
+
+def _open(page, section: str) -> pn.Column:
+    """Click a section's tab, as a browser would; its content."""
+    [tabs] = page.select(pn.Tabs)
+    tabs.active = [name for name, _ in SECTIONS].index(section)
+    return tabs[tabs.active]
 
 
 def _held(row) -> int:
@@ -46,6 +54,10 @@ def test_choosing_a_cluster_redraws_its_links_and_tiers(db):  # noqa: F811
         s.add(ChunkPlacement(run_id="run1", tensor="x@t", chunk="0,0", worker=ADDRESSES[2],
                              tier="host", nbytes=4096, state="memory", updated_at=1.0))
     page = registry_page(db)
+    [tabs] = page.select(pn.Tabs)
+    assert tabs.active == 0 and tabs[0].objects  # the operators, built
+    assert not tabs[1].objects and not tabs[2].objects  # the others when first opened
+    _open(page, "network")
     chooser = _widget(page, "deepx-cluster", pn.widgets.Select)
     assert chooser.visible and chooser.value == SCHEDULERS[0]  # measured last
     assert _matrix(page)[ADDRESSES[1], ADDRESSES[2]] == "measured"
@@ -61,5 +73,6 @@ def test_choosing_a_cluster_redraws_its_links_and_tiers(db):  # noqa: F811
     assert held[ADDRESSES[2], "host"] == 4096 and sum(held.values()) == 4096
 
     # the chunk grid lists the tensor and draws its one chunk
+    _open(page, "placement")
     tensor = _widget(page, "deepx-tensor", pn.widgets.Select)
     assert tensor.value == "x@t"

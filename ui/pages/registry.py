@@ -1,6 +1,11 @@
-"""The registry page (`registry`, or `registry?tensor=<key>`): the registered operators and
-their engines; a cluster's network links as a matrix of bandwidths; its workers' storage
-tiers and the bytes each holds; and where each chunk of a tensor is.
+"""The registry page: the registered operators and their engines; a cluster's network links
+as a matrix of bandwidths, with its workers' storage tiers and the bytes each holds; and
+where each chunk of a tensor is. One tab each, built when first opened: a 64-worker link
+matrix and a 4,000-chunk grid each take the browser most of a second to draw, so a page
+holding both took longer than the 2 s a page may take.
+
+`registry` opens the operators, `registry?section=network` the links and storage,
+`registry?section=placement` (or `registry?tensor=<key>`) the chunk grid.
 
 A cluster is a scheduler on record (the most recently measured one first); the links and the
 storage tiers follow the cluster chosen. The chunk grid shows one tensor, chosen among those
@@ -23,11 +28,36 @@ OPERATORS_PAGE = 50
 TIER_COLUMNS = ("worker", "status", "tier", "location", "capacity", "held", "chunks", "used %")
 
 
+# (query name, tab title); the sections' builders are in `registry_page`.
+SECTIONS = [("operators", "Operators"), ("network", "Network and storage"),
+            ("placement", "Chunk placement")]
+
+
 def registry_page(db, scheduler=None):
-    clusters = reads.schedulers(db)
-    parts = [pn.pane.Markdown("## Registry"), *_operators(db), *_cluster(db, clusters),
-             *_placement(db, session_arg("tensor"))]
-    return pn.Column(*parts, sizing_mode="stretch_width")
+    tensor = session_arg("tensor")
+    names = [name for name, _ in SECTIONS]
+    wanted = session_arg("section") or ("placement" if tensor else "operators")
+    unknown = wanted not in names
+    builders = {"operators": lambda: _operators(db),
+                "network": lambda: _cluster(db, reads.schedulers(db)),
+                "placement": lambda: _placement(db, tensor)}
+    tabs = pn.Tabs(*[(title, pn.Column(sizing_mode="stretch_width")) for _, title in SECTIONS],
+                   active=0 if unknown else names.index(wanted), dynamic=True,
+                   css_classes=["deepx-registry-tabs"], sizing_mode="stretch_width")
+
+    def open_section(index: int) -> None:
+        section = tabs[index]
+        if not section.objects:  # built once, when first opened
+            section.objects = builders[names[index]]()
+
+    tabs.param.watch(lambda event: open_section(event.new), "active")
+    open_section(tabs.active)
+    parts = [pn.pane.Markdown("## Registry")]
+    if unknown:
+        parts.append(Text(f"no section {wanted!r}: the registry has "
+                          + ", ".join(names) + " (registry?section=<name>)",
+                          css_classes=["deepx-registry-unknown"]))
+    return pn.Column(*parts, tabs, sizing_mode="stretch_width")
 
 
 def _operators(db) -> list:
@@ -44,15 +74,13 @@ def _operators(db) -> list:
                        css_class="deepx-operators")
     shown = _count(total, "operator") if total == len(rows) \
         else f"the first {len(rows):,} of {total:,} operators, by name"
-    return [pn.pane.Markdown("### Operators"),
-            Text(shown, css_classes=["deepx-operators-count"]), table]
+    return [Text(shown, css_classes=["deepx-operators-count"]), table]
 
 
 def _cluster(db, clusters: list) -> list:
     """The cluster chooser, its link matrix and its storage tiers, kept in step."""
     if not clusters:
-        return [pn.pane.Markdown("### Network and storage"),
-                Text("No cluster registered yet (deepx-flow registry register, "
+        return [Text("No cluster registered yet (deepx-flow registry register, "
                             "deepx-flow registry probe).")]
     options = {_cluster_label(c): c.address for c in clusters}
     chooser = pn.widgets.Select(label="cluster (scheduler)", options=options,
@@ -91,7 +119,7 @@ def _cluster(db, clusters: list) -> list:
 
     chooser.param.watch(lambda event: show(event.new), "value")
     show(clusters[0].address)
-    return [pn.pane.Markdown("### Network and storage"), chooser, chosen,
+    return [chooser, chosen,
             pn.pane.Markdown("#### Network links"), matrix_note, matrix,
             pn.pane.Markdown("#### Storage tiers (bytes held: chunks in memory, spilled or "
                              "stored)"), tiers_note, tiers]
@@ -117,9 +145,8 @@ def _placement(db, wanted: str) -> list:
     options = {f"{t} ({_count(n, 'placement')})": t for t, n in recent}
     if wanted and wanted not in options.values():
         options = {wanted: wanted, **options}  # named in the URL, older than the listed
-    heading = pn.pane.Markdown("### Chunk placement")
     if not options:
-        return [heading, Text("No chunk placements recorded yet.")]
+        return [Text("No chunk placements recorded yet.")]
     listed = Text(f"tensors placed by the latest {reads.RECENT_RUNS:,} runs, the "
                   f"{reads.MAX_TENSORS} most recent; any other: registry?tensor=<key>")
     chooser = pn.widgets.Select(label="tensor", options=options,
@@ -150,4 +177,4 @@ def _placement(db, wanted: str) -> list:
 
     chooser.param.watch(lambda event: show(event.new), "value")
     show(chooser.value)
-    return [heading, listed, chooser, note, grid]
+    return [listed, chooser, note, grid]
