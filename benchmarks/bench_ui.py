@@ -13,9 +13,9 @@ What runs:
   same seed in a new database there too, dropped at the end.
 - Every page of the dashboard (`ui/pages/__init__.PATHS`), plus detail variants: the run page
   for the big run (25,000 tasks, more than its timeline shows), a typical run (~100) and a
-  failed one, and, where those pages exist, `graph?run=`, `assets?asset=`,
-  `registry?section=network` (the link matrix and storage tiers tab), `registry?tensor=`,
-  `schedules?schedule=`. A page whose module does not exist yet is
+  failed one, and, where those pages exist, `graph?run=`, `graph?section=lineage` (the
+  asset lineage tab), `assets?asset=`, `registry?section=network` (the link matrix and
+  storage tiers tab), `registry?tensor=`, `schedules?schedule=`. A page whose module does not exist yet is
   reported as missing, one that fails as an error. First in the table, the run page of no
   run (`run?id=none`): what any page costs (Panel's scripts, the navigation bar).
 - Two timings per page:
@@ -84,6 +84,7 @@ def page_cases(seeded) -> list[SimpleNamespace]:
                 ("graph (typical run)", f"graph?run={seeded.typical_run}"),
                 ("assets (one asset)", f"assets?asset={seeded.asset}"),
                 ("assets (partitioned)", f"assets?asset={seeded.partitioned_asset}"),
+                ("graph (lineage)", "graph?section=lineage"),
                 ("registry (network)", "registry?section=network"),
                 ("registry (tensor)", f"registry?tensor={seeded.tensor}"),
                 ("schedules (one)", f"schedules?schedule={seeded.schedule}")]

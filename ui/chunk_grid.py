@@ -29,8 +29,25 @@ LOST_OUTLINE, LOST_OUTLINE_WIDTH = "#d62728", 1.5
 
 
 def chunk_index(chunk: str) -> tuple[int, ...]:
-    """ "0,3" -> (0, 3); a scalar's chunk ("") -> ()."""
+    """ "0,3" -> (0, 3); a scalar's chunk ("") -> (). ValueError for anything else."""
     return tuple(int(i) for i in chunk.split(",") if i.strip())
+
+
+def well_formed(chunk: str) -> bool:
+    """Whether a chunk index can be drawn: whole numbers from 0, separated by commas."""
+    try:
+        return all(i >= 0 for i in chunk_index(chunk))
+    except ValueError:
+        return False
+
+
+def drawable(rows) -> tuple[list, list]:
+    """The placement rows split into those with a well-formed chunk index and the others (a
+    row written by another tool or by hand): a page draws the first and names the second."""
+    good, bad = [], []
+    for r in rows:
+        (good if well_formed(r.chunk) else bad).append(r)
+    return good, bad
 
 
 def grid_position(index: tuple[int, ...], extents: tuple[int, ...]) -> tuple[int, int]:
@@ -55,7 +72,8 @@ def worker_colors(workers) -> dict[str, str]:
 
 
 def cells(rows) -> dict:
-    """Plotting columns, one entry per placement row (chunk, worker, state, tier, nbytes,
+    """Plotting columns, one entry per placement row (of well-formed chunk indices: see
+    `drawable`) (chunk, worker, state, tier, nbytes,
     device): the chunk's grid row and column, the x centre and width of its part of the
     cell, y, the worker's colour, and the state's fill alpha and outline width (0: none).
     Rows of one chunk are ordered by worker."""

@@ -6,7 +6,10 @@ process), used by one background thread: pages ask for a reading (`request`, whi
 at once) and show the latest one (`latest`), so the Bokeh event loop never waits on the
 network. Requests while a read is under way share it, so any number of browser sessions
 cost one read at a time. A scheduler that does not answer within `timeout` seconds gives a
-reading that says why; the client is dropped and the next request connects again.
+reading that says why; the client is dropped and the next request connects again. A page
+opening waits `FIRST_WAIT_S` at most for a reading (a live scheduler answers in a few
+milliseconds), and not at all while the scheduler's last answer was a failure: it shows that
+and asks again behind.
 
 It uses the scheduler's public API only: `identity(n_workers=-1)`, all workers with their
 metrics and services (as `registry.live.scheduler_workers` does).
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 
 TIMEOUT_S = 2.0
 FRESH_S = 3.0  # a reading younger than this is shown as it is when a page opens
+FIRST_WAIT_S = 0.5  # what a page opening waits at most for a new reading
 
 
 @dataclass(frozen=True)
@@ -55,11 +59,15 @@ class SchedulerWatch:
                 self._pending = self._pool.submit(self._read)
             return self._pending
 
-    def current(self, wait: float, fresh: float = FRESH_S) -> Reading:
-        """The latest reading if it is younger than `fresh` seconds, else a new one, waiting
-        for it at most `wait` seconds (then the latest, however old)."""
+    def current(self, wait: float = FIRST_WAIT_S, fresh: float = FRESH_S) -> Reading:
+        """The latest reading if it is younger than `fresh` seconds or was a failure (a new
+        read starts behind it), else a new one, waiting for it at most `wait` seconds (then
+        the latest, however old)."""
         latest = self.latest()
         if time.time() - latest.at < fresh:
+            return latest
+        if latest.at and latest.error:  # it did not answer last time: no page waits on it
+            self.request()
             return latest
         try:
             return self.request().result(timeout=wait)

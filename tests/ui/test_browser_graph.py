@@ -1,8 +1,9 @@
 """The graph page in a real browser, over the seeded database (tests/ui/conftest.py): no
 JavaScript error, no request off the server; the compiled graph of a run has one box per
 node of its recorded graph, its fused kernel framed under the name its tasks were recorded
-with, and chunk grids that add up to the chunks the run recorded; the lineage shows every
-seeded asset coloured as the staleness rule and `dx.status` say.
+with, and chunk grids that add up to the chunks the run recorded; the lineage (its tab,
+opened by a click or by the URL) shows every seeded asset coloured as the staleness rule and
+`dx.status` say.
 
 The last test materializes `features` again (a new version and a new run in the shared
 database), so `feature_mean` turns stale; it runs last in this module, and no other module
@@ -94,9 +95,10 @@ def test_without_a_run_it_shows_the_latest(seeded, dashboard, browser):
 
 def test_an_unknown_run_says_so(dashboard, browser):
     page, problems = visit(browser, dashboard, "graph?run=nosuchrun", "graph-unknown")
-    text = page_text(page)
-    assert "no run 'nosuchrun'" in text
-    assert "Asset lineage" in text  # the lineage is still drawn
+    assert "no run 'nosuchrun'" in page_text(page)
+    page.get_by_text("Asset lineage", exact=True).click()  # the lineage is still drawn
+    page.wait_for_function(LINEAGE_DRAWN)
+    assert len(data(page, "lineage-nodes")["asset"]) >= 3
     assert problems == []
 
 
@@ -108,8 +110,11 @@ def test_a_run_argument_that_looks_like_markup_is_shown_as_typed(dashboard, brow
     assert problems == []
 
 
+LINEAGE_DRAWN = "() => Bokeh.documents[0].get_model_by_name('lineage-nodes') !== null"
+
+
 def shown_lineage(seeded, dashboard, browser, shot: str) -> dict:
-    page, problems = visit(browser, dashboard, "graph", shot)
+    page, problems = visit(browser, dashboard, "graph?section=lineage", shot)
     assert problems == []
     nodes = data(page, "lineage-nodes")
     return {a: (state, color) for a, state, color in

@@ -119,7 +119,7 @@ def test_a_section_in_the_url_opens_its_tab_and_an_unknown_one_says_so(dashboard
     assert page.locator(".deepx-operators").count() == 0
     page, more = visit(browser, dashboard, "registry?section=%3Cb%3Ebogus", "registry-bogus")
     page.wait_for_selector(".deepx-operators .deepx-grid-row")  # the first tab instead
-    assert "no section '<b>bogus': the registry has operators, network, placement" \
+    assert "no section '<b>bogus': the registry page has operators, network, placement" \
         in page_text(page)
     assert problems == [] and more == []
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections import defaultdict
 
 from hypothesis import given, settings
@@ -13,7 +14,8 @@ from hypothesis import strategies as st
 
 from deepx_flow.meta.models import ChunkPlacement
 from deepx_flow.ui.chunk_grid import (ALPHAS, LOST_OUTLINE_WIDTH, axis_labels, cells,
-                                      chunk_index, figure, grid_position, worker_colors)
+                                      chunk_index, drawable, figure, grid_position,
+                                      worker_colors)
 
 WORKERS = [f"tcp://10.0.0.{i}:4000" for i in range(4)]
 STATES = list(ALPHAS)
@@ -105,3 +107,26 @@ def test_the_figure_names_its_source():
     fig = figure(cells([placement("0,1", WORKERS[0], nbytes=None)]))
     source = fig.select_one({"name": "chunk-grid"})
     assert source.data["chunk"] == ["0,1"] and source.data["size"] == ["-"]
+
+
+
+def _negative_or_not_numbers(chunk: str) -> bool:
+    try:
+        return min(chunk_index(chunk), default=0) < 0
+    except ValueError:
+        return True
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(
+    st.lists(st.integers(0, 50), max_size=3).map(lambda ix: ",".join(map(str, ix))),
+    st.text(max_size=6)), max_size=12))
+def test_only_chunk_indices_of_whole_numbers_from_zero_are_drawn(chunks):
+    rows = [placement(c, WORKERS[0]) for c in chunks]
+    good, bad = drawable(rows)
+    assert sorted(map(id, good + bad)) == sorted(map(id, rows))  # each row on one side
+    assert not any(_negative_or_not_numbers(r.chunk) for r in good)
+    assert all(_negative_or_not_numbers(r.chunk) for r in bad)
+    written = {c for c in chunks if re.fullmatch(r"(\d+(,\d+)*)?", c)}
+    assert written <= {r.chunk for r in good}
+    cells(good)  # draws without error

@@ -5,6 +5,7 @@ unreachable one said so in time, and a failing refresh shown in the page, not ra
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 
@@ -84,13 +85,27 @@ def test_the_cluster_is_read_live_through_one_watch_per_address(db, scheduler):
     assert page.gpus.visible is False and "No GPU" in page.gpus_note.object
 
 
-def test_an_unreachable_scheduler_is_said_within_its_timeout(db):
+def test_an_unreachable_scheduler_holds_no_page_up_and_is_said_once_read(db):
     db, _ = db
+    with socket.socket() as s:  # a port nothing listens on (and no other test's watch)
+        s.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
     started = time.monotonic()
-    page = overview_page(db, "tcp://127.0.0.1:1")
-    assert time.monotonic() - started < TIMEOUT_S + 3
-    assert "tcp://127.0.0.1:1 could not be reached" in page.scheduler_status.object
+    page = overview_page(db, address)
+    assert time.monotonic() - started < TIMEOUT_S  # did not wait for the connect to fail
+    assert page.scheduler_status.object == f"Reading the Dask scheduler at {address} ..."
+    assert watch(address).request().result(timeout=TIMEOUT_S + 5).error  # the read fails
+    page.refresh()
+    assert f"{address} could not be reached" in page.scheduler_status.object
     assert "not known" in page.dask_link.object
+
+    started = time.monotonic()  # the next page shows the failure at once, reads again behind
+    again = overview_page(db, address)
+    assert f"{address} could not be reached" in again.scheduler_status.object
+    assert time.monotonic() - started < TIMEOUT_S
+    started = time.monotonic()  # however old the failure, no waiting on a new read
+    assert watch(address).current(wait=TIMEOUT_S + 5, fresh=0).error
+    assert time.monotonic() - started < TIMEOUT_S
 
 
 def test_a_failing_refresh_is_shown_in_the_page(tmp_path):

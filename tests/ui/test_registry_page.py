@@ -10,7 +10,9 @@ from sqlmodel import delete
 
 from deepx_flow.meta.models import ChunkPlacement, Link
 from deepx_flow.ui.grid import Grid
-from deepx_flow.ui.pages.registry import SECTIONS, registry_page
+from deepx_flow.ui.pages.registry import registry_page
+from deepx_flow.ui.registry_reads import MAX_CELLS
+from deepx_flow.ui.text import Text
 from tests.ui.test_registry_reads import ADDRESSES, SCHEDULERS, db  # noqa: F401 (fixture)
 
 
@@ -24,10 +26,13 @@ def _tiers(page) -> list[dict]:
     return [dict(zip(grid.columns, row)) for row in grid.rows]
 
 
+SECTIONS = ["operators", "network", "placement"]  # the page's tabs, in order
+
+
 def _open(page, section: str) -> pn.Column:
     """Click a section's tab, as a browser would; its content."""
     [tabs] = page.select(pn.Tabs)
-    tabs.active = [name for name, _ in SECTIONS].index(section)
+    tabs.active = SECTIONS.index(section)
     return tabs[tabs.active]
 
 
@@ -76,3 +81,42 @@ def test_choosing_a_cluster_redraws_its_links_and_tiers(db):  # noqa: F811
     _open(page, "placement")
     tensor = _widget(page, "deepx-tensor", pn.widgets.Select)
     assert tensor.value == "x@t"
+
+
+def _grid_and_note(section) -> tuple[list, str]:
+    figures = [p.object for p in section.select(pn.pane.Bokeh) if p.object is not None]
+    chunks = [c for f in figures if (src := f.select_one({"name": "chunk-grid"})) is not None
+              for c in src.data["chunk"]]
+    note = next(t for t in section.select(Text) if "deepx-chunk-note" in t.css_classes)
+    return chunks, note.object
+
+
+def _placements(db, tensor: str, chunks) -> None:  # noqa: F811
+    """The only placements on record: `tensor`'s, one per chunk index given."""
+    with db.session() as s:
+        s.exec(delete(ChunkPlacement))
+        s.add_all([ChunkPlacement(run_id="run1", tensor=tensor, chunk=c, worker=ADDRESSES[0],
+                                  tier="host", nbytes=8, state="memory", updated_at=1.0)
+                   for c in chunks])
+
+
+def test_placements_with_a_malformed_chunk_index_are_named_not_drawn(db):  # noqa: F811
+    _placements(db, "m@t", ["0,0", "x,1", "0,1", "-1,0"])  # written by hand, say
+    chunks, note = _grid_and_note(_open(registry_page(db), "placement"))
+    assert sorted(chunks) == ["0,0", "0,1"]
+    assert "2 placements of 2 chunks" in note
+    assert "2 placements with a chunk index that is not whole numbers separated by commas " \
+        "(the first: 'x,1') not drawn" in note
+
+
+def test_a_tensor_with_only_malformed_chunks_says_so_and_draws_nothing(db):  # noqa: F811
+    _placements(db, "m@t", ["a"])
+    chunks, note = _grid_and_note(_open(registry_page(db), "placement"))
+    assert chunks == [] and note.startswith("m@t: 1 placement with a chunk index")
+
+
+def test_a_tensor_with_more_placements_than_drawn_says_how_many(db):  # noqa: F811
+    _placements(db, "big@t", [f"0,{i}" for i in range(MAX_CELLS + 5)])
+    chunks, note = _grid_and_note(_open(registry_page(db), "placement"))
+    assert len(chunks) == MAX_CELLS
+    assert f"only the first {MAX_CELLS:,} of {MAX_CELLS + 5:,} placements are read" in note

@@ -1,6 +1,7 @@
-"""The graph page (`graph?run=...`, default the latest run): the run's graph as compiled,
-operators in boxes with their chunk grids and fused kernels framed together, next to the
-plan the run recorded; below it, the asset lineage coloured by staleness.
+"""The graph page, in two tabs (`ui/sections.py`): the run's graph as compiled
+(`graph?run=...`, default the latest run), operators in boxes with their chunk grids and
+fused kernels framed together, above the plan the run recorded; and the asset lineage
+coloured by staleness (`graph?section=lineage`).
 
 The compiled graph is rebuilt from the graph's recorded YAML (`ui/run_plan.py`: a safe
 loader, the spec reader, the compiler), never from anything executable in the database.
@@ -15,6 +16,7 @@ from deepx_flow.meta.queries import find_run, list_runs
 from deepx_flow.ui import graph_picture, lineage
 from deepx_flow.ui.asset_versions import MAX_TARGETS, newest_versions
 from deepx_flow.ui.run_plan import rebuild
+from deepx_flow.ui.sections import section_tabs
 from deepx_flow.ui.session import session_arg
 from deepx_flow.ui.text import Text
 from deepx_flow.ui.table import utc_text
@@ -29,23 +31,25 @@ LINEAGE_LEGEND = ("Green: fresh. Orange: stale (an upstream has a newer version 
 
 
 def graph_page(db, scheduler=None):
-    return pn.Column(*_compiled(db), *_lineage(db), sizing_mode="stretch_width")
+    sections = [("compiled", "Compiled graph", lambda: _compiled(db)),
+                ("lineage", "Asset lineage", lambda: _lineage(db))]
+    return pn.Column(*section_tabs(sections, session_arg("section"), "graph",
+                                   "deepx-graph-tabs"), sizing_mode="stretch_width")
 
 
 def _compiled(db) -> list:
     wanted = session_arg("run")
-    head = pn.pane.Markdown("## Compiled graph")
     if wanted:
         try:
             run = find_run(db, wanted)
         except InputError as err:
-            return [head, Text(str(err), css_classes=["deepx-graph-problem"])]
+            return [Text(str(err), css_classes=["deepx-graph-problem"])]
     else:
         latest = list_runs(db, limit=1)
         if not latest:
-            return [head, Text("no runs recorded yet")]
+            return [Text("no runs recorded yet")]
         run = latest[0]
-    parts = [head, Text(f"run {run.id} ({run.kind}, {run.status}, started "
+    parts = [Text(f"run {run.id} ({run.kind}, {run.status}, started "
                                f"{utc_text(run.started_at)} UTC), graph {run.graph_hash}",
                                css_classes=["deepx-graph-run"])]
     rebuilt = rebuild(db, run)
@@ -85,11 +89,10 @@ def _operator_label(node) -> str:
 
 
 def _lineage(db) -> list:
-    head = pn.pane.Markdown("## Asset lineage")
     newest, usable, more = newest_versions(db)
     states = lineage.asset_states(newest, usable)
     if not states:
-        return [head, Text("no assets materialized yet")]
+        return [Text("no assets materialized yet")]
     nodes, edges, note = lineage.picture(states, when=lambda t: f"{utc_text(t)} UTC")
     counts = {s: sum(1 for a in states.values() if a.state == s) for s in lineage.STATE_COLORS}
     title = f"{len(states):,} assets: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
@@ -97,7 +100,7 @@ def _lineage(db) -> list:
     if more:
         notes.append(f"more than {MAX_TARGETS:,} assets and partitions: drawn from the first "
                      f"{MAX_TARGETS:,} by name")
-    parts = [head, pn.pane.Markdown(LINEAGE_LEGEND)]
+    parts = [pn.pane.Markdown(LINEAGE_LEGEND)]
     if notes:
         parts.append(Text("; ".join(notes)))
     parts.append(pn.pane.Bokeh(lineage.figure(nodes, edges, title), sizing_mode="stretch_width"))

@@ -23,7 +23,7 @@ from deepx_flow.meta.models import Device, Run, StorageTier, Task, Worker
 from deepx_flow.ui import cluster_state as cs
 from deepx_flow.ui.data import Listing, Rows
 from deepx_flow.ui.live import failure_text, refresh_while_open
-from deepx_flow.ui.scheduler_watch import TIMEOUT_S, Reading, watch
+from deepx_flow.ui.scheduler_watch import Reading, watch
 from deepx_flow.ui.table import PagedTable, utc_text
 from deepx_flow.ui.text import Text
 
@@ -188,7 +188,7 @@ class Overview(pn.viewable.Viewer):
         self.erred_tasks = PagedTable(ERRED_TASKS, db, PAGE_SIZE, links={"run": "run?id="},
                                       css_class="deepx-overview-erred-tasks")
         self.refreshed = Text("", css_classes=["deepx-overview-refreshed"])
-        reading = self.watch.current(wait=TIMEOUT_S + 0.5) if self.watch else None
+        reading = self.watch.current() if self.watch else None
         self._show_cluster(reading)
         self.chart.height = max(160, 60 + 28 * len(self.source.data["worker"]))
         self.layout = pn.Column(

@@ -1,8 +1,6 @@
 """The registry page: the registered operators and their engines; a cluster's network links
 as a matrix of bandwidths, with its workers' storage tiers and the bytes each holds; and
-where each chunk of a tensor is. One tab each, built when first opened: a 64-worker link
-matrix and a 4,000-chunk grid each take the browser most of a second to draw, so a page
-holding both took longer than the 2 s a page may take.
+where each chunk of a tensor is. One tab each, built when first opened (`ui/sections.py`).
 
 `registry` opens the operators, `registry?section=network` the links and storage,
 `registry?section=placement` (or `registry?tensor=<key>`) the chunk grid.
@@ -20,6 +18,7 @@ import panel as pn
 from deepx_flow.ui import chunk_grid, link_matrix
 from deepx_flow.ui import registry_reads as reads
 from deepx_flow.ui.data import Rows
+from deepx_flow.ui.sections import section_tabs
 from deepx_flow.ui.table import PagedTable, utc_text
 from deepx_flow.ui.session import session_arg
 from deepx_flow.ui.text import Text
@@ -28,36 +27,16 @@ OPERATORS_PAGE = 50
 TIER_COLUMNS = ("worker", "status", "tier", "location", "capacity", "held", "chunks", "used %")
 
 
-# (query name, tab title); the sections' builders are in `registry_page`.
-SECTIONS = [("operators", "Operators"), ("network", "Network and storage"),
-            ("placement", "Chunk placement")]
-
-
 def registry_page(db, scheduler=None):
     tensor = session_arg("tensor")
-    names = [name for name, _ in SECTIONS]
-    wanted = session_arg("section") or ("placement" if tensor else "operators")
-    unknown = wanted not in names
-    builders = {"operators": lambda: _operators(db),
-                "network": lambda: _cluster(db, reads.schedulers(db)),
-                "placement": lambda: _placement(db, tensor)}
-    tabs = pn.Tabs(*[(title, pn.Column(sizing_mode="stretch_width")) for _, title in SECTIONS],
-                   active=0 if unknown else names.index(wanted), dynamic=True,
-                   css_classes=["deepx-registry-tabs"], sizing_mode="stretch_width")
-
-    def open_section(index: int) -> None:
-        section = tabs[index]
-        if not section.objects:  # built once, when first opened
-            section.objects = builders[names[index]]()
-
-    tabs.param.watch(lambda event: open_section(event.new), "active")
-    open_section(tabs.active)
-    parts = [pn.pane.Markdown("## Registry")]
-    if unknown:
-        parts.append(Text(f"no section {wanted!r}: the registry has "
-                          + ", ".join(names) + " (registry?section=<name>)",
-                          css_classes=["deepx-registry-unknown"]))
-    return pn.Column(*parts, tabs, sizing_mode="stretch_width")
+    sections = [("operators", "Operators", lambda: _operators(db)),
+                ("network", "Network and storage",
+                 lambda: _cluster(db, reads.schedulers(db))),
+                ("placement", "Chunk placement", lambda: _placement(db, tensor))]
+    wanted = session_arg("section") or ("placement" if tensor else "")
+    return pn.Column(pn.pane.Markdown("## Registry"),
+                     *section_tabs(sections, wanted, "registry", "deepx-registry-tabs"),
+                     sizing_mode="stretch_width")
 
 
 def _operators(db) -> list:
@@ -157,8 +136,13 @@ def _placement(db, wanted: str) -> list:
 
     def show(tensor: str) -> None:
         rows, total = reads.tensor_placements(db, tensor)
+        rows, malformed = chunk_grid.drawable(rows)
+        bad = "" if not malformed else (
+            f"{_count(len(malformed), 'placement')} with a chunk index that is not whole "
+            f"numbers separated by commas (the first: {malformed[0].chunk!r}) not drawn")
         if not rows:
-            note.object = f"no chunk of {tensor} is held or lost on record"
+            note.object = f"no chunk of {tensor} is held or lost on record" \
+                if not malformed else f"{tensor}: {bad}"
             grid.visible = False
             return
         cols = chunk_grid.cells(rows)
@@ -170,8 +154,10 @@ def _placement(db, wanted: str) -> list:
             f"{_count(workers, 'worker')}, coloured by worker"
             + ("" if workers <= chunk_grid.LEGEND_WORKERS else " (hover for which)")
             + "; paler: spilled, paler still: stored, red outline: lost"
-            + ("" if total == len(rows) else
-               f"; only the first {len(rows):,} of {total:,} placements are drawn"))
+            + ("" if total == len(rows) + len(malformed) else
+               f"; only the first {len(rows) + len(malformed):,} of {total:,} placements "
+               "are read")
+            + (f"; {bad}" if bad else ""))
         if chunk_grid.axis_labels(cols)[0].endswith("flattened)"):
             note.object += "; axes past the second are flattened into the columns"
 
