@@ -15,9 +15,10 @@ What runs:
   for the big run (25,000 tasks, more than its timeline shows), a typical run (~100) and a
   failed one, and, where those pages exist, `graph?run=`, `graph?section=lineage` (the
   asset lineage tab), `assets?asset=`, `registry?section=network` (the link matrix and
-  storage tiers tab), `registry?tensor=`, `schedules?schedule=`. A page whose module does not exist yet is
-  reported as missing, one that fails as an error. First in the table, the run page of no
-  run (`run?id=none`): what any page costs (Panel's scripts, the navigation bar).
+  storage tiers tab), `registry?tensor=`, `schedules?schedule=`. A page whose module does
+  not exist yet is reported as missing, one that fails as an error. First in the table,
+  the run page of no run (`run?id=none`): what any page costs (Panel's scripts, the
+  navigation bar).
 - Two timings per page:
   1. server build: the route function building the page and Panel turning it into Bokeh
      models (`server_doc`), in this process, with the session's query arguments set as

@@ -52,6 +52,14 @@ def page_text(page) -> str:
     return " ".join(page.evaluate(PAGE_TEXT).split())
 
 
+def wait_for_text(page, text: str, timeout_s: float = 15) -> None:
+    """Wait until the page shows `text` (whitespace collapsed), e.g. after a refresh."""
+    import json
+    page.wait_for_function(f"() => ({PAGE_TEXT})().split(/\\s+/).join(' ')"
+                           f".includes({json.dumps(' '.join(text.split()))})",
+                           timeout=timeout_s * 1000)
+
+
 def shown_run_id(page) -> str:
     """The id a run page is showing (its heading's Str pane)."""
     return page.locator(".deepx-run-id pre").inner_text().strip()

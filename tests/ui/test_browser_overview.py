@@ -16,7 +16,8 @@ from sqlmodel import select
 from deepx_flow.meta.models import GraphRecord, Run, Task, Worker
 from deepx_flow.ui import cluster_state as cs
 from deepx_flow.ui.pages.overview import overview_page
-from tests.ui.browser import page_text, screenshot, visit
+from deepx_flow.ui.scheduler_watch import TIMEOUT_S, watch
+from tests.ui.browser import page_text, screenshot, visit, wait_for_text
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +41,9 @@ def test_the_overview_shows_the_cluster(seeded, dashboard, browser):
     live = scheduler_workers(seeded)
     assert len(workers) == 2 and {w.address for w in workers} == set(live)
     page, problems = visit(browser, dashboard, "", "overview")  # the overview is the root
-    page.wait_for_selector(".deepx-overview-workers .deepx-grid-row")
+    # Shown at once when the scheduler answers within the page's short wait, else at the
+    # next refresh.
+    wait_for_text(page, f"Dask scheduler {seeded.scheduler}: 2 workers live")
     rows = page.locator(".deepx-overview-workers .deepx-grid-row")
     assert rows.count() == len(workers)
     for worker, row in zip(workers, rows.all_inner_texts()):  # by address, as registered
@@ -139,6 +142,8 @@ def test_an_unreachable_scheduler_is_said_and_registered_workers_shown(seeded):
     started = time.monotonic()
     page = overview_page(seeded.db, "tcp://127.0.0.1:1")
     assert time.monotonic() - started < 10
+    watch("tcp://127.0.0.1:1").request().result(timeout=TIMEOUT_S + 5)
+    page.refresh()  # as the page does every 2 s
     assert "could not be reached" in page.scheduler_status.object
     workers = registered_workers(seeded)
     assert all(w.address in _shown(page.workers) for w in workers)
