@@ -72,11 +72,10 @@ def worker_colors(workers) -> dict[str, str]:
 
 
 def cells(rows) -> dict:
-    """Plotting columns, one entry per placement row (of well-formed chunk indices: see
-    `drawable`) (chunk, worker, state, tier, nbytes,
-    device): the chunk's grid row and column, the x centre and width of its part of the
-    cell, y, the worker's colour, and the state's fill alpha and outline width (0: none).
-    Rows of one chunk are ordered by worker."""
+    """Plotting columns, one entry per placement row (chunk, worker, state, tier, nbytes,
+    device; its chunk index well formed: see `drawable`): the chunk's grid row and column,
+    the x centre and width of its part of the cell, y, the worker's colour, and the state's
+    fill alpha and outline width (0: none). Rows of one chunk are ordered by worker."""
     by_chunk = defaultdict(list)
     for r in rows:
         by_chunk[chunk_index(r.chunk)].append(r)

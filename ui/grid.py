@@ -14,6 +14,7 @@ a pager button clicked) is checked against the table's columns and the four page
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 
@@ -28,7 +29,7 @@ export function render({ model, el }) {
   const pager = document.createElement("div")
   pager.className = "deepx-grid-pager"
   const buttons = {}
-  for (const step of ["first", "previous", "next", "last"]) {
+  for (const step of __STEPS__) {
     const button = document.createElement("button")
     button.textContent = step[0].toUpperCase() + step.slice(1)
     button.className = `deepx-grid-${step}`
@@ -151,7 +152,7 @@ class Grid(JSComponent):
     at_first = param.Boolean(default=True)
     at_last = param.Boolean(default=True)
 
-    _esm = _ESM
+    _esm = _ESM.replace("__STEPS__", json.dumps(STEPS))  # one list of steps, in Python
     _stylesheets = [_CSS]
 
     def __init__(self, on_sort=None, on_page=None, **params):

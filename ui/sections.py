@@ -17,10 +17,11 @@ from deepx_flow.ui.text import Text
 
 
 def section_tabs(sections: list[tuple[str, str, Callable[[], list]]], wanted: str,
-                 page: str, css_class: str) -> list:
-    """The parts of a page in tabs: (name, title, build) per tab, where `build()` gives
-    the tab's panes; the tab named `wanted` opens first (the first tab when `wanted` is
-    empty, or unknown: a line above the tabs says so)."""
+                 page: str) -> list:
+    """The parts of `page` in tabs (CSS class deepx-<page>-tabs): (name, title, build) per
+    tab, where `build()` gives the tab's panes; the tab named `wanted` opens first (the
+    first tab when `wanted` is empty, or unknown: a line above the tabs says so)."""
+    css_class = f"deepx-{page}-tabs"
     names = [name for name, _, _ in sections]
     unknown = bool(wanted) and wanted not in names
     tabs = pn.Tabs(*[(title, pn.Column(sizing_mode="stretch_width"))

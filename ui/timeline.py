@@ -54,14 +54,14 @@ def operator_names(columns: dict) -> list[str]:
     return sorted(set(columns["operator"]))
 
 
-def source_data(columns: dict, rows: list[str]) -> dict:
+def source_data(columns: dict, rows: list[str], operators: list[str]) -> dict:
     """The columns as the chart's data source holds them: each bar's worker as its lane's
-    number in `rows` (0 at the top), its operator as its number in `operator_names`, the
-    text columns as NumPy arrays."""
+    number in `rows` (0 at the top), its operator as its number in `operators`
+    (`operator_names`), the text columns as NumPy arrays."""
     import numpy as np
 
     lane = {worker: i for i, worker in enumerate(rows)}
-    number = {name: i for i, name in enumerate(operator_names(columns))}
+    number = {name: i for i, name in enumerate(operators)}
     data = {k: v for k, v in columns.items() if k != "worker"}
     data["lane"] = np.array([lane[w] for w in columns["worker"]], dtype="int32")
     data["operator"] = np.array([number[o] for o in columns["operator"]], dtype="int32")
@@ -76,7 +76,7 @@ def figure(columns: dict, title: str = "tasks per worker"):
                               FixedTicker, HoverTool, Range1d)
     from bokeh.plotting import figure as bokeh_figure
 
-    source = ColumnDataSource(source_data(bars([], 0.0), []), name="timeline-source")
+    source = ColumnDataSource(source_data(bars([], 0.0), [], []), name="timeline-source")
     fig = bokeh_figure(y_range=Range1d(0.5, -0.5), sizing_mode="stretch_width", title=title,
                        name="timeline", x_axis_label="seconds since the run started",
                        tools="xpan,xwheel_zoom,reset")
@@ -109,5 +109,6 @@ def show(fig, columns: dict, title: str) -> None:
     lane_px = LANE_PX if len(rows) <= COMPACT_PAST else COMPACT_LANE_PX
     fig.height = max(180, 70 + lane_px * len(rows))
     fig.title.text = title
-    fig.select_one({"name": "timeline-operators"}).args = {"names": operator_names(columns)}
-    fig.select_one({"name": "timeline-source"}).data = source_data(columns, rows)
+    operators = operator_names(columns)
+    fig.select_one({"name": "timeline-operators"}).args = {"names": operators}
+    fig.select_one({"name": "timeline-source"}).data = source_data(columns, rows, operators)

@@ -33,8 +33,8 @@ LINEAGE_LEGEND = ("Green: fresh. Orange: stale (an upstream has a newer version 
 def graph_page(db, scheduler=None):
     sections = [("compiled", "Compiled graph", lambda: _compiled(db)),
                 ("lineage", "Asset lineage", lambda: _lineage(db))]
-    return pn.Column(*section_tabs(sections, session_arg("section"), "graph",
-                                   "deepx-graph-tabs"), sizing_mode="stretch_width")
+    return pn.Column(*section_tabs(sections, session_arg("section"), "graph"),
+                     sizing_mode="stretch_width")
 
 
 def _compiled(db) -> list:

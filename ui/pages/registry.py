@@ -35,7 +35,7 @@ def registry_page(db, scheduler=None):
                 ("placement", "Chunk placement", lambda: _placement(db, tensor))]
     wanted = session_arg("section") or ("placement" if tensor else "")
     return pn.Column(pn.pane.Markdown("## Registry"),
-                     *section_tabs(sections, wanted, "registry", "deepx-registry-tabs"),
+                     *section_tabs(sections, wanted, "registry"),
                      sizing_mode="stretch_width")
 
 
@@ -136,6 +136,7 @@ def _placement(db, wanted: str) -> list:
 
     def show(tensor: str) -> None:
         rows, total = reads.tensor_placements(db, tensor)
+        read = len(rows)
         rows, malformed = chunk_grid.drawable(rows)
         bad = "" if not malformed else (
             f"{_count(len(malformed), 'placement')} with a chunk index that is not whole "
@@ -154,9 +155,8 @@ def _placement(db, wanted: str) -> list:
             f"{_count(workers, 'worker')}, coloured by worker"
             + ("" if workers <= chunk_grid.LEGEND_WORKERS else " (hover for which)")
             + "; paler: spilled, paler still: stored, red outline: lost"
-            + ("" if total == len(rows) + len(malformed) else
-               f"; only the first {len(rows) + len(malformed):,} of {total:,} placements "
-               "are read")
+            + ("" if total == read else
+               f"; only the first {read:,} of {total:,} placements are read")
             + (f"; {bad}" if bad else ""))
         if chunk_grid.axis_labels(cols)[0].endswith("flattened)"):
             note.object += "; axes past the second are flattened into the columns"
