@@ -13,7 +13,7 @@ from deepx_flow.assets import (DailyPartitions, Definitions, HourlyPartitions,
                                TimeWindowPartitions, WeeklyPartitions, asset, checks, load,
                                materialize, status)
 from deepx_flow.assets.schedule import schedule
-from deepx_flow.errors import (CheckFailed, ClusterError, DatabaseError, DeepxError,
+from deepx_flow.errors import (CheckFailed, ClusterError, DatabaseError, DataError, DeepxError,
                                ExecutionError, GraphError, InputError, PlanError, SpecError)
 from deepx_flow.ir import Graph, Node
 from deepx_flow.sdk import random
@@ -38,7 +38,7 @@ __all__ = [
     "Definitions", "asset", "checks", "load", "materialize", "status", "DailyPartitions",
     "HourlyPartitions", "MonthlyPartitions", "Partition", "StaticPartitions",
     "TimeWindowPartitions", "WeeklyPartitions", "CheckFailed", "ClusterError",
-    "DatabaseError", "DeepxError", "ExecutionError", "GraphError",
+    "DatabaseError", "DataError", "DeepxError", "ExecutionError", "GraphError",
     "InputError", "PlanError", "SpecError", "Graph", "Node", "Tensor", "build_graph", "random",
     "ClusterSpec", "load_cluster_file", "Persisted", "Placement", "compile", "persist",
     "placement", "run", "from_yaml", "to_yaml", "Recovery",

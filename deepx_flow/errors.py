@@ -35,6 +35,21 @@ class InputError(DeepxError):
     exit_code = 2
 
 
+class DataError(InputError):
+    """Stored data is missing or damaged: a chunk absent, of the wrong size, or failing its
+    checksum, or the whole stored array gone. `uri` and `chunk` (the stored chunk index) say
+    where, `problem` what (e.g. "chunk (0, 1) is missing"); for a stored asset version
+    `asset`, `version` and `partition` say which. Nothing computed from such data is
+    returned or published."""
+
+    def __init__(self, message: str, *, uri: str | None = None, chunk: tuple | None = None,
+                 problem: str | None = None, asset: str | None = None,
+                 version: str | None = None, partition: str | None = None):
+        super().__init__(message)
+        self.uri, self.chunk, self.problem = uri, chunk, problem or message
+        self.asset, self.version, self.partition = asset, version, partition
+
+
 class ClusterError(DeepxError):
     """A cluster description (file or live cluster) cannot be used."""
 

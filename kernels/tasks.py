@@ -61,7 +61,9 @@ def source_chunk(op, attrs, full_shape, region, dtype):
         return xp.full(shape, attrs["value"], dtype=dtype)
     if op == "read_zarr":
         from deepx_flow.storage.readers import read_region
-        return xp.asarray(read_region(attrs["uri"], region)).astype(dtype, copy=False)
+        block = read_region(attrs["uri"], region, attrs.get("missing", "error"),
+                            {k: attrs.get(k) for k in ("asset", "version", "partition")})
+        return xp.asarray(block).astype(dtype, copy=False)
     if op == "arange":
         (lo, hi), = region
         start, step = attrs.get("start", 0), attrs.get("step", 1)

@@ -15,6 +15,9 @@ memory can be stored: `create(uri, shape, dtype, chunks) -> uri` makes the empty
 materialization adds to its graph, and `commit(uri, shape, dtype, chunks, began) -> dict`
 marks the target complete once they all finished (returning what `write` returns).
 Engines without these get `write` after the tensor is computed and held on the cluster.
+An engine may also check what it stored: `verify(uri, deep, origin) -> list[DataError]`
+(empty when whole; `deep` reads every chunk, else a listing only), used by `dx.load`, by
+materializations before they read a version, and by `deepx-flow assets verify`.
 
 Built in: "zarr" (Zarr v3 arrays on local disk or any fsspec URL, written by the workers)
 and "memory" (the chunks stay on the cluster, kept alive in a process-wide table under URIs
@@ -46,7 +49,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from deepx_flow.errors import ExecutionError, InputError
-from deepx_flow.storage import zarr_store
+from deepx_flow.storage import verify, zarr_store
 
 ENTRY_POINT_GROUP = "deepx_flow.storage"
 METHODS = ("write", "reader_uri", "delete")
@@ -93,6 +96,9 @@ class ZarrEngine:
 
     def is_complete(self, uri: str) -> bool:
         return zarr_store.is_complete(uri)
+
+    def verify(self, uri: str, deep: bool = True, origin: dict | None = None) -> list:
+        return verify.verify_array(zarr_store.normalize_uri(uri), deep, origin)
 
 
 # The memory engine's table: uri -> Persisted, for the whole process (assets written in one

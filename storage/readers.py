@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from deepx_flow.errors import InputError
+from deepx_flow.storage import verify
 
 
 def _is_zarr(path: str) -> bool:
@@ -47,10 +48,13 @@ def storage_chunks(path: str) -> tuple[int, ...] | None:
         return None
 
 
-def read_region(path: str, region) -> np.ndarray:
-    """The block `region` ((start, stop) per axis) of the array at `path`, as a NumPy array."""
-    index = tuple(slice(lo, hi) for lo, hi in region)
+def read_region(path: str, region, missing: str = "error", origin: dict | None = None
+                ) -> np.ndarray:
+    """The block `region` ((start, stop) per axis) of the array at `path`, as a NumPy array.
+    Zarr chunks are checked as they are read (`storage/verify.py`): one that is missing
+    (unless `missing="fill"`) or damaged raises DataError; `origin` names the stored asset
+    version the array is, for that message."""
     if _is_zarr(path):
-        import zarr
-        return np.asarray(zarr.open_array(path, mode="r")[index])
+        return verify.read_region(path, region, missing, origin)
+    index = tuple(slice(lo, hi) for lo, hi in region)
     return np.array(np.load(path, mmap_mode="r", allow_pickle=False)[index])

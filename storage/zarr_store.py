@@ -10,8 +10,10 @@ regular grid (all chunks equal but a shorter last one per axis) each Zarr chunk 
 chunk, and its task depends on that chunk alone and is sent to the worker holding it. On an
 irregular grid each task assembles its region from the plan chunks it overlaps.
 
-Only when every chunk is written does the driver set the attribute `deepx_complete`, so a
-reader can tell a complete array from what a crashed write left (`is_complete`). A write
+Every chunk is written, empty ones too, each with a CRC-32C checksum (`verify.py`). Only
+when every chunk is written does the driver write the manifest of the chunks (their keys and
+stored sizes) and then set the attribute `deepx_complete`, so a reader can tell a complete
+array from what a crashed write left (`is_complete`), and a damaged chunk from a whole one. A write
 that fails deletes what it wrote, best effort, and raises ExecutionError naming the chunk.
 
 Paths are local paths (made absolute, since workers may run in another folder) or any
@@ -29,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from deepx_flow.errors import DeepxError, ExecutionError, InputError
+from deepx_flow.storage import verify
 
 COMPLETE_ATTR = "deepx_complete"
 
@@ -132,7 +135,10 @@ def write_persisted(persisted, uri) -> dict:
             more = f" (and {len(failed) - 1} more chunks)" if len(failed) > 1 else ""
             raise ExecutionError(f"writing {uri}: chunk {idx}{more} failed: {cause}; "
                                  f"{_delete_quietly(uri)}")
-        mark_complete(uri)
+        try:
+            mark_complete(uri)
+        except DeepxError as err:  # a chunk not there: publish nothing
+            raise ExecutionError(f"{err}; {_delete_quietly(uri)}") from None
     except DeepxError:
         raise
     except BaseException as err:  # an interrupt, a lost scheduler, a failed marker write
@@ -157,7 +163,7 @@ def create_array(uri: str, shape, dtype, chunks) -> tuple[int, ...]:
     zchunks = chunk_shape(chunks)
     try:
         zarr.create_array(store=uri, shape=tuple(shape), dtype=np.dtype(dtype), chunks=zchunks,
-                          zarr_format=3, overwrite=False)
+                          zarr_format=3, overwrite=False, **verify.array_codecs())
     except (ContainsArrayError, ContainsGroupError):  # another writer got there first
         raise InputError(f"{uri} already exists; each version is written to a new "
                          f"location, never over an old one") from None
@@ -195,8 +201,10 @@ def zarr_chunk_regions(tensor_key: str, shape, chunks):
 
 
 def mark_complete(uri: str) -> None:
-    """Set the marker that says every chunk of the array at `uri` was written."""
+    """Write the manifest of the chunks of the array at `uri` (ExecutionError if one is
+    missing), then set the marker that says every chunk was written."""
     import zarr
+    verify.write_manifest(uri)
     zarr.open_array(uri, mode="r+").update_attributes({COMPLETE_ATTR: True})
 
 
@@ -225,7 +233,9 @@ def write_block(uri, region, dtype, layout, *pieces):
     from deepx_flow.kernels.dispatch import to_host
     from deepx_flow.kernels.tasks import cast_chunk
     block = to_host(cast_chunk(dtype, (layout,), *pieces))
-    zarr.open_array(uri, mode="r+")[tuple(slice(lo, hi) for lo, hi in region)] = block
+    # Empty chunks too: a chunk that is not there must mean it was lost (`verify.py`).
+    array = zarr.open_array(uri, mode="r+").with_config(verify.WRITE_CONFIG)
+    array[tuple(slice(lo, hi) for lo, hi in region)] = block
     return block.nbytes
 
 

@@ -30,7 +30,7 @@ from deepx_flow.assets.selection import select as select_assets
 from deepx_flow.assets.status import stale_targets
 from deepx_flow.assets.targets import Target, reads, stages, targets_for
 from deepx_flow.config import settings
-from deepx_flow.errors import CheckFailed, DeepxError, ExecutionError, GraphError
+from deepx_flow.errors import CheckFailed, DataError, DeepxError, ExecutionError, GraphError
 from deepx_flow.meta import open_db
 from deepx_flow.meta.models import AssetCheckResult, AssetMaterialization
 from deepx_flow.runtime.failures import task_failure
@@ -127,15 +127,53 @@ def materialize(defs, select="*", *, partitions=None, only_stale: bool = False, 
             else:
                 todo.append(t)
         if todo:
-            run_id = _run_stage(defs, todo, versions, written, checks, database, active, now,
-                                recovery)
-            if run_id:
-                run_ids.append(run_id)
+            run_ids += _run_stage_mending(defs, todo, versions, written, checks, database,
+                                          active, now, recovery)
     result = Materialized({str(t): r for t, r in written.items()}, run_ids,
                           time.perf_counter() - began, {str(t): c for t, c in checks.items()},
                           {str(t): why for t, why in skipped.items()})
     _report_checks(result)
     return result
+
+
+def _run_stage_mending(defs, stage, versions, written, checks, db, client, now,
+                       recovery) -> list[str]:
+    """`_run_stage`; when it finds a stored upstream version missing or damaged, that
+    upstream target is materialized again from its lineage (a new version, as materializing
+    it would make), then the stage runs again with the event in its run's record. Each
+    target is mended once per stage; the run ids of every run made, the mending included."""
+    from deepx_flow.runtime.recovery import Recovery
+    mend = (recovery or Recovery()).recompute_damaged
+    run_ids, notes, mended = [], [], set()
+    while True:
+        try:
+            run_id = _run_stage(defs, stage, versions, written, checks, db, client, now,
+                                recovery, notes)
+            return run_ids + ([run_id] if run_id else [])
+        except DataError as err:
+            damaged = _damaged_target(defs, err, stage)
+            if not mend or damaged is None or damaged in mended:
+                raise
+            mended.add(damaged)
+            again = materialize(defs, damaged.asset,
+                                partitions=None if damaged.partition is None
+                                else [damaged.partition],
+                                client=client, db=db.url, recovery=recovery)
+            row = again.versions[str(damaged)]
+            if damaged in written:  # stored by an earlier stage of this materialization
+                written[damaged] = row
+            run_ids += again.run_ids
+            notes.append(("recompute", f"{err}; {damaged} was computed again from its "
+                                       f"lineage as version {row.version[:12]}"))
+
+
+def _damaged_target(defs, err: DataError, stage) -> Target | None:
+    """The stored upstream target whose damaged version `err` is about, when its lineage is
+    known (it is one of `defs`' assets) and it is not being made in `stage`."""
+    if not err.asset or err.asset not in defs.order:
+        return None
+    target = Target(err.asset, err.partition)
+    return None if target in stage else target
 
 
 def _blocked_by(defs, t: Target, written, checks, skipped, now) -> str | None:
@@ -168,9 +206,10 @@ def _report_checks(result: Materialized) -> None:
 # --- one stage: one graph, one run -------------------------------------------------------
 
 def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
-               now, recovery=None) -> str | None:
+               now, recovery=None, notes=()) -> str | None:
     """Compute, write and check the targets of one stage; record their versions. Returns
-    the run id (None when recording is off).
+    the run id (None when recording is off). `notes` ((kind, message) pairs) go into the
+    run's events.
 
     Nothing of a failed stage stays: running tasks are cancelled, then every array it
     created is deleted, and no row is written. Its rows are published in one transaction.
@@ -233,6 +272,8 @@ def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
         every = [f for fs in futures.values() for f in fs] + writes
         if recorder is not None:
             recorder.labels.update(labels)  # task rows say "store[zarr]" for the writes
+            for kind, message in notes:
+                recorder.note(kind, message)
             recorder.watch()
         _wait_or_raise(client, every, plan)
         values = {k: _gather_scalars(client, futures, names, plan, graph)

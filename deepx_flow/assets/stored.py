@@ -66,13 +66,27 @@ def whole(asset, made: dict, db, now=None) -> tuple[Tensor, dict[str, str]]:
 
 
 def stored_tensor(row: AssetMaterialization) -> Tensor:
-    from deepx_flow.sdk.functions import read_zarr
+    """The stored version `row` as a lazy tensor whose reads check every chunk, after a check
+    from a listing that every chunk the version wrote is there at the size written (a
+    DataError naming the version and the first bad chunk otherwise)."""
+    from deepx_flow.sdk.functions import _read_zarr
     from deepx_flow.storage.engines import get_engine
     if not row.uri:
         raise InputError(f"asset {row.asset} version {row.version[:12]} has no stored data "
                          f"to read (storage {row.storage!r})")
+    engine = get_engine(row.storage)
+    origin = stored_as(row)
+    if callable(getattr(engine, "verify", None)):
+        problems = engine.verify(row.uri, deep=False, origin=origin)
+        if problems:
+            raise problems[0]
     # Engines that keep files give a URI read_zarr reads chunk by chunk; others refuse.
-    return read_zarr(get_engine(row.storage).reader_uri(row.uri))
+    return _read_zarr(engine.reader_uri(row.uri), **origin)
 
 
-__all__ = ["load", "whole", "stored_tensor"]
+def stored_as(row: AssetMaterialization) -> dict:
+    """Which stored version a read is of (read_zarr's `asset`, `version`, `partition`)."""
+    return {"asset": row.asset, "version": row.version, "partition": row.partition}
+
+
+__all__ = ["load", "whole", "stored_tensor", "stored_as"]

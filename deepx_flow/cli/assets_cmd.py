@@ -1,11 +1,13 @@
-"""`deepx-flow assets list|status|history` and `deepx-flow materialize`: a project's assets,
-their stored versions and staleness, and materializing a selection of them from a shell.
+"""`deepx-flow assets list|status|history|verify` and `deepx-flow materialize`: a project's
+assets, their stored versions and staleness, checking what is stored, and materializing a
+selection of them from a shell.
 
 `-m` names the project's `dx.Definitions` as `load_definitions` reads it: a module, a `.py`
-file, either one followed by `:ATTRIBUTE`. `history` reads the database only, so it needs no
-module. Selection words are joined with commas into one selection (`materialize -m p a+ b`
-is `a+,b`), so they are materialized together, upstream first. A blocking check that fails
-still prints what was stored before the one-line error (exit 1).
+file, either one followed by `:ATTRIBUTE`. `history` and `verify` read the database (and the
+stored data) only, so they need no module. Selection words are joined with commas into one
+selection (`materialize -m p a+ b` is `a+,b`), so they are materialized together, upstream
+first. A blocking check that fails still prints what was stored before the one-line error
+(exit 1); `verify` exits 2 when a stored version is damaged.
 """
 
 from __future__ import annotations
@@ -30,13 +32,21 @@ def add_parsers(sub, parents) -> None:
                                                  "storage, latest stored version")
     status = assets_sub.add_parser("status", help="fresh or stale, and why, for each asset")
     history = assets_sub.add_parser("history", help="the stored versions of one asset")
-    for p in (listing, status, history):
+    check = assets_sub.add_parser("verify", help="check stored versions without computing: "
+                                                 "every chunk there, whole, its checksum")
+    for p in (listing, status, history, check):
         p.add_argument("--db", metavar="URL", default=argparse.SUPPRESS,
                        help="metadata database URL")
     for p in (listing, status):
         _module_argument(p)
     history.add_argument("name", help="an asset name")
     history.add_argument("--limit", type=int, default=20, help="how many (newest first)")
+    check.add_argument("name", nargs="?", help="an asset name (default: every stored asset)")
+    check.add_argument("--latest", action="store_true",
+                       help="only the newest version of each asset or partition")
+    check.add_argument("--quick", action="store_true",
+                       help="list the chunks and compare their sizes with the manifest, "
+                            "without reading them (no checksums)")
 
     mat = sub.add_parser("materialize", help="compute and store a selection of assets",
                          parents=parents)
@@ -59,7 +69,8 @@ def _module_argument(parser) -> None:
 
 
 def cmd_assets(args) -> int:
-    return {"list": _list, "status": _status, "history": _history}[args.assets_command](args)
+    return {"list": _list, "status": _status, "history": _history,
+            "verify": _verify}[args.assets_command](args)
 
 
 def _list(args) -> int:
@@ -119,6 +130,51 @@ def _history(args) -> int:
                        {None: "-", True: "passed", False: "failed"}[r.checks_passed],
                        r.uri or "-") for r in rows[:args.limit]],
                      f"{args.name}: {len(rows)} stored versions, newest first"))
+    return 0
+
+
+def _verify(args) -> int:
+    """Check stored versions; exit 2 (a DataError) when any is damaged."""
+    from deepx_flow.assets import catalog
+    from deepx_flow.assets.stored import stored_as
+    from deepx_flow.errors import DataError
+    from deepx_flow.meta import open_db
+    from deepx_flow.storage.engines import get_engine
+
+    db = open_db(args.db)
+    names = [args.name] if args.name else _stored_assets(db)
+    rows = [r for name in sorted(names) for r in catalog.history(db, name)]
+    if args.name and not rows:
+        return _history(args)  # says there are no versions, and suggests a name
+    if args.latest:
+        newest = {}
+        for r in rows:  # newest first
+            newest.setdefault((r.asset, r.partition), r)
+        rows = list(newest.values())
+    table, damaged = [], []
+    for r in rows:
+        engine = get_engine(r.storage)
+        if not r.uri or not callable(getattr(engine, "verify", None)):
+            result = f"not checked: storage {r.storage!r} cannot be verified"
+        else:
+            problems = engine.verify(r.uri, deep=not args.quick, origin=stored_as(r))
+            if problems:
+                damaged.append(problems[0])
+                more = f" (and {len(problems) - 1} more chunks)" if len(problems) > 1 else ""
+                result = f"DAMAGED: {problems[0].problem}{more}"
+            else:
+                result = "ok" + (" (sizes only)" if args.quick else "")
+        table.append((r.asset, r.partition or "-", r.version[:12], _time(r.created_at),
+                      result))
+    print(text_table(("asset", "partition", "version", "created", "result"), table,
+                     f"{len(rows)} stored version{'s' * (len(rows) != 1)} checked")
+          if table else
+          f"no stored versions in {db.display_url}")
+    if damaged:
+        first = damaged[0]
+        raise DataError(f"{len(damaged)} of {len(rows)} stored versions are damaged; the "
+                        f"first: {first}", uri=first.uri, chunk=first.chunk,
+                        asset=first.asset, version=first.version, partition=first.partition)
     return 0
 
 

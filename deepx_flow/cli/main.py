@@ -9,6 +9,7 @@
     deepx-flow registry show|probe       # registered workers, tiers, links; measure links
     deepx-flow assets list|status -m my_pipeline   # a project's assets, fresh or stale
     deepx-flow assets history NAME       # the stored versions of one asset
+    deepx-flow assets verify [NAME]      # check stored chunks: there, whole, checksums
     deepx-flow materialize -m my_pipeline [SELECTION ...] [--only-stale]
     deepx-flow scheduler -m my_pipeline [--once]   # run its schedules: each tick once
     deepx-flow ui [--port 5006]          # the dashboard, on 127.0.0.1

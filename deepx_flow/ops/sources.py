@@ -11,6 +11,9 @@ from deepx_flow.ir import dtypes
 from deepx_flow.ops.common import check_shape, declared_dtype
 from deepx_flow.ops.spec import SOURCE, OpSpec
 
+MISSING = ("error", "fill")  # read_zarr: what a chunk that is not stored reads as
+STORED_AS = ("asset", "version", "partition")  # read_zarr attributes of a stored version
+
 
 def _infer_declared(node, inputs):
     return check_shape(node, node.shape), declared_dtype(node)
@@ -54,6 +57,14 @@ def _infer_read_zarr(node, inputs):
                                or not all(isinstance(c, int) and c > 0 for c in chunks)):
         raise GraphError(f"read_zarr: storage_chunks must be {len(shape)} positive integers "
                          f"(the stored chunk shape), got {chunks!r}", node.id)
+    if node.attr("missing", "error") not in MISSING:
+        raise GraphError(f"read_zarr: missing must be one of {', '.join(MISSING)} (what to do "
+                         f"with a chunk that is not stored), got {node.attr('missing')!r}",
+                         node.id)
+    for key in STORED_AS:
+        if not isinstance(node.attr(key, ""), str):
+            raise GraphError(f"read_zarr: {key} must be a string, got {node.attr(key)!r}",
+                             node.id)
     return shape, dtype
 
 
@@ -75,7 +86,11 @@ def specs() -> list[OpSpec]:
                flops_per_element=15, attrs=("seed", "low", "high"),
                required_attrs=("seed",), doc="uniform values in [low, high) from (seed, index)"),
         # Tasks read just their region, on the worker: a stored tensor is never loaded whole.
+        # `missing`: "error" (default) or "fill" for a chunk that is not stored; `asset`,
+        # `version`, `partition`: which stored asset version it is, named by its errors.
         OpSpec("read_zarr", SOURCE, 0, _infer_read_zarr, declared=declared, flops_per_element=0,
-               attrs=("uri", "storage_chunks"), required_attrs=("uri",),
-               doc="a stored Zarr array (a path or fsspec URL), read chunk by chunk"),
+               attrs=("uri", "storage_chunks", "missing") + STORED_AS,
+               required_attrs=("uri",),
+               doc="a stored Zarr array (a path or fsspec URL), read chunk by chunk, each "
+                   "chunk checked"),
     ]

@@ -9,7 +9,7 @@ whether to plan the run again.
 
 from __future__ import annotations
 
-from deepx_flow.errors import ExecutionError
+from deepx_flow.errors import DataError, DeepxError, ExecutionError
 from deepx_flow.kernels.attempt import classify
 
 
@@ -52,8 +52,12 @@ HINTS = {
 }
 
 
-def task_failure(plan, key, err: BaseException) -> ExecutionError:
-    """The ExecutionError for `key` failing with `err`; its `.kind` says what happened."""
+def task_failure(plan, key, err: BaseException) -> DeepxError:
+    """The ExecutionError for `key` failing with `err`; its `.kind` says what happened. A
+    task that found its input data missing or damaged raises that DataError itself: it
+    already names the data, and the data, not the run, is what needs mending."""
+    if isinstance(err, DataError):
+        return err
     kind = failure_kind(err)
     hint = f" ({HINTS[kind]})" if kind in HINTS else ""
     out = ExecutionError(f"{describe_task(plan, key)} failed{hint}: "

@@ -20,7 +20,8 @@ a run with no workers waits `worker_wait` seconds for one, then fails; a run tha
 because a task ran out of memory is planned again with half the memory budget (smaller
 chunks), at most `replan_on_oom` times; a materialization reads a lost chunk of a stored
 asset back from storage when that is cheaper than computing it again (`read_back`,
-`readback.py`).
+`readback.py`), and one that finds a stored upstream version missing or damaged computes it
+again from its lineage (`recompute_damaged`).
 """
 
 from __future__ import annotations
@@ -61,6 +62,10 @@ class Recovery:
     read_back : bool
         Read a lost chunk of a stored asset back from storage instead of computing it again,
         when the cost model says that is cheaper (materializations only).
+    recompute_damaged : bool
+        A materialization that finds a stored upstream version missing or damaged (a chunk
+        gone, or failing its checksum) materializes that upstream again from its lineage
+        and goes on; False makes it fail with the DataError instead.
     operators : mapping
         Operator name -> overrides of the task fields above, e.g. {"matmul": {"retries": 3}}.
     """
@@ -75,6 +80,7 @@ class Recovery:
     worker_wait: float = 60.0
     replan_on_oom: int = 2
     read_back: bool = True
+    recompute_damaged: bool = True
     operators: Mapping[str, Mapping] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -173,7 +179,7 @@ def _check(values: Mapping, where: str) -> None:
         value = values.get(f.name)
         if f.name == "operators" or value is None:
             continue
-        if f.name == "read_back":
+        if f.name in ("read_back", "recompute_damaged"):
             if not isinstance(value, bool):
                 bad(f.name, "is not True or False")
             continue

@@ -34,15 +34,25 @@ def input(name: str, shape: Sequence[int], dtype="float32") -> Tensor:  # noqa: 
     return Tensor(node, (), name)
 
 
-def read_zarr(uri: str) -> Tensor:
-    """A stored Zarr array (a local path or any fsspec URL) as a tensor. Its shape, dtype and
-    chunk shape are read now; its data is read chunk by chunk by the tasks that need it (the
-    compiler aligns their chunks with the stored ones where it can)."""
+def read_zarr(uri: str, missing: str = "error") -> Tensor:
+    """A stored Zarr array (a local path or any fsspec URL) as a tensor.
+
+    Its shape, dtype and chunk shape are read now; its data is read chunk by chunk by the
+    tasks that need it (the compiler aligns their chunks with the stored ones where it can),
+    each chunk checked as it is read. A chunk that is not stored is a `dx.DataError`, unless
+    `missing="fill"`: then it reads as the array's fill value, as Zarr itself does (for
+    arrays written by tools that skip chunks equal to the fill value).
+    """
+    return _read_zarr(uri, missing=missing)
+
+
+def _read_zarr(uri, **attrs) -> Tensor:
     from deepx_flow.storage.readers import array_info, storage_chunks
     shape, dtype = array_info(str(uri))
     chunks = storage_chunks(str(uri))
+    attrs = {k: v for k, v in attrs.items() if v is not None and (k, v) != ("missing", "error")}
     return apply("read_zarr", [], shape=shape, dtype=dtype, uri=str(uri),
-                 **({"storage_chunks": chunks} if chunks else {}))
+                 **({"storage_chunks": chunks} if chunks else {}), **attrs)
 
 
 def full(shape, value, dtype=None) -> Tensor:
