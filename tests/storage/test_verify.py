@@ -1,0 +1,151 @@
+"""Checked chunks (`storage/verify.py`): a stored array written the way deepx_flow writes it,
+then one chunk deleted, truncated or changed by one bit, at random. The damage is found by a
+read of any region that needs the chunk (and only by those), by `verify_array` (deep: every
+kind; quick, from the listing: deleted and truncated), and names the chunk; regions that do
+not need it read the values written."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import math
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import deepx_flow as dx
+from deepx_flow.storage import verify, zarr_store
+from deepx_flow.storage.readers import read_region
+
+DAMAGES = ("delete", "truncate", "flip")
+
+
+def write_checked(uri: str, values: np.ndarray, chunks) -> None:
+    """Write `values` as a plan with chunk grid `chunks` would be stored: create, one
+    write_block per Zarr chunk (the task materializations run), then the manifest."""
+    zarr_store.create_array(uri, values.shape, values.dtype, chunks)
+    for _, region, _, _ in zarr_store.zarr_chunk_regions("t", values.shape, chunks):
+        block = values[tuple(slice(lo, hi) for lo, hi in region)]
+        zarr_store.write_block(uri, region, values.dtype.name, (), block)
+    zarr_store.mark_complete(uri)
+
+
+def damage(path, how: str, at: int, bit: int) -> None:
+    """Delete the file, cut it to `at` bytes (fewer than it has), or flip bit `bit` of byte
+    `at` (taken modulo its size)."""
+    data = path.read_bytes()
+    if how == "delete":
+        path.unlink()
+    elif how == "truncate":
+        path.write_bytes(data[:at % len(data)])
+    else:
+        changed = bytearray(data)
+        changed[at % len(data)] ^= 1 << bit
+        path.write_bytes(bytes(changed))
+
+
+def grid(shape, chunk):
+    return tuple(tuple(min(c, n - i) for i in range(0, n, c)) for n, c in zip(shape, chunk))
+
+
+arrays = st.integers(1, 3).flatmap(lambda ndim: st.tuples(
+    st.lists(st.integers(1, 9), min_size=ndim, max_size=ndim),
+    st.lists(st.integers(1, 4), min_size=ndim, max_size=ndim)))
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(arrays, st.sampled_from(DAMAGES), st.integers(0, 10**6), st.integers(0, 7),
+       st.integers(0, 10**6), st.sampled_from(["float32", "int16", "float64"]))
+def test_one_damaged_chunk_is_found_and_named(tmp_path, spec, how, pick, bit, at, dtype):
+    shape, chunk = tuple(spec[0]), tuple(spec[1])
+    values = (np.arange(math.prod(shape)) % 251 - 100).astype(dtype).reshape(shape)
+    values.flat[::3] = 0  # some chunks all zeros: they are stored too
+    uri = str(tmp_path / f"{uuid.uuid4().hex}.zarr")
+    write_checked(uri, values, grid(shape, chunk))
+    indices = verify.chunk_indices(shape, chunk)
+    assert verify.verify_array(uri) == []
+    bad = indices[pick % len(indices)]
+    damage(Path(uri, "c", *map(str, bad)), how, at, bit)
+
+    found = verify.verify_array(uri)
+    assert [p.chunk for p in found] == [bad]
+    assert found[0].uri == uri and str(bad) in str(found[0])
+    quick = verify.verify_array(uri, deep=False)
+    assert [p.chunk for p in quick] == ([] if how == "flip" else [bad])
+
+    for idx in indices:  # each stored chunk's region read alone
+        region = verify.chunk_region(idx, shape, chunk)
+        if idx == bad:
+            with pytest.raises(dx.DataError) as err:
+                read_region(uri, region)
+            assert err.value.chunk == bad
+        else:
+            block = read_region(uri, region)
+            assert np.array_equal(block, values[tuple(slice(lo, hi) for lo, hi in region)])
+    with pytest.raises(dx.DataError, match=rf"chunk {re.escape(str(bad))} is "
+                                           rf"(missing|damaged)"):
+        read_region(uri, tuple((0, n) for n in shape))
+
+
+def test_a_stored_asset_version_is_named_in_the_error(tmp_path):
+    uri = str(tmp_path / "v.zarr")
+    write_checked(uri, np.ones((6, 4)), grid((6, 4), (2, 4)))
+    (tmp_path / "v.zarr" / "c" / "1" / "0").unlink()
+    origin = {"asset": "features", "version": "0123456789abcdef", "partition": "2026-01-02"}
+    with pytest.raises(dx.DataError) as err:
+        read_region(uri, ((0, 6), (0, 4)), origin=origin)
+    message = str(err.value)
+    assert message.startswith("asset features partition 2026-01-02 version 0123456789ab: "
+                              "chunk (1, 0) is missing")
+    assert (err.value.asset, err.value.version, err.value.partition, err.value.chunk) == \
+        ("features", "0123456789abcdef", "2026-01-02", (1, 0))
+    assert len(message.splitlines()) == 1
+
+
+def test_a_missing_chunk_of_an_input_array_is_an_error_unless_fill_is_asked(tmp_path, client):
+    import zarr
+    path = tmp_path / "sparse.zarr"
+    # Zarr's default skips chunks equal to the fill value: chunk (1,) is never written.
+    arr = zarr.create_array(str(path), shape=(6,), chunks=(2,), dtype="float64",
+                            fill_value=-1.0, zarr_format=3)
+    arr[:] = np.array([1.0, 2.0, -1.0, -1.0, 5.0, 6.0])
+    assert not (path / "c" / "1").exists()
+
+    with pytest.raises(dx.DataError, match=r"chunk \(1,\) is missing.*missing='fill'"):
+        dx.run(dx.read_zarr(str(path)) * 2, client=client)
+    with pytest.raises(dx.DataError, match=r"chunk \(1,\) is missing"):
+        dx.run(dx.input("x", (6,), "float64") * 2, inputs={"x": str(path)}, client=client)
+    out = dx.run(dx.read_zarr(str(path), missing="fill") * 2, client=client)
+    assert np.array_equal(out, np.array([2.0, 4.0, -2.0, -2.0, 10.0, 12.0]))
+    with pytest.raises(dx.GraphError, match="missing must be one of error, fill"):
+        dx.read_zarr(str(path), missing="zeros")
+
+
+def test_a_write_that_left_a_chunk_out_is_not_marked_complete(tmp_path):
+    uri = str(tmp_path / "partial.zarr")
+    values = np.arange(12.0).reshape(6, 2)
+    zarr_store.create_array(uri, values.shape, values.dtype, grid((6, 2), (2, 2)))
+    for idx, region, _, _ in zarr_store.zarr_chunk_regions("t", values.shape,
+                                                          grid((6, 2), (2, 2))):
+        if idx != (2, 0):  # the last write never happened
+            zarr_store.write_block(uri, region, "float64", (),
+                                   values[tuple(slice(lo, hi) for lo, hi in region)])
+    with pytest.raises(dx.ExecutionError, match=r"chunk \(2, 0\) was not written"):
+        zarr_store.mark_complete(uri)
+    assert not zarr_store.is_complete(uri)
+
+
+def test_every_chunk_is_in_the_manifest_with_its_stored_size(tmp_path):
+    uri = str(tmp_path / "m.zarr")
+    values = np.zeros((5, 3), dtype="float32")  # all chunks empty: all written anyway
+    write_checked(uri, values, grid((5, 3), (2, 2)))
+    manifest = verify.read_manifest(uri)
+    keys = {f"c/{i}/{j}" for i, j in itertools.product(range(3), range(2))}
+    assert set(manifest["chunks"]) == keys and manifest["checksum"] == "crc32c"
+    for key, size in manifest["chunks"].items():
+        assert (tmp_path / "m.zarr" / key).stat().st_size == size
