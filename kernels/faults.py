@@ -1,5 +1,5 @@
-"""A fault-injecting engine: make tasks hang, raise CUDA-like errors, or kill their worker,
-on chosen workers and nodes, to test recovery without breaking real hardware.
+"""A fault-injecting engine: make tasks hang, run slowly, raise CUDA-like errors, or kill
+their worker, on chosen workers and nodes, to test recovery without breaking real hardware.
 
     from deepx_flow.kernels.faults import Fault, FaultInjection
     client.register_plugin(FaultInjection([Fault("hang", node="matmul", worker=address)]))
@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from deepx_flow.ir.keys import node_of
 
-KINDS = ("hang", "raise", "device-lost", "oom", "exit")
+KINDS = ("hang", "slow", "raise", "device-lost", "oom", "exit")
 
 _rules: list = []
 _counts: dict = {}  # rule index -> times it fired in this process
@@ -42,7 +43,9 @@ class CUDARuntimeError(RuntimeError):
 class Fault:
     """One kind of failure, for the tasks it matches.
 
-    kind : "hang" (block until the plugin is removed), "raise" (a plain error),
+    kind : "hang" (block until the plugin is removed), "slow" (the task takes `factor`
+        times as long: after its kernel, it waits (factor - 1) times the kernel's time, as
+        on a worker running at 1/factor of its speed), "raise" (a plain error),
         "device-lost" (an uncorrectable ECC error), "oom" (an out-of-memory error) or "exit"
         (the worker process dies at once).
     node : only tasks of nodes whose id starts with this (None: any).
@@ -57,10 +60,13 @@ class Fault:
     worker: str | None = None
     times: int | None = None
     over_bytes: int = 0
+    factor: float = 10.0  # "slow": how many times as long
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"unknown fault kind {self.kind!r}; use one of {KINDS}")
+        if self.factor < 1:
+            raise ValueError(f"a slow fault's factor must be at least 1, not {self.factor}")
 
 
 class FaultInjection(WorkerPlugin):
@@ -91,6 +97,8 @@ def inject(worker, key, func, args):
     """Run `func(*args)` with the faults that match this task."""
     node = node_of(key)
     matching = [(i, f) for i, f in enumerate(_rules) if _matches(f, worker, node)]
+    slow = [f for i, f in matching if f.kind == "slow" and _fire(i, f)]
+    matching = [(i, f) for i, f in matching if f.kind != "slow"]
     for i, fault in matching:
         if fault.over_bytes == 0 and _fire(i, fault):
             _fail(fault, node, 0)
@@ -98,7 +106,10 @@ def inject(worker, key, func, args):
     for i, fault in matching:
         if fault.over_bytes and inputs > fault.over_bytes and _fire(i, fault):
             _fail(fault, node, inputs)
+    began = time.perf_counter()
     result = func(*args)
+    for fault in slow:  # removing the plugin ends the wait, as it releases hung tasks
+        _release.wait((fault.factor - 1) * (time.perf_counter() - began))
     size = getattr(result, "nbytes", 0)
     for i, fault in matching:
         if fault.over_bytes and size > fault.over_bytes and _fire(i, fault):

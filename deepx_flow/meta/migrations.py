@@ -16,6 +16,7 @@ History:
 5. indexes for the dashboard's listings: chunk_placements (state), schedule_ticks (tick_at).
 6. tasks.comm_seconds (time spent fetching inputs); an index on asset_materializations
    (asset, partition, created_at) for the newest version of every asset and partition.
+7. operator_speeds (measured speed of each operator on each worker).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from sqlmodel import SQLModel
 from deepx_flow.errors import DatabaseError
 from deepx_flow.meta.models import SchemaInfo
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # An arbitrary constant: PostgreSQL sessions migrating at once take turns on this lock.
 _PG_LOCK_ID = 74_700_11
@@ -138,12 +139,30 @@ def _v6_comm_seconds(conn: Connection) -> None:
           versions.c.created_at).create(conn, checkfirst=True)
 
 
+def _v7_operator_speeds(conn: Connection) -> None:
+    # The table as it was at version 7 (frozen, as in step 2).
+    frozen = MetaData()
+    Table("operator_speeds", frozen,
+          Column("id", Integer, primary_key=True),
+          Column("operator", String, nullable=False),
+          Column("host", String, nullable=False),
+          Column("worker", String, nullable=False),
+          Column("flops", Float, nullable=False),
+          Column("bytes", Float, nullable=False),
+          Column("seconds", Float, nullable=False),
+          Column("tasks", Integer, nullable=False),
+          Column("updated_at", Float, nullable=False),
+          UniqueConstraint("operator", "host", "worker"))
+    frozen.create_all(conn, checkfirst=True)
+
+
 STEPS = {
     2: _v2_events_and_username,
     3: _v3_assets,
     4: _v4_schedules,
     5: _v5_listing_indexes,
     6: _v6_comm_seconds,
+    7: _v7_operator_speeds,
 }
 
 

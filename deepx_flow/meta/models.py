@@ -99,6 +99,24 @@ class Operator(SQLModel, table=True):
     registered_at: float
 
 
+class OperatorSpeed(SQLModel, table=True):
+    """How fast an operator (as tasks run it: alone, fused, with an epilogue) went on one
+    worker, from recorded tasks: decayed sums of the cost model's work and the seconds it
+    took (`registry/speeds.py`)."""
+
+    __tablename__ = "operator_speeds"
+    __table_args__ = (UniqueConstraint("operator", "host", "worker"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    operator: str  # the task's operator label
+    host: str
+    worker: str  # the worker's name
+    flops: float  # the cost model's FLOPs of the tasks counted (decayed sum)
+    bytes: float  # their bytes in and out (decayed sum)
+    seconds: float  # the seconds they computed (decayed sum)
+    tasks: int  # tasks counted, all time
+    updated_at: float
+
+
 class Link(SQLModel, table=True):
     __tablename__ = "links"
     __table_args__ = (UniqueConstraint("scheduler", "source", "target"),)

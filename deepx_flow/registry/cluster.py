@@ -30,11 +30,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
 
 import yaml
 
 from deepx_flow.config import Settings, settings
 from deepx_flow.errors import ClusterError
+
+if TYPE_CHECKING:
+    from deepx_flow.registry.speeds import OperatorSpeed
 
 # Per-thread CPU figures and Dask TCP link figures used when nothing better is registered.
 # Measured on a 2-core EPYC (benchmarks/results): float64 BLAS reached about 35 GFLOP/s per
@@ -94,6 +98,8 @@ class WorkerSpec:
     bandwidth: float = DEFAULT_CPU_BANDWIDTH
     address: str | None = None
     reserved: int = 0  # host memory the worker process already used when it registered
+    # Operator label -> its measured speed here (`registry/speeds.py`); empty when unknown.
+    speeds: Mapping[str, "OperatorSpeed"] = field(default_factory=dict, compare=False)
 
     @property
     def budget(self) -> int:

@@ -1,17 +1,30 @@
-"""When to drift a task to another worker, and when to stop trusting a worker: pure decisions.
+"""When to back a slow task up, when to drift a timed-out one, when to stop trusting a worker:
+pure decisions.
 
-`RunWatch` follows one run through events (a task started on a worker, finished, failed
-on a broken device; the number of workers changed; time passed) and answers with actions.
-It never calls Dask: the supervisor (`supervisor.py`) feeds it the scheduler's events and
-carries out what it returns, and tests drive it with events alone.
+`RunWatch` follows one run through events (a task started on a worker, finished, failed on
+a broken device; a backup attempt started or finished first; the number of workers changed;
+time passed) and answers with actions. It never calls Dask: the supervisor
+(`supervisor.py`) feeds it the scheduler's events and carries out what it returns, and tests
+drive it with events alone.
 
-- An attempt running longer than its limit (`TaskPolicy.limit`, with the median time of
-  the run's finished tasks of the same node once `MEASURED_AFTER` have finished) is
-  drifted: abandoned on its worker and run again elsewhere. The worker gets an offence:
-  the first makes it suspect, `exclude_after` of them exclude it from the run's remaining
-  work. A task that times out `MAX_TIMEOUTS` times fails: the task hangs, not the workers.
-- A device error (lost GPU) excludes its worker at once and drifts the task.
+- Slow is never fatal by default. An attempt running far past what its peers take (more
+  than `speculation_factor` times the median of the run's finished tasks of the same node,
+  and at least `speculation_min` seconds) gets one backup attempt on another worker while it
+  goes on (`Speculate`); whichever finishes first is the result. Before `MEASURED_AFTER`
+  peers have finished, the expected time is the registry's measured speed of the operator,
+  when there is one; an estimate from the cost model alone starts no backup.
+- Only an explicit absolute `timeout` fails anything for slowness: an attempt running longer
+  is abandoned on its worker and run again elsewhere (`Drift`); a task that times out
+  `MAX_TIMEOUTS` times fails (the task hangs, not the workers).
+- A worker gets an offence when a task is drifted away from it, or when a backup of one of
+  its tasks finished first (it really was slower); the first makes it suspect,
+  `exclude_after` of them exclude it from the run's remaining work.
+- A device error (lost GPU) excludes its worker at once.
 - With no workers for `worker_wait` seconds the run gives up.
+
+"Running" is the time an attempt has spent on its worker executing (or waiting on a worker
+with idle threads, which is how a task a worker never got looks); the supervisor works it out
+from the workers' heartbeats, so a task queued behind its worker's other tasks is not slow.
 """
 
 from __future__ import annotations
@@ -19,11 +32,21 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Callable
 
 from deepx_flow.runtime.recovery import TaskPolicy
 
 MEASURED_AFTER = 3  # finished tasks of a node before their median replaces the estimate
 MAX_TIMEOUTS = 3  # timeouts of one task before it fails instead of drifting again
+
+
+@dataclass(frozen=True)
+class Speculate:
+    """Start a backup attempt of `key` (running on `worker`) on a worker not in `avoid`."""
+    key: object
+    worker: str
+    avoid: frozenset
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -68,17 +91,18 @@ class _Attempt:
     node: str
     worker: str
     since: float
-    limit: float | None
 
 
 class RunWatch:
-    """The drift decisions for one run. `node_of(key)` names a key's node (a policy key)."""
+    """The recovery decisions for one run. `node_of(key)` names a key's node (a policy
+    key)."""
 
     def __init__(self, policies: dict[str, TaskPolicy], node_of, exclude_after: int = 2,
                  worker_wait: float = 60.0):
         self.policies, self.node_of = policies, node_of
         self.exclude_after, self.worker_wait = exclude_after, worker_wait
         self.running: dict = {}  # key -> _Attempt
+        self.backups: dict = {}  # key -> _Attempt of its backup (None until it starts)
         self.durations: dict[str, list[float]] = defaultdict(list)  # node -> finished times
         self.medians: dict[str, tuple] = {}  # node -> (count it was taken at, median)
         self.drifts: dict = defaultdict(int)  # key -> times it timed out
@@ -90,14 +114,13 @@ class RunWatch:
     # -- events --------------------------------------------------------------------------------
 
     def started(self, key, worker: str, at: float) -> None:
-        node = self.node_of(key)
-        policy = self.policies.get(node)
-        self.running[key] = _Attempt(node, worker, at, None if policy is None else
-                                     policy.limit(self._measured(node)))
+        self.running[key] = _Attempt(self.node_of(key), worker, at)
 
     def finished(self, key, at: float) -> float | None:
-        """The attempt succeeded; returns how long it ran (None if it was not seen start)."""
+        """The attempt succeeded; returns how long it ran (None if it was not seen start).
+        Its backup, if any, is no longer needed (the supervisor releases it)."""
         attempt = self.running.pop(key, None)
+        self.backups.pop(key, None)
         if attempt is None:
             return None
         self.durations[attempt.node].append(at - attempt.since)
@@ -106,6 +129,29 @@ class RunWatch:
     def stopped(self, key) -> None:
         """The attempt ended without a result (failed, released, its worker died)."""
         self.running.pop(key, None)
+
+    def backup_started(self, key, worker: str, at: float) -> None:
+        if key in self.backups:
+            self.backups[key] = _Attempt(self.node_of(key), worker, at)
+
+    def backup_finished(self, key, at: float) -> list:
+        """The backup of `key` finished before the attempt it backs up: that attempt is
+        abandoned (the supervisor hands the backup's result to the key), and its worker gets
+        an offence."""
+        backup = self.backups.pop(key, None)
+        attempt = self.running.pop(key, None)
+        if backup is not None:
+            self.durations[backup.node].append(at - backup.since)
+        if attempt is None:
+            return []
+        took = f"{at - backup.since:.1f} s" if backup is not None else "less"
+        return self._offence(attempt.worker, f"a backup of {key} finished first ({took} on "
+                                             f"{backup.worker if backup else 'another'}; it "
+                                             f"ran {at - attempt.since:.1f} s there)")
+
+    def backup_stopped(self, key) -> None:
+        """The backup failed or was lost: the first attempt goes on alone."""
+        self.backups.pop(key, None)
 
     def device_failed(self, key, worker: str, kind: str, message: str) -> list:
         """A task failed on `worker` with a device error (`kind`: "device-lost")."""
@@ -128,7 +174,7 @@ class RunWatch:
 
     def expected(self, key) -> float:
         """Seconds a task of `key`'s node is expected to take: the median of the run's
-        finished ones (their mean while fewer than `MEASURED_AFTER`), else the cost model's
+        finished ones (their mean while fewer than `MEASURED_AFTER`), else the policy's
         estimate (0 for a node without a policy)."""
         node = self.node_of(key)
         measured = self._measured(node)
@@ -141,26 +187,53 @@ class RunWatch:
 
     # -- time ----------------------------------------------------------------------------------
 
-    def tick(self, now: float) -> list:
+    def tick(self, now: float, running_for: Callable | None = None) -> list:
+        """Decisions at time `now`. `running_for(key)` gives the seconds an attempt has been
+        running on its worker, or None while it waits behind other work there (default: the
+        time since it started)."""
         actions = self._give_up_if_waited(now)
         for key, attempt in list(self.running.items()):
-            if attempt.limit is None or now - attempt.since <= attempt.limit:
+            policy = self.policies.get(attempt.node)
+            if policy is None:
                 continue
-            del self.running[key]
-            ran = now - attempt.since
-            reason = f"ran {ran:.1f} s on {attempt.worker}, over its limit of " \
-                     f"{attempt.limit:.1f} s"
-            self.drifts[key] += 1
-            if self.drifts[key] >= MAX_TIMEOUTS:
-                actions.append(FailTask(key, attempt.worker, f"timed out {self.drifts[key]} "
-                                        f"times (last: {reason})"))
+            ran = now - attempt.since if running_for is None else running_for(key)
+            if ran is None:
                 continue
-            actions += self._offence(attempt.worker, reason)
-            avoid = frozenset(self.excluded) | {attempt.worker}
-            actions.append(Drift(key, attempt.worker, attempt.since, avoid, reason))
+            if policy.timeout is not None and ran > policy.timeout:
+                actions += self._timed_out(key, attempt, ran, policy.timeout)
+            elif policy.speculate and key not in self.backups:
+                limit = self._backup_after(attempt.node, policy)
+                if limit is not None and ran > limit:
+                    self.backups[key] = None
+                    avoid = frozenset(self.excluded) | {attempt.worker}
+                    actions.append(Speculate(key, attempt.worker, avoid,
+                                             f"ran {ran:.1f} s on {attempt.worker}, past "
+                                             f"{limit:.1f} s ({policy.speculation_factor:g}x "
+                                             f"its expected time)"))
         return actions
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _backup_after(self, node: str, policy: TaskPolicy) -> float | None:
+        """Seconds after which an attempt of `node` gets a backup; None while nothing
+        trustworthy says how long it should take."""
+        expected = self._measured(node)
+        if expected is None and policy.expected_measured:
+            expected = policy.expected_s
+        if expected is None:
+            return None
+        return max(policy.speculation_min, policy.speculation_factor * expected)
+
+    def _timed_out(self, key, attempt: _Attempt, ran: float, limit: float) -> list:
+        del self.running[key]
+        reason = f"ran {ran:.1f} s on {attempt.worker}, over its limit of {limit:.1f} s"
+        self.drifts[key] += 1
+        if self.drifts[key] >= MAX_TIMEOUTS:
+            return [FailTask(key, attempt.worker, f"timed out {self.drifts[key]} times "
+                                                  f"(last: {reason})")]
+        actions = self._offence(attempt.worker, reason)
+        avoid = frozenset(self.excluded) | {attempt.worker}
+        return actions + [Drift(key, attempt.worker, attempt.since, avoid, reason)]
 
     def _measured(self, node: str) -> float | None:
         times = self.durations.get(node, ())
@@ -179,8 +252,8 @@ class RunWatch:
             return []
         self.offences[worker] += 1
         if self.offences[worker] >= self.exclude_after:
-            self.excluded[worker] = f"{self.offences[worker]} tasks drifted away from it " \
-                                    f"(last: {reason})"
+            self.excluded[worker] = f"{self.offences[worker]} of its tasks drifted away or " \
+                                    f"beaten by a backup (last: {reason})"
             return [Exclude(worker, self.excluded[worker])]
         if self.offences[worker] == 1:
             return [Suspect(worker, reason)]

@@ -28,6 +28,7 @@ from deepx_flow.config import settings
 from deepx_flow.ir.keys import chunk_index, key_name, node_of
 from deepx_flow.ir.program import describe
 from deepx_flow.meta import open_db, store
+from deepx_flow.registry.speeds import SpeedSamples
 from deepx_flow.meta.models import Run
 from deepx_flow.runtime import recorder_plugin
 from deepx_flow.runtime.futures import why_not_finished
@@ -70,6 +71,7 @@ class RunRecorder:
         self._thread = None
         self.futures = None
         self.status = "running"
+        self.speeds: SpeedSamples | None = None  # finished tasks, for the registry's speeds
 
     @classmethod
     def start(cls, plan, lowered, client, kind: str = "run", db=None) -> "RunRecorder | None":
@@ -116,6 +118,7 @@ class RunRecorder:
         places = {w.address: (("device", w.device.name) if w.device and plan.cluster.has_devices
                               else ("host", None)) for w in plan.cluster.workers if w.address}
         recorder = cls(db, client, run.id, labels, places)
+        recorder.speeds = SpeedSamples.of_plan(plan)
         _live.add(recorder)
         return recorder
 
@@ -159,6 +162,9 @@ class RunRecorder:
             for key, *rest in out["tasks"]:
                 tensor = key_name(key)
                 tasks.append((str(key), tensor, labels.get(node_of(key), "?"), *rest))
+                worker, start, stop, status = rest[0], rest[1], rest[2], rest[6]
+                if status == "memory" and self.speeds is not None:
+                    self.speeds.add(node_of(key), worker, start, stop)
             placements = []
             for key, worker, state, nbytes, at in out["placements"]:
                 name = key_name(key)
@@ -198,6 +204,8 @@ class RunRecorder:
             self.flush_quietly(settle_keys)
         try:
             store.end_run(self.db, self.run_id, self.status, error)
+            if self.status == "succeeded" and self.speeds is not None:
+                self.speeds.record(self.db)  # the registry learns its operators' speeds
         except Exception as err:
             log.warning("deepx_flow: could not record the end of run %s: %s", self.run_id, err)
         finally:

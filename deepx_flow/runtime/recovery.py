@@ -8,12 +8,14 @@ operator a task runs, fused ones included), and an asset's (`@dx.asset(recovery=
 the tasks that compute that asset).
 
 Per task: `retries` go to Dask as its retry count; `backoff` is the wait before the second
-attempt, doubled for each later one (at most `backoff_max`); a task running longer than its
-limit is abandoned on its worker and run again on another ("drift"). The limit is `timeout`
-seconds, or `timeout_factor` times what the task is expected to take (at least
-`min_timeout`), whichever is smaller. Expected: the median time of this run's finished tasks
-of the same tensor once three have finished, before that the cost model's estimate for the
-slowest worker.
+attempt, doubled for each later one (at most `backoff_max`). A task running far past what its
+peers take (`speculation_factor` times its expected time, at least `speculation_min`
+seconds) gets a backup attempt on another worker while it goes on, and the first result wins
+(`speculate`); slowness alone never fails a run. Only an explicit `timeout` does: an attempt
+running longer is abandoned on its worker and run again on another ("drift"), and a task
+that times out three times fails. Expected: the median time of this run's finished tasks of
+the same tensor once three have finished, before that the registry's measured speed of its
+operators on the slowest worker (`registry/speeds.py`), when there is one.
 
 Per run: a worker whose tasks drift `exclude_after` times gets no more of the run's work;
 a run with no workers waits `worker_wait` seconds for one, then fails; a run that fails
@@ -33,8 +35,8 @@ from typing import Mapping
 from deepx_flow.errors import PlanError
 from deepx_flow.ir.keys import node_of
 
-TASK_FIELDS = ("retries", "backoff", "backoff_max", "timeout", "timeout_factor",
-               "min_timeout")
+TASK_FIELDS = ("retries", "backoff", "backoff_max", "timeout", "speculate",
+               "speculation_factor", "speculation_min")
 
 
 @dataclass(frozen=True)
@@ -48,13 +50,18 @@ class Recovery:
     backoff, backoff_max : float
         Seconds to wait before the second attempt; doubled for each later one, capped.
     timeout : float, optional
-        Seconds one attempt may run before it is drifted to another worker.
-    timeout_factor : float, optional
-        Drift an attempt running this many times longer than expected (None: never).
-    min_timeout : float
-        The factor never drifts a task sooner than this.
+        Seconds one attempt may run before it is abandoned and run on another worker; a
+        task that times out three times fails the run (None: no limit, the default).
+    speculate : bool
+        Give an attempt running far past its expected time a backup attempt on another
+        worker; the first to finish is the result.
+    speculation_factor : float
+        How far past: this many times its expected time...
+    speculation_min : float
+        ...and at least this many seconds.
     exclude_after : int
-        Drifts away from one worker before it gets no more of the run's tasks.
+        Offences of one worker (a task drifted away from it, or beaten by its backup) before
+        it gets no more of the run's tasks.
     worker_wait : float
         Seconds a run with no workers waits for one before it fails.
     replan_on_oom : int
@@ -74,8 +81,9 @@ class Recovery:
     backoff: float = 0.5
     backoff_max: float = 30.0
     timeout: float | None = None
-    timeout_factor: float | None = 10.0
-    min_timeout: float = 60.0
+    speculate: bool = True
+    speculation_factor: float = 4.0
+    speculation_min: float = 5.0
     exclude_after: int = 2
     worker_wait: float = 60.0
     replan_on_oom: int = 2
@@ -105,20 +113,11 @@ class TaskPolicy:
     backoff: float
     backoff_max: float
     timeout: float | None
-    timeout_factor: float | None
-    min_timeout: float
-    expected_s: float  # the cost model's estimate for one task on the slowest worker
-
-    def limit(self, expected_s: float | None = None) -> float | None:
-        """Seconds an attempt may run; `expected_s` (measured) replaces the estimate."""
-        limits = []
-        if self.timeout is not None:
-            limits.append(self.timeout)
-        if self.timeout_factor is not None:
-            expected = self.expected_s if expected_s is None else expected_s
-            limits.append(max(self.min_timeout, self.timeout_factor * expected))
-        return min(limits) if limits else None
-
+    speculate: bool
+    speculation_factor: float
+    speculation_min: float
+    expected_s: float  # one task's time on the slowest worker (0 when unknown)
+    expected_measured: bool = False  # expected_s comes from measured operator speeds
 
 
 def task_policies(plan, recovery: Recovery, owners: Mapping[str, Recovery] | None = None
@@ -128,7 +127,6 @@ def task_policies(plan, recovery: Recovery, owners: Mapping[str, Recovery] | Non
     `owners` maps node ids to the Recovery of the asset they compute (its overrides win
     over the run's and the operators')."""
     stats = {s.node: s for s in plan.stats().nodes}
-    workers = plan.cluster.workers
     out = {}
     for node in plan.fused.nodes:
         settings = recovery
@@ -137,8 +135,9 @@ def task_policies(plan, recovery: Recovery, owners: Mapping[str, Recovery] | Non
                 settings = _overridden(settings, recovery.operators[op], op)
         if owners and node.id in owners:
             settings = settings.merged(owners[node.id])
+        expected, measured = expected_seconds(node, stats.get(node.id), plan.cluster)
         out[node.id] = TaskPolicy(*(getattr(settings, f) for f in TASK_FIELDS),
-                                  expected_s=_expected_seconds(stats.get(node.id), workers))
+                                  expected_s=expected, expected_measured=measured)
     return out
 
 
@@ -151,15 +150,27 @@ def operators_of(node) -> set[str]:
     return ops
 
 
-def _expected_seconds(stats, workers) -> float:
-    """One task's time on the slowest worker, by the cost model (0 when unknown)."""
-    if stats is None or not stats.tasks or not workers:
-        return 0.0
+def expected_seconds(node, stats, cluster) -> tuple[float, bool]:
+    """One task's time on the slowest worker, and whether that comes from measurement: the
+    registry's measured speed of the node's operator on each worker where it has one
+    (`registry/speeds.py`), else the cost model's rates (0 when nothing is known)."""
+    from deepx_flow.runtime.recording import operator_label
+    if stats is None or not stats.tasks or not cluster.workers:
+        return 0.0, False
     flops = stats.flops / stats.tasks
     moved = (stats.bytes_in + stats.bytes_out) / stats.tasks
-    rate = min(w.elementwise_rate for w in workers)
-    memory = min(w.memory_rate for w in workers)
-    return max(flops / rate if rate else 0.0, moved / memory if memory else 0.0)
+    label = operator_label(node)
+    slowest, measured = 0.0, True
+    for w in cluster.workers:
+        speed = w.speeds.get(label)
+        if speed is not None:
+            seconds = speed.seconds(flops, moved)
+        else:
+            measured = False
+            rate, memory = w.elementwise_rate, w.memory_rate
+            seconds = max(flops / rate if rate else 0.0, moved / memory if memory else 0.0)
+        slowest = max(slowest, seconds)
+    return slowest, measured
 
 
 def _overridden(base: Recovery, overrides: Mapping, where: str) -> Recovery:
@@ -179,7 +190,7 @@ def _check(values: Mapping, where: str) -> None:
         value = values.get(f.name)
         if f.name == "operators" or value is None:
             continue
-        if f.name in ("read_back", "recompute_damaged"):
+        if f.name in ("read_back", "recompute_damaged", "speculate"):
             if not isinstance(value, bool):
                 bad(f.name, "is not True or False")
             continue
@@ -191,6 +202,9 @@ def _check(values: Mapping, where: str) -> None:
             bad(f.name, "is not a whole number")
     if values.get("timeout") == 0:
         bad("timeout", "must be positive (None: no absolute limit)")
+    if values.get("speculation_factor", 1) < 1:
+        bad("speculation_factor", "must be at least 1 (a backup of a task not yet late "
+                                  "would only double the work)")
     if values.get("exclude_after", 1) < 1:
         bad("exclude_after", "must be at least 1")
 

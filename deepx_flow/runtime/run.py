@@ -51,8 +51,9 @@ def cluster_spec(cluster=None, client=None) -> ClusterSpec:
 
     `cluster` may be a ClusterSpec or a cluster-file path; else the given client's cluster,
     else the current default Dask client's, else this machine's embedded cluster. A live
-    cluster is registered in the metadata database (unless DEEPX_RECORD=0), and links
-    measured by `deepx-flow registry probe` replace the default link figures.
+    cluster is registered in the metadata database (unless DEEPX_RECORD=0), links measured
+    by `deepx-flow registry probe` replace the default link figures, and each worker gets
+    the operator speeds recorded for it (`registry/speeds.py`).
     """
     from deepx_flow.registry.live import cluster_spec_from_client
     if isinstance(cluster, ClusterSpec):
@@ -65,8 +66,10 @@ def cluster_spec(cluster=None, client=None) -> ClusterSpec:
     if settings().record:  # register the workers, and plan with the links measured for them
         from deepx_flow.meta import open_db
         from deepx_flow.registry.register import register_cluster
+        from deepx_flow.registry.speeds import with_speeds
         try:
-            return register_cluster(client, open_db())
+            db = open_db()
+            return with_speeds(register_cluster(client, db), db)
         except DeepxError as err:
             if isinstance(err, ClusterError):
                 raise

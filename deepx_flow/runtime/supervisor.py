@@ -3,6 +3,11 @@
 
 It is the thin shell around the pure decisions, and the only code that changes the
 scheduler's task state:
+- a backup of a slow task is a copy of it under another key (`backup_key`), on the same
+  inputs, restricted to the other workers and wanted by the supervisor itself. If it
+  finishes first, the slow attempt is released on its worker and the key is rewritten to
+  take the backup's result where it lies (an identity task on that worker); if the first
+  attempt finishes first, the backup is released. Either way the loser's work is dropped;
 - a drift sets the task's worker restrictions to the workers it may use, and releases it on
   its worker, which drops the attempt; Dask then runs it again. The restrictions are strict
   (Dask's work stealing moves a task with loose ones to any idle worker, the excluded one
@@ -28,10 +33,11 @@ import time
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from deepx_flow.compiler.taskspec import task
+from deepx_flow.compiler.taskspec import ref, task
 from deepx_flow.ir.keys import key_name, node_of
 from deepx_flow.kernels.attempt import ATTEMPT_TOPIC
-from deepx_flow.runtime.drift import Drift, Exclude, FailTask, GiveUp, RunWatch, Suspect
+from deepx_flow.runtime.drift import (Drift, Exclude, FailTask, GiveUp, RunWatch, Speculate,
+                                      Suspect)
 from deepx_flow.runtime.inputs import load_region
 from deepx_flow.runtime.readback import StoreRate, decide, nothing_to_write
 
@@ -40,6 +46,29 @@ TICK_MS = 250
 IDLE_FORGET_S = 3600.0  # a run with nothing running for this long is forgotten
 MAX_DEVICE_RETRIES = 3  # free retries of one task after device losses
 UNFINISHED = ("released", "waiting", "no-worker", "queued", "processing")
+BACKUP_SUFFIX = "~backup"
+CLIENT = "deepx-supervisor"  # the scheduler-side client that wants backups while they run
+
+
+def backup_key(key):
+    """The key of `key`'s backup attempt: its name with BACKUP_SUFFIX, same chunk index."""
+    return (key[0] + BACKUP_SUFFIX, *key[1:]) if isinstance(key, tuple) else \
+        str(key) + BACKUP_SUFFIX
+
+
+def backed_up_key(key):
+    """The key a backup key backs up; None for any other key."""
+    name = key_name(key)
+    if not name.endswith(BACKUP_SUFFIX):
+        return None
+    name = name[:-len(BACKUP_SUFFIX)]
+    return (name, *key[1:]) if isinstance(key, tuple) else name
+
+
+def take(value):
+    """Task: a key's result taken from its backup's (the identity; a backup that finished
+    first hands its result over this way, on the worker that holds it)."""
+    return value
 
 
 class TaskTimedOut(Exception):
@@ -70,6 +99,9 @@ class Supervisor(SchedulerPlugin):
         self.written: set = set()  # those that finished
         self.store_rates: dict[str, StoreRate] = {}
         self.orphans: set = set()  # keys a read-back left without dependents, to forget
+        self.backups: dict = {}  # key -> (its backup's key, the worker it must avoid)
+        self.handed_over: set = set()  # keys rewritten to take their backup's result
+        self.backup_began: dict = {}  # backup key -> when its attempt started
         self.callback = None
 
     async def start(self, scheduler) -> None:
@@ -112,9 +144,13 @@ class Supervisor(SchedulerPlugin):
         return events
 
     def forget(self, run_id: str) -> None:
-        for name in self.names.pop(run_id, ()):
+        names = self.names.pop(run_id, ())
+        for name in names:
             if self.run_of.get(name) == run_id:
                 del self.run_of[name]
+        for key in [k for k in self.backups if key_name(k) in names]:
+            backup, _ = self.backups.pop(key)
+            self.backup_began.pop(backup, None)
         for table in (self.watches, self.events, self.restricted, self.last_active,
                       self.store_rates):
             table.pop(run_id, None)
@@ -131,25 +167,43 @@ class Supervisor(SchedulerPlugin):
         watch = self.watches[run_id]
         now = time.time()
         self.last_active[run_id] = now
+        original = backed_up_key(key)
+        if original is not None:
+            self._backup_transition(run_id, original, key, start, finish, now)
+            return
         if finish == "processing":
             ts = self.scheduler.tasks.get(key)
             if ts is not None and ts.processing_on is not None:
-                watch.started(key, ts.processing_on.address, now)
+                if key in self.handed_over:
+                    watch.stopped(key)  # taking the backup's result: not an attempt to time
+                else:
+                    watch.started(key, ts.processing_on.address, now)
         elif start == "processing":
             if finish == "memory":
                 took = watch.finished(key, now)
                 if key in self.writes:
                     self._stored(run_id, key, took)
+                if key in self.handed_over:
+                    self.handed_over.discard(key)
+                    self.scheduler.tasks[key].worker_restrictions = None
+                elif key in self.backups:  # it won: its backup is not needed
+                    self._later(self._drop_backup, run_id, key, "the first attempt finished "
+                                                                "first")
             else:
                 watch.stopped(key)
+                if finish == "erred" and key in self.backups:
+                    self._later(self._drop_backup, run_id, key, "the first attempt failed")
             if key in self.failing:
                 self.failing.discard(key)
                 if finish == "released":  # Dask retries it (processing -> released -> waiting)
                     self._annotate(key, "deepx_failed", 1)
-        if finish == "released" and run_id in self.readable:
+        if finish == "released" and key in self.handed_over:
+            self._take_from_backup(key)
+        elif finish == "released" and run_id in self.readable:
             self._read_back_lost(run_id, key)
         if finish == "forgotten":
             self.device_retries.pop(key, None)
+            self.handed_over.discard(key)
 
     def update_graph(self, scheduler, *, tasks=(), **kwargs) -> None:
         """New tasks of a run that excludes workers: restricted before they are scheduled."""
@@ -212,7 +266,25 @@ class Supervisor(SchedulerPlugin):
             if not watch.running and now - self.last_active.get(run_id, now) > IDLE_FORGET_S:
                 self.forget(run_id)
                 continue
-            self._apply(run_id, watch.tick(now))
+            self._apply(run_id, watch.tick(now, lambda key: self._running_for(key, now)))
+
+    def _running_for(self, key, now: float) -> float | None:
+        """Seconds `key`'s attempt has run on its worker, from the worker's heartbeats: while
+        it executes, how long it has; while it waits on a worker with idle threads (a task
+        the worker never got looks like that), how long it has been there; while it is
+        queued behind the worker's other tasks, None."""
+        ts = self.scheduler.tasks.get(key)
+        if ts is None or ts.processing_on is None:
+            return None
+        ws = ts.processing_on
+        seen = max(0.0, now - ws.last_seen)
+        if ts in ws.executing:
+            return ws.executing[ts] + seen
+        if len(ws.executing) < ws.nthreads:
+            watch = self.watches.get(self.run_of.get(key_name(key)))
+            attempt = watch.running.get(key) if watch is not None else None
+            return None if attempt is None else now - attempt.since
+        return None
 
     def _forget_orphans(self) -> None:
         """Forget what read-backs left with nothing to compute it for (it would otherwise stay
@@ -236,7 +308,9 @@ class Supervisor(SchedulerPlugin):
 
     def _apply(self, run_id: str, actions) -> None:
         for action in actions:
-            if isinstance(action, Drift):
+            if isinstance(action, Speculate):
+                self._speculate(run_id, action)
+            elif isinstance(action, Drift):
                 self._drift(run_id, action)
             elif isinstance(action, Suspect):
                 self._note(run_id, "suspect", action.worker, None, action.reason)
@@ -250,6 +324,129 @@ class Supervisor(SchedulerPlugin):
                 keys = [k for k, ts in self.scheduler.tasks.items()
                         if key_name(k) in self.names.get(run_id, ()) and ts.state in UNFINISHED]
                 self._fail(keys, NoWorkers(action.reason))
+
+    # -- backups of slow tasks -----------------------------------------------------------------
+
+    def _speculate(self, run_id: str, action: Speculate) -> None:
+        """Start a backup of `action.key`: its task under `backup_key`, on the same inputs,
+        on a worker other than the ones to avoid; the supervisor's own client wants it."""
+        from dask._task_spec import Task
+        tasks = self.scheduler.tasks
+        ts = tasks.get(action.key)
+        allowed = {w for w in self.scheduler.workers if w not in action.avoid}
+        if ts is None or ts.state != "processing" or not allowed \
+                or not isinstance(ts.run_spec, Task):
+            self.watches[run_id].backup_stopped(action.key)
+            return
+        key = backup_key(action.key)
+        if key in tasks:
+            return
+        spec = ts.run_spec
+        bts = self.scheduler.new_task(key, Task(key, spec.func, *spec.args, **spec.kwargs),
+                                      "released")
+        for dts in ts.dependencies:
+            bts.add_dependency(dts)
+        bts.priority, bts.annotations = ts.priority, dict(ts.annotations or {})
+        self._same_span(bts, ts)
+        bts.worker_restrictions, bts.loose_restrictions = allowed, False
+        self.run_of[key_name(key)] = run_id
+        self.names.setdefault(run_id, set()).add(key_name(key))
+        self.restricted.setdefault(run_id, set()).add(key)
+        self.backups[action.key] = (key, action.worker)
+        recorder = self.scheduler.plugins.get("deepx-recorder")
+        if recorder is not None:  # the backup's attempt gets its own task row
+            recorder.track(run_id, [key_name(key)])
+        self._note(run_id, "backup", action.worker, action.key, action.reason)
+        self.scheduler.client_desires_keys([key], CLIENT)
+        self.scheduler.transitions({key: "waiting"},
+                                   stimulus_id=f"deepx-backup-{time.time()}")
+
+    def _same_span(self, new, like) -> None:
+        """Put task `new` (made here, not by a graph submission) in the span of `like`:
+        workers report metrics per span, and the scheduler needs every task in one."""
+        spans = self.scheduler.extensions.get("spans")
+        span_id = like.group.span_id
+        if new.group.span_id is None and span_id is not None and spans is not None:
+            new.group.span_id = span_id
+            spans.spans[span_id].groups.add(new.group)
+
+    def _backup_transition(self, run_id, original, key, start, finish, now) -> None:
+        watch = self.watches[run_id]
+        ts = self.scheduler.tasks.get(key)
+        if finish == "processing" and ts is not None and ts.processing_on is not None:
+            self.backup_began[key] = now
+            watch.backup_started(original, ts.processing_on.address, now)
+        elif start == "processing" and finish == "memory":
+            first = self.scheduler.tasks.get(original)
+            if first is None or first.state == "memory" or original not in self.backups:
+                return  # the first attempt finished first; the backup is being dropped
+            self._apply(run_id, watch.backup_finished(original, now))
+            self._later(self._hand_over, run_id, original)
+        elif start == "processing" and finish == "erred":
+            watch.backup_stopped(original)
+            self._later(self._drop_backup, run_id, original, "the backup failed")
+
+    def _hand_over(self, run_id: str, key) -> None:
+        """The backup of `key` finished first: release the slow attempt on its worker and have
+        `key` take the backup's result (`_take_from_backup`, when it is released)."""
+        ts = self.scheduler.tasks.get(key)
+        backup, slow = self.backups.get(key, (None, None))
+        bts = self.scheduler.tasks.get(backup)
+        if ts is None or bts is None or bts.state != "memory" or ts.state == "memory":
+            return
+        recorder = self.scheduler.plugins.get("deepx-recorder")
+        if recorder is not None and ts.state == "processing" and ts.processing_on is not None:
+            attempt = self.watches[run_id].running.get(key)
+            recorder.attempt_ended(key, ts.processing_on.address, time.time()
+                                   if attempt is None else attempt.since, "superseded",
+                                   f"its backup on {next(iter(bts.who_has)).address} "
+                                   f"finished first")
+        self._note(run_id, "backup-won", slow, key, f"the backup of {key} finished first; "
+                                                    f"the attempt on {slow} is dropped")
+        self.handed_over.add(key)
+        self.scheduler.transitions({key: "released"},
+                                   stimulus_id=f"deepx-backup-won-{time.time()}")
+
+    def _take_from_backup(self, key) -> None:
+        """`key` (released) takes its backup's result: an identity task on the worker that
+        holds it, with the backup as its only dependency (the backup keeps the original's
+        lineage, should the result be lost later)."""
+        ts = self.scheduler.tasks[key]
+        backup, _ = self.backups.pop(key, (None, None))
+        bts = self.scheduler.tasks.get(backup)
+        if bts is None or not bts.who_has:
+            self.handed_over.discard(key)
+            return
+        self._rewrite(ts, task(key, take, ref(backup)))
+        ts.add_dependency(bts)
+        ts.worker_restrictions = {ws.address for ws in bts.who_has}
+        ts.loose_restrictions = False
+        self.scheduler.client_releases_keys([backup], CLIENT,
+                                            stimulus_id=f"deepx-backup-taken-{time.time()}")
+
+    def _drop_backup(self, run_id: str, key, why: str) -> None:
+        """The backup of `key` is not needed: release it (its worker drops the attempt)."""
+        backup, _ = self.backups.pop(key, (None, None))
+        bts = self.scheduler.tasks.get(backup)
+        began = self.backup_began.pop(backup, None)
+        if bts is None:
+            return
+        if run_id in self.watches:
+            self.watches[run_id].backup_stopped(key)
+        recorder = self.scheduler.plugins.get("deepx-recorder")
+        if recorder is not None and bts.state == "processing" and bts.processing_on \
+                and began is not None:
+            recorder.attempt_ended(backup, bts.processing_on.address, began, "superseded",
+                                   why)
+        self._note(run_id, "backup-dropped", None, key, why)
+        self.scheduler.client_releases_keys([backup], CLIENT,
+                                            stimulus_id=f"deepx-backup-dropped-{time.time()}")
+
+    def _later(self, fn, *args) -> None:
+        """Run `fn(*args)` once the scheduler has finished the transitions now under way
+        (a plugin hook must not start transitions of its own)."""
+        import asyncio
+        asyncio.get_running_loop().call_soon(fn, *args)
 
     def _drift(self, run_id: str, drift: Drift) -> None:
         ts = self.scheduler.tasks.get(drift.key)
@@ -344,8 +541,8 @@ class Supervisor(SchedulerPlugin):
         msg = error_message(error)
         for key in keys:
             ts = self.scheduler.tasks.get(key)
-            if ts is None or ts.state not in UNFINISHED or ts.state == "waiting":
-                continue  # waiting tasks fail with what they wait for
+            if ts is None or ts.state not in ("no-worker", "queued", "processing"):
+                continue  # waiting and released tasks fail with what they wait for
             holder = ts.processing_on.address if ts.processing_on is not None else None
             fields = dict(cause=key, exception=msg["exception"], traceback=msg["traceback"],
                           exception_text=msg["exception_text"],

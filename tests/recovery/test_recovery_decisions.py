@@ -13,13 +13,14 @@ from deepx_flow.errors import PlanError
 from deepx_flow.kernels import faults
 from deepx_flow.kernels.attempt import backoff_seconds, classify
 from deepx_flow.runtime.drift import (MAX_TIMEOUTS, MEASURED_AFTER, Drift, Exclude, FailTask,
-                                      GiveUp, RunWatch, Suspect)
+                                      GiveUp, RunWatch, Speculate, Suspect)
 from deepx_flow.runtime.recovery import Recovery, TaskPolicy, operators_of, task_policies
 from tests.helpers import cluster_with_memory
 
 
-def policy(timeout=None, factor=None, floor=0.0, expected=1.0):
-    return TaskPolicy(0, 0.5, 30.0, timeout, factor, floor, expected)
+def policy(timeout=None, speculate=False, factor=4.0, floor=0.0, expected=1.0,
+           measured=False):
+    return TaskPolicy(0, 0.5, 30.0, timeout, speculate, factor, floor, expected, measured)
 
 
 def node_of(key):
@@ -62,7 +63,7 @@ def test_repeated_offences_exclude_the_worker_and_later_drifts_avoid_it():
     actions = w.tick(2.0)
     assert kinds(actions) == ["Suspect", "Drift", "Exclude", "Drift"]
     assert actions[2] == Exclude("w1", actions[2].reason)
-    assert "2 tasks drifted away" in actions[2].reason
+    assert "2 of its tasks drifted away or beaten by a backup" in actions[2].reason
     w.started(("n", 2), "w2", at=3.0)
     drift = w.tick(5.0)[-1]
     assert drift.avoid == {"w1", "w2"}  # excluded for the rest of the run, and where it ran
@@ -83,16 +84,62 @@ def test_a_task_that_times_out_everywhere_fails_instead_of_drifting_forever():
             assert f"timed out {MAX_TIMEOUTS} times" in actions[0].reason
 
 
-def test_the_limit_follows_the_measured_median_once_enough_tasks_finished():
-    w = RunWatch({"n": policy(factor=3.0, floor=0.0, expected=100.0)}, node_of)
+# -- speculation: backups of slow tasks ----------------------------------------------------
+
+def test_a_task_far_past_its_peers_gets_one_backup_and_goes_on():
+    w = RunWatch({"n": policy(speculate=True, factor=3.0, floor=0.0, expected=100.0)},
+                 node_of)
     w.started(("n", 0), "w1", at=0.0)
-    assert w.running[("n", 0)].limit == 300.0  # from the cost model
+    assert w.tick(1000.0) == []  # an estimate from the cost model alone starts nothing
     for i in range(MEASURED_AFTER):
-        w.started(("n", i + 1), "w1", at=10.0)
+        w.started(("n", i + 1), "w2", at=10.0)
         w.finished(("n", i + 1), at=10.0 + 2.0 * (i + 1))  # 2, 4, 6 s: median 4
-    w.started(("n", 9), "w2", at=20.0)
-    assert w.running[("n", 9)].limit == 12.0
-    assert kinds(w.tick(32.5)) == ["Suspect", "Drift"]
+    w.started(("n", 9), "w1", at=20.0)
+    assert [a.key for a in w.tick(25.0)] == [("n", 0)]  # the first is now far past 12 s
+    assert w.tick(31.9) == []
+    actions = w.tick(32.5)
+    assert actions == [Speculate(("n", 9), "w1", frozenset({"w1"}), actions[0].reason)]
+    assert "past 12.0 s (3x its expected time)" in actions[0].reason
+    assert w.tick(100.0) == []  # one backup per task
+    assert ("n", 9) in w.running  # the first attempt goes on: nothing is failed or dropped
+
+
+def test_a_measured_operator_speed_is_trusted_before_any_peer_finished():
+    w = RunWatch({"n": policy(speculate=True, factor=4.0, floor=5.0, expected=0.5,
+                              measured=True)}, node_of)
+    w.started(("n", 0), "w1", at=0.0)
+    assert w.tick(4.9) == []  # the floor: never before speculation_min
+    assert kinds(w.tick(5.1)) == ["Speculate"]
+
+
+def test_a_backup_that_wins_gives_its_first_workers_an_offence_and_excludes_it_later():
+    w = RunWatch({"n": policy(speculate=True, factor=2.0, floor=0.0, expected=1.0,
+                              measured=True)}, node_of, exclude_after=2)
+    for i in range(2):
+        w.started(("n", i), "slow", at=0.0)
+        assert kinds(w.tick(2.5)) == ["Speculate"]
+        w.backup_started(("n", i), "fast", at=2.6)
+        actions = w.backup_finished(("n", i), at=3.6)
+        assert kinds(actions) == (["Suspect"] if i == 0 else ["Exclude"])
+        assert ("n", i) not in w.running and w.durations["n"][-1] == 1.0
+    assert "slow" in w.excluded and "beaten by a backup" in w.excluded["slow"]
+    # A backup that lost (the first attempt finished first) is no offence.
+    w.started(("n", 5), "w3", at=0.0)
+    w.tick(10.0)
+    assert w.finished(("n", 5), at=10.5) == 10.5 and w.offences["w3"] == 0
+
+
+def test_with_speculation_off_a_slow_task_is_left_alone():
+    w = RunWatch({"n": policy(speculate=False, expected=0.1, measured=True)}, node_of)
+    w.started(("n", 0), "w1", at=0.0)
+    assert w.tick(10_000.0) == []
+
+
+def test_time_queued_behind_other_work_on_a_worker_is_not_running_time():
+    w = RunWatch({"n": policy(timeout=1.0)}, node_of)
+    w.started(("n", 0), "w1", at=0.0)
+    assert w.tick(100.0, running_for=lambda key: None) == []
+    assert kinds(w.tick(100.0, running_for=lambda key: 1.5)) == ["Suspect", "Drift"]
 
 
 def test_a_lost_device_excludes_its_worker_at_once_and_once():
@@ -144,16 +191,28 @@ def test_drift_decisions_hold_their_promises(attempts, exclude_after):
         w.finished(("n", i), at=at + ran)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.1, 10.0), min_size=MEASURED_AFTER, max_size=12),
+       st.floats(0.0, 200.0), st.floats(1.0, 8.0), st.floats(0.0, 20.0))
+def test_a_backup_starts_exactly_past_the_factor_of_the_median_and_the_floor(
+        peers, ran, factor, floor):
+    import statistics
+    w = RunWatch({"n": policy(speculate=True, factor=factor, floor=floor)}, node_of)
+    for i, took in enumerate(peers):
+        w.started(("n", i), "w2", at=0.0)
+        w.finished(("n", i), at=took)
+    w.started(("n", "slow"), "w1", at=1000.0)
+    actions = w.tick(1000.0 + ran)
+    limit = max(floor, factor * statistics.median(peers))
+    assert kinds(actions) == (["Speculate"] if ran > limit else [])
+
+
 # -- limits and settings ---------------------------------------------------------------------
 
-def test_the_limit_is_the_smaller_of_the_absolute_and_the_relative_one():
-    assert policy(timeout=5.0).limit() == 5.0
-    assert policy(factor=10.0, floor=1.0, expected=0.3).limit() == 3.0
-    assert policy(factor=10.0, floor=60.0, expected=0.3).limit() == 60.0
-    assert policy(timeout=5.0, factor=10.0, floor=0.0, expected=2.0).limit() == 5.0
-    assert policy(timeout=50.0, factor=10.0, floor=0.0, expected=2.0).limit() == 20.0
-    assert policy(factor=10.0, floor=0.0, expected=2.0).limit(expected_s=0.5) == 5.0
-    assert policy().limit() is None
+def test_default_settings_never_fail_a_run_for_slowness():
+    default = Recovery()
+    assert default.timeout is None and default.speculate
+    assert (default.speculation_factor, default.speculation_min) == (4.0, 5.0)
 
 
 def test_operator_and_asset_settings_override_the_runs():
@@ -187,6 +246,8 @@ def test_operator_and_asset_settings_override_the_runs():
     ({"operators": {"matmul": {"retrys": 2}}}, "operator 'matmul': unknown recovery "
                                                "setting(s) ['retrys']"),
     ({"operators": {"matmul": {"timeout": -3}}}, "operator 'matmul': timeout=-3 is negative"),
+    ({"speculate": "yes"}, "speculate='yes' is not True or False"),
+    ({"speculation_factor": 0.5}, "speculation_factor=0.5 must be at least 1"),
 ])
 def test_bad_settings_are_refused_with_the_setting_named(kwargs, words):
     with pytest.raises(PlanError) as info:

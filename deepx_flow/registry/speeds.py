@@ -1,0 +1,161 @@
+"""Operator speeds measured on each worker: the registry's record of how fast each operator
+went, as tasks run it (alone, fused, with an epilogue: the task's operator label).
+
+The cost model's per-element figures are guesses (a random source's were 20-30 times too
+fast on a 2-core machine), and a wrong guess misleads everything that waits on an expected
+time. So when a run finishes, its finished tasks are summed per operator label and worker
+(`SpeedSamples`): the cost model's FLOPs and bytes of each task, and the seconds it computed.
+Each (operator, host, worker name) row keeps decayed sums, older runs counting `DECAY` as
+much at each update, so a speed follows the machine as it is now.
+
+The cost model uses a worker's measured speed where there is one (`OperatorSpeed.seconds`;
+`runtime/recovery.expected_seconds`, which sets when a slow task gets a backup), and
+`deepx-flow ops` lists them. Workers are known by host and name: an embedded cluster names
+its workers 0, 1, ...; give `dask worker` / `dask cuda worker` processes stable names
+(`--name`) for their speeds to carry over between cluster restarts. A worker without rows of
+its own takes its host's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+from sqlmodel import select
+
+from deepx_flow.meta.models import OperatorSpeed as SpeedRow
+
+DECAY = 0.5  # weight of what earlier runs measured, at each update
+MIN_SECONDS = 1e-3  # tasks quicker than this measure the timer, not the operator
+
+
+@dataclass(frozen=True)
+class OperatorSpeed:
+    """One operator's measured speed on one worker."""
+
+    flops_per_s: float
+    bytes_per_s: float
+    tasks: int
+
+    def seconds(self, flops: float, moved: float) -> float:
+        """Expected seconds of a task with the cost model's `flops` and bytes `moved`:
+        scaled by FLOPs where the operator computes, else by bytes."""
+        if flops > 0 and self.flops_per_s > 0:
+            return flops / self.flops_per_s
+        return moved / self.bytes_per_s if self.bytes_per_s > 0 else 0.0
+
+
+class SpeedSamples:
+    """Finished tasks of one run, summed per (operator label, worker address)."""
+
+    def __init__(self, costs: dict, workers: dict):
+        self.costs = costs  # node id -> (label, FLOPs per task, bytes per task)
+        self.workers = workers  # worker address -> (host, name)
+        self.sums: dict = defaultdict(lambda: [0.0, 0.0, 0.0, 0])
+
+    @classmethod
+    def of_plan(cls, plan) -> "SpeedSamples":
+        from deepx_flow.runtime.recording import operator_label
+        nodes = {n.id: n for n in plan.fused.nodes}
+        costs = {s.node: (operator_label(nodes[s.node]), s.flops / s.tasks,
+                          (s.bytes_in + s.bytes_out) / s.tasks)
+                 for s in plan.stats().nodes if s.tasks and s.node in nodes}
+        workers = {w.address: (w.host, w.name) for w in plan.cluster.workers if w.address}
+        return cls(costs, workers)
+
+    def add(self, node: str, worker: str | None, start, stop) -> None:
+        """A task of `node` that finished on `worker`, computing from `start` to `stop`."""
+        cost = self.costs.get(node)
+        if cost is None or worker not in self.workers or start is None or stop is None \
+                or stop - start < MIN_SECONDS:
+            return
+        label, flops, moved = cost
+        entry = self.sums[label, worker]
+        entry[0] += flops
+        entry[1] += moved
+        entry[2] += stop - start
+        entry[3] += 1
+
+    def record(self, db) -> None:
+        """Fold the sums into the registry's rows (decaying what was there). Two drivers
+        adding the same new row at once: the second tries again, updating it."""
+        from sqlalchemy.exc import IntegrityError
+        if not self.sums:
+            return
+        try:
+            self._record(db)
+        except IntegrityError:
+            self._record(db)
+
+    def _record(self, db) -> None:
+        now = time.time()
+        with db.session() as session:
+            for (label, address), (flops, moved, seconds, tasks) in sorted(self.sums.items()):
+                host, name = self.workers[address]
+                row = session.exec(select(SpeedRow).where(
+                    SpeedRow.operator == label, SpeedRow.host == host,
+                    SpeedRow.worker == name)).first()
+                if row is None:
+                    row = SpeedRow(operator=label, host=host, worker=name, flops=0.0,
+                                   bytes=0.0, seconds=0.0, tasks=0, updated_at=now)
+                row.flops = row.flops * DECAY + flops
+                row.bytes = row.bytes * DECAY + moved
+                row.seconds = row.seconds * DECAY + seconds
+                row.tasks += tasks
+                row.updated_at = now
+                session.add(row)
+
+
+def speed_of(row) -> OperatorSpeed:
+    seconds = max(row.seconds, MIN_SECONDS)
+    return OperatorSpeed(row.flops / seconds, row.bytes / seconds, row.tasks)
+
+
+def worker_speeds(db, host: str, name: str) -> dict[str, OperatorSpeed]:
+    """Operator label -> measured speed on the worker `name` of `host`; for operators it
+    has no rows of, what the host's other workers measured (summed)."""
+    with db.read() as session:
+        rows = session.exec(select(SpeedRow).where(SpeedRow.host == host)).all()
+    own = {r.operator: speed_of(r) for r in rows if r.worker == name}
+    pooled: dict = defaultdict(lambda: [0.0, 0.0, 0.0, 0])
+    for r in rows:
+        if r.operator not in own:
+            entry = pooled[r.operator]
+            entry[0] += r.flops
+            entry[1] += r.bytes
+            entry[2] += r.seconds
+            entry[3] += r.tasks
+    for label, (flops, moved, seconds, tasks) in pooled.items():
+        own[label] = OperatorSpeed(flops / max(seconds, MIN_SECONDS),
+                                   moved / max(seconds, MIN_SECONDS), tasks)
+    return own
+
+
+def with_speeds(spec, db):
+    """`spec` (a ClusterSpec) with each worker's measured operator speeds."""
+    from dataclasses import replace
+    workers = tuple(replace(w, speeds=worker_speeds(db, w.host, w.name)) for w in spec.workers)
+    return replace(spec, workers=workers)
+
+
+def speed_table(db) -> str | None:
+    """The measured speeds for `deepx-flow ops` (None when nothing is measured yet)."""
+    from deepx_flow.text_table import local_time, text_table
+    with db.read() as session:
+        rows = session.exec(select(SpeedRow).order_by(SpeedRow.operator, SpeedRow.host,
+                                                      SpeedRow.worker)).all()
+    if not rows:
+        return None
+    shown = []
+    for r in rows:
+        speed = speed_of(r)
+        shown.append((r.operator, r.host, r.worker, r.tasks,
+                       f"{speed.flops_per_s / 1e9:.3g}" if r.flops else "-",
+                       f"{speed.bytes_per_s / 1e9:.3g}", local_time(r.updated_at)))
+    return text_table(("operator", "host", "worker", "tasks", "GFLOP/s", "GB/s", "updated"),
+                      shown, "Measured on this database's workers (from finished tasks)")
+
+
+__all__ = ["OperatorSpeed", "SpeedSamples", "worker_speeds", "with_speeds", "speed_table",
+           "DECAY"]
