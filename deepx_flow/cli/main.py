@@ -2,7 +2,7 @@
 
     deepx-flow run graphs/mlp_forward.yaml --input x=x.npy --output y=y.npy
     deepx-flow explain graphs/mlp_forward.yaml --cluster graphs/clusters/8xH100.yaml
-    deepx-flow ops
+    deepx-flow ops                       # operators, and their speeds measured per worker
     deepx-flow runs                      # recorded runs, newest first
     deepx-flow runs show RUN_ID          # one run: tasks by operator, errors, its plan
     deepx-flow placement RUN_ID          # which worker holds each chunk
@@ -75,7 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--scheduler", metavar="ADDRESS",
                          help="plan for the cluster behind this scheduler")
 
-    sub.add_parser("ops", help="list the operators and their engines")
+    sub.add_parser("ops", help="list the operators, their engines and their measured speeds",
+                   parents=[db])
     runs_cmd.add_parsers(sub, [db])
     registry_cmd.add_parser(sub, [db])
     assets_cmd.add_parsers(sub, [db])
@@ -137,8 +138,13 @@ def _cmd_explain(args) -> int:
 
 
 def _cmd_ops(args) -> int:
+    from deepx_flow.meta import open_db
     from deepx_flow.registry.operators import operator_table
+    from deepx_flow.registry.speeds import speed_table
     print(operator_table())
+    measured = speed_table(open_db(args.db))
+    print("\n" + (measured or "No operator speeds measured yet: they are recorded as runs "
+                              "finish."))
     return 0
 
 

@@ -99,7 +99,7 @@ class Supervisor(SchedulerPlugin):
         self.written: set = set()  # those that finished
         self.store_rates: dict[str, StoreRate] = {}
         self.orphans: set = set()  # keys a read-back left without dependents, to forget
-        self.backups: dict = {}  # key -> (its backup's key, the worker it must avoid)
+        self.backups: dict = {}  # key -> (its backup's key, the slow worker, since when)
         self.handed_over: set = set()  # keys rewritten to take their backup's result
         self.backup_began: dict = {}  # backup key -> when its attempt started
         self.callback = None
@@ -149,7 +149,7 @@ class Supervisor(SchedulerPlugin):
             if self.run_of.get(name) == run_id:
                 del self.run_of[name]
         for key in [k for k in self.backups if key_name(k) in names]:
-            backup, _ = self.backups.pop(key)
+            backup = self.backups.pop(key)[0]
             self.backup_began.pop(backup, None)
         for table in (self.watches, self.events, self.restricted, self.last_active,
                       self.store_rates):
@@ -352,7 +352,8 @@ class Supervisor(SchedulerPlugin):
         self.run_of[key_name(key)] = run_id
         self.names.setdefault(run_id, set()).add(key_name(key))
         self.restricted.setdefault(run_id, set()).add(key)
-        self.backups[action.key] = (key, action.worker)
+        first = self.watches[run_id].running.get(action.key)
+        self.backups[action.key] = (key, action.worker, first.since if first else time.time())
         recorder = self.scheduler.plugins.get("deepx-recorder")
         if recorder is not None:  # the backup's attempt gets its own task row
             recorder.track(run_id, [key_name(key)])
@@ -390,15 +391,13 @@ class Supervisor(SchedulerPlugin):
         """The backup of `key` finished first: release the slow attempt on its worker and have
         `key` take the backup's result (`_take_from_backup`, when it is released)."""
         ts = self.scheduler.tasks.get(key)
-        backup, slow = self.backups.get(key, (None, None))
+        backup, slow, since = self.backups.get(key, (None, None, None))
         bts = self.scheduler.tasks.get(backup)
         if ts is None or bts is None or bts.state != "memory" or ts.state == "memory":
             return
         recorder = self.scheduler.plugins.get("deepx-recorder")
         if recorder is not None and ts.state == "processing" and ts.processing_on is not None:
-            attempt = self.watches[run_id].running.get(key)
-            recorder.attempt_ended(key, ts.processing_on.address, time.time()
-                                   if attempt is None else attempt.since, "superseded",
+            recorder.attempt_ended(key, ts.processing_on.address, since, "superseded",
                                    f"its backup on {next(iter(bts.who_has)).address} "
                                    f"finished first")
         self._note(run_id, "backup-won", slow, key, f"the backup of {key} finished first; "
@@ -412,7 +411,7 @@ class Supervisor(SchedulerPlugin):
         holds it, with the backup as its only dependency (the backup keeps the original's
         lineage, should the result be lost later)."""
         ts = self.scheduler.tasks[key]
-        backup, _ = self.backups.pop(key, (None, None))
+        backup, _, _ = self.backups.pop(key, (None, None, None))
         bts = self.scheduler.tasks.get(backup)
         if bts is None or not bts.who_has:
             self.handed_over.discard(key)
@@ -421,12 +420,13 @@ class Supervisor(SchedulerPlugin):
         ts.add_dependency(bts)
         ts.worker_restrictions = {ws.address for ws in bts.who_has}
         ts.loose_restrictions = False
-        self.scheduler.client_releases_keys([backup], CLIENT,
-                                            stimulus_id=f"deepx-backup-taken-{time.time()}")
+        # Once `key` waits on it (later in these transitions) the backup is held for it.
+        self._later(self.scheduler.client_releases_keys, [backup], CLIENT,
+                    f"deepx-backup-taken-{time.time()}")
 
     def _drop_backup(self, run_id: str, key, why: str) -> None:
         """The backup of `key` is not needed: release it (its worker drops the attempt)."""
-        backup, _ = self.backups.pop(key, (None, None))
+        backup, _, _ = self.backups.pop(key, (None, None, None))
         bts = self.scheduler.tasks.get(backup)
         began = self.backup_began.pop(backup, None)
         if bts is None:

@@ -16,8 +16,8 @@ from sqlmodel import SQLModel, select
 from deepx_flow.errors import DatabaseError
 from deepx_flow.meta.db import Database, close_all, database_url, open_db
 from deepx_flow.meta.migrations import SCHEMA_VERSION
-from deepx_flow.meta.models import (ChunkPlacement, Device, Event, GraphRecord, Run, SchemaInfo,
-                                    ScheduleTick, Task, Worker)
+from deepx_flow.meta.models import (ChunkPlacement, Device, Event, GraphRecord, OperatorSpeed,
+                                    Run, SchemaInfo, ScheduleTick, Task, Worker)
 from tests.helpers import free_port
 
 SCHEMA_V1 = Path(__file__).parent / "fixtures" / "schema_v1.sql"
@@ -197,8 +197,8 @@ def test_a_version_1_database_is_migrated_with_its_rows(db_url):
 
     after = snapshot(db_url)
     added = {"events", "asset_materializations", "asset_check_results",  # versions 2-4
-             "schedules", "schedule_ticks"}
-    assert stored_version(db_url) == 6 == SCHEMA_VERSION
+             "schedules", "schedule_ticks", "operator_speeds"}  # and 7
+    assert stored_version(db_url) == 7 == SCHEMA_VERSION
     assert set(after) == V1_TABLES | added
     assert all(after[t] == [] for t in added)
     assert [r.pop("username") for r in after["runs"]] == ["", "", ""]
@@ -289,6 +289,37 @@ def test_a_version_5_database_gets_comm_seconds_and_the_target_index(db_url):
                    comm_seconds=0.25))
     with db.read() as s:
         assert s.exec(select(Task.comm_seconds).order_by(Task.id)).all() == [None, 0.25]
+
+
+def test_a_version_6_database_gets_the_operator_speeds_table(db_url):
+    db = open_db(db_url)
+    with db.session() as s:
+        s.add(GraphRecord(hash="abc", yaml="deepx: 1\n", n_nodes=3, created_at=1.0))
+        s.add(new_run("r1", "abc"))
+    close_all()
+    engine = raw_engine(db_url)  # back to version 6: without what version 7 added
+    with engine.begin() as conn:
+        conn.execute(text("DROP TABLE operator_speeds"))
+        conn.execute(text("UPDATE deepx_schema SET version = 6"))
+    engine.dispose()
+    before = snapshot(db_url)
+    assert "operator_speeds" not in before
+
+    db = open_db(db_url)
+
+    assert stored_version(db_url) == SCHEMA_VERSION
+    assert columns(db_url) == model_columns()
+    assert indexes(db_url) == model_indexes()
+    after = snapshot(db_url)
+    assert after.pop("operator_speeds") == []
+    after.pop("deepx_schema")
+    before.pop("deepx_schema")
+    assert after == before
+    with db.session() as s:  # and takes rows
+        s.add(OperatorSpeed(operator="relu", host="h", worker="0", flops=1.0, bytes=2.0,
+                            seconds=0.5, tasks=1, updated_at=3.0))
+    with db.read() as s:
+        assert s.exec(select(OperatorSpeed.tasks)).all() == [1]
 
 
 def test_a_newer_schema_is_refused_and_left_alone(db_url):

@@ -1,6 +1,7 @@
 """Recovery of single tasks, for real on local clusters, with faults injected by the
 fault engine (`kernels/faults.py`): a task that raises is retried after its backoff, a task
-that hangs on one worker drifts to another, a lost GPU excludes its worker, an out-of-memory
+that hangs on one worker gets a backup (or, with a timeout, drifts to another), a slow
+worker loses races to backups and is excluded, a lost GPU excludes its worker, an out-of-memory
 error re-plans the run with smaller chunks, a task that kills its workers and a cluster with
 no workers left fail with a message that says so. Every result is compared with NumPy in
 float64, and what happened is read back from the metadata database."""
@@ -158,6 +159,61 @@ def test_a_task_hung_on_one_worker_drifts_and_the_run_finishes():
     tasks = rows(db, Task, run.id)
     assert {t.key for t in tasks if t.status == "drifted"} == {e.key for e in drifts}
     assert not [t for t in tasks if t.worker == victim and t.status == "memory"]
+
+
+# -- speculation: slow is never fatal by default ------------------------------------------------
+
+@pytest.mark.timeout(300)
+def test_a_task_hung_on_one_worker_gets_a_backup_by_default_and_the_run_finishes(three):
+    """No timeout is set: the hung attempt is not abandoned nor failed, it gets a backup on
+    another worker once it runs far past its finished peers, and the backup's result is
+    used. The run's result is right, and the hung attempt is recorded as superseded."""
+    db = open_db()
+    _, y = graph()
+    want = expected(three)
+    source = node_id(y, "random_normal", SPEC)
+    victim = sorted(three.scheduler_info()["workers"])[0]
+    with faults_on(three, Fault("hang", node=source, worker=victim, times=1)):
+        began = time.time()
+        out = dx.run(y, client=three, cluster=SPEC)  # default dx.Recovery()
+        took = time.time() - began
+    np.testing.assert_allclose(out, want, rtol=1e-12)
+    run = last_run(db)
+    assert run.status == "succeeded"
+    events = rows(db, Event, run.id)
+    backups = [e for e in events if e.kind == "backup"]
+    assert len(backups) == 1 and backups[0].worker == victim
+    assert "past 5.0 s" in backups[0].message  # speculation_min: the peers took far less
+    won = [e for e in events if e.kind == "backup-won"]
+    assert [e.key for e in won] == [backups[0].key]
+    assert not [e for e in events if e.kind in ("drift", "timed-out")]
+    tasks = rows(db, Task, run.id)
+    superseded = [t for t in tasks if t.status == "superseded"]
+    assert [(t.key, t.worker) for t in superseded] == [(backups[0].key, victim)]
+    backup_rows = [t for t in tasks if t.tensor.endswith("~backup")]
+    assert len(backup_rows) == 1 and backup_rows[0].status == "memory"
+    assert backup_rows[0].worker != victim
+    assert took < 60  # the backup, not a timeout, ended the wait
+
+
+def test_a_slow_worker_loses_races_to_backups_and_is_excluded(three):
+    """One worker runs every task 30 times slower: its tasks get backups elsewhere, each
+    backup that finishes first is an offence, and the second excludes it from the run."""
+    db = open_db()
+    x = dx.random.normal((4000, 4000), seed=9, dtype="float64")  # ~30 tasks of 4 MiB
+    y = dx.exp(x * 1e-3).sum(axis=1)
+    want = np.exp(dx.run(x, client=three) * 1e-3).sum(axis=1)
+    victim = sorted(three.scheduler_info()["workers"])[0]
+    with faults_on(three, Fault("slow", worker=victim, factor=30)):
+        out = dx.run(y, client=three,
+                     recovery=dx.Recovery(speculation_min=0.5, speculation_factor=2))
+    np.testing.assert_allclose(out, want, rtol=1e-12)
+    events = rows(db, Event, last_run(db).id)
+    won = [e for e in events if e.kind == "backup-won"]
+    assert won and all(e.worker == victim for e in won)
+    excluded = [e for e in events if e.kind == "exclude"]
+    assert [e.worker for e in excluded] == ([victim] if len(won) >= 2 else [])
+    assert all(e.worker == victim for e in events if e.kind == "backup")
 
 
 # -- GPU loss ----------------------------------------------------------------------------------

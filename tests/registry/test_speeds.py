@@ -1,0 +1,74 @@
+"""Measured operator speeds: a run's finished tasks are folded into the registry per operator
+and worker (decayed sums), the next plan's expected task times come from them, and
+`deepx-flow ops` lists them. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+from sqlmodel import select
+
+import deepx_flow as dx
+from deepx_flow.cli.main import main
+from deepx_flow.meta.models import OperatorSpeed as SpeedRow
+from deepx_flow.registry.speeds import DECAY, SpeedSamples, worker_speeds
+from deepx_flow.runtime.recovery import Recovery, task_policies
+from deepx_flow.runtime.run import cluster_spec
+
+
+def samples(tasks):
+    """Two workers on one host; node "n" is a 'fused[exp]' of 1e6 FLOPs and 8e5 bytes a
+    task, node "r" a read of 0 FLOPs and 4e5 bytes."""
+    s = SpeedSamples({"n": ("fused[exp]", 1e6, 8e5), "r": ("read_zarr", 0.0, 4e5)},
+                     {"tcp://h:1": ("h", "0"), "tcp://h:2": ("h", "1")})
+    for node, worker, seconds in tasks:
+        s.add(node, worker, 100.0, 100.0 + seconds)
+    return s
+
+
+def test_speeds_are_decayed_sums_of_work_over_seconds_per_worker(db):
+    samples([("n", "tcp://h:1", 0.5), ("n", "tcp://h:1", 0.5), ("n", "tcp://h:2", 2.0),
+             ("r", "tcp://h:2", 0.1)]).record(db)
+    first = worker_speeds(db, "h", "0")
+    assert first["fused[exp]"].flops_per_s == pytest.approx(2e6 / 1.0)
+    assert first["fused[exp]"].tasks == 2
+    # Worker 0 has no read_zarr rows of its own: it takes its host's.
+    assert first["read_zarr"].bytes_per_s == pytest.approx(4e5 / 0.1)
+    assert first["read_zarr"].seconds(0.0, 8e5) == pytest.approx(0.2)
+    assert worker_speeds(db, "h", "1")["fused[exp]"].seconds(1e6, 0) == pytest.approx(2.0)
+
+    samples([("n", "tcp://h:1", 4.0)]).record(db)  # the machine got slower
+    again = worker_speeds(db, "h", "0")["fused[exp]"]
+    expected = (2e6 * DECAY + 1e6) / (1.0 * DECAY + 4.0)
+    assert again.flops_per_s == pytest.approx(expected) and again.tasks == 3
+    assert worker_speeds(db, "other-host", "0") == {}
+    with db.read() as s:
+        assert len(s.exec(select(SpeedRow)).all()) == 3
+
+
+def test_too_short_or_unknown_tasks_measure_nothing(db):
+    samples([("n", "tcp://h:1", 1e-5), ("n", "tcp://elsewhere:9", 1.0),
+             ("unknown", "tcp://h:1", 1.0)]).record(db)
+    with db.read() as s:
+        assert s.exec(select(SpeedRow)).all() == []
+
+
+def test_a_finished_run_teaches_the_next_plan_its_speeds(client, db_url, monkeypatch,
+                                                         capsys):
+    monkeypatch.setenv("DEEPX_DB_URL", db_url)
+    x = dx.random.normal((4000, 1000), seed=3, dtype="float64")
+    y = dx.tanh(x).sum(axis=1)
+    before = dx.compile(y, client=client)
+    assert not any(p.expected_measured for p in task_policies(before, Recovery()).values())
+    dx.run(y, client=client)
+
+    spec = cluster_spec(None, client)
+    labels = set(spec.workers[0].speeds) | set(spec.workers[1].speeds)
+    assert {"random_normal", "sum+prologue[tanh(in0)]"} <= labels
+    plan = dx.compile(y, client=client)
+    policies = task_policies(plan, Recovery())
+    source = next(n.id for n in plan.fused.nodes if n.op == "random_normal")
+    assert policies[source].expected_measured and policies[source].expected_s > 0
+
+    assert main(["ops", "--db", db_url]) == 0
+    out = capsys.readouterr().out
+    assert "Measured on this database's workers" in out and "random_normal" in out
