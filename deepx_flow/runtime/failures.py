@@ -47,7 +47,7 @@ HINTS = {
     "oom": "it ran out of memory",
     "device-lost": "the GPU it ran on failed",
     "timeout": "it ran past its time limit on every worker that tried it (see "
-               "dx.Recovery: timeout, timeout_factor)",
+               "dx.Recovery: timeout)",
     "no-workers": "the cluster had no workers left",
 }
 

@@ -232,9 +232,9 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
     progress : bool, optional
         Show a progress bar; by default only on long interactive runs.
     recovery : dx.Recovery, optional
-        Retries, timeouts and drift, and re-planning after running out of memory (see
-        docs/recovery.md); by default no retries, and a task is drifted after 10 times its
-        expected time (at least 60 s).
+        Retries, backups of slow tasks, timeouts and drift, and re-planning after running
+        out of memory (see docs/recovery.md); by default no retries, no timeout, and a task
+        running past 4 times its expected time (at least 2 s) gets a backup elsewhere.
     """
     graph, bound = _checked(outputs, inputs)
     recovery = recovery or Recovery()

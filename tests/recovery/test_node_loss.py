@@ -47,9 +47,9 @@ WORKER_TTL = "5s"
 CONNECT_TIMEOUT = "5s"
 TCP_TIMEOUT = "11s"
 # After a cut link Dask sometimes leaves a task "processing" on a B worker that never got it
-# (about one run in ten here); deepx_flow drifts it elsewhere after min_timeout (60 s by
-# default).
-RECOVERY = dx.Recovery(min_timeout=10)
+# (about one run in ten here); deepx_flow starts a backup of it elsewhere once it has waited
+# past its peers (it waits on a worker with an idle thread, so it counts as running).
+RECOVERY = dx.Recovery()
 
 
 def graph():
