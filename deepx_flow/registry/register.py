@@ -77,3 +77,15 @@ def _record_worker(session, scheduler: str, spec, info: dict, probe: dict,
         session.add(StorageTier(worker_id=row.id, tier=tier["tier"],
                                 location=tier["location"], capacity=tier["capacity"],
                                 registered_at=now))
+
+
+def mark_gone(db, scheduler: str) -> int:
+    """Mark the workers registered under `scheduler` gone (a cluster that was closed);
+    returns how many were still marked running."""
+    with db.session() as session:
+        rows = session.exec(select(Worker).where(Worker.scheduler == scheduler,
+                                                 Worker.status != "gone")).all()
+        for row in rows:
+            row.status = "gone"
+            session.add(row)
+    return len(rows)

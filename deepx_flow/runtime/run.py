@@ -8,7 +8,6 @@ come back as ExecutionError naming the task.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import math
 import sys
@@ -28,8 +27,7 @@ from deepx_flow.ir import Graph
 from deepx_flow.ir.keys import key_name
 from deepx_flow.registry.cluster import ClusterSpec, load_cluster_file, local_cluster_spec
 from deepx_flow.config import settings
-from deepx_flow.runtime.cluster import (connect, current_client, open_client,
-                                        start_embedded_cluster)
+from deepx_flow.runtime.cluster import connect, current_client, shared_client
 from deepx_flow.runtime.failures import task_failure
 from deepx_flow.runtime.futures import blamed_key
 from deepx_flow.runtime.inputs import bind_inputs, check_sources_on
@@ -223,8 +221,8 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
         earlier `dx.persist` (the run then uses the cluster that holds it).
     client : distributed.Client, optional
         Run on this client's cluster. Without it (and without `scheduler`), the Dask client
-        this process already made is used, or else an embedded local cluster is started and
-        closed afterwards.
+        this process already made is used, or else this process's embedded local cluster,
+        started on first use and kept until exit (or `dx.shutdown()`).
     scheduler : str, optional
         Address of a running Dask scheduler (e.g. one with `dask cuda worker` processes).
     cluster : ClusterSpec or path, optional
@@ -322,11 +320,6 @@ def _gather(client, futures, shape, dtype, chunks, plan=None) -> np.ndarray:
     return out
 
 
-# Clients that persisted handles use, kept open until the interpreter exits: one embedded
-# cluster's ("embedded") and one per scheduler address.
-_shared: dict = {}
-
-
 def _persisted_client(inputs):
     """The client holding any persisted input: a run that reads it must use that cluster."""
     for value in (inputs or {}).values():
@@ -335,50 +328,21 @@ def _persisted_client(inputs):
     return None
 
 
-def _shared_client(address: str | None = None):
-    """A process-wide client for `persist`: for `address`, or for an embedded cluster.
-
-    Handles outlive the call that made them, so their client must too. These clients are not
-    made the process's default, so they never redirect a later `dx.run`.
-    """
-    if not _shared:
-        atexit.register(_close_shared)
-    name = address or "embedded"
-    if name in _shared and _shared[name][0].status != "running":
-        del _shared[name]  # closed by its user; open a new one
-    if name not in _shared:
-        from distributed import Client
-        if address:
-            _shared[name] = (open_client(address, set_as_default=False), None)
-        else:
-            cluster = start_embedded_cluster()
-            _shared[name] = (Client(cluster, set_as_default=False), cluster)
-    return _shared[name][0]
-
-
-def _close_shared():
-    for client, cluster in _shared.values():
-        client.close()
-        if cluster is not None:
-            cluster.close()
-    _shared.clear()
-
-
 def lasting_client(client=None, scheduler: str | None = None, inputs=None):
     """The client for work whose results outlive the call (persisted handles, stored
     assets): the one given, else one for `scheduler` (or DEEPX_SCHEDULER), else the cluster
     holding a persisted input, the process's default client, or the shared embedded one."""
     address = scheduler or settings().scheduler_address
-    return (client or (_shared_client(address) if address else None)
-            or _persisted_client(inputs) or current_client() or _shared_client())
+    return (client or (shared_client(address) if address else None)
+            or _persisted_client(inputs) or current_client() or shared_client())
 
 
 def persist(outputs, inputs: dict | None = None, client=None, scheduler: str | None = None,
             cluster=None, recovery: Recovery | None = None):
     """Compute `outputs` and keep them on the cluster; returns `Persisted` handles.
 
-    Use this for outputs too large to gather. Without a client, a process-wide embedded
-    cluster is used and kept until the interpreter exits.
+    Use this for outputs too large to gather. Without a client, the process's embedded
+    cluster is used, as by `run`.
     """
     graph, bound = _checked(outputs, inputs)
     active = lasting_client(client, scheduler, inputs)
