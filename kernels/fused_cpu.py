@@ -193,8 +193,15 @@ def engine_for(program: Program, in_dtypes: Sequence[str]) -> str:
     return "numexpr" if src is not None and _compiled(src, program) is not None else "blocked"
 
 
-def estimated_cost(program: Program) -> dict[str, float]:
+def estimated_cost(program: Program, stages: int = 1) -> dict[str, float]:
     """Estimated nanoseconds per output element of each path, from `OP_COST_NS`.
+
+    Parameters
+    ----------
+    stages
+        How many numexpr expressions the program lowers to. Every stage but the last writes
+        its result to a block buffer that a later stage reads again: the memory traffic of a
+        cast, so each is counted as one (not measured on its own).
 
     Returns
     -------
@@ -202,14 +209,17 @@ def estimated_cost(program: Program) -> dict[str, float]:
         `{"numexpr": ns, "blocked": ns}`.
     """
     ne_ns = np_ns = 0.0
+    wide = 0
     for op, _, dtype in program:
         col = 0 if np.dtype(dtype).itemsize <= 4 else 1
+        wide = max(wide, col)
         if op in ("maximum", "minimum") and np.dtype(dtype).kind in "iu":
             costs = _INT_MAXMIN_COST_NS
         else:
             costs = OP_COST_NS.get(op, (1.0, 1.0, 1.0, 1.0))
         ne_ns += costs[col]
         np_ns += costs[2 + col]
+    ne_ns += (stages - 1) * OP_COST_NS["cast"][wide]
     return {"numexpr": ne_ns, "blocked": np_ns}
 
 
@@ -284,9 +294,9 @@ def numexpr_source(program: Program, in_dtypes: tuple[str, ...]) -> NumexprSourc
 def _choice(program: Program, in_dtypes: tuple[str, ...]) -> NumexprSource | None:
     """The numexpr source to run, or None for the blocked path; cached per program and dtypes.
 
-    The cost table is read first, so programs numexpr would run slower are never lowered. The
-    cache key is the program's repr, which (unlike tuple equality) tells 0.0 from -0.0 and
-    matches NaN constants.
+    The cost table is read first, so programs numexpr would run slower are never lowered;
+    then once more with the stages the lowering took. The cache key is the program's repr,
+    which (unlike tuple equality) tells 0.0 from -0.0 and matches NaN constants.
     """
     key = (repr(program), in_dtypes)
     try:
@@ -295,6 +305,9 @@ def _choice(program: Program, in_dtypes: tuple[str, ...]) -> NumexprSource | Non
         pass
     cost = estimated_cost(program)
     src = numexpr_source(program, in_dtypes) if cost["numexpr"] < cost["blocked"] else None
+    if src is not None and len(src.stages) > 1:
+        if estimated_cost(program, len(src.stages))["numexpr"] >= cost["blocked"]:
+            src = None
     if len(_CHOICES) >= _CACHE_MAX:
         _CHOICES.clear()  # a crude bound; a process sees few distinct programs in practice
     _CHOICES[key] = src

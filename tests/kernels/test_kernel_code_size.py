@@ -176,3 +176,40 @@ def test_a_memory_error_while_compiling_code_is_not_oom():
         assert isinstance(err, CodegenError) and classify(err) == "codegen"
         assert "MemoryError" in str(err) and "not a lack of memory for the data" in str(err)
     assert classify(parser.value) == "oom"  # a MemoryError of the data still is
+
+
+def test_the_engine_choice_counts_each_stage_as_a_pass_over_a_block_buffer():
+    # float64 add/sub: numexpr is a little cheaper per instruction than the blocked path, so
+    # a chain that fits one expression takes numexpr...
+    short = deep_chain(20, 1.0)
+    assert len(fused_cpu.numexpr_source(short, ("float64",)).stages) == 1
+    assert fused_cpu.engine_for(short, ("float64",)) == "numexpr"
+    # ...and so does a long one in stages while the stages cost less than numexpr saves
+    long = deep_chain(1000, 1.0)
+    stages = len(fused_cpu.numexpr_source(long, ("float64",)).stages)
+    cost = fused_cpu.estimated_cost(long, stages)
+    assert stages > 1 and cost["numexpr"] < cost["blocked"]
+    assert fused_cpu.engine_for(long, ("float64",)) == "numexpr"
+    # where every value is read four times, nearly every instruction ends a stage
+    maxima = chain("maximum", 40)
+    stages = len(fused_cpu.numexpr_source(maxima, ("float64",) * N_INPUTS).stages)
+    assert stages >= 20
+    assert (fused_cpu.estimated_cost(maxima, stages)["numexpr"]
+            - fused_cpu.estimated_cost(maxima)["numexpr"]) == pytest.approx(
+        (stages - 1) * fused_cpu.OP_COST_NS["cast"][1])
+    assert fused_cpu.engine_for(maxima, ("float64",) * N_INPUTS) == "blocked"
+    # t = t * t: numexpr saves 0.05 ns per float64 mul, and a stage every few instructions
+    # costs more than that, so the blocked path runs it although the table alone says numexpr
+    squares = tuple(("mul", (("t", j - 1), ("t", j - 1)) if j else (("in", 0), ("in", 0)),
+                     "float64") for j in range(40))
+    plain = fused_cpu.estimated_cost(squares)
+    assert plain["numexpr"] < plain["blocked"]
+    stages = len(fused_cpu.numexpr_source(squares, ("float64",)).stages)
+    assert fused_cpu.estimated_cost(squares, stages)["numexpr"] > plain["blocked"]
+    assert fused_cpu.engine_for(squares, ("float64",)) == "blocked"
+    x = np.array([1.0, -1.0, 1.0 + 2**-40, 0.5, 2.0, np.nan])
+    want = x.copy()
+    with np.errstate(over="ignore", under="ignore"):
+        for _ in squares:
+            want = want * want
+    np.testing.assert_array_equal(fused_cpu.evaluate(squares, [x], x.shape), want)
