@@ -35,6 +35,7 @@ def output_pairs(outputs: Outputs) -> list[tuple[str, Tensor]]:
 
 
 def _list_names(tensors: list) -> list[tuple[str, object]]:
+    """`(name, tensor)` for each list item; see `output_pairs`."""
     first: dict[str, str | None] = {}  # a name -> the node of the first tensor listed with it
     names: list[str | None] = []
     for t in tensors:
