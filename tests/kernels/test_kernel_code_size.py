@@ -17,7 +17,7 @@ from deepx_flow.errors import CodegenError
 from deepx_flow.kernels import fused_cpu, fused_gpu, fused_numexpr
 from deepx_flow.kernels.attempt import classify
 from deepx_flow.runtime.failures import task_failure
-from tests.kernels.test_kernel_fused_cpu import plain_numpy
+from tests.kernels.test_kernel_fused_cpu import plain_numpy, programs
 
 # Characters of generated code per instruction that no program may pass. The longest
 # template (gelu) is about 90 characters around 5 operands, each written out in full only
@@ -134,6 +134,49 @@ def test_random_programs_have_linear_code_and_numpy_results(program, seed):
     for got in (fused_cpu.evaluate_numexpr(program, arrays, want.shape, block_elements=8),
                 fused_cpu.evaluate(program, arrays, want.shape)):
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12 * scale)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(case=programs(), seed=st.integers(0, 2**16))
+def test_programs_cut_into_many_stages_keep_every_dtype(monkeypatch, case, seed):
+    # Tiny stage limits put nearly every instruction in a stage of its own: float32, float64
+    # and bool results (comparisons feeding where) pass between stages in block buffers.
+    monkeypatch.setattr(fused_numexpr, "INLINE_CHARS", 0)
+    monkeypatch.setattr(fused_numexpr, "MAX_EXPR_DEPTH", 4)
+    program, in_dtypes, shapes = case
+    rng = np.random.default_rng(seed)
+    arrays = [rng.uniform(-2, 2, s).astype(d) for s, d in zip(shapes, in_dtypes)]
+    out_shape = tuple(np.broadcast_shapes(*shapes))
+    want = fused_cpu.evaluate_blocked(program, arrays, out_shape)
+    src = fused_cpu.numexpr_source(program, tuple(in_dtypes))
+    if src is None:
+        return  # an operation numexpr cannot compute exactly, or one deeper than 4 alone
+    assert all(fused_numexpr._depth(s.expression) <= 4 for s in src.stages)
+    got = fused_cpu.evaluate_numexpr(program, arrays, out_shape, block_elements=5)
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-6 if "float32" in str(src) else 1e-12,
+                               atol=1e-6)
+
+
+def test_a_bool_stage_feeds_two_selections(monkeypatch):
+    monkeypatch.setattr(fused_numexpr, "INLINE_CHARS", 0)  # every value read twice: a stage
+    program = (("tanh", (("in", 0),), "float32"),
+               ("cast", (("t", 0),), "float64"),
+               ("gt", (("t", 1), ("in", 1)), "bool"),
+               ("where", (("t", 2), ("t", 1), ("in", 1)), "float64"),
+               ("where", (("t", 2), ("in", 1), ("t", 3)), "float64"),
+               ("cast", (("t", 4),), "float32"))
+    src = fused_cpu.numexpr_source(program, ("float32", "float64"))
+    assert [s.dtype for s in src.stages] == ["float64", "bool", "float64"]
+    rng = np.random.default_rng(5)
+    x, y = rng.uniform(-2, 2, (6, 7)).astype(np.float32), rng.uniform(-1, 1, (7,))
+    t = np.tanh(x).astype(np.float64)
+    want = np.where(t > y, y, np.where(t > y, t, y)).astype(np.float32)
+    for block in (3, 1000):
+        got = fused_cpu.evaluate_numexpr(program, [x, y], want.shape, block_elements=block)
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=1e-6)  # numexpr's float32 tanh: ~1 ulp
 
 
 # --- code-generation failures -----------------------------------------------------------------
