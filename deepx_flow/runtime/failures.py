@@ -3,8 +3,8 @@
 Dask reports a failed task by its key, and a task that killed its workers as a bare
 `KilledWorker`. `task_failure` turns either into an ExecutionError that names the node, its
 operator and the chunk, says what the failure means, and carries its kind ("oom",
-"device-lost", "killed-worker", "timeout", "no-workers" or None) for the code that decides
-whether to plan the run again.
+"device-lost", "killed-worker", "timeout", "no-workers", "codegen" or None) for the code that
+decides whether to plan the run again: only "oom", data that did not fit, is planned again.
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ HINTS = {
     "timeout": "it ran past its time limit on every worker that tried it (see "
                "dx.Recovery: timeout)",
     "no-workers": "the cluster had no workers left",
+    "codegen": "its fused kernel could not be generated or compiled; this is not the data "
+               "running out of memory, and smaller chunks would not help",
 }
 
 

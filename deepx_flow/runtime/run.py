@@ -308,11 +308,16 @@ def _gather(client, futures, shape, dtype, chunks, plan=None) -> np.ndarray:
         part = futures[at:at + batch]
         try:
             values = client.gather(part)
-        except DeepxError:
-            raise
         except Exception as err:
+            # Bad input a task found (a file it cannot read) names itself; anything else,
+            # a kernel's own ExecutionError (a CodegenError) included, is named by its task
+            # and keeps its kind.
+            if isinstance(err, DeepxError) and not isinstance(err, ExecutionError):
+                raise
             failed = next((f.key for f in part if f.status == "error"), None)
             if failed is None:
+                if isinstance(err, DeepxError):
+                    raise
                 raise ExecutionError(f"a task failed: {type(err).__name__}: {err}") from err
             raise task_failure(plan, blamed_key(client, failed), err) from err
         for slot, value in zip(slots[at:at + batch], values):
