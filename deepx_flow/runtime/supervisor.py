@@ -137,6 +137,9 @@ class Supervisor(SchedulerPlugin):
         for worker, error in self.lost_devices.items():  # no new work for a broken device
             self._apply(run_id, self.watches[run_id].device_failed(None, worker,
                                                                    "device lost", error))
+        # A run started with no workers waits for one from now.
+        self._apply(run_id, self.watches[run_id].workers(len(self.scheduler.workers),
+                                                         time.time()))
 
     def pop_events(self, run_id: str) -> list:
         events = self.events.get(run_id, [])

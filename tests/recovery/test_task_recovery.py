@@ -403,6 +403,30 @@ def test_a_run_with_no_workers_left_fails_after_its_bounded_wait():
     assert any(e.kind == "no-workers" for e in rows(db, Event, run.id))
 
 
+@pytest.mark.timeout(300)
+def test_a_run_started_with_no_workers_gives_up_cleanly(caplog):
+    """Giving up fails every task the run has waiting for a worker, whatever its state, with
+    the reason; the supervisor hits no error on the way (it once passed keywords that
+    Dask's released -> erred transition does not take, and stopped walking the tasks)."""
+    _, y = graph()
+    with LocalCluster(n_workers=0, processes=False, dashboard_address="127.0.0.1:0",
+                      silence_logs=logging.CRITICAL) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        with caplog.at_level(logging.ERROR):
+            with pytest.raises(dx.ExecutionError) as info:
+                dx.run(y, client=client, cluster=SPEC, recovery=dx.Recovery(worker_wait=1.0))
+            states = client.run_on_scheduler(_states_of, names={
+                n.id for n in dx.compile(y, cluster=SPEC).fused.nodes})
+    assert info.value.kind == "no-workers" and "no workers for 1 s" in str(info.value)
+    assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+    assert not set(states) & {"no-worker", "queued", "processing"}, states
+
+
+def _states_of(names, dask_scheduler=None) -> list:
+    return [ts.state for key, ts in dask_scheduler.tasks.items()
+            if str(key[0] if isinstance(key, tuple) else key).split("@")[0] in names]
+
+
 # -- per asset ---------------------------------------------------------------------------------
 
 def test_an_assets_own_retries_apply_to_its_tasks(three, tmp_path, monkeypatch):
