@@ -31,7 +31,7 @@ from deepx_flow.meta import open_db, store
 from deepx_flow.registry.speeds import SpeedSamples
 from deepx_flow.meta.models import Run
 from deepx_flow.runtime import recorder_plugin
-from deepx_flow.runtime.futures import why_not_finished
+from deepx_flow.runtime.futures import describe_error, why_not_finished
 
 FLUSH_INTERVAL_S = 1.0
 # CPU seconds this process's threads have spent draining and writing records (the
@@ -213,7 +213,7 @@ class RunRecorder:
 
     def fail(self, err: BaseException) -> None:
         """Finish after the driver saw `err`: interrupted for Ctrl-C, else failed."""
-        self.finish(error=f"{type(err).__name__}: {err}",
+        self.finish(error=describe_error(err),
                     status="interrupted" if isinstance(err, KeyboardInterrupt) else None)
 
     def finish_if_done(self) -> bool:

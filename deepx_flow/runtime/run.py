@@ -29,7 +29,7 @@ from deepx_flow.registry.cluster import ClusterSpec, load_cluster_file, local_cl
 from deepx_flow.config import settings
 from deepx_flow.runtime.cluster import connect, current_client, shared_client
 from deepx_flow.runtime.failures import task_failure
-from deepx_flow.runtime.futures import blamed_key
+from deepx_flow.runtime.futures import blamed_key, quiet_interrupted_gathers
 from deepx_flow.runtime.inputs import bind_inputs, check_sources_on
 from deepx_flow.runtime.recording import RunRecorder
 from deepx_flow.runtime.recovery import ByNode, Recovery, task_policies
@@ -37,6 +37,7 @@ from deepx_flow.sdk.build import build_graph
 from deepx_flow.sdk.tensor import Tensor
 
 log = logging.getLogger(__name__)
+quiet_interrupted_gathers()
 
 # Gather at most this many bytes of output chunks per round trip.
 GATHER_BATCH_BYTES = 256 * 2**20
