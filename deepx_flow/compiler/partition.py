@@ -265,8 +265,8 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
                          for a in range(node.ndim))
         return tuple(classes.chunk((node_id, a)) for a in range(node.ndim))
 
-    along: dict = {}  # (concat id, axis) -> concat_chunk, while no chunk size changes
-    along_at = [0]
+    measured: dict = {}  # (concat id, axis) -> concat_chunk, while no chunk size changes
+    measured_at = [0]
 
     def concat_chunk(node: Node, axis: int) -> int:
         """A concat's largest chunk along its axis: the largest of the pieces it joins, seen
@@ -274,23 +274,23 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
         thousands of concats is deeper than Python's recursion limit) and stops at concats
         already measured since chunk sizes last changed, so the passes below, which visit
         operands before users, measure a chain of n concats in O(n), not O(n^2)."""
-        if along_at[0] != classes.halvings:
-            along.clear()
-            along_at[0] = classes.halvings
-        if (node.id, axis) in along:
-            return along[(node.id, axis)]
+        if measured_at[0] != classes.halvings:
+            measured.clear()
+            measured_at[0] = classes.halvings
+        if (node.id, axis) in measured:
+            return measured[(node.id, axis)]
         largest, stack, seen = 0, [node], {node.id}
         while stack:
             for i in stack.pop().inputs:
                 src = graph[i]
                 if src.op != "concat" or src.attr("axis") != axis:
                     largest = max(largest, classes.chunk((i, axis)))
-                elif (i, axis) in along:
-                    largest = max(largest, along[(i, axis)])
+                elif (i, axis) in measured:
+                    largest = max(largest, measured[(i, axis)])
                 elif i not in seen:
                     seen.add(i)
                     stack.append(src)
-        along[(node.id, axis)] = largest
+        measured[(node.id, axis)] = largest
         return largest
 
     def space_chunk(node: Node):
