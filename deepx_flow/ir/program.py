@@ -62,3 +62,20 @@ def describe(program: Program, max_chars: int = DESCRIBE_CHARS) -> str:
     if not exprs:
         return ""
     return exprs[-1] + (f" ({len(program):,} instructions)" if cut else "")
+
+
+def operator_label(node) -> str:
+    """What a task of `node` runs: its operator, a fused program, or an operator with the
+    elementwise steps fused into it ("matmul+epilogue[relu(in0)]"). Task rows, measured
+    speeds and error messages name operators this way."""
+    attrs = dict(node.attrs)
+    if node.op == "fused":
+        return _short(f"fused[{describe(attrs['program'])}]")
+    for part in ("prologue", "epilogue"):
+        if attrs.get(part):
+            return _short(f"{node.op}+{part}[{describe(attrs[part])}]")
+    return node.op
+
+
+def _short(label: str, limit: int = 160) -> str:
+    return label if len(label) <= limit else label[:limit - 3] + "..."

@@ -16,7 +16,7 @@ from deepx_flow.kernels.attempt import classify
 def describe_task(plan, key) -> str:
     """'operator matmul+epilogue[relu(in0)] (node matmul_2), chunk (0, 1)' for a key of
     `plan`'s graph; the key itself for one that is not."""
-    from deepx_flow.runtime.recording import operator_label
+    from deepx_flow.ir.program import operator_label
     name = key[0] if isinstance(key, tuple) else str(key)
     node_id, _, rest = name.partition("@")
     nodes = {n.id: n for n in plan.fused.nodes} if plan is not None else {}

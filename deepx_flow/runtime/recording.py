@@ -26,7 +26,7 @@ import weakref
 
 from deepx_flow.config import settings
 from deepx_flow.ir.keys import chunk_index, key_name, node_of
-from deepx_flow.ir.program import describe
+from deepx_flow.ir.program import operator_label
 from deepx_flow.meta import open_db, store
 from deepx_flow.registry.speeds import SpeedSamples
 from deepx_flow.meta.models import Run
@@ -39,22 +39,6 @@ FLUSH_INTERVAL_S = 1.0
 seconds_spent = 0.0
 
 log = logging.getLogger(__name__)
-
-
-def operator_label(node) -> str:
-    """What a task of `node` runs: its operator, a fused program, or an operator with the
-    elementwise steps fused into it ("matmul+epilogue(add, relu)")."""
-    attrs = dict(node.attrs)
-    if node.op == "fused":
-        return _short(f"fused[{describe(attrs['program'])}]")
-    for part in ("prologue", "epilogue"):
-        if attrs.get(part):
-            return _short(f"{node.op}+{part}[{describe(attrs[part])}]")
-    return node.op
-
-
-def _short(label: str, limit: int = 160) -> str:
-    return label if len(label) <= limit else label[:limit - 3] + "..."
 
 
 class RunRecorder:
