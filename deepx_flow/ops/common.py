@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from deepx_flow.errors import GraphError
+from deepx_flow.errors import GraphError, shown
 from deepx_flow.ir import dtypes
 from deepx_flow.ir.node import Node
 
@@ -20,7 +20,7 @@ def broadcast(node: Node, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
 
 def normalize_axis(node: Node, axis, ndim: int) -> int:
     if not isinstance(axis, int) or isinstance(axis, bool):
-        raise GraphError(f"{node.op}: axis must be an integer, got {axis!r}", node.id)
+        raise GraphError(f"{node.op}: axis must be an integer, got {shown(axis)}", node.id)
     if not -ndim <= axis < max(ndim, 1):
         raise GraphError(f"{node.op}: axis {axis} is out of range for {ndim}-D input", node.id)
     return axis % max(ndim, 1)
@@ -43,7 +43,7 @@ def check_shape(node: Node, shape, what: str = "shape") -> tuple[int, ...]:
         raise GraphError(f"{node.op} needs a declared {what}", node.id)
     if not isinstance(shape, (tuple, list)) or not all(
             isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
-        raise GraphError(f"{what} must be a list of non-negative integers, got {shape!r}",
+        raise GraphError(f"{what} must be a list of non-negative integers, got {shown(shape)}",
                          node.id)
     return tuple(shape)
 

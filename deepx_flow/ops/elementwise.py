@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from deepx_flow.errors import GraphError
+from deepx_flow.errors import GraphError, shown
 from deepx_flow.ir import dtypes
 from deepx_flow.ops.common import broadcast, check_shape, declared_dtype, ufunc_dtype
 from deepx_flow.ops.spec import ELEMENTWISE, OpSpec
@@ -65,7 +65,7 @@ def _binary_rule(ufunc):
 def _infer_where(node, inputs):
     cond, a, b = inputs
     if cond.dtype != "bool":
-        raise GraphError(f"where: the condition '{cond.id}' must be bool, got {cond.dtype}; "
+        raise GraphError(f"where: the condition {shown(cond.id)} must be bool, got {cond.dtype}; "
                          "compare it first (x > 0)", node.id)
     shape = broadcast(node, [cond.shape, a.shape, b.shape])
     return shape, dtypes.ufunc_result(np.add, a.dtype, b.dtype) if a.dtype != b.dtype \

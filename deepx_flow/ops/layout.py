@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from deepx_flow.errors import GraphError
+from deepx_flow.errors import GraphError, shown
 from deepx_flow.ir import dtypes
 from deepx_flow.ops.common import normalize_axis
 from deepx_flow.ops.spec import LAYOUT, OpSpec
@@ -22,7 +22,7 @@ def _infer_transpose(node, inputs):
     axes = node.attr("axes")
     if axes is None or sorted(axes) != list(range(a.ndim)):
         raise GraphError(f"transpose: axes must be a permutation of 0..{a.ndim - 1}, got "
-                         f"{axes!r}", node.id)
+                         f"{shown(axes)}", node.id)
     return tuple(a.shape[i] for i in axes), a.dtype
 
 
@@ -31,7 +31,7 @@ def _infer_reshape(node, inputs):
     shape = node.shape
     if shape is None or not all(isinstance(s, int) and s >= -1 for s in shape):
         raise GraphError(f"reshape needs a target shape of integers (one may be -1), got "
-                         f"{shape!r}", node.id)
+                         f"{shown(shape)}", node.id)
     shape = list(shape)
     if shape.count(-1) > 1:
         raise GraphError("reshape: only one dimension may be -1", node.id)
@@ -54,7 +54,7 @@ def _infer_concat(node, inputs):
                          "to (1,) first", node.id)
     axis = node.attr("axis")
     if axis is None or normalize_axis(node, axis, first.ndim) != axis:
-        raise GraphError(f"concat: axis must be a non-negative axis, got {axis!r}", node.id)
+        raise GraphError(f"concat: axis must be a non-negative axis, got {shown(axis)}", node.id)
     for other in inputs[1:]:
         same = other.ndim == first.ndim and all(
             s == t for i, (s, t) in enumerate(zip(first.shape, other.shape)) if i != axis)

@@ -6,7 +6,7 @@ depends on the chunk grid or on how many workers run it.
 
 from __future__ import annotations
 
-from deepx_flow.errors import GraphError
+from deepx_flow.errors import GraphError, shown
 from deepx_flow.ir import dtypes
 from deepx_flow.ops.common import check_shape, declared_dtype
 from deepx_flow.ops.spec import SOURCE, OpSpec
@@ -19,7 +19,7 @@ def _infer_declared(node, inputs):
 def _infer_full(node, inputs):
     value = node.attr("value")
     if not isinstance(value, (bool, int, float)):
-        raise GraphError(f"full: value must be a number or bool, got {value!r}", node.id)
+        raise GraphError(f"full: value must be a number or bool, got {shown(value)}", node.id)
     return _infer_declared(node, inputs)
 
 
@@ -39,7 +39,7 @@ def _infer_random(node, inputs):
         raise GraphError(f"{node.op} makes floating-point tensors, not {dtype}", node.id)
     seed = node.attr("seed")
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
-        raise GraphError(f"{node.op}: seed must be an integer in [0, 2**63), got {seed!r}",
+        raise GraphError(f"{node.op}: seed must be an integer in [0, 2**63), got {shown(seed)}",
                          node.id)
     return shape, dtype
 
@@ -47,13 +47,13 @@ def _infer_random(node, inputs):
 def _infer_read_zarr(node, inputs):
     uri = node.attr("uri")
     if not isinstance(uri, str) or not uri:
-        raise GraphError(f"read_zarr: uri must be a path or URL, got {uri!r}", node.id)
+        raise GraphError(f"read_zarr: uri must be a path or URL, got {shown(uri)}", node.id)
     shape, dtype = _infer_declared(node, inputs)
     chunks = node.attr("storage_chunks")
     if chunks is not None and (not isinstance(chunks, (tuple, list)) or len(chunks) != len(shape)
                                or not all(isinstance(c, int) and c > 0 for c in chunks)):
         raise GraphError(f"read_zarr: storage_chunks must be {len(shape)} positive integers "
-                         f"(the stored chunk shape), got {chunks!r}", node.id)
+                         f"(the stored chunk shape), got {shown(chunks)}", node.id)
     return shape, dtype
 
 

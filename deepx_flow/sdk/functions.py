@@ -10,7 +10,7 @@ from __future__ import annotations
 import builtins
 from typing import Sequence
 
-from deepx_flow.errors import GraphError
+from deepx_flow.errors import GraphError, shown
 from deepx_flow.ir import dtypes
 from deepx_flow.ir.node import Node
 from deepx_flow.ops.common import normalize_axis
@@ -27,7 +27,7 @@ def _shape(shape) -> tuple[int, ...]:
 def input(name: str, shape: Sequence[int], dtype="float32") -> Tensor:  # noqa: A001
     """A named graph input; its data is passed to `dx.run(inputs={name: array})`."""
     if not isinstance(name, str) or not name.isidentifier():
-        raise GraphError(f"input name must be an identifier, got {name!r}")
+        raise GraphError(f"input name must be an identifier, got {shown(name)}")
     node = Node(name, "input", (), _shape(shape), dtypes.normalize(dtype, name))
     from deepx_flow.ops import get_op
     get_op("input").infer(node, [])

@@ -6,7 +6,7 @@ followed, when integers drop axes or None adds them, by a `reshape`.
 
 from __future__ import annotations
 
-from deepx_flow.errors import GraphError
+from deepx_flow.errors import GraphError, shown
 from deepx_flow.sdk.tensor import Tensor, apply
 
 
@@ -43,7 +43,7 @@ def getitem(x: Tensor, index) -> Tensor:
                                  x.node.id)
             lo, hi, step = item % dim, item % dim + 1, 1
         else:
-            raise GraphError(f"unsupported index {item!r}: use ints, slices, ... and None",
+            raise GraphError(f"unsupported index {shown(item)}: use ints, slices, ... and None",
                              x.node.id)
         starts.append(lo), stops.append(hi), steps.append(step)
         axis += 1
