@@ -22,11 +22,12 @@ traceback); 1 a failure while running.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
 
-from deepx_flow.errors import DeepxError, InputError
+from deepx_flow.errors import DeepxError, InputError, PlanError
 
 # The longest error line the command prints.
 MESSAGE_CHARS = 1000
@@ -100,6 +101,15 @@ def _read_graph(path: str):
         raise InputError(f"{path}: {err}") from None
 
 
+@contextlib.contextmanager
+def _about(path: str):
+    """A graph that cannot be planned is a fault of the spec: name its file."""
+    try:
+        yield
+    except PlanError as err:
+        raise PlanError(f"{path}: {err}") from None
+
+
 def _cmd_run(args) -> int:
     import numpy as np
 
@@ -119,8 +129,9 @@ def _cmd_run(args) -> int:
         parent = Path(path).parent
         if not parent.is_dir():
             raise InputError(f"--output {name}: folder {parent} does not exist")
-    results = run(graph, inputs=inputs, scheduler=args.scheduler, cluster=args.cluster,
-                  progress=args.progress)
+    with _about(args.graph):
+        results = run(graph, inputs=inputs, scheduler=args.scheduler, cluster=args.cluster,
+                      progress=args.progress)
     for name in names:
         value = results[name]
         if name in outputs:
@@ -146,7 +157,9 @@ def _cmd_explain(args) -> int:
             spec = cluster_spec(None, client)
     else:
         spec = cluster_spec(args.cluster)
-    print(compile_graph(graph, spec).explain())
+    with _about(args.graph):
+        plan = compile_graph(graph, spec)
+    print(plan.explain())
     return 0
 
 

@@ -109,4 +109,4 @@ def test_explain_refuses_a_plan_over_the_task_limit(tmp_path):
     (tmp_path / "g.yaml").write_text(
         "deepx: 1\ninputs:\n  x: {shape: [1099511627776, 1048576], dtype: float32}\n"
         "nodes:\n - {id: y, op: exp, args: [x]}\noutputs: [y]\n")
-    refused(cli("explain", "g.yaml", cwd=tmp_path), "tasks", "DEEPX_MAX_TASKS")
+    refused(cli("explain", "g.yaml", cwd=tmp_path), "g.yaml", "tasks", "DEEPX_MAX_TASKS")
