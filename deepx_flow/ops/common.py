@@ -109,6 +109,11 @@ def ufunc_dtype(node: Node, ufunc, in_dtypes: list[str]) -> str:
                          node.id) from None
 
 
+def is_integer(value) -> bool:
+    """A Python or NumPy integer, not a bool (the SDK's test for shapes and indices)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def is_number(value) -> bool:
     """A Python int or float (bools are not numbers here: `std: true` is a mistake)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -18,7 +18,7 @@ from deepx_flow.compiler.infer import infer_node
 from deepx_flow.errors import GraphError, shown
 from deepx_flow.ir import dtypes
 from deepx_flow.ir.node import Node
-from deepx_flow.ops.common import is_number, normalize_axis
+from deepx_flow.ops.common import is_integer, is_number, normalize_axis
 from deepx_flow.sdk.tensor import Tensor, apply, as_tensor, binary, reduce_
 
 
@@ -28,15 +28,11 @@ def _shape(shape) -> tuple[int, ...]:
     Nothing is converted that is not already an integer: `int(2.9)` would silently make a
     (2, 3) tensor of what was written (2.9, 3).
     """
-    dims = (shape,) if _is_int(shape) else shape
-    if not isinstance(dims, (tuple, list)) or not all(_is_int(s) for s in dims):
+    dims = (shape,) if is_integer(shape) else shape
+    if not isinstance(dims, (tuple, list)) or not all(is_integer(s) for s in dims):
         raise GraphError(f"shape must be an integer or a sequence of integers, got "
                          f"{shown(shape)}")
     return tuple(operator.index(s) for s in dims)
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 # -- sources ------------------------------------------------------------------------------
@@ -52,8 +48,8 @@ def read_zarr(uri: str) -> Tensor:
     """A stored Zarr array (a local path or any fsspec URL) as a tensor. Its shape, dtype and
     chunk shape are read now; its data is read chunk by chunk by the tasks that need it (the
     compiler aligns their chunks with the stored ones where it can)."""
-    from deepx_flow.storage.readers import array_info, storage_chunks
-    shape, dtype = array_info(str(uri))
+    from deepx_flow.storage.readers import storage_chunks, zarr_info
+    shape, dtype = zarr_info(str(uri))
     chunks = storage_chunks(str(uri))
     return apply("read_zarr", [], shape=shape, dtype=dtype, uri=str(uri),
                  **({"storage_chunks": chunks} if chunks else {}))

@@ -14,6 +14,7 @@ import operator
 import numpy as np
 
 from deepx_flow.errors import GraphError, shown
+from deepx_flow.ops.common import is_integer
 from deepx_flow.sdk.tensor import Tensor, apply
 
 
@@ -67,11 +68,11 @@ def getitem(x: Tensor, index) -> Tensor:
 
 def _check_item(x: Tensor, item) -> None:
     """Refuse what basic indexing cannot take, before anything compares or converts it."""
-    if item is None or item is Ellipsis or _is_int(item):
+    if item is None or item is Ellipsis or is_integer(item):
         return
     if isinstance(item, slice):
         for part in (item.start, item.stop, item.step):
-            if part is not None and not _is_int(part):
+            if part is not None and not is_integer(part):
                 raise GraphError(f"slice bounds must be integers or None, got {shown(item)}",
                                  x.node.id)
         if item.step is not None and item.step < 1:
@@ -85,7 +86,3 @@ def _check_item(x: Tensor, item) -> None:
                          "elements", x.node.id)
     raise GraphError(f"unsupported index {shown(item)}: use ints, slices, ... and None",
                      x.node.id)
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
