@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from deepx_flow.errors import PlanError, shown
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -21,6 +23,10 @@ class Settings:
     chunks_per_thread: int = 2
     # How many partial results one tree-reduction task combines.
     reduce_fanin: int = 8
+    # The most tasks a plan may have. A Dask scheduler keeps a few kB per task and lowering
+    # takes about 14 us per task here (281,088 tasks in 3.9 s), so a million tasks is a large
+    # but workable graph; billions would exhaust the driver and the scheduler.
+    max_tasks: int = 1_000_000
     # Scheduler address to use instead of starting an embedded cluster.
     scheduler_address: str | None = None
     # Metadata database: any SQLAlchemy URL; by default a SQLite file `.deepx/deepx.db` in
@@ -35,6 +41,20 @@ class Settings:
     object_store: str | None = None
 
 
+def _positive_int(env, name: str, default: int) -> int:
+    text = env.get(name)
+    if text is None or not text.strip():
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise PlanError(f"{name} must be a positive integer (a number of tasks), got "
+                        f"{shown(text)}")
+    return value
+
+
 def settings() -> Settings:
     """Read the settings from the environment (`DEEPX_*` variables)."""
     env = os.environ
@@ -43,6 +63,7 @@ def settings() -> Settings:
         min_chunk_bytes=int(env.get("DEEPX_MIN_CHUNK_BYTES", Settings.min_chunk_bytes)),
         chunks_per_thread=int(env.get("DEEPX_CHUNKS_PER_THREAD", Settings.chunks_per_thread)),
         reduce_fanin=int(env.get("DEEPX_REDUCE_FANIN", Settings.reduce_fanin)),
+        max_tasks=_positive_int(env, "DEEPX_MAX_TASKS", Settings.max_tasks),
         scheduler_address=env.get("DEEPX_SCHEDULER") or None,
         db_url=env.get("DEEPX_DB_URL") or None,
         asset_root=env.get("DEEPX_ASSET_ROOT") or None,

@@ -8,6 +8,31 @@ while running exits 1.
 
 from __future__ import annotations
 
+import reprlib
+from typing import Any
+
+# How much of a value a message shows: enough to recognise it, never a whole structure.
+SHOWN_CHARS = 60
+
+
+def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """`repr(value)` cut to about `limit` characters, for messages.
+
+    A spec can hold a mapping of a million entries or an id of a million characters where
+    a number belongs; a message that printed them whole would be megabytes long. Long
+    strings keep their start and end (`'nnn...nnn'`), containers their first items.
+    """
+    short = reprlib.Repr()
+    short.maxlevel, short.maxstring, short.maxother, short.maxlong = 3, limit, limit, limit
+    short.maxlist = short.maxtuple = short.maxdict = short.maxset = 6
+    try:
+        text = short.repr(value)
+    except ValueError:  # an int too long for Python to print
+        return f"<an integer of {value.bit_length():,} bits>"
+    if len(text) > limit + 10:  # items that are long themselves
+        text = text[:limit // 2] + "..." + text[-(limit // 2):]
+    return text
+
 
 class DeepxError(Exception):
     """Base of every deepx_flow error."""
@@ -22,7 +47,7 @@ class GraphError(DeepxError):
 
     def __init__(self, message: str, node: str | None = None):
         self.node = node
-        super().__init__(f"node '{node}': {message}" if node else message)
+        super().__init__(f"node {shown(node)}: {message}" if node else message)
 
 
 class SpecError(GraphError):

@@ -131,7 +131,7 @@ def random_chunk(op: str, seed: int, params: Mapping[str, float], full_shape, re
         if not (math.isfinite(low) and math.isfinite(high) and low < high):
             raise ExecutionError(f"random_uniform needs finite low < high, got low={low}, "
                                  f"high={high}")
-        lo, hi = _bounds(low, high, dtype)
+        lo, hi = uniform_bounds(low, high, dtype)
         if lo > hi:
             raise ExecutionError(f"random_uniform: no {dtype} value lies in [{low}, {high}); "
                                  "widen the range or use a wider dtype")
@@ -174,7 +174,7 @@ def _check_region(op, full_shape, region):
     return full_shape, region
 
 
-def _bounds(low: float, high: float, dtype: str) -> tuple[Any, Any]:
+def uniform_bounds(low: float, high: float, dtype: str) -> tuple[Any, Any]:
     """The smallest dtype value >= low and the largest dtype value < high."""
     t = np.dtype(dtype).type
     with np.errstate(all="ignore"):

@@ -21,12 +21,7 @@ def _is_zarr(path: str) -> bool:
 def array_info(path: str) -> tuple[tuple[int, ...], str]:
     """(shape, dtype) of the array at `path`, or InputError naming the file."""
     if _is_zarr(path):
-        import zarr
-        try:
-            arr = zarr.open_array(path, mode="r")
-        except Exception as err:  # zarr raises several types for a missing or bad store
-            raise InputError(f"cannot open Zarr array {path}: {err}") from None
-        return tuple(arr.shape), np.dtype(arr.dtype).name
+        return zarr_info(path)
     if not Path(path).is_file():
         raise InputError(f"input file {path} does not exist")
     try:
@@ -34,6 +29,20 @@ def array_info(path: str) -> tuple[tuple[int, ...], str]:
     except Exception as err:
         raise InputError(f"cannot read {path} as a .npy array: {err}") from None
     return tuple(arr.shape), arr.dtype.name
+
+
+def zarr_info(uri: str) -> tuple[tuple[int, ...], str]:
+    """(shape, dtype) of the Zarr array at `uri` (a path or fsspec URL, whatever its name),
+    from its metadata only; InputError naming it when it cannot be opened as one."""
+    import zarr
+    try:
+        arr = zarr.open_array(uri, mode="r")
+        dtype = np.dtype(arr.dtype).name
+    except Exception as err:  # zarr and fsspec raise many types for a missing or bad store
+        reason = " ".join(str(err).split()) or type(err).__name__
+        reason = reason if len(reason) <= 160 else reason[:157] + "..."
+        raise InputError(f"cannot open Zarr array {uri}: {reason}") from None
+    return tuple(int(s) for s in arr.shape), dtype
 
 
 def storage_chunks(path: str) -> tuple[int, ...] | None:

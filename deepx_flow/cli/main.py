@@ -23,11 +23,15 @@ traceback); 1 a failure while running.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
 
-from deepx_flow.errors import DeepxError, InputError
+from deepx_flow.errors import DeepxError, InputError, PlanError
+
+# The longest error line the command prints.
+MESSAGE_CHARS = 1000
 
 
 class _Parser(argparse.ArgumentParser):
@@ -85,15 +89,37 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _read_graph(path: str):
+    """The graph of a spec file, with the arrays its `read_zarr` nodes read checked (they
+    must exist with the shape and dtype stated), before any cluster is started or contacted.
+    Every error names the file."""
+    from deepx_flow.runtime.inputs import check_stored_arrays
+    from deepx_flow.spec.yaml_io import from_yaml
+
+    graph = from_yaml(Path(path))
+    try:
+        return check_stored_arrays(graph)
+    except InputError as err:
+        raise InputError(f"{path}: {err}") from None
+
+
+@contextlib.contextmanager
+def _about(path: str):
+    """A graph that cannot be planned is a fault of the spec: name its file."""
+    try:
+        yield
+    except PlanError as err:
+        raise PlanError(f"{path}: {err}") from None
+
+
 def _cmd_run(args) -> int:
     import numpy as np
 
     from deepx_flow.runtime.run import run
-    from deepx_flow.spec.yaml_io import from_yaml
 
     if args.db:  # the run records itself where the settings say
         os.environ["DEEPX_DB_URL"] = args.db
-    graph = from_yaml(Path(args.graph))
+    graph = _read_graph(args.graph)
     inputs = _pairs(args.input, "input")
     outputs = _pairs(args.output, "output")
     names = [name for name, _ in graph.outputs]
@@ -105,8 +131,9 @@ def _cmd_run(args) -> int:
         parent = Path(path).parent
         if not parent.is_dir():
             raise InputError(f"--output {name}: folder {parent} does not exist")
-    results = run(graph, inputs=inputs, scheduler=args.scheduler, cluster=args.cluster,
-                  progress=args.progress)
+    with _about(args.graph):
+        results = run(graph, inputs=inputs, scheduler=args.scheduler, cluster=args.cluster,
+                      progress=args.progress)
     for name in names:
         value = results[name]
         if name in outputs:
@@ -122,18 +149,19 @@ def _cmd_run(args) -> int:
 def _cmd_explain(args) -> int:
     from deepx_flow.runtime.run import cluster_spec
     from deepx_flow.compiler.compile import compile_graph
-    from deepx_flow.spec.yaml_io import from_yaml
 
     if args.db:  # planning for a live cluster registers it there
         os.environ["DEEPX_DB_URL"] = args.db
-    graph = from_yaml(Path(args.graph))
+    graph = _read_graph(args.graph)
     if args.scheduler:
         from deepx_flow.runtime.cluster import connect
         with connect(scheduler=args.scheduler) as client:
             spec = cluster_spec(None, client)
     else:
         spec = cluster_spec(args.cluster)
-    print(compile_graph(graph, spec).explain())
+    with _about(args.graph):
+        plan = compile_graph(graph, spec)
+    print(plan.explain())
     return 0
 
 
@@ -159,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return command(args)
     except DeepxError as err:
-        print(f"deepx-flow: error: {err}".splitlines()[0] if err.exit_code == 2 else
+        print(_one_line(f"deepx-flow: error: {err}") if err.exit_code == 2 else
               f"deepx-flow: failed: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
@@ -168,6 +196,15 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # a failure while running: one line, not a traceback
         print(f"deepx-flow: failed: {type(err).__name__}: {err}", file=sys.stderr)
         return 1
+
+
+def _one_line(message: str) -> str:
+    """The first line of a message, at most MESSAGE_CHARS long: messages show values
+    shortened, and this bounds what any message can print."""
+    line = message.splitlines()[0] if message else message
+    if len(line) > MESSAGE_CHARS:
+        line = f"{line[:MESSAGE_CHARS - 40]}... ({len(line):,} characters in all)"
+    return line
 
 
 if __name__ == "__main__":

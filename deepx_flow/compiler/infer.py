@@ -3,7 +3,9 @@
 Before: a validated graph; nodes may leave shape and dtype as None where the operator derives
 them (a YAML spec need not repeat them).
 After: every node has its shape and dtype; where a node stated a derived shape or dtype, it
-agreed with the rule (otherwise GraphError names the node and both values). Node ids are kept.
+agreed with the rule (otherwise GraphError names the node and both values). Every shape has at
+most 64 dimensions and fewer than 2**63 elements (`ops.common.check_bounds`). Node ids are
+kept.
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ from dataclasses import replace
 from deepx_flow.errors import GraphError
 from deepx_flow.ir import Graph, Node
 from deepx_flow.ops import get_op
+from deepx_flow.ops.common import check_bounds
 
 
 def infer_node(node: Node, inputs: list[Node]) -> Node:
     """Return `node` with its shape and dtype set from its operator's rule."""
     spec = get_op(node.op, node.id)
     shape, dtype = spec.infer(node, inputs)
+    # Each rule bounds what it builds; this holds for every operator, whatever its rule.
+    check_bounds(node, shape)
     if "shape" not in spec.declared and node.shape is not None and tuple(node.shape) != shape:
         raise GraphError(f"{node.op} gives shape {shape}, but the node states "
                          f"{tuple(node.shape)}", node.id)

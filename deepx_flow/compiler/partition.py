@@ -3,8 +3,9 @@
 Before: a fused, typed graph and a `ClusterSpec`.
 After: a `Partition` giving each node its chunks (Dask style: per axis, the sizes along it),
 the chunking of each reduction's operand space and of each matmul's K axis, and the budget
-used. Every task's working set (`deepx_flow.compiler.costs`) fits the budget; otherwise
-PlanError names the node that cannot fit.
+used. Every task's working set (`deepx_flow.compiler.costs`) fits the budget, and the plan
+has at most `max_tasks` tasks (DEEPX_MAX_TASKS); otherwise PlanError names the node that
+cannot fit, or the one with the most tasks.
 
 How it chooses:
 1. Axes that must be chunked alike are joined into classes (union-find): the operands of an
@@ -26,6 +27,9 @@ How it chooses:
    of its stored chunks, and for parallelism is split along its stored chunks first (even
    an axis that is summed over), never below a stored chunk (each piece would decode the
    whole stored chunk again), and last along an axis a stored chunk spans.
+5. The plan's tasks (`task_count`, the figure `Plan.stats` reports) are counted from the
+   chunk sizes before any list of chunks is built, so a grid of billions of chunks is refused
+   at once instead of filling the driver's memory.
 """
 
 from __future__ import annotations
@@ -158,10 +162,16 @@ def partition_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None 
     config = config or settings()
     try:
         return _partition(graph, cluster, config, join_whole_axes=True)
-    except PlanError:
-        if not any(get_op(n.op).kind == AXIS_WHOLE for n in graph.nodes):
+    except PlanError as err:
+        # Freeing whole axes helps tasks fit; it never makes fewer of them.
+        if isinstance(err, _TooManyTasks) or not any(get_op(n.op).kind == AXIS_WHOLE
+                                                     for n in graph.nodes):
             raise
     return _partition(graph, cluster, config, join_whole_axes=False)
+
+
+class _TooManyTasks(PlanError):
+    """The plan is over the task limit (a PlanError to every caller)."""
 
 
 def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_axes: bool
@@ -382,6 +392,31 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
             free = [k for k in candidates if classes.find(k) not in costly]
             classes.halve(max(free or candidates, key=classes.chunk))
 
+    # 5. Count the tasks before any chunk list is built.
+    fanin, counts, n_chunks = {}, {}, {}
+    for node in nodes:
+        kind = get_op(node.op).kind
+        n_chunks[node.id] = tuple(
+            sum(n_chunks[i][a] for i in node.inputs)
+            if node.op == "concat" and a == node.attr("axis") else
+            _count(extent, classes.chunk((node.id, a))) for a, extent in enumerate(node.shape))
+        n_out = math.prod(n_chunks[node.id])
+        if kind == REDUCE:
+            partial = main_cost(node, [graph[i] for i in node.inputs], chunk_of,
+                                space_chunk(node)).bytes_out
+            fanin[node.id] = _fanin(partial, budget, config)
+            n_main = math.prod(_count(e, classes.chunk((node.id + "#in", a)))
+                               for a, e in enumerate(space_shapes[node.id]))
+        elif kind == MATMUL:
+            fanin[node.id] = _fanin(_bytes(chunk_of(node.id), node.dtype), budget, config)
+            k = graph[node.inputs[0]].shape[-1]
+            n_main = n_out * _count(k, classes.chunk((node.id + "#k", 0)))
+        else:
+            n_main = n_out
+        counts[node.id] = task_count(kind, n_main, n_out, fanin.get(node.id, 2))
+    if sum(counts.values()) > config.max_tasks:
+        raise _TooManyTasks(_too_many(graph, counts, config.max_tasks, cluster))
+
     chunks: dict[str, Chunks] = {}
     for node in nodes:
         if node.op == "concat":
@@ -393,20 +428,45 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
         else:
             chunks[node.id] = tuple(regular_chunks(e, classes.chunk((node.id, a)))
                                     for a, e in enumerate(node.shape))
-    spaces, k_chunks, fanin = {}, {}, {}
+    spaces, k_chunks = {}, {}
     for node in nodes:
         kind = get_op(node.op).kind
         if kind == REDUCE:
             spaces[node.id] = tuple(regular_chunks(e, classes.chunk((node.id + "#in", a)))
                                     for a, e in enumerate(space_shapes[node.id]))
-            partial = main_cost(node, [graph[i] for i in node.inputs], chunk_of,
-                                space_chunk(node)).bytes_out
-            fanin[node.id] = _fanin(partial, budget, config)
         elif kind == MATMUL:
             k_chunks[node.id] = regular_chunks(graph[node.inputs[0]].shape[-1],
                                                classes.chunk((node.id + "#k", 0)))
-            fanin[node.id] = _fanin(_bytes(chunk_of(node.id), node.dtype), budget, config)
     return Partition(graph, chunks, spaces, k_chunks, budget, fanin)
+
+
+def task_count(kind: str, n_main: int, n_out: int, fanin: int) -> int:
+    """Tasks of one node: its `n_main` main tasks (one per chunk of the result; per chunk of
+    the reduced space for a reduction; per tile and K chunk for a matmul), and for
+    reductions and matmuls whose main tasks leave several partials per result chunk, the
+    tree that combines them (`fanin` at a time) and one finishing task per result chunk."""
+    tasks = n_main
+    if kind in (REDUCE, MATMUL) and n_main > n_out:
+        parts, tree = n_main // n_out, 0
+        while parts > fanin:
+            parts = -(-parts // fanin)
+            tree += parts
+        tasks += n_out * (tree + 1)
+    return tasks
+
+
+def _count(extent: int, size: int) -> int:
+    """How many chunks `regular_chunks(extent, size)` makes."""
+    return -(-extent // size) if extent else 1
+
+
+def _too_many(graph: Graph, counts: dict[str, int], limit: int, cluster: ClusterSpec) -> str:
+    worst = max(graph.nodes, key=lambda n: counts[n.id])
+    return (f"the plan has {sum(counts.values()):,} tasks, more than the limit of {limit:,} "
+            f"(DEEPX_MAX_TASKS); node '{worst.id}' ({worst.op}, shape {worst.shape}, "
+            f"{worst.dtype}) alone has {counts[worst.id]:,} on cluster '{cluster.name}'. Make "
+            f"the tensors smaller, plan for workers with more memory, or raise "
+            f"DEEPX_MAX_TASKS if the scheduler can hold the graph")
 
 
 def _shares_grid(node: Node) -> bool:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from deepx_flow.compiler.costs import combine_cost, main_cost
 from deepx_flow.compiler.lower import Lowered, lower_partition
-from deepx_flow.compiler.partition import Partition
+from deepx_flow.compiler.partition import Partition, task_count
 from deepx_flow.ir import Graph, dtypes
 from deepx_flow.ir.program import describe, operator_label
 from deepx_flow.ops import MATMUL, REDUCE, get_op
@@ -89,10 +89,7 @@ class Plan:
             n_out = math.prod(len(c) for c in chunks)
             combines = max(0, n_main - n_out) if kind in (REDUCE, MATMUL) else 0
             fanin = part.fanin.get(node.id, 2)
-            n_tasks = n_main
-            if combines:
-                # Each result chunk combines its partials in a tree, then one finishing task.
-                n_tasks += n_out * (_tree_tasks(n_main // n_out, fanin) + 1)
+            n_tasks = task_count(kind, n_main, n_out, fanin)
             peak = cost.working_set
             if combines:
                 peak = max(peak, combine_cost(cost.bytes_out, fanin))
@@ -159,15 +156,6 @@ class Plan:
                      f"{stats.comm_seconds:.4f} s, compute/communication ratio "
                      f"{'inf' if ratio == math.inf else f'{ratio:.1f}'}")
         return "\n".join(lines)
-
-
-def _tree_tasks(parts: int, fanin: int) -> int:
-    """Combining tasks a tree reduction of `parts` partials needs before its last step."""
-    tasks = 0
-    while parts > fanin:
-        parts = math.ceil(parts / fanin)
-        tasks += parts
-    return tasks
 
 
 def _label(node) -> str:

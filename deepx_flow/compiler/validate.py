@@ -8,7 +8,7 @@ nodes. Raises GraphError naming the first bad node.
 
 from __future__ import annotations
 
-from deepx_flow.errors import GraphError
+from deepx_flow.errors import GraphError, shown
 from deepx_flow.ir import Graph
 from deepx_flow.ops import get_op
 
@@ -22,15 +22,16 @@ def validate_graph(graph: Graph) -> Graph:
         for src in node.inputs:
             if src not in seen:
                 why = "is not defined" if src not in graph else "is defined after it (cycle?)"
-                raise GraphError(f"input '{src}' {why}", node.id)
+                raise GraphError(f"input {shown(src)} {why}", node.id)
         seen.add(node.id)
     if not graph.outputs:
         raise GraphError("the graph has no outputs")
     names = set()
     for name, node_id in graph.outputs:
         if node_id not in seen:
-            raise GraphError(f"output '{name}' names node '{node_id}', which is not in the graph")
+            raise GraphError(f"output {shown(name)} names node {shown(node_id)}, which is not "
+                             "in the graph")
         if name in names:
-            raise GraphError(f"output name '{name}' is used twice")
+            raise GraphError(f"output name {shown(name)} is used twice")
         names.add(name)
     return graph

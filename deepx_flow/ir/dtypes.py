@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from deepx_flow.errors import GraphError
+from deepx_flow.errors import GraphError, shown
 
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
           "float16", "float32", "float64")
@@ -22,7 +22,7 @@ def normalize(dtype, node: str | None = None) -> str:
     except TypeError:
         name = str(dtype)
     if name not in DTYPES:
-        raise GraphError(f"unsupported dtype {dtype!r}; use one of {', '.join(DTYPES)}", node)
+        raise GraphError(f"unsupported dtype {shown(dtype)}; use one of {', '.join(DTYPES)}", node)
     return name
 
 
@@ -56,4 +56,4 @@ def scalar_dtype(value, other: str) -> str:
         return other
     if isinstance(value, (float, np.floating)):
         return other if is_float(other) else "float64"
-    raise GraphError(f"cannot use {type(value).__name__} {value!r} as a tensor scalar")
+    raise GraphError(f"cannot use {type(value).__name__} {shown(value)} as a tensor scalar")

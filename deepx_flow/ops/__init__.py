@@ -6,7 +6,7 @@ engines add operators through the registry (`deepx_flow.registry.operators`).
 
 from __future__ import annotations
 
-from deepx_flow.errors import GraphError
+from deepx_flow.errors import GraphError, shown
 from deepx_flow.ops import elementwise, layout, linalg, reductions, sources
 from deepx_flow.ops.spec import (AXIS_WHOLE, ELEMENTWISE, LAYOUT, MATMUL, REDUCE, SOURCE,
                                  OpSpec)
@@ -22,7 +22,7 @@ def get_op(name: str, node: str | None = None) -> OpSpec:
     try:
         return OPS[name]
     except KeyError:
-        raise GraphError(f"unknown operator '{name}' (see `deepx-flow ops` for the list)",
+        raise GraphError(f"unknown operator {shown(name)} (see `deepx-flow ops` for the list)",
                          node) from None
 
 

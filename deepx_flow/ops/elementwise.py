@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from deepx_flow.errors import GraphError
+from deepx_flow.errors import GraphError, shown
 from deepx_flow.ir import dtypes
 from deepx_flow.ops.common import broadcast, check_shape, declared_dtype, ufunc_dtype
+from deepx_flow.ops.programs import program_dtype
 from deepx_flow.ops.spec import ELEMENTWISE, OpSpec
 
 # name: (ufunc giving the dtype rule, flops per element, doc)
@@ -65,7 +66,7 @@ def _binary_rule(ufunc):
 def _infer_where(node, inputs):
     cond, a, b = inputs
     if cond.dtype != "bool":
-        raise GraphError(f"where: the condition '{cond.id}' must be bool, got {cond.dtype}; "
+        raise GraphError(f"where: the condition {shown(cond.id)} must be bool, got {cond.dtype}; "
                          "compare it first (x > 0)", node.id)
     shape = broadcast(node, [cond.shape, a.shape, b.shape])
     return shape, dtypes.ufunc_result(np.add, a.dtype, b.dtype) if a.dtype != b.dtype \
@@ -78,14 +79,13 @@ def _infer_cast(node, inputs):
 
 
 def _infer_fused(node, inputs):
-    """A compiled chain: the node states its shape; the program's last dtype is the result."""
-    program = node.attr("program")
-    if not program:
-        raise GraphError("fused needs a non-empty program", node.id)
+    """A compiled chain: the node states its shape; its checked program gives the dtype."""
+    from deepx_flow.ops import OPS
+    dtype = program_dtype(node, "program", node.attr("program"), inputs, OPS)
     shape = check_shape(node, node.shape)
     if inputs and broadcast(node, [shape] + [t.shape for t in inputs]) != shape:
         raise GraphError(f"fused operands do not broadcast to {shape}", node.id)
-    return shape, program[-1][2]
+    return shape, dtype
 
 
 def specs() -> list[OpSpec]:

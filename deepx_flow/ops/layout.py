@@ -11,28 +11,28 @@ import math
 
 import numpy as np
 
-from deepx_flow.errors import GraphError
+from deepx_flow.errors import GraphError, shown
 from deepx_flow.ir import dtypes
-from deepx_flow.ops.common import normalize_axis
+from deepx_flow.ops.common import check_bounds, normalize_axis
 from deepx_flow.ops.spec import LAYOUT, OpSpec
 
 
 def _infer_transpose(node, inputs):
     (a,) = inputs
     axes = node.attr("axes")
-    if axes is None or sorted(axes) != list(range(a.ndim)):
+    if not _ints(axes) or sorted(axes) != list(range(a.ndim)):
         raise GraphError(f"transpose: axes must be a permutation of 0..{a.ndim - 1}, got "
-                         f"{axes!r}", node.id)
+                         f"{shown(axes)}", node.id)
     return tuple(a.shape[i] for i in axes), a.dtype
 
 
 def _infer_reshape(node, inputs):
     (a,) = inputs
     shape = node.shape
-    if shape is None or not all(isinstance(s, int) and s >= -1 for s in shape):
+    if not _ints(shape) or not all(s >= -1 for s in shape):
         raise GraphError(f"reshape needs a target shape of integers (one may be -1), got "
-                         f"{shape!r}", node.id)
-    shape = list(shape)
+                         f"{shown(shape)}", node.id)
+    shape = list(check_bounds(node, tuple(shape)))
     if shape.count(-1) > 1:
         raise GraphError("reshape: only one dimension may be -1", node.id)
     known = math.prod(s for s in shape if s != -1)
@@ -54,7 +54,7 @@ def _infer_concat(node, inputs):
                          "to (1,) first", node.id)
     axis = node.attr("axis")
     if axis is None or normalize_axis(node, axis, first.ndim) != axis:
-        raise GraphError(f"concat: axis must be a non-negative axis, got {axis!r}", node.id)
+        raise GraphError(f"concat: axis must be a non-negative axis, got {shown(axis)}", node.id)
     for other in inputs[1:]:
         same = other.ndim == first.ndim and all(
             s == t for i, (s, t) in enumerate(zip(first.shape, other.shape)) if i != axis)
@@ -77,11 +77,16 @@ def _infer_slice(node, inputs):
                          f"{a.ndim}-D input", node.id)
     shape = []
     for axis, (lo, hi, step, dim) in enumerate(zip(starts, stops, steps, a.shape)):
-        if not (isinstance(step, int) and step >= 1 and 0 <= lo <= hi <= dim):
+        if not (_ints((lo, hi, step)) and step >= 1 and 0 <= lo <= hi <= dim):
             raise GraphError(f"slice on axis {axis}: need 0 <= start <= stop <= {dim} and "
-                             f"step >= 1, got {lo}:{hi}:{step}", node.id)
+                             f"step >= 1, got {shown(lo)}:{shown(hi)}:{shown(step)}", node.id)
         shape.append(-(-(hi - lo) // step))
     return tuple(shape), a.dtype
+
+
+def _ints(values) -> bool:
+    """A tuple of Python ints (no bools, no floats that happen to be whole)."""
+    return isinstance(values, tuple) and all(type(v) is int for v in values)
 
 
 def specs() -> list[OpSpec]:

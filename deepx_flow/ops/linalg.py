@@ -11,7 +11,9 @@ from dataclasses import replace
 import numpy as np
 
 from deepx_flow.errors import GraphError
+from deepx_flow.ir.node import Node
 from deepx_flow.ops.common import broadcast, ufunc_dtype
+from deepx_flow.ops.programs import program_dtype
 from deepx_flow.ops.spec import MATMUL, OpSpec
 
 
@@ -33,13 +35,14 @@ def _infer_matmul(node, inputs):
 
 def _infer_with_epilogue(node, inputs):
     """A compiled matmul whose result feeds a fused elementwise program (`in0` = product)."""
-    shape, _ = _infer_matmul(replace(node, attrs=()), inputs[:2])
-    program = node.attr("epilogue")
+    from deepx_flow.ops import OPS
+    shape, product = _infer_matmul(replace(node, attrs=()), inputs[:2])
     out = broadcast(node, [shape] + [t.shape for t in inputs[2:]])
     if out != shape:
         raise GraphError(f"matmul epilogue operands broadcast the product {shape} to {out}",
                          node.id)
-    return shape, program[-1][2]
+    operands = [Node("product", "matmul", (), shape, product)] + list(inputs[2:])
+    return shape, program_dtype(node, "epilogue", node.attr("epilogue"), operands, OPS)
 
 
 def specs() -> list[OpSpec]:

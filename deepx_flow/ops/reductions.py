@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from deepx_flow.errors import GraphError
+from deepx_flow.errors import GraphError, shown
 from deepx_flow.ir.node import Node
 from deepx_flow.ops.common import broadcast, normalize_axes, normalize_axis, ufunc_dtype
+from deepx_flow.ops.programs import program_dtype
 from deepx_flow.ops.spec import AXIS_WHOLE, REDUCE, OpSpec
 
 REDUCTIONS = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
@@ -24,16 +25,18 @@ def _reduced_operand(node, inputs):
         if len(inputs) != 1:
             raise GraphError(f"{node.op} takes 1 input, got {len(inputs)}", node.id)
         return inputs[0]
+    from deepx_flow.ops import OPS
     shape = broadcast(node, [t.shape for t in inputs])
-    return Node(node.id, "fused", (), shape, program[-1][2])
+    return Node(node.id, "fused", (), shape,
+                program_dtype(node, "prologue", program, inputs, OPS))
 
 
 def _infer_reduce(node, inputs):
     a = _reduced_operand(node, inputs)
     axes = node.attr("axes")
-    if axes is None or normalize_axes(node, axes, a.ndim) != tuple(axes):
+    if not isinstance(axes, tuple) or normalize_axes(node, axes, a.ndim) != axes:
         raise GraphError(f"{node.op}: axes must be a sorted list of axes of the {a.ndim}-D "
-                         f"input, got {axes!r}", node.id)
+                         f"input, got {shown(axes)}", node.id)
     keepdims = node.attr("keepdims", False)
     if not isinstance(keepdims, bool):
         raise GraphError(f"{node.op}: keepdims must be true or false", node.id)
@@ -53,7 +56,7 @@ def _infer_softmax(node, inputs):
     axis = node.attr("axis")
     if axis is None or normalize_axis(node, axis, a.ndim) != axis or a.ndim == 0:
         raise GraphError(f"{node.op}: axis must be a non-negative axis of the {a.ndim}-D input,"
-                         f" got {axis!r}", node.id)
+                         f" got {shown(axis)}", node.id)
     return a.shape, ufunc_dtype(node, np.exp, [a.dtype])
 
 

@@ -6,9 +6,11 @@ depends on the chunk grid or on how many workers run it.
 
 from __future__ import annotations
 
-from deepx_flow.errors import GraphError
+import math
+
+from deepx_flow.errors import GraphError, shown
 from deepx_flow.ir import dtypes
-from deepx_flow.ops.common import check_shape, declared_dtype
+from deepx_flow.ops.common import check_fits, check_shape, declared_dtype, is_number
 from deepx_flow.ops.spec import SOURCE, OpSpec
 
 MISSING = ("error", "fill")  # read_zarr: what a chunk that is not stored reads as
@@ -20,20 +22,35 @@ def _infer_declared(node, inputs):
 
 
 def _infer_full(node, inputs):
-    value = node.attr("value")
-    if not isinstance(value, (bool, int, float)):
-        raise GraphError(f"full: value must be a number or bool, got {value!r}", node.id)
-    return _infer_declared(node, inputs)
+    shape, dtype = _infer_declared(node, inputs)
+    check_fits(node, node.attr("value"), dtype, "value")
+    return shape, dtype
 
 
 def _infer_arange(node, inputs):
+    """`start + step * i` for i < n: finite numbers whose first and last values fit the
+    dtype (the kernel computes in int64 or float64 and casts, which would wrap or overflow
+    silently)."""
     shape, dtype = _infer_declared(node, inputs)
     if len(shape) != 1:
         raise GraphError(f"arange makes 1-D tensors, got shape {shape}", node.id)
-    for key in ("start", "step"):
-        if not isinstance(node.attr(key, 0), (int, float)):
-            raise GraphError(f"arange: {key} must be a number", node.id)
+    start, step = node.attr("start", 0), node.attr("step", 1)
+    for key, value in (("start", start), ("step", step)):
+        if not is_number(value):
+            raise GraphError(f"arange: {key} must be a number, got {shown(value)}", node.id)
+        if not math.isfinite(value):
+            raise GraphError(f"arange: {key} must be finite, got {value}", node.id)
+    if step == 0:
+        raise GraphError("arange: step must not be zero", node.id)
+    if shape[0]:
+        check_fits(node, start, dtype, "first value")
+        check_fits(node, start + step * (shape[0] - 1), dtype, "last value")
     return shape, dtype
+
+
+# The kernel's parameters: numbers (the SDK makes them floats), finite, std >= 0, low < high.
+RANDOM_PARAMS = {"random_normal": {"mean": 0.0, "std": 1.0},
+                 "random_uniform": {"low": 0.0, "high": 1.0}}
 
 
 def _infer_random(node, inputs):
@@ -42,28 +59,51 @@ def _infer_random(node, inputs):
         raise GraphError(f"{node.op} makes floating-point tensors, not {dtype}", node.id)
     seed = node.attr("seed")
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
-        raise GraphError(f"{node.op}: seed must be an integer in [0, 2**63), got {seed!r}",
+        raise GraphError(f"{node.op}: seed must be an integer in [0, 2**63), got {shown(seed)}",
                          node.id)
+    params = {}
+    for key, default in RANDOM_PARAMS[node.op].items():
+        value = node.attr(key, default)
+        if not is_number(value):
+            raise GraphError(f"{node.op}: {key} must be a number, got {shown(value)}", node.id)
+        try:
+            params[key] = float(value)
+        except OverflowError:  # an int past float64's range
+            params[key] = math.inf
+        if not math.isfinite(params[key]):
+            raise GraphError(f"{node.op}: {key} must be finite, got {shown(value)}", node.id)
+    if node.op == "random_normal" and params["std"] < 0:
+        raise GraphError(f"random_normal: std must be >= 0, got {params['std']}", node.id)
+    if node.op == "random_uniform":
+        low, high = params["low"], params["high"]
+        if not low < high:
+            raise GraphError(f"random_uniform: low must be below high, got low={low}, "
+                             f"high={high}", node.id)
+        from deepx_flow.kernels.random import uniform_bounds
+        lo, hi = uniform_bounds(low, high, dtype)
+        if lo > hi:
+            raise GraphError(f"random_uniform: no {dtype} value lies in [{low}, {high}); "
+                             "widen the range or use a wider dtype", node.id)
     return shape, dtype
 
 
 def _infer_read_zarr(node, inputs):
     uri = node.attr("uri")
     if not isinstance(uri, str) or not uri:
-        raise GraphError(f"read_zarr: uri must be a path or URL, got {uri!r}", node.id)
+        raise GraphError(f"read_zarr: uri must be a path or URL, got {shown(uri)}", node.id)
     shape, dtype = _infer_declared(node, inputs)
     chunks = node.attr("storage_chunks")
     if chunks is not None and (not isinstance(chunks, (tuple, list)) or len(chunks) != len(shape)
-                               or not all(isinstance(c, int) and c > 0 for c in chunks)):
+                               or not all(type(c) is int and c > 0 for c in chunks)):
         raise GraphError(f"read_zarr: storage_chunks must be {len(shape)} positive integers "
-                         f"(the stored chunk shape), got {chunks!r}", node.id)
+                         f"(the stored chunk shape), got {shown(chunks)}", node.id)
     if node.attr("missing", "error") not in MISSING:
         raise GraphError(f"read_zarr: missing must be one of {', '.join(MISSING)} (what to do "
-                         f"with a chunk that is not stored), got {node.attr('missing')!r}",
+                         f"with a chunk that is not stored), got {shown(node.attr('missing'))}",
                          node.id)
     for key in STORED_AS:
         if not isinstance(node.attr(key, ""), str):
-            raise GraphError(f"read_zarr: {key} must be a string, got {node.attr(key)!r}",
+            raise GraphError(f"read_zarr: {key} must be a string, got {shown(node.attr(key))}",
                              node.id)
     return shape, dtype
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from deepx_flow.errors import GraphError
+from deepx_flow.errors import GraphError, shown
 from deepx_flow.ir.node import Node
 
 # Kinds, which decide how the partitioner chunks and the lowering tiles an operator.
@@ -84,8 +84,8 @@ class OpSpec:
         for key, _ in node.attrs:
             if key not in known:
                 allowed = ", ".join(self.attrs) or "none"
-                raise GraphError(f"{self.name} has no attribute '{key}' (allowed: {allowed})",
+                raise GraphError(f"{self.name} has no attribute {shown(key)} (allowed: {allowed})",
                                  node.id)
         for key in self.required_attrs:
             if node.attr(key) is None:
-                raise GraphError(f"{self.name} needs attribute '{key}'", node.id)
+                raise GraphError(f"{self.name} needs attribute {shown(key)}", node.id)

@@ -3,7 +3,8 @@
 Each bound input knows how to make the task that loads one region. NumPy arrays travel inside
 the task graph (one data task per chunk), so the scheduler can send a chunk again if the
 worker holding it dies; files are read by the worker that needs the region. Every problem
-(a missing input, a wrong shape or dtype, a missing file) is an InputError naming the input.
+(a missing input, a wrong shape or dtype, a missing file) is an InputError naming the input;
+so is a stored array a `read_zarr` node reads that is missing or not what the node states.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from dask.base import tokenize
 
 from deepx_flow.compiler.lower import Grid
 from deepx_flow.compiler.taskspec import data_node, ref, task
-from deepx_flow.errors import InputError
+from deepx_flow.errors import InputError, shown
 from deepx_flow.ir import Graph
 from deepx_flow.kernels.tasks import cast_chunk, to_device
-from deepx_flow.storage.readers import array_info, read_region
+from deepx_flow.storage.readers import array_info, read_region, zarr_info
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,34 @@ def load_region(path, region):
     return to_device(read_region(path, region))
 
 
+def check_stored_arrays(graph: Graph) -> Graph:
+    """Check that every `read_zarr` node's array exists with the node's shape and dtype.
+
+    Only the arrays' metadata is read, on the driver, so a missing or mismatched store is an
+    InputError naming the node before any cluster is started or contacted, instead of a
+    failure on the workers that read it. Returns the graph.
+    """
+    for node in graph.nodes:
+        if node.op != "read_zarr":
+            continue
+        uri = node.attr("uri")
+        try:
+            shape, dtype = zarr_info(uri)
+        except InputError as err:
+            raise InputError(f"node {shown(node.id)}: {err}; read_zarr needs an existing "
+                             "array (a path or URL the driver and workers can read)") from None
+        for what, stored, stated in (("shape", shape, node.shape), ("dtype", dtype, node.dtype)):
+            if stored != stated:
+                raise InputError(f"node {shown(node.id)}: the Zarr array {uri} has {what} "
+                                 f"{stored}, but the node states {stated}; state what is "
+                                 "stored, or point at the right array")
+    return graph
+
+
 def bind_inputs(graph: Graph, inputs: dict | None) -> dict:
-    """Check `inputs` against the graph's input nodes; return a source for each input."""
+    """Check `inputs` against the graph's input nodes, and the arrays its `read_zarr` nodes
+    read (`check_stored_arrays`); return a source for each input."""
+    check_stored_arrays(graph)
     inputs = dict(inputs or {})
     sources = {}
     for node in graph.inputs:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence, Union
 
-from deepx_flow.errors import GraphError
+from deepx_flow.errors import GraphError, shown
 from deepx_flow.ir import Graph, Node
 from deepx_flow.sdk.tensor import Tensor
 
@@ -21,16 +21,23 @@ def output_pairs(outputs: Outputs) -> list[tuple[str, Tensor]]:
     A list may ask for one tensor several times (`[x, x]`): the first keeps the tensor's
     name and the others are named by position (`out1`), as unnamed tensors are. Two different
     tensors of one name stay an error (the validator's "output name ... is used twice").
+    Raises GraphError for anything else (a number, None, a string, an array), and for a
+    list or dict entry that is not a Tensor, naming it.
     """
     if isinstance(outputs, Tensor):
         return [(outputs.name or "out0", outputs)]
     if isinstance(outputs, Mapping):
         pairs = list(outputs.items())
-    else:
+    elif isinstance(outputs, (list, tuple)):
         pairs = _list_names(list(outputs))
+    else:
+        raise GraphError(f"outputs must be a dx.Tensor, a list or dict of them, or a Graph; "
+                         f"got a {type(outputs).__name__}")
     for name, t in pairs:
+        if not isinstance(name, str) or not name:
+            raise GraphError(f"output names must be non-empty strings, got {shown(name)}")
         if not isinstance(t, Tensor):
-            raise GraphError(f"output '{name}' is a {type(t).__name__}, not a dx.Tensor")
+            raise GraphError(f"output {shown(name)} is a {type(t).__name__}, not a dx.Tensor")
     return pairs
 
 

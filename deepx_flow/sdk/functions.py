@@ -8,30 +8,40 @@ YAML written from them, are explicit.
 from __future__ import annotations
 
 import builtins
+import math
+import operator
 from typing import Sequence
 
-from deepx_flow.errors import GraphError
+import numpy as np
+
+from deepx_flow.compiler.infer import infer_node
+from deepx_flow.errors import GraphError, shown
 from deepx_flow.ir import dtypes
 from deepx_flow.ir.node import Node
-from deepx_flow.ops.common import normalize_axis
+from deepx_flow.ops.common import is_integer, is_number, normalize_axis
 from deepx_flow.sdk.tensor import Tensor, apply, as_tensor, binary, reduce_
 
 
 def _shape(shape) -> tuple[int, ...]:
-    if isinstance(shape, int):
-        return (shape,)
-    return tuple(int(s) for s in shape)
+    """A shape as a tuple of Python ints: an int or a sequence of ints (NumPy's included).
+
+    Nothing is converted that is not already an integer: `int(2.9)` would silently make a
+    (2, 3) tensor of what was written (2.9, 3).
+    """
+    dims = (shape,) if is_integer(shape) else shape
+    if not isinstance(dims, (tuple, list)) or not all(is_integer(s) for s in dims):
+        raise GraphError(f"shape must be an integer or a sequence of integers, got "
+                         f"{shown(shape)}")
+    return tuple(operator.index(s) for s in dims)
 
 
 # -- sources ------------------------------------------------------------------------------
 def input(name: str, shape: Sequence[int], dtype="float32") -> Tensor:  # noqa: A001
     """A named graph input; its data is passed to `dx.run(inputs={name: array})`."""
     if not isinstance(name, str) or not name.isidentifier():
-        raise GraphError(f"input name must be an identifier, got {name!r}")
+        raise GraphError(f"input name must be an identifier, got {shown(name)}")
     node = Node(name, "input", (), _shape(shape), dtypes.normalize(dtype, name))
-    from deepx_flow.ops import get_op
-    get_op("input").infer(node, [])
-    return Tensor(node, (), name)
+    return Tensor(infer_node(node, []), (), name)
 
 
 def read_zarr(uri: str, missing: str = "error") -> Tensor:
@@ -47,8 +57,8 @@ def read_zarr(uri: str, missing: str = "error") -> Tensor:
 
 
 def _read_zarr(uri, **attrs) -> Tensor:
-    from deepx_flow.storage.readers import array_info, storage_chunks
-    shape, dtype = array_info(str(uri))
+    from deepx_flow.storage.readers import storage_chunks, zarr_info
+    shape, dtype = zarr_info(str(uri))
     chunks = storage_chunks(str(uri))
     attrs = {k: v for k, v in attrs.items() if v is not None and (k, v) != ("missing", "error")}
     return apply("read_zarr", [], shape=shape, dtype=dtype, uri=str(uri),
@@ -75,9 +85,14 @@ def arange(start, stop=None, step=1, dtype=None) -> Tensor:
     """`start, start + step, ...` below `stop`, like `numpy.arange`."""
     if stop is None:
         start, stop = 0, start
-    n = builtins.max(0, -(-(stop - start) // step)) if step else 0
+    start, stop, step = (v.item() if isinstance(v, np.generic) else v for v in (start, stop, step))
+    for name, value in (("start", start), ("stop", stop), ("step", step)):
+        if not is_number(value) or not math.isfinite(value):
+            raise GraphError(f"arange: {name} must be a finite number, got {shown(value)}")
     if step == 0:
         raise GraphError("arange: step must not be zero")
+    n = builtins.max(0, math.ceil((stop - start) / step)) if isinstance(
+        start + stop + step, float) else builtins.max(0, -(-(stop - start) // step))
     if dtype is None:
         dtype = "float64" if any(isinstance(v, float) for v in (start, stop, step)) else "int64"
     return apply("arange", [], shape=(int(n),), dtype=dtypes.normalize(dtype),
@@ -186,6 +201,8 @@ def reshape(x, shape) -> Tensor:
 
 
 def concat(tensors, axis=0) -> Tensor:
+    if not isinstance(tensors, (list, tuple)):
+        raise GraphError(f"concat takes a list of tensors, got {shown(tensors)}")
     tensors = [as_tensor(t) for t in tensors]
     if not tensors:
         raise GraphError("concat needs at least one tensor")

@@ -1,25 +1,38 @@
 """`tensor[...]`: basic indexing with slices, integers, `...` and `None`.
 
 A subscript becomes one `slice` node (positive steps; negative bounds counted from the end)
-followed, when integers drop axes or None adds them, by a `reshape`.
+followed, when integers drop axes or None adds them, by a `reshape`. Everything else NumPy
+calls advanced indexing (boolean masks, integer arrays or lists, tensors) has no operator
+here and is refused by name, as are slice bounds that are not integers and zero or negative
+steps.
 """
 
 from __future__ import annotations
 
-from deepx_flow.errors import GraphError
+import operator
+
+import numpy as np
+
+from deepx_flow.errors import GraphError, shown
+from deepx_flow.ops.common import is_integer
 from deepx_flow.sdk.tensor import Tensor, apply
 
 
 def getitem(x: Tensor, index) -> Tensor:
     if not isinstance(index, tuple):
         index = (index,)
-    if sum(i is Ellipsis for i in index) > 1:
+    for item in index:
+        _check_item(x, item)
+    # Identity tests only: `in` and `.index` would compare items with ==, which a Tensor or
+    # an array answers elementwise.
+    ellipses = [i for i, item in enumerate(index) if item is Ellipsis]
+    if len(ellipses) > 1:
         raise GraphError("an index can hold only one '...'", x.node.id)
     used = sum(1 for i in index if i is not None and i is not Ellipsis)
     if used > x.ndim:
         raise GraphError(f"too many indices ({used}) for a {x.ndim}-D tensor", x.node.id)
-    if Ellipsis in index:
-        at = index.index(Ellipsis)
+    if ellipses:
+        at = ellipses[0]
         index = index[:at] + (slice(None),) * (x.ndim - used) + index[at + 1:]
     else:
         index = index + (slice(None),) * (x.ndim - used)
@@ -37,14 +50,12 @@ def getitem(x: Tensor, index) -> Tensor:
                                  x.node.id)
             hi = max(lo, hi)
             out_shape.append(-(-(hi - lo) // step))
-        elif isinstance(item, int) and not isinstance(item, bool):
+        else:
+            item = operator.index(item)
             if not -dim <= item < dim:
                 raise GraphError(f"index {item} is out of range for axis {axis} of size {dim}",
                                  x.node.id)
             lo, hi, step = item % dim, item % dim + 1, 1
-        else:
-            raise GraphError(f"unsupported index {item!r}: use ints, slices, ... and None",
-                             x.node.id)
         starts.append(lo), stops.append(hi), steps.append(step)
         axis += 1
     out = x
@@ -53,3 +64,25 @@ def getitem(x: Tensor, index) -> Tensor:
     if tuple(out_shape) != out.shape:
         out = apply("reshape", [out], shape=tuple(out_shape))
     return out
+
+
+def _check_item(x: Tensor, item) -> None:
+    """Refuse what basic indexing cannot take, before anything compares or converts it."""
+    if item is None or item is Ellipsis or is_integer(item):
+        return
+    if isinstance(item, slice):
+        for part in (item.start, item.stop, item.step):
+            if part is not None and not is_integer(part):
+                raise GraphError(f"slice bounds must be integers or None, got {shown(item)}",
+                                 x.node.id)
+        if item.step is not None and item.step < 1:
+            raise GraphError(f"negative or zero slice steps are not supported, got "
+                             f"{shown(item)}", x.node.id)
+        return
+    if isinstance(item, (Tensor, np.ndarray, list)):
+        what = "a tensor" if isinstance(item, Tensor) else f"a {type(item).__name__}"
+        raise GraphError(f"indexing with {what} (a boolean mask or integer array) is not "
+                         "supported; use ints, slices, ... and None, or dx.where to choose "
+                         "elements", x.node.id)
+    raise GraphError(f"unsupported index {shown(item)}: use ints, slices, ... and None",
+                     x.node.id)

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from deepx_flow.compiler.infer import infer_node
 from deepx_flow.errors import GraphError
 from deepx_flow.ir import dtypes
 from deepx_flow.ir.node import Node, make_attrs, make_id
@@ -138,13 +139,13 @@ def apply(op: str, inputs: list[Tensor], shape=None, dtype=None, **attrs: Any) -
     draft = Node(f"new {op}", op, in_ids, None if shape is None else tuple(shape), dtype, frozen)
     spec.check_arity(draft)
     try:
-        out_shape, out_dtype = spec.infer(draft, [t.node for t in inputs])
+        typed = infer_node(draft, [t.node for t in inputs])
     except GraphError as err:
         # Name the operands, since the new node has no id a user would recognise yet.
         operands = ", ".join(f"{t.node.id}{t.shape}" for t in inputs) or "no inputs"
         raise GraphError(f"{err} (operands: {operands})") from None
-    node = Node(make_id(op, in_ids, out_shape, out_dtype, frozen), op, in_ids, out_shape,
-                out_dtype, frozen)
+    node = Node(make_id(op, in_ids, typed.shape, typed.dtype, frozen), op, in_ids, typed.shape,
+                typed.dtype, frozen)
     return Tensor(node, tuple(inputs))
 
 

@@ -66,8 +66,8 @@ def normalize_attrs(op: str, attrs: dict[str, Any], inputs: list[Node],
     for key, value in DEFAULTS.get(op, {}).items():
         out.setdefault(key, value)
     for key in FLOAT_ATTRS:
-        if key in out and type(out[key]) is int:
-            out[key] = float(out[key])
+        if key in out and type(out[key]) is int and abs(out[key]) < 2**1023:
+            out[key] = float(out[key])  # larger ints stay, for the rule to refuse by name
     # A draft node gives the shared axis helpers the op and id their messages name.
     draft = Node(node_id, op, (), (), "")
     # Reductions with a compiler prologue broadcast all their operands: use the widest.

@@ -27,7 +27,7 @@ from typing import Any
 
 from deepx_flow.compiler.infer import infer_node, infer_types
 from deepx_flow.compiler.validate import validate_graph
-from deepx_flow.errors import GraphError, SpecError
+from deepx_flow.errors import GraphError, SpecError, shown
 from deepx_flow.ir import Graph, Node, dtypes
 from deepx_flow.ir.node import make_attrs
 from deepx_flow.ops import OPS
@@ -103,17 +103,17 @@ def _check_top(doc: Any) -> None:
                         f"{_kind(doc)}")
     for key in doc:
         if key not in TOP_KEYS:
-            raise SpecError(f"unknown top-level key {key!r}{_suggest(key, TOP_KEYS)}; allowed: "
-                            f"{', '.join(TOP_KEYS)}")
+            raise SpecError(f"unknown top-level key {shown(key)}{_suggest(key, TOP_KEYS)}; "
+                            f"allowed: {', '.join(TOP_KEYS)}")
     if "deepx" not in doc:
         raise SpecError(f"missing the version key: start the spec with `deepx: {VERSION}`")
     version = doc["deepx"]
     if type(version) is not int or version != VERSION:
-        raise SpecError(f"unsupported spec version {version!r}: this deepx_flow reads "
+        raise SpecError(f"unsupported spec version {shown(version)}: this deepx_flow reads "
                         f"`deepx: {VERSION}`")
     for key in ("name", "description"):
         if doc.get(key) is not None and not isinstance(doc[key], str):
-            raise SpecError(f"'{key}' must be a string, not a {_kind(doc[key])}")
+            raise SpecError(f"{shown(key)} must be a string, not a {_kind(doc[key])}")
     if "outputs" not in doc:
         raise SpecError("missing 'outputs': list the ids of the nodes the graph computes")
 
@@ -135,21 +135,21 @@ def _parse_entries(doc: dict) -> dict[str, Entry]:
         entry = _parse_node(position, fields)
         if entry.id in entries:
             what = "an input" if entries[entry.id].op == "input" else "another node"
-            raise SpecError(f"duplicate id: {what} already has the id '{entry.id}'; ids must be "
-                            "unique", entry.id)
+            raise SpecError(f"duplicate id: {what} already has the id {shown(entry.id)}; ids "
+                            "must be unique", entry.id)
         entries[entry.id] = entry
     return entries
 
 
 def _parse_input(name: Any, fields: Any) -> Entry:
     if not isinstance(name, str) or not name:
-        raise SpecError(f"input names must be non-empty strings, got {name!r} (quote it)")
+        raise SpecError(f"input names must be non-empty strings, got {shown(name)} (quote it)")
     if not isinstance(fields, dict):
         raise _input_error(name, f"must be a mapping {{shape: [...], dtype: ...}}, not a "
                                  f"{_kind(fields)}")
     for key in fields:
         if key not in INPUT_KEYS:
-            raise _input_error(name, f"unknown key {key!r}; an input has only shape and dtype")
+            raise _input_error(name, f"unknown key {shown(key)}; an input has only shape and dtype")
     for key in INPUT_KEYS:
         if fields.get(key) is None:
             raise _input_error(name, f"needs a {key} (an input has no operands to take it "
@@ -160,7 +160,7 @@ def _parse_input(name: Any, fields: Any) -> Entry:
 
 def _input_error(name: str, message: str) -> SpecError:
     """Errors about inputs say "input 'x'", which is what the spec's author wrote."""
-    err = SpecError(f"input '{name}': {message}")
+    err = SpecError(f"input {shown(name)}: {message}")
     err.node = name
     return err
 
@@ -171,25 +171,27 @@ def _parse_node(position: int, fields: Any) -> Entry:
                         f"not a {_kind(fields)}")
     node_id = fields.get("id")
     if not isinstance(node_id, str) or not node_id:
-        got = "has no 'id'" if node_id is None else f"has id {node_id!r}, which is not a string"
+        got = ("has no 'id'" if node_id is None else
+               f"has id {shown(node_id)}, which is not a string")
         raise SpecError(f"nodes entry {position + 1} {got}; give every node a string id "
                         "(quote ids such as 'on', 'yes' or '1' that YAML reads as other types)")
     op = fields.get("op")
     if not isinstance(op, str):
         raise SpecError("missing 'op' (the operator name)" if op is None else
-                        f"'op' must be an operator name, not {op!r}", node_id)
+                        f"'op' must be an operator name, not {shown(op)}", node_id)
     if op not in OPS:
-        raise GraphError(f"unknown operator '{op}'{_suggest(op, OPS)} (see docs/graph-spec.md "
+        raise GraphError(f"unknown operator {shown(op)}{_suggest(op, OPS)} (see docs/graph-spec.md "
                          "or `deepx-flow ops` for the list)", node_id)
     for key in fields:
         if key not in NODE_KEYS:
-            hint = (f"; '{key}' is an attribute of {op}: put it under attrs"
+            hint = (f"; {shown(key)} is an attribute of {op}: put it under attrs"
                     if key in OPS[op].attrs else _suggest(key, NODE_KEYS))
-            raise SpecError(f"unknown key {key!r}{hint}; a node has {', '.join(NODE_KEYS)}",
+            raise SpecError(f"unknown key {shown(key)}{hint}; a node has {', '.join(NODE_KEYS)}",
                             node_id)
     args = fields.get("args") or []
     if not isinstance(args, list):
-        raise SpecError(f"'args' must be a list of node ids and numbers, not {args!r}", node_id)
+        raise SpecError(f"'args' must be a list of node ids and numbers, not {shown(args)}",
+                        node_id)
     parsed_args = []
     for arg in map(_yaml12_number, args):
         if is_literal(arg):
@@ -197,16 +199,16 @@ def _parse_node(position: int, fields: Any) -> Entry:
         elif isinstance(arg, str) and arg:
             parsed_args.append(arg)
         else:
-            raise SpecError(f"each arg must be a node id or a number, got {arg!r}", node_id)
+            raise SpecError(f"each arg must be a node id or a number, got {shown(arg)}", node_id)
     shape = None if fields.get("shape") is None else _parse_shape(fields["shape"], node_id)
     dtype = None if fields.get("dtype") is None else _parse_dtype(fields["dtype"], node_id)
     attrs = fields.get("attrs") or {}
     if not isinstance(attrs, dict):
-        raise SpecError(f"'attrs' must be a mapping of attribute name to value, not {attrs!r}",
+        raise SpecError(f"'attrs' must be a mapping of attribute name to value, not {shown(attrs)}",
                         node_id)
     for key, value in attrs.items():
         if not isinstance(key, str):
-            raise SpecError(f"attribute names must be strings, got {key!r}", node_id)
+            raise SpecError(f"attribute names must be strings, got {shown(key)}", node_id)
         _check_attr_value(key, value, node_id)
     attrs = {key: _yaml12_number(value) for key, value in attrs.items()}
     return Entry(node_id, op, tuple(parsed_args), shape, dtype, attrs)
@@ -214,13 +216,13 @@ def _parse_node(position: int, fields: Any) -> Entry:
 
 def _parse_shape(shape: Any, node_id: str) -> tuple[int, ...]:
     if not isinstance(shape, list) or not all(type(s) is int for s in shape):
-        raise SpecError(f"shape must be a list of integers, got {shape!r}", node_id)
+        raise SpecError(f"shape must be a list of integers, got {shown(shape)}", node_id)
     return tuple(shape)
 
 
 def _parse_dtype(dtype: Any, node_id: str) -> str:
     if not isinstance(dtype, str):
-        raise SpecError(f"dtype must be a name such as float32, got {dtype!r}", node_id)
+        raise SpecError(f"dtype must be a name such as float32, got {shown(dtype)}", node_id)
     return dtypes.normalize(dtype, node_id)
 
 
@@ -234,9 +236,10 @@ def _check_attr_value(key: str, value: Any, node_id: str, depth: int = 0) -> Non
             _check_attr_value(key, item, node_id, depth + 1)
         return
     if isinstance(value, list):
-        raise SpecError(f"attribute '{key}' nests lists too deeply (or contains itself)", node_id)
-    raise SpecError(f"attribute '{key}' has a {_kind(value)} value {value!r}; attribute values "
-                    "are numbers, strings, booleans, null or lists of them", node_id)
+        raise SpecError(f"attribute {shown(key)} nests lists too deeply", node_id)
+    raise SpecError(f"attribute {shown(key)} has a {_kind(value)} value {shown(value)}; "
+                    "attribute values are numbers, strings, booleans, null or lists of them",
+                    node_id)
 
 
 def _yaml12_number(value: Any) -> Any:
@@ -256,7 +259,7 @@ def _parse_outputs(outputs: Any, entries: dict[str, Entry]) -> list[tuple[str, s
         items = outputs
     else:
         raise SpecError(f"'outputs' must be a list of node ids or {{name: node id}} entries, "
-                        f"not {outputs!r}")
+                        f"not {shown(outputs)}")
     if not items:
         raise SpecError("'outputs' is empty: name at least one node the graph computes")
     pairs = []
@@ -267,11 +270,12 @@ def _parse_outputs(outputs: Any, entries: dict[str, Entry]) -> list[tuple[str, s
             (name, node_id), = item.items()
         else:
             raise SpecError(f"each output must be a node id or one {{name: node id}} entry, "
-                            f"got {item!r}")
+                            f"got {shown(item)}")
         if not isinstance(name, str) or not isinstance(node_id, str) or not name:
-            raise SpecError(f"output names and node ids must be strings, got {item!r}")
+            raise SpecError(f"output names and node ids must be strings, got {shown(item)}")
         if node_id not in entries:
-            named = f"'{name}' names node '{node_id}', which" if name != node_id else f"'{name}'"
+            named = (f"{shown(name)} names node {shown(node_id)}, which" if name != node_id
+                     else shown(name))
             raise SpecError(f"output {named} is not defined as an input or a node"
                             f"{_suggest(node_id, entries)}")
         pairs.append((name, node_id))
@@ -307,12 +311,12 @@ def _walk(entries: dict[str, Entry], roots: list[str]) -> list[tuple]:
             if isinstance(arg, Literal):
                 order.append(("literal", node_id, i))
             elif arg not in entries:
-                raise SpecError(f"missing input '{arg}': no input or node has this id"
+                raise SpecError(f"missing input {shown(arg)}: no input or node has this id"
                                 f"{_suggest(arg, entries)}", node_id)
             elif state.get(arg) == 1:
                 path = [f[0] for f in stack]
                 cycle = path[path.index(arg):] + [arg]
-                raise GraphError(f"the nodes form a cycle: {' -> '.join(cycle)} (each uses "
+                raise GraphError(f"the nodes form a cycle: {_cycle_path(cycle)} (each uses "
                                  "the next as an operand); a graph must be acyclic", arg)
             elif arg not in state:
                 state[arg] = 1
@@ -362,6 +366,14 @@ def _type_node(entry: Entry, done: dict[str, Node],
 
 
 # -- message helpers -----------------------------------------------------------------------
+def _cycle_path(cycle: list[str]) -> str:
+    """`a -> b -> a`; a long cycle shows its first and last steps, ids shortened."""
+    ids = [shown(i)[1:-1] for i in cycle]
+    if len(ids) > 8:
+        ids = ids[:4] + [f"... ({len(ids) - 7} more)"] + ids[-3:]
+    return " -> ".join(ids)
+
+
 def _suggest(word: str, choices) -> str:
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""

@@ -4,8 +4,9 @@ A spec is a YAML mapping (`deepx: 1`, `inputs`, `nodes`, `outputs`; the format i
 docs/graph-spec.md) that any language can write. `to_yaml` writes every node in full (id, op,
 operand ids, shape, dtype, attributes), so `from_yaml(to_yaml(g)) == g` for every graph that
 `build_graph` or `from_yaml` made; floats are written by `repr` and read back bit for bit.
-`from_yaml` reads with `yaml.safe_load` only (no Python objects can be built from a spec), then
-checks, orders and types the graph (`deepx_flow.spec.reader`).
+`from_yaml` reads with a safe loader only (no Python objects can be built from a spec) that
+bounds what the text may expand into (`deepx_flow.spec.bounded_yaml`: nesting, aliases, long
+integers), then checks, orders and types the graph (`deepx_flow.spec.reader`).
 
 Constants the SDK made from Python scalars (`x + 1.0`) are written back as literals in `args`
 when reading the literal gives back the same node, so exported specs read like hand-written
@@ -24,6 +25,7 @@ from deepx_flow.errors import GraphError, SpecError
 from deepx_flow.ir import Graph, Node
 from deepx_flow.ir.node import make_attrs, make_id
 from deepx_flow.sdk.build import Outputs, build_graph
+from deepx_flow.spec import bounded_yaml
 from deepx_flow.spec.normalize import is_literal, literal_dtype
 from deepx_flow.spec.reader import VERSION, document_to_graph
 
@@ -242,7 +244,7 @@ def _is_file_name(text: str) -> bool:
 
 def _parse_yaml(text: str) -> Any:
     try:
-        return yaml.safe_load(text)
+        return bounded_yaml.load(text)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -252,5 +254,5 @@ def _parse_yaml(text: str) -> Any:
                 and err.context_mark.line != err.problem_mark.line:
             problem += f" ({err.context} that starts at line {err.context_mark.line + 1})"
         raise SpecError(f"{where}invalid YAML: {problem}") from None
-    except yaml.YAMLError as err:
-        raise SpecError(f"invalid YAML: {err}") from None
+    except yaml.YAMLError as err:  # e.g. a character YAML does not allow: keep it one line
+        raise SpecError(f"invalid YAML: {' '.join(str(err).split())}") from None
