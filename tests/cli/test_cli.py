@@ -113,7 +113,7 @@ def test_bad_input_exits_2(files, args, needle):
     assert len(res.stderr.strip().splitlines()) == 1
 
 
-def test_failure_while_running_exits_1(files, scheduler):
+def test_damaged_input_data_exits_2(files, scheduler):
     tmp, x = files
     store = tmp / "x.zarr"
     arr = zarr.create_array(store, shape=(50, 8), chunks=(25, 8), dtype="float64")
@@ -123,5 +123,23 @@ def test_failure_while_running_exits_1(files, scheduler):
     for p in chunk_files:
         p.write_bytes(b"not a zarr chunk")  # readable metadata, unreadable data
     res = cli("run", "g.yaml", "--input", "x=x.zarr", "--scheduler", scheduler, cwd=tmp)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert res.stderr.splitlines() == [res.stderr.strip()]
+    assert "x.zarr: chunk (0, 0) is damaged" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_failure_while_running_exits_1(files, scheduler):
+    from distributed import Client
+
+    from deepx_flow.kernels.faults import Fault, FaultInjection
+    tmp, _ = files
+    with Client(scheduler) as client:
+        client.register_plugin(FaultInjection([Fault("raise", node="w")]))
+        try:
+            res = cli("run", "g.yaml", "--input", "x=x.npy", "--scheduler", scheduler, cwd=tmp)
+        finally:
+            client.unregister_worker_plugin(FaultInjection.name)
     assert res.returncode == 1, (res.stdout, res.stderr)
-    assert "Traceback" not in res.stderr and "failed" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert "failed: operator random_normal (node w)" in res.stderr
+    assert "RuntimeError: injected fault in a task of w" in res.stderr
