@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
 from contextlib import contextmanager
+from functools import cached_property
 from pathlib import Path
 
 from sqlalchemy import create_engine, event
@@ -69,6 +71,17 @@ class Database:
     @property
     def display_url(self) -> str:
         return make_url(self.url).render_as_string(hide_password=True)
+
+    @cached_property
+    def identity(self) -> str:
+        """This database as processes on several hosts can compare it: this host and the URL
+        (a SQLite path made absolute; a password hidden). Two processes that give the same
+        identity write the same database."""
+        parsed = make_url(self.url)
+        path = _sqlite_path(parsed) if self.is_sqlite else None
+        if path is not None:
+            parsed = parsed.set(database=str(path.resolve()))
+        return f"{socket.gethostname()} {parsed.render_as_string(hide_password=True)}"
 
     @property
     def is_sqlite(self) -> bool:

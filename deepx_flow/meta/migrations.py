@@ -20,6 +20,8 @@ History:
 6. tasks.comm_seconds (time spent fetching inputs); an index on asset_materializations
    (asset, partition, created_at) for the newest version of every asset and partition.
 7. operator_speeds (measured speed of each operator on each worker).
+8. chunk_placements unique per run: (run_id, tensor, chunk, worker) instead of (tensor, chunk,
+   worker), so a later run that computes the same chunk on the same worker adds its own row.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from sqlmodel import SQLModel
 from deepx_flow.errors import DatabaseError
 from deepx_flow.meta.models import SchemaInfo
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # An arbitrary constant: PostgreSQL sessions migrating at once take turns on this lock.
 _PG_LOCK_ID = 74_700_11
@@ -158,6 +160,48 @@ def _v7_operator_speeds(conn: Connection) -> None:
     frozen.create_all(conn, checkfirst=True)
 
 
+def _v8_placements_per_run(conn: Connection) -> None:
+    # Keys are content hashes: two runs of one graph compute the same keys, and with one row
+    # per (tensor, chunk, worker) the second run took the first one's rows over.
+    if conn.dialect.name == "postgresql":
+        per_run = False
+        for unique in inspect(conn).get_unique_constraints("chunk_placements"):
+            if unique["column_names"] == ["tensor", "chunk", "worker"]:
+                conn.execute(text(f'ALTER TABLE chunk_placements DROP CONSTRAINT '
+                                  f'"{unique["name"]}"'))
+            per_run |= unique["column_names"] == ["run_id", "tensor", "chunk", "worker"]
+        if not per_run:
+            conn.execute(text("ALTER TABLE chunk_placements ADD CONSTRAINT "
+                              "chunk_placements_run_id_tensor_chunk_worker_key "
+                              "UNIQUE (run_id, tensor, chunk, worker)"))
+        return
+    # SQLite cannot change a table's constraints: the table is made anew and its rows copied
+    # (SQLite's documented way), as it was at version 8 (frozen, as in step 2).
+    frozen = MetaData()
+    Table("runs", frozen, Column("id", String, primary_key=True))
+    columns = [Column("id", Integer, primary_key=True),
+               Column("run_id", String, ForeignKey("runs.id"), nullable=False),
+               Column("tensor", String, nullable=False),
+               Column("chunk", String, nullable=False),
+               Column("worker", String, nullable=False),
+               Column("device", String, nullable=True),
+               Column("tier", String, nullable=False),
+               Column("nbytes", BigInteger, nullable=True),
+               Column("state", String, nullable=False),
+               Column("updated_at", Float, nullable=False)]
+    Table("chunk_placements_v8", frozen, *columns,
+          UniqueConstraint("run_id", "tensor", "chunk", "worker")).create(conn)
+    names = ", ".join(c.name for c in columns)
+    conn.execute(text(f"INSERT INTO chunk_placements_v8 ({names}) "
+                      f"SELECT {names} FROM chunk_placements"))
+    conn.execute(text("DROP TABLE chunk_placements"))
+    conn.execute(text("ALTER TABLE chunk_placements_v8 RENAME TO chunk_placements"))
+    renamed = Table("chunk_placements", MetaData(), Column("run_id", String),
+                    Column("state", String))
+    Index("ix_chunk_placements_run", renamed.c.run_id).create(conn)
+    Index("ix_chunk_placements_state", renamed.c.state).create(conn)
+
+
 STEPS = {
     2: _v2_events_and_username,
     3: _v3_assets,
@@ -165,6 +209,7 @@ STEPS = {
     5: _v5_listing_indexes,
     6: _v6_comm_seconds,
     7: _v7_operator_speeds,
+    8: _v8_placements_per_run,
 }
 
 
