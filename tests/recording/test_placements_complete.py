@@ -109,3 +109,35 @@ def test_a_persist_gathered_before_its_cluster_closed_succeeded(client, record_d
     assert (run.status, run.error) == ("succeeded", None)
     assert finished_tasks(record_db, run.id) >= 20
     assert unplaced(record_db, run.id) == []
+
+
+def test_a_persist_dropped_after_its_run_is_recorded_by_the_next_run(client, record_db,
+                                                                      tmp_path, caplog):
+    """A persisted tensor whose futures are dropped without `release` (a handle garbage
+    collected, a notebook cell run again): its chunks are recorded released by the next run
+    that records into the same database, and never written into another database."""
+    p = dx.persist(dx.random.uniform((900, 300), seed=21) + 2.0, client=client).wait()
+    (persisted,) = queries.list_runs(record_db)
+    held = queries.placements(record_db, run_id=persisted.id)
+    assert held and {(r.tensor, r.state) for r in held} == {(p.key, "memory")}
+    for future in p.futures:  # dropped behind the recorder's back
+        future.release()
+    p.futures = []
+
+    other = f"sqlite:///{(tmp_path / 'other.db').as_posix()}"
+    caplog.set_level(logging.WARNING, logger="deepx_flow.runtime.recording")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DEEPX_DB_URL", other)
+        np.testing.assert_array_equal(dx.run(dx.arange(6) * 2.0, client=client),
+                                      np.arange(6) * 2.0)
+    # The persist's rows were not offered to the other database (they would fail its
+    # foreign key, and with them the whole batch).
+    assert not [r for r in caplog.records if r.name == "deepx_flow.runtime.recording"]
+    assert queries.placements(open_db(other), run_id=persisted.id, current=False) == []
+    assert queries.placements(record_db, run_id=persisted.id) == held  # not written yet
+
+    dx.run(dx.arange(6) * 3.0, client=client)
+    rows = queries.placements(record_db, run_id=persisted.id, tensor=p.key, current=False)
+    assert [(r.chunk, r.worker, r.nbytes) for r in rows] == \
+        [(r.chunk, r.worker, r.nbytes) for r in held]
+    assert {r.state for r in rows} == {"released"}
