@@ -88,7 +88,7 @@ class Template:
 def _template(outputs, cluster) -> Template:
     import deepx_flow as dx
     from deepx_flow.ir.keys import key_name
-    from deepx_flow.runtime.recording import operator_label
+    from deepx_flow.ir.program import operator_label
     from deepx_flow.spec.yaml_io import to_yaml
 
     plan = dx.compile(outputs, cluster=cluster)

@@ -29,6 +29,7 @@ from deepx_flow.sdk.tensor import Tensor
 from deepx_flow.registry.cluster import ClusterSpec, load_cluster_file
 from deepx_flow.runtime.placement import Placement, placement
 from deepx_flow.runtime.recovery import Recovery
+from deepx_flow.runtime.cluster import shutdown
 from deepx_flow.runtime.run import Persisted, compile, persist, run
 from deepx_flow.spec.yaml_io import from_yaml, to_yaml
 
@@ -41,7 +42,7 @@ __all__ = [
     "DatabaseError", "DataError", "DeepxError", "ExecutionError", "GraphError",
     "InputError", "PlanError", "SpecError", "Graph", "Node", "Tensor", "build_graph", "random",
     "ClusterSpec", "load_cluster_file", "Persisted", "Placement", "compile", "persist",
-    "placement", "run", "from_yaml", "to_yaml", "Recovery",
+    "placement", "run", "shutdown", "from_yaml", "to_yaml", "Recovery",
     "schedule",
     "abs", "add", "arange", "cast", "concat", "concatenate", "div", "equal", "exp", "full",
     "gelu", "greater", "greater_equal", "input", "less", "less_equal", "log", "log_softmax",

@@ -71,10 +71,18 @@ class DatabaseError(DeepxError):
 
 class ExecutionError(DeepxError):
     """A task failed while running on the cluster. `kind` says how when it is known:
-    "oom", "device-lost", "killed-worker", "timeout" or "no-workers"."""
+    "oom", "device-lost", "killed-worker", "timeout", "no-workers" or "codegen"."""
 
     exit_code = 1
     kind: str | None = None
+
+
+class CodegenError(ExecutionError):
+    """Generating or compiling the code of a fused kernel failed. It is a limit or a gap of
+    the code generator (or of the compiler it feeds), not of the data: planning smaller chunks
+    would fail the same way, so it is never taken for running out of memory."""
+
+    kind = "codegen"
 
 
 class CheckFailed(DeepxError):

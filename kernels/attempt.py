@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 
+from deepx_flow.errors import ExecutionError
 from deepx_flow.kernels import faults
 
 ATTEMPT_TOPIC = "deepx-attempt"
@@ -33,7 +34,14 @@ OUT_OF_MEMORY = ("cudaErrorMemoryAllocation", "CUDA_ERROR_OUT_OF_MEMORY",
 
 def classify(err: BaseException) -> str | None:
     """"oom" for running out of (device or host) memory, "device-lost" for a CUDA error
-    that leaves the device unusable, None for anything else."""
+    that leaves the device unusable, None for anything else.
+
+    An error of ours that knows its kind keeps it: a `CodegenError` is "codegen" even when
+    what failed was a MemoryError while generating or compiling a kernel, because planning
+    smaller chunks (what "oom" leads to) cannot help code generation.
+    """
+    if isinstance(err, ExecutionError) and err.kind is not None:
+        return err.kind
     names = {t.__name__ for t in type(err).__mro__}
     text = f"{type(err).__name__}: {err}"
     if "MemoryError" in names or "OutOfMemoryError" in names \

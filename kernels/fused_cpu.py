@@ -5,29 +5,30 @@ one NumPy call per instruction would write and read one full-size temporary per 
 here the whole program runs in one pass over memory, with temporaries that stay in cache. There
 are two paths, and both give NumPy's results and dtypes instruction by instruction:
 
-- numexpr path. The program becomes one numexpr expression (built once per program and input
-  dtypes, cached). numexpr walks the operands in blocks of 1024 elements and keeps its
-  temporaries in per-block registers. Constants are passed as typed 0-d arrays, never as
-  literals: numexpr reads a Python float literal as float64, which would turn float32 programs
-  into float64 ones. Only dtypes numexpr computes exactly as NumPy does are used (bool, int32,
-  int64, float32, float64); every instruction is lowered with explicit conversions to the dtype
-  NumPy's own loop would use, and the compiled result kind is checked against the program's.
-  A final `cast` is left to numexpr's output casting, so a float64 program may end in float16.
+- numexpr path. `fused_numexpr` lowers the program to numexpr code (once per program and
+  input dtypes, cached), exactly as NumPy computes it, in code that grows linearly with the
+  program. A short chain is one expression, run in one numexpr call over the task: numexpr
+  walks the operands in blocks of 1024 elements and keeps its temporaries in per-block
+  registers. A long program, or one that reads a long value several times, is several
+  expressions (stages), each reading earlier stages' results by name; they run block by block
+  like the blocked path, the stages' results in reused block buffers. numexpr refusing the
+  generated code is a `CodegenError` (a code-generation failure, never taken for running out
+  of memory), except an operation numexpr has no kernel for, which goes to the blocked path.
 - Blocked path. It walks the output in blocks of `BLOCK_ELEMENTS` elements along the flattened
   leading axes and runs the reference operators (`elementwise.apply_op`) on block buffers that
   are allocated once per call and reused for every block; a register allocator frees a
   temporary's buffer after its last use. It runs every program, including those numexpr
-  cannot run exactly: float16, int8/16, unsigned ints, narrowing casts, integer pow, and
-  programs too large for one expression.
+  cannot run exactly: float16, int8/16, unsigned ints, narrowing casts and integer pow.
 
 Which path: numexpr is not the faster one for most programs here. NumPy 2's SIMD loops, run on
 cache-resident blocks, beat numexpr's scalar libm calls on float32 exp/log/tanh (tanh 4 ns per
 element against 17, gelu 5 against 25) and on maximum; numexpr wins on where() and float64 exp.
 A 10-instruction float32 chain over 4M elements took 208 ms through numexpr, 70 ms unfused
 (one NumPy call and temporary per instruction) and 40 to 47 ms blocked (11 ms with the
-256K-element blocks chosen below). So `evaluate` takes numexpr only where it can run the
-program exactly and the measured per-instruction costs (`OP_COST_NS`) predict it faster.
-With a VML-enabled numexpr, or other hardware, re-measure (`benchmarks/bench_fused_kernel.py --ops`).
+256K-element blocks chosen below). So `evaluate` takes numexpr only where the measured
+per-instruction costs (`OP_COST_NS`) predict it faster (read before anything is lowered) and
+it can run the program exactly. With a VML-enabled numexpr, or other hardware, re-measure
+(`benchmarks/bench_fused_kernel.py --ops`).
 
 Both paths compute at the broadcast shape of the inputs the program reads and only then widen
 the result to the task's output shape, so a program that reads a small bias costs the bias'
@@ -60,16 +61,16 @@ must not run in two threads at once: compiled programs are cached per thread.
 from __future__ import annotations
 
 import math
-import re
 import threading
-from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from deepx_flow.errors import ExecutionError
+from deepx_flow.errors import CodegenError, ExecutionError
 from deepx_flow.ir.program import Program
-from deepx_flow.kernels.elementwise import COMPARISONS, GELU_C, GELU_K, OPS, apply_op, constant
+from deepx_flow.kernels import fused_numexpr
+from deepx_flow.kernels.elementwise import apply_op, constant
+from deepx_flow.kernels.fused_numexpr import NumexprSource
 
 try:
     import numexpr as ne
@@ -85,13 +86,6 @@ except ImportError:  # numexpr is a dependency, but the blocked path needs nothi
 BLOCK_ELEMENTS = 1 << 18
 # numexpr threads per call; see the module docstring for the measurements behind 1.
 NUMEXPR_THREADS = 1
-# Limits of the numexpr path. Shared temporaries are written out once per use in the
-# expression (numexpr merges the copies again), so a program that reuses values a lot can
-# grow; past these limits the blocked path is cheaper to set up and safe from Python's parser
-# nesting limit (200) and NumPy's iterator operand limit (32 with NumPy 1.x).
-MAX_EXPR_CHARS = 20_000
-MAX_EXPR_DEPTH = 120
-MAX_NUMEXPR_OPERANDS = 31
 
 # Nanoseconds per element and instruction, measured with benchmarks/bench_fused_kernel.py
 # (--ops) on the development machine (AMD EPYC, AVX2, no AVX-512; NumPy 2.4.6; numexpr 2.14.2
@@ -113,20 +107,6 @@ OP_COST_NS: dict[str, tuple[float, float, float, float]] = {
     "ge": (0.8, 1.0, 0.6, 0.9), "eq": (0.8, 1.0, 0.6, 0.9), "ne": (0.8, 1.0, 0.6, 0.9),
 }
 _INT_MAXMIN_COST_NS = (3.0, 2.6, 0.7, 0.9)
-
-# dtype -> (numexpr signature type, numexpr result kind code)
-_NE_TYPES: dict[str, tuple[type, bytes]] = {
-    "bool": (bool, b"b"), "int32": (np.int32, b"i"), "int64": (np.int64, b"l"),
-    "float32": (float, b"f"), "float64": (np.float64, b"d"),
-}
-# Conversions numexpr does exactly like NumPy's astype; done as `x * one` so that -0.0, NaN and
-# infinities pass through unchanged (`x + 0` would turn -0.0 into 0.0).
-_WIDEN = {("int32", "int64"), ("int32", "float32"), ("int32", "float64"),
-          ("int64", "float32"), ("int64", "float64"), ("float32", "float64")}
-_INT = ("int32", "int64")
-_FLOAT = ("float32", "float64")
-_NE_COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-_NE_ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**"}
 
 
 def evaluate(program: Program, arrays: Sequence[np.ndarray], out_shape: tuple[int, ...]
@@ -155,32 +135,40 @@ def evaluate(program: Program, arrays: Sequence[np.ndarray], out_shape: tuple[in
     ------
     ExecutionError
         For an empty program, missing inputs, inputs that do not broadcast to `out_shape`, or an
-        unknown operator.
+        unknown operator; its subclass CodegenError when generating or compiling the numexpr
+        code fails.
     """
     arrays, shape = _prepare(program, arrays, out_shape)
     if math.prod(shape) == 0:
         return np.empty(out_shape, dtype=program[-1][2])
     src = _choice(program, tuple(a.dtype.name for a in arrays))
-    compiled = _compiled(src) if src is not None else None
+    compiled = _compiled(src, program) if src is not None else None
     if compiled is not None:
-        result = _run_numexpr(src, compiled, arrays, shape)
+        result = _run_numexpr(src, compiled, arrays, shape, BLOCK_ELEMENTS)
     else:
         result = _run_blocked(program, arrays, shape, BLOCK_ELEMENTS)
     return _widen(result, out_shape)
 
 
 def evaluate_numexpr(program: Program, arrays: Sequence[np.ndarray],
-                     out_shape: tuple[int, ...]) -> np.ndarray:
-    """Like `evaluate`, but only through numexpr; raises ExecutionError where it cannot."""
+                     out_shape: tuple[int, ...], block_elements: int = BLOCK_ELEMENTS
+                     ) -> np.ndarray:
+    """Like `evaluate`, but only through numexpr; raises ExecutionError where it cannot.
+
+    Parameters
+    ----------
+    block_elements
+        The most elements one block holds when the program runs in several stages.
+    """
     arrays, shape = _prepare(program, arrays, out_shape)
     src = numexpr_source(program, tuple(a.dtype.name for a in arrays))
-    compiled = _compiled(src) if src is not None else None
+    compiled = _compiled(src, program) if src is not None else None
     if compiled is None:
         raise ExecutionError("this fused program cannot run exactly through numexpr "
                              f"(input dtypes {[a.dtype.name for a in arrays]}); use evaluate")
     if math.prod(shape) == 0:
         return np.empty(out_shape, dtype=program[-1][2])
-    return _widen(_run_numexpr(src, compiled, arrays, shape), out_shape)
+    return _widen(_run_numexpr(src, compiled, arrays, shape, block_elements), out_shape)
 
 
 def evaluate_blocked(program: Program, arrays: Sequence[np.ndarray],
@@ -202,11 +190,18 @@ def evaluate_blocked(program: Program, arrays: Sequence[np.ndarray],
 def engine_for(program: Program, in_dtypes: Sequence[str]) -> str:
     """Which path `evaluate` takes for this program and input dtypes: "numexpr" or "blocked"."""
     src = _choice(program, tuple(in_dtypes))
-    return "numexpr" if src is not None and _compiled(src) is not None else "blocked"
+    return "numexpr" if src is not None and _compiled(src, program) is not None else "blocked"
 
 
-def estimated_cost(program: Program) -> dict[str, float]:
+def estimated_cost(program: Program, stages: int = 1) -> dict[str, float]:
     """Estimated nanoseconds per output element of each path, from `OP_COST_NS`.
+
+    Parameters
+    ----------
+    stages
+        How many numexpr expressions the program lowers to. Every stage but the last writes
+        its result to a block buffer that a later stage reads again: the memory traffic of a
+        cast, so each is counted as one (not measured on its own).
 
     Returns
     -------
@@ -214,14 +209,17 @@ def estimated_cost(program: Program) -> dict[str, float]:
         `{"numexpr": ns, "blocked": ns}`.
     """
     ne_ns = np_ns = 0.0
+    wide = 0
     for op, _, dtype in program:
         col = 0 if np.dtype(dtype).itemsize <= 4 else 1
+        wide = max(wide, col)
         if op in ("maximum", "minimum") and np.dtype(dtype).kind in "iu":
             costs = _INT_MAXMIN_COST_NS
         else:
             costs = OP_COST_NS.get(op, (1.0, 1.0, 1.0, 1.0))
         ne_ns += costs[col]
         np_ns += costs[2 + col]
+    ne_ns += (stages - 1) * OP_COST_NS["cast"][wide]
     return {"numexpr": ne_ns, "blocked": np_ns}
 
 
@@ -268,25 +266,6 @@ def _widen(result: np.ndarray, out_shape: tuple[int, ...]) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # numexpr path
 
-@dataclass(frozen=True)
-class NumexprSource:
-    """A program lowered to one numexpr expression.
-
-    `operands` lists, in signature order, where each variable comes from: `("in", k)` for the
-    k-th input array, or `("c", array)` for a typed 0-d constant.
-    """
-
-    expression: str
-    signature: tuple[tuple[str, type], ...]
-    operands: tuple[tuple, ...]
-    result_dtype: str  # what the expression computes
-    out_dtype: str     # the program's dtype (differs when a final cast is left to numexpr)
-
-    @property
-    def key(self) -> tuple:
-        return (self.expression, tuple((n, t.__name__) for n, t in self.signature))
-
-
 _CHOICES: dict[tuple[str, tuple[str, ...]], NumexprSource | None] = {}
 _CACHE_MAX = 4096
 _local = threading.local()
@@ -295,30 +274,39 @@ _threads_set = False
 
 
 def numexpr_source(program: Program, in_dtypes: tuple[str, ...]) -> NumexprSource | None:
-    """Lower a program to one numexpr expression, or None where numexpr cannot run it exactly.
+    """Lower a program to numexpr stages, or None where numexpr cannot run it exactly (see
+    `fused_numexpr`). A pure function of the program and the dtypes of the task's inputs.
 
-    A pure function of the program and the dtypes of the task's input arrays.
+    Raises
+    ------
+    CodegenError
+        When generating the code fails (it runs out of memory or recursion depth): a failure
+        of the code generator, which smaller chunks would not avoid.
     """
     if ne is None:
         return None
-    return _Lowering(tuple(in_dtypes)).lower(program)
+    try:
+        return fused_numexpr.numexpr_source(program, tuple(in_dtypes))
+    except (MemoryError, RecursionError) as err:
+        raise _codegen_error(program, "generating", err) from err
 
 
 def _choice(program: Program, in_dtypes: tuple[str, ...]) -> NumexprSource | None:
     """The numexpr source to run, or None for the blocked path; cached per program and dtypes.
 
-    The cache key is the program's repr, which (unlike tuple equality) tells 0.0 from -0.0 and
-    matches NaN constants.
+    The cost table is read first, so programs numexpr would run slower are never lowered;
+    then once more with the stages the lowering took. The cache key is the program's repr,
+    which (unlike tuple equality) tells 0.0 from -0.0 and matches NaN constants.
     """
     key = (repr(program), in_dtypes)
     try:
         return _CHOICES[key]
     except KeyError:
         pass
-    src = numexpr_source(program, in_dtypes)
-    if src is not None:
-        cost = estimated_cost(program)
-        if cost["numexpr"] >= cost["blocked"]:
+    cost = estimated_cost(program)
+    src = numexpr_source(program, in_dtypes) if cost["numexpr"] < cost["blocked"] else None
+    if src is not None and len(src.stages) > 1:
+        if estimated_cost(program, len(src.stages))["numexpr"] >= cost["blocked"]:
             src = None
     if len(_CHOICES) >= _CACHE_MAX:
         _CHOICES.clear()  # a crude bound; a process sees few distinct programs in practice
@@ -338,191 +326,83 @@ def _set_numexpr_threads() -> None:
             _threads_set = True
 
 
-def _compiled(src: NumexprSource):
-    """This thread's compiled numexpr program for `src`, or None if numexpr rejects it."""
+def _compiled(src: NumexprSource, program: Program) -> list | None:
+    """This thread's compiled numexpr programs for the stages of `src`, or None where numexpr
+    has no kernel for one of their operations (the blocked path is for those).
+
+    Anything else numexpr refuses is generated code that cannot compile (a limit passed, a
+    gap in the lowering) and raises CodegenError, instead of being hidden by the fallback.
+    """
     cache = getattr(_local, "compiled", None)
     if cache is None:
         cache = _local.compiled = {}
-    key = src.key
-    nex = cache.get(key)
-    if nex is None:
-        _set_numexpr_threads()
-        try:
-            nex = ne.NumExpr(src.expression, signature=list(src.signature))
-            # The result kind must be the program's; anything else is a lowering gap.
-            if nex.fullsig[:1] != _NE_TYPES[src.result_dtype][1]:
-                nex = False
-        except Exception:  # an opcode numexpr lacks: the blocked path is always available
-            nex = False
-        if len(cache) >= _CACHE_MAX:
-            cache.clear()
-        cache[key] = nex
-    return nex or None
-
-
-def _run_numexpr(src: NumexprSource, nex, arrays: list[np.ndarray], shape) -> np.ndarray:
-    out = np.empty(shape, dtype=src.out_dtype)
-    args = [arrays[o[1]] if o[0] == "in" else o[1] for o in src.operands]
-    # ex_uses_vml only asks for contiguous, aligned buffers: always safe to pass when VML is on.
-    nex(*args, out=out, order="K", casting="unsafe", ex_uses_vml=bool(ne.use_vml))
+    out = []
+    for stage in src.stages:
+        nex = cache.get(stage.key)
+        if nex is None:
+            nex = _compile_stage(stage, program)
+            if len(cache) >= _CACHE_MAX:
+                cache.clear()
+            cache[stage.key] = nex
+        if nex is False:
+            return None
+        out.append(nex)
     return out
 
 
-class _Lowering:
-    """Turns a program into one numexpr expression; `lower` returns None when it cannot."""
-
-    def __init__(self, in_dtypes: tuple[str, ...]):
-        self.in_dtypes = in_dtypes
-        self.constants: dict[tuple[str, str], str] = {}  # (repr(value), dtype) -> name
-        self.values: dict[str, np.ndarray] = {}
-
-    def lower(self, program: Program) -> NumexprSource | None:
-        # A final cast is left to numexpr's output casting (NumPy's astype rules), so programs
-        # may end in any dtype, float16 and int8 included.
-        body = program[:-1] if program[-1][0] == "cast" and len(program[-1][1]) == 1 \
-            else program
-        exprs: list[tuple[str, str]] = []
-        for op, args, dtype in body:
-            operands = [self.ref(a, exprs) for a in args]
-            if any(o is None for o in operands) or dtype not in _NE_TYPES:
-                return None
-            e = self.instruction(op, operands, dtype)
-            if e is None:
-                return None
-            exprs.append((e, dtype))
-        if body is program:
-            expression, result = exprs[-1]
-        else:
-            final = self.ref(program[-1][1][0], exprs)
-            if final is None:
-                return None
-            expression, result = final
-        return self.finish(expression, result, program[-1][2])
-
-    def finish(self, expression: str, result: str, out_dtype: str) -> NumexprSource | None:
-        if len(expression) > MAX_EXPR_CHARS or _depth(expression) > MAX_EXPR_DEPTH:
-            return None
-        names = sorted(set(re.findall(r"\b[xk]\d+\b", expression)),
-                       key=lambda n: (n[0], int(n[1:])))
-        if len(names) > MAX_NUMEXPR_OPERANDS:
-            return None
-        signature, operands = [], []
-        for n in names:
-            if n[0] == "x":
-                k = int(n[1:])
-                signature.append((n, _NE_TYPES[self.in_dtypes[k]][0]))
-                operands.append(("in", k))
-            else:
-                value = self.values[n]
-                signature.append((n, _NE_TYPES[value.dtype.name][0]))
-                operands.append(("c", value))
-        return NumexprSource(expression, tuple(signature), tuple(operands), result, out_dtype)
-
-    def ref(self, arg, exprs) -> tuple[str, str] | None:
-        if arg[0] == "in":
-            dtype = self.in_dtypes[arg[1]]
-            return (f"x{arg[1]}", dtype) if dtype in _NE_TYPES else None
-        if arg[0] == "t":
-            return exprs[arg[1]]
-        if arg[0] == "c":
-            return (self.const(arg[1], arg[2]), arg[2]) if arg[2] in _NE_TYPES else None
-        raise ExecutionError(f"bad fused-program argument {arg!r}; expected ('in', k), "
-                             "('t', j) or ('c', value, dtype)")
-
-    def const(self, value, dtype: str) -> str:
-        key = (repr(value), dtype)
-        name = self.constants.get(key)
-        if name is None:
-            name = self.constants[key] = f"k{len(self.constants)}"
-            array = constant(value, dtype)
-            array.flags.writeable = False  # shared by every call of the cached program
-            self.values[name] = array
-        return name
-
-    def conv(self, operand: tuple[str, str], dst: str) -> str | None:
-        """`operand` converted exactly (as NumPy's astype would) to `dst`, or None."""
-        e, src = operand
-        if src == dst:
-            return e
-        if dst == "bool":
-            return f"({e} != {self.const(0, src)})"
-        if src == "bool":  # numexpr has no bool-to-number casts except to int32
-            return f"where({e}, {self.const(1, dst)}, {self.const(0, dst)})"
-        if (src, dst) in _WIDEN:
-            return f"({e} * {self.const(1, dst)})"
-        return None  # narrowing (float64 -> float32, float -> int): only NumPy does it exactly
-
-    def instruction(self, op: str, operands: list[tuple[str, str]], r: str) -> str | None:
-        if op not in OPS:
-            raise ExecutionError(f"unknown elementwise operator {op!r} in a fused program")
-        if op == "cast":
-            return self.conv(operands[0], r)
-        if op in COMPARISONS:
-            # NumPy compares in the promoted dtype of the operands.
-            c = np.result_type(operands[0][1], operands[1][1]).name
-            if c not in _NE_TYPES:
-                return None
-            a, b = (self.conv(o, c) for o in operands)
-            return None if a is None or b is None else f"({a} {_NE_COMPARE[op]} {b})"
-        if op == "where":
-            cond = operands[0]
-            a, b = (self.conv(o, r) for o in operands[1:])
-            if cond[1] != "bool" or a is None or b is None:
-                return None
-            return f"where({cond[0]}, {a}, {b})"
-        # Every other operator computes in its result dtype, as NumPy's loop does.
-        xs = [self.conv(o, r) for o in operands]
-        if any(x is None for x in xs):
-            return None
-        return self.compute(op, xs, r)
-
-    def compute(self, op: str, xs: list[str], r: str) -> str | None:
-        a = xs[0]
-        b = xs[1] if len(xs) > 1 else None
-        k = self.const
-        if r == "bool":
-            # NumPy's bool loops: add is or, mul is and, maximum is or, minimum is and.
-            table = {"abs": a, "add": f"({a} | {b})", "mul": f"({a} & {b})",
-                     "maximum": f"({a} | {b})", "minimum": f"({a} & {b})"}
-            return table.get(op)
-        if op in ("exp", "log", "sqrt", "tanh", "sigmoid", "gelu", "div", "pow") \
-                and r not in _FLOAT:
-            return None  # integer pow (NumPy raises for negative exponents) goes blocked
-        if op == "neg":
-            return f"(-{a})"
-        if op == "abs":
-            # numexpr's abs turns integers into float64; spell it out for them.
-            return f"abs({a})" if r in _FLOAT else f"where({a} < {k(0, r)}, -{a}, {a})"
-        if op in ("exp", "log", "sqrt", "tanh"):
-            return f"{op}({a})"
-        if op == "sigmoid":
-            return f"({k(1, r)} / ({k(1, r)} + exp(-{a})))"
-        if op == "gelu":
-            inner = f"(({a} + {k(GELU_C, r)} * ({a} * {a} * {a})) * {k(GELU_K, r)})"
-            return f"(((tanh({inner}) + {k(1, r)}) * {a}) * {k(0.5, r)})"
-        if op == "relu":
-            return f"where({a} < {k(0, r)}, {k(0, r)}, {a})"  # NaN < 0 is False: NaN stays
-        if op in _NE_ARITH:
-            return f"({a} {_NE_ARITH[op]} {b})"
-        if op in ("maximum", "minimum"):
-            cmp = ">=" if op == "maximum" else "<="
-            if r in _INT:
-                return f"where({a} {cmp} {b}, {a}, {b})"
-            # numexpr's own maximum/minimum propagate NaN but compute float32 in float64, so
-            # spell out NumPy's rule: take a when it wins or is NaN, else b (NaN or not).
-            return f"where(({a} {cmp} {b}) | ({a} != {a}), {a}, {b})"
-        return None
+def _compile_stage(stage, program: Program):
+    """The compiled numexpr program of one stage, or False if numexpr lacks an opcode."""
+    _set_numexpr_threads()
+    try:
+        nex = ne.NumExpr(stage.expression, signature=list(stage.signature))
+    except NotImplementedError:  # "couldn't find matching opcode": numexpr lacks a kernel
+        return False
+    except Exception as err:
+        raise _codegen_error(program, "compiling", err) from err
+    # The result kind must be the stage's; anything else is a lowering gap.
+    if nex.fullsig[:1] != fused_numexpr.NE_TYPES[stage.dtype][1]:
+        return False
+    return nex
 
 
-def _depth(expression: str) -> int:
-    depth = deepest = 0
-    for ch in expression:
-        if ch == "(":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch == ")":
-            depth -= 1
-    return deepest
+def _codegen_error(program: Program, step: str, err: BaseException) -> CodegenError:
+    return CodegenError(
+        f"{step} the numexpr code of a fused program of {len(program)} instructions failed "
+        f"({type(err).__name__}: {str(err)[:200] or 'no message'}). This is a limit of "
+        "deepx_flow's code generator, not a lack of memory for the data: smaller chunks "
+        "would not help; please report it with the graph")
+
+
+def _run_numexpr(src: NumexprSource, compiled: list, arrays: list[np.ndarray], shape,
+                 block_elements: int) -> np.ndarray:
+    out = np.empty(shape, dtype=src.out_dtype)
+    # ex_uses_vml only asks for contiguous, aligned buffers: always safe to pass when VML is on.
+    vml = bool(ne.use_vml)
+    if len(src.stages) == 1:
+        args = [arrays[o[1]] if o[0] == "in" else o[1] for o in src.stages[0].operands]
+        compiled[0](*args, out=out, order="K", casting="unsafe", ex_uses_vml=vml)
+        return out
+    # Several stages run block by block, like the blocked path, so the stages' results live
+    # in cache-sized buffers that are reused once no later stage reads them.
+    n = len(src.stages)
+    views = {o[1]: np.broadcast_to(arrays[o[1]], shape)
+             for s in src.stages for o in s.operands if o[0] == "in"}
+    steps = tuple(("stage", tuple(("t", o[1]) for o in s.operands if o[0] == "s"), s.dtype)
+                  for s in src.stages)
+    slots, slot_dtypes, _ = _allocate(steps)
+    block = max(1, min(int(block_elements), math.prod(shape)))
+    buffers = [np.empty(block, dtype=d) for d in slot_dtypes]
+    for key in iter_blocks(shape, block):
+        target = out[key]
+        bshape, m = target.shape, target.size
+        results: list[Any] = [None] * n
+        for i, (stage, nex) in enumerate(zip(src.stages, compiled)):
+            args = [views[o[1]][key] if o[0] == "in" else o[1] if o[0] == "c"
+                    else results[o[1]] for o in stage.operands]
+            dest = target if i == n - 1 else buffers[slots[i]][:m].reshape(bshape)
+            nex(*args, out=dest, order="K", casting="unsafe", ex_uses_vml=vml)
+            results[i] = dest
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,10 @@
 """Fused elementwise programs as one generated CUDA kernel (a CuPy `ElementwiseKernel`).
 
 Each program becomes one kernel: every instruction is one C++ statement on per-element
-registers, so a chain of any length reads its inputs once and writes its output once.
+registers, so a chain of any length reads its inputs once and writes its output once, and the
+source grows linearly with the program (a statement reads earlier results by register name,
+however often its formula names them). Generating or compiling a kernel that fails raises
+`CodegenError`, which is never taken for the data running out of memory.
 `kernel_source` is a pure function (program, input dtypes) -> kernel source and is tested on
 machines without a GPU; `evaluate` compiles (once per program and input dtypes, cached) and
 launches. CuPy is imported only inside `evaluate`.
@@ -30,7 +33,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from deepx_flow.errors import ExecutionError
+from deepx_flow.errors import CodegenError, ExecutionError
 from deepx_flow.ir.program import Program
 from deepx_flow.kernels.elementwise import COMPARISONS, GELU_C, GELU_K, OPS, compute_dtype
 from deepx_flow.kernels.fused_cpu import check_call
@@ -259,7 +262,10 @@ def _kernel(program: Program, in_dtypes: tuple[str, ...]):
     kernel = _KERNELS.get(key)
     if kernel is None:
         import cupy
-        in_params, out_params, body = kernel_source(program, in_dtypes)
+        try:
+            in_params, out_params, body = kernel_source(program, in_dtypes)
+        except (MemoryError, RecursionError) as err:
+            raise codegen_error(program, "generating", err) from err
         kernel = cupy.ElementwiseKernel(in_params, out_params, body,
                                         name=kernel_name(program, in_dtypes),
                                         preamble=PREAMBLE)
@@ -267,6 +273,25 @@ def _kernel(program: Program, in_dtypes: tuple[str, ...]):
             _KERNELS.clear()
         _KERNELS[key] = kernel
     return kernel
+
+
+def _compile_errors() -> tuple[type, ...]:
+    """The exceptions CuPy raises when NVRTC cannot compile a kernel."""
+    from cupy.cuda.compiler import CompileException
+    try:
+        from cupy_backends.cuda.libs.nvrtc import NVRTCError
+    except ImportError:  # older CuPy
+        return (CompileException,)
+    return (CompileException, NVRTCError)
+
+
+def codegen_error(program: Program, step: str, err: BaseException) -> CodegenError:
+    """The error for `step` ("generating", "compiling") the CUDA kernel of `program` failing."""
+    return CodegenError(
+        f"{step} the CUDA kernel of a fused program of {len(program)} instructions failed "
+        f"({type(err).__name__}: {str(err)[:200] or 'no message'}). This is a limit of "
+        "deepx_flow's code generator or of NVRTC, not a lack of memory for the data: smaller "
+        "chunks would not help; please report it with the graph")
 
 
 def evaluate(program: Program, arrays: Sequence[Any], out_shape: tuple[int, ...]) -> Any:
@@ -289,7 +314,8 @@ def evaluate(program: Program, arrays: Sequence[Any], out_shape: tuple[int, ...]
     Raises
     ------
     ExecutionError
-        For an empty program, missing inputs or inputs that do not broadcast to `out_shape`.
+        For an empty program, missing inputs or inputs that do not broadcast to `out_shape`;
+        its subclass CodegenError when generating or compiling the kernel fails.
     """
     import cupy
     arrays = [cupy.asarray(a) for a in arrays]
@@ -304,7 +330,12 @@ def evaluate(program: Program, arrays: Sequence[Any], out_shape: tuple[int, ...]
     kernel = _kernel(program, in_dtypes)
     result = cupy.empty(shape, dtype=dtype)
     if result.size:
-        kernel(*[arrays[k] for k in used], result)
+        # CuPy compiles the kernel (NVRTC) at its first launch: a failure to compile is the
+        # code generator's, not the data's (an NVRTC out-of-memory error included).
+        try:
+            kernel(*[arrays[k] for k in used], result)
+        except _compile_errors() as err:
+            raise codegen_error(program, "compiling", err) from err
     if shape == out_shape:
         return result
     out = cupy.empty(out_shape, dtype=dtype)

@@ -1,8 +1,11 @@
-"""Helpers shared by the tests: small cluster specs that force chunk grids, a free port."""
+"""Helpers shared by the tests: small cluster specs that force chunk grids, a free port, and
+comparing sums within the precision their terms allow."""
 
 from __future__ import annotations
 
 import socket
+
+import numpy as np
 
 from deepx_flow.registry.cluster import ClusterSpec, WorkerSpec
 
@@ -18,3 +21,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def assert_sums_close(actual, expected, terms, rtol: float = 1e-12) -> None:
+    """`actual` equals `expected` (float64 sums or products: NumPy's) within `rtol` of
+    `terms`, the sum of the absolute values of the terms each element adds up. A sum that
+    cancels is exact only to the size of its terms, not of its result: two summation orders
+    of the same numbers can differ by far more than `rtol` times a result near zero."""
+    actual, expected = np.asarray(actual, dtype=np.float64), np.asarray(expected, np.float64)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    bound = rtol * np.broadcast_to(np.asarray(terms, dtype=np.float64), actual.shape)
+    error = np.abs(actual - expected)
+    bad = error > bound
+    if bad.any():
+        at = np.unravel_index(np.argmax(np.where(bad, error / np.maximum(bound, 1e-300), 0)),
+                              actual.shape)
+        raise AssertionError(f"{int(bad.sum())} of {actual.size} elements differ by more "
+                             f"than {rtol:g} of their terms; worst at {at}: {actual[at]!r} vs "
+                             f"{expected[at]!r} (terms {bound[at] / rtol:.3g})")

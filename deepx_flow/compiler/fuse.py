@@ -34,30 +34,46 @@ def _is_scalar_const(node: Node) -> bool:
 
 
 def _build_program(root: Node, graph: Graph, absorbed: set[str]):
-    """The program of the tree under `root`, and the ids of the tree's external inputs."""
+    """The program of the tree under `root`, and the ids of the tree's external inputs.
+
+    Instructions come in depth-first post-order (operands left to right before their user),
+    and each absorbed node is computed once however often it is read. The walk keeps its own
+    stack: a chain of 10,000 operators is 10,000 levels deep, far past Python's recursion
+    limit.
+    """
     program: list = []
     inputs: list[str] = []
     done: dict[str, tuple] = {}
 
-    def ref(node_id: str) -> tuple:
-        if node_id in done:
-            return done[node_id]
+    def leaf(node_id: str) -> tuple | None:
+        """The reference of a node that is not an instruction, or None for one that is."""
         node = graph[node_id]
         if _is_scalar_const(node):
-            out = const_ref(node.attr("value"), node.dtype)
-        elif node_id in absorbed:
-            args = tuple(ref(i) for i in node.inputs)
-            program.append((node.op, args, node.dtype))
-            out = temp_ref(len(program) - 1)
-        else:
-            inputs.append(node_id)
-            out = input_ref(len(inputs) - 1)
-        done[node_id] = out
-        return out
+            return const_ref(node.attr("value"), node.dtype)
+        if node_id in absorbed:
+            return None
+        inputs.append(node_id)
+        return input_ref(len(inputs) - 1)
 
-    # The root itself is always an instruction, even when it reads only inputs.
-    args = tuple(ref(i) for i in root.inputs)
-    program.append((root.op, args, root.dtype))
+    # Each frame is (node, index of the next operand to look at); the root itself is always an
+    # instruction, even when it reads only inputs.
+    stack: list[list] = [[root, 0]]
+    while stack:
+        frame = stack[-1]
+        node, k = frame
+        if k < len(node.inputs):
+            frame[1] = k + 1
+            src = node.inputs[k]
+            if src not in done:
+                ref = leaf(src)
+                if ref is None:
+                    stack.append([graph[src], 0])
+                else:
+                    done[src] = ref
+            continue
+        stack.pop()
+        program.append((node.op, tuple(done[i] for i in node.inputs), node.dtype))
+        done[node.id] = temp_ref(len(program) - 1)
     return tuple(program), inputs
 
 

@@ -74,6 +74,7 @@ class _Classes:
         self.size: dict = {}
         self.whole: dict = {}   # class root -> the node that keeps it whole
         self.step: dict = {}    # class root -> preferred multiple for its chunk size
+        self.halvings = 0       # chunk sizes change only when this does
 
     def add(self, key, extent: int):
         if key not in self.parent:
@@ -127,6 +128,7 @@ class _Classes:
         step = self.step.get(root, 1)
         rounded = -(-half // step) * step
         self.size[root] = rounded if rounded < size else half
+        self.halvings += 1
 
 
 def _align(classes: _Classes, t: Node, t_key: str, out_shape, out_key: str):
@@ -259,10 +261,37 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
         node = graph[node_id]
         if node.op == "concat":
             axis = node.attr("axis")
-            along = max(chunk_of(i)[axis] for i in node.inputs)
-            return tuple(along if a == axis else classes.chunk((node_id, a))
+            return tuple(concat_chunk(node, axis) if a == axis else classes.chunk((node_id, a))
                          for a in range(node.ndim))
         return tuple(classes.chunk((node_id, a)) for a in range(node.ndim))
+
+    measured: dict = {}  # (concat id, axis) -> concat_chunk, while no chunk size changes
+    measured_at = [0]
+
+    def concat_chunk(node: Node, axis: int) -> int:
+        """A concat's largest chunk along its axis: the largest of the pieces it joins, seen
+        through concats along the same axis. The walk keeps its own stack (a chain of
+        thousands of concats is deeper than Python's recursion limit) and stops at concats
+        already measured since chunk sizes last changed, so the passes below, which visit
+        operands before users, measure a chain of n concats in O(n), not O(n^2)."""
+        if measured_at[0] != classes.halvings:
+            measured.clear()
+            measured_at[0] = classes.halvings
+        if (node.id, axis) in measured:
+            return measured[(node.id, axis)]
+        largest, stack, seen = 0, [node], {node.id}
+        while stack:
+            for i in stack.pop().inputs:
+                src = graph[i]
+                if src.op != "concat" or src.attr("axis") != axis:
+                    largest = max(largest, classes.chunk((i, axis)))
+                elif (i, axis) in measured:
+                    largest = max(largest, measured[(i, axis)])
+                elif i not in seen:
+                    seen.add(i)
+                    stack.append(src)
+        measured[(node.id, axis)] = largest
+        return largest
 
     def space_chunk(node: Node):
         return tuple(classes.chunk((node.id + "#in", a))

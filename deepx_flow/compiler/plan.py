@@ -15,7 +15,7 @@ from deepx_flow.compiler.costs import combine_cost, main_cost
 from deepx_flow.compiler.lower import Lowered, lower_partition
 from deepx_flow.compiler.partition import Partition
 from deepx_flow.ir import Graph, dtypes
-from deepx_flow.ir.program import describe
+from deepx_flow.ir.program import describe, operator_label
 from deepx_flow.ops import MATMUL, REDUCE, get_op
 from deepx_flow.registry.cluster import ClusterSpec, format_bytes
 
@@ -104,15 +104,25 @@ class Plan:
             rows.append(NodeStats(node.id, _label(node), n_tasks, peak, total_flops,
                                   cost.bytes_in * n_main, cost.bytes_out * n_main, moved))
         flops = sum(r.flops for r in rows)
+        # Nodes whose operator every worker has measured (`registry/speeds.py`) take the
+        # measured time, shared among the threads; the others are estimated from rates.
+        measured_s, estimated = 0.0, []
+        for r, n in zip(rows, graph.nodes):
+            seconds = _measured_task_seconds(n, r, cluster)
+            if seconds is None:
+                estimated.append((r, n))
+            else:
+                measured_s += seconds * r.tasks / cluster.total_threads
         # Matmul arithmetic runs at BLAS speed; everything else is counted in elementwise
         # operations, which NumPy runs far below the machine's peak FLOP rate.
-        dense = sum(r.flops for r, n in zip(rows, graph.nodes) if get_op(n.op).kind == MATMUL)
-        touched = sum(r.bytes_in + r.bytes_out for r in rows)
+        dense = sum(r.flops for r, n in estimated if get_op(n.op).kind == MATMUL)
+        rest = sum(r.flops for r, _ in estimated) - dense
+        touched = sum(r.bytes_in + r.bytes_out for r, _ in estimated)
         compute_rate = sum(w.compute_rate for w in cluster.workers)
         elementwise_rate = sum(w.elementwise_rate for w in cluster.workers)
         memory_rate = sum(w.memory_rate for w in cluster.workers)
-        compute_s = max(dense / compute_rate + (flops - dense) / elementwise_rate,
-                        touched / memory_rate)
+        compute_s = measured_s + max(dense / compute_rate + rest / elementwise_rate,
+                                     touched / memory_rate)
         comm_bytes = sum(r.comm_bytes for r in rows)
         comm_s = comm_bytes / (cluster.transfer_bandwidth * workers)
         return PlanStats(tuple(rows), sum(r.tasks for r in rows), flops, comm_bytes, compute_s,
@@ -182,3 +192,16 @@ def _table(rows) -> list[str]:
         if n == 0:
             out.append("  ".join("-" * w for w in widths))
     return out
+
+
+def _measured_task_seconds(node, stats, cluster) -> float | None:
+    """One task of `node` (its mean work), by the speeds measured for its operator, averaged
+    over the workers; None unless every worker has measured it."""
+    if not stats.tasks:
+        return None
+    label = operator_label(node)
+    speeds = [w.speeds.get(label) for w in cluster.workers]
+    if any(speed is None for speed in speeds):
+        return None
+    flops, moved = stats.flops / stats.tasks, (stats.bytes_in + stats.bytes_out) / stats.tasks
+    return sum(speed.seconds(flops, moved) for speed in speeds) / len(speeds)

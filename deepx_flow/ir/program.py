@@ -36,13 +36,46 @@ def const_ref(value: Any, dtype: str) -> Arg:
     return ("c", value, dtype)
 
 
-def describe(program: Program) -> str:
-    """A one-line formula for explain tables, e.g. `relu(add(in0, 1.0))`."""
+# The longest formula `describe` writes out; explain tables and task labels show no more.
+DESCRIBE_CHARS = 200
+
+
+def describe(program: Program, max_chars: int = DESCRIBE_CHARS) -> str:
+    """A one-line formula for explain tables, e.g. `relu(add(in0, 1.0))`.
+
+    A formula longer than `max_chars` is cut there, ends in "..." and says how many
+    instructions the program has. Every value's text is cut the same way as it is built, so
+    the work stays linear in the program's length even where a value is read twice at every
+    step (written out in full, `t = t * t` ten thousand times would double ten thousand
+    times).
+    """
     exprs: list[str] = []
+    cut = False
     for op, args, _ in program:
         parts = []
         for a in args:
             parts.append(f"in{a[1]}" if a[0] == "in" else exprs[a[1]] if a[0] == "t" else
                          repr(a[1]))
-        exprs.append(f"{op}({', '.join(parts)})")
-    return exprs[-1] if exprs else ""
+        text = f"{op}({', '.join(parts)})"
+        cut = len(text) > max_chars
+        exprs.append(text[:max_chars - 3] + "..." if cut else text)
+    if not exprs:
+        return ""
+    return exprs[-1] + (f" ({len(program):,} instructions)" if cut else "")
+
+
+def operator_label(node) -> str:
+    """What a task of `node` runs: its operator, a fused program, or an operator with the
+    elementwise steps fused into it ("matmul+epilogue[relu(in0)]"). Task rows, measured
+    speeds and error messages name operators this way."""
+    attrs = dict(node.attrs)
+    if node.op == "fused":
+        return _short(f"fused[{describe(attrs['program'])}]")
+    for part in ("prologue", "epilogue"):
+        if attrs.get(part):
+            return _short(f"{node.op}+{part}[{describe(attrs[part])}]")
+    return node.op
+
+
+def _short(label: str, limit: int = 160) -> str:
+    return label if len(label) <= limit else label[:limit - 3] + "..."

@@ -104,3 +104,15 @@ def _upsert_worker(conn, values: dict) -> int:
     conn.execute(table.update().where(*where).values(
         **{c: v for c, v in values.items() if c != "first_seen"}))
     return found
+
+
+def mark_gone(db, scheduler: str) -> int:
+    """Mark the workers registered under `scheduler` gone (a cluster that was closed);
+    returns how many were still marked running."""
+    with db.session() as session:
+        rows = session.exec(select(Worker).where(Worker.scheduler == scheduler,
+                                                 Worker.status != "gone")).all()
+        for row in rows:
+            row.status = "gone"
+            session.add(row)
+    return len(rows)

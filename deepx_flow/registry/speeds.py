@@ -56,7 +56,7 @@ class SpeedSamples:
 
     @classmethod
     def of_plan(cls, plan) -> "SpeedSamples":
-        from deepx_flow.runtime.recording import operator_label
+        from deepx_flow.ir.program import operator_label
         nodes = {n.id: n for n in plan.fused.nodes}
         costs = {s.node: (operator_label(nodes[s.node]), s.flops / s.tasks,
                           (s.bytes_in + s.bytes_out) / s.tasks)

@@ -1,19 +1,42 @@
-"""Finding a cluster to run on: a given client, a scheduler address, or an embedded one.
+"""Finding a cluster to run on: a given client, a scheduler address, or the embedded one.
 
-With no client and no address, `dx.run` starts an embedded `distributed.LocalCluster` sized to
-this machine (a `dask_cuda.LocalCUDACluster`, one worker per GPU, when dask-cuda and GPUs are
-there) and closes it afterwards.
+With no client and no address, deepx_flow uses this process's embedded cluster: a
+`distributed.LocalCluster` sized to this machine (a `dask_cuda.LocalCUDACluster`, one worker
+per GPU, when dask-cuda and GPUs are there), started on first use and kept for the process
+(or notebook kernel), so ten `dx.run` calls start one cluster, not ten. It is closed at
+exit, or earlier by `dx.shutdown()`; its workers are then marked gone in the registry. A
+client the user made (`distributed.Client()`) is used first, and never closed here.
+
+Worker processes are started without importing the script that started them (Python's
+`spawn` would run its top level again in every worker: a script without an
+`if __name__ == "__main__":` guard would print its output once per worker and then fail to
+start the cluster). The worker processes of a script that is imported anyway (a worker that
+restarts later) stop with one line saying to add the guard.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import importlib.machinery
 import importlib.util
 import logging
+import sys
+import threading
 
 from deepx_flow.config import settings
 from deepx_flow.errors import ClusterError
 from deepx_flow.registry.cluster import local_layout
+
+log = logging.getLogger(__name__)
+
+GUARD_HINT = ("put the script's code under `if __name__ == \"__main__\":` (Dask's worker "
+              "processes import the script that starts them)")
+
+# Clients kept for the process: the embedded cluster's ("embedded", with its cluster) and
+# one per scheduler address (cluster None). Closed at exit or by `shutdown`.
+_shared: dict = {}
+_lock = threading.RLock()
 
 
 def _gpu_count() -> int:
@@ -27,17 +50,61 @@ def _gpu_count() -> int:
 
 
 def start_embedded_cluster(**kwargs):
-    """A local cluster for this machine; keyword arguments override the defaults."""
+    """A local cluster for this machine; keyword arguments override the defaults. Its
+    workers' logs are silenced below CRITICAL: deepx_flow reports every failure itself, in
+    one line."""
+    _refuse_inside_a_worker_import()
     if _gpu_count() and not kwargs.pop("cpu", False):
         from dask_cuda import LocalCUDACluster
-        return LocalCUDACluster(dashboard_address=kwargs.pop("dashboard_address", "127.0.0.1:0"),
-                                **kwargs)
+        options = dict(dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL)
+        options.update(kwargs)
+        with _main_not_reimported():
+            return LocalCUDACluster(**options)
     from distributed import LocalCluster
     n_workers, threads = local_layout()
     options = dict(n_workers=n_workers, threads_per_worker=threads, processes=True,
-                   dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
+                   dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL)
     options.update(kwargs)
-    return LocalCluster(**options)
+    with _main_not_reimported():
+        return LocalCluster(**options)
+
+
+@contextlib.contextmanager
+def _main_not_reimported():
+    """While worker processes start: have Python's `spawn` leave the `__main__` module alone
+    in them (it skips a main module whose spec is named `__main__`), as it does for a
+    notebook. deepx_flow's tasks need nothing from the user's script."""
+    main = sys.modules.get("__main__")
+    if main is None or (getattr(main, "__file__", None) is None
+                        and getattr(main, "__spec__", None) is None):
+        yield  # a notebook or REPL: nothing would be imported
+        return
+    had = "__spec__" in vars(main)
+    spec = getattr(main, "__spec__", None)
+    main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
+    try:
+        yield
+    finally:
+        if had:
+            main.__spec__ = spec
+        else:
+            del main.__spec__
+
+
+def _refuse_inside_a_worker_import() -> None:
+    """In a worker process that is importing the script which started the cluster (it can
+    happen when a worker restarts), starting a cluster would start workers that do the
+    same, without end: stop the process with one line."""
+    import multiprocessing
+    mp_main = sys.modules.get("__mp_main__")
+    if multiprocessing.parent_process() is None or mp_main is None:
+        return
+    frame = sys._getframe()
+    while frame is not None:
+        if frame.f_globals is vars(mp_main) and frame.f_code.co_name == "<module>":
+            raise SystemExit(f"deepx_flow: this worker process is running the script that "
+                             f"started it; {GUARD_HINT}")
+        frame = frame.f_back
 
 
 def current_client():
@@ -58,20 +125,77 @@ def open_client(address: str, set_as_default: bool = True):
         raise ClusterError(f"cannot reach the Dask scheduler at {address}: {err}") from None
 
 
+def shared_client(address: str | None = None):
+    """This process's client for the scheduler at `address`, or for the embedded cluster
+    (started now if it is not running). Kept until `shutdown` or exit; never the process's
+    default client, so a `Client()` the user makes later is used first."""
+    with _lock:
+        if not _shared:
+            atexit.register(shutdown)
+        name = address or "embedded"
+        if name in _shared and _shared[name][0].status != "running":
+            _close(*_shared.pop(name))  # closed by its user: open a new one
+        if name not in _shared:
+            from distributed import Client
+            if address:
+                _shared[name] = (open_client(address, set_as_default=False), None)
+            else:
+                cluster = _start_or_explain()
+                _shared[name] = (Client(cluster, set_as_default=False), cluster)
+        return _shared[name][0]
+
+
+def _start_or_explain():
+    """Start the embedded cluster; a failure is one ClusterError line."""
+    try:
+        return start_embedded_cluster()
+    except SystemExit:
+        raise
+    except Exception as err:
+        raise ClusterError(f"could not start the embedded Dask cluster: "
+                           f"{type(err).__name__}: {err}".splitlines()[0]) from None
+
+
+def shutdown() -> None:
+    """Close the clients this process kept, and the embedded cluster (its workers are marked
+    gone in the registry). The next run starts a new one."""
+    with _lock:
+        shared = list(_shared.values())
+        _shared.clear()
+    for client, cluster in shared:
+        _close(client, cluster)
+
+
+def _close(client, cluster) -> None:
+    address = str(client.scheduler.address) if cluster is not None and client.scheduler \
+        else None
+    try:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+    except Exception as err:  # at exit: nothing left to do about it
+        log.debug("deepx_flow: closing a cluster: %s", err)
+    if address is not None:
+        _mark_gone(address)
+
+
+def _mark_gone(scheduler: str) -> None:
+    """The closed embedded cluster's workers are gone: say so in the registry."""
+    if not settings().record:
+        return
+    try:
+        from deepx_flow.meta import open_db
+        from deepx_flow.registry.register import mark_gone
+        mark_gone(open_db(), scheduler)
+    except Exception as err:  # the database may be unusable; the cluster is closed anyway
+        log.warning("deepx_flow: could not mark the closed cluster's workers gone: %s", err)
+
+
 @contextlib.contextmanager
 def connect(client=None, scheduler: str | None = None):
-    """Yield a `distributed.Client`: the one given, one for `scheduler` (or
-    `DEEPX_SCHEDULER`), the process's current client, or an embedded cluster's."""
-    from distributed import Client
+    """Yield a `distributed.Client`: the one given, this process's one for `scheduler` (or
+    `DEEPX_SCHEDULER`), the process's current client, or the embedded cluster's."""
     address = scheduler or settings().scheduler_address
     if client is None and not address:
         client = current_client()
-    if client is not None:
-        yield client
-        return
-    if address:
-        with open_client(address) as remote:
-            yield remote
-        return
-    with start_embedded_cluster() as cluster, Client(cluster) as local:
-        yield local
+    yield client if client is not None else shared_client(address)

@@ -3,8 +3,8 @@
 Dask reports a failed task by its key, and a task that killed its workers as a bare
 `KilledWorker`. `task_failure` turns either into an ExecutionError that names the node, its
 operator and the chunk, says what the failure means, and carries its kind ("oom",
-"device-lost", "killed-worker", "timeout", "no-workers" or None) for the code that decides
-whether to plan the run again.
+"device-lost", "killed-worker", "timeout", "no-workers", "codegen" or None) for the code that
+decides whether to plan the run again: only "oom", data that did not fit, is planned again.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from deepx_flow.kernels.attempt import classify
 def describe_task(plan, key) -> str:
     """'operator matmul+epilogue[relu(in0)] (node matmul_2), chunk (0, 1)' for a key of
     `plan`'s graph; the key itself for one that is not."""
-    from deepx_flow.runtime.recording import operator_label
+    from deepx_flow.ir.program import operator_label
     name = key[0] if isinstance(key, tuple) else str(key)
     node_id, _, rest = name.partition("@")
     nodes = {n.id: n for n in plan.fused.nodes} if plan is not None else {}
@@ -47,8 +47,10 @@ HINTS = {
     "oom": "it ran out of memory",
     "device-lost": "the GPU it ran on failed",
     "timeout": "it ran past its time limit on every worker that tried it (see "
-               "dx.Recovery: timeout, timeout_factor)",
+               "dx.Recovery: timeout)",
     "no-workers": "the cluster had no workers left",
+    "codegen": "its fused kernel could not be generated or compiled; this is not the data "
+               "running out of memory, and smaller chunks would not help",
 }
 
 

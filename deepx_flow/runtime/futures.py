@@ -1,6 +1,33 @@
-"""Saying why a Dask future did not finish, in one line, the same way everywhere."""
+"""Saying why a Dask future did not finish, in one line, the same way everywhere; and keeping
+Dask's internal control flow out of the user's terminal."""
 
 from __future__ import annotations
+
+import logging
+
+
+def describe_error(err: BaseException) -> str:
+    """`TypeName: message`, or what happened when the error has no message (an interrupt
+    is "interrupted (KeyboardInterrupt)", not "KeyboardInterrupt: ")."""
+    if isinstance(err, KeyboardInterrupt):
+        return "interrupted (KeyboardInterrupt: Ctrl-C or the kernel's stop button)"
+    text = str(err)
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def _not_a_gather_exit(record: logging.LogRecord) -> bool:
+    err = record.exc_info[1] if record.exc_info else None
+    return not (type(err).__name__ == "AllExit"
+                and type(err).__module__ == "distributed.client")
+
+
+def quiet_interrupted_gathers() -> None:
+    """An interrupted `client.gather` leaves tasks that end in distributed's `AllExit` (its
+    way of stopping a gather early, never an error); asyncio then prints each as "Task
+    exception was never retrieved" with a traceback. Drop just those records."""
+    logger = logging.getLogger("asyncio")
+    if _not_a_gather_exit not in logger.filters:
+        logger.addFilter(_not_a_gather_exit)
 
 
 def error_of(future) -> BaseException:
@@ -16,8 +43,7 @@ def why_not_finished(future) -> str:
     when it has none; an error that cannot be fetched is described instead."""
     if future.status != "error":
         return future.status
-    err = error_of(future)
-    return f"{type(err).__name__}: {err}"
+    return describe_error(error_of(future))
 
 
 def blamed_key(client, key):

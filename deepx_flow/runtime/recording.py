@@ -28,12 +28,12 @@ import weakref
 
 from deepx_flow.config import settings
 from deepx_flow.ir.keys import chunk_index, key_name, node_of
-from deepx_flow.ir.program import describe
+from deepx_flow.ir.program import operator_label
 from deepx_flow.meta import open_db, store
 from deepx_flow.registry.speeds import SpeedSamples
 from deepx_flow.meta.models import Run
 from deepx_flow.runtime import recorder_plugin
-from deepx_flow.runtime.futures import why_not_finished
+from deepx_flow.runtime.futures import describe_error, why_not_finished
 
 FLUSH_INTERVAL_S = 1.0
 # CPU seconds this process's threads have spent draining and writing records (the
@@ -41,22 +41,6 @@ FLUSH_INTERVAL_S = 1.0
 seconds_spent = 0.0
 
 log = logging.getLogger(__name__)
-
-
-def operator_label(node) -> str:
-    """What a task of `node` runs: its operator, a fused program, or an operator with the
-    elementwise steps fused into it ("matmul+epilogue(add, relu)")."""
-    attrs = dict(node.attrs)
-    if node.op == "fused":
-        return _short(f"fused[{describe(attrs['program'])}]")
-    for part in ("prologue", "epilogue"):
-        if attrs.get(part):
-            return _short(f"{node.op}+{part}[{describe(attrs[part])}]")
-    return node.op
-
-
-def _short(label: str, limit: int = 160) -> str:
-    return label if len(label) <= limit else label[:limit - 3] + "..."
 
 
 class RunRecorder:
@@ -242,7 +226,7 @@ class RunRecorder:
 
     def fail(self, err: BaseException) -> None:
         """Finish after the driver saw `err`: interrupted for Ctrl-C, else failed."""
-        self.finish(error=f"{type(err).__name__}: {err}",
+        self.finish(error=describe_error(err),
                     status="interrupted" if isinstance(err, KeyboardInterrupt) else None)
 
     def finish_if_done(self) -> bool:

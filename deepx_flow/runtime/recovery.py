@@ -83,7 +83,7 @@ class Recovery:
     timeout: float | None = None
     speculate: bool = True
     speculation_factor: float = 4.0
-    speculation_min: float = 5.0
+    speculation_min: float = 2.0
     exclude_after: int = 2
     worker_wait: float = 60.0
     replan_on_oom: int = 2
@@ -154,7 +154,7 @@ def expected_seconds(node, stats, cluster) -> tuple[float, bool]:
     """One task's time on the slowest worker, and whether that comes from measurement: the
     registry's measured speed of the node's operator on each worker where it has one
     (`registry/speeds.py`), else the cost model's rates (0 when nothing is known)."""
-    from deepx_flow.runtime.recording import operator_label
+    from deepx_flow.ir.program import operator_label
     if stats is None or not stats.tasks or not cluster.workers:
         return 0.0, False
     flops = stats.flops / stats.tasks

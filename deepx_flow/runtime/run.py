@@ -8,7 +8,6 @@ come back as ExecutionError naming the task.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import math
 import sys
@@ -28,10 +27,9 @@ from deepx_flow.ir import Graph
 from deepx_flow.ir.keys import key_name
 from deepx_flow.registry.cluster import ClusterSpec, load_cluster_file, local_cluster_spec
 from deepx_flow.config import settings
-from deepx_flow.runtime.cluster import (connect, current_client, open_client,
-                                        start_embedded_cluster)
+from deepx_flow.runtime.cluster import connect, current_client, shared_client
 from deepx_flow.runtime.failures import task_failure
-from deepx_flow.runtime.futures import blamed_key
+from deepx_flow.runtime.futures import blamed_key, quiet_interrupted_gathers
 from deepx_flow.runtime.inputs import bind_inputs, check_sources_on
 from deepx_flow.runtime.recording import RunRecorder
 from deepx_flow.runtime.recovery import ByNode, Recovery, task_policies
@@ -39,6 +37,7 @@ from deepx_flow.sdk.build import build_graph
 from deepx_flow.sdk.tensor import Tensor
 
 log = logging.getLogger(__name__)
+quiet_interrupted_gathers()
 
 # Gather at most this many bytes of output chunks per round trip.
 GATHER_BATCH_BYTES = 256 * 2**20
@@ -226,8 +225,8 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
         earlier `dx.persist` (the run then uses the cluster that holds it).
     client : distributed.Client, optional
         Run on this client's cluster. Without it (and without `scheduler`), the Dask client
-        this process already made is used, or else an embedded local cluster is started and
-        closed afterwards.
+        this process already made is used, or else this process's embedded local cluster,
+        started on first use and kept until exit (or `dx.shutdown()`).
     scheduler : str, optional
         Address of a running Dask scheduler (e.g. one with `dask cuda worker` processes).
     cluster : ClusterSpec or path, optional
@@ -235,9 +234,9 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
     progress : bool, optional
         Show a progress bar; by default only on long interactive runs.
     recovery : dx.Recovery, optional
-        Retries, timeouts and drift, and re-planning after running out of memory (see
-        docs/recovery.md); by default no retries, and a task is drifted after 10 times its
-        expected time (at least 60 s).
+        Retries, backups of slow tasks, timeouts and drift, and re-planning after running
+        out of memory (see docs/recovery.md); by default no retries, no timeout, and a task
+        running past 4 times its expected time (at least 2 s) gets a backup elsewhere.
     """
     graph, bound = _checked(outputs, inputs)
     recovery = recovery or Recovery()
@@ -313,21 +312,21 @@ def _gather(client, futures, shape, dtype, chunks, plan=None) -> np.ndarray:
         part = futures[at:at + batch]
         try:
             values = client.gather(part)
-        except DeepxError:
-            raise
         except Exception as err:
+            # Bad input a task found (a file it cannot read) names itself; anything else,
+            # a kernel's own ExecutionError (a CodegenError) included, is named by its task
+            # and keeps its kind.
+            if isinstance(err, DeepxError) and not isinstance(err, ExecutionError):
+                raise
             failed = next((f.key for f in part if f.status == "error"), None)
             if failed is None:
+                if isinstance(err, DeepxError):
+                    raise
                 raise ExecutionError(f"a task failed: {type(err).__name__}: {err}") from err
             raise task_failure(plan, blamed_key(client, failed), err) from err
         for slot, value in zip(slots[at:at + batch], values):
             out[slot] = value
     return out
-
-
-# Clients that persisted handles use, kept open until the interpreter exits: one embedded
-# cluster's ("embedded") and one per scheduler address.
-_shared: dict = {}
 
 
 def _persisted_client(inputs):
@@ -338,50 +337,21 @@ def _persisted_client(inputs):
     return None
 
 
-def _shared_client(address: str | None = None):
-    """A process-wide client for `persist`: for `address`, or for an embedded cluster.
-
-    Handles outlive the call that made them, so their client must too. These clients are not
-    made the process's default, so they never redirect a later `dx.run`.
-    """
-    if not _shared:
-        atexit.register(_close_shared)
-    name = address or "embedded"
-    if name in _shared and _shared[name][0].status != "running":
-        del _shared[name]  # closed by its user; open a new one
-    if name not in _shared:
-        from distributed import Client
-        if address:
-            _shared[name] = (open_client(address, set_as_default=False), None)
-        else:
-            cluster = start_embedded_cluster()
-            _shared[name] = (Client(cluster, set_as_default=False), cluster)
-    return _shared[name][0]
-
-
-def _close_shared():
-    for client, cluster in _shared.values():
-        client.close()
-        if cluster is not None:
-            cluster.close()
-    _shared.clear()
-
-
 def lasting_client(client=None, scheduler: str | None = None, inputs=None):
     """The client for work whose results outlive the call (persisted handles, stored
     assets): the one given, else one for `scheduler` (or DEEPX_SCHEDULER), else the cluster
     holding a persisted input, the process's default client, or the shared embedded one."""
     address = scheduler or settings().scheduler_address
-    return (client or (_shared_client(address) if address else None)
-            or _persisted_client(inputs) or current_client() or _shared_client())
+    return (client or (shared_client(address) if address else None)
+            or _persisted_client(inputs) or current_client() or shared_client())
 
 
 def persist(outputs, inputs: dict | None = None, client=None, scheduler: str | None = None,
             cluster=None, recovery: Recovery | None = None):
     """Compute `outputs` and keep them on the cluster; returns `Persisted` handles.
 
-    Use this for outputs too large to gather. Without a client, a process-wide embedded
-    cluster is used and kept until the interpreter exits.
+    Use this for outputs too large to gather. Without a client, the process's embedded
+    cluster is used, as by `run`.
     """
     graph, bound = _checked(outputs, inputs)
     active = lasting_client(client, scheduler, inputs)

@@ -137,6 +137,9 @@ class Supervisor(SchedulerPlugin):
         for worker, error in self.lost_devices.items():  # no new work for a broken device
             self._apply(run_id, self.watches[run_id].device_failed(None, worker,
                                                                    "device lost", error))
+        # A run started with no workers waits for one from now.
+        self._apply(run_id, self.watches[run_id].workers(len(self.scheduler.workers),
+                                                         time.time()))
 
     def pop_events(self, run_id: str) -> list:
         events = self.events.get(run_id, [])
@@ -270,9 +273,10 @@ class Supervisor(SchedulerPlugin):
 
     def _running_for(self, key, now: float) -> float | None:
         """Seconds `key`'s attempt has run on its worker, from the worker's heartbeats: while
-        it executes, how long it has; while it waits on a worker with idle threads (a task
-        the worker never got looks like that), how long it has been there; while it is
-        queued behind the worker's other tasks, None."""
+        it executes, how long it has; while it waits on a worker with threads that do no
+        work of ours (idle, or still running an attempt that was dropped: a Python thread
+        cannot be stopped; a task the worker never got looks like that too), how long it has
+        been there; while it is queued behind the worker's other work, None."""
         ts = self.scheduler.tasks.get(key)
         if ts is None or ts.processing_on is None:
             return None
@@ -280,7 +284,8 @@ class Supervisor(SchedulerPlugin):
         seen = max(0.0, now - ws.last_seen)
         if ts in ws.executing:
             return ws.executing[ts] + seen
-        if len(ws.executing) < ws.nthreads:
+        working = sum(1 for t in ws.executing if t.processing_on is ws)
+        if working < ws.nthreads:
             watch = self.watches.get(self.run_of.get(key_name(key)))
             attempt = watch.running.get(key) if watch is not None else None
             return None if attempt is None else now - attempt.since

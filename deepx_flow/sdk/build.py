@@ -16,16 +16,46 @@ Outputs = Union[Tensor, Sequence[Tensor], Mapping[str, Tensor], Graph]
 
 
 def output_pairs(outputs: Outputs) -> list[tuple[str, Tensor]]:
-    """Name each output: dict keys, else the tensor's name, else `out0`, `out1`, ..."""
+    """Name each output: dict keys, else the tensor's name, else `out0`, `out1`, ...
+
+    A list may ask for one tensor several times (`[x, x]`): the first keeps the tensor's
+    name and the others are named by position (`out1`), as unnamed tensors are. Two different
+    tensors of one name stay an error (the validator's "output name ... is used twice").
+    """
     if isinstance(outputs, Tensor):
         return [(outputs.name or "out0", outputs)]
     if isinstance(outputs, Mapping):
         pairs = list(outputs.items())
     else:
-        pairs = [(t.name or f"out{i}", t) for i, t in enumerate(outputs)]
+        pairs = _list_names(list(outputs))
     for name, t in pairs:
         if not isinstance(t, Tensor):
             raise GraphError(f"output '{name}' is a {type(t).__name__}, not a dx.Tensor")
+    return pairs
+
+
+def _list_names(tensors: list) -> list[tuple[str, object]]:
+    """`(name, tensor)` for each list item; see `output_pairs`."""
+    first: dict[str, str | None] = {}  # a name -> the node of the first tensor listed with it
+    names: list[str | None] = []
+    for t in tensors:
+        name = getattr(t, "name", None)
+        node = getattr(getattr(t, "node", None), "id", None)
+        if name and name in first and first[name] == node:
+            names.append(None)  # the same tensor again: named by its position below
+        else:
+            names.append(name)  # a different tensor of a name already used: validate says so
+            if name:
+                first.setdefault(name, node)
+    taken = {n for n in names if n}
+    pairs = []
+    for i, (name, t) in enumerate(zip(names, tensors)):
+        if name is None:
+            name, k = f"out{i}", 1
+            while name in taken:  # a tensor may itself be named `out1`
+                name, k = f"out{i}_{k}", k + 1
+            taken.add(name)
+        pairs.append((name, t))
     return pairs
 
 

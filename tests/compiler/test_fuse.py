@@ -4,6 +4,7 @@ import deepx_flow as dx
 from deepx_flow.compiler.fuse import fuse_elementwise
 from deepx_flow.compiler.infer import infer_types
 from deepx_flow.compiler.validate import validate_graph
+from tests.helpers import cluster_with_memory
 
 
 def fused(outputs):
@@ -53,3 +54,50 @@ def test_matmul_used_twice_keeps_its_result():
     p = x @ dx.ones((32, 8))
     g = fused([p + 1.0, p * 2.0])
     assert g[p.node.id].op == "matmul" and g[p.node.id].attr("epilogue") is None
+
+
+def test_a_chain_of_ten_thousand_operators_fuses_into_one_program():
+    # 497 operators once overflowed Python's recursion limit while building the program
+    x = dx.input("x", (6, 5), "float64")
+    y = x
+    for i in range(10_000):
+        y = y * 1.0001 if i % 2 else y + x
+    g = fused(y)
+    assert [n.op for n in g.nodes] == ["input", "fused"]
+    program = g[y.node.id].attr("program")
+    assert len(program) == 10_000
+    # operands come before their users, in the order the chain applies them
+    assert [op for op, _, _ in program[:4]] == ["add", "mul", "add", "mul"]
+    assert program[0][1] == (("in", 0), ("in", 0))
+    assert all(args[0] == ("t", j) for j, (_, args, _) in enumerate(program[1:]))
+
+
+def test_a_value_read_twice_is_one_instruction_read_twice():
+    x = dx.input("x", (6, 5), "float64")
+    t = dx.exp(x)
+    y = t * t + t
+    (program,) = [n.attr("program") for n in fused(y).nodes if n.op == "fused"]
+    assert program == (("exp", (("in", 0),), "float64"),
+                       ("mul", (("t", 0), ("t", 0)), "float64"),
+                       ("add", (("t", 1), ("t", 0)), "float64"))
+
+
+def test_explain_stays_short_for_long_programs_and_values_read_twice():
+    from deepx_flow.ir.program import describe
+    x = dx.input("x", (6, 5), "float64")
+    t = x
+    for _ in range(60):  # written out in full, this formula would double 60 times
+        t = t * t + 1e-3
+    y = x
+    for i in range(10_000):
+        y = y * 1.0001 if i % 2 else y + x
+    plan = dx.compile([t, y], cluster=cluster_with_memory(2**30))
+    table = plan.explain()
+    for node in plan.fused.nodes:
+        if node.op == "fused":
+            program = node.attr("program")
+            label = describe(program)
+            assert label.endswith(f"... ({len(program):,} instructions)")
+            assert len(label) < 250 and ("fused " + label) in table
+    assert describe((("add", (("in", 0), ("c", 1.0, "float64")), "float64"),
+                     ("relu", (("t", 0),), "float64"))) == "relu(add(in0, 1.0))"

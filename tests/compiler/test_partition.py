@@ -158,3 +158,27 @@ def test_parallelism_never_splits_below_a_stored_chunk(tmp_path):
     # Memory fitting still may: a budget below one stored chunk splits it.
     plan = plan_for(dx.exp(x), memory=2**28, workers=1, threads=1)
     assert max(plan.chunks[x.node.id][0]) < 65_536
+
+
+def test_a_chain_of_thousands_of_concats_plans():
+    # the largest chunk along a concat's axis was found by recursing through the concats it
+    # joins: 3,000 of them overflowed Python's recursion limit
+    x = dx.input("x", (64, 2), "float64")
+    z = x
+    for i in range(3000):
+        z = dx.concat([z, x[:, :1] * float(i)], axis=1)
+    plan = plan_for(z, memory=2**30)
+    chunks = plan.chunks[z.node.id]
+    assert sum(chunks[1]) == 3002 and sum(chunks[0]) == 64
+    assert all(r.peak_working_set <= plan.partition.budget for r in plan.stats().nodes)
+
+
+def test_nested_concats_along_two_axes_fit_a_small_budget():
+    a = dx.input("a", (300, 40), "float64")
+    row = a
+    for i in range(5):
+        row = dx.concat([row, a * float(i)], axis=1)        # (300, 240)
+    block = dx.concat([row, row + 1.0, row * 2.0], axis=0)   # (900, 240)
+    plan = plan_for(block, memory=2**20)
+    assert all(r.peak_working_set <= plan.partition.budget for r in plan.stats().nodes)
+    assert len(plan.chunks[block.node.id][0]) > 1

@@ -81,3 +81,17 @@ def test_random_chunks_match_numpy(op):
         else:  # log, sqrt and cos of CUDA and the host libm may differ in the last bit
             np.testing.assert_allclose(dev.get(), host, rtol=1e-6 if dtype == "float32"
                                        else 1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("kind,n", [("maximum", 24), ("mix", 2000)])
+def test_long_chains_compile_and_match_numpy(kind, n):
+    # the CUDA source is one statement per instruction (tests/kernels/test_kernel_code_size);
+    # here NVRTC compiles such kernels and they compute what NumPy does
+    from tests.kernels.test_kernel_code_size import N_INPUTS, chain, inputs
+    from tests.kernels.test_kernel_fused_cpu import plain_numpy
+    program = chain(kind, n)
+    arrays = inputs()
+    want = plain_numpy(program, arrays)
+    got = fused.evaluate(program, [cupy.asarray(a) for a in arrays], want.shape)
+    assert len(arrays) == N_INPUTS
+    np.testing.assert_allclose(got.get(), want, rtol=1e-10, atol=1e-12)

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deepx_flow.errors import ExecutionError
-from deepx_flow.kernels import fused, fused_cpu
+from deepx_flow.kernels import fused, fused_cpu, fused_numexpr
 from deepx_flow.kernels.elementwise import apply_op, constant
 from tests.kernels.cases import chain10
 from tests.kernels.cases import (ALL_CASES, NE_DTYPES, assert_matches, case_id, fused as one_op,
@@ -200,18 +200,25 @@ def test_ten_op_chain_on_every_path(dtype, rtol):
         np.testing.assert_allclose(got.astype(np.float64), want, rtol=rtol, atol=rtol)
 
 
-def test_long_chain_falls_back_to_blocked_and_stays_exact():
-    # 300 instructions nest too deep for one numexpr expression
+def test_long_chain_runs_in_numexpr_stages_and_stays_exact():
+    # 300 instructions nest too deep for one numexpr expression: they run as several, each
+    # reading the one before by name
     program = [("add", (("in", 0), ("c", 1.0, "float64")), "float64")]
     for j in range(299):
         program.append(("mul" if j % 2 else "sub", (("t", j), ("in", 0)), "float64"))
     program = tuple(program)
-    assert fused_cpu.numexpr_source(program, ("float64",)) is None
+    src = fused_cpu.numexpr_source(program, ("float64",))
+    assert len(src.stages) > 1
+    assert all(fused_numexpr._depth(s.expression) <= fused_numexpr.MAX_EXPR_DEPTH
+               for s in src.stages)
+    assert all(("s", i - 1) in s.operands for i, s in enumerate(src.stages) if i)
     x = np.linspace(-1, 1, 50)
     t = x + 1.0
     for j in range(299):
         t = t * x if j % 2 else t - x
-    np.testing.assert_allclose(fused_cpu.evaluate(program, [x], x.shape), t, rtol=1e-12)
+    for run in (fused_cpu.evaluate, fused_cpu.evaluate_blocked, fused_cpu.evaluate_numexpr,
+                lambda p, a, s: fused_cpu.evaluate_numexpr(p, a, s, block_elements=7)):
+        np.testing.assert_allclose(run(program, [x], x.shape), t, rtol=1e-12)
 
 
 def test_broadcasts_to_a_larger_output_and_returns_a_fresh_array():

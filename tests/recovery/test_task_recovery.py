@@ -21,7 +21,7 @@ import deepx_flow as dx
 from deepx_flow.kernels.faults import Fault, FaultInjection
 from deepx_flow.meta import open_db
 from deepx_flow.meta.models import Event, Run, Task
-from tests.helpers import cluster_with_memory
+from tests.helpers import assert_sums_close, cluster_with_memory
 
 SHAPE = (2000, 256)
 
@@ -32,8 +32,21 @@ def graph():
 
 
 def expected(client):
+    """NumPy's float64 result, and the size of its terms (for `assert_sums_close`)."""
     x, _ = graph()
-    return (np.tanh(dx.run(x, client=client)) * 2.0).sum(axis=1)
+    terms = np.tanh(dx.run(x, client=client)) * 2.0
+    return Sums(terms.sum(axis=1), np.abs(terms).sum(axis=1))
+
+
+class Sums:
+    """Row sums and the sums of their terms' sizes: `==` compares within the precision the
+    terms allow (`assert_sums_close`)."""
+
+    def __init__(self, value, terms):
+        self.value, self.terms = value, terms
+
+    def check(self, actual) -> None:
+        assert_sums_close(actual, self.value, self.terms)
 
 
 def local_cluster(n: int, processes: bool = False):
@@ -90,7 +103,7 @@ def test_a_failing_task_is_retried_after_its_backoff_and_every_attempt_recorded(
     with faults_on(three, Fault("raise", node=source, times=2)):
         out = dx.run(y, client=three, cluster=SPEC,
                      recovery=dx.Recovery(retries=2, backoff=0.3))
-    np.testing.assert_allclose(out, want, rtol=1e-12)
+    want.check(out)
     run = last_run(db)
     assert run.status == "succeeded"
     tasks = rows(db, Task, run.id)
@@ -124,7 +137,7 @@ def test_retries_can_be_given_to_one_operator(three):
     recovery = dx.Recovery(retries=0, backoff=0.0, operators={"random_normal": {"retries": 1}})
     with faults_on(three, Fault("raise", node=source, times=1)):
         out = dx.run(y, client=three, cluster=SPEC, recovery=recovery)
-    np.testing.assert_allclose(out, expected(three), rtol=1e-12)
+    expected(three).check(out)
     sums = node_id(y, "sum", SPEC)
     with faults_on(three, Fault("raise", node=sums, times=1)):
         with pytest.raises(dx.ExecutionError, match=f"node {sums}"):
@@ -145,7 +158,7 @@ def test_a_task_hung_on_one_worker_drifts_and_the_run_finishes():
         victim = sorted(client.scheduler_info()["workers"])[0]
         with faults_on(client, Fault("hang", worker=victim)):
             out = dx.run(y, client=client, cluster=SPEC, recovery=dx.Recovery(timeout=1.0))
-        np.testing.assert_allclose(out, want, rtol=1e-12)
+        want.check(out)
     run = last_run(db)
     assert run.status == "succeeded"
     events = rows(db, Event, run.id)
@@ -177,13 +190,13 @@ def test_a_task_hung_on_one_worker_gets_a_backup_by_default_and_the_run_finishes
         began = time.time()
         out = dx.run(y, client=three, cluster=SPEC)  # default dx.Recovery()
         took = time.time() - began
-    np.testing.assert_allclose(out, want, rtol=1e-12)
+    want.check(out)
     run = last_run(db)
     assert run.status == "succeeded"
     events = rows(db, Event, run.id)
     backups = [e for e in events if e.kind == "backup"]
     assert len(backups) == 1 and backups[0].worker == victim
-    assert "past 5.0 s" in backups[0].message  # speculation_min: the peers took far less
+    assert "past 2.0 s" in backups[0].message  # speculation_min: the peers took far less
     won = [e for e in events if e.kind == "backup-won"]
     assert [e.key for e in won] == [backups[0].key]
     assert not [e for e in events if e.kind in ("drift", "timed-out")]
@@ -202,12 +215,13 @@ def test_a_slow_worker_loses_races_to_backups_and_is_excluded(three):
     db = open_db()
     x = dx.random.normal((4000, 4000), seed=9, dtype="float64")  # ~30 tasks of 4 MiB
     y = dx.exp(x * 1e-3).sum(axis=1)
-    want = np.exp(dx.run(x, client=three) * 1e-3).sum(axis=1)
+    terms = np.exp(dx.run(x, client=three) * 1e-3)
+    want = Sums(terms.sum(axis=1), terms.sum(axis=1))  # positive terms
     victim = sorted(three.scheduler_info()["workers"])[0]
     with faults_on(three, Fault("slow", worker=victim, factor=30)):
         out = dx.run(y, client=three,
                      recovery=dx.Recovery(speculation_min=0.5, speculation_factor=2))
-    np.testing.assert_allclose(out, want, rtol=1e-12)
+    want.check(out)
     events = rows(db, Event, last_run(db).id)
     won = [e for e in events if e.kind == "backup-won"]
     assert won and all(e.worker == victim for e in won)
@@ -231,8 +245,8 @@ def test_a_lost_device_excludes_its_worker_and_its_task_runs_elsewhere():
             run = last_run(db)
             again = dx.run(y, client=client, cluster=SPEC)
             second = last_run(db)
-    np.testing.assert_allclose(out, want, rtol=1e-12)
-    np.testing.assert_allclose(again, want, rtol=1e-12)
+    want.check(out)
+    want.check(again)
     events = rows(db, Event, run.id)
     lost = [e for e in events if e.kind == "device-lost"]
     assert len(lost) == 1 and lost[0].worker == victim
@@ -289,7 +303,7 @@ def test_a_run_whose_only_allowed_worker_is_lost_goes_on_on_the_excluded_one():
             finished = not thread.is_alive()
         thread.join(60)
     assert finished and not failed, failed
-    np.testing.assert_allclose(done["out"], want, rtol=1e-12)
+    want.check(done["out"])
     run = last_run(db)
     assert any(e.kind == "exclude" and e.worker == victim for e in rows(db, Event, run.id))
     assert any(t.worker == victim for t in rows(db, Task, run.id))
@@ -326,14 +340,15 @@ def test_running_out_of_memory_plans_the_run_again_with_smaller_chunks(monkeypat
     first = max(dx.compile(y, cluster=spec).chunks[node_id(y, "random_normal", spec)][0])
     assert first * 512 * 8 > 3 * 2**20  # the first plan's chunks do not fit
     with local_cluster(2) as cluster, Client(cluster, set_as_default=False) as client:
-        want = (np.tanh(dx.run(x, client=client)) * 2.0).sum(axis=1)
+        terms = np.tanh(dx.run(x, client=client)) * 2.0
+        want = Sums(terms.sum(axis=1), np.abs(terms).sum(axis=1))
         with faults_on(client, Fault("oom", over_bytes=3 * 2**20)):
             with pytest.raises(dx.ExecutionError) as info:
                 dx.run(y, client=client, cluster=spec, recovery=dx.Recovery(replan_on_oom=0))
             assert info.value.kind == "oom" and "ran out of memory" in str(info.value)
             assert "OutOfMemoryError: Out of memory allocating" in str(info.value)
             out = dx.run(y, client=client, cluster=spec)
-    np.testing.assert_allclose(out, want, rtol=1e-12)
+    want.check(out)
     run = last_run(db)
     assert run.status == "succeeded"
     replans = [e for e in rows(db, Event, run.id) if e.kind == "replan"]
@@ -376,7 +391,7 @@ def test_a_run_with_no_workers_left_fails_after_its_bounded_wait():
             try:
                 with pytest.raises(dx.ExecutionError) as info:
                     dx.run(y, client=client, cluster=SPEC,
-                           recovery=dx.Recovery(worker_wait=2.0, timeout_factor=None))
+                           recovery=dx.Recovery(worker_wait=2.0, speculate=False))
             finally:
                 closer.join()
             waited = time.monotonic() - began
@@ -386,6 +401,30 @@ def test_a_run_with_no_workers_left_fails_after_its_bounded_wait():
     run = last_run(db)
     assert run.status == "failed" and "NoWorkers" in run.error
     assert any(e.kind == "no-workers" for e in rows(db, Event, run.id))
+
+
+@pytest.mark.timeout(300)
+def test_a_run_started_with_no_workers_gives_up_cleanly(caplog):
+    """Giving up fails every task the run has waiting for a worker, whatever its state, with
+    the reason; the supervisor hits no error on the way (it once passed keywords that
+    Dask's released -> erred transition does not take, and stopped walking the tasks)."""
+    _, y = graph()
+    with LocalCluster(n_workers=0, processes=False, dashboard_address="127.0.0.1:0",
+                      silence_logs=logging.CRITICAL) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        with caplog.at_level(logging.ERROR):
+            with pytest.raises(dx.ExecutionError) as info:
+                dx.run(y, client=client, cluster=SPEC, recovery=dx.Recovery(worker_wait=1.0))
+            states = client.run_on_scheduler(_states_of, names={
+                n.id for n in dx.compile(y, cluster=SPEC).fused.nodes})
+    assert info.value.kind == "no-workers" and "no workers for 1 s" in str(info.value)
+    assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+    assert not set(states) & {"no-worker", "queued", "processing"}, states
+
+
+def _states_of(names, dask_scheduler=None) -> list:
+    return [ts.state for key, ts in dask_scheduler.tasks.items()
+            if str(key[0] if isinstance(key, tuple) else key).split("@")[0] in names]
 
 
 # -- per asset ---------------------------------------------------------------------------------
@@ -408,8 +447,8 @@ def test_an_assets_own_retries_apply_to_its_tasks(three, tmp_path, monkeypatch):
     with faults_on(three, Fault("raise", node="random_normal", times=1)):
         done = dx.materialize(definitions({"retries": 1, "backoff": 0.0}), client=three)
     x = dx.run(dx.random.normal((512, 64), seed=9, dtype="float64"), client=three)
-    np.testing.assert_allclose(dx.run(dx.load("total"), client=three), (x * 2.0).sum(axis=0),
-                               rtol=1e-12)
+    assert_sums_close(dx.run(dx.load("total"), client=three), (x * 2.0).sum(axis=0),
+                      np.abs(x * 2.0).sum(axis=0))
     assert any(t.status == "retried" for t in rows(open_db(), Task, done.run_id))
     with faults_on(three, Fault("raise", node="random_normal", times=1)):
         with pytest.raises(dx.ExecutionError, match="operator random_normal"):

@@ -16,7 +16,7 @@ from deepx_flow.compiler.compile import compile_graph
 from deepx_flow.errors import PlanError
 from deepx_flow.ir.program import describe
 from deepx_flow.registry.cluster import ClusterSpec, WorkerSpec
-from deepx_flow.runtime.recording import operator_label
+from deepx_flow.ir.program import operator_label
 from deepx_flow.sdk.build import build_graph
 from deepx_flow.ui.graph_picture import (BOX_H, BOX_W, fused_members, grid_text, picture,
                                          shape_text)

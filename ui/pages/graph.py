@@ -84,7 +84,7 @@ def _first_lines(text: str, n: int) -> str:
 
 def _operator_label(node) -> str:
     # What the run's task rows call this kernel, so the page and the run page agree.
-    from deepx_flow.runtime.recording import operator_label
+    from deepx_flow.ir.program import operator_label
     return operator_label(node)
 
 

@@ -1,0 +1,160 @@
+"""What speculative backups cost a run when nothing is wrong, and what they gain when one
+worker is ten times slower than the rest.
+
+Why: slowness must never be fatal, and one slow machine (thermal throttling, a noisy
+neighbour, a failing disk) must not hold a whole run back. deepx_flow gives a task that runs
+far past its peers a backup on another worker and takes whichever finishes first. Targets:
+on an undisturbed run the backups cost nothing (none start, the time is the same); with one
+worker made 10x slower the run finishes within 1.3x of the undisturbed time.
+
+What runs: a float32 Zarr array on local disk (rows x 256, stored in chunks of 32,768 rows,
+written once before timing) read by `read_zarr`; the graph standardizes each column by its
+mean and takes a per-row softplus-like score: ``log(1 + exp(tanh((x - mean) * 0.5))).sum(1)``,
+each result checked against NumPy in float64. A LocalCluster of 4 worker processes with one
+thread each (on this 2-core machine a worker's task shares a core, as on a loaded node).
+"Slow" is the fault engine's `Fault("slow", worker=..., factor=10)` on one worker: each of
+its tasks takes 10 times as long (its kernel, then a wait of 9 times that), as a worker
+running at a tenth of its speed. Taking turns, median of `repeat` after a warm-up:
+
+- undisturbed, backups off (`dx.Recovery(speculate=False)`): the baseline;
+- undisturbed, default settings (backups on): the cost of watching for stragglers;
+- one slow worker, backups off: what a straggler costs without them;
+- one slow worker, default settings: what backups win back.
+
+Run: `python benchmarks/bench_speculation.py [--quick]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from sqlmodel import select
+
+import common
+import deepx_flow as dx
+from deepx_flow.kernels.faults import Fault, FaultInjection
+from deepx_flow.meta import open_db
+from deepx_flow.meta.models import Event, Run
+
+COLUMNS, STORED_ROWS, FACTOR, WORKERS = 256, 32_768, 10, 4
+
+
+def write_input(path: Path, rows: int) -> np.ndarray:
+    import zarr
+    values = np.random.default_rng(0).standard_normal((rows, COLUMNS), dtype=np.float32)
+    arr = zarr.create_array(str(path), shape=values.shape, chunks=(STORED_ROWS, COLUMNS),
+                            dtype="float32", zarr_format=3)
+    arr[:] = values
+    return values
+
+
+def graph(path: Path):
+    x = dx.read_zarr(str(path))
+    centered = x - x.mean(axis=0, keepdims=True)
+    return dx.log(dx.exp(dx.tanh(centered * 0.5)) + 1.0).sum(axis=1)
+
+
+def reference(values: np.ndarray) -> np.ndarray:
+    x = values.astype(np.float64)
+    centered = x - x.mean(axis=0, keepdims=True)
+    return np.log(np.exp(np.tanh(centered * 0.5)) + 1.0).sum(axis=1)
+
+
+def events_of_last_run(db) -> list:
+    with db.read() as s:
+        run = s.exec(select(Run).order_by(Run.started_at.desc())).first()
+        return s.exec(select(Event).where(Event.run_id == run.id)).all()
+
+
+def main(quick: bool = False) -> None:
+    rows = STORED_ROWS * (12 if quick else 48)
+    repeat = 1 if quick else 3
+    machine = common.machine_info()
+    common.wait_until_quiet()
+    folder = Path(tempfile.mkdtemp(prefix="deepx-bench-spec-"))
+    db = open_db()
+    try:
+        path = folder / "x.zarr"
+        values = write_input(path, rows)
+        want = reference(values)
+        y = graph(path)
+        with common.local_cluster(WORKERS, memory_limit="2GiB") as client:
+            victim = sorted(client.scheduler_info()["workers"])[0]
+            counts: dict = {}
+
+            def case(name: str, speculate: bool):
+                def timed():
+                    recovery = dx.Recovery() if speculate else dx.Recovery(speculate=False)
+                    out = dx.run(y, client=client, recovery=recovery)
+                    np.testing.assert_allclose(out, want, rtol=1e-5,
+                                               atol=1e-5 * np.abs(want).max())
+                    events = events_of_last_run(db)
+                    tally = counts.setdefault(name, [])
+                    tally.append({k: sum(e.kind == k for e in events)
+                                  for k in ("backup", "backup-won", "exclude")})
+                return timed
+
+            @contextlib.contextmanager
+            def around(name):
+                if name.startswith("slow"):
+                    client.register_plugin(FaultInjection([Fault("slow", worker=victim,
+                                                                 factor=FACTOR)]))
+                try:
+                    yield
+                finally:
+                    if name.startswith("slow"):
+                        client.unregister_worker_plugin(FaultInjection.name)
+
+            plan = dx.compile(y, client=client)
+            names = ("undisturbed, backups off", "undisturbed, backups on",
+                     "slow worker, backups off", "slow worker, backups on")
+            times = common.interleaved({name: case(name, name.endswith("on"))
+                                        for name in names}, repeat=repeat, around=around)
+        base = times["undisturbed, backups off"]["median_s"]
+        table, rows_out = [], {}
+        for name, t in times.items():
+            timed_counts = counts[name][-repeat:]  # the warm-up's are dropped
+            backups = sum(c["backup"] for c in timed_counts) / repeat
+            won = sum(c["backup-won"] for c in timed_counts) / repeat
+            excluded = sum(c["exclude"] for c in timed_counts) / repeat
+            ratio = t["median_s"] / base
+            table.append((name, common.fmt(t["median_s"]), common.fmt(ratio),
+                          f"{backups:g}", f"{won:g}", f"{excluded:g}"))
+            rows_out[name] = {**t, "ratio_to_undisturbed": ratio, "backups": backups,
+                              "backups_won": won, "workers_excluded": excluded}
+        common.print_table(("case", "median s", "x undisturbed", "backups", "won",
+                            "excluded"), table,
+                           f"{rows:,} x {COLUMNS} float32 from Zarr ({values.nbytes / 2**20:.0f}"
+                           f" MiB), {plan.stats().tasks} tasks, {WORKERS} workers, one "
+                           f"{FACTOR}x slower")
+        on, off = rows_out["undisturbed, backups on"], rows_out["undisturbed, backups off"]
+        slow_on = rows_out["slow worker, backups on"]
+        targets = [
+            common.target("no backups on an undisturbed run", on["backups"],
+                          on["backups"] == 0),
+            common.target("undisturbed with backups on, x backups off",
+                          on["median_s"] / off["median_s"],
+                          on["median_s"] / off["median_s"] <= 1.1),
+            common.target("one worker 10x slower, backups on: x undisturbed <= 1.3",
+                          slow_on["ratio_to_undisturbed"],
+                          slow_on["ratio_to_undisturbed"] <= 1.3),
+        ]
+        common.write_results("bench_speculation", {
+            "machine": machine, "params": {"rows": rows, "columns": COLUMNS,
+                                           "stored_rows": STORED_ROWS, "workers": WORKERS,
+                                           "slow_factor": FACTOR, "repeat": repeat,
+                                           "tasks": plan.stats().tasks},
+            "cases": rows_out, "targets": targets}, quick)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small, fast run")
+    main(**vars(parser.parse_args()))

@@ -1,0 +1,114 @@
+"""The default path of a script or notebook: one embedded cluster per process, started on
+first use, kept, closed at exit (its workers then marked gone), `dx.shutdown()` closing it
+earlier; a script without an `if __name__ == "__main__":` guard runs once. Each in a fresh
+Python process, as a user's script runs."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_script(tmp_path: Path, body: str, timeout: float = 240):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(body))
+    env = {"DEEPX_DB_URL": f"sqlite:///{tmp_path / 'deepx.db'}", "PATH": "/usr/bin:/bin",
+           "HOME": str(tmp_path)}
+    return subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def table(tmp_path: Path, sql: str) -> list:
+    with sqlite3.connect(tmp_path / "deepx.db") as db:
+        return db.execute(sql).fetchall()
+
+
+@pytest.mark.timeout(300)
+def test_ten_runs_without_a_client_start_one_cluster_closed_at_exit(tmp_path):
+    res = run_script(tmp_path, """
+        import numpy as np
+        import deepx_flow as dx
+
+        if __name__ == "__main__":
+            x = dx.input("x", shape=(1000, 8), dtype="float64")
+            data = np.arange(8000.0).reshape(1000, 8)
+            for i in range(10):
+                out = dx.run((x * float(i)).sum(axis=0), inputs={"x": data})
+                assert np.allclose(out, data.sum(axis=0) * i), i
+            print("done")
+    """)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split() == ["done"]
+    runs = table(tmp_path, "SELECT scheduler, status FROM runs")
+    assert len(runs) == 10 and {s for _, s in runs} == {"succeeded"}
+    assert len({scheduler for scheduler, _ in runs}) == 1
+    workers = table(tmp_path, "SELECT scheduler, status FROM workers")
+    assert workers and {w for w, _ in workers} == {runs[0][0]}
+    assert {s for _, s in workers} == {"gone"}  # closed when the process exited
+
+
+@pytest.mark.timeout(300)
+def test_an_unguarded_script_runs_once(tmp_path):
+    """The README's notebook code as a plain script, without the guard: worker processes
+    do not run it again (it printed its plan once per worker, then failed with hundreds of
+    lines of tracebacks)."""
+    res = run_script(tmp_path, """
+        import numpy as np
+        import deepx_flow as dx
+
+        x = dx.input("x", shape=(20_000, 64), dtype="float32")
+        w = dx.random.normal((64, 128), seed=0, dtype="float32")
+        y = dx.relu(x @ w + 1.0).sum(axis=1)
+        print("planned", dx.compile(y).stats().tasks > 0)
+        x_np = np.random.default_rng(0).standard_normal((20_000, 64), dtype="float32")
+        out = dx.run(y, inputs={"x": x_np})
+        w_np = dx.run(w).astype(np.float64)
+        want = np.maximum(x_np.astype(np.float64) @ w_np + 1.0, 0).sum(axis=1)
+        print("right", bool(np.allclose(out, want, rtol=1e-4)))
+    """)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split("\n")[:2] == ["planned True", "right True"]
+    assert res.stdout.count("planned") == 1
+    assert "Traceback" not in res.stderr and len(res.stderr.splitlines()) <= 1
+
+
+@pytest.mark.timeout(300)
+def test_shutdown_closes_the_cluster_and_a_later_run_starts_a_new_one(tmp_path):
+    res = run_script(tmp_path, """
+        import deepx_flow as dx
+
+        if __name__ == "__main__":
+            assert dx.run(dx.arange(4.0).sum()) == 6.0
+            dx.shutdown()
+            assert dx.run(dx.arange(5.0).sum()) == 10.0
+            print("ok")
+    """)
+    assert res.returncode == 0, res.stderr[-3000:]
+    first, second = [s for (s,) in table(tmp_path, "SELECT scheduler FROM runs "
+                                                   "ORDER BY started_at")]
+    assert first != second
+    statuses = dict(table(tmp_path, "SELECT scheduler, group_concat(DISTINCT status) FROM "
+                                    "workers GROUP BY scheduler"))
+    assert statuses == {first: "gone", second: "gone"}
+
+
+@pytest.mark.timeout(300)
+def test_a_client_the_user_made_is_used_first(tmp_path):
+    res = run_script(tmp_path, """
+        import deepx_flow as dx
+        from distributed import Client, LocalCluster
+
+        if __name__ == "__main__":
+            with LocalCluster(n_workers=1, processes=False) as cluster, Client(cluster) as c:
+                assert dx.run(dx.arange(4.0).sum()) == 6.0
+                print(c.scheduler.address)
+    """)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert table(tmp_path, "SELECT scheduler FROM runs") == [(res.stdout.strip(),)]
