@@ -9,15 +9,23 @@ writer. Transactions are kept short by their callers.
 
 Any other SQLAlchemy URL works through `DEEPX_DB_URL` or `--db` (PostgreSQL is tested:
 `postgresql+psycopg://user@127.0.0.1:5432/deepx`).
+
+Every transaction begins by checking the schema version (`migrations.check_transaction`), so
+a process never writes into a schema another process has changed since it opened it. A
+SQLite file of 0 bytes is refused: it is what is left of a database whose history was lost
+(truncated, or replaced by an empty file), and creating tables in it would hide that and
+orphan the stored asset versions. New files are therefore made whole, never seen empty.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
 from contextlib import contextmanager
+from functools import cached_property
 from pathlib import Path
 
 from sqlalchemy import create_engine, event
@@ -28,6 +36,7 @@ from sqlmodel import Session
 
 from deepx_flow.config import settings
 from deepx_flow.errors import DatabaseError
+from deepx_flow.meta.migrations import check_transaction, migrate
 
 DEFAULT_PATH = Path(".deepx") / "deepx.db"
 SQLITE_BUSY_TIMEOUT_S = 60
@@ -45,12 +54,11 @@ class Database:
     """An engine on one metadata database, migrated to this code's schema on opening."""
 
     def __init__(self, url: str):
-        from deepx_flow.meta.migrations import migrate
-
         self.url = url
         self.engine = _engine(url)
         try:
-            migrate(self.engine)
+            # The only transaction that may find another schema version: it sets it.
+            migrate(self.engine.execution_options(deepx_migrating=True))
         except BaseException as err:
             self.engine.dispose()  # a database we refuse keeps no connections open
             if not isinstance(err, SQLAlchemyDatabaseError):
@@ -63,6 +71,17 @@ class Database:
     @property
     def display_url(self) -> str:
         return make_url(self.url).render_as_string(hide_password=True)
+
+    @cached_property
+    def identity(self) -> str:
+        """This database as processes on several hosts can compare it: this host and the URL
+        (a SQLite path made absolute; a password hidden). Two processes that give the same
+        identity write the same database."""
+        parsed = make_url(self.url)
+        path = _sqlite_path(parsed) if self.is_sqlite else None
+        if path is not None:
+            parsed = parsed.set(database=str(path.resolve()))
+        return f"{socket.gethostname()} {parsed.render_as_string(hide_password=True)}"
 
     @property
     def is_sqlite(self) -> bool:
@@ -147,34 +166,102 @@ def _engine(url: str) -> Engine:
         raise DatabaseError(f"metadata database URL {url!r} is not a SQLAlchemy URL "
                             f"(e.g. sqlite:///path/deepx.db or "
                             f"postgresql+psycopg://user@host/db)") from None
-    if parsed.get_backend_name() != "sqlite":
+    shown = parsed.render_as_string(hide_password=True)
+    sqlite = parsed.get_backend_name() == "sqlite"
+    if not sqlite:
         try:
-            return create_engine(url, pool_pre_ping=True)
+            engine = create_engine(url, pool_pre_ping=True)
         except Exception as err:  # a missing driver, a bad option
-            shown = parsed.render_as_string(hide_password=True)
             raise DatabaseError(f"cannot use the metadata database {shown!r}: {err}") from None
-    if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S,
-                                              "check_same_thread": False})
+    else:
+        path = _sqlite_path(parsed)
+        if path is not None:
+            _refuse_empty_or_create(path)
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S,
+                                                  "check_same_thread": False})
 
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection, _record):
-        # Let SQLAlchemy's "begin" event issue BEGIN itself (pysqlite's own is deferred).
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        _set_wal(cursor)
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_S * 1000}")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.close()
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection, _record):
+            # Let SQLAlchemy's "begin" event issue BEGIN itself (pysqlite's own is deferred).
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            _set_wal(cursor)
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_S * 1000}")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn):
-        read_only = conn.get_execution_options().get("deepx_read_only")
-        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        options = conn.get_execution_options()
+        read_only = options.get("deepx_read_only", False)
+        if sqlite:
+            conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        if not options.get("deepx_migrating"):
+            check_transaction(conn, shown, write=not read_only)
 
     return engine
+
+
+def _sqlite_path(parsed) -> Path | None:
+    """The file of a SQLite URL; None for an in-memory database or a SQLite URI."""
+    if not parsed.database or parsed.database == ":memory:" or parsed.query.get("uri"):
+        return None
+    return Path(parsed.database)
+
+
+def _refuse_empty_or_create(path: Path) -> None:
+    """Refuse a 0-byte database file; create a missing one, whole.
+
+    SQLite would take an empty file as a new database. But deepx_flow never leaves one: a
+    new file is written under a temporary name (with SQLite's header, which WAL mode writes
+    at once) and linked into place, which fails if another process got there first. So a
+    file seen empty lost its history, and is refused rather than silently started again.
+    """
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        size = None
+    if size == 0:
+        raise DatabaseError(
+            f"the metadata database file {path} is empty (0 bytes): the runs, assets and "
+            f"registry it recorded are gone (truncated, or replaced by an empty file), and "
+            f"deepx_flow does not start a new history over them; restore it from a backup, "
+            f"or to start afresh delete it (rm {path}) or use another database (--db or "
+            f"DEEPX_DB_URL)")
+    if size is not None:
+        return
+    import sqlite3
+    import uuid
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.new")
+    try:
+        conn = sqlite3.connect(new)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+        finally:
+            conn.close()
+        try:
+            os.link(new, path)
+        except FileExistsError:
+            pass  # another process made it first: use theirs
+        except OSError:  # a file system without hard links: create it exclusively instead
+            _create_exclusive(path, new.read_bytes())
+    except OSError as err:
+        raise DatabaseError(f"cannot create the metadata database file {path}: "
+                            f"{err.strerror or err}") from None
+    finally:
+        new.unlink(missing_ok=True)
+
+
+def _create_exclusive(path: Path, content: bytes) -> None:
+    """Write `content` to `path` unless it exists (it is empty only for that one write)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "wb") as out:
+        out.write(content)
 
 
 def _set_wal(cursor) -> None:

@@ -3,7 +3,10 @@
 A new database gets the current tables (`models.py`) and is stamped `SCHEMA_VERSION`. An
 older one is brought forward by the steps after its version, in order, in one transaction;
 its rows stay. A database stamped with a version newer than this code fails to open with a
-message saying so: old code must not write into a schema it does not know.
+message saying so: old code must not write into a schema it does not know. Nor does it
+later: every transaction reads the version again (`check_transaction`), so a process that
+opened the database stops when another one upgrades it. A damaged version row (none, two, a
+version below 1) is refused as it is, never migrated.
 
 To change a table: edit `models.py`, add a step here that turns the previous schema into
 the new one (portable DDL: it runs on SQLite and PostgreSQL), and bump `SCHEMA_VERSION`.
@@ -17,20 +20,21 @@ History:
 6. tasks.comm_seconds (time spent fetching inputs); an index on asset_materializations
    (asset, partition, created_at) for the newest version of every asset and partition.
 7. operator_speeds (measured speed of each operator on each worker).
+8. chunk_placements unique per run: (run_id, tensor, chunk, worker) instead of (tensor, chunk,
+   worker), so a later run that computes the same chunk on the same worker adds its own row.
 """
 
 from __future__ import annotations
 
 from sqlalchemy import (BigInteger, Boolean, Column, Float, ForeignKey, Index, Integer,
-                        MetaData, String, Table, Text, UniqueConstraint, inspect, select, text,
-                        update)
+                        MetaData, String, Table, Text, UniqueConstraint, inspect, text, update)
 from sqlalchemy.engine import Connection, Engine
 from sqlmodel import SQLModel
 
 from deepx_flow.errors import DatabaseError
 from deepx_flow.meta.models import SchemaInfo
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # An arbitrary constant: PostgreSQL sessions migrating at once take turns on this lock.
 _PG_LOCK_ID = 74_700_11
@@ -156,6 +160,48 @@ def _v7_operator_speeds(conn: Connection) -> None:
     frozen.create_all(conn, checkfirst=True)
 
 
+def _v8_placements_per_run(conn: Connection) -> None:
+    # Keys are content hashes: two runs of one graph compute the same keys, and with one row
+    # per (tensor, chunk, worker) the second run took the first one's rows over.
+    if conn.dialect.name == "postgresql":
+        per_run = False
+        for unique in inspect(conn).get_unique_constraints("chunk_placements"):
+            if unique["column_names"] == ["tensor", "chunk", "worker"]:
+                conn.execute(text(f'ALTER TABLE chunk_placements DROP CONSTRAINT '
+                                  f'"{unique["name"]}"'))
+            per_run |= unique["column_names"] == ["run_id", "tensor", "chunk", "worker"]
+        if not per_run:
+            conn.execute(text("ALTER TABLE chunk_placements ADD CONSTRAINT "
+                              "chunk_placements_run_id_tensor_chunk_worker_key "
+                              "UNIQUE (run_id, tensor, chunk, worker)"))
+        return
+    # SQLite cannot change a table's constraints: the table is made anew and its rows copied
+    # (SQLite's documented way), as it was at version 8 (frozen, as in step 2).
+    frozen = MetaData()
+    Table("runs", frozen, Column("id", String, primary_key=True))
+    columns = [Column("id", Integer, primary_key=True),
+               Column("run_id", String, ForeignKey("runs.id"), nullable=False),
+               Column("tensor", String, nullable=False),
+               Column("chunk", String, nullable=False),
+               Column("worker", String, nullable=False),
+               Column("device", String, nullable=True),
+               Column("tier", String, nullable=False),
+               Column("nbytes", BigInteger, nullable=True),
+               Column("state", String, nullable=False),
+               Column("updated_at", Float, nullable=False)]
+    Table("chunk_placements_v8", frozen, *columns,
+          UniqueConstraint("run_id", "tensor", "chunk", "worker")).create(conn)
+    names = ", ".join(c.name for c in columns)
+    conn.execute(text(f"INSERT INTO chunk_placements_v8 ({names}) "
+                      f"SELECT {names} FROM chunk_placements"))
+    conn.execute(text("DROP TABLE chunk_placements"))
+    conn.execute(text("ALTER TABLE chunk_placements_v8 RENAME TO chunk_placements"))
+    renamed = Table("chunk_placements", MetaData(), Column("run_id", String),
+                    Column("state", String))
+    Index("ix_chunk_placements_run", renamed.c.run_id).create(conn)
+    Index("ix_chunk_placements_state", renamed.c.state).create(conn)
+
+
 STEPS = {
     2: _v2_events_and_username,
     3: _v3_assets,
@@ -163,11 +209,13 @@ STEPS = {
     5: _v5_listing_indexes,
     6: _v6_comm_seconds,
     7: _v7_operator_speeds,
+    8: _v8_placements_per_run,
 }
 
 
 def migrate(engine: Engine) -> int:
     """Create or upgrade the schema; return the version found before (0 for a new one)."""
+    shown = engine.url.render_as_string(hide_password=True)
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _PG_LOCK_ID})
@@ -181,13 +229,60 @@ def migrate(engine: Engine) -> int:
             SQLModel.metadata.create_all(conn)
             conn.execute(SchemaInfo.__table__.insert().values(id=1, version=SCHEMA_VERSION))
             return 0
-        found = conn.execute(select(SchemaInfo.version)).scalar_one()
+        found = stored_version(conn, shown)
         if found > SCHEMA_VERSION:
             raise DatabaseError(
-                f"the metadata database {engine.url.render_as_string(hide_password=True)} has "
-                f"schema version {found}, newer than this deepx_flow knows ({SCHEMA_VERSION}); "
-                f"upgrade deepx_flow, or use another database (--db or DEEPX_DB_URL)")
+                f"the metadata database {shown} has schema version {found}, newer than this "
+                f"deepx_flow knows ({SCHEMA_VERSION}); upgrade deepx_flow, or use another "
+                f"database (--db or DEEPX_DB_URL)")
         for version in range(found + 1, SCHEMA_VERSION + 1):
             STEPS[version](conn)
             conn.execute(update(SchemaInfo).values(version=version))
         return found
+
+
+def stored_version(conn: Connection, shown: str) -> int:
+    """The version `deepx_schema` holds, from its one row. A missing row, a second row or a
+    version no deepx_flow wrote (below 1) is damage: the tables cannot be known from it, so
+    migrating (which picks steps by it) or writing could only make things worse."""
+    rows = conn.exec_driver_sql(f"SELECT id, version FROM {SchemaInfo.__tablename__}").all()
+    if len(rows) == 1:
+        row_id, version = rows[0]
+        if row_id == 1 and isinstance(version, int) and not isinstance(version, bool) \
+                and version >= 1:
+            return version
+        what = f"version {version!r}" if row_id == 1 else f"one row with id {row_id!r}"
+    else:
+        what = f"{len(rows)} rows" if rows else "no row"
+    raise DatabaseError(
+        f"the metadata database {shown} has a damaged schema version ({what} in table "
+        f"{SchemaInfo.__tablename__}, which holds one row with id 1 and a version from 1 up): "
+        f"deepx_flow neither migrates nor writes it; restore it from a backup, or start "
+        f"afresh with a new database (--db or DEEPX_DB_URL)")
+
+
+def check_transaction(conn: Connection, shown: str, write: bool) -> None:
+    """Refuse a transaction on a database that is not at SCHEMA_VERSION any more.
+
+    A process migrates a database once, when it opens it, but may use it for days: each
+    transaction (`db.py` calls this as it begins) reads the version again, so a process
+    stops as soon as another one has upgraded the schema (or an older copy has replaced the
+    file), instead of writing rows shaped for a schema that is gone. One small read per
+    transaction. On PostgreSQL a write transaction also holds the migration lock shared,
+    so a migration waits for the writes in flight and the writes after it see its version;
+    on SQLite, BEGIN IMMEDIATE already puts writes and migrations in one queue.
+    """
+    if write and conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock_shared({_PG_LOCK_ID})")
+    found = stored_version(conn, shown)
+    if found > SCHEMA_VERSION:
+        raise DatabaseError(
+            f"the metadata database {shown} is now at schema version {found}: another "
+            f"process upgraded it after this one opened it at version {SCHEMA_VERSION}, and "
+            f"this deepx_flow does not use a schema it does not know; upgrade deepx_flow and "
+            f"start this process again")
+    if found < SCHEMA_VERSION:
+        raise DatabaseError(
+            f"the metadata database {shown} is now at schema version {found}, older than "
+            f"the version {SCHEMA_VERSION} this process opened it at (was it replaced by an "
+            f"older copy?); start this process again to migrate it")

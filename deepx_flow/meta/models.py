@@ -13,7 +13,8 @@ What each table records:
 - `graphs`: every graph that ran, by content hash, with its YAML;
 - `runs`: one row per `dx.run` / `dx.persist`, with its plan summary and outcome;
 - `tasks`: one row per Dask task that finished or failed in a run;
-- `chunk_placements`: where each chunk of a tensor is (one row per chunk and worker);
+- `chunk_placements`: where each chunk a run computed is (one row per run, chunk and
+  worker);
 - `events`: things that happened to a run besides its tasks (worker lost, drift, ...);
 - `asset_materializations`, `asset_check_results`: stored asset versions and their checks;
 - `schedules`, `schedule_ticks`: the schedules a scheduler daemon runs, and every tick it
@@ -180,10 +181,14 @@ class Task(SQLModel, table=True):
 
 
 class ChunkPlacement(SQLModel, table=True):
+    """Where a chunk a run computed is, on one worker: one row per (run, tensor, chunk,
+    worker), updated in place as the chunk is copied, spilled, released or lost. Per run,
+    since tensor keys are content hashes: two runs of one graph compute the same keys."""
+
     __tablename__ = "chunk_placements"
     # By state: the chunks still held (memory, spilled, stored) are few among the released
     # ones, and the registry sums the bytes each storage tier holds over those alone.
-    __table_args__ = (UniqueConstraint("tensor", "chunk", "worker"),
+    __table_args__ = (UniqueConstraint("run_id", "tensor", "chunk", "worker"),
                       Index("ix_chunk_placements_run", "run_id"),
                       Index("ix_chunk_placements_state", "state"))
     id: Optional[int] = Field(default=None, primary_key=True)

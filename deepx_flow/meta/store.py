@@ -1,9 +1,9 @@
 """Writing runs, tasks, chunk placements and events: each call is one short transaction.
 
-Task rows are appended in bulk. A chunk placement is one row per (tensor, chunk, worker),
-updated in place as the chunk is spilled, released or lost, so the table says where each
-chunk is now; a batch keeps only the last state of each row (PostgreSQL refuses to update
-one row twice in one statement).
+Task rows are appended in bulk. A chunk placement is one row per (run, tensor, chunk,
+worker), updated in place as the chunk is spilled, released or lost, so the table says where
+each chunk a run computed is now; a batch keeps only the last state of each row (PostgreSQL
+refuses to update one row twice in one statement).
 """
 
 from __future__ import annotations
@@ -50,28 +50,36 @@ EVENT_COLUMNS = ("at", "kind", "worker", "key", "message")
 
 def write_records(db: Database, run_id: str, tasks: list[tuple], placements: list[tuple],
                   events: list[tuple]) -> None:
-    """Append task and event rows and apply placement changes, in one transaction. Rows are
-    tuples in the order of TASK_COLUMNS, PLACEMENT_COLUMNS and EVENT_COLUMNS.
+    """Append task and event rows and apply placement changes of one run, in one
+    transaction (see `write_run_records`)."""
+    write_run_records(db, {run_id: (tasks, placements, events)})
+
+
+def write_run_records(db: Database, batches: dict) -> None:
+    """For each run id in `batches`, (tasks, placements, events): append its task and event
+    rows and apply its placement changes, all in one transaction. Rows are tuples in the
+    order of TASK_COLUMNS, PLACEMENT_COLUMNS and EVENT_COLUMNS.
 
     This runs beside the scheduler (often in the same process), so it hands whole batches
     to the database driver's executemany instead of building ORM objects: about 10x less
     Python work per row."""
-    if not (tasks or placements or events):
+    tasks = [(run_id, *t) for run_id, (ts, _, _) in batches.items() for t in ts]
+    events = [(run_id, *e) for run_id, (_, _, es) in batches.items() for e in es]
+    latest = {}
+    for run_id, (_, placements, _) in batches.items():
+        for p in placements:  # in the order they happened: the last state of a row wins
+            latest[(run_id, *p[:3])] = (run_id, *p)
+    if not (tasks or latest or events):
         return
     with db.begin() as conn:
         mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
         if tasks:
-            _insert_many(conn, "tasks", ("run_id",) + TASK_COLUMNS, mark,
-                         [(run_id, *t) for t in tasks])
+            _insert_many(conn, "tasks", ("run_id",) + TASK_COLUMNS, mark, tasks)
         if events:
-            _insert_many(conn, "events", ("run_id",) + EVENT_COLUMNS, mark,
-                         [(run_id, *e) for e in events])
-            _mark_lost_devices(conn, [e[2] for e in events if e[1] == "device-lost"])
-        if placements:
-            latest = {}
-            for p in placements:  # in the order they happened: the last state of a row wins
-                latest[p[:3]] = p
-            _upsert_placements(conn, mark, [(run_id, *p) for p in latest.values()])
+            _insert_many(conn, "events", ("run_id",) + EVENT_COLUMNS, mark, events)
+            _mark_lost_devices(conn, [e[3] for e in events if e[2] == "device-lost"])
+        if latest:
+            _upsert_placements(conn, mark, list(latest.values()))
 
 
 def _mark_lost_devices(conn, workers: list) -> None:
@@ -87,23 +95,22 @@ def _insert_many(conn, table: str, columns: tuple, mark: str, rows: list) -> Non
 
 
 def _upsert_placements(conn, mark: str, rows: list) -> None:
-    """One row per (tensor, chunk, worker), updated in place. SQLite and PostgreSQL share
+    """One row per (run, tensor, chunk, worker), updated in place. SQLite and PostgreSQL share
     the ON CONFLICT syntax; released and lost changes carry no size, so the size recorded
     before is kept."""
     columns = ("run_id",) + PLACEMENT_COLUMNS
+    unique = ("run_id", "tensor", "chunk", "worker")
     if conn.dialect.name not in ("sqlite", "postgresql"):
         for row in rows:
             values = dict(zip(columns, row))
-            where = (ChunkPlacement.tensor == values["tensor"],
-                     ChunkPlacement.chunk == values["chunk"],
-                     ChunkPlacement.worker == values["worker"])
+            where = [getattr(ChunkPlacement, c) == values[c] for c in unique]
             if not conn.execute(update(ChunkPlacement).where(*where).values(**values)).rowcount:
                 conn.execute(insert(ChunkPlacement).values(**values))
         return
     updates = ", ".join(f"{c} = excluded.{c}" for c in columns
-                        if c not in ("tensor", "chunk", "worker", "nbytes"))
+                        if c not in unique and c != "nbytes")
     conn.exec_driver_sql(
         f"INSERT INTO chunk_placements ({', '.join(columns)}) "
         f"VALUES ({', '.join([mark] * len(columns))}) "
-        f"ON CONFLICT (tensor, chunk, worker) DO UPDATE SET {updates}, "
+        f"ON CONFLICT ({', '.join(unique)}) DO UPDATE SET {updates}, "
         f"nbytes = COALESCE(excluded.nbytes, chunk_placements.nbytes)", rows)

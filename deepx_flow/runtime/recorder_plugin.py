@@ -7,7 +7,8 @@ database access, a remote cluster works like a local one, and the scheduler's ev
 never waits for a disk.
 
 Where chunks are comes from the scheduler's own state, so it agrees with `who_has`:
-- a task finishing puts its chunk on the worker that computed it ("memory");
+- a task finishing puts its chunk on the worker that computed it ("memory"): every finished
+  task has its placement row, also one whose chunk was dropped before the next drain;
 - copies made by transfers are found at each drain by comparing `who_has` with what was
   last reported (new holders "memory", dropped ones "released");
 - a key leaving memory marks its holders "released", or "lost" when the holder is a worker
@@ -18,6 +19,12 @@ Every attempt of a task gets a row: a failed attempt that Dask retries is "retri
 error comes from the task wrapper's report, `kernels/attempt.py`), one the supervisor
 abandoned after its time limit is "drifted", the last is "memory" or "erred". The
 supervisor's events (drifts, excluded workers, lost devices) are drained with the run's own.
+
+A run is going from `track` until its driver's final drain. A worker that leaves the
+cluster is a "worker-lost" event of every run going then, and of every run whose chunks it
+held. Records of runs that have ended (a persisted chunk released or lost later) are handed
+to whichever driver recording in the same database drains next, so they are written even if
+nobody looks at that run again.
 """
 
 from __future__ import annotations
@@ -55,16 +62,22 @@ class RecorderPlugin(SchedulerPlugin):
         self.attempts: dict = defaultdict(int)
         self.failed: dict = {}  # key -> (worker, start, stop, error) of its last failed attempt
         self.tasks: dict[str, list] = defaultdict(list)
-        # run -> {(key, worker): latest placement}: a chunk made and dropped between two
-        # drains is never written (its task row says where it was computed).
+        # run -> {(key, worker): latest placement}: every chunk a task made is written, also
+        # one made and dropped between two drains (as released, with its size).
         self.placements: dict[str, dict] = defaultdict(dict)
-        self.reported: set = set()  # (key, worker) pairs drained while held
         self.events: dict[str, list] = defaultdict(list)
         self.holders: dict = {}  # key -> set of workers last reported holding it
         # key -> the run that computed the chunk held now: its later copies, release or
         # loss belong to that run, even if a later run tracked the same (content) key.
         self.owner: dict = {}
         self.lost_runs: dict = defaultdict(set)  # dead worker -> runs that lost chunks on it
+        # Runs whose driver has not drained them for the last time: they are going, so a
+        # worker lost now is lost to them. What is buffered for any other run (a persisted
+        # chunk released or lost after its run ended) goes with whichever drain comes next.
+        self.active: set = set()
+        # run -> the database its driver records it in (`Database.identity`): one cluster
+        # may serve drivers writing different databases, and records go to their own.
+        self.store_of: dict[str, str] = {}
         self.hook_seconds = 0.0  # CPU seconds in `transition` for tracked keys (benchmarks)
 
     async def start(self, scheduler) -> None:
@@ -72,28 +85,42 @@ class RecorderPlugin(SchedulerPlugin):
 
     # -- called by the driver through run_on_scheduler ---------------------------------------
 
+    def begin_run(self, run_id: str, names, store: str) -> None:
+        """A driver starts run `run_id` of the keys named `names`, recorded in `store`."""
+        self.track(run_id, names)
+        self.active.add(run_id)
+        self.store_of[run_id] = store
+
     def track(self, run_id: str, names) -> None:
         for name in names:
             self.run_of[name] = run_id
 
-    async def drain(self, run_ids, settle_keys=(), client_id: str | None = None) -> dict:
-        """Pop everything buffered for `run_ids`. With `settle_keys`, first wait (bounded)
-        until the scheduler has processed `client_id`'s release of them, so the drain sees
-        them released."""
+    async def drain(self, run_ids, settle_keys=(), client_id: str | None = None,
+                    final: bool = False, store: str | None = None) -> dict:
+        """Pop everything buffered for `run_ids`, and for runs recorded in `store` that were
+        already drained for the last time, by run id. With `settle_keys`, first wait
+        (bounded) until the scheduler has processed `client_id`'s release of them, so the
+        drain sees them released. `final`: the driver drains `run_ids` for the last time
+        (their runs have ended)."""
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
         while settle_keys and time.monotonic() < deadline and any(
                 self._wanted_by(k, client_id) for k in settle_keys):
             await asyncio.sleep(0.01)
-        self._sync_replicas(set(run_ids))
+        self._sync_replicas()
         supervisor = self.scheduler.plugins.get("deepx-supervisor")
+        ended = {r for r in (*self.tasks, *self.placements, *self.events)
+                 if r not in self.active and store is not None
+                 and self.store_of.get(r) == store}
         out = {}
-        for run_id in run_ids:
+        for run_id in [*run_ids, *sorted(ended - set(run_ids))]:
             events = self.events.pop(run_id, [])
-            if supervisor is not None:
+            if supervisor is not None and run_id in run_ids:
                 events += supervisor.pop_events(run_id)
             out[run_id] = {"tasks": self.tasks.pop(run_id, []),
-                           "placements": self._drain_placements(run_id),
+                           "placements": list(self.placements.pop(run_id, {}).values()),
                            "events": sorted(events, key=lambda e: e[0])}
+        if final:
+            self.active.difference_update(run_ids)
         return out
 
     def attempt_ended(self, key, worker, start, status: str, error: str) -> None:
@@ -103,18 +130,6 @@ class RecorderPlugin(SchedulerPlugin):
             self.tasks[run_id].append((key, worker, start, time.time(), None, None,
                                        max(1, self.attempts.get(key, 1)), status, error,
                                        None))
-
-    def _drain_placements(self, run_id: str) -> list:
-        rows = []
-        for pair, row in self.placements.pop(run_id, {}).items():
-            if row[2] in ("released", "lost"):
-                if pair not in self.reported:
-                    continue  # made and dropped since the last drain
-                self.reported.discard(pair)
-            else:
-                self.reported.add(pair)
-            rows.append(row)
-        return rows
 
     def _wanted_by(self, key, client_id) -> bool:
         ts = self.scheduler.tasks.get(key)
@@ -164,15 +179,19 @@ class RecorderPlugin(SchedulerPlugin):
             self.failed.pop(key, None)
 
     def remove_worker(self, scheduler, worker: str, *, stimulus_id=None, **kwargs) -> None:
+        # Every run going now lost the worker, whether or not it held one of their chunks at
+        # this moment (it may have been computing their tasks); so did every run whose
+        # chunks it held.
         now = time.time()
-        runs = self.lost_runs.pop(worker, set())
+        runs = self.lost_runs.pop(worker, set()) | self.active
         for key, workers in list(self.holders.items()):
             if worker in workers:
                 workers.discard(worker)
                 run_id = self.owner.get(key)
                 self._place(run_id, key, worker, "lost", None)
                 runs.add(run_id)
-        for run_id in runs:
+        runs.discard(None)
+        for run_id in sorted(runs):
             self.events[run_id].append((now, "worker-lost", worker, None,
                                         f"worker {worker} left the cluster ({stimulus_id})"))
 
@@ -221,15 +240,16 @@ class RecorderPlugin(SchedulerPlugin):
     def _place(self, run_id, key, worker, state, nbytes) -> None:
         if run_id is None:
             return
-        self.placements[run_id][(key, worker)] = (key, worker, state, nbytes, time.time())
+        rows = self.placements[run_id]
+        if nbytes is None and (key, worker) in rows:  # released or lost: keep its size
+            nbytes = rows[(key, worker)][3]
+        rows[(key, worker)] = (key, worker, state, nbytes, time.time())
 
-    def _sync_replicas(self, run_ids: set) -> None:
+    def _sync_replicas(self) -> None:
         """Record copies that transfers made (or dropped) since the last drain."""
         tasks = self.scheduler.tasks
         for key, known in list(self.holders.items()):
             run_id = self.owner.get(key)
-            if run_id not in run_ids:
-                continue
             ts = tasks.get(key)
             if ts is None or ts.state != "memory":
                 continue
@@ -243,12 +263,14 @@ class RecorderPlugin(SchedulerPlugin):
             self.holders[key] = now
 
 
-async def drain(dask_scheduler, run_ids, settle_keys=(), client_id=None) -> dict:
-    """Run on the scheduler: the recorder plugin's buffered records for `run_ids`."""
+async def drain(dask_scheduler, run_ids, settle_keys=(), client_id=None, final=False,
+                store=None) -> dict:
+    """Run on the scheduler: the recorder plugin's buffered records for `run_ids` (and for
+    runs in `store` that have ended), by run id."""
     plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
     if plugin is None:
         return {run_id: {"tasks": [], "placements": [], "events": []} for run_id in run_ids}
-    return await plugin.drain(run_ids, settle_keys, client_id)
+    return await plugin.drain(run_ids, settle_keys, client_id, final, store)
 
 
 def hook_seconds(dask_scheduler) -> float:
@@ -257,9 +279,10 @@ def hook_seconds(dask_scheduler) -> float:
     return plugin.hook_seconds if plugin is not None else 0.0
 
 
-def track(dask_scheduler, run_id, names) -> None:
-    """Run on the scheduler: record the keys named `names` under `run_id`."""
-    dask_scheduler.plugins[PLUGIN_NAME].track(run_id, names)
+def track(dask_scheduler, run_id, names, store) -> None:
+    """Run on the scheduler: a run starts, recorded in `store`; record the keys named `names`
+    under `run_id`."""
+    dask_scheduler.plugins[PLUGIN_NAME].begin_run(run_id, names, store)
 
 
 class SpillReporter(WorkerPlugin):

@@ -4,7 +4,9 @@
 scheduler plugin (`recorder_plugin.py`) which keys are this run's. While the run goes, a
 thread drains the plugin's buffer every `FLUSH_INTERVAL_S` and writes it in one
 transaction, so recording costs the run a few batched writes, not one per task. `finish`
-drains the rest and sets the status.
+drains the rest for the last time and sets the status. A persist is finished as soon as its
+last chunk is done (a callback on each future wakes the thread), so its outcome and its last
+records are written while its client is still there to read them from.
 
 Recording is on unless `DEEPX_RECORD=0`.
 """
@@ -50,10 +52,14 @@ class RunRecorder:
         self.places = places  # worker address -> (tier, device name)
         self._lock = threading.Lock()
         self._done = threading.Event()  # stop the background drains
+        self._wake = threading.Event()  # stop, or every future `watch` was given is done
         self._ended = threading.Event()  # the run's outcome is written
-        self._pending = ([], [], [])  # rows a failed write left for the next flush
+        # run id -> (tasks, placements, events) a failed write left for the next flush
+        self._pending: dict[str, tuple[list, list, list]] = {}
         self._thread = None
         self.futures = None
+        self._unfinished = 0  # futures `watch` was given that are not done yet
+        self._counting = threading.Lock()  # for _unfinished (callbacks come from a pool)
         self.status = "running"
         self.speeds: SpeedSamples | None = None  # finished tasks, for the registry's speeds
 
@@ -97,7 +103,8 @@ class RunRecorder:
         store.begin_run(db, run, graph_yaml, len(plan.graph.nodes))
         _install_plugins(client)
         names = {key_name(k) for k in lowered.dsk}
-        client.run_on_scheduler(recorder_plugin.track, run_id=run.id, names=names)
+        client.run_on_scheduler(recorder_plugin.track, run_id=run.id, names=names,
+                                store=db.identity)
         labels = {node.id: operator_label(node) for node in plan.fused.nodes}
         places = {w.address: (("device", w.device.name) if w.device and plan.cluster.has_devices
                               else ("host", None)) for w in plan.cluster.workers if w.address}
@@ -108,63 +115,84 @@ class RunRecorder:
 
     def watch(self, futures=None) -> None:
         """Drain in the background until `finish` is called or, given `futures`, until they
-        are all done (then finish the run from their outcome)."""
+        are all done (then finish the run from their outcome, at once: the outcome is read
+        while the futures still say it, before their client may close and cancel them)."""
         self.futures = futures
+        if futures is not None:
+            self._unfinished = len(futures)
+            if not futures:
+                self._wake.set()
+            for future in futures:
+                future.add_done_callback(self._future_done)
 
         def loop():
-            while not self._done.wait(FLUSH_INTERVAL_S):
+            while True:
+                self._wake.wait(FLUSH_INTERVAL_S)
+                if self._done.is_set() or self.finish_if_done():
+                    return
                 if self.client.status in ("closing", "closed"):  # e.g. at interpreter exit
                     self.finish("its Dask client closed before it finished",
                                 status="interrupted", drain=False)
-                    return
-                if self.finish_if_done():
                     return
                 self.flush_quietly()
         self._thread = threading.Thread(target=loop, name=f"deepx-record-{self.run_id[:8]}",
                                         daemon=True)
         self._thread.start()
 
+    def _future_done(self, _future) -> None:
+        with self._counting:
+            self._unfinished -= 1
+            if self._unfinished <= 0:
+                self._wake.set()
+
     def note(self, kind: str, message: str) -> None:
         """Add an event to the run (with the next drain's rows)."""
         with self._lock:
-            tasks, placements, events = self._pending
-            self._pending = (tasks, placements, events + [(time.time(), kind, None, None,
-                                                           message)])
+            tasks, placements, events = self._pending.get(self.run_id, ([], [], []))
+            self._pending[self.run_id] = (tasks, placements, events + [
+                (time.time(), kind, None, None, message)])
 
-    def flush(self, settle_keys=()) -> None:
-        """Write what the scheduler has buffered for this run. With `settle_keys` (keys this
-        client just released), first let the scheduler process the release."""
+    def flush(self, settle_keys=(), final: bool = False) -> None:
+        """Write what the scheduler has buffered for this run (and for runs that have ended
+        since). With `settle_keys` (keys this client just released), first let the scheduler
+        process the release; `final`: the last drain of this run."""
         global seconds_spent
         began = time.thread_time()
         with self._lock:
             out = self.client.run_on_scheduler(
                 recorder_plugin.drain, run_ids=[self.run_id], settle_keys=list(settle_keys),
-                client_id=self.client.id)[self.run_id]
-            # Plugin tuples (recorder_plugin.*_FIELDS) -> table rows (store.*_COLUMNS).
-            labels, places = self.labels, self.places
-            tasks = []
-            for key, *rest in out["tasks"]:
-                tensor = key_name(key)
-                tasks.append((str(key), tensor, labels.get(node_of(key), "?"), *rest))
-                worker, start, stop, status = rest[0], rest[1], rest[2], rest[6]
-                if status == "memory" and self.speeds is not None:
-                    self.speeds.add(node_of(key), worker, start, stop)
-            placements = []
-            for key, worker, state, nbytes, at in out["placements"]:
-                name = key_name(key)
-                # Chunks copied to host memory for gathering (".host" keys) are not on a GPU.
-                tier, device = ("host", None) if name.endswith(".host") else \
-                    places.get(worker, ("host", None))
-                placements.append((name, chunk_index(key), worker, device,
-                                   "disk" if state == "spilled" else tier, nbytes, state, at))
+                client_id=self.client.id, final=final, store=self.db.identity)
             # The plugin forgot these rows when it handed them over: keep them until written.
             pending = self._pending
-            tasks, placements = pending[0] + tasks, pending[1] + placements
-            events = pending[2] + [tuple(e) for e in out["events"]]
-            self._pending = (tasks, placements, events)
-            store.write_records(self.db, self.run_id, tasks, placements, events)
-            self._pending = ([], [], [])
+            for run_id, records in out.items():
+                tasks, placements, events = self._rows(run_id, records)
+                before = pending.get(run_id, ([], [], []))
+                pending[run_id] = (before[0] + tasks, before[1] + placements,
+                                   before[2] + events)
+            store.write_run_records(self.db, pending)
+            self._pending = {}
             seconds_spent += time.thread_time() - began
+
+    def _rows(self, run_id: str, records: dict) -> tuple[list, list, list]:
+        """Plugin tuples (recorder_plugin.*_FIELDS) -> table rows (store.*_COLUMNS)."""
+        labels, places = self.labels, self.places
+        speeds = self.speeds if run_id == self.run_id else None
+        tasks = []
+        for key, *rest in records["tasks"]:
+            tensor = key_name(key)
+            tasks.append((str(key), tensor, labels.get(node_of(key), "?"), *rest))
+            worker, start, stop, status = rest[0], rest[1], rest[2], rest[6]
+            if status == "memory" and speeds is not None:
+                speeds.add(node_of(key), worker, start, stop)
+        placements = []
+        for key, worker, state, nbytes, at in records["placements"]:
+            name = key_name(key)
+            # Chunks copied to host memory for gathering (".host" keys) are not on a GPU.
+            tier, device = ("host", None) if name.endswith(".host") else \
+                places.get(worker, ("host", None))
+            placements.append((name, chunk_index(key), worker, device,
+                               "disk" if state == "spilled" else tier, nbytes, state, at))
+        return tasks, placements, [tuple(e) for e in records["events"]]
 
     def finish(self, error: str | None = None, settle_keys=(), status: str | None = None,
                drain: bool = True) -> None:
@@ -182,10 +210,11 @@ class RunRecorder:
             return
         _live.discard(self)
         self._done.set()
+        self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
         if drain:
-            self.flush_quietly(settle_keys)
+            self.flush_quietly(settle_keys, final=True)
         try:
             store.end_run(self.db, self.run_id, self.status, error)
             if self.status == "succeeded" and self.speeds is not None:
@@ -216,12 +245,12 @@ class RunRecorder:
         failed = next((f for f in futures if f.status == "error"), None)
         self.finish(None if failed is None else f"{failed.key}: {why_not_finished(failed)}")
 
-    def flush_quietly(self, settle_keys=()) -> None:
+    def flush_quietly(self, settle_keys=(), final: bool = False) -> None:
         """`flush`, logging instead of raising: recording must never fail a run."""
         if self.client.status in ("closing", "closed"):
             return  # nothing to drain from; the buffered records went with the scheduler
         try:
-            self.flush(settle_keys)
+            self.flush(settle_keys, final)
         except Exception as err:
             log.warning("deepx_flow: could not record run %s: %s", self.run_id, err)
 

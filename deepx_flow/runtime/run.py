@@ -121,7 +121,10 @@ class Persisted:
 
     def to_numpy(self) -> np.ndarray:
         """Gather the chunks into one NumPy array."""
-        return _gather(self.client, self.futures, self.shape, self.dtype, self.chunks)
+        out = _gather(self.client, self.futures, self.shape, self.dtype, self.chunks)
+        if self.recorder is not None:  # recorded now: the client may close right after
+            self.recorder.finish_if_done()
+        return out
 
     def release(self) -> None:
         """Let the cluster drop the chunks (the placement table then says "released")."""

@@ -198,7 +198,7 @@ def test_a_version_1_database_is_migrated_with_its_rows(db_url):
     after = snapshot(db_url)
     added = {"events", "asset_materializations", "asset_check_results",  # versions 2-4
              "schedules", "schedule_ticks", "operator_speeds"}  # and 7
-    assert stored_version(db_url) == 7 == SCHEMA_VERSION
+    assert stored_version(db_url) == 8 == SCHEMA_VERSION
     assert set(after) == V1_TABLES | added
     assert all(after[t] == [] for t in added)
     assert [r.pop("username") for r in after["runs"]] == ["", "", ""]
@@ -220,6 +220,29 @@ def test_a_version_1_database_is_migrated_with_its_rows(db_url):
         assert s.get(Run, "5b0f6c1e8d2a4f3b9c7e1a0d2b4c6e8f").username == ""
         assert s.exec(select(Task.id).order_by(Task.id)).all() == [1, 2, 3, 4, 5]
         assert s.exec(select(Event.kind)).all() == ["worker-lost"]
+
+
+def test_placements_are_unique_per_run_once_migrated(db_url):
+    """Version 8: a chunk's row is per run. Two runs of one graph compute the same (content)
+    keys, and may do it on the same worker: each keeps its own row; one run still has one
+    row per chunk and worker."""
+    load_sql(db_url, SCHEMA_V1)
+    runs = [r["id"] for r in snapshot(db_url)["runs"]]
+    placed = snapshot(db_url)["chunk_placements"][0]
+    db = open_db(db_url)
+    other = next(r for r in runs if r != placed["run_id"])
+    same = {k: placed[k] for k in ("tensor", "chunk", "worker", "tier", "state", "updated_at")}
+    with db.session() as s:
+        s.add(ChunkPlacement(run_id=other, **same))
+    with db.read() as s:
+        assert sorted(s.exec(select(ChunkPlacement.run_id).where(
+            ChunkPlacement.tensor == placed["tensor"], ChunkPlacement.chunk == placed["chunk"],
+            ChunkPlacement.worker == placed["worker"])).all()) == sorted([placed["run_id"], other])
+        ids = s.exec(select(ChunkPlacement.id).order_by(ChunkPlacement.id)).all()
+    assert ids[-1] == max(r["id"] for r in snapshot(db_url)["chunk_placements"][:-1]) + 1
+    with pytest.raises(DatabaseError, match="(?i)unique"):
+        with db.session() as s:
+            s.add(ChunkPlacement(run_id=other, **same))
 
 
 def test_a_version_4_database_gets_the_listing_indexes_with_its_rows(db_url):

@@ -122,3 +122,37 @@ def test_registration_on_each_backend(client, db):
     assert len(_rows(db, Worker)) == 2 and len(_rows(db, Link)) == 1
     assert len(_rows(db, StorageTier)) == 4 and len(_rows(db, Operator)) == len(OPS)
     assert register_cluster(client, db).links == (LinkSpec("host", "inproc", 1e9, 1e-5),)
+
+
+DRIVERS = 8
+
+
+def test_drivers_registering_one_cluster_at_once(client, db):
+    """Drivers that plan for the same cluster at the same moment each register it: every one
+    succeeds (no unique-key race on workers), and the registry holds each worker once, with
+    its storage tiers once (`db` runs this on SQLite and PostgreSQL)."""
+    import threading
+
+    start = threading.Barrier(DRIVERS)
+    specs, errors = [], []
+
+    def driver():
+        start.wait()
+        try:
+            specs.append(register_cluster(client, db))
+        except Exception as err:
+            errors.append(err)
+
+    threads = [threading.Thread(target=driver) for _ in range(DRIVERS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    info = client.scheduler_info(n_workers=-1)["workers"]
+    rows = _rows(db, Worker)
+    assert sorted(w.address for w in rows) == sorted(info)
+    assert all(w.status == "running" for w in rows)
+    tiers = [(t.worker_id, t.tier) for t in _rows(db, StorageTier)]
+    assert sorted(tiers) == sorted((w.id, tier) for w in rows for tier in ("host", "disk"))
+    assert len(specs) == DRIVERS and len(set(specs)) == 1

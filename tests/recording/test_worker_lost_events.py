@@ -1,0 +1,102 @@
+"""Every worker lost during a run is a "worker-lost" event of that run, exactly once, whether
+or not it held a chunk of the run at that moment: a series of runs, each losing a worker
+process killed with SIGKILL while it computes a task of the run (at the run's start, before
+it holds anything, or later), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+import deepx_flow as dx
+from deepx_flow.meta import open_db, queries
+from deepx_flow.meta.db import close_all
+from tests.helpers import cluster_with_memory
+
+KILLS = 6
+
+
+@pytest.fixture
+def record_db(db_url, monkeypatch):
+    monkeypatch.setenv("DEEPX_DB_URL", db_url)
+    yield open_db(db_url)
+    close_all()
+
+
+def _pid():
+    return os.getpid()
+
+
+def graph():
+    x = dx.random.normal((3000, 256), seed=11, dtype="float64")
+    w = dx.random.uniform((256, 64), seed=12, dtype="float64") - 0.5
+    return x, w, (dx.tanh(x @ w) * 2.0 + 1.0).sum(axis=1)
+
+
+def _kill_while_computing(client, victim: str, pid: int, delay: float, killed: list) -> None:
+    """SIGKILL `pid` once the run's tasks are running, `delay` seconds later, at a moment
+    the victim is computing one of them (so the run cannot end without noticing)."""
+    deadline = time.monotonic() + 60
+    while not any(client.processing().values()) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(delay)
+    while not client.processing(workers=[victim]).get(victim) \
+            and time.monotonic() < deadline:
+        time.sleep(0.002)
+    os.kill(pid, signal.SIGKILL)
+    killed.append(victim)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_each_worker_killed_during_a_run_is_one_event_of_it(record_db):
+    x, w, y = graph()
+    spec = cluster_with_memory(2**18, workers=4)  # a few hundred tasks
+    rng = random.Random(20261122)
+    with LocalCluster(n_workers=4, threads_per_worker=1, processes=True, memory_limit="1GiB",
+                      dashboard_address="127.0.0.1:0",
+                      silence_logs=logging.CRITICAL) as cluster, Client(cluster) as client:
+        xv, wv = dx.run([x, w], client=client)
+        reference = (np.tanh(xv @ wv) * 2.0 + 1.0).sum(axis=1)
+        began = time.perf_counter()
+        np.testing.assert_allclose(dx.run(y, client=client, cluster=spec), reference,
+                                   rtol=1e-10)
+        undisturbed_s = time.perf_counter() - began
+        victims = []
+        for attempt in range(KILLS):
+            deadline = time.monotonic() + 60
+            while len(client.scheduler_info()["workers"]) < 4:  # the nanny replaced the last
+                assert time.monotonic() < deadline, "a killed worker was not replaced"
+                time.sleep(0.05)
+            pids = client.run(_pid)
+            victim = rng.choice(sorted(pids))
+            # Half the kills come at once: the victim holds no chunk of the run yet.
+            delay = 0.0 if attempt % 2 == 0 else rng.uniform(0.1, 0.5) * undisturbed_s
+            killed = []
+            killer = threading.Thread(target=_kill_while_computing,
+                                      args=(client, victim, pids[victim], delay, killed))
+            killer.start()
+            try:
+                out = dx.run(y, client=client, cluster=spec)
+            finally:
+                killer.join()
+            assert killed == [victim]
+            np.testing.assert_allclose(out, reference, rtol=1e-10, err_msg=f"run {attempt}")
+            victims.append(victim)
+
+    runs = sorted(queries.list_runs(record_db, limit=100), key=lambda r: r.started_at)
+    assert [r.status for r in runs] == ["succeeded"] * (KILLS + 2)
+    for run, victim in zip(runs[2:], victims):
+        lost = [e.worker for e in queries.run_events(record_db, run.id)
+                if e.kind == "worker-lost"]
+        assert lost == [victim], f"run {run.id[:8]} lost {victim}, events name {lost}"
+    for run in runs[:2]:  # undisturbed
+        assert not [e for e in queries.run_events(record_db, run.id) if e.kind == "worker-lost"]
