@@ -116,7 +116,7 @@ def test_failed_task_is_recorded(client3p, record_db, tmp_path, no_record_warnin
     z[:] = 1.0
     (store / "c" / "2" / "0").write_bytes(b"not a compressed chunk")  # chunk rows 200-299
     x = dx.input("x", (400, 100), "float64")
-    with pytest.raises(dx.ExecutionError):
+    with pytest.raises(dx.DataError, match=r"chunk \(2, 0\) is damaged"):
         dx.run(x * 2.0, inputs={"x": str(store)}, client=client3p)
 
     (run,) = queries.list_runs(record_db)
