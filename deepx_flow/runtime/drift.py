@@ -88,23 +88,27 @@ class GiveUp:
 
 @dataclass
 class _Attempt:
-    node: str
+    node: str  # whose policy applies
+    peers: str  # whose finished times say how long it should take
     worker: str
     since: float
 
 
 class RunWatch:
     """The recovery decisions for one run. `node_of(key)` names a key's node (a policy
-    key)."""
+    key); `peers_of(key)` the tasks whose times it is compared with (default: its node's;
+    the supervisor gives a node's internal steps, such as a reduction's partial sums and
+    their combining, peers of their own, since they take very different times)."""
 
     def __init__(self, policies: dict[str, TaskPolicy], node_of, exclude_after: int = 2,
-                 worker_wait: float = 60.0):
+                 worker_wait: float = 60.0, peers_of=None):
         self.policies, self.node_of = policies, node_of
+        self.peers_of = peers_of or node_of
         self.exclude_after, self.worker_wait = exclude_after, worker_wait
         self.running: dict = {}  # key -> _Attempt
         self.backups: dict = {}  # key -> _Attempt of its backup (None until it starts)
-        self.durations: dict[str, list[float]] = defaultdict(list)  # node -> finished times
-        self.medians: dict[str, tuple] = {}  # node -> (count it was taken at, median)
+        self.durations: dict[str, list[float]] = defaultdict(list)  # peers -> finished times
+        self.medians: dict[str, tuple] = {}  # peers -> (count it was taken at, median)
         self.drifts: dict = defaultdict(int)  # key -> times it timed out
         self.offences: dict[str, int] = defaultdict(int)
         self.excluded: dict[str, str] = {}  # worker -> why
@@ -114,7 +118,7 @@ class RunWatch:
     # -- events --------------------------------------------------------------------------------
 
     def started(self, key, worker: str, at: float) -> None:
-        self.running[key] = _Attempt(self.node_of(key), worker, at)
+        self.running[key] = _Attempt(self.node_of(key), self.peers_of(key), worker, at)
 
     def finished(self, key, at: float) -> float | None:
         """The attempt succeeded; returns how long it ran (None if it was not seen start).
@@ -123,7 +127,7 @@ class RunWatch:
         self.backups.pop(key, None)
         if attempt is None:
             return None
-        self.durations[attempt.node].append(at - attempt.since)
+        self.durations[attempt.peers].append(at - attempt.since)
         return at - attempt.since
 
     def stopped(self, key) -> None:
@@ -132,7 +136,7 @@ class RunWatch:
 
     def backup_started(self, key, worker: str, at: float) -> None:
         if key in self.backups:
-            self.backups[key] = _Attempt(self.node_of(key), worker, at)
+            self.backups[key] = _Attempt(self.node_of(key), self.peers_of(key), worker, at)
 
     def backup_finished(self, key, at: float) -> list:
         """The backup of `key` finished before the attempt it backs up: that attempt is
@@ -141,7 +145,7 @@ class RunWatch:
         backup = self.backups.pop(key, None)
         attempt = self.running.pop(key, None)
         if backup is not None:
-            self.durations[backup.node].append(at - backup.since)
+            self.durations[backup.peers].append(at - backup.since)
         if attempt is None:
             return []
         took = f"{at - backup.since:.1f} s" if backup is not None else "less"
@@ -176,13 +180,13 @@ class RunWatch:
         """Seconds a task of `key`'s node is expected to take: the median of the run's
         finished ones (their mean while fewer than `MEASURED_AFTER`), else the policy's
         estimate (0 for a node without a policy)."""
-        node = self.node_of(key)
-        measured = self._measured(node)
+        peers = self.peers_of(key)
+        measured = self._measured(peers)
         if measured is not None:
             return measured
-        if self.durations.get(node):
-            return statistics.fmean(self.durations[node])
-        policy = self.policies.get(node)
+        if self.durations.get(peers):
+            return statistics.fmean(self.durations[peers])
+        policy = self.policies.get(self.node_of(key))
         return 0.0 if policy is None else policy.expected_s
 
     # -- time ----------------------------------------------------------------------------------
@@ -202,7 +206,7 @@ class RunWatch:
             if policy.timeout is not None and ran > policy.timeout:
                 actions += self._timed_out(key, attempt, ran, policy.timeout)
             elif policy.speculate and key not in self.backups:
-                limit = self._backup_after(attempt.node, policy)
+                limit = self._backup_after(attempt.peers, policy)
                 if limit is not None and ran > limit:
                     self.backups[key] = None
                     avoid = frozenset(self.excluded) | {attempt.worker}
@@ -214,10 +218,10 @@ class RunWatch:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _backup_after(self, node: str, policy: TaskPolicy) -> float | None:
-        """Seconds after which an attempt of `node` gets a backup; None while nothing
+    def _backup_after(self, peers: str, policy: TaskPolicy) -> float | None:
+        """Seconds after which an attempt among `peers` gets a backup; None while nothing
         trustworthy says how long it should take."""
-        expected = self._measured(node)
+        expected = self._measured(peers)
         if expected is None and policy.expected_measured:
             expected = policy.expected_s
         if expected is None:
@@ -235,16 +239,16 @@ class RunWatch:
         avoid = frozenset(self.excluded) | {attempt.worker}
         return actions + [Drift(key, attempt.worker, attempt.since, avoid, reason)]
 
-    def _measured(self, node: str) -> float | None:
-        times = self.durations.get(node, ())
+    def _measured(self, peers: str) -> float | None:
+        times = self.durations.get(peers, ())
         if len(times) < MEASURED_AFTER:
             return None
-        n, median = self.medians.get(node, (0, None))
+        n, median = self.medians.get(peers, (0, None))
         # Refreshed as the count grows (every time up to 64, then every 64th): a node
         # with many tasks must not cost a sort per task start.
         if n != len(times) and (len(times) <= 64 or len(times) >= n + 64):
             median = statistics.median(times)
-            self.medians[node] = (len(times), median)
+            self.medians[peers] = (len(times), median)
         return median
 
     def _offence(self, worker: str, reason: str) -> list:

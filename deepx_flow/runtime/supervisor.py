@@ -102,6 +102,7 @@ class Supervisor(SchedulerPlugin):
         self.backups: dict = {}  # key -> (its backup's key, the slow worker, since when)
         self.handed_over: set = set()  # keys rewritten to take their backup's result
         self.backup_began: dict = {}  # backup key -> when its attempt started
+        self.waiting_since: dict = {}  # key -> first tick it waited on a worker doing nothing
         self.callback = None
 
     async def start(self, scheduler) -> None:
@@ -119,7 +120,8 @@ class Supervisor(SchedulerPlugin):
     def watch(self, run_id: str, names, policies, exclude_after: int, worker_wait: float,
               readable=None):
         """Watch a run; `readable` maps chunk keys it stores to their `readback.Stored`."""
-        self.watches[run_id] = RunWatch(policies, node_of, exclude_after, worker_wait)
+        self.watches[run_id] = RunWatch(policies, node_of, exclude_after, worker_wait,
+                                        peers_of=key_name)
         if readable:
             self.readable[run_id] = dict(readable)
             self.store_rates[run_id] = StoreRate()
@@ -182,6 +184,7 @@ class Supervisor(SchedulerPlugin):
                 else:
                     watch.started(key, ts.processing_on.address, now)
         elif start == "processing":
+            self.waiting_since.pop(key, None)
             if finish == "memory":
                 took = watch.finished(key, now)
                 if key in self.writes:
@@ -273,22 +276,23 @@ class Supervisor(SchedulerPlugin):
 
     def _running_for(self, key, now: float) -> float | None:
         """Seconds `key`'s attempt has run on its worker, from the worker's heartbeats: while
-        it executes, how long it has; while it waits on a worker with threads that do no
-        work of ours (idle, or still running an attempt that was dropped: a Python thread
-        cannot be stopped; a task the worker never got looks like that too), how long it has
-        been there; while it is queued behind the worker's other work, None."""
+        it executes, how long it has; while it waits on a worker whose threads do no work of
+        ours (idle, or still running an attempt that was dropped: a Python thread cannot be
+        stopped; a task the worker never got looks like that too), how long it has waited
+        so; while it is queued behind the worker's other work, None. A heartbeat is a
+        snapshot: between two, a worker that has just finished a task looks idle, so waiting
+        counts only from the first tick that saw it, and stops counting at the first that
+        does not."""
         ts = self.scheduler.tasks.get(key)
         if ts is None or ts.processing_on is None:
             return None
         ws = ts.processing_on
-        seen = max(0.0, now - ws.last_seen)
         if ts in ws.executing:
-            return ws.executing[ts] + seen
-        working = sum(1 for t in ws.executing if t.processing_on is ws)
-        if working < ws.nthreads:
-            watch = self.watches.get(self.run_of.get(key_name(key)))
-            attempt = watch.running.get(key) if watch is not None else None
-            return None if attempt is None else now - attempt.since
+            self.waiting_since.pop(key, None)
+            return ws.executing[ts] + max(0.0, now - ws.last_seen)
+        if sum(1 for t in ws.executing if t.processing_on is ws) < ws.nthreads:
+            return now - self.waiting_since.setdefault(key, now)
+        self.waiting_since.pop(key, None)
         return None
 
     def _forget_orphans(self) -> None:

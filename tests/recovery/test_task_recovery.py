@@ -194,18 +194,19 @@ def test_a_task_hung_on_one_worker_gets_a_backup_by_default_and_the_run_finishes
     run = last_run(db)
     assert run.status == "succeeded"
     events = rows(db, Event, run.id)
+    # The hung task, and any task queued behind it on the victim (whose only thread the
+    # hung attempt still holds), get backups elsewhere.
     backups = [e for e in events if e.kind == "backup"]
-    assert len(backups) == 1 and backups[0].worker == victim
-    assert "past 2.0 s" in backups[0].message  # speculation_min: the peers took far less
-    won = [e for e in events if e.kind == "backup-won"]
-    assert [e.key for e in won] == [backups[0].key]
+    assert backups and all(e.worker == victim for e in backups)
+    assert all("past 2.0 s" in e.message for e in backups)  # speculation_min
+    won = {e.key for e in events if e.kind == "backup-won"}
+    assert won <= {e.key for e in backups} and won
     assert not [e for e in events if e.kind in ("drift", "timed-out")]
     tasks = rows(db, Task, run.id)
     superseded = [t for t in tasks if t.status == "superseded"]
-    assert [(t.key, t.worker) for t in superseded] == [(backups[0].key, victim)]
-    backup_rows = [t for t in tasks if t.tensor.endswith("~backup")]
-    assert len(backup_rows) == 1 and backup_rows[0].status == "memory"
-    assert backup_rows[0].worker != victim
+    assert {t.key for t in superseded} == won and {t.worker for t in superseded} == {victim}
+    backup_rows = [t for t in tasks if t.tensor.endswith("~backup") and t.status == "memory"]
+    assert len(backup_rows) == len(won) and victim not in {t.worker for t in backup_rows}
     assert took < 60  # the backup, not a timeout, ended the wait
 
 
