@@ -130,6 +130,13 @@ class RunWatch:
         self.durations[attempt.peers].append(at - attempt.since)
         return at - attempt.since
 
+    def moved(self, key, worker: str) -> None:
+        """The attempt of `key` now runs on `worker` (Dask's work stealing moves a task that
+        has not started to an idle worker, without a transition)."""
+        attempt = self.running.get(key)
+        if attempt is not None:
+            attempt.worker = worker
+
     def stopped(self, key) -> None:
         """The attempt ended without a result (failed, released, its worker died)."""
         self.running.pop(key, None)

@@ -83,7 +83,7 @@ class Recovery:
     timeout: float | None = None
     speculate: bool = True
     speculation_factor: float = 4.0
-    speculation_min: float = 2.0
+    speculation_min: float = 1.0
     exclude_after: int = 2
     worker_wait: float = 60.0
     replan_on_oom: int = 2

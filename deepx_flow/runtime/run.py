@@ -236,7 +236,7 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
     recovery : dx.Recovery, optional
         Retries, backups of slow tasks, timeouts and drift, and re-planning after running
         out of memory (see docs/recovery.md); by default no retries, no timeout, and a task
-        running past 4 times its expected time (at least 2 s) gets a backup elsewhere.
+        running past 4 times its expected time (at least 1 s) gets a backup elsewhere.
     """
     graph, bound = _checked(outputs, inputs)
     recovery = recovery or Recovery()

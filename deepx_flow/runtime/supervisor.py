@@ -272,7 +272,18 @@ class Supervisor(SchedulerPlugin):
             if not watch.running and now - self.last_active.get(run_id, now) > IDLE_FORGET_S:
                 self.forget(run_id)
                 continue
+            self._follow_steals(watch)
             self._apply(run_id, watch.tick(now, lambda key: self._running_for(key, now)))
+
+    def _follow_steals(self, watch: RunWatch) -> None:
+        """Tell `watch` where its running tasks are now: work stealing moves them between
+        workers without a transition, and a backup must avoid the worker that holds it."""
+        tasks = self.scheduler.tasks
+        for key, attempt in watch.running.items():
+            ts = tasks.get(key)
+            if ts is not None and ts.processing_on is not None \
+                    and ts.processing_on.address != attempt.worker:
+                watch.moved(key, ts.processing_on.address)
 
     def _running_for(self, key, now: float) -> float | None:
         """Seconds `key`'s attempt has run on its worker, from the worker's heartbeats: while

@@ -213,7 +213,7 @@ def test_a_backup_starts_exactly_past_the_factor_of_the_median_and_the_floor(
 def test_default_settings_never_fail_a_run_for_slowness():
     default = Recovery()
     assert default.timeout is None and default.speculate
-    assert (default.speculation_factor, default.speculation_min) == (4.0, 2.0)
+    assert (default.speculation_factor, default.speculation_min) == (4.0, 1.0)
 
 
 def test_operator_and_asset_settings_override_the_runs():
