@@ -88,7 +88,7 @@ def events_of_last_run(db) -> list:
 
 def main(quick: bool = False) -> None:
     rows = STORED_ROWS * (6 if quick else 24)
-    repeat = 1 if quick else 3
+    repeat = 1 if quick else 5
     machine = common.machine_info()
     common.wait_until_quiet()
     folder = Path(tempfile.mkdtemp(prefix="deepx-bench-spec-"))

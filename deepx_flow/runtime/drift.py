@@ -242,9 +242,11 @@ class RunWatch:
         if self.drifts[key] >= MAX_TIMEOUTS:
             return [FailTask(key, attempt.worker, f"timed out {self.drifts[key]} times "
                                                   f"(last: {reason})")]
-        actions = self._offence(attempt.worker, reason)
+        # The attempt is moved first, then its worker judged (excluding it moves the tasks it
+        # has not started, and the timed-out one must be drifted, not moved with them).
+        offence = self._offence(attempt.worker, reason)
         avoid = frozenset(self.excluded) | {attempt.worker}
-        return actions + [Drift(key, attempt.worker, attempt.since, avoid, reason)]
+        return [Drift(key, attempt.worker, attempt.since, avoid, reason)] + offence
 
     def _measured(self, peers: str) -> float | None:
         times = self.durations.get(peers, ())

@@ -401,8 +401,10 @@ class Supervisor(SchedulerPlugin):
             first = self.scheduler.tasks.get(original)
             if first is None or first.state == "memory" or original not in self.backups:
                 return  # the first attempt finished first; the backup is being dropped
-            self._apply(run_id, watch.backup_finished(original, now))
+            # The key takes the backup's result first; then its worker is judged (excluding
+            # it takes back the tasks it has not started, which must not include this one).
             self._later(self._hand_over, run_id, original)
+            self._later(self._apply, run_id, watch.backup_finished(original, now))
         elif start == "processing" and finish == "erred":
             watch.backup_stopped(original)
             self._later(self._drop_backup, run_id, original, "the backup failed")
@@ -489,17 +491,24 @@ class Supervisor(SchedulerPlugin):
         self._note(run_id, "exclude", exclude.worker, None, exclude.reason)
         names = self.names.get(run_id, ())
         avoid = set(self.watches[run_id].excluded)
-        queued = []
+        excluded = self.scheduler.workers.get(exclude.worker)
+        again = []
         for key, ts in self.scheduler.tasks.items():
             if key_name(key) not in names or ts.state not in UNFINISHED:
                 continue
             if ts.state == "processing":
-                continue  # it finishes or times out where it is
+                # One it runs finishes (or gets a backup) where it is; one it has not
+                # started, waiting behind its other work, is given to another worker.
+                if ts.processing_on is not excluded or excluded is None \
+                        or ts in excluded.executing or not self._restrict(run_id, ts, avoid):
+                    continue
+                again.append(key)
+                continue
             self._restrict(run_id, ts, avoid)
             if ts.state == "queued":
-                queued.append(key)  # queued tasks must be unrestricted: queue them again
-        if queued:
-            self.scheduler.transitions({k: "released" for k in queued},
+                again.append(key)  # queued tasks must be unrestricted: queue them again
+        if again:
+            self.scheduler.transitions({k: "released" for k in again},
                                        stimulus_id=f"deepx-exclude-{time.time()}")
 
     def _move_off(self, worker: str, keep) -> None:

@@ -49,8 +49,8 @@ def test_an_attempt_over_its_limit_drifts_and_its_worker_becomes_suspect():
     w = watch(limit=2.0)
     w.started(("n", 0), "w1", at=100.0)
     actions = w.tick(102.5)
-    assert kinds(actions) == ["Suspect", "Drift"]
-    drift = actions[1]
+    assert kinds(actions) == ["Drift", "Suspect"]
+    drift = actions[0]
     assert drift == Drift(("n", 0), "w1", 100.0, frozenset({"w1"}), drift.reason)
     assert "over its limit of 2.0 s" in drift.reason
     assert w.tick(103.0) == []  # decided once
@@ -61,11 +61,11 @@ def test_repeated_offences_exclude_the_worker_and_later_drifts_avoid_it():
     w.started(("n", 0), "w1", at=0.0)
     w.started(("n", 1), "w1", at=0.0)
     actions = w.tick(2.0)
-    assert kinds(actions) == ["Suspect", "Drift", "Exclude", "Drift"]
-    assert actions[2] == Exclude("w1", actions[2].reason)
-    assert "2 of its tasks drifted away or beaten by a backup" in actions[2].reason
+    assert kinds(actions) == ["Drift", "Suspect", "Drift", "Exclude"]
+    assert actions[3] == Exclude("w1", actions[3].reason)
+    assert "2 of its tasks drifted away or beaten by a backup" in actions[3].reason
     w.started(("n", 2), "w2", at=3.0)
-    drift = w.tick(5.0)[-1]
+    drift = w.tick(5.0)[0]
     assert drift.avoid == {"w1", "w2"}  # excluded for the rest of the run, and where it ran
 
 
@@ -77,7 +77,7 @@ def test_a_task_that_times_out_everywhere_fails_instead_of_drifting_forever():
         at += 2.0
         actions = w.tick(at)
         if attempt < MAX_TIMEOUTS:
-            assert isinstance(actions[-1], Drift)
+            assert isinstance(actions[0], Drift)
         else:
             assert kinds(actions) == ["FailTask"]
             assert actions[0] == FailTask(("n", 0), f"w{attempt}", actions[0].reason)
@@ -139,7 +139,7 @@ def test_time_queued_behind_other_work_on_a_worker_is_not_running_time():
     w = RunWatch({"n": policy(timeout=1.0)}, node_of)
     w.started(("n", 0), "w1", at=0.0)
     assert w.tick(100.0, running_for=lambda key: None) == []
-    assert kinds(w.tick(100.0, running_for=lambda key: 1.5)) == ["Suspect", "Drift"]
+    assert kinds(w.tick(100.0, running_for=lambda key: 1.5)) == ["Drift", "Suspect"]
 
 
 def test_a_lost_device_excludes_its_worker_at_once_and_once():
