@@ -99,7 +99,7 @@ def main(quick: bool = False) -> None:
         y = graph(path)
         w1, w2 = (dx.run(w).astype(np.float64) for w in weights())
         want = reference(values, w1, w2)
-        with common.local_cluster(WORKERS, memory_limit="2GiB") as client:
+        with common.local_cluster(WORKERS, memory_limit="4GiB") as client:
             victim = sorted(client.scheduler_info()["workers"])[0]
             counts: dict = {}
 
