@@ -187,14 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return command(args)
     except DeepxError as err:
-        print(_one_line(f"deepx-flow: error: {err}") if err.exit_code == 2 else
-              f"deepx-flow: failed: {err}", file=sys.stderr)
+        print(_one_line(f"deepx-flow: {'error' if err.exit_code == 2 else 'failed'}: {err}"),
+              file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print("deepx-flow: interrupted", file=sys.stderr)
         return 130
     except Exception as err:  # a failure while running: one line, not a traceback
-        print(f"deepx-flow: failed: {type(err).__name__}: {err}", file=sys.stderr)
+        print(_one_line(f"deepx-flow: failed: {type(err).__name__}: {err}"), file=sys.stderr)
         return 1
 
 
