@@ -65,8 +65,8 @@ def test_ctrl_c_is_one_line_and_the_run_says_it_was_interrupted(tmp_path):
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # interrupt once the run is going
         time.sleep(0.2)
-        try:
-            with sqlite3.connect(db) as con:
+        try:  # read-only: connecting must not create the file (an empty one is refused)
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
                 if con.execute("SELECT count(*) FROM runs").fetchone()[0] > 0:
                     break
         except sqlite3.Error:
