@@ -162,7 +162,7 @@ def test_every_chunk_is_mapped_to_the_writes_that_store_its_region(chunks, tmp_p
 # -- expected task times -----------------------------------------------------------------------
 
 def test_expected_time_is_the_estimate_then_the_measured_mean_then_the_median():
-    policy = TaskPolicy(0, 0.5, 30.0, None, 10.0, 60.0, expected_s=0.25)
+    policy = TaskPolicy(0, 0.5, 30.0, None, True, 4.0, 1.0, expected_s=0.25)
     w = RunWatch({"n": policy}, lambda key: key[0])
     assert w.expected(("n", 0)) == 0.25
     assert w.expected(("other", 0)) == 0.0  # no policy, nothing measured

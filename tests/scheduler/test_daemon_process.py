@@ -80,6 +80,7 @@ def test_every_tick_is_launched_once_across_a_restart(tmp_path, catchup):
         first.send_signal(signal.SIGKILL)  # mid-run or between runs: either must hold
         first.wait(30)
     killed_at = time.time()
+    time.sleep(2.5)  # down for at least two ticks, however fast a daemon starts
     second, log2 = start(tmp_path, url, 2)
     try:
         wait_for(lambda: "materializes 'doubled'" in log2.read_text(),

@@ -88,14 +88,15 @@ def _seed(url: str, client, asset_root: Path) -> SimpleNamespace:
 
 
 def _failed_run(dx, client, folder: Path) -> None:
-    """A run that fails for real: one chunk of its Zarr input is corrupt."""
+    """A run that fails for real: one chunk of its Zarr input is corrupt (a DataError; the
+    run and its erred task are recorded)."""
     import zarr
     store = folder / "corrupt.zarr"
     z = zarr.create_array(store, shape=(400, 100), chunks=(100, 100), dtype="float64")
     z[:] = 1.0
     (store / "c" / "2" / "0").write_bytes(b"not a compressed chunk")  # rows 200-299
     x = dx.input("x", (400, 100), "float64")
-    with pytest.raises(dx.ExecutionError):
+    with pytest.raises(dx.DataError):
         dx.run(x * 2.0, inputs={"x": str(store)}, client=client)
 
 
