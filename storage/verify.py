@@ -106,17 +106,32 @@ def read_region(uri: str, region, missing: str = "error", origin: dict | None = 
     if missing == "error" and indices:
         fs, root = _fs(uri)
         for idx in indices:
-            if not fs.exists(f"{root}/{arr.metadata.encode_chunk_key(idx)}"):
+            # A file: Zarr reads a folder in a chunk's place as the fill value too.
+            if not fs.isfile(f"{root}/{arr.metadata.encode_chunk_key(idx)}"):
                 raise _error(uri, origin, idx, "is missing (deleted, or never written)"
                              + ("" if (origin or {}).get("asset") else FILL_HINT))
     try:
         return np.asarray(arr[tuple(slice(lo, hi) for lo, hi in region)])
     except Exception as err:
+        if not is_damage(err):
+            raise  # not the data: an I/O failure (a permission, the network) as it is
         bad = _first_undecodable(arr, shape, grid, indices)
         if bad is None:
-            raise  # not the data: an I/O failure to report as it is
+            raise
         idx, cause = bad
         raise _error(uri, origin, idx, f"is damaged: {_cause(cause)}") from err
+
+
+def is_damage(err: BaseException) -> bool:
+    """Whether `err`, raised while decoding a chunk, says the stored bytes are wrong (a
+    checksum that does not match, bytes that do not decompress or are of the wrong size),
+    rather than that reading them failed (an OSError: a permission, the network, a timeout),
+    which is reported as it is and never taken for damage."""
+    if isinstance(err, (OSError, MemoryError)):
+        return False
+    text = f"{type(err).__name__}: {err}".lower()
+    return isinstance(err, ValueError) or any(word in text for word in (
+        "checksum", "decompress", "compress", "frame", "corrupt", "truncat"))
 
 
 def _cause(err: BaseException) -> str:
@@ -127,11 +142,14 @@ def _cause(err: BaseException) -> str:
 
 
 def _first_undecodable(arr, shape, grid, indices):
-    """(index, error) of the first chunk of `indices` that does not decode, or None."""
+    """(index, error) of the first chunk of `indices` that does not decode because its
+    bytes are damaged, or None (an error of another kind propagates)."""
     for idx in indices:
         try:
             arr[tuple(slice(lo, hi) for lo, hi in chunk_region(idx, shape, grid))]
         except Exception as err:
+            if not is_damage(err):
+                raise
             return idx, err
     return None
 
@@ -207,7 +225,9 @@ def verify_array(uri: str, deep: bool = True, origin: dict | None = None) -> lis
                 arr[tuple(slice(lo, hi) for lo, hi in chunk_region(idx, shape, grid))]
                 return None
             except Exception as err:
-                return _error(uri, origin, idx, f"is damaged: {_cause(err)}")
+                what = f"is damaged: {_cause(err)}" if is_damage(err) else \
+                    f"cannot be read: {_cause(err)}"
+                return _error(uri, origin, idx, what)
         with ThreadPoolExecutor(min(VERIFY_THREADS, len(readable))) as pool:
             problems += [p for p in pool.map(decode, readable) if p is not None]
     problems.sort(key=lambda p: (p.chunk is not None, p.chunk or ()))

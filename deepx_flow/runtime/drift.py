@@ -8,11 +8,12 @@ time passed) and answers with actions. It never calls Dask: the supervisor
 drive it with events alone.
 
 - Slow is never fatal by default. An attempt running far past what its peers take (more
-  than `speculation_factor` times the median of the run's finished tasks of the same node,
+  than `speculation_factor` times the median of the run's finished tasks of the same step,
   and at least `speculation_min` seconds) gets one backup attempt on another worker while it
-  goes on (`Speculate`); whichever finishes first is the result. Before `MEASURED_AFTER`
-  peers have finished, the expected time is the registry's measured speed of the operator,
-  when there is one; an estimate from the cost model alone starts no backup.
+  goes on (`Speculate`; one per task); whichever finishes first is the result. Before
+  `MEASURED_AFTER` peers have finished, the expected time is the registry's measured speed
+  of the operator, when there is one; an estimate from the cost model alone starts no
+  backup.
 - Only an explicit absolute `timeout` fails anything for slowness: an attempt running longer
   is abandoned on its worker and run again elsewhere (`Drift`); a task that times out
   `MAX_TIMEOUTS` times fails (the task hangs, not the workers).
@@ -106,7 +107,8 @@ class RunWatch:
         self.peers_of = peers_of or node_of
         self.exclude_after, self.worker_wait = exclude_after, worker_wait
         self.running: dict = {}  # key -> _Attempt
-        self.backups: dict = {}  # key -> _Attempt of its backup (None until it starts)
+        self.backups: dict = {}  # key -> _Attempt of its live backup (None until it starts)
+        self.speculated: set = set()  # keys given a backup: one each, even if it failed
         self.durations: dict[str, list[float]] = defaultdict(list)  # peers -> finished times
         self.medians: dict[str, tuple] = {}  # peers -> (count it was taken at, median)
         self.drifts: dict = defaultdict(int)  # key -> times it timed out
@@ -161,7 +163,8 @@ class RunWatch:
                                              f"ran {at - attempt.since:.1f} s there)")
 
     def backup_stopped(self, key) -> None:
-        """The backup failed or was lost: the first attempt goes on alone."""
+        """The backup failed, was dropped or could not start: the first attempt goes on
+        alone (a key gets one backup: a failed one is not tried again)."""
         self.backups.pop(key, None)
 
     def device_failed(self, key, worker: str, kind: str, message: str) -> list:
@@ -212,9 +215,10 @@ class RunWatch:
                 continue
             if policy.timeout is not None and ran > policy.timeout:
                 actions += self._timed_out(key, attempt, ran, policy.timeout)
-            elif policy.speculate and key not in self.backups:
+            elif policy.speculate and key not in self.speculated:
                 limit = self._backup_after(attempt.peers, policy)
                 if limit is not None and ran > limit:
+                    self.speculated.add(key)
                     self.backups[key] = None
                     avoid = frozenset(self.excluded) | {attempt.worker}
                     actions.append(Speculate(key, attempt.worker, avoid,

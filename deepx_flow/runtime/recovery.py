@@ -14,7 +14,7 @@ seconds) gets a backup attempt on another worker while it goes on, and the first
 (`speculate`); slowness alone never fails a run. Only an explicit `timeout` does: an attempt
 running longer is abandoned on its worker and run again on another ("drift"), and a task
 that times out three times fails. Expected: the median time of this run's finished tasks of
-the same tensor once three have finished, before that the registry's measured speed of its
+the same step once three have finished, before that the registry's measured speed of its
 operators on the slowest worker (`registry/speeds.py`), when there is one.
 
 Per run: a worker whose tasks drift `exclude_after` times gets no more of the run's work;
@@ -187,8 +187,12 @@ def _check(values: Mapping, where: str) -> None:
     def bad(name, why):
         raise PlanError(f"{where}: {name}={values[name]!r} {why}")
     for f in fields(Recovery):
-        value = values.get(f.name)
-        if f.name == "operators" or value is None:
+        if f.name == "operators" or f.name not in values:
+            continue
+        value = values[f.name]
+        if value is None:
+            if f.name != "timeout":  # the one setting that can be left unset
+                bad(f.name, "must be set (only timeout may be None)")
             continue
         if f.name in ("read_back", "recompute_damaged", "speculate"):
             if not isinstance(value, bool):

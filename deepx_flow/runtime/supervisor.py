@@ -29,6 +29,7 @@ count against its own. What it did goes into the run's events, which the recorde
 
 from __future__ import annotations
 
+import logging
 import time
 
 from distributed.diagnostics.plugin import SchedulerPlugin
@@ -40,6 +41,8 @@ from deepx_flow.runtime.drift import (Drift, Exclude, FailTask, GiveUp, RunWatch
                                       Suspect)
 from deepx_flow.runtime.inputs import load_region
 from deepx_flow.runtime.readback import StoreRate, decide, nothing_to_write
+
+log = logging.getLogger(__name__)
 
 PLUGIN_NAME = "deepx-supervisor"
 TICK_MS = 250
@@ -99,9 +102,8 @@ class Supervisor(SchedulerPlugin):
         self.written: set = set()  # those that finished
         self.store_rates: dict[str, StoreRate] = {}
         self.orphans: set = set()  # keys a read-back left without dependents, to forget
-        self.backups: dict = {}  # key -> (its backup's key, the slow worker, since when)
+        self.backups: set = set()  # keys with a backup task (`backup_key`) on the scheduler
         self.handed_over: set = set()  # keys rewritten to take their backup's result
-        self.backup_began: dict = {}  # backup key -> when its attempt started
         self.waiting_since: dict = {}  # key -> first tick it waited on a worker doing nothing
         self.callback = None
 
@@ -154,8 +156,7 @@ class Supervisor(SchedulerPlugin):
             if self.run_of.get(name) == run_id:
                 del self.run_of[name]
         for key in [k for k in self.backups if key_name(k) in names]:
-            backup = self.backups.pop(key)[0]
-            self.backup_began.pop(backup, None)
+            self._release_backup(key)
         for table in (self.watches, self.events, self.restricted, self.last_active,
                       self.store_rates):
             table.pop(run_id, None)
@@ -204,12 +205,14 @@ class Supervisor(SchedulerPlugin):
                 if finish == "released":  # Dask retries it (processing -> released -> waiting)
                     self._annotate(key, "deepx_failed", 1)
         if finish == "released" and key in self.handed_over:
-            self._take_from_backup(key)
+            self._take_from_backup(run_id, key)
         elif finish == "released" and run_id in self.readable:
             self._read_back_lost(run_id, key)
         if finish == "forgotten":
             self.device_retries.pop(key, None)
             self.handed_over.discard(key)
+            if key in self.backups:  # nobody wants it any more (a cancelled run)
+                self._later(self._drop_backup, run_id, key, "the task was released")
 
     def update_graph(self, scheduler, *, tasks=(), **kwargs) -> None:
         """New tasks of a run that excludes workers: restricted before they are scheduled."""
@@ -272,8 +275,11 @@ class Supervisor(SchedulerPlugin):
             if not watch.running and now - self.last_active.get(run_id, now) > IDLE_FORGET_S:
                 self.forget(run_id)
                 continue
-            self._follow_steals(watch)
-            self._apply(run_id, watch.tick(now, lambda key: self._running_for(key, now)))
+            try:
+                self._follow_steals(watch)
+                self._apply(run_id, watch.tick(now, lambda key: self._running_for(key, now)))
+            except Exception:  # one run's trouble must not stop the watch over the others
+                log.exception("deepx_flow: the supervisor failed watching run %s", run_id)
 
     def _follow_steals(self, watch: RunWatch) -> None:
         """Tell `watch` where its running tasks are now: work stealing moves them between
@@ -372,8 +378,7 @@ class Supervisor(SchedulerPlugin):
         self.run_of[key_name(key)] = run_id
         self.names.setdefault(run_id, set()).add(key_name(key))
         self.restricted.setdefault(run_id, set()).add(key)
-        first = self.watches[run_id].running.get(action.key)
-        self.backups[action.key] = (key, action.worker, first.since if first else time.time())
+        self.backups.add(action.key)
         recorder = self.scheduler.plugins.get("deepx-recorder")
         if recorder is not None:  # the backup's attempt gets its own task row
             recorder.track(run_id, [key_name(key)])
@@ -395,31 +400,34 @@ class Supervisor(SchedulerPlugin):
         watch = self.watches[run_id]
         ts = self.scheduler.tasks.get(key)
         if finish == "processing" and ts is not None and ts.processing_on is not None:
-            self.backup_began[key] = now
             watch.backup_started(original, ts.processing_on.address, now)
         elif start == "processing" and finish == "memory":
             first = self.scheduler.tasks.get(original)
             if first is None or first.state == "memory" or original not in self.backups:
                 return  # the first attempt finished first; the backup is being dropped
+            attempt = watch.running.get(original)
+            since = attempt.since if attempt is not None else now
             # The key takes the backup's result first; then its worker is judged (excluding
             # it takes back the tasks it has not started, which must not include this one).
-            self._later(self._hand_over, run_id, original)
+            self._later(self._hand_over, run_id, original, since)
             self._later(self._apply, run_id, watch.backup_finished(original, now))
         elif start == "processing" and finish == "erred":
             watch.backup_stopped(original)
             self._later(self._drop_backup, run_id, original, "the backup failed")
 
-    def _hand_over(self, run_id: str, key) -> None:
-        """The backup of `key` finished first: release the slow attempt on its worker and have
-        `key` take the backup's result (`_take_from_backup`, when it is released)."""
+    def _hand_over(self, run_id: str, key, since: float) -> None:
+        """The backup of `key` finished first: release the slow attempt (begun at `since`) on
+        its worker and have `key` take the backup's result (`_take_from_backup`, when it is
+        released)."""
         ts = self.scheduler.tasks.get(key)
-        backup, slow, since = self.backups.get(key, (None, None, None))
-        bts = self.scheduler.tasks.get(backup)
-        if ts is None or bts is None or bts.state != "memory" or ts.state == "memory":
+        bts = self.scheduler.tasks.get(backup_key(key))
+        if ts is None or bts is None or bts.state != "memory" or ts.state == "memory" \
+                or key not in self.backups:
             return
+        slow = ts.processing_on.address if ts.processing_on is not None else None
         recorder = self.scheduler.plugins.get("deepx-recorder")
-        if recorder is not None and ts.state == "processing" and ts.processing_on is not None:
-            recorder.attempt_ended(key, ts.processing_on.address, since, "superseded",
+        if recorder is not None and slow is not None:
+            recorder.attempt_ended(key, slow, since, "superseded",
                                    f"its backup on {next(iter(bts.who_has)).address} "
                                    f"finished first")
         self._note(run_id, "backup-won", slow, key, f"the backup of {key} finished first; "
@@ -428,13 +436,14 @@ class Supervisor(SchedulerPlugin):
         self.scheduler.transitions({key: "released"},
                                    stimulus_id=f"deepx-backup-won-{time.time()}")
 
-    def _take_from_backup(self, key) -> None:
+    def _take_from_backup(self, run_id: str, key) -> None:
         """`key` (released) takes its backup's result: an identity task on the worker that
         holds it, with the backup as its only dependency (the backup keeps the original's
         lineage, should the result be lost later)."""
         ts = self.scheduler.tasks[key]
-        backup, _, _ = self.backups.pop(key, (None, None, None))
+        backup = backup_key(key)
         bts = self.scheduler.tasks.get(backup)
+        self.backups.discard(key)
         if bts is None or not bts.who_has:
             self.handed_over.discard(key)
             return
@@ -442,27 +451,37 @@ class Supervisor(SchedulerPlugin):
         ts.add_dependency(bts)
         ts.worker_restrictions = {ws.address for ws in bts.who_has}
         ts.loose_restrictions = False
+        # Loosened like any restricted task should that worker go before it runs.
+        self.restricted.setdefault(run_id, set()).add(key)
         # Once `key` waits on it (later in these transitions) the backup is held for it.
-        self._later(self.scheduler.client_releases_keys, [backup], CLIENT,
-                    f"deepx-backup-taken-{time.time()}")
+        self._later(self._release_wanted, backup, "deepx-backup-taken")
 
     def _drop_backup(self, run_id: str, key, why: str) -> None:
         """The backup of `key` is not needed: release it (its worker drops the attempt)."""
-        backup, _, _ = self.backups.pop(key, (None, None, None))
-        bts = self.scheduler.tasks.get(backup)
-        began = self.backup_began.pop(backup, None)
-        if bts is None:
+        if key not in self.backups:
             return
-        if run_id in self.watches:
-            self.watches[run_id].backup_stopped(key)
+        watch = self.watches.get(run_id)
+        began = watch.backups.get(key) if watch is not None else None
+        bts = self.scheduler.tasks.get(backup_key(key))
         recorder = self.scheduler.plugins.get("deepx-recorder")
-        if recorder is not None and bts.state == "processing" and bts.processing_on \
-                and began is not None:
-            recorder.attempt_ended(backup, bts.processing_on.address, began, "superseded",
-                                   why)
+        if recorder is not None and bts is not None and bts.state == "processing" \
+                and bts.processing_on is not None and began is not None:
+            recorder.attempt_ended(bts.key, bts.processing_on.address, began.since,
+                                   "superseded", why)
+        if watch is not None:
+            watch.backup_stopped(key)
         self._note(run_id, "backup-dropped", None, key, why)
-        self.scheduler.client_releases_keys([backup], CLIENT,
-                                            stimulus_id=f"deepx-backup-dropped-{time.time()}")
+        self._release_backup(key)
+
+    def _release_backup(self, key) -> None:
+        """Stop wanting the backup of `key`: Dask drops it (and its attempt) unless a task
+        still needs it."""
+        self.backups.discard(key)
+        self._release_wanted(backup_key(key), "deepx-backup-dropped")
+
+    def _release_wanted(self, key, why: str) -> None:
+        if key in self.scheduler.tasks and CLIENT in self.scheduler.clients:
+            self.scheduler.client_releases_keys([key], CLIENT, stimulus_id=f"{why}-{time.time()}")
 
     def _later(self, fn, *args) -> None:
         """Run `fn(*args)` once the scheduler has finished the transitions now under way

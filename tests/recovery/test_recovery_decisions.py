@@ -129,6 +129,17 @@ def test_a_backup_that_wins_gives_its_first_workers_an_offence_and_excludes_it_l
     assert w.finished(("n", 5), at=10.5) == 10.5 and w.offences["w3"] == 0
 
 
+def test_a_task_gets_one_backup_even_when_that_backup_fails():
+    w = RunWatch({"n": policy(speculate=True, factor=2.0, floor=0.0, expected=1.0,
+                              measured=True)}, node_of)
+    w.started(("n", 0), "w1", at=0.0)
+    assert kinds(w.tick(2.5)) == ["Speculate"]
+    w.backup_started(("n", 0), "w2", at=2.6)
+    w.backup_stopped(("n", 0))  # it failed (or could not start): not tried again
+    assert w.tick(3.0) == [] and w.tick(100.0) == []
+    assert ("n", 0) in w.running  # the first attempt goes on
+
+
 def test_with_speculation_off_a_slow_task_is_left_alone():
     w = RunWatch({"n": policy(speculate=False, expected=0.1, measured=True)}, node_of)
     w.started(("n", 0), "w1", at=0.0)
@@ -248,6 +259,8 @@ def test_operator_and_asset_settings_override_the_runs():
                                                "setting(s) ['retrys']"),
     ({"operators": {"matmul": {"timeout": -3}}}, "operator 'matmul': timeout=-3 is negative"),
     ({"speculate": "yes"}, "speculate='yes' is not True or False"),
+    ({"speculate": None}, "speculate=None must be set (only timeout may be None)"),
+    ({"speculation_min": None}, "speculation_min=None must be set"),
     ({"speculation_factor": 0.5}, "speculation_factor=0.5 must be at least 1"),
 ])
 def test_bad_settings_are_refused_with_the_setting_named(kwargs, words):

@@ -210,6 +210,15 @@ def test_a_task_hung_on_one_worker_gets_a_backup_by_default_and_the_run_finishes
     backup_rows = [t for t in tasks if t.tensor.endswith("~backup") and t.status == "memory"]
     assert len(backup_rows) == len(won) and victim not in {t.worker for t in backup_rows}
     assert took < 60  # the backup, not a timeout, ended the wait
+    # Nothing of the backups is left on the scheduler, nor wanted by the supervisor.
+    assert three.run_on_scheduler(_backups_left) == []
+
+
+def _backups_left(dask_scheduler=None) -> list:
+    from deepx_flow.runtime.supervisor import CLIENT
+    wanted = dask_scheduler.clients.get(CLIENT)
+    return [str(k) for k in dask_scheduler.tasks if "~backup" in str(k)] + \
+        ([str(ts.key) for ts in wanted.wants_what] if wanted is not None else [])
 
 
 @pytest.mark.timeout(300)

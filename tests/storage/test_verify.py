@@ -149,3 +149,32 @@ def test_every_chunk_is_in_the_manifest_with_its_stored_size(tmp_path):
     assert set(manifest["chunks"]) == keys and manifest["checksum"] == "crc32c"
     for key, size in manifest["chunks"].items():
         assert (tmp_path / "m.zarr" / key).stat().st_size == size
+
+
+
+def test_a_folder_in_a_chunks_place_is_a_missing_chunk(tmp_path):
+    """Zarr reads a folder where a chunk file should be as the fill value, like a chunk
+    that is not there; so must the check, which looked for the path alone."""
+    uri = str(tmp_path / "io.zarr")
+    write_checked(uri, np.arange(12.0).reshape(6, 2), grid((6, 2), (2, 2)))
+    chunk = tmp_path / "io.zarr" / "c" / "1" / "0"
+    chunk.unlink()
+    chunk.mkdir()
+    with pytest.raises(dx.DataError, match=r"chunk \(1, 0\) is missing"):
+        read_region(uri, ((0, 6), (0, 2)))
+    assert np.array_equal(read_region(uri, ((0, 2), (0, 2))), [[0.0, 1.0], [2.0, 3.0]])
+    assert [p.chunk for p in verify.verify_array(uri)] == [(1, 0)]
+
+
+def test_what_a_failed_read_says_decides_whether_it_is_damage(tmp_path):
+    """Damage is what decoding the stored bytes says (a checksum, a codec); an OSError (a
+    permission, the network, a timeout) says nothing about them and is reported as it is."""
+    uri = str(tmp_path / "d.zarr")
+    write_checked(uri, np.ones((4, 2)), grid((4, 2), (2, 2)))
+    (tmp_path / "d.zarr" / "c" / "1" / "0").write_bytes(b"garbage")
+    with pytest.raises(dx.DataError) as err:
+        read_region(uri, ((0, 4), (0, 2)))
+    assert verify.is_damage(err.value.__cause__)  # what Zarr's crc32c codec raised
+    for io in (PermissionError(13, "Permission denied"), TimeoutError("read timed out"),
+               ConnectionResetError(104, "Connection reset by peer")):
+        assert not verify.is_damage(io)
