@@ -31,8 +31,9 @@ from deepx_flow.errors import DataError, ExecutionError
 
 MANIFEST = "deepx_manifest.json"
 WRITE_CONFIG = {"write_empty_chunks": True}
-FILL_HINT = ("; if the array was written without its empty chunks, read it with "
-             "dx.read_zarr(path, missing='fill')")
+FILL_HINT = ("; if the array was written without its empty chunks, read it in the graph "
+             "with dx.read_zarr(path, missing='fill') (in YAML: op read_zarr, attrs "
+             "{missing: fill})")
 VERIFY_THREADS = 8  # chunks decoded at once by `verify_array` (I/O bound)
 
 

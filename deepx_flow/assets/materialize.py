@@ -165,6 +165,8 @@ def _run_stage_mending(defs, stage, versions, written, checks, db, client, now,
             run_ids += again.run_ids
             notes.append(("recompute", f"{err}; {damaged} was computed again from its "
                                        f"lineage as version {row.version[:12]}"))
+            for t in stage:  # new locations: a write of the failed attempt may still land
+                versions[t] = uuid.uuid4().hex
 
 
 def _damaged_target(defs, err: DataError, stage) -> Target | None:
