@@ -78,33 +78,39 @@ class SpeedSamples:
         entry[3] += 1
 
     def record(self, db) -> None:
-        """Fold the sums into the registry's rows (decaying what was there). Two drivers
-        adding the same new row at once: the second tries again, updating it."""
-        from sqlalchemy.exc import IntegrityError
+        """Fold the sums into the registry's rows (decaying what was there), each row one
+        INSERT ... ON CONFLICT DO UPDATE whose update is arithmetic on the stored values, so
+        drivers finishing runs at once neither collide on a new row nor lose each other's
+        updates. Rows in (operator, host, worker) order: no two drivers wait in a circle."""
         if not self.sums:
             return
-        try:
-            self._record(db)
-        except IntegrityError:
-            self._record(db)
-
-    def _record(self, db) -> None:
-        now = time.time()
-        with db.session() as session:
-            for (label, address), (flops, moved, seconds, tasks) in sorted(self.sums.items()):
+        table, now = SpeedRow.__table__, time.time()
+        with db.begin() as conn:
+            insert = _insert_for(conn.dialect.name)
+            for (label, address), (flops, moved, seconds, tasks) in sorted(
+                    self.sums.items(), key=lambda item: (item[0][0], *self.workers[item[0][1]])):
                 host, name = self.workers[address]
-                row = session.exec(select(SpeedRow).where(
-                    SpeedRow.operator == label, SpeedRow.host == host,
-                    SpeedRow.worker == name)).first()
-                if row is None:
-                    row = SpeedRow(operator=label, host=host, worker=name, flops=0.0,
-                                   bytes=0.0, seconds=0.0, tasks=0, updated_at=now)
-                row.flops = row.flops * DECAY + flops
-                row.bytes = row.bytes * DECAY + moved
-                row.seconds = row.seconds * DECAY + seconds
-                row.tasks += tasks
-                row.updated_at = now
-                session.add(row)
+                values = dict(operator=label, host=host, worker=name, flops=flops,
+                              bytes=moved, seconds=seconds, tasks=tasks, updated_at=now)
+                new = insert(table).values(**values)
+                conn.execute(new.on_conflict_do_update(
+                    index_elements=["operator", "host", "worker"],
+                    set_=dict(flops=table.c.flops * DECAY + new.excluded.flops,
+                              bytes=table.c.bytes * DECAY + new.excluded.bytes,
+                              seconds=table.c.seconds * DECAY + new.excluded.seconds,
+                              tasks=table.c.tasks + new.excluded.tasks,
+                              updated_at=new.excluded.updated_at)))
+
+
+def _insert_for(dialect: str):
+    """The INSERT construct with ON CONFLICT of the database's dialect."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+        return insert
+    if dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert
+        return insert
+    raise NotImplementedError(f"operator speeds need SQLite or PostgreSQL, not {dialect}")
 
 
 def speed_of(row) -> OperatorSpeed:

@@ -216,11 +216,17 @@ class RunRecorder:
         if drain:
             self.flush_quietly(settle_keys, final=True)
         try:
-            store.end_run(self.db, self.run_id, self.status, error)
+            try:
+                store.end_run(self.db, self.run_id, self.status, error)
+            except Exception as err:
+                log.warning("deepx_flow: could not record the end of run %s: %s",
+                            self.run_id, err)
             if self.status == "succeeded" and self.speeds is not None:
-                self.speeds.record(self.db)  # the registry learns its operators' speeds
-        except Exception as err:
-            log.warning("deepx_flow: could not record the end of run %s: %s", self.run_id, err)
+                try:
+                    self.speeds.record(self.db)  # the registry learns its operators' speeds
+                except Exception as err:
+                    log.warning("deepx_flow: could not record the operator speeds of run "
+                                "%s: %s", self.run_id, err)
         finally:
             self._ended.set()
 

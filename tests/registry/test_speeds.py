@@ -83,3 +83,25 @@ def test_a_finished_run_teaches_the_next_plan_its_speeds(client, db_url, monkeyp
     assert main(["ops", "--db", db_url]) == 0
     out = capsys.readouterr().out
     assert "Measured on this database's workers" in out and "random_normal" in out
+
+
+def test_drivers_recording_at_once_lose_no_update(db):
+    """Eight drivers finish runs at the same moment: every task is counted (the row's
+    update is arithmetic in the database, not read, changed and written back)."""
+    import threading
+    runs = [samples([("n", "tcp://h:1", 0.5), ("n", "tcp://h:1", 0.5)]) for _ in range(8)]
+    errors = []
+
+    def record(s):
+        try:
+            s.record(db)
+        except Exception as err:  # reported below, with the others
+            errors.append(err)
+    threads = [threading.Thread(target=record, args=(s,)) for s in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    speed = worker_speeds(db, "h", "0")["fused[exp]"]
+    assert speed.tasks == 16 and speed.flops_per_s == pytest.approx(2e6)  # 2 per second
