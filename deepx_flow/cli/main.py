@@ -166,14 +166,30 @@ def _cmd_explain(args) -> int:
 
 
 def _cmd_ops(args) -> int:
-    from deepx_flow.meta import open_db
     from deepx_flow.registry.operators import operator_table
-    from deepx_flow.registry.speeds import speed_table
     print(operator_table())
-    measured = speed_table(open_db(args.db))
-    print("\n" + (measured or "No operator speeds measured yet: they are recorded as runs "
-                              "finish."))
+    print("\n" + _measured_speeds(args.db))
     return 0
+
+
+def _measured_speeds(url: str | None) -> str:
+    """The measured speeds' table, or why there is none. Listing operators needs no
+    database: a missing SQLite file is not created, an unusable database is said."""
+    from sqlalchemy.engine import make_url
+
+    from deepx_flow.meta import open_db
+    from deepx_flow.meta.db import database_url
+    from deepx_flow.registry.speeds import speed_table
+    url = database_url(url)
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database \
+            and not Path(parsed.database).exists():
+        return f"No operator speeds measured yet ({parsed.database} does not exist)."
+    try:
+        measured = speed_table(open_db(url))
+    except DeepxError as err:
+        return _one_line(f"No measured operator speeds: {err}")
+    return measured or "No operator speeds measured yet: they are recorded as runs finish."
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -105,3 +105,17 @@ def test_drivers_recording_at_once_lose_no_update(db):
     assert errors == []
     speed = worker_speeds(db, "h", "0")["fused[exp]"]
     assert speed.tasks == 16 and speed.flops_per_s == pytest.approx(2e6)  # 2 per second
+
+
+def test_listing_operators_needs_no_database(tmp_path, capsys):
+    """`deepx-flow ops` lists the operators where there is no database (and creates none)
+    or an unusable one (an empty file), saying why no speeds are shown."""
+    missing = tmp_path / "none.db"
+    assert main(["ops", "--db", f"sqlite:///{missing}"]) == 0
+    out = capsys.readouterr().out
+    assert "random_normal" in out and "does not exist" in out and not missing.exists()
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    assert main(["ops", "--db", f"sqlite:///{empty}"]) == 0
+    out = capsys.readouterr().out
+    assert "random_normal" in out and "No measured operator speeds" in out
