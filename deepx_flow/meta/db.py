@@ -74,13 +74,15 @@ class Database:
 
     @cached_property
     def identity(self) -> str:
-        """This database as processes on several hosts can compare it: this host and the URL
-        (a SQLite path made absolute; a password hidden). Two processes that give the same
-        identity write the same database."""
+        """This database as processes on several hosts can compare it: its URL (a password
+        hidden), and for a SQLite file this host and the file's absolute path (the same path
+        on two hosts is two files). Two processes that give the same identity write the
+        same database."""
         parsed = make_url(self.url)
         path = _sqlite_path(parsed) if self.is_sqlite else None
-        if path is not None:
-            parsed = parsed.set(database=str(path.resolve()))
+        if path is None:
+            return parsed.render_as_string(hide_password=True)
+        parsed = parsed.set(database=str(path.resolve()))
         return f"{socket.gethostname()} {parsed.render_as_string(hide_password=True)}"
 
     @property

@@ -78,6 +78,7 @@ class RecorderPlugin(SchedulerPlugin):
         # run -> the database its driver records it in (`Database.identity`): one cluster
         # may serve drivers writing different databases, and records go to their own.
         self.store_of: dict[str, str] = {}
+        self.client_of: dict[str, str] = {}  # run -> the client of the driver recording it
         self.hook_seconds = 0.0  # CPU seconds in `transition` for tracked keys (benchmarks)
 
     async def start(self, scheduler) -> None:
@@ -85,11 +86,22 @@ class RecorderPlugin(SchedulerPlugin):
 
     # -- called by the driver through run_on_scheduler ---------------------------------------
 
-    def begin_run(self, run_id: str, names, store: str) -> None:
-        """A driver starts run `run_id` of the keys named `names`, recorded in `store`."""
+    def begin_run(self, run_id: str, names, store: str, client: str | None = None) -> None:
+        """A driver (its Dask client `client`) starts run `run_id` of the keys named
+        `names`, recorded in `store`."""
         self.track(run_id, names)
         self.active.add(run_id)
         self.store_of[run_id] = store
+        if client is not None:
+            self.client_of[run_id] = client
+
+    def remove_client(self, scheduler, client: str, **kwargs) -> None:
+        """A driver's client left: its runs are over (it cannot drain them any more), and
+        their records have no one to go to."""
+        gone = [r for r, c in self.client_of.items() if c == client]
+        for run_id in gone:
+            del self.client_of[run_id]
+            self.active.discard(run_id)
 
     def track(self, run_id: str, names) -> None:
         for name in names:
@@ -121,10 +133,17 @@ class RecorderPlugin(SchedulerPlugin):
                            "events": sorted(events, key=lambda e: e[0])}
         if final:
             self.active.difference_update(run_ids)
+            owning = set(self.owner.values())  # runs whose chunks may still be recorded later
+            for run_id in run_ids:
+                self.client_of.pop(run_id, None)
+                if run_id not in owning:
+                    self.store_of.pop(run_id, None)
         return out
 
     def attempt_ended(self, key, worker, start, status: str, error: str) -> None:
-        """Record an attempt that ended without Dask knowing (a drift)."""
+        """Record an attempt that ended without Dask knowing: drifted (abandoned after its
+        timeout) or superseded (a backup attempt finished first, or its backup was not
+        needed)."""
         run_id = self.run_of.get(key_name(key))
         if run_id is not None:
             self.tasks[run_id].append((key, worker, start, time.time(), None, None,
@@ -279,10 +298,10 @@ def hook_seconds(dask_scheduler) -> float:
     return plugin.hook_seconds if plugin is not None else 0.0
 
 
-def track(dask_scheduler, run_id, names, store) -> None:
-    """Run on the scheduler: a run starts, recorded in `store`; record the keys named `names`
-    under `run_id`."""
-    dask_scheduler.plugins[PLUGIN_NAME].begin_run(run_id, names, store)
+def track(dask_scheduler, run_id, names, store, client=None) -> None:
+    """Run on the scheduler: a run starts, recorded in `store` by the driver whose client is
+    `client`; record the keys named `names` under `run_id`."""
+    dask_scheduler.plugins[PLUGIN_NAME].begin_run(run_id, names, store, client)
 
 
 class SpillReporter(WorkerPlugin):

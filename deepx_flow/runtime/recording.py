@@ -104,7 +104,7 @@ class RunRecorder:
         _install_plugins(client)
         names = {key_name(k) for k in lowered.dsk}
         client.run_on_scheduler(recorder_plugin.track, run_id=run.id, names=names,
-                                store=db.identity)
+                                store=db.identity, client=client.id)
         labels = {node.id: operator_label(node) for node in plan.fused.nodes}
         places = {w.address: (("device", w.device.name) if w.device and plan.cluster.has_devices
                               else ("host", None)) for w in plan.cluster.workers if w.address}

@@ -81,3 +81,30 @@ def test_db_option_before_show(client, record_db, db_url):
                           "show", run.id[:10]], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert f"run {run.id}" in res.stdout
+
+
+def test_a_run_whose_driver_left_is_not_kept_going_on_the_scheduler(record_db):
+    """A driver that goes without draining its run for the last time (its client closed,
+    its process killed) leaves no run the scheduler's recorder keeps "going" for good (it
+    would collect every later worker-lost event, for no one)."""
+    from distributed import Client, LocalCluster
+
+    def going(dask_scheduler=None):
+        return sorted(dask_scheduler.plugins["deepx-recorder"].active)
+
+    from deepx_flow.runtime import recorder_plugin
+    from deepx_flow.runtime.recording import _install_plugins
+
+    with LocalCluster(n_workers=1, processes=False, dashboard_address="127.0.0.1:0",
+                      silence_logs=logging.CRITICAL) as cluster, Client(cluster) as watcher:
+        _install_plugins(watcher)
+        driver = Client(cluster.scheduler_address, set_as_default=False)
+        run_id = "a-run-never-drained"  # as a driver starts one, then is killed
+        driver.run_on_scheduler(recorder_plugin.track, run_id=run_id, names={"x@0"},
+                                store=record_db.identity, client=driver.id)
+        assert run_id in watcher.run_on_scheduler(going)
+        driver.close()
+        deadline = time.monotonic() + 10
+        while run_id in watcher.run_on_scheduler(going) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert run_id not in watcher.run_on_scheduler(going)
