@@ -112,3 +112,23 @@ def test_a_client_the_user_made_is_used_first(tmp_path):
     """)
     assert res.returncode == 0, res.stderr[-3000:]
     assert table(tmp_path, "SELECT scheduler FROM runs") == [(res.stdout.strip(),)]
+
+
+@pytest.mark.timeout(300)
+def test_a_retried_task_that_then_succeeds_prints_nothing(tmp_path):
+    """Dask's multi-line error block of a failed attempt stays out of the terminal: the
+    attempt is recorded (a "retried" task row), and the run's result is right."""
+    res = run_script(tmp_path, """
+        import deepx_flow as dx
+        from deepx_flow.kernels.faults import Fault, FaultInjection
+        from deepx_flow.runtime.cluster import shared_client
+
+        if __name__ == "__main__":
+            shared_client().register_plugin(FaultInjection([Fault("raise", times=1)]))
+            # Each worker process fails its first attempt once: retries for all of them.
+            out = dx.run(dx.arange(6.0) * 2, recovery=dx.Recovery(retries=4, backoff=0))
+            print(out.tolist())
+    """)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip() == str([0.0, 2.0, 4.0, 6.0, 8.0, 10.0]) and res.stderr == ""
+    assert table(tmp_path, "SELECT count(*) FROM tasks WHERE status = 'retried'")[0][0] >= 1

@@ -91,6 +91,7 @@ def test_every_tick_is_launched_once_across_a_restart(tmp_path, catchup):
     finally:
         second.send_signal(signal.SIGTERM)
         assert second.wait(60) == 0, log2.read_text()
+    assert "Traceback" not in log2.read_text()  # a clean stop prints none (nor at exit)
     logs = log1.read_text() + log2.read_text()
 
     recorded = ticks()

@@ -49,8 +49,9 @@ SCALARS = [0, 1, -1, 2, 3, 7, 64, 65, 127, 128, 255, 1000, 2**31, 2**53 + 1, 2**
 CASE_SECONDS = 10
 
 
-class CaseTimeout(Exception):
-    pass
+class CaseTimeout(BaseException):
+    """A case ran past CASE_SECONDS. Not an Exception: the CLI's and libraries' `except
+    Exception` must not take it for an ordinary failure (exit 1) and go on."""
 
 
 def _value(rng: random.Random, depth: int = 0):
