@@ -34,6 +34,11 @@ WRITE_CONFIG = {"write_empty_chunks": True}
 FILL_HINT = ("; if the array was written without its empty chunks, read it in the graph "
              "with dx.read_zarr(path, missing='fill') (in YAML: op read_zarr, attrs "
              "{missing: fill})")
+# A version without a manifest was written before deepx_flow kept one, when chunks equal to
+# the fill value were not written: one that is not there may have been empty, or lost.
+LEGACY_MISSING = ("is not stored, and this version has no manifest to say whether it was "
+                  "written (older versions skipped chunks equal to the fill value): it may "
+                  "have been empty, or lost")
 VERIFY_THREADS = 8  # chunks decoded at once by `verify_array` (I/O bound)
 
 
@@ -213,8 +218,8 @@ def verify_array(uri: str, deep: bool = True, origin: dict | None = None) -> lis
     for idx in chunk_indices(shape, grid):
         key = arr.metadata.encode_chunk_key(idx)
         if key not in sizes:
-            problems.append(_error(uri, origin, idx, "is missing (deleted, or never "
-                                                     "written)"))
+            problems.append(_error(uri, origin, idx, "is missing (deleted, or never written)"
+                                   if manifest is not None else LEGACY_MISSING))
         elif key in expected and sizes[key] != expected[key]:
             problems.append(_error(uri, origin, idx, f"is {sizes[key]:,} bytes where "
                                                      f"{expected[key]:,} were written"))

@@ -178,3 +178,15 @@ def test_what_a_failed_read_says_decides_whether_it_is_damage(tmp_path):
     for io in (PermissionError(13, "Permission denied"), TimeoutError("read timed out"),
                ConnectionResetError(104, "Connection reset by peer")):
         assert not verify.is_damage(io)
+
+
+def test_a_version_written_before_manifests_says_why_a_chunk_may_be_missing(tmp_path):
+    """Versions stored before checks existed skipped chunks equal to the fill value: such a
+    chunk is still refused (it may as well be lost), with a message that says so."""
+    import zarr
+    uri = str(tmp_path / "old.zarr")
+    old = zarr.create_array(uri, shape=(4, 2), chunks=(2, 2), dtype="float64", zarr_format=3)
+    old[:] = np.array([[1.0, 2.0], [3.0, 4.0], [0.0, 0.0], [0.0, 0.0]])
+    assert verify.read_manifest(uri) is None
+    [problem] = verify.verify_array(uri, deep=False)
+    assert problem.chunk == (1, 0) and "no manifest" in str(problem)
