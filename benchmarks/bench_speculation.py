@@ -90,7 +90,7 @@ def main(quick: bool = False) -> None:
     rows = STORED_ROWS * (6 if quick else 24)
     repeat = 1 if quick else 5
     machine = common.machine_info()
-    common.wait_until_quiet()
+    busy = None if quick else common.wait_until_quiet()
     folder = Path(tempfile.mkdtemp(prefix="deepx-bench-spec-"))
     db = open_db()
     try:
@@ -160,7 +160,7 @@ def main(quick: bool = False) -> None:
                           slow_on["ratio_to_undisturbed"] <= 1.3),
         ]
         common.write_results("bench_speculation", {
-            "machine": machine, "params": {"rows": rows, "columns": COLUMNS,
+            "machine": machine, "busy_before": busy, "params": {"rows": rows, "columns": COLUMNS,
                                            "stored_rows": STORED_ROWS, "workers": WORKERS,
                                            "slow_factor": FACTOR, "repeat": repeat,
                                            "tasks": plan.stats().tasks},
