@@ -18,8 +18,9 @@ drive it with events alone.
   is abandoned on its worker and run again elsewhere (`Drift`); a task that times out
   `MAX_TIMEOUTS` times fails (the task hangs, not the workers).
 - A worker gets an offence when a task is drifted away from it, or when a backup of one of
-  its tasks finished first (it really was slower); the first makes it suspect,
-  `exclude_after` of them exclude it from the run's remaining work.
+  its tasks finished first (it really was slower); the first makes it suspect (its tasks are
+  backed up past half the factor, at least 1.5x, and half the floor), `exclude_after` of
+  them exclude it from the run's remaining work.
 - A device error (lost GPU) excludes its worker at once.
 - With no workers for `worker_wait` seconds the run gives up.
 
@@ -39,6 +40,7 @@ from deepx_flow.runtime.recovery import TaskPolicy
 
 MEASURED_AFTER = 3  # finished tasks of a node before their median replaces the estimate
 MAX_TIMEOUTS = 3  # timeouts of one task before it fails instead of drifting again
+SUSPECT_FACTOR = 1.5  # the least factor a suspect worker's tasks are backed up past
 
 
 @dataclass(frozen=True)
@@ -216,20 +218,24 @@ class RunWatch:
             if policy.timeout is not None and ran > policy.timeout:
                 actions += self._timed_out(key, attempt, ran, policy.timeout)
             elif policy.speculate and key not in self.speculated:
-                limit = self._backup_after(attempt.peers, policy)
+                factor, floor = policy.speculation_factor, policy.speculation_min
+                if self.offences.get(attempt.worker):  # suspect: back its tasks up sooner
+                    factor, floor = max(SUSPECT_FACTOR, factor / 2), floor / 2
+                limit = self._backup_after(attempt.peers, policy, factor, floor)
                 if limit is not None and ran > limit:
                     self.speculated.add(key)
                     self.backups[key] = None
                     avoid = frozenset(self.excluded) | {attempt.worker}
                     actions.append(Speculate(key, attempt.worker, avoid,
                                              f"ran {ran:.1f} s on {attempt.worker}, past "
-                                             f"{limit:.1f} s ({policy.speculation_factor:g}x "
-                                             f"its expected time)"))
+                                             f"{limit:.1f} s ({factor:g}x its expected "
+                                             f"time)"))
         return actions
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _backup_after(self, peers: str, policy: TaskPolicy) -> float | None:
+    def _backup_after(self, peers: str, policy: TaskPolicy, factor: float, floor: float
+                      ) -> float | None:
         """Seconds after which an attempt among `peers` gets a backup; None while nothing
         trustworthy says how long it should take."""
         expected = self._measured(peers)
@@ -237,7 +243,7 @@ class RunWatch:
             expected = policy.expected_s
         if expected is None:
             return None
-        return max(policy.speculation_min, policy.speculation_factor * expected)
+        return max(floor, factor * expected)
 
     def _timed_out(self, key, attempt: _Attempt, ran: float, limit: float) -> list:
         del self.running[key]

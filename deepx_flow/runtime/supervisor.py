@@ -104,7 +104,7 @@ class Supervisor(SchedulerPlugin):
         self.orphans: set = set()  # keys a read-back left without dependents, to forget
         self.backups: set = set()  # keys with a backup task (`backup_key`) on the scheduler
         self.handed_over: set = set()  # keys rewritten to take their backup's result
-        self.waiting_since: dict = {}  # key -> first tick it waited on a worker doing nothing
+        self.waiting_since: dict = {}  # key -> first heartbeat that saw it wait on an idle worker
         self.callback = None
 
     async def start(self, scheduler) -> None:
@@ -297,9 +297,9 @@ class Supervisor(SchedulerPlugin):
         ours (idle, or still running an attempt that was dropped: a Python thread cannot be
         stopped; a task the worker never got looks like that too), how long it has waited
         so; while it is queued behind the worker's other work, None. A heartbeat is a
-        snapshot: between two, a worker that has just finished a task looks idle, so waiting
-        counts only from the first tick that saw it, and stops counting at the first that
-        does not."""
+        snapshot, and a late one is stale (a worker that has since started the task looks
+        idle with it waiting): waiting is measured between heartbeats that each saw it, sent
+        after the task went to the worker, and stops counting at one that did not."""
         ts = self.scheduler.tasks.get(key)
         if ts is None or ts.processing_on is None:
             return None
@@ -307,8 +307,11 @@ class Supervisor(SchedulerPlugin):
         if ts in ws.executing:
             self.waiting_since.pop(key, None)
             return ws.executing[ts] + max(0.0, now - ws.last_seen)
-        if sum(1 for t in ws.executing if t.processing_on is ws) < ws.nthreads:
-            return now - self.waiting_since.setdefault(key, now)
+        watch = self.watches.get(self.run_of.get(key_name(key)))
+        attempt = watch.running.get(key) if watch is not None else None
+        if attempt is not None and ws.last_seen > attempt.since \
+                and sum(1 for t in ws.executing if t.processing_on is ws) < ws.nthreads:
+            return ws.last_seen - self.waiting_since.setdefault(key, ws.last_seen)
         self.waiting_since.pop(key, None)
         return None
 

@@ -292,3 +292,19 @@ def test_backoff_doubles_from_the_first_wait_up_to_the_cap(failed, first, cap):
 ])
 def test_errors_are_classified_by_what_real_hardware_says(err, kind):
     assert classify(err) == kind
+
+
+def test_a_suspect_workers_tasks_are_backed_up_sooner():
+    w = RunWatch({"n": policy(speculate=True, factor=4.0, floor=2.0, expected=1.0,
+                              measured=True)}, node_of, exclude_after=3)
+    w.started(("n", 0), "slow", at=0.0)
+    w.started(("n", 1), "fine", at=0.0)
+    assert [a.key for a in w.tick(4.1)] == [("n", 0), ("n", 1)]  # past 4 x 1 s, both
+    w.backup_started(("n", 0), "fine", at=4.1)
+    assert kinds(w.backup_finished(("n", 0), at=5.0)) == ["Suspect"]
+    w.started(("n", 2), "slow", at=10.0)
+    w.started(("n", 3), "fine", at=10.0)
+    actions = w.tick(12.1)  # past 2 x 1 s (half the factor, half the floor): the suspect's
+    assert [a.key for a in actions] == [("n", 2)]
+    assert "past 2.0 s (2x its expected time)" in actions[0].reason
+    assert [a.key for a in w.tick(14.1)] == [("n", 3)]  # the others', past 4 s as before
