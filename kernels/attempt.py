@@ -8,10 +8,16 @@ A failed attempt is reported to the scheduler as an event (`ATTEMPT_TOPIC`) with
 and what kind of failure it was (`classify`), before Dask hears of the failure itself: Dask
 keeps only the last error of a retried task, and the supervisor must know of a lost device
 before Dask decides where the retry runs.
+
+`inlined(func, *args)` runs a kernel computed inside another task (a source read, a view;
+see `deepx_flow.compiler.inline`). Dask runs such nested calls before the task's own
+function, so they wait the backoff (once per attempt, however many a task holds) and report
+their failures themselves, under the task's key; faults are injected by the task itself.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 from deepx_flow.errors import ExecutionError
@@ -64,20 +70,46 @@ def backoff_seconds(failed: int, backoff) -> float:
 def attempt(func, *args):
     """Run one attempt of a task: `func(*args)`."""
     worker, key, annotations = _context()
-    wait = backoff_seconds(annotations.get("deepx_failed", 0), annotations.get("deepx_backoff"))
-    if wait:
-        time.sleep(wait)
+    _wait_backoff(key, annotations)
     started = time.time()
     try:
         if faults.installed():
             return faults.inject(worker, key, func, args)
         return func(*args)
     except Exception as err:
-        if worker is not None:
-            worker.log_event(ATTEMPT_TOPIC, {
-                "key": key, "worker": worker.address, "start": started, "stop": time.time(),
-                "error": f"{type(err).__name__}: {err}"[:2000], "kind": classify(err)})
+        _report(worker, key, started, err)
         raise
+
+
+def inlined(func, *args):
+    """Run a kernel computed inside another task's attempt: `func(*args)`."""
+    worker, key, annotations = _context()
+    _wait_backoff(key, annotations)
+    started = time.time()
+    try:
+        return func(*args)
+    except Exception as err:
+        _report(worker, key, started, err)
+        raise
+
+
+_waited = threading.local()  # (key, failed attempts) whose backoff this thread has waited
+
+
+def _wait_backoff(key, annotations: dict) -> None:
+    """Sleep the backoff of this attempt of `key`, once however many kernels it runs."""
+    failed = annotations.get("deepx_failed", 0)
+    wait = backoff_seconds(failed, annotations.get("deepx_backoff"))
+    if wait and getattr(_waited, "attempt", None) != (key, failed):
+        _waited.attempt = (key, failed)
+        time.sleep(wait)
+
+
+def _report(worker, key, started: float, err: BaseException) -> None:
+    if worker is not None:
+        worker.log_event(ATTEMPT_TOPIC, {
+            "key": key, "worker": worker.address, "start": started, "stop": time.time(),
+            "error": f"{type(err).__name__}: {err}"[:2000], "kind": classify(err)})
 
 
 def _context():

@@ -167,6 +167,12 @@ def transpose_chunk(axes, layouts, *pieces):
     return x.transpose(axes).copy()  # a C-ordered copy (ascontiguousarray would make 0-d 1-d)
 
 
+def transpose_view(axes, x):
+    """A transposed view of one whole chunk, computed by the task that reads it (a matmul
+    passes it to BLAS as a transpose flag)."""
+    return x.transpose(axes)
+
+
 def reshape_chunk(out_shape, offset, layouts, *pieces):
     """The run of `prod(out_shape)` elements starting at `offset` in the operand block."""
     (x,), _ = _operands(layouts, pieces)

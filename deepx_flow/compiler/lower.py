@@ -12,6 +12,10 @@ A task that needs a region of an operand that is not exactly one of its chunks r
 overlapping chunks and a layout, and assembles the region itself (`kernels.tasks`), so
 misaligned grids cost a copy, not an extra task. Only `deepx_flow.compiler.taskspec` touches
 Dask's task classes.
+
+The lowering also says which chunks could be computed inside the tasks that read them (source
+reads, and layout operators that need no copy: views), and hands them to the
+`deepx_flow.compiler.inline` pass, which decides.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from dataclasses import dataclass
 
 from dask.base import tokenize
 
+from deepx_flow.compiler.inline import SOURCE as INLINE_SOURCE
+from deepx_flow.compiler.inline import VIEW, inline_reads
 from deepx_flow.compiler.partition import Partition
-from deepx_flow.compiler.taskspec import ref, task
+from deepx_flow.compiler.taskspec import inline_task, ref, task
 from deepx_flow.ir import Node
 from deepx_flow.kernels import tasks as K
 from deepx_flow.ops import AXIS_WHOLE, ELEMENTWISE, MATMUL, REDUCE, SOURCE, get_op
@@ -93,7 +99,8 @@ def chunk_indices(chunks):
     return itertools.product(*(range(len(c)) for c in chunks))
 
 
-def lower_partition(part: Partition, sources: dict, to_host: bool = False) -> Lowered:
+def lower_partition(part: Partition, sources: dict, to_host: bool = False,
+                    inline: bool = True) -> Lowered:
     """Build the Dask graph of `part`; see the module docstring.
 
     Parameters
@@ -105,6 +112,8 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False) -> Lo
         region and `token`, which identifies the data (see `deepx_flow.runtime.inputs`).
     to_host : bool
         Add a task per output chunk that moves it to host memory (GPU workers).
+    inline : bool
+        Run the `inline_reads` pass (off only to compare against it in tests).
     """
     graph = part.graph
     grids = {n.id: Grid(part.chunks[n.id]) for n in graph.nodes}
@@ -119,6 +128,7 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False) -> Lo
                    part.fanin.get(node.id), data)
         tkey[node.id] = f"{node.id}@{tokenize(content)[:12]}"
     dsk: dict = {}
+    inlinable: dict = {}  # key -> (VIEW or INLINE_SOURCE, an inline call computing it)
 
     def operand(t_id: str, region: Region):
         return grids[t_id].layout(tkey[t_id], region)
@@ -137,15 +147,19 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False) -> Lo
         name = tkey[node.id]
         ins = [graph[i] for i in node.inputs]
         if node.op == "input":
+            source = sources[node.id]
             for idx in chunk_indices(grid.chunks):
                 key = (name, *idx)
-                dsk[key] = sources[node.id].task(key, grid.region(idx))
+                dsk[key] = source.task(key, grid.region(idx))
+                if hasattr(source, "inline"):  # a file read; data held in the graph is not
+                    inlinable[key] = (INLINE_SOURCE, source.inline(grid.region(idx)))
         elif kind == SOURCE:
             attrs = dict(node.attrs)
             for idx in chunk_indices(grid.chunks):
                 key = (name, *idx)
-                dsk[key] = task(key, K.source_chunk, node.op, attrs, node.shape,
-                                grid.region(idx), node.dtype)
+                args = (node.op, attrs, node.shape, grid.region(idx), node.dtype)
+                dsk[key] = task(key, K.source_chunk, *args)
+                inlinable[key] = (INLINE_SOURCE, inline_task(K.source_chunk, *args))
         elif kind == ELEMENTWISE:
             program = node.attr("program") or ((node.op, tuple(("in", i) for i in range(
                 len(ins))), node.dtype),)
@@ -166,8 +180,11 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False) -> Lo
                 layouts, refs = operands(node.inputs, [grid.region(idx)])
                 dsk[key] = task(key, K.softmax_chunk, node.op, node.attr("axis"), layouts, *refs)
         else:
-            _lower_layout(node, ins, grid, name, operands, dsk)
+            _lower_layout(node, ins, grid, name, operands, dsk, inlinable)
 
+    keep = {key for _, node_id in graph.outputs
+            for key in Lowered({}, {"": (tkey[node_id], part.chunks[node_id])}).output_keys("")}
+    dsk = inline_reads(dsk, inlinable if inline else {}, keep)
     outputs = {}
     for out_name, node_id in graph.outputs:
         key, chunks = tkey[node_id], part.chunks[node_id]
@@ -268,7 +285,10 @@ def _lower_reduce(node, ins, part, grid, name, operands, dsk):
                         *[ref(k) for k in last])
 
 
-def _lower_layout(node, ins, grid, name, operands, dsk):
+def _lower_layout(node, ins, grid, name, operands, dsk, inlinable):
+    """Layout tasks. One that reads one operand chunk (or part of one) and needs no copy (a
+    transpose, a reshape of a whole chunk, a slice with step 1, a concat of its own dtype) is
+    also a view that its readers may compute themselves."""
     (t, *_) = ins
     for idx in chunk_indices(grid.chunks):
         key = (name, *idx)
@@ -279,16 +299,23 @@ def _lower_layout(node, ins, grid, name, operands, dsk):
             src = tuple(region[axes.index(j)] for j in range(t.ndim))
             layouts, refs = operands([t.id], [src])
             dsk[key] = task(key, K.transpose_chunk, axes, layouts, *refs)
+            if layouts == ((),):  # always: a transpose's grid is its operand's
+                inlinable[key] = (VIEW, inline_task(K.transpose_view, axes, *refs))
         elif node.op == "reshape":
             source, offset = _reshape_source(t, node, region)
             layouts, refs = operands([t.id], [source])
             dsk[key] = task(key, K.reshape_chunk, shape, offset, layouts, *refs)
+            if layouts == ((),) and offset == 0 and \
+                    math.prod(hi - lo for lo, hi in source) == math.prod(shape):
+                inlinable[key] = (VIEW, inline_task(K.reshape_chunk, shape, 0, layouts, *refs))
         elif node.op == "slice":
             starts, steps = node.attr("starts"), node.attr("steps")
             src = tuple((st + lo * sp, st + (hi - 1) * sp + 1) if hi > lo else (st, st)
                         for (lo, hi), st, sp in zip(region, starts, steps))
             layouts, refs = operands([t.id], [src])
             dsk[key] = task(key, K.slice_chunk, steps, layouts, *refs)
+            if _one_piece(layouts) and all(s == 1 for s in steps):
+                inlinable[key] = (VIEW, inline_task(K.slice_chunk, steps, layouts, *refs))
         elif node.op == "concat":
             axis = node.attr("axis")
             lo, hi = region[axis]
@@ -300,10 +327,18 @@ def _lower_layout(node, ins, grid, name, operands, dsk):
                                 for i in range(len(region)))
                     layouts, refs = operands([src_node.id], [src])
                     dsk[key] = task(key, K.cast_chunk, node.dtype, layouts, *refs)
+                    if _one_piece(layouts) and src_node.dtype == node.dtype:
+                        inlinable[key] = (VIEW, inline_task(K.cast_chunk, node.dtype, layouts,
+                                                            *refs))
                     break
                 offset += size
         else:
             raise AssertionError(f"no lowering for {node.op}")
+
+
+def _one_piece(layouts) -> bool:
+    """Whether the operand is one chunk or a slice of one (a view of it, not a copy)."""
+    return all(not layout or all(n == 1 for n in layout[0]) for layout in layouts)
 
 
 def _reshape_source(t: Node, node: Node, region) -> tuple:

@@ -60,9 +60,9 @@ class Plan:
         """Node id -> chunk sizes along each axis (Dask style)."""
         return self.partition.chunks
 
-    def lower(self, sources: dict, to_host: bool = False) -> Lowered:
+    def lower(self, sources: dict, to_host: bool = False, inline: bool = True) -> Lowered:
         """The Dask graph of this plan with `sources` bound to its inputs."""
-        return lower_partition(self.partition, sources, to_host)
+        return lower_partition(self.partition, sources, to_host, inline)
 
     def stats(self) -> PlanStats:
         part, graph, cluster = self.partition, self.fused, self.cluster

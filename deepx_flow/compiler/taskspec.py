@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dask._task_spec import DataNode, Task, TaskRef
 
-from deepx_flow.kernels.attempt import attempt
+from deepx_flow.kernels.attempt import attempt, inlined
 
 
 def task(key, func, *args):
@@ -16,6 +16,32 @@ def task(key, func, *args):
 
     It runs through `kernels.attempt` (retry backoff, fault injection, failure reports)."""
     return Task(key, attempt, func, *args)
+
+
+def inline_task(func, *args):
+    """A call that another task makes as it runs (Dask computes nested tasks first and passes
+    their results as arguments): `func(*args)` through `kernels.attempt.inlined`."""
+    return Task(None, inlined, func, *args)
+
+
+def refs_of(node) -> list:
+    """The keys a task (or inline call) reads, once per reference, its nested calls' included."""
+    found = []
+    for arg in node.args:
+        if isinstance(arg, TaskRef):
+            found.append(arg.key)
+        elif isinstance(arg, Task):
+            found += refs_of(arg)
+    return found
+
+
+def substitute(node, calls: dict):
+    """`node` with every top-level reference to a key of `calls` replaced by that inline call
+    (nested calls already built by `substitute` are kept as they are)."""
+    if not any(isinstance(a, TaskRef) and a.key in calls for a in node.args):
+        return node
+    args = [calls[a.key] if isinstance(a, TaskRef) and a.key in calls else a for a in node.args]
+    return Task(node.key, node.func, *args)
 
 
 def ref(key) -> TaskRef:

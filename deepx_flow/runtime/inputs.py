@@ -17,7 +17,7 @@ import numpy as np
 from dask.base import tokenize
 
 from deepx_flow.compiler.lower import Grid
-from deepx_flow.compiler.taskspec import data_node, ref, task
+from deepx_flow.compiler.taskspec import data_node, inline_task, ref, task
 from deepx_flow.errors import InputError, shown
 from deepx_flow.ir import Graph
 from deepx_flow.kernels.tasks import cast_chunk, to_device
@@ -43,6 +43,10 @@ class FileSource:
 
     def task(self, key, region):
         return task(key, load_region, self.path, region)
+
+    def inline(self, region):
+        """The read as a call inside the task that uses it (`compiler.inline`)."""
+        return inline_task(load_region, self.path, region)
 
 
 @dataclass(frozen=True)

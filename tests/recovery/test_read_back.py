@@ -1,8 +1,9 @@
 """A chunk of a stored asset lost with its worker is read back from storage when that is
 cheaper than computing its lineage again (and computed again with `read_back=False`).
 
-The stage: asset `a` (a matmul of two random matrices, written to Zarr chunk by chunk) and
-asset `b` (reads `a`). One task of `b` hangs on each worker, so chunks of `a` stay in
+The stage: asset `a` (a matmul of two random matrices plus a function of the first, written
+to Zarr chunk by chunk; read by two operators, the first's blocks are tasks of their own,
+which the test counts) and asset `b` (reads `a`). One task of `b` hangs on each worker, so chunks of `a` stay in
 memory, still needed, after they were written; then the worker holding most of them is
 killed.
 """
@@ -29,6 +30,7 @@ from deepx_flow.meta.models import Event, Task
 from tests.helpers import assert_sums_close
 
 ROWS, INNER, COLS = 8192, 2048, 128  # `a`: 8 row blocks of 1 MiB, each 16 MiB of lineage
+A_NODE = ("matmul", "add")  # the node of `a`'s chunks: a matmul with the add fused into it
 
 
 def definitions():
@@ -36,7 +38,7 @@ def definitions():
     def a():
         x = dx.random.normal((ROWS, INNER), seed=1, dtype="float64")
         w = dx.random.normal((INNER, COLS), seed=2, dtype="float64")
-        return x @ w
+        return x @ w + dx.tanh(x[:, :COLS])
 
     @dx.asset
     def b(a):
@@ -49,12 +51,12 @@ def _pid():
 
 
 def held_chunks(dask_scheduler=None):
-    """(key, state, holders, has waiters) of the matmul chunks; states of the writes of a."""
+    """(key, state, holders, has waiters) of the chunks of a; states of the writes of a."""
     chunks, writes = [], []
     for key, ts in dask_scheduler.tasks.items():
         if not isinstance(key, tuple):
             continue
-        if key[0].startswith("matmul"):
+        if key[0].startswith(A_NODE):
             chunks.append((key, ts.state, sorted(w.address for w in ts.who_has or ()),
                            bool(ts.waiters)))
         elif key[0].startswith("store-a-"):
@@ -130,8 +132,8 @@ def test_a_lost_stored_chunk_is_read_back_instead_of_computed_again(read_back, t
         w = dx.run(dx.random.normal((INNER, COLS), seed=2, dtype="float64"), client=client)
         a = dx.run(dx.load("a"), client=client)
         b = dx.run(dx.load("b"), client=client)
-    want = x @ w
-    assert_sums_close(a, want, np.abs(x) @ np.abs(w))
+    want = x @ w + np.tanh(x[:, :COLS])
+    assert_sums_close(a, want, np.abs(x) @ np.abs(w) + np.abs(np.tanh(x[:, :COLS])))
     assert_sums_close(b, np.tanh(want).sum(axis=1), np.abs(np.tanh(want)).sum(axis=1))
 
     with db.read() as s:
@@ -141,7 +143,7 @@ def test_a_lost_stored_chunk_is_read_back_instead_of_computed_again(read_back, t
     read = {e.key for e in events if e.kind == "read-back"}
     made = Counter((t.tensor, t.key) for t in tasks if t.status == "memory")
     again = {key for (tensor, key), n in made.items()
-             if n > 1 and node_of(tensor).startswith("matmul")}
+             if n > 1 and node_of(tensor).startswith(A_NODE)}
 
     def block_of(key):  # "('matmul-..@..', 3, 0)" -> "3, 0)"
         return key.split(", ", 1)[1]

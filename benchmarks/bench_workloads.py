@@ -1,0 +1,363 @@
+"""Realistic workloads that read from storage: deepx_flow vs dask.array vs NumPy, side by side.
+
+Why: a benchmark over data made in memory flatters a planner. What users run reads a stored
+array, and the questions are whether deepx_flow beats the dask.array code they would write
+instead (`da.from_zarr` and the same expression, on the same cluster), and how close each
+workload comes to what the machine can do (memory bandwidth for streaming work, BLAS GFLOP/s
+for matmuls).
+
+Inputs, written once with Zarr's defaults (zstd) and reused from `--data` (default
+`$TMPDIR/deepx-bench-workloads-<size>`):
+- `x`: 2,000,000 x 256 float32 (2 GiB) in 65,536-row chunks, N(0.5, 1) values;
+- `g`: 2,000,000 x 64 float32 (0.5 GiB), the "gradient" of `X^T G`;
+- `cube`: 2,048 x 256 x 256 float32 (0.5 GiB) in 64-deep chunks;
+- `small`: 4,096 x 256 float32 in 4 chunks (the latency workload);
+- the asset `features`: `x` materialized as a deepx_flow asset, read back with `dx.load`
+  (and by dask.array with `da.from_zarr` of the same stored version).
+
+Each workload is written the natural way in each system. Timed, taking turns (deepx_flow,
+dask.array, NumPy), best of `--repeat` after one warm-up:
+- deepx_flow: `dx.run(expr, client=client)` on a LocalCluster of 2 worker processes x 1
+  thread (the machine's 2 cores);
+- dask.array: `expr.compute()` on the same cluster;
+- NumPy: one process (BLAS on every core), reading the store with `zarr` and computing; the
+  compute alone (data already in memory) is reported too.
+Every result is compared with a float64 NumPy reference computed from the stored values; the
+error column is max |result - reference| over the size of the terms (max |reference|, or 1
+for the third moment of standardized values, which is near 0 but made of terms near 1).
+
+Ceilings: the memory bandwidth is `common.copy_bandwidth` on 2 threads (bytes read plus
+written per second); a streaming workload's fraction is the bytes it must read (the input
+times its passes) over its time, against that bandwidth. The BLAS ceiling is NumPy's float32
+GFLOP/s on a 4096^3 matmul on all cores; a matmul workload's fraction is its GFLOP/s over that.
+
+Run: `python benchmarks/bench_workloads.py [--quick]` (--quick: 1/16 the rows, for smoke tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+import common
+import deepx_flow as dx
+
+FEATURES = 256
+TARGETS = {"geomean_vs_dask": 2.0, "each_vs_dask": 1.2, "matmul_vs_numpy": 0.8,
+           "readback_vs_dask": 1.0}
+
+
+@dataclass
+class Workload:
+    """One graph written three ways, with its float64 reference and its ceiling."""
+
+    name: str
+    what: str
+    inputs: tuple[str, ...]          # store names read, in argument order
+    dx: object                       # (tensors...) -> dx.Tensor
+    da: object                       # (dask arrays...) -> dask array
+    np: object                       # (numpy arrays...) -> array (also the float64 reference)
+    passes: int = 1                  # streaming: reads of the input a good plan needs
+    flops: object = None             # (shapes...) -> floating-point operations, for matmuls
+    from_asset: bool = False         # read `x` through dx.load of the stored asset
+    params: dict = field(default_factory=dict)  # small arrays: dx inputs, NumPy elsewhere
+    # The size of the terms the result is made of, which errors are measured against: the
+    # largest |reference| unless the result cancels (a third moment near 0 of terms near 1).
+    scale: object = None
+
+
+def _standardize(mod, x):
+    """Column statistics and standardization: the third moment of the standardized columns."""
+    mean = x.mean(axis=0)
+    centered = x - mean
+    std = mod.sqrt((centered * centered).mean(axis=0))
+    z = centered / std
+    return (z * z * z).mean(axis=0)
+
+
+def _softmax_entropy(mod, x):
+    """Entropy of the softmax of every row."""
+    if mod is dx:
+        p, logp = dx.softmax(x, axis=1), dx.log_softmax(x, axis=1)
+    else:
+        shifted = x - x.max(axis=1, keepdims=True)
+        logp = shifted - mod.log(mod.exp(shifted).sum(axis=1, keepdims=True))
+        p = mod.exp(logp)
+    return -(p * logp).sum(axis=1)
+
+
+def _mlp(mod, x, w1, b1, w2, b2):
+    relu = dx.relu if mod is dx else (lambda h: mod.maximum(h, 0))
+    return relu(x @ w1 + b1) @ w2 + b2
+
+
+def _chain(mod, x):
+    """A long elementwise chain (ten operations) and a full sum."""
+    y = mod.tanh(x * 0.5 + 1.0) * mod.exp(-(x * x) * 0.1) + mod.sqrt(mod.abs(x)) - 0.25 * x
+    return y.sum()
+
+
+def _covariance(mod, x):
+    centered = x - x.mean(axis=0)
+    t = dx.transpose(centered) if mod is dx else centered.T
+    return (t @ centered) / (x.shape[0] - 1)
+
+
+def _gram(mod, x):
+    return (dx.transpose(x) if mod is dx else x.T) @ x
+
+
+def _xtg(mod, x, g):
+    return (dx.transpose(x) if mod is dx else x.T) @ g
+
+
+def _tiny(mod, x):
+    return x.mean(axis=0) + x.max(axis=0)
+
+
+def mlp_params() -> dict:
+    rng = np.random.default_rng(7)
+    shapes = {"w1": (FEATURES, 256), "b1": (256,), "w2": (256, 16), "b2": (16,)}
+    return {name: (rng.standard_normal(shape) / (16 if len(shape) == 2 else 1)
+                   ).astype(np.float32) for name, shape in shapes.items()}
+
+
+def workloads() -> list[Workload]:
+    """The suite; `mod` is `dx`, `dask.array` or `numpy`."""
+    import dask.array as da
+
+    def per(fn):
+        """fn(mod, *arrays) for each system."""
+        return (lambda *a: fn(dx, *a), lambda *a: fn(da, *a), lambda *a: fn(np, *a))
+
+    matmul = (lambda m, k, n: 2.0 * m * k * n)
+    suite = [
+        Workload("standardize", "column mean, std; third moment of standardized columns",
+                 ("x",), *per(_standardize), passes=3, scale=1.0),
+        Workload("softmax_rows", "entropy of softmax along rows", ("x",), *per(_softmax_entropy)),
+        Workload("mlp_forward", "relu(x @ W1 + b1) @ W2 + b2, 256 -> 256 -> 16", ("x",),
+                 *per(_mlp), params=mlp_params(),
+                 flops=lambda s: matmul(s[0], FEATURES, 256) + matmul(s[0], 256, 16)),
+        Workload("gram_xtx", "X^T X", ("x",), *per(_gram),
+                 flops=lambda s: matmul(FEATURES, s[0], FEATURES)),
+        Workload("xtg", "X^T G (a dense layer's weight gradient)", ("x", "g"), *per(_xtg),
+                 flops=lambda s, g: matmul(FEATURES, s[0], g[1])),
+        Workload("covariance", "(X - mean)^T (X - mean) / (n - 1)", ("x",), *per(_covariance),
+                 flops=lambda s: matmul(FEATURES, s[0], FEATURES)),
+        Workload("chain_sum", "10 elementwise operations, then a full sum", ("x",),
+                 *per(_chain)),
+        Workload("cube_sum0", "sum over the leading axis of a 3-D tensor", ("cube",),
+                 *per(lambda mod, c: c.sum(axis=0))),
+        Workload("tiny", "column mean + max of 4 chunks (latency)", ("small",), *per(_tiny)),
+        Workload("asset_readback", "column sums of a stored asset", ("x",),
+                 *per(lambda mod, x: x.sum(axis=0)), from_asset=True),
+        Workload("asset_standardize", "standardize, reading a stored asset", ("x",),
+                 *per(_standardize), passes=3, scale=1.0, from_asset=True),
+        Workload("asset_gram", "X^T X, reading a stored asset", ("x",), *per(_gram),
+                 flops=lambda s: matmul(FEATURES, s[0], FEATURES), from_asset=True),
+    ]
+    return suite
+
+
+# -- data ---------------------------------------------------------------------------------
+def store_specs(rows: int) -> dict:
+    """name -> (shape, chunks) of each stored input."""
+    block = 65_536 if rows >= 2_000_000 else max(4096, rows // 32)
+    depth = max(8, rows // 1000)
+    return {"x": ((rows, FEATURES), (block, FEATURES)),
+            "g": ((rows, 64), (block, 64)),
+            "cube": ((depth, 256, 256), (max(1, depth // 32), 256, 256)),
+            "small": ((4096, FEATURES), (1024, FEATURES))}
+
+
+def write_stores(folder: Path, rows: int) -> dict:
+    """Write the inputs (once: a marker file says they are complete); return name -> path."""
+    import zarr
+    specs = store_specs(rows)
+    paths = {name: str(folder / f"{name}.zarr") for name in specs}
+    marker = folder / "complete"
+    if marker.exists() and marker.read_text() == repr(specs):
+        return paths
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name, (shape, chunks) in specs.items():
+        array = zarr.create_array(paths[name], shape=shape, chunks=chunks, dtype="float32")
+        for start in range(0, shape[0], chunks[0]):
+            stop = min(shape[0], start + chunks[0])
+            block = rng.standard_normal((stop - start, *shape[1:]), dtype=np.float32)
+            array[start:stop] = block + np.float32(0.5)
+    marker.write_text(repr(specs))
+    return paths
+
+
+def read_numpy(path: str) -> np.ndarray:
+    import zarr
+    return zarr.open_array(path, mode="r")[...]
+
+
+# -- measuring ----------------------------------------------------------------------------
+def blas_gflops(n: int = 4096) -> float:
+    a = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
+    best = common.best_of(lambda: a @ a, repeat=3)["best_s"]
+    return 2.0 * n ** 3 / best / 1e9
+
+
+def rel_error(got, ref, scale: float | None = None) -> float:
+    """max |got - ref| over `scale` (default: the largest |ref|); inf for a wrong shape."""
+    got, ref = np.asarray(got, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+    if got.shape != ref.shape:
+        return math.inf
+    if not ref.size:
+        return 0.0
+    scale = scale or float(np.max(np.abs(ref)))
+    return float(np.max(np.abs(got - ref))) / (scale or 1.0)
+
+
+def main(quick: bool = False, repeat: int = 3, data: str | None = None,
+         only: list[str] | None = None) -> dict:
+    import dask.array as da
+
+    rows = 2_000_000 // 16 if quick else 2_000_000
+    folder = Path(data or Path(tempfile.gettempdir()) / f"deepx-bench-workloads-{rows}")
+    res = {"machine": common.machine_info(),
+           "busy_before": None if quick else common.wait_until_quiet(),
+           "parameters": {"rows": rows, "features": FEATURES, "stores": {
+               k: {"shape": s, "chunks": c} for k, (s, c) in store_specs(rows).items()},
+               "repeat": repeat, "warmup": 1, "workers": 2, "threads_per_worker": 1,
+               "dtype": "float32"}}
+    start = time.perf_counter()
+    paths = write_stores(folder, rows)
+    print(f"inputs ready in {folder} ({time.perf_counter() - start:.1f} s)")
+    bandwidth = common.copy_bandwidth(threads=2)
+    gflops = blas_gflops()
+    res["ceilings"] = {"copy_bandwidth_gb_s": bandwidth / 1e9, "blas_gflops_float32": gflops,
+                       "numpy_blas": common.blas_info()}
+    print(f"memory bandwidth {bandwidth / 1e9:.1f} GB/s (copy, 2 threads); "
+          f"BLAS {gflops:.0f} GFLOP/s (float32, all cores)")
+
+    suite = [w for w in workloads() if not only or w.name in only]
+    rows_out, results = [], {}
+    with contextlib.ExitStack() as stack:
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="deepx-wl-")))
+        os.environ["DEEPX_ASSET_ROOT"] = str(scratch / "assets")
+        os.environ["DEEPX_DB_URL"] = f"sqlite:///{scratch / 'meta.db'}"
+        client = stack.enter_context(common.local_cluster(2))
+        asset_uri = None
+        if any(w.from_asset for w in suite):
+            @dx.asset
+            def features():
+                return dx.read_zarr(paths["x"])
+            done = dx.materialize(dx.Definitions([features]), client=client)
+            asset_uri = done.versions["features"].uri
+        host = {}  # name -> the stored values in this process (NumPy's input, the reference)
+        for w in suite:
+            for name in w.inputs:
+                if name not in host:
+                    host[name] = read_numpy(paths[name])
+            arrays = [host[n] for n in w.inputs]
+            params = list(w.params.values())
+            reference = w.np(*[a.astype(np.float64) for a in arrays + params])
+            uris = [asset_uri if (w.from_asset and n == "x") else paths[n] for n in w.inputs]
+
+            def dx_inputs():
+                return [dx.load("features") if (w.from_asset and n == "x")
+                        else dx.read_zarr(paths[n]) for n in w.inputs] + [
+                        dx.input(k, v.shape, str(v.dtype)) for k, v in w.params.items()]
+
+            got = {}
+
+            def run_dx():
+                got["deepx_flow"] = dx.run(w.dx(*dx_inputs()), inputs=w.params or None,
+                                          client=client)
+
+            def run_da():
+                got["dask.array"] = w.da(*[da.from_zarr(u) for u in uris], *params).compute()
+
+            def run_np():
+                got["numpy"] = w.np(*[read_numpy(u) for u in uris], *params)
+
+            times = common.interleaved({"deepx_flow": run_dx, "dask.array": run_da,
+                                        "numpy": run_np}, repeat=repeat)
+            compute_only = common.best_of(lambda: w.np(*arrays, *params), repeat=repeat)
+            plan = dx.compile(w.dx(*dx_inputs()), client=client).stats()
+            t = {k: v["best_s"] for k, v in times.items()}
+            errors = {k: rel_error(v, reference, w.scale) for k, v in got.items()}
+            in_bytes = sum(a.nbytes for a in arrays)
+            if w.flops:
+                work = w.flops(*[a.shape for a in arrays])
+                ceiling = work / t["deepx_flow"] / 1e9 / gflops
+                ceiling_np = work / compute_only["best_s"] / 1e9 / gflops
+                kind = "BLAS"
+            else:
+                need = in_bytes * w.passes
+                ceiling = need / t["deepx_flow"] / bandwidth
+                ceiling_np = need / compute_only["best_s"] / bandwidth
+                kind = "memory"
+            results[w.name] = {
+                "what": w.what, "times": times, "numpy_compute_only": compute_only,
+                "vs_dask": t["dask.array"] / t["deepx_flow"], "vs_numpy": t["numpy"] /
+                t["deepx_flow"], "vs_numpy_compute": compute_only["best_s"] / t["deepx_flow"],
+                "errors": errors, "ceiling_kind": kind, "ceiling_fraction": ceiling,
+                "numpy_ceiling_fraction": ceiling_np, "input_bytes": in_bytes,
+                "plan_tasks": plan.tasks, "from_asset": w.from_asset}
+            r = results[w.name]
+            rows_out.append((w.name, common.fmt(t["deepx_flow"], 3),
+                             common.fmt(t["dask.array"], 3), common.fmt(t["numpy"], 3),
+                             common.fmt(compute_only["best_s"], 3),
+                             common.fmt(r["vs_dask"]), common.fmt(r["vs_numpy"]),
+                             f"{ceiling:.0%} {kind}", f"{max(errors.values()):.1e}",
+                             plan.tasks))
+            print(f"{w.name}: deepx_flow {t['deepx_flow']:.3f} s, dask.array "
+                  f"{t['dask.array']:.3f} s ({r['vs_dask']:.2f}x), errors "
+                  + ", ".join(f"{k} {v:.1e}" for k, v in errors.items()), flush=True)
+    common.print_table(("workload", "deepx s", "dask s", "numpy s", "np compute s",
+                        "vs dask", "vs numpy", "of ceiling", "max error", "tasks"), rows_out,
+                       title="workloads reading stored data (best of %d)" % repeat)
+    ratios = [r["vs_dask"] for r in results.values()]
+    geomean = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else math.nan
+    res["workloads"] = results
+    res["geomean_vs_dask"] = geomean
+    matmuls = [n for n in ("gram_xtx", "xtg") if n in results]
+    res["targets"] = {
+        "geomean_vs_dask": {"target": TARGETS["geomean_vs_dask"], "value": geomean,
+                            "met": geomean >= TARGETS["geomean_vs_dask"]},
+        "each_vs_dask": {"target": TARGETS["each_vs_dask"], "value": min(ratios),
+                         "met": min(ratios) >= TARGETS["each_vs_dask"]},
+        "matmul_vs_numpy": {"target": TARGETS["matmul_vs_numpy"],
+                            "value": {n: results[n]["vs_numpy"] for n in matmuls},
+                            "met": all(results[n]["vs_numpy"] >= TARGETS["matmul_vs_numpy"]
+                                       for n in matmuls)},
+        "readback_vs_dask": {"target": TARGETS["readback_vs_dask"],
+                             "value": results.get("asset_readback", {}).get("vs_dask"),
+                             "met": results.get("asset_readback", {}).get("vs_dask", 0) >=
+                             TARGETS["readback_vs_dask"]},
+        "within_tolerance": {"target": 1e-3, "value": max(
+            max(r["errors"].values()) for r in results.values()),
+            "met": all(max(r["errors"].values()) <= 1e-3 for r in results.values())},
+    }
+    print(f"\ngeometric mean vs dask.array: {geomean:.2f}x (target "
+          f"{TARGETS['geomean_vs_dask']}x)")
+    for name, target in res["targets"].items():
+        print(f"  {name}: {target['value']} -> {'met' if target['met'] else 'NOT met'}")
+    common.write_results("bench_workloads" + (".quick" if quick else ""), res)
+    return res
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--data", help="folder for the input stores (kept between runs)")
+    parser.add_argument("--only", nargs="*", help="workload names to run")
+    args = parser.parse_args()
+    main(args.quick, args.repeat, args.data, args.only)

@@ -1,0 +1,188 @@
+"""The inline pass: views and single-use source reads are computed inside their readers.
+
+Each lowered graph is run in this process (Dask's synchronous scheduler), with and without
+the pass, and compared with NumPy in float64; the structural tests look at the keys left.
+"""
+
+import itertools
+
+import dask
+import numpy as np
+import pytest
+import zarr
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import deepx_flow as dx
+from deepx_flow.compiler.compile import compile_graph
+from deepx_flow.ir.keys import node_of
+from deepx_flow.runtime.inputs import bind_inputs
+from tests.helpers import assert_sums_close, cluster_with_memory
+
+
+def lowered(outputs, memory, inputs=None, inline=True):
+    plan = compile_graph(dx.build_graph(outputs), cluster_with_memory(memory), check=True)
+    return plan, plan.lower(bind_inputs(plan.graph, inputs), inline=inline)
+
+
+def evaluate(outputs, memory, inputs=None, inline=True) -> list:
+    """Every output of the lowered graph, assembled from its chunks."""
+    plan, low = lowered(outputs, memory, inputs, inline)
+    results = []
+    for name, _ in plan.graph.outputs:
+        _, chunks = low.outputs[name]
+        keys = low.output_keys(name)
+        values = dask.get(low.dsk, keys)
+        out = np.empty(tuple(sum(c) for c in chunks), dtype=values[0].dtype)
+        starts = [np.cumsum((0,) + c[:-1]) for c in chunks]
+        for idx, value in zip(itertools.product(*(range(len(c)) for c in chunks)), values):
+            at = tuple(slice(s[i], s[i] + n) for s, i, n in zip(starts, idx, value.shape))
+            out[at] = value
+        results.append(out)
+    return results
+
+
+def ops_left(low) -> set:
+    return {node_of(k[0]).split("-")[0] for k in low.dsk if isinstance(k, tuple)}
+
+
+def test_a_transpose_read_by_a_matmul_is_a_blas_flag_not_a_task(tmp_path):
+    x = np.random.default_rng(0).standard_normal((3000, 40))
+    g = np.random.default_rng(1).standard_normal((3000, 7))
+    np.save(tmp_path / "x.npy", x)
+    tx = dx.input("x", x.shape, "float64")
+    tg = dx.input("g", g.shape, "float64")
+    y = dx.transpose(tx) @ tg
+    inputs = {"x": str(tmp_path / "x.npy"), "g": g}
+    plan, low = lowered(y, 256 * 2**10, inputs)
+    assert len(plan.chunks["x"][0]) > 1  # the contraction is split: partials are summed
+    assert "transpose" not in ops_left(low)
+    assert not [k for k in low.dsk if isinstance(k, tuple) and k[0].startswith("x@")], \
+        "the .npy input is read inside the matmul tasks"
+    (got,) = evaluate(y, 256 * 2**10, inputs)
+    np.testing.assert_allclose(got, x.T @ g, rtol=1e-12, atol=1e-9)
+
+
+def test_a_source_read_twice_by_one_task_is_read_once():
+    x = dx.random.normal((4000, 32), seed=3, dtype="float64")
+    plan, low = lowered(dx.transpose(x) @ x, 128 * 2**10)
+    reads = [k for k in low.dsk if isinstance(k, tuple) and node_of(k[0]).startswith("random")]
+    assert len(reads) == len(plan.chunks[x.node.id][0]) > 1
+    assert "transpose" not in ops_left(low)
+    xv = evaluate(x, 2**30)[0]
+    (got,) = evaluate(dx.transpose(x) @ x, 128 * 2**10)
+    np.testing.assert_allclose(got, xv.T @ xv, rtol=1e-12, atol=1e-9)
+
+
+def test_a_stored_array_is_read_inside_its_only_reader(tmp_path):
+    data = np.random.default_rng(2).standard_normal((5000, 16)).astype("float32")
+    store = zarr.create_array(tmp_path / "x.zarr", shape=data.shape, chunks=(500, 16),
+                              dtype="float32")
+    store[...] = data
+    x = dx.read_zarr(str(tmp_path / "x.zarr"))
+    y = dx.tanh(x).sum(axis=0)
+    plan, low = lowered(y, 64 * 2**10)
+    assert "read_zarr" not in ops_left(low)
+    (got,) = evaluate(y, 64 * 2**10)
+    t = np.tanh(data.astype(np.float64))
+    assert_sums_close(got, t.sum(axis=0), np.abs(t).sum(axis=0), rtol=1e-6)
+    # Read by two nodes (the mean and the centring): read once, kept as a task.
+    centred = ((x - x.mean(axis=0)) ** 2).sum(axis=0)
+    _, low = lowered(centred, 64 * 2**10)
+    assert "read_zarr" in ops_left(low)
+
+
+def test_views_of_views_and_whole_chunk_layouts_leave_no_tasks():
+    x = dx.random.normal((64, 48), seed=5, dtype="float64")
+    y = dx.transpose(dx.transpose(x)) * 2.0
+    z = dx.reshape(x, (64, 6, 8)).sum(axis=2)
+    w = x[16:48] + 1.0
+    for out in (y, z, w):  # x read by one node: inside that node's tasks
+        assert ops_left(lowered(out, 2**30)[1]) == {out.node.id.split("-")[0]}
+    # x read by three nodes: read once, its views computed by their readers.
+    _, low = lowered([y, z, w], 2**30)
+    assert ops_left(low) & {"transpose", "reshape", "slice"} == set()
+    assert "random_normal" in ops_left(low)
+    xv = evaluate(x, 2**30)[0]
+    got = evaluate([y, z, w], 2**30)
+    np.testing.assert_allclose(got[0], xv * 2.0, rtol=1e-15)
+    np.testing.assert_allclose(got[1], xv.reshape(64, 6, 8).sum(axis=2), rtol=1e-13)
+    np.testing.assert_allclose(got[2], xv[16:48] + 1.0, rtol=1e-15)
+
+
+def test_an_output_that_is_a_view_is_still_an_output():
+    x = dx.random.normal((50, 30), seed=9, dtype="float64")
+    t = dx.transpose(x)
+    got = evaluate([t, t @ x], 2**30)
+    xv = evaluate(x, 2**30)[0]
+    np.testing.assert_array_equal(got[0], xv.T)
+    np.testing.assert_allclose(got[1], xv.T @ xv, rtol=1e-12)
+
+
+def test_a_long_chain_of_views_does_not_nest_without_bound():
+    x = dx.random.normal((8, 6), seed=1, dtype="float64")
+    y = x
+    for _ in range(300):
+        y = dx.transpose(y)
+    (got,) = evaluate(y * 1.0, 2**30)
+    np.testing.assert_array_equal(got, evaluate(x, 2**30)[0])
+
+
+# -- results do not change (hypothesis) ---------------------------------------------------
+MEMORIES = [2**30, 256 * 2**10, 64 * 2**10, 24 * 2**10]
+
+
+def build(kind: int, x, g):
+    """One of several graphs mixing layout operators, sources, matmuls and reductions."""
+    m, k = x.shape
+    if kind == 0:
+        return dx.transpose(x) @ g
+    if kind == 1:
+        return dx.transpose(x) @ x
+    if kind == 2:
+        return dx.transpose(dx.transpose(x)) + dx.tanh(x)
+    if kind == 3:
+        return (x[: m // 2] * 2.0).sum(axis=0)
+    if kind == 4:
+        return dx.concat([x, x * 2.0], axis=0).mean(axis=1)
+    if kind == 5:
+        return dx.reshape(x, (m, k, 1)).sum(axis=0)
+    return dx.transpose(g) @ (x - x.mean(axis=0))
+
+
+def reference(kind: int, x, g):
+    m, k = x.shape
+    return [lambda: x.T @ g, lambda: x.T @ x, lambda: x + np.tanh(x),
+            lambda: (x[: m // 2] * 2.0).sum(axis=0),
+            lambda: np.concatenate([x, x * 2.0]).mean(axis=1),
+            lambda: x.reshape(m, k, 1).sum(axis=0),
+            lambda: g.T @ (x - x.mean(axis=0))][kind]()
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.integers(0, 6), m=st.integers(2, 700), k=st.integers(1, 24),
+       n=st.integers(1, 9), memory=st.sampled_from(MEMORIES), seed=st.integers(0, 2**20),
+       from_file=st.booleans())
+def test_inlining_does_not_change_results(tmp_path, kind, m, k, n, memory, seed, from_file):
+    rng = np.random.default_rng(seed)
+    xv, gv = rng.standard_normal((m, k)), rng.standard_normal((m, n))
+    if from_file:
+        np.save(tmp_path / "x.npy", xv)
+        x, inputs = dx.input("x", xv.shape, "float64"), {"x": str(tmp_path / "x.npy")}
+    else:
+        x = dx.random.normal((m, k), seed=seed, dtype="float64")
+        inputs = {}
+        xv = evaluate(x, 2**30)[0]
+    g = dx.input("g", gv.shape, "float64")
+    y = build(kind, x, g)
+    if "g" in {n.id for n in dx.build_graph(y).inputs}:
+        inputs["g"] = gv
+    try:
+        (inlined,) = evaluate(y, memory, inputs)
+    except dx.PlanError:
+        return
+    (plain,) = evaluate(y, memory, inputs, inline=False)
+    want = reference(kind, xv, gv)
+    scale = max(1.0, float(np.abs(want).max(initial=0.0))) * max(m, k)
+    np.testing.assert_allclose(inlined, plain, rtol=0, atol=1e-13 * scale)
+    np.testing.assert_allclose(inlined, want, rtol=0, atol=1e-12 * scale)
