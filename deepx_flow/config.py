@@ -19,8 +19,12 @@ class Settings:
     memory_fraction: float = 0.5
     # Smallest chunk the planner creates when it splits only to make parallel tasks.
     min_chunk_bytes: int = 4 * 2**20
-    # Chunks per worker thread the planner aims for on large tensors (parallelism, not memory).
-    chunks_per_thread: int = 2
+    # Chunks per worker thread the planner aims for on large tensors (parallelism, not memory):
+    # several, so that a slow chunk or a slow read does not leave a thread idle at the end.
+    chunks_per_thread: int = 4
+    # Shortest expected task the planner makes when it splits only for parallelism: Dask and
+    # deepx_flow spend about a millisecond on each task, which should stay a small part of it.
+    min_task_seconds: float = 0.02
     # How many partial results one tree-reduction task combines.
     reduce_fanin: int = 8
     # The most tasks a plan may have. A Dask scheduler keeps a few kB per task and lowering
@@ -62,6 +66,7 @@ def settings() -> Settings:
         memory_fraction=float(env.get("DEEPX_MEMORY_FRACTION", Settings.memory_fraction)),
         min_chunk_bytes=int(env.get("DEEPX_MIN_CHUNK_BYTES", Settings.min_chunk_bytes)),
         chunks_per_thread=int(env.get("DEEPX_CHUNKS_PER_THREAD", Settings.chunks_per_thread)),
+        min_task_seconds=float(env.get("DEEPX_MIN_TASK_SECONDS", Settings.min_task_seconds)),
         reduce_fanin=int(env.get("DEEPX_REDUCE_FANIN", Settings.reduce_fanin)),
         max_tasks=_positive_int(env, "DEEPX_MAX_TASKS", Settings.max_tasks),
         scheduler_address=env.get("DEEPX_SCHEDULER") or None,

@@ -9,14 +9,16 @@ and what kind of failure it was (`classify`), before Dask hears of the failure i
 keeps only the last error of a retried task, and the supervisor must know of a lost device
 before Dask decides where the retry runs.
 
-`inlined(func, *args)` runs a kernel computed inside another task (a source read, a view;
-see `deepx_flow.compiler.inline`). Dask runs such nested calls before the task's own
-function, so they wait the backoff (once per attempt, however many a task holds) and report
-their failures themselves, under the task's key; faults are injected by the task itself.
+`inlined(key, func, *args)` runs a kernel computed inside another task (a source read, a
+view; see `deepx_flow.compiler.inline`); `key` is the chunk it computes. Dask runs such
+nested calls before the task's own function, so they wait the backoff (once per attempt,
+however many a task holds) and report their failures themselves, under the task's key.
+Faults aimed at the chunk's node are injected into the nested call.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -81,15 +83,20 @@ def attempt(func, *args):
         raise
 
 
-def inlined(func, *args):
+def inlined(chunk_key, func, *args):
     """Run a kernel computed inside another task's attempt: `func(*args)`."""
     worker, key, annotations = _context()
     _wait_backoff(key, annotations)
     started = time.time()
     try:
+        if faults.installed():
+            return faults.inject(worker, chunk_key, func, args)
         return func(*args)
     except Exception as err:
         _report(worker, key, started, err)
+        if not hasattr(err, "deepx_chunk"):  # the innermost chunk that failed is named
+            with contextlib.suppress(AttributeError):
+                err.deepx_chunk = chunk_key  # kept when the error is pickled to the client
         raise
 
 

@@ -119,3 +119,15 @@ def main_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, space_chunk=Non
 def combine_cost(partial_bytes: int, fanin: int) -> int:
     """Working set of a tree-reduction step that combines `fanin` partial results."""
     return (fanin + 1) * partial_bytes
+
+
+def measured_task_seconds(label: str, cost: TaskCost, cluster) -> float | None:
+    """Expected seconds of one task with `cost` of the operator `label`, averaged over the
+    cluster's workers, by the speeds the registry measured there (`registry/speeds.py`);
+    None unless every worker has measured it (the cost model's rates alone can be 20-30x
+    off, too far to decide chunk sizes by)."""
+    speeds = [w.speeds.get(label) for w in cluster.workers]
+    if not speeds or any(speed is None for speed in speeds):
+        return None
+    moved = cost.bytes_in + cost.bytes_out
+    return sum(speed.seconds(cost.flops, moved) for speed in speeds) / len(speeds)

@@ -15,13 +15,23 @@ way).
 A source chunk with several readers stays a task: reading it once and sharing the result
 is cheaper than reading it again per reader. So is one read twice by the same task (`x.T @ x`
 reads each chunk of `x` as both operands).
+
+`predicted_inline(graph)` says, before any lowering, which source nodes a node's tasks are
+expected to read inline: the plan's estimates (`Plan.stats`) and the labels speeds are
+measured under (`ir.program.speed_label`) follow it. Inputs bound at run time are left
+out of it (only a file input is read inline; data held in the graph is not).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
-from deepx_flow.compiler.taskspec import refs_of, substitute
+from deepx_flow.compiler.taskspec import inlined_chunks, refs_of, substitute
+from deepx_flow.ir import Graph
+from deepx_flow.ir.keys import key_name, node_of
+from deepx_flow.ops import MATMUL, REDUCE, get_op
+from deepx_flow.ops import SOURCE as SOURCE_KIND
 
 VIEW, SOURCE = "view", "source"
 MAX_NESTING = 16
@@ -73,3 +83,56 @@ def inline_reads(dsk: dict, inlinable: dict, keep) -> dict:
             calls[key] = substitute(call, calls)
     return {key: substitute(node, calls) for key, node in dsk.items()
             if key not in calls or key in keep}
+
+
+def inlined_nodes(dsk: dict, graph: Graph) -> dict[str, frozenset]:
+    """Node id -> the ids of the source nodes whose chunks its tasks read inline (views are
+    left out: they cost nothing). One task of each tensor is looked at: the pass treats a
+    node's chunks alike unless grids are uneven, and this serves labels and policies."""
+    out, seen = {}, set()
+    for key, node in dsk.items():
+        name = key_name(key)
+        if name in seen:
+            continue
+        seen.add(name)
+        inner = frozenset(i for i in (node_of(key_name(k)) for k in inlined_chunks(node))
+                          if i in graph and get_op(graph[i].op).kind == SOURCE_KIND)
+        if inner:
+            owner = node_of(name)
+            out[owner] = out.get(owner, frozenset()) | inner
+    return out
+
+
+def predicted_inline(graph: Graph, part=None) -> dict[str, frozenset]:
+    """Node id -> the source nodes its tasks are expected to read inline: each source that
+    is not an output and that exactly one node reads once, directly or through transposes
+    only it reads; given the partition, also only where that node has one task per chunk
+    of the source (a matmul tiled along N reads each block of A once per tile)."""
+    users = graph.consumers()
+    outputs = {node_id for _, node_id in graph.outputs}
+    out: dict = {}
+    for node in graph.nodes:
+        if get_op(node.op).kind != SOURCE_KIND or node.op == "input" or node.id in outputs:
+            continue
+        reader = node.id
+        while len(users[reader]) == 1 and graph[users[reader][0]].op == "transpose" \
+                and users[reader][0] not in outputs:
+            reader = users[reader][0]
+        if len(users[reader]) != 1:
+            continue
+        consumer = users[reader][0]
+        if part is not None and main_tasks(graph[consumer], part) != math.prod(
+                len(c) for c in part.chunks[node.id]):
+            continue
+        out[consumer] = out.get(consumer, frozenset()) | {node.id}
+    return out
+
+
+def main_tasks(node, part) -> int:
+    """Tasks of `node` that read its operands: one per chunk, per chunk of the reduced space
+    for a reduction, per tile and K chunk for a matmul."""
+    kind = get_op(node.op).kind
+    if kind == REDUCE:
+        return math.prod(len(c) for c in part.spaces[node.id])
+    n = math.prod(len(c) for c in part.chunks[node.id])
+    return n * len(part.k_chunks[node.id]) if kind == MATMUL else n

@@ -152,14 +152,14 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
                 key = (name, *idx)
                 dsk[key] = source.task(key, grid.region(idx))
                 if hasattr(source, "inline"):  # a file read; data held in the graph is not
-                    inlinable[key] = (INLINE_SOURCE, source.inline(grid.region(idx)))
+                    inlinable[key] = (INLINE_SOURCE, source.inline(key, grid.region(idx)))
         elif kind == SOURCE:
             attrs = dict(node.attrs)
             for idx in chunk_indices(grid.chunks):
                 key = (name, *idx)
                 args = (node.op, attrs, node.shape, grid.region(idx), node.dtype)
                 dsk[key] = task(key, K.source_chunk, *args)
-                inlinable[key] = (INLINE_SOURCE, inline_task(K.source_chunk, *args))
+                inlinable[key] = (INLINE_SOURCE, inline_task(key, K.source_chunk, *args))
         elif kind == ELEMENTWISE:
             program = node.attr("program") or ((node.op, tuple(("in", i) for i in range(
                 len(ins))), node.dtype),)
@@ -300,14 +300,15 @@ def _lower_layout(node, ins, grid, name, operands, dsk, inlinable):
             layouts, refs = operands([t.id], [src])
             dsk[key] = task(key, K.transpose_chunk, axes, layouts, *refs)
             if layouts == ((),):  # always: a transpose's grid is its operand's
-                inlinable[key] = (VIEW, inline_task(K.transpose_view, axes, *refs))
+                inlinable[key] = (VIEW, inline_task(key, K.transpose_view, axes, *refs))
         elif node.op == "reshape":
             source, offset = _reshape_source(t, node, region)
             layouts, refs = operands([t.id], [source])
             dsk[key] = task(key, K.reshape_chunk, shape, offset, layouts, *refs)
             if layouts == ((),) and offset == 0 and \
                     math.prod(hi - lo for lo, hi in source) == math.prod(shape):
-                inlinable[key] = (VIEW, inline_task(K.reshape_chunk, shape, 0, layouts, *refs))
+                inlinable[key] = (VIEW, inline_task(key, K.reshape_chunk, shape, 0, layouts,
+                                                          *refs))
         elif node.op == "slice":
             starts, steps = node.attr("starts"), node.attr("steps")
             src = tuple((st + lo * sp, st + (hi - 1) * sp + 1) if hi > lo else (st, st)
@@ -315,7 +316,7 @@ def _lower_layout(node, ins, grid, name, operands, dsk, inlinable):
             layouts, refs = operands([t.id], [src])
             dsk[key] = task(key, K.slice_chunk, steps, layouts, *refs)
             if _one_piece(layouts) and all(s == 1 for s in steps):
-                inlinable[key] = (VIEW, inline_task(K.slice_chunk, steps, layouts, *refs))
+                inlinable[key] = (VIEW, inline_task(key, K.slice_chunk, steps, layouts, *refs))
         elif node.op == "concat":
             axis = node.attr("axis")
             lo, hi = region[axis]
@@ -328,8 +329,8 @@ def _lower_layout(node, ins, grid, name, operands, dsk, inlinable):
                     layouts, refs = operands([src_node.id], [src])
                     dsk[key] = task(key, K.cast_chunk, node.dtype, layouts, *refs)
                     if _one_piece(layouts) and src_node.dtype == node.dtype:
-                        inlinable[key] = (VIEW, inline_task(K.cast_chunk, node.dtype, layouts,
-                                                            *refs))
+                        inlinable[key] = (VIEW, inline_task(key, K.cast_chunk, node.dtype,
+                                                            layouts, *refs))
                     break
                 offset += size
         else:

@@ -20,9 +20,12 @@ How it chooses:
    is left to split the graph cannot fit.
 3. Memory fitting alone can leave a big tensor in one chunk and the cluster idle, so classes
    of large tensors are halved further until each large node has `chunks_per_thread` tasks
-   per worker thread, never below `min_chunk_bytes`. Axes that are summed over (matmul's K,
-   reduced axes) are split for this only as a last resort, and sources follow the grids of
-   users that share their axes.
+   per worker thread, never below `min_chunk_bytes`, and, where the registry has measured
+   the operator's speed on every worker, never below tasks of `min_task_seconds`. Axes
+   that are summed over (matmul's K, reduced axes) are split for this only as a last
+   resort, and (where speeds are measured) only while moving the extra partial result over
+   the cluster's measured link takes under a tenth of a task's time. Sources follow the
+   grids of users that share their axes.
 4. A stored array (`read_zarr` with `storage_chunks`) prefers chunk sizes that are multiples
    of its stored chunks, and for parallelism is split along its stored chunks first (even
    an axis that is summed over), never below a stored chunk (each piece would decode the
@@ -37,10 +40,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from deepx_flow.compiler.costs import combine_cost, main_cost, reduce_space
+from deepx_flow.compiler.costs import (combine_cost, main_cost, measured_task_seconds,
+                                       reduce_space)
+from deepx_flow.compiler.inline import predicted_inline
 from deepx_flow.config import Settings, settings
 from deepx_flow.errors import PlanError
 from deepx_flow.ir import Graph, Node, dtypes
+from deepx_flow.ir.program import speed_label
 from deepx_flow.ops import AXIS_WHOLE, ELEMENTWISE, LAYOUT, MATMUL, REDUCE, SOURCE, get_op
 from deepx_flow.registry.cluster import ClusterSpec, format_bytes
 
@@ -372,6 +378,21 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
     # a cheap source for its own sake would only cut its users' tiles smaller.
     target = cluster.total_threads * config.chunks_per_thread
     users = graph.consumers()
+    link = cluster.link("host" if len({w.host for w in cluster.workers}) == 1 else "cluster")
+
+    def link_seconds(nbytes: int) -> float:
+        return link.latency + nbytes / link.bandwidth
+
+    # The labels the registry measures tasks under: with the sources read inside them.
+    inline = predicted_inline(graph) if any(w.speeds for w in cluster.workers) else {}
+    labels = {n.id: speed_label(n, [graph[i] for i in inline.get(n.id, ())]) for n in nodes}
+
+    def task_cost(node: Node):
+        ins = [graph[i] for i in node.inputs]
+        kind = get_op(node.op).kind
+        k = classes.chunk((node.id + "#k", 0)) if kind == MATMUL else None
+        return main_cost(node, ins, chunk_of, space_chunk(node) if kind == REDUCE else None, k)
+
     for node in nodes:
         kind = get_op(node.op).kind
         if (kind == LAYOUT and node.op != "transpose") or (
@@ -389,7 +410,20 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
                           and classes.chunk(k) > floor.get(classes.find(k), 0)]
             if tasks >= target or chunk_bytes < 2 * config.min_chunk_bytes or not candidates:
                 break
+            # Halving makes tasks of half the time: not below what a task costs to run,
+            # where the registry has measured how long this node's tasks take.
+            cost = task_cost(node)
+            known_s = measured_task_seconds(labels[node.id], cost, cluster)
+            if known_s is not None and known_s / 2 < config.min_task_seconds:
+                break
             free = [k for k in candidates if classes.find(k) not in costly]
+            if not free and kind in (MATMUL, REDUCE) and known_s is not None:
+                # A summed axis split once more gives each result chunk another partial to
+                # move and add: worth it only while moving it is small against the work.
+                partial = cost.bytes_out if kind == REDUCE else _bytes(chunk_of(node.id),
+                                                                       node.dtype)
+                if COMPUTE_PER_COMM * link_seconds(partial) > known_s / 2:
+                    break
             classes.halve(max(free or candidates, key=classes.chunk))
 
     # 5. Count the tasks before any chunk list is built.
@@ -444,9 +478,10 @@ def task_count(kind: str, n_main: int, n_out: int, fanin: int) -> int:
     """Tasks of one node: its `n_main` main tasks (one per chunk of the result; per chunk of
     the reduced space for a reduction; per tile and K chunk for a matmul), and for
     reductions and matmuls whose main tasks leave several partials per result chunk, the
-    tree that combines them (`fanin` at a time) and one finishing task per result chunk."""
+    tree that combines them (`fanin` at a time) and one finishing task per result chunk (a
+    reduction has those even with one partial per result chunk)."""
     tasks = n_main
-    if kind in (REDUCE, MATMUL) and n_main > n_out:
+    if kind == REDUCE or (kind == MATMUL and n_main > n_out):  # a reduction always finishes
         parts, tree = n_main // n_out, 0
         while parts > fanin:
             parts = -(-parts // fanin)
@@ -467,6 +502,11 @@ def _too_many(graph: Graph, counts: dict[str, int], limit: int, cluster: Cluster
             f"{worst.dtype}) alone has {counts[worst.id]:,} on cluster '{cluster.name}'. Make "
             f"the tensors smaller, plan for workers with more memory, or raise "
             f"DEEPX_MAX_TASKS if the scheduler can hold the graph")
+
+
+# Compute per unit of communication a split of a summed axis must keep (the design's
+# compute/communication ratio above 10).
+COMPUTE_PER_COMM = 10
 
 
 def _shares_grid(node: Node) -> bool:

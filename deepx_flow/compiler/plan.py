@@ -12,10 +12,11 @@ import math
 from dataclasses import dataclass
 
 from deepx_flow.compiler.costs import combine_cost, main_cost
+from deepx_flow.compiler.inline import predicted_inline
 from deepx_flow.compiler.lower import Lowered, lower_partition
 from deepx_flow.compiler.partition import Partition, task_count
 from deepx_flow.ir import Graph, dtypes
-from deepx_flow.ir.program import describe, operator_label
+from deepx_flow.ir.program import describe, speed_label
 from deepx_flow.ops import MATMUL, REDUCE, get_op
 from deepx_flow.registry.cluster import ClusterSpec, format_bytes
 
@@ -69,6 +70,14 @@ class Plan:
         workers = len(cluster.workers)
         remote = (workers - 1) / workers if workers > 1 else 0.0
         rows = []
+        # Sources read inside their reader's tasks, and transposes (views, computed by their
+        # readers), have no tasks of their own: a source's work is its reader's.
+        inline = predicted_inline(graph, part)
+        inside = {s for sources in inline.values() for s in sources}
+        outputs = {node_id for _, node_id in graph.outputs}
+        views = {n.id for n in graph.nodes if n.op == "transpose" and n.id not in outputs}
+        local = inside | {v for v in views if graph[v].inputs[0] in inside}
+        folded: dict = {}  # node id -> (FLOPs, bytes) of the sources it reads inline
         for node in graph.nodes:
             ins = [graph[i] for i in node.inputs]
             chunks = part.chunks[node.id]
@@ -94,18 +103,30 @@ class Plan:
             if combines:
                 peak = max(peak, combine_cost(cost.bytes_out, fanin))
             # A task's largest operand is usually where it runs; the rest may be elsewhere.
-            operand_bytes = [math.prod(chunk_of(t.id)) * dtypes.itemsize(t.dtype) for t in ins]
+            operand_bytes = [math.prod(chunk_of(t.id)) * dtypes.itemsize(t.dtype) for t in ins
+                             if t.id not in local]
             moved = (sum(operand_bytes) - max(operand_bytes, default=0)) * n_main * remote
             moved += combines * cost.bytes_out * remote
             total_flops = cost.flops * n_main
-            rows.append(NodeStats(node.id, _label(node), n_tasks, peak, total_flops,
-                                  cost.bytes_in * n_main, cost.bytes_out * n_main, moved))
+            if node.id in inside or node.id in views:
+                if node.id in inside:
+                    reader = next(r for r, sources in inline.items() if node.id in sources)
+                    flops, nbytes = folded.get(reader, (0.0, 0))
+                    folded[reader] = (flops + total_flops, nbytes + cost.bytes_out * n_main)
+                rows.append(NodeStats(node.id, _label(node) + " (inside its reader's tasks)",
+                                      0, 0, 0.0, 0, 0, 0.0))
+                continue
+            flops, nbytes = folded.get(node.id, (0.0, 0))
+            rows.append(NodeStats(node.id, _label(node), n_tasks, peak, total_flops + flops,
+                                  cost.bytes_in * n_main + nbytes, cost.bytes_out * n_main,
+                                  moved))
         flops = sum(r.flops for r in rows)
         # Nodes whose operator every worker has measured (`registry/speeds.py`) take the
         # measured time, shared among the threads; the others are estimated from rates.
         measured_s, estimated = 0.0, []
         for r, n in zip(rows, graph.nodes):
-            seconds = _measured_task_seconds(n, r, cluster)
+            seconds = _measured_task_seconds(n, r, cluster,
+                                             [graph[i] for i in inline.get(n.id, ())])
             if seconds is None:
                 estimated.append((r, n))
             else:
@@ -182,12 +203,12 @@ def _table(rows) -> list[str]:
     return out
 
 
-def _measured_task_seconds(node, stats, cluster) -> float | None:
+def _measured_task_seconds(node, stats, cluster, inlined=()) -> float | None:
     """One task of `node` (its mean work), by the speeds measured for its operator, averaged
     over the workers; None unless every worker has measured it."""
     if not stats.tasks:
         return None
-    label = operator_label(node)
+    label = speed_label(node, inlined)
     speeds = [w.speeds.get(label) for w in cluster.workers]
     if any(speed is None for speed in speeds):
         return None

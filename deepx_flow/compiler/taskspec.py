@@ -18,10 +18,11 @@ def task(key, func, *args):
     return Task(key, attempt, func, *args)
 
 
-def inline_task(func, *args):
+def inline_task(key, func, *args):
     """A call that another task makes as it runs (Dask computes nested tasks first and passes
-    their results as arguments): `func(*args)` through `kernels.attempt.inlined`."""
-    return Task(None, inlined, func, *args)
+    their results as arguments): `func(*args)` through `kernels.attempt.inlined`, computing
+    the chunk `key`."""
+    return Task(None, inlined, key, func, *args)
 
 
 def refs_of(node) -> list:
@@ -32,6 +33,17 @@ def refs_of(node) -> list:
             found.append(arg.key)
         elif isinstance(arg, Task):
             found += refs_of(arg)
+    return found
+
+
+def inlined_chunks(node) -> list:
+    """The chunk keys computed by inline calls inside a task, nested ones included."""
+    found = []
+    for arg in node.args:
+        if isinstance(arg, Task):
+            if arg.func is inlined:
+                found.append(arg.args[0])
+            found += inlined_chunks(arg)
     return found
 
 

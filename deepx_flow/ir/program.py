@@ -77,5 +77,13 @@ def operator_label(node) -> str:
     return node.op
 
 
+def speed_label(node, inlined=()) -> str:
+    """The label a task of `node` is measured under: its operator label, and the sources
+    its tasks read inline ("sum+prologue[tanh(in0)] <- read_zarr"), since reading is part
+    of their time."""
+    inner = sorted({operator_label(i) for i in inlined})
+    return operator_label(node) + (" <- " + ", ".join(inner) if inner else "")
+
+
 def _short(label: str, limit: int = 160) -> str:
     return label if len(label) <= limit else label[:limit - 3] + "..."

@@ -55,11 +55,17 @@ class SpeedSamples:
         self.sums: dict = defaultdict(lambda: [0.0, 0.0, 0.0, 0])
 
     @classmethod
-    def of_plan(cls, plan) -> "SpeedSamples":
-        from deepx_flow.ir.program import operator_label
+    def of_plan(cls, plan, inlined: dict | None = None) -> "SpeedSamples":
+        """The samples of a run of `plan`. A node whose tasks read sources inline (`inlined`:
+        node id -> their ids, as `compiler.inline.inlined_nodes` gives) is measured under a
+        label naming them ("sum <- read_zarr", `ir.program.speed_label`), so an operator's
+        speed never mixes tasks with and without reads inside; its cost is its own and
+        theirs (as `Plan.stats` counts it)."""
+        from deepx_flow.ir.program import speed_label
         nodes = {n.id: n for n in plan.fused.nodes}
-        costs = {s.node: (operator_label(nodes[s.node]), s.flops / s.tasks,
-                          (s.bytes_in + s.bytes_out) / s.tasks)
+        costs = {s.node: (speed_label(nodes[s.node], [nodes[i] for i in
+                                                      (inlined or {}).get(s.node, ())]),
+                          s.flops / s.tasks, (s.bytes_in + s.bytes_out) / s.tasks)
                  for s in plan.stats().nodes if s.tasks and s.node in nodes}
         workers = {w.address: (w.host, w.name) for w in plan.cluster.workers if w.address}
         return cls(costs, workers)

@@ -62,7 +62,10 @@ def task_failure(plan, key, err: BaseException) -> DeepxError:
         return err
     kind = failure_kind(err)
     hint = f" ({HINTS[kind]})" if kind in HINTS else ""
-    out = ExecutionError(f"{describe_task(plan, key)} failed{hint}: "
-                         f"{type(err).__name__}: {err}")
+    where = describe_task(plan, key)
+    inner = getattr(err, "deepx_chunk", None)  # a chunk computed inside the task failed
+    if inner is not None:
+        where = f"{describe_task(plan, inner)}, computed inside {where},"
+    out = ExecutionError(f"{where} failed{hint}: {type(err).__name__}: {err}")
     out.kind = kind
     return out

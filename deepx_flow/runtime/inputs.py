@@ -44,9 +44,9 @@ class FileSource:
     def task(self, key, region):
         return task(key, load_region, self.path, region)
 
-    def inline(self, region):
-        """The read as a call inside the task that uses it (`compiler.inline`)."""
-        return inline_task(load_region, self.path, region)
+    def inline(self, key, region):
+        """The read of chunk `key` as a call inside the task that uses it (`compiler.inline`)."""
+        return inline_task(key, load_region, self.path, region)
 
 
 @dataclass(frozen=True)

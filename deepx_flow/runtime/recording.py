@@ -30,6 +30,7 @@ from deepx_flow.config import settings
 from deepx_flow.ir.keys import chunk_index, key_name, node_of
 from deepx_flow.ir.program import operator_label
 from deepx_flow.meta import open_db, store
+from deepx_flow.compiler.inline import inlined_nodes
 from deepx_flow.registry.speeds import SpeedSamples
 from deepx_flow.meta.models import Run
 from deepx_flow.runtime import recorder_plugin
@@ -109,7 +110,7 @@ class RunRecorder:
         places = {w.address: (("device", w.device.name) if w.device and plan.cluster.has_devices
                               else ("host", None)) for w in plan.cluster.workers if w.address}
         recorder = cls(db, client, run.id, labels, places)
-        recorder.speeds = SpeedSamples.of_plan(plan)
+        recorder.speeds = SpeedSamples.of_plan(plan, inlined_nodes(lowered.dsk, plan.fused))
         _live.add(recorder)
         return recorder
 

@@ -120,22 +120,27 @@ class TaskPolicy:
     expected_measured: bool = False  # expected_s comes from measured operator speeds
 
 
-def task_policies(plan, recovery: Recovery, owners: Mapping[str, Recovery] | None = None
-                  ) -> dict[str, TaskPolicy]:
+def task_policies(plan, recovery: Recovery, owners: Mapping[str, Recovery] | None = None,
+                  inlined: Mapping[str, frozenset] | None = None) -> dict[str, TaskPolicy]:
     """Node id (of `plan.fused`) -> the policy of its tasks.
 
     `owners` maps node ids to the Recovery of the asset they compute (its overrides win
-    over the run's and the operators')."""
+    over the run's and the operators'). `inlined` maps node ids to the nodes whose chunks
+    their tasks compute inline (`compiler.inline`): their operators' settings apply too."""
     stats = {s.node: s for s in plan.stats().nodes}
+    nodes = {n.id: n for n in plan.fused.nodes}
     out = {}
     for node in plan.fused.nodes:
         settings = recovery
-        for op in sorted(operators_of(node)):
+        ops = operators_of(node).union(*(operators_of(nodes[i]) for i in
+                                         (inlined or {}).get(node.id, ()) if i in nodes))
+        for op in sorted(ops):
             if op in recovery.operators:
                 settings = _overridden(settings, recovery.operators[op], op)
         if owners and node.id in owners:
             settings = settings.merged(owners[node.id])
-        expected, measured = expected_seconds(node, stats.get(node.id), plan.cluster)
+        expected, measured = expected_seconds(node, stats.get(node.id), plan.cluster, [
+            nodes[i] for i in (inlined or {}).get(node.id, ()) if i in nodes])
         out[node.id] = TaskPolicy(*(getattr(settings, f) for f in TASK_FIELDS),
                                   expected_s=expected, expected_measured=measured)
     return out
@@ -150,16 +155,17 @@ def operators_of(node) -> set[str]:
     return ops
 
 
-def expected_seconds(node, stats, cluster) -> tuple[float, bool]:
+def expected_seconds(node, stats, cluster, inlined=()) -> tuple[float, bool]:
     """One task's time on the slowest worker, and whether that comes from measurement: the
-    registry's measured speed of the node's operator on each worker where it has one
-    (`registry/speeds.py`), else the cost model's rates (0 when nothing is known)."""
-    from deepx_flow.ir.program import operator_label
+    registry's measured speed of the node's operator (with the sources `inlined` into its
+    tasks) on each worker where it has one (`registry/speeds.py`), else the cost model's
+    rates (0 when nothing is known)."""
+    from deepx_flow.ir.program import speed_label
     if stats is None or not stats.tasks or not cluster.workers:
         return 0.0, False
     flops = stats.flops / stats.tasks
     moved = (stats.bytes_in + stats.bytes_out) / stats.tasks
-    label = operator_label(node)
+    label = speed_label(node, inlined)
     slowest, measured = 0.0, True
     for w in cluster.workers:
         speed = w.speeds.get(label)

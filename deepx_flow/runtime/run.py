@@ -20,6 +20,7 @@ import numpy as np
 
 from deepx_flow.compiler.compile import compile_graph
 from deepx_flow.compiler.infer import infer_types
+from deepx_flow.compiler.inline import inlined_nodes
 from deepx_flow.compiler.validate import validate_graph
 from deepx_flow.compiler.plan import Plan
 from deepx_flow.errors import ClusterError, DeepxError, ExecutionError
@@ -165,7 +166,8 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, ext
     recorder = RunRecorder.start(plan, lowered, client, kind, db)
     try:
         recovery = recovery or Recovery()
-        policies = task_policies(plan, recovery, owners)
+        policies = task_policies(plan, recovery, owners,
+                                 inlined_nodes(lowered.dsk, plan.fused))
         stored = readable(lowered) if readable is not None and recovery.read_back else None
         supervise(client, recorder.run_id if recorder else uuid.uuid4().hex, lowered.dsk,
                   policies, recovery, stored)

@@ -182,6 +182,11 @@ def test_inlining_does_not_change_results(tmp_path, kind, m, k, n, memory, seed,
     except dx.PlanError:
         return
     (plain,) = evaluate(y, memory, inputs, inline=False)
+    if not from_file and kind in (0, 1, 2, 6):
+        # The plan's task count foresees the pass where the views are transposes (it counts
+        # a slice, reshape or concat as tasks, and leaves a file input's reads out).
+        plan, low = lowered(y, memory, inputs)
+        assert plan.stats().tasks == len(low.dsk)
     want = reference(kind, xv, gv)
     scale = max(1.0, float(np.abs(want).max(initial=0.0))) * max(m, k)
     np.testing.assert_allclose(inlined, plain, rtol=0, atol=1e-13 * scale)

@@ -14,6 +14,7 @@ from distributed import Client, LocalCluster, wait
 import deepx_flow as dx
 from deepx_flow.meta import open_db, queries
 from deepx_flow.meta.db import close_all
+from deepx_flow.compiler.inline import inlined_nodes
 from deepx_flow.runtime.inputs import bind_inputs
 from deepx_flow.spec.yaml_io import from_yaml
 
@@ -103,8 +104,13 @@ def test_run_and_task_rows(client3p, record_db, no_record_warnings):
     for t in tasks:
         assert t.worker in workers and t.status == "memory" and t.attempts == 1
         assert t.start <= t.stop and t.bytes_out > 0
-    assert {t.operator for t in tasks} >= {"input", "random_normal"}
+    # w is read inside the matmul's tasks (one tile along N): no task of its own.
+    assert {t.operator for t in tasks} == {"input", "sum"} | {
+        t.operator for t in tasks if t.operator.startswith("matmul+epilogue[")}
     assert any(t.operator.startswith("matmul+epilogue[") for t in tasks)
+    w_node = next(n.id for n in plan.fused.nodes if n.op == "random_normal")
+    assert [w_node] == [i for ids in inlined_nodes(lowered.dsk, plan.fused).values()
+                        for i in ids]
     # dx.run gathered and dropped its outputs: nothing of this run is held any more.
     assert queries.placements(record_db, run_id=run.id) == []
 

@@ -132,16 +132,19 @@ def test_without_retries_the_error_names_the_operator_and_the_chunk(three):
 
 
 def test_retries_can_be_given_to_one_operator(three):
-    _, y = graph()
+    x, y = graph()
     source = node_id(y, "random_normal", SPEC)
     recovery = dx.Recovery(retries=0, backoff=0.0, operators={"random_normal": {"retries": 1}})
     with faults_on(three, Fault("raise", node=source, times=1)):
         out = dx.run(y, client=three, cluster=SPEC, recovery=recovery)
     expected(three).check(out)
-    sums = node_id(y, "sum", SPEC)
+    # The sums read x inside their own tasks, so its retries are theirs too; read by two
+    # operators, x is a task of its own, and the sums run without retries.
+    two = [y, x.sum(axis=0)]
+    sums = node_id(two, "sum", SPEC)
     with faults_on(three, Fault("raise", node=sums, times=1)):
         with pytest.raises(dx.ExecutionError, match=f"node {sums}"):
-            dx.run(y, client=three, cluster=SPEC, recovery=recovery)
+            dx.run(two, client=three, cluster=SPEC, recovery=recovery)
 
 
 # -- timeouts and drift ------------------------------------------------------------------------
@@ -351,6 +354,7 @@ def test_running_out_of_memory_plans_the_run_again_with_smaller_chunks(monkeypat
     out of memory. The first plan's 4 MiB chunks fail; the run is planned again with half
     the budget (2 MiB chunks) and finishes."""
     monkeypatch.setenv("DEEPX_MIN_CHUNK_BYTES", str(2**16))
+    monkeypatch.setenv("DEEPX_CHUNKS_PER_THREAD", "2")  # 4 chunks: memory sets their size
     db = open_db()
     x = dx.random.normal((4096, 512), seed=3, dtype="float64")
     y = (dx.tanh(x) * 2.0).sum(axis=1)
