@@ -113,17 +113,20 @@ def finish_matmul(epilogue, out_shape, dtype, n_parts, layouts, *pieces):
 # -- reductions ---------------------------------------------------------------------------
 # Sums add up in `dtypes.accumulator` of their dtype (float64 for floats): partials are float64,
 # combined in float64, and rounded to the result's dtype once, in `finish_reduce`. NumPy has no
-# loop that adds float32 into a float64 total: it casts through its ufunc buffer (8,192
-# elements by default) and sums the buffer. On NumPy arrays a reduction therefore walks its
-# operand in blocks of rows of about `REDUCE_BLOCK_ELEMENTS` elements, computing the prologue
-# of one block and summing it while it is in cache, with a buffer that holds a whole block
-# (with the default buffer, refilling it cost more than the sum). Measured on the 2-core
-# EPYC, NumPy 2.4, a 64 MiB float32 chunk of (65536, 256): float32 sums took 2.1 ms (axis 0),
-# 4.8 ms (axis 1) and 2.6 ms (all axes); float64-accumulated ones 2.4-2.7x, 1.2-1.3x and
-# 1.8-2x that (the cast is an extra pass at about the speed of the sum itself). With a
-# prologue, (x - m)**2 summed over axis 0 took 11.1 ms in float32 over the whole chunk and
-# 1.04-1.06x that in float64 blocks of 256K elements (blocks of 64K: 1.5x; NumPy's call
-# overhead), since the prologue's result no longer goes through main memory.
+# loop that adds float32 into a float64 total: it casts through its ufunc buffer and sums the
+# buffer, an extra pass at about the speed of the sum itself. So on NumPy arrays a reduction
+# walks its operand in blocks of rows of about `REDUCE_BLOCK_ELEMENTS` elements, computing the
+# prologue of one block and summing it while it is in cache; the prologue's result never goes
+# through main memory, which pays for the cast. Measured on the 2-core EPYC (NumPy 2.4, a
+# (65536, 256) float32 chunk of 64 MiB, the machine shared, so +-10%), against the float32 sum
+# of the whole chunk as before:
+# - prologue (x - m)**2: 11.3-11.8 ms before; over axis 0 1.03-1.05x, all axes 0.95x, axis 1
+#   0.97x. NumPy's default buffer (8,192 elements) keeps the cast in cache; a buffer holding
+#   the whole block was 1.1-1.2x.
+# - no prologue: 2.1 ms (axis 0), 4.8 ms (axis 1), 2.7 ms (all axes) before; 2.6-2.8x, 1.3x and
+#   2.2x now, with a buffer holding a whole block (the default buffer: 4x, 2x and 3.3x).
+#   Reading from memory, NumPy's float32 sum is as fast as the data comes, and the cast pass is
+#   extra work it cannot hide.
 REDUCE_BLOCK_ELEMENTS = 1 << 18
 
 
@@ -143,7 +146,7 @@ def reduce_partial(op, prologue, axes, acc_dtype, space_shape, layouts, *pieces)
         x = fused.evaluate(prologue, block, shape) if prologue else block[0]
         if tuple(x.shape) != shape:
             x = xp.broadcast_to(x, shape)
-        parts.append(_reduce_block(xp, op, x, axes, acc_dtype))
+        parts.append(_reduce_block(xp, op, x, axes, acc_dtype, prologue is None))
     if len(parts) == 1:
         return parts[0]
     if axis in axes:
@@ -170,18 +173,20 @@ def _rows(a, offset, axis, lo, hi):
     return a[(slice(None),) * at + (slice(lo, hi),)]
 
 
-def _reduce_block(xp, op, x, axes, acc_dtype):
+def _reduce_block(xp, op, x, axes, acc_dtype, from_memory):
     if op in ("sum", "mean"):
-        return _sum(xp, x, axes, acc_dtype)
+        # A block read from memory casts faster through a buffer holding all of it (measured
+        # above); one the prologue just computed is in cache, as the default buffer is.
+        return _sum(xp, x, axes, acc_dtype, REDUCE_BLOCK_ELEMENTS if from_memory else 0)
     return (xp.max if op == "max" else xp.min)(x, axis=axes, keepdims=True)
 
 
-def _sum(xp, x, axes, dtype):
-    """The sum over `axes` (dims kept), added up in `dtype`."""
-    if xp is not np or dtype is None or x.dtype == dtype:
+def _sum(xp, x, axes, dtype, buffer=0):
+    """The sum over `axes` (dims kept), added up in `dtype`, NumPy casting through a buffer of
+    at least `buffer` elements."""
+    if xp is not np or dtype is None or x.dtype == dtype or buffer <= np.getbufsize():
         return xp.sum(x, axis=axes, keepdims=True, dtype=dtype)
-    old = np.getbufsize()
-    np.setbufsize(max(old, REDUCE_BLOCK_ELEMENTS))  # a block per buffer fill: see above
+    old = np.setbufsize(buffer)
     try:
         return np.add.reduce(x, axis=axes, keepdims=True, dtype=dtype)
     finally:
