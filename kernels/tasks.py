@@ -4,7 +4,8 @@ Each is a pure function of chunks. A task may receive an operand as several piec
 layout (the grid of pieces and the slice of each) when the operand's chunks do not line up
 with the region the task needs; `_operands` assembles those first. Device choice goes through
 `deepx_flow.kernels.dispatch`: sources make NumPy or CuPy arrays depending on the worker, and
-every other kernel works on whatever array module its operands use.
+every other kernel works on whatever array module its operands use. Sums (reductions, the
+softmax normalizer) add up in float64 for float operands; see the reductions section.
 """
 
 from __future__ import annotations
