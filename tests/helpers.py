@@ -39,3 +39,37 @@ def assert_sums_close(actual, expected, terms, rtol: float = 1e-12) -> None:
         raise AssertionError(f"{int(bad.sum())} of {actual.size} elements differ by more "
                              f"than {rtol:g} of their terms; worst at {at}: {actual[at]!r} vs "
                              f"{expected[at]!r} (terms {bound[at] / rtol:.3g})")
+
+
+def exact_sum(x, axis=None, keepdims: bool = False) -> np.ndarray:
+    """The sum of `x` along `axis`, correctly rounded to float64 (math.fsum along the axis):
+    the reference sums of low-precision floats are checked against."""
+    import math
+
+    x = np.asarray(x, dtype=np.float64)
+    axes = tuple(range(x.ndim)) if axis is None else tuple(np.atleast_1d(axis))
+    kept = [a for a in range(x.ndim) if a not in axes]
+    rows = np.moveaxis(x, list(axes), list(range(x.ndim - len(axes), x.ndim)))
+    rows = rows.reshape(tuple(x.shape[a] for a in kept) + (-1,))
+    out = np.array([math.fsum(r) for r in rows.reshape(-1, rows.shape[-1])]).reshape(
+        rows.shape[:-1])
+    if keepdims:
+        out = out.reshape(tuple(1 if a in axes else s for a, s in enumerate(x.shape)))
+    return out
+
+
+def assert_within_ulps(actual, expected, ulps: float = 1) -> None:
+    """`actual` is within `ulps` units in the last place of `expected` in `actual`'s dtype:
+    `expected` (a float64 reference) rounded once to that dtype, give or take `ulps` steps."""
+    actual = np.asarray(actual)
+    rounded = np.asarray(expected, dtype=np.float64).astype(actual.dtype)
+    assert actual.shape == rounded.shape, (actual.shape, rounded.shape)
+    step = np.spacing(np.abs(rounded)).astype(np.float64)
+    error = np.abs(actual.astype(np.float64) - rounded.astype(np.float64))
+    bad = error > ulps * step
+    if bad.any():
+        at = np.unravel_index(np.argmax(np.where(bad, error / step, 0)), actual.shape)
+        raise AssertionError(f"{int(bad.sum())} of {actual.size} elements are more than "
+                             f"{ulps:g} ulp from the reference rounded to {actual.dtype}; worst "
+                             f"at {at}: {actual[at]!r} vs {rounded[at]!r} "
+                             f"({error[at] / step[at]:.3g} ulp)")

@@ -80,8 +80,10 @@ def main_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, space_chunk=Non
         n_space = math.prod(space)
         prologue = node.attr("prologue")
         operand = _nbytes(space, prologue[-1][2]) if prologue else 0
+        # Sums keep float64 partials (see lower.py): twice a float32 result's bytes.
+        acc = dtypes.accumulator(node.dtype) if node.op in ("sum", "mean") else node.dtype
         partial = _nbytes(tuple(1 if i in node.attr("axes") else s
-                                for i, s in enumerate(space)), node.dtype)
+                                for i, s in enumerate(space)), acc)
         flops = n_space * (1 + (program_flops(prologue) if prologue else 0))
         return TaskCost(in_bytes + operand + 2 * partial, flops, in_bytes, partial)
     if spec.kind == AXIS_WHOLE:

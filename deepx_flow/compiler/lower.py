@@ -8,6 +8,13 @@ same computation gets the same keys in every process and different data never sh
 Internal steps of a node (matmul partial products, tree-reduction levels) get keys
 `(tensor key + ".partial" | ".level<L>", ...)`.
 
+Sums and means add up in `dtypes.accumulator` of their result dtype (float64 for float16 and
+float32): their partials and tree levels hold float64, and only the last step rounds to the
+result's dtype, so a float32 sum is the float64 sum rounded once, the same within one
+rounding on every chunk grid. Matmul K-partials keep the product's dtype: each is a float32
+BLAS product accumulated over its K chunk, whose rounding dwarfs that of adding a few of them,
+so float64 there would double the partials' bytes for little.
+
 A task that needs a region of an operand that is not exactly one of its chunks receives the
 overlapping chunks and a layout, and assembles the region itself (`kernels.tasks`), so
 misaligned grids cost a copy, not an extra task. Only `deepx_flow.compiler.taskspec` touches
@@ -31,7 +38,7 @@ from deepx_flow.compiler.inline import SOURCE as INLINE_SOURCE
 from deepx_flow.compiler.inline import VIEW, inline_reads
 from deepx_flow.compiler.partition import Partition
 from deepx_flow.compiler.taskspec import inline_task, ref, task
-from deepx_flow.ir import Node
+from deepx_flow.ir import Node, dtypes
 from deepx_flow.kernels import tasks as K
 from deepx_flow.ops import AXIS_WHOLE, ELEMENTWISE, MATMUL, REDUCE, SOURCE, get_op
 
@@ -258,7 +265,7 @@ def _lower_reduce(node, ins, part, grid, name, operands, dsk):
     prologue = node.attr("prologue")
     fanin = part.fanin[node.id]
     op = node.op
-    acc = node.dtype if op in ("sum", "mean") else None
+    acc = dtypes.accumulator(node.dtype) if op in ("sum", "mean") else None
     count = math.prod(sum(space.chunks[a]) for a in axes)  # elements reduced per result
     groups: dict[tuple, list] = {}
     for sidx in chunk_indices(space.chunks):

@@ -34,6 +34,14 @@ def is_float(dtype: str) -> bool:
     return np.dtype(dtype).kind == "f"
 
 
+def accumulator(dtype: str) -> str:
+    """The dtype that sums of `dtype` add up in, inside each chunk and across the tree:
+    float64 for every float, so that a float16 or float32 sum or mean is the float64 answer
+    rounded once at the end, whatever the chunk grid; the dtype itself for everything else
+    (integer sums are exact in their result dtype already)."""
+    return "float64" if is_float(dtype) else dtype
+
+
 def ufunc_result(ufunc, *dtypes: str) -> str:
     """The dtype NumPy gives when `ufunc` is applied to arrays of `dtypes`."""
     args = [np.zeros((1,), dtype=d) for d in dtypes]

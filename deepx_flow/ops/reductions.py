@@ -2,7 +2,8 @@
 
 Reductions keep `axes` as a sorted tuple of non-negative ints (all axes when the SDK was given
 None) and `keepdims` as a bool, so the YAML form is explicit. Result dtypes are NumPy's
-(summing int32 gives int64, a mean of ints is float64).
+(summing int32 gives int64, a mean of ints is float64); float sums add up in float64 whatever
+their result dtype (`ir.dtypes.accumulator`, see `compiler.lower`).
 """
 
 from __future__ import annotations
