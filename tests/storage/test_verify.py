@@ -174,7 +174,7 @@ def test_what_a_failed_read_says_decides_whether_it_is_damage(tmp_path):
     (tmp_path / "d.zarr" / "c" / "1" / "0").write_bytes(b"garbage")
     with pytest.raises(dx.DataError) as err:
         read_region(uri, ((0, 4), (0, 2)))
-    assert verify.is_damage(err.value.__cause__)  # what Zarr's crc32c codec raised
+    assert verify.is_damage(err.value.__cause__)  # what the crc32c check raised
     for io in (PermissionError(13, "Permission denied"), TimeoutError("read timed out"),
                ConnectionResetError(104, "Connection reset by peer")):
         assert not verify.is_damage(io)
