@@ -114,20 +114,16 @@ def finish_matmul(epilogue, out_shape, dtype, n_parts, layouts, *pieces):
 # -- reductions ---------------------------------------------------------------------------
 # Sums add up in `dtypes.accumulator` of their dtype (float64 for floats): partials are float64,
 # combined in float64, and rounded to the result's dtype once, in `finish_reduce`. NumPy has no
-# loop that adds float32 into a float64 total: it casts through its ufunc buffer and sums the
-# buffer, an extra pass at about the speed of the sum itself. So on NumPy arrays a reduction
-# walks its operand in blocks of rows of about `REDUCE_BLOCK_ELEMENTS` elements, computing the
-# prologue of one block and summing it while it is in cache; the prologue's result never goes
-# through main memory, which pays for the cast. Measured on the 2-core EPYC (NumPy 2.4, a
-# (65536, 256) float32 chunk of 64 MiB, the machine shared, so +-10%), against the float32 sum
-# of the whole chunk as before:
-# - prologue (x - m)**2: 11.3-11.8 ms before; over axis 0 1.03-1.05x, all axes 0.95x, axis 1
-#   0.97x. NumPy's default buffer (8,192 elements) keeps the cast in cache; a buffer holding
-#   the whole block was 1.1-1.2x.
-# - no prologue: 2.1 ms (axis 0), 4.8 ms (axis 1), 2.7 ms (all axes) before; 2.6-2.8x, 1.3x and
-#   2.2x now, with a buffer holding a whole block (the default buffer: 4x, 2x and 3.3x).
-#   Reading from memory, NumPy's float32 sum is as fast as the data comes, and the cast pass is
-#   extra work it cannot hide.
+# loop that adds float32 into a float64 total: `sum(dtype=float64)` casts through its ufunc
+# buffer, 4x the time of a float32 sum. So on NumPy arrays a float32 operand is cast, a block
+# of rows of about `REDUCE_BLOCK_ELEMENTS` elements at a time, into one float64 scratch block
+# that stays in cache and is summed there. The scratch is allocated once per task: Dask workers
+# run with MALLOC_TRIM_THRESHOLD_ set, which pins glibc's mmap threshold at 128 KiB, so every
+# larger allocation is fresh memory that faults in page by page; a buffer allocated per block
+# made worker-side sums 10x slower than the same code in a plain process. Measured in a worker
+# (2-core EPYC, a (262144, 256) float32 chunk of 256 MiB): float32 sum 8.9 ms, NumPy's cast
+# through its buffer 36-40 ms, the scratch block 23-27 ms. The prologue is computed for the
+# whole chunk first (one allocation, as before).
 REDUCE_BLOCK_ELEMENTS = 1 << 18
 
 
@@ -135,63 +131,34 @@ def reduce_partial(op, prologue, axes, acc_dtype, space_shape, layouts, *pieces)
     """Reduce one chunk of the operand (computing its prologue first), keeping dims; sums add
     up in `acc_dtype`."""
     arrays, _ = _operands(layouts, pieces)
-    xp = dispatch.array_module(*arrays)
-    axis, runs = _row_runs(space_shape, REDUCE_BLOCK_ELEMENTS if xp is np else None)
-    parts = []
-    for lo, hi in runs:
-        shape = tuple(space_shape)
-        block = arrays
-        if axis is not None:
-            shape = shape[:axis] + (hi - lo,) + shape[axis + 1:]
-            block = [_rows(a, len(shape) - a.ndim, axis, lo, hi) for a in arrays]
-        x = fused.evaluate(prologue, block, shape) if prologue else block[0]
-        if tuple(x.shape) != shape:
-            x = xp.broadcast_to(x, shape)
-        parts.append(_reduce_block(xp, op, x, axes, acc_dtype, prologue is None))
-    if len(parts) == 1:
-        return parts[0]
-    if axis in axes:
-        return combine_partials("sum" if op in ("sum", "mean") else op, *parts)
-    return xp.concatenate(parts, axis=axis)
-
-
-def _row_runs(shape, max_elements):
-    """(axis, runs): runs of indices along the first axis longer than 1 holding about
-    `max_elements` elements each; (None, one run) for a single block."""
-    axis = next((a for a, s in enumerate(shape) if s > 1), None)
-    if max_elements is None or axis is None or math.prod(shape) <= max_elements:
-        return None, [(0, 0)]
-    step = max(1, max_elements // math.prod(shape[axis + 1:]))
-    return axis, [(lo, min(lo + step, shape[axis])) for lo in range(0, shape[axis], step)]
-
-
-def _rows(a, offset, axis, lo, hi):
-    """Rows lo:hi along the space's `axis` of operand `a`, whose axes are the space's last
-    `a.ndim` (it starts at space axis `offset`): all of `a` where it broadcasts along it."""
-    at = axis - offset
-    if at < 0 or a.shape[at] == 1:
-        return a
-    return a[(slice(None),) * at + (slice(lo, hi),)]
-
-
-def _reduce_block(xp, op, x, axes, acc_dtype, from_memory):
+    x = fused.evaluate(prologue, arrays, space_shape) if prologue else arrays[0]
+    xp = dispatch.array_module(x)
+    if tuple(x.shape) != tuple(space_shape):
+        x = xp.broadcast_to(x, space_shape)
     if op in ("sum", "mean"):
-        # A block read from memory casts faster through a buffer holding all of it (measured
-        # above); one the prologue just computed is in cache, as the default buffer is.
-        return _sum(xp, x, axes, acc_dtype, REDUCE_BLOCK_ELEMENTS if from_memory else 0)
+        return _sum(xp, x, axes, acc_dtype)
     return (xp.max if op == "max" else xp.min)(x, axis=axes, keepdims=True)
 
 
-def _sum(xp, x, axes, dtype, buffer=0):
-    """The sum over `axes` (dims kept), added up in `dtype`, NumPy casting through a buffer of
-    at least `buffer` elements."""
-    if xp is not np or dtype is None or x.dtype == dtype or buffer <= np.getbufsize():
+def _sum(xp, x, axes, dtype):
+    """The sum over `axes` (an axis or several; dims kept), added up in `dtype` (see the
+    comment above)."""
+    axes = tuple(a % x.ndim for a in ((axes,) if isinstance(axes, int) else axes))
+    if xp is not np or dtype is None or x.dtype == dtype or x.size <= REDUCE_BLOCK_ELEMENTS:
         return xp.sum(x, axis=axes, keepdims=True, dtype=dtype)
-    old = np.setbufsize(buffer)
-    try:
-        return np.add.reduce(x, axis=axes, keepdims=True, dtype=dtype)
-    finally:
-        np.setbufsize(old)
+    axis = next(a for a, n in enumerate(x.shape) if n > 1)  # x.size > 1: there is one
+    rows = max(1, REDUCE_BLOCK_ELEMENTS // math.prod(x.shape[axis + 1:]))
+    scratch = np.empty(x.shape[:axis] + (min(rows, x.shape[axis]),) + x.shape[axis + 1:],
+                       dtype)
+    parts = []
+    for lo in range(0, x.shape[axis], rows):
+        hi = min(lo + rows, x.shape[axis])
+        block = scratch[(slice(None),) * axis + (slice(0, hi - lo),)]
+        np.copyto(block, x[(slice(None),) * axis + (slice(lo, hi),)], casting="unsafe")
+        parts.append(np.add.reduce(block, axis=axes, keepdims=True))
+    if axis in axes:
+        return combine_partials("sum", *parts)
+    return np.concatenate(parts, axis=axis)
 
 
 def combine_partials(op, *parts):
