@@ -216,7 +216,7 @@ def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
     Nothing of a failed stage stays: running tasks are cancelled, then every array it
     created is deleted, and no row is written. Its rows are published in one transaction.
     """
-    from deepx_flow.compiler.compile import compile_graph
+    from deepx_flow.runtime.plan_cache import cached_compile
     from deepx_flow.runtime.run import _checked, _submit, cluster_spec
     from deepx_flow.storage.engines import get_engine, streams
 
@@ -228,7 +228,7 @@ def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
         for j, c in enumerate(defs[t.asset].checks):
             measured[t, j] = _check_outputs(t, c, tensors[t], f"t{i}_check{j}", outputs)
     graph, bound = _checked(outputs, None)
-    plan = compile_graph(graph, cluster_spec(None, client))
+    plan = cached_compile(graph, cluster_spec(None, client))
     engines = {t: get_engine(defs[t.asset].storage) for t in stage}
     out_name = {t: f"t{i}" for i, t in enumerate(stage)}
     out_id = dict(graph.outputs)

@@ -66,6 +66,15 @@ class Plan:
         return lower_partition(self.partition, sources, to_host, inline)
 
     def stats(self) -> PlanStats:
+        """Per-node tasks and costs, and the compute/communication estimate (worked out
+        once per plan: a run asks for them several times, and a plan never changes)."""
+        stats = self.__dict__.get("_stats")
+        if stats is None:
+            stats = self._stats()
+            object.__setattr__(self, "_stats", stats)  # frozen: a memo, not a field
+        return stats
+
+    def _stats(self) -> PlanStats:
         part, graph, cluster = self.partition, self.fused, self.cluster
         workers = len(cluster.workers)
         remote = (workers - 1) / workers if workers > 1 else 0.0

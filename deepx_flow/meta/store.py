@@ -1,4 +1,5 @@
-"""Writing runs, tasks, chunk placements and events: each call is one short transaction.
+"""Writing runs, tasks, chunk placements and events: each call is one short transaction
+(`finish_run` puts a run's last records and its outcome in one).
 
 Task rows are appended in bulk. A chunk placement is one row per (run, tensor, chunk,
 worker), updated in place as the chunk is spilled, released or lost, so the table says where
@@ -31,14 +32,30 @@ def begin_run(db: Database, run: Run, graph_yaml: str, n_nodes: int) -> None:
         elif conn.execute(select(GraphRecord.hash).where(
                 GraphRecord.hash == run.graph_hash)).first() is None:
             conn.execute(insert(GraphRecord).values(**graph))
-        conn.execute(insert(Run).values(**run.model_dump()))
+        conn.execute(insert(Run), run.model_dump())  # a constant statement: compiled once
 
 
 def end_run(db: Database, run_id: str, status: str, error: str | None = None) -> None:
     """Set the outcome of a run that is still running (a run is ended once)."""
     with db.begin() as conn:
-        conn.execute(update(Run).where(Run.id == run_id, Run.status == "running")
-                     .values(status=status, ended_at=time.time(), error=error))
+        _end_run(conn, run_id, status, error)
+
+
+def _end_run(conn, run_id: str, status: str, error: str | None) -> None:
+    conn.execute(update(Run).where(Run.id == run_id, Run.status == "running")
+                 .values(status=status, ended_at=time.time(), error=error))
+
+
+def finish_run(db: Database, run_id: str, status: str, error: str | None, batches: dict,
+               also=None) -> None:
+    """`write_run_records(db, batches)`, then `end_run`, and `also(conn)` if given, all in
+    one transaction: how a small run's driver ends it (each transaction also reads the
+    schema version, and on SQLite waits for the write lock)."""
+    with db.begin() as conn:
+        _write_batches(conn, batches)
+        _end_run(conn, run_id, status, error)
+        if also is not None:
+            also(conn)
 
 
 TASK_COLUMNS = ("key", "tensor", "operator", "worker", "start", "stop", "bytes_in",
@@ -63,23 +80,26 @@ def write_run_records(db: Database, batches: dict) -> None:
     This runs beside the scheduler (often in the same process), so it hands whole batches
     to the database driver's executemany instead of building ORM objects: about 10x less
     Python work per row."""
+    if any(ts or ps or es for ts, ps, es in batches.values()):
+        with db.begin() as conn:
+            _write_batches(conn, batches)
+
+
+def _write_batches(conn, batches: dict) -> None:
     tasks = [(run_id, *t) for run_id, (ts, _, _) in batches.items() for t in ts]
     events = [(run_id, *e) for run_id, (_, _, es) in batches.items() for e in es]
     latest = {}
     for run_id, (_, placements, _) in batches.items():
         for p in placements:  # in the order they happened: the last state of a row wins
             latest[(run_id, *p[:3])] = (run_id, *p)
-    if not (tasks or latest or events):
-        return
-    with db.begin() as conn:
-        mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-        if tasks:
-            _insert_many(conn, "tasks", ("run_id",) + TASK_COLUMNS, mark, tasks)
-        if events:
-            _insert_many(conn, "events", ("run_id",) + EVENT_COLUMNS, mark, events)
-            _mark_lost_devices(conn, [e[3] for e in events if e[2] == "device-lost"])
-        if latest:
-            _upsert_placements(conn, mark, list(latest.values()))
+    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
+    if tasks:
+        _insert_many(conn, "tasks", ("run_id",) + TASK_COLUMNS, mark, tasks)
+    if events:
+        _insert_many(conn, "events", ("run_id",) + EVENT_COLUMNS, mark, events)
+        _mark_lost_devices(conn, [e[3] for e in events if e[2] == "device-lost"])
+    if latest:
+        _upsert_placements(conn, mark, list(latest.values()))
 
 
 def _mark_lost_devices(conn, workers: list) -> None:

@@ -172,7 +172,7 @@ def measured_links(db, scheduler: str, hosts: dict[str, str]) -> tuple[LinkSpec,
     workers in `hosts` (address -> host); a scope with no measured pair is left out, so
     the compiler falls back to its default for it."""
     from deepx_flow.meta.models import Link
-    with db.session() as session:
+    with db.read() as session:  # a read: it must not queue behind writers (it runs per run)
         rows = session.exec(select(Link).where(Link.scheduler == scheduler)).all()
     scopes: dict[str, list] = {"host": [], "cluster": []}
     for row in rows:

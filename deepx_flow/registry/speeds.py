@@ -18,6 +18,7 @@ its own takes its host's.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -90,22 +91,35 @@ class SpeedSamples:
         updates. Rows in (operator, host, worker) order: no two drivers wait in a circle."""
         if not self.sums:
             return
-        table, now = SpeedRow.__table__, time.time()
         with db.begin() as conn:
-            insert = _insert_for(conn.dialect.name)
-            for (label, address), (flops, moved, seconds, tasks) in sorted(
-                    self.sums.items(), key=lambda item: (item[0][0], *self.workers[item[0][1]])):
-                host, name = self.workers[address]
-                values = dict(operator=label, host=host, worker=name, flops=flops,
-                              bytes=moved, seconds=seconds, tasks=tasks, updated_at=now)
-                new = insert(table).values(**values)
-                conn.execute(new.on_conflict_do_update(
-                    index_elements=["operator", "host", "worker"],
-                    set_=dict(flops=table.c.flops * DECAY + new.excluded.flops,
-                              bytes=table.c.bytes * DECAY + new.excluded.bytes,
-                              seconds=table.c.seconds * DECAY + new.excluded.seconds,
-                              tasks=table.c.tasks + new.excluded.tasks,
-                              updated_at=new.excluded.updated_at)))
+            self.record_on(conn)
+
+    def record_on(self, conn) -> None:
+        """`record` in the transaction of `conn` (a Core connection)."""
+        if not self.sums:
+            return
+        now, rows = time.time(), []
+        for (label, address), (flops, moved, seconds, tasks) in sorted(
+                self.sums.items(), key=lambda item: (item[0][0], *self.workers[item[0][1]])):
+            host, name = self.workers[address]
+            rows.append(dict(operator=label, host=host, worker=name, flops=flops,
+                             bytes=moved, seconds=seconds, tasks=tasks, updated_at=now))
+        conn.execute(_upsert(conn.dialect.name), rows)  # executemany, in this order
+
+
+@functools.cache
+def _upsert(dialect: str):
+    """The statement that folds one row of sums into the table (built once: SQLAlchemy's
+    `excluded` columns are slow to make)."""
+    table = SpeedRow.__table__
+    new = _insert_for(dialect)(table)
+    return new.on_conflict_do_update(
+        index_elements=["operator", "host", "worker"],
+        set_=dict(flops=table.c.flops * DECAY + new.excluded.flops,
+                  bytes=table.c.bytes * DECAY + new.excluded.bytes,
+                  seconds=table.c.seconds * DECAY + new.excluded.seconds,
+                  tasks=table.c.tasks + new.excluded.tasks,
+                  updated_at=new.excluded.updated_at))
 
 
 def _insert_for(dialect: str):
@@ -129,6 +143,11 @@ def worker_speeds(db, host: str, name: str) -> dict[str, OperatorSpeed]:
     has no rows of, what the host's other workers measured (summed)."""
     with db.read() as session:
         rows = session.exec(select(SpeedRow).where(SpeedRow.host == host)).all()
+    return _speeds_of(rows, name)
+
+
+def _speeds_of(rows, name: str) -> dict[str, OperatorSpeed]:
+    """`worker_speeds` from the rows of the worker's host."""
     own = {r.operator: speed_of(r) for r in rows if r.worker == name}
     pooled: dict = defaultdict(lambda: [0.0, 0.0, 0.0, 0])
     for r in rows:
@@ -145,9 +164,17 @@ def worker_speeds(db, host: str, name: str) -> dict[str, OperatorSpeed]:
 
 
 def with_speeds(spec, db):
-    """`spec` (a ClusterSpec) with each worker's measured operator speeds."""
+    """`spec` (a ClusterSpec) with each worker's measured operator speeds (one read of the
+    rows of all its hosts: this runs before every run)."""
     from dataclasses import replace
-    workers = tuple(replace(w, speeds=worker_speeds(db, w.host, w.name)) for w in spec.workers)
+    hosts = sorted({w.host for w in spec.workers})
+    with db.read() as session:
+        rows = session.exec(select(SpeedRow).where(SpeedRow.host.in_(hosts))).all()
+    by_host: dict = defaultdict(list)
+    for r in rows:
+        by_host[r.host].append(r)
+    workers = tuple(replace(w, speeds=_speeds_of(by_host[w.host], w.name))
+                    for w in spec.workers)
     return replace(spec, workers=workers)
 
 

@@ -48,6 +48,7 @@ EVENT_FIELDS = ("at", "kind", "worker", "key", "message")
 SPILL_TOPIC = "deepx-spill"
 # How long a drain waits for the scheduler to process a client's release of keys.
 SETTLE_TIMEOUT_S = 5.0
+SETTLE_POLL_S = 0.001
 
 
 class RecorderPlugin(SchedulerPlugin):
@@ -117,7 +118,9 @@ class RecorderPlugin(SchedulerPlugin):
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
         while settle_keys and time.monotonic() < deadline and any(
                 self._wanted_by(k, client_id) for k in settle_keys):
-            await asyncio.sleep(0.01)
+            # The release comes on the client's batched stream, usually within a few ms of
+            # this call: a small run's driver waits for its last drain on this loop.
+            await asyncio.sleep(SETTLE_POLL_S)
         self._sync_replicas()
         supervisor = self.scheduler.plugins.get("deepx-supervisor")
         ended = {r for r in (*self.tasks, *self.placements, *self.events)
@@ -298,10 +301,15 @@ def hook_seconds(dask_scheduler) -> float:
     return plugin.hook_seconds if plugin is not None else 0.0
 
 
-def track(dask_scheduler, run_id, names, store, client=None) -> None:
+def track(dask_scheduler, run_id, names, store, client=None) -> bool:
     """Run on the scheduler: a run starts, recorded in `store` by the driver whose client is
-    `client`; record the keys named `names` under `run_id`."""
-    dask_scheduler.plugins[PLUGIN_NAME].begin_run(run_id, names, store, client)
+    `client`; record the keys named `names` under `run_id`. False when the plugin is not
+    installed yet (so a driver asks once per run, and installs it only when told)."""
+    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
+    if plugin is None:
+        return False
+    plugin.begin_run(run_id, names, store, client)
+    return True
 
 
 class SpillReporter(WorkerPlugin):

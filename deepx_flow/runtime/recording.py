@@ -25,6 +25,7 @@ import threading
 import time
 import uuid
 import weakref
+from collections import OrderedDict
 
 from deepx_flow.config import settings
 from deepx_flow.ir.keys import chunk_index, key_name, node_of
@@ -63,17 +64,21 @@ class RunRecorder:
         self._counting = threading.Lock()  # for _unfinished (callbacks come from a pool)
         self.status = "running"
         self.speeds: SpeedSamples | None = None  # finished tasks, for the registry's speeds
+        self.tracking: dict | None = None  # `recorder_plugin.track`'s arguments but names
 
     @classmethod
-    def start(cls, plan, lowered, client, kind: str = "run", db=None) -> "RunRecorder | None":
+    def start(cls, plan, lowered, client, kind: str = "run", db=None,
+              track: bool = True) -> "RunRecorder | None":
         """Write the run's row (in `db`, a Database; default the configured one) and start
         tracking its keys; None when recording is off or cannot be set up (a warning says
-        why: the run itself goes ahead)."""
+        why: the run itself goes ahead). With `track=False` the caller has the scheduler
+        track them (`recorder.tracking`: the arguments of `recorder_plugin.track` but the
+        key names) in the round trip that starts the run there (`begin.py`)."""
         if not settings().record:
             return None
         run_id = uuid.uuid4().hex
         try:
-            return cls._start(run_id, plan, lowered, client, kind, db)
+            return cls._start(run_id, plan, lowered, client, kind, db, track)
         except Exception as err:
             log.warning("deepx_flow: this run is not recorded: %s", err)
             try:  # if its row was written, it must not stay "running"
@@ -83,16 +88,14 @@ class RunRecorder:
             return None
 
     @classmethod
-    def _start(cls, run_id, plan, lowered, client, kind, db) -> "RunRecorder":
-        from deepx_flow.spec.yaml_io import to_yaml
-
+    def _start(cls, run_id, plan, lowered, client, kind, db, track) -> "RunRecorder":
         db = db or open_db()
-        graph_yaml = to_yaml(plan.graph)
+        graph_yaml, graph_hash = _graph_text(plan.graph)
         stats = plan.stats()
         ratio = stats.compute_comm_ratio
         run = Run(
             id=run_id, kind=kind, status="running", started_at=time.time(),
-            graph_hash=hashlib.sha256(graph_yaml.encode()).hexdigest()[:16],
+            graph_hash=graph_hash,
             scheduler=str(client.scheduler.address), cluster=plan.cluster.name,
             n_workers=len(plan.cluster.workers), n_tasks=len(lowered.dsk),
             n_chunks=sum(math.prod(len(c) for c in chunks)
@@ -102,14 +105,17 @@ class RunRecorder:
             outputs=json.dumps({name: key for name, (key, _) in lowered.outputs.items()}),
             host=socket.gethostname(), pid=os.getpid(), username=_user())
         store.begin_run(db, run, graph_yaml, len(plan.graph.nodes))
-        _install_plugins(client)
-        names = {key_name(k) for k in lowered.dsk}
-        client.run_on_scheduler(recorder_plugin.track, run_id=run.id, names=names,
-                                store=db.identity, client=client.id)
+        tracking = dict(run_id=run.id, store=db.identity, client=client.id)
+        if track:
+            names = {key_name(k) for k in lowered.dsk}
+            if not client.run_on_scheduler(recorder_plugin.track, names=names, **tracking):
+                _install_plugins(client)  # once per cluster: the call said it is not there
+                client.run_on_scheduler(recorder_plugin.track, names=names, **tracking)
         labels = {node.id: operator_label(node) for node in plan.fused.nodes}
         places = {w.address: (("device", w.device.name) if w.device and plan.cluster.has_devices
                               else ("host", None)) for w in plan.cluster.workers if w.address}
         recorder = cls(db, client, run.id, labels, places)
+        recorder.tracking = tracking
         recorder.speeds = SpeedSamples.of_plan(plan, inlined_nodes(lowered.dsk, plan.fused))
         _live.add(recorder)
         return recorder
@@ -160,19 +166,22 @@ class RunRecorder:
         global seconds_spent
         began = time.thread_time()
         with self._lock:
-            out = self.client.run_on_scheduler(
-                recorder_plugin.drain, run_ids=[self.run_id], settle_keys=list(settle_keys),
-                client_id=self.client.id, final=final, store=self.db.identity)
-            # The plugin forgot these rows when it handed them over: keep them until written.
-            pending = self._pending
-            for run_id, records in out.items():
-                tasks, placements, events = self._rows(run_id, records)
-                before = pending.get(run_id, ([], [], []))
-                pending[run_id] = (before[0] + tasks, before[1] + placements,
-                                   before[2] + events)
-            store.write_run_records(self.db, pending)
+            self._drain(settle_keys, final)
+            store.write_run_records(self.db, self._pending)
             self._pending = {}
             seconds_spent += time.thread_time() - began
+
+    def _drain(self, settle_keys, final: bool) -> None:
+        """Take what the scheduler buffered into `_pending` (under `_lock`)."""
+        out = self.client.run_on_scheduler(
+            recorder_plugin.drain, run_ids=[self.run_id], settle_keys=list(settle_keys),
+            client_id=self.client.id, final=final, store=self.db.identity)
+        # The plugin forgot these rows when it handed them over: keep them until written.
+        pending = self._pending
+        for run_id, records in out.items():
+            tasks, placements, events = self._rows(run_id, records)
+            before = pending.get(run_id, ([], [], []))
+            pending[run_id] = (before[0] + tasks, before[1] + placements, before[2] + events)
 
     def _rows(self, run_id: str, records: dict) -> tuple[list, list, list]:
         """Plugin tuples (recorder_plugin.*_FIELDS) -> table rows (store.*_COLUMNS)."""
@@ -214,9 +223,13 @@ class RunRecorder:
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
-        if drain:
-            self.flush_quietly(settle_keys, final=True)
         try:
+            if drain and self._finish_at_once(settle_keys, error):
+                return
+            # Step by step, so that what can be written is: the records, the outcome, the
+            # operator speeds.
+            if drain:
+                self.flush_quietly(settle_keys, final=True)
             try:
                 store.end_run(self.db, self.run_id, self.status, error)
             except Exception as err:
@@ -230,6 +243,27 @@ class RunRecorder:
                                 "%s: %s", self.run_id, err)
         finally:
             self._ended.set()
+
+    def _finish_at_once(self, settle_keys, error: str | None) -> bool:
+        """The last drain, the run's outcome and its operator speeds in one transaction
+        (`store.finish_run`); False, having written nothing, if any of it failed. The
+        drained rows stay in `_pending` until written, so `finish` can go step by step."""
+        global seconds_spent
+        if self.client.status in ("closing", "closed"):
+            return False
+        began = time.thread_time()
+        speeds = self.speeds if self.status == "succeeded" else None
+        try:
+            with self._lock:
+                self._drain(settle_keys, final=True)
+                store.finish_run(self.db, self.run_id, self.status, error, self._pending,
+                                 also=speeds.record_on if speeds is not None else None)
+                self._pending = {}
+        except Exception:
+            return False
+        finally:
+            seconds_spent += time.thread_time() - began
+        return True
 
     def fail(self, err: BaseException) -> None:
         """Finish after the driver saw `err`: interrupted for Ctrl-C, else failed."""
@@ -271,6 +305,31 @@ def _interrupt_live_runs() -> None:
     for recorder in list(_live):
         recorder.finish("the process that started the run exited before it finished",
                         status="interrupted", drain=False)
+
+
+# The YAML text and hash of the graphs recorded last, by the graph object: a plan from the
+# plan cache (`plan_cache.py`) holds the same graph object run after run, and writing it out
+# was most of what starting a record cost.
+_texts: "OrderedDict[int, tuple]" = OrderedDict()
+_texts_lock = threading.Lock()
+MAX_TEXTS = 64
+
+
+def _graph_text(graph) -> tuple[str, str]:
+    """The graph's YAML (`spec/yaml_io.py`) and its hash, the run row's `graph_hash`."""
+    from deepx_flow.spec.yaml_io import to_yaml
+    with _texts_lock:
+        kept = _texts.get(id(graph))
+        if kept is not None and kept[0] is graph:  # kept holds it: its id is not reused
+            _texts.move_to_end(id(graph))
+            return kept[1], kept[2]
+    text = to_yaml(graph)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    with _texts_lock:
+        _texts[id(graph)] = (graph, text, digest)
+        while len(_texts) > MAX_TEXTS:
+            _texts.popitem(last=False)
+    return text, digest
 
 
 def _install_plugins(client) -> None:

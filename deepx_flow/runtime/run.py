@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 import dask
 import numpy as np
 
-from deepx_flow.compiler.compile import compile_graph
 from deepx_flow.compiler.infer import infer_types
 from deepx_flow.compiler.inline import inlined_nodes
 from deepx_flow.compiler.validate import validate_graph
@@ -32,6 +31,7 @@ from deepx_flow.runtime.cluster import connect, current_client, shared_client
 from deepx_flow.runtime.failures import task_failure
 from deepx_flow.runtime.futures import blamed_key, quiet_interrupted_gathers
 from deepx_flow.runtime.inputs import bind_inputs, check_sources_on
+from deepx_flow.runtime.plan_cache import cached_compile
 from deepx_flow.runtime.recording import RunRecorder
 from deepx_flow.runtime.recovery import ByNode, Recovery, task_policies
 from deepx_flow.sdk.build import build_graph
@@ -53,9 +53,11 @@ def cluster_spec(cluster=None, client=None) -> ClusterSpec:
     else the current default Dask client's, else this machine's embedded cluster. A live
     cluster is registered in the metadata database (unless DEEPX_RECORD=0), links measured
     by `deepx-flow registry probe` replace the default link figures, and each worker gets
-    the operator speeds recorded for it (`registry/speeds.py`).
+    the operator speeds recorded for it (`registry/speeds.py`). A live cluster's workers are
+    probed and registered once while they stay the same (`registry/membership.py`); links
+    and speeds are read for each call.
     """
-    from deepx_flow.registry.live import cluster_spec_from_client
+    from deepx_flow.registry.membership import live_spec
     if isinstance(cluster, ClusterSpec):
         return cluster
     if cluster is not None:
@@ -65,17 +67,16 @@ def cluster_spec(cluster=None, client=None) -> ClusterSpec:
         return local_cluster_spec()
     if settings().record:  # register the workers, and plan with the links measured for them
         from deepx_flow.meta import open_db
-        from deepx_flow.registry.register import register_cluster
         from deepx_flow.registry.speeds import with_speeds
         try:
             db = open_db()
-            return with_speeds(register_cluster(client, db), db)
+            return with_speeds(live_spec(client, db), db)
         except DeepxError as err:
             if isinstance(err, ClusterError):
                 raise
             log.warning("deepx_flow: the cluster is not registered (planning without "
                         "measured links): %s", err)
-    return cluster_spec_from_client(client)
+    return live_spec(client)
 
 
 def compile(outputs, cluster=None, client=None) -> Plan:  # noqa: A001
@@ -95,7 +96,7 @@ def compile(outputs, cluster=None, client=None) -> Plan:  # noqa: A001
     Plan
         `plan.explain()` prints chunk grids, task costs and the compute/communication ratio.
     """
-    return compile_graph(build_graph(outputs), cluster_spec(cluster, client))
+    return cached_compile(build_graph(outputs), cluster_spec(cluster, client))
 
 
 @dataclass
@@ -163,14 +164,14 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, ext
     keys = {name: lowered.output_keys(name) for name in held}
     extra = list(extend(lowered)) if extend is not None else []
     flat = [k for ks in keys.values() for k in ks] + extra
-    recorder = RunRecorder.start(plan, lowered, client, kind, db)
+    recorder = RunRecorder.start(plan, lowered, client, kind, db, track=False)
     try:
         recovery = recovery or Recovery()
         policies = task_policies(plan, recovery, owners,
                                  inlined_nodes(lowered.dsk, plan.fused))
         stored = readable(lowered) if readable is not None and recovery.read_back else None
         supervise(client, recorder.run_id if recorder else uuid.uuid4().hex, lowered.dsk,
-                  policies, recovery, stored)
+                  policies, recovery, stored, recorder.tracking if recorder else None)
         with warnings.catch_warnings(), dask.annotate(
                 retries=ByNode({n: p.retries for n, p in policies.items()}, 0),
                 deepx_backoff=ByNode({n: (p.backoff, p.backoff_max) for n, p in
@@ -189,17 +190,16 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, ext
             [by_key[k] for k in extra])
 
 
-def supervise(client, run_id: str, dsk, policies, recovery: Recovery, readable=None) -> None:
+def supervise(client, run_id: str, dsk, policies, recovery: Recovery, readable=None,
+              tracking: dict | None = None) -> None:
     """Have the scheduler's supervisor (installed once per cluster) watch the run's tasks:
     timeouts and drift, excluded workers, lost devices, stored chunks to read back if lost
-    (`runtime/supervisor.py`)."""
-    from deepx_flow.runtime import supervisor
-    watch = dict(run_id=run_id, names={key_name(k) for k in dsk}, policies=policies,
-                 exclude_after=recovery.exclude_after, worker_wait=recovery.worker_wait,
-                 readable=readable)
-    if not client.run_on_scheduler(supervisor.watch, **watch):  # one round trip once there
-        client.register_plugin(supervisor.Supervisor())
-        client.run_on_scheduler(supervisor.watch, **watch)
+    (`runtime/supervisor.py`); with `tracking` (a recorder's), have its recorder plugin
+    track them too, in the same round trip (`runtime/begin.py`)."""
+    from deepx_flow.runtime.begin import begin_run
+    watch = dict(run_id=run_id, policies=policies, exclude_after=recovery.exclude_after,
+                 worker_wait=recovery.worker_wait, readable=readable)
+    begin_run(client, {key_name(k) for k in dsk}, watch, tracking)
 
 
 def _show_progress(futures, n_tasks: int, progress) -> None:
@@ -249,7 +249,7 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
         config = settings()
         replanned = None
         for replan in range(recovery.replan_on_oom + 1):
-            plan = compile_graph(graph, spec, config)
+            plan = cached_compile(graph, spec, config)
             try:
                 results = _compute(plan, graph, bound, active, progress, recovery, replanned)
                 break
@@ -357,7 +357,7 @@ def persist(outputs, inputs: dict | None = None, client=None, scheduler: str | N
     """
     graph, bound = _checked(outputs, inputs)
     active = lasting_client(client, scheduler, inputs)
-    plan = compile_graph(graph, cluster_spec(cluster, active))
+    plan = cached_compile(graph, cluster_spec(cluster, active))
     futures, keys, recorder, _ = _submit(plan, graph, bound, active, "persist",
                                          recovery=recovery)
     if recorder is not None:
