@@ -10,9 +10,10 @@ change there (a worker joined, left or was restarted, the client now talks to an
 scheduler) probes and registers the cluster again.
 
 The memory a worker process holds counts too, coarsely: the compiler's budget is the
-worker's memory limit less what its process held when probed, so a process whose memory
-(as its heartbeats tell the scheduler) moved by more than `MEMORY_TOLERANCE` of its limit
-since then is probed again.
+worker's memory limit less what its process held when probed, so a worker process whose
+memory (as its heartbeats tell the scheduler) moved by more than `MEMORY_TOLERANCE` of its
+limit since then is probed again. (Threaded workers share the driver's process, which the
+budget does not count, so their memory is not compared.)
 
 What other processes may change in the database is not kept: measured links are read again
 for each run here, and operator speeds by the caller (`speeds.with_speeds`).
@@ -45,7 +46,8 @@ class Membership:
         if (self.scheduler, self.workers) != (other.scheduler, other.workers):
             return False
         for address, *_, limit in self.workers:
-            if limit and abs(self.memory.get(address, 0) - other.memory.get(address, 0)) \
+            if limit and not address.startswith("inproc://") and abs(
+                    self.memory.get(address, 0) - other.memory.get(address, 0)) \
                     > limit * MEMORY_TOLERANCE:
                 return False
         return True
