@@ -4,7 +4,9 @@
 scheduler plugin (`recorder_plugin.py`) which keys are this run's. While the run goes, a
 thread drains the plugin's buffer every `FLUSH_INTERVAL_S` and writes it in one
 transaction, so recording costs the run a few batched writes, not one per task. `finish`
-drains the rest for the last time and sets the status. A persist is finished as soon as its
+drains the rest for the last time and sets the status, in one transaction with the run's
+operator speeds (a small run is then two transactions in all: its row, and its end); if
+that fails, each part is written on its own, so what can be recorded is. A persist is finished as soon as its
 last chunk is done (a callback on each future wakes the thread), so its outcome and its last
 records are written while its client is still there to read them from.
 

@@ -4,6 +4,13 @@
 one Dask graph, submits it, shows progress on long runs, and gathers the outputs into NumPy
 arrays chunk by chunk. `persist` leaves the outputs on the cluster instead. Failures in tasks
 come back as ExecutionError naming the task.
+
+A loop of small runs (training steps, notebook cells) is not paid for in overhead: the plan of
+a graph is kept for its next run on the same cluster with the same settings
+(`plan_cache.py`), a live cluster is probed and registered once while its workers stay the
+same (`registry/membership.py`), and the scheduler hears of a run in one round trip
+(`begin.py`). What changes from run to run (input data, measured links and operator speeds)
+is read every time.
 """
 
 from __future__ import annotations
