@@ -2,16 +2,22 @@
 
 A training step or a notebook cell runs the same graph again and again on the same cluster;
 compiling it each time (validate, infer, fuse, partition) is driver time spent for the same
-answer. The passes are pure functions of the graph, the cluster's spec and the settings, so
-their result is kept under exactly those three (a bounded LRU of `MAX_PLANS`):
+answer. The passes are pure functions of the graph, the cluster's spec (with the operator
+speeds measured on its workers) and the settings, so their result is kept under those (a
+bounded LRU of `MAX_PLANS`):
 
 - the graph by the text of its nodes and outputs (`repr`, which tells 1 from 1.0 and True,
   where `==` would not), so any change to a node, an attribute or an output is another plan;
 - the spec by equality: workers (threads, memory, what their processes hold, devices),
-  links, names. Measured operator speeds are not part of it (they change after every run
-  and no pass reads them): a plan taken from the cache gets the spec of this run, so its
-  cost estimates and the recovery's expected task times follow the latest speeds;
-- the settings (memory fraction, chunk sizes, task limit, ...) by equality.
+  links, names;
+- the settings (memory fraction, chunk sizes, task limit, ...) by equality;
+- the operator speeds the registry measured (`registry/speeds.py`), which the planner reads
+  to keep tasks above `min_task_seconds`, within a factor `SPEED_TOLERANCE`: they change
+  after every run (a decayed average; on a busy machine by a third from one run to the
+  next), and a planner that halves chunks moves its choice by at most one halving for a
+  change under 2x. Speeds measured for other operators, or no longer, compile again.
+  A plan taken from the cache gets the spec of this run, so its cost estimates and the
+  recovery's expected task times follow the latest speeds.
 
 What a run binds to the plan (input arrays, files, persisted chunks) is not part of a plan:
 lowering binds it on every run (`Plan.lower`), so changed data is always read again.
@@ -30,6 +36,7 @@ from deepx_flow.ir import Graph
 from deepx_flow.registry.cluster import ClusterSpec
 
 MAX_PLANS = 64  # plans of a few graphs in turn (train, eval, ...); each holds no data
+SPEED_TOLERANCE = 2.0  # a kept plan's speeds may differ from the current ones by this factor
 
 
 @dataclass(frozen=True)
@@ -39,7 +46,7 @@ class CacheInfo:
     size: int
 
 
-_plans: "OrderedDict[tuple, Plan]" = OrderedDict()
+_plans: "OrderedDict[tuple, Plan]" = OrderedDict()  # the plan holds the speeds it was made with
 _lock = threading.Lock()
 _hits = 0
 _misses = 0
@@ -59,6 +66,8 @@ def cached_compile(graph: Graph, cluster: ClusterSpec, config: Settings | None =
     key = (graph_token(graph), cluster, config)
     with _lock:
         plan = _plans.get(key)
+        if plan is not None and not _close_speeds(plan.cluster, cluster):
+            plan = None
         if plan is not None:
             _plans.move_to_end(key)
             _hits += 1
@@ -75,6 +84,26 @@ def cached_compile(graph: Graph, cluster: ClusterSpec, config: Settings | None =
     return Plan(plan.graph, plan.fused, plan.partition, cluster)
 
 
+def _close_speeds(made_for: ClusterSpec, now: ClusterSpec) -> bool:
+    """Whether each worker has measured the same operators in both specs (equal specs list
+    the same workers), at speeds within SPEED_TOLERANCE of each other."""
+    for before, after in zip(made_for.workers, now.workers):
+        if before.speeds.keys() != after.speeds.keys():
+            return False
+        for label, speed in after.speeds.items():
+            old = before.speeds[label]
+            if not (_within(old.flops_per_s, speed.flops_per_s)
+                    and _within(old.bytes_per_s, speed.bytes_per_s)):
+                return False
+    return True
+
+
+def _within(a: float, b: float) -> bool:
+    if a <= 0 or b <= 0:
+        return a == b
+    return max(a, b) / min(a, b) <= SPEED_TOLERANCE
+
+
 def cache_info() -> CacheInfo:
     """Hits, misses (compilations) and plans kept, since the process started or `clear`."""
     with _lock:
@@ -89,4 +118,5 @@ def clear() -> None:
         _hits = _misses = 0
 
 
-__all__ = ["cached_compile", "cache_info", "clear", "graph_token", "CacheInfo", "MAX_PLANS"]
+__all__ = ["cached_compile", "cache_info", "clear", "graph_token", "CacheInfo", "MAX_PLANS",
+           "SPEED_TOLERANCE"]

@@ -23,7 +23,10 @@ from tests.helpers import cluster_with_memory
 
 @pytest.fixture
 def partitions(monkeypatch):
-    """Counts the chunk grids worked out: one per compilation (the last pass)."""
+    """Counts the chunk grids worked out: one per compilation (the last pass). Recording is
+    off: a recorded run teaches the registry its operators' speeds, and a plan for the new
+    speeds is another plan (see `test_a_kept_plan_takes_the_spec_it_is_given`)."""
+    monkeypatch.setenv("DEEPX_RECORD", "0")
     calls = []
     real = compile_module.partition_graph
 
@@ -129,22 +132,55 @@ def test_another_cluster_spec_compiles_again(partitions):
     assert again.chunks == small.chunks and large.chunks != small.chunks
 
 
-def test_a_kept_plan_takes_the_spec_it_is_given(partitions):
-    """Measured speeds are not part of the key, but a plan from the cache carries the spec
-    of the call, so its estimates and the recovery's expected times use the newest."""
+def _measured(spec, plan, flops_per_s: float, labels=None):
+    """`spec` with every worker having measured `labels` (default: each of the plan's nodes)
+    at `flops_per_s` (and as many bytes per second)."""
     from dataclasses import replace
 
     from deepx_flow.ir.program import operator_label
     from deepx_flow.registry.speeds import OperatorSpeed
+    labels = labels or [operator_label(n) for n in plan.fused.nodes]
+    speeds = {label: OperatorSpeed(flops_per_s, flops_per_s, 1) for label in labels}
+    return replace(spec, workers=tuple(replace(w, speeds=speeds) for w in spec.workers))
+
+
+def test_a_kept_plan_takes_the_spec_it_is_given(partitions):
+    """A plan is kept while the measured speeds stay within SPEED_TOLERANCE of those it was
+    made with, and carries the spec of the call, so its estimates and the recovery's
+    expected times use the newest speeds."""
     spec = cluster_with_memory(2**30)
     graph = dx.compile(_graph(17.0), cluster=spec).graph
-    first = plan_cache.cached_compile(graph, spec)
-    slow = {operator_label(n): OperatorSpeed(1e6, 1e6, 1) for n in first.fused.nodes}
-    measured = replace(spec, workers=tuple(replace(w, speeds=slow) for w in spec.workers))
-    kept = plan_cache.cached_compile(graph, measured)
-    assert len(partitions) == 1
-    assert kept.cluster is measured and kept.partition is first.partition
+    plain = plan_cache.cached_compile(graph, spec)
+    first = plan_cache.cached_compile(graph, _measured(spec, plain, 1e6))
+    assert len(partitions) == 2  # no speeds, then speeds: the planner reads them
+    faster = _measured(spec, plain, 1e6 * plan_cache.SPEED_TOLERANCE * 0.99)
+    kept = plan_cache.cached_compile(graph, faster)
+    assert len(partitions) == 2
+    assert kept.cluster is faster and kept.partition is first.partition
     assert kept.stats().compute_seconds != first.stats().compute_seconds
+    # Past the tolerance of the speeds the plan was made with, or another operator
+    # measured: planned again.
+    plan_cache.cached_compile(graph, _measured(spec, plain, 1e6 * plan_cache.SPEED_TOLERANCE
+                                               * 1.01))
+    assert len(partitions) == 3
+    plan_cache.cached_compile(graph, _measured(spec, plain, 1e6, ["matmul"]))
+    assert len(partitions) == 4
+
+
+def test_speeds_far_apart_get_the_plan_compiling_afresh_gives(partitions, monkeypatch):
+    """Speeds that change the plan (the planner stops halving below DEEPX_MIN_TASK_SECONDS
+    of measured time) never get a plan kept for others."""
+    y = _graph(23.0, (8192, 512))
+    spec = cluster_with_memory(2**32)
+    graph = dx.compile(y, cluster=spec).graph
+    base = plan_cache.cached_compile(graph, spec)
+    for rate in (1e6, 1e9, 1e12):
+        measured = _measured(spec, base, rate)
+        fresh = compile_module.compile_graph(graph, measured)
+        assert plan_cache.cached_compile(graph, measured).chunks == fresh.chunks
+    slow, fast = (plan_cache.cached_compile(graph, _measured(spec, base, r)).chunks
+                  for r in (1e6, 1e12))
+    assert slow != fast  # the speeds do change this plan
 
 
 def test_the_key_tells_attribute_types_apart():
