@@ -60,7 +60,8 @@ def graph_token(graph: Graph) -> str:
 
 def cached_compile(graph: Graph, cluster: ClusterSpec, config: Settings | None = None) -> Plan:
     """`compile_graph(graph, cluster, config)`, or the plan it gave before for the same
-    graph, spec and settings, with this `cluster` (and its operator speeds)."""
+    graph, spec and settings (and speeds within SPEED_TOLERANCE), with this `cluster` and
+    its operator speeds."""
     global _hits, _misses
     config = config or settings()
     key = (graph_token(graph), cluster, config)
