@@ -223,10 +223,11 @@ def rel_error(got, ref, scale: float | None = None) -> float:
     return float(np.max(np.abs(got - ref))) / (scale or 1.0)
 
 
-def main(quick: bool = False, repeat: int = 3, data: str | None = None,
+def main(quick: bool = False, repeat: int | None = None, data: str | None = None,
          only: list[str] | None = None) -> dict:
     import dask.array as da
 
+    repeat = repeat or (1 if quick else 3)
     rows = 2_000_000 // 16 if quick else 2_000_000
     folder = Path(data or Path(tempfile.gettempdir()) / f"deepx-bench-workloads-{rows}")
     res = {"machine": common.machine_info(),
@@ -349,14 +350,15 @@ def main(quick: bool = False, repeat: int = 3, data: str | None = None,
           f"{TARGETS['geomean_vs_dask']}x)")
     for name, target in res["targets"].items():
         print(f"  {name}: {target['value']} -> {'met' if target['met'] else 'NOT met'}")
-    common.write_results("bench_workloads" + (".quick" if quick else ""), res)
+    common.write_results("bench_workloads", res, quick=quick)
     return res
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, help="timed runs of each (default 3; 1 with "
+                        "--quick)")
     parser.add_argument("--data", help="folder for the input stores (kept between runs)")
     parser.add_argument("--only", nargs="*", help="workload names to run")
     args = parser.parse_args()
