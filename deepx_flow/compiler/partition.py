@@ -20,7 +20,8 @@ How it chooses:
    is left to split the graph cannot fit.
 3. Memory fitting alone can leave a big tensor in one chunk and the cluster idle, so classes
    of large tensors are halved further until each large node has `chunks_per_thread` tasks
-   per worker thread, never below `min_chunk_bytes`, and, where the registry has measured
+   per worker thread (a matmul half as many: each extra tile reads a block of the other
+   operand again), never below `min_chunk_bytes`, and, where the registry has measured
    the operator's speed on every worker, never below tasks of `min_task_seconds`. Axes
    that are summed over (matmul's K, reduced axes) are split for this only as a last
    resort, and (where speeds are measured) only while moving the extra partial result over
@@ -408,7 +409,10 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
             chunk_bytes = math.prod(sizes) * itemsize
             candidates = [k for k in keys if classes.splittable(k)
                           and classes.chunk(k) > floor.get(classes.find(k), 0)]
-            if tasks >= target or chunk_bytes < 2 * config.min_chunk_bytes or not candidates:
+            # A matmul's every extra tile reads a whole block of the other operand again, and
+            # its tasks are long and even: half the tasks per thread do.
+            wanted = max(cluster.total_threads, target // 2) if kind == MATMUL else target
+            if tasks >= wanted or chunk_bytes < 2 * config.min_chunk_bytes or not candidates:
                 break
             # Halving makes tasks of half the time: not below what a task costs to run,
             # where the registry has measured how long this node's tasks take.
