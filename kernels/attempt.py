@@ -71,32 +71,30 @@ def backoff_seconds(failed: int, backoff) -> float:
 
 def attempt(func, *args):
     """Run one attempt of a task: `func(*args)`."""
-    worker, key, annotations = _context()
-    _wait_backoff(key, annotations)
-    started = time.time()
-    try:
-        if faults.installed():
-            return faults.inject(worker, key, func, args)
-        return func(*args)
-    except Exception as err:
-        _report(worker, key, started, err)
-        raise
+    return _run(None, func, args)
 
 
 def inlined(chunk_key, func, *args):
     """Run a kernel computed inside another task's attempt: `func(*args)`."""
+    return _run(chunk_key, func, args)
+
+
+def _run(chunk_key, func, args):
+    """`func(*args)` in the running task: its backoff waited, faults aimed at `chunk_key`
+    (the task's own key when None) injected, a failure reported under the task's key."""
     worker, key, annotations = _context()
     _wait_backoff(key, annotations)
     started = time.time()
     try:
         if faults.installed():
-            return faults.inject(worker, chunk_key, func, args)
+            return faults.inject(worker, key if chunk_key is None else chunk_key, func, args)
         return func(*args)
     except Exception as err:
         _report(worker, key, started, err)
-        if not hasattr(err, "deepx_chunk"):  # the innermost chunk that failed is named
+        if chunk_key is not None and not hasattr(err, "deepx_chunk"):
+            # The innermost inlined chunk that failed is named; kept when pickled.
             with contextlib.suppress(AttributeError):
-                err.deepx_chunk = chunk_key  # kept when the error is pickled to the client
+                err.deepx_chunk = chunk_key
         raise
 
 

@@ -123,13 +123,12 @@ def combine_cost(partial_bytes: int, fanin: int) -> int:
     return (fanin + 1) * partial_bytes
 
 
-def measured_task_seconds(label: str, cost: TaskCost, cluster) -> float | None:
-    """Expected seconds of one task with `cost` of the operator `label`, averaged over the
-    cluster's workers, by the speeds the registry measured there (`registry/speeds.py`);
-    None unless every worker has measured it (the cost model's rates alone can be 20-30x
-    off, too far to decide chunk sizes by)."""
+def measured_task_seconds(label: str, flops: float, moved: float, cluster) -> float | None:
+    """Expected seconds of one task of the operator `label` doing `flops` and moving `moved`
+    bytes, averaged over the cluster's workers, by the speeds the registry measured there
+    (`registry/speeds.py`); None unless every worker has measured it (the cost model's
+    rates alone can be 20-30x off, too far to decide chunk sizes by)."""
     speeds = [w.speeds.get(label) for w in cluster.workers]
     if not speeds or any(speed is None for speed in speeds):
         return None
-    moved = cost.bytes_in + cost.bytes_out
-    return sum(speed.seconds(cost.flops, moved) for speed in speeds) / len(speeds)
+    return sum(speed.seconds(flops, moved) for speed in speeds) / len(speeds)

@@ -189,8 +189,8 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
         else:
             _lower_layout(node, ins, grid, name, operands, dsk, inlinable)
 
-    keep = {key for _, node_id in graph.outputs
-            for key in Lowered({}, {"": (tkey[node_id], part.chunks[node_id])}).output_keys("")}
+    keep = {(tkey[node_id], *idx) for _, node_id in graph.outputs
+            for idx in chunk_indices(part.chunks[node_id])}
     dsk = inline_reads(dsk, inlinable if inline else {}, keep)
     outputs = {}
     for out_name, node_id in graph.outputs:

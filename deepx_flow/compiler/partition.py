@@ -379,7 +379,7 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
     # a cheap source for its own sake would only cut its users' tiles smaller.
     target = cluster.total_threads * config.chunks_per_thread
     users = graph.consumers()
-    link = cluster.link("host" if len({w.host for w in cluster.workers}) == 1 else "cluster")
+    link = cluster.typical_link
 
     def link_seconds(nbytes: int) -> float:
         return link.latency + nbytes / link.bandwidth
@@ -417,7 +417,8 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
             # Halving makes tasks of half the time: not below what a task costs to run,
             # where the registry has measured how long this node's tasks take.
             cost = task_cost(node)
-            known_s = measured_task_seconds(labels[node.id], cost, cluster)
+            known_s = measured_task_seconds(labels[node.id], cost.flops,
+                                            cost.bytes_in + cost.bytes_out, cluster)
             if known_s is not None and known_s / 2 < config.min_task_seconds:
                 break
             free = [k for k in candidates if classes.find(k) not in costly]

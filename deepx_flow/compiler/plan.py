@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from deepx_flow.compiler.costs import combine_cost, main_cost
-from deepx_flow.compiler.inline import predicted_inline
+from deepx_flow.compiler.costs import combine_cost, main_cost, measured_task_seconds
+from deepx_flow.compiler.inline import main_tasks, predicted_inline
 from deepx_flow.compiler.lower import Lowered, lower_partition
 from deepx_flow.compiler.partition import Partition, task_count
 from deepx_flow.ir import Graph, dtypes
@@ -98,12 +98,7 @@ class Plan:
             space = tuple(max(c) for c in part.spaces[node.id]) if kind == REDUCE else None
             k = max(part.k_chunks[node.id]) if kind == MATMUL else None
             cost = main_cost(node, ins, chunk_of, space, k)
-            if kind == REDUCE:
-                n_main = math.prod(len(c) for c in part.spaces[node.id])
-            elif kind == MATMUL:
-                n_main = math.prod(len(c) for c in chunks) * len(part.k_chunks[node.id])
-            else:
-                n_main = math.prod(len(c) for c in chunks)
+            n_main = main_tasks(node, part)
             n_out = math.prod(len(c) for c in chunks)
             combines = max(0, n_main - n_out) if kind in (REDUCE, MATMUL) else 0
             fanin = part.fanin.get(node.id, 2)
@@ -217,9 +212,5 @@ def _measured_task_seconds(node, stats, cluster, inlined=()) -> float | None:
     over the workers; None unless every worker has measured it."""
     if not stats.tasks:
         return None
-    label = speed_label(node, inlined)
-    speeds = [w.speeds.get(label) for w in cluster.workers]
-    if any(speed is None for speed in speeds):
-        return None
-    flops, moved = stats.flops / stats.tasks, (stats.bytes_in + stats.bytes_out) / stats.tasks
-    return sum(speed.seconds(flops, moved) for speed in speeds) / len(speeds)
+    return measured_task_seconds(speed_label(node, inlined), stats.flops / stats.tasks,
+                                 (stats.bytes_in + stats.bytes_out) / stats.tasks, cluster)

@@ -172,10 +172,15 @@ class ClusterSpec:
         return LinkSpec(scope, "tcp", bandwidth, latency)
 
     @property
+    def typical_link(self) -> LinkSpec:
+        """The link a typical transfer between two workers takes."""
+        hosts = {w.host for w in self.workers}
+        return self.link("host" if len(hosts) == 1 else "cluster")
+
+    @property
     def transfer_bandwidth(self) -> float:
         """Bandwidth of a typical transfer between two workers."""
-        hosts = {w.host for w in self.workers}
-        return self.link("host" if len(hosts) == 1 else "cluster").bandwidth
+        return self.typical_link.bandwidth
 
 
 def _number(entry: dict, key: str, default, where: str, kind=float):
