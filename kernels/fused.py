@@ -16,7 +16,8 @@ from deepx_flow.kernels import fused_cpu
 from deepx_flow.kernels.dispatch import array_module
 
 
-def evaluate(program: Program, arrays: Sequence[Any], out_shape: tuple[int, ...]) -> Any:
+def evaluate(program: Program, arrays: Sequence[Any], out_shape: tuple[int, ...],
+             out: Any = None) -> Any:
     """Evaluate a fused elementwise program on the device its input arrays live on.
 
     Parameters
@@ -28,14 +29,17 @@ def evaluate(program: Program, arrays: Sequence[Any], out_shape: tuple[int, ...]
         are copied to the device).
     out_shape
         The task's output shape; the inputs must broadcast to it.
+    out
+        A NumPy array to write the result into where it fits (see `fused_cpu.evaluate`); the
+        GPU engine allocates its own.
 
     Returns
     -------
     array
-        A new array of shape `out_shape` and the dtype of the program's last instruction, of
-        the same array module as the inputs.
+        An array of shape `out_shape` and the dtype of the program's last instruction, of the
+        same array module as the inputs.
     """
     if array_module(*arrays) is not np:
         from deepx_flow.kernels import fused_gpu
         return fused_gpu.evaluate(program, arrays, out_shape)
-    return fused_cpu.evaluate(program, arrays, out_shape)
+    return fused_cpu.evaluate(program, arrays, out_shape, out=out)

@@ -109,8 +109,8 @@ OP_COST_NS: dict[str, tuple[float, float, float, float]] = {
 _INT_MAXMIN_COST_NS = (3.0, 2.6, 0.7, 0.9)
 
 
-def evaluate(program: Program, arrays: Sequence[np.ndarray], out_shape: tuple[int, ...]
-             ) -> np.ndarray:
+def evaluate(program: Program, arrays: Sequence[np.ndarray], out_shape: tuple[int, ...],
+             out: np.ndarray | None = None) -> np.ndarray:
     """Evaluate a fused elementwise program on NumPy arrays in one pass over memory.
 
     Takes the numexpr path when numexpr can run the program exactly and the cost table
@@ -124,12 +124,16 @@ def evaluate(program: Program, arrays: Sequence[np.ndarray], out_shape: tuple[in
         The task's input arrays; `("in", k)` reads `arrays[k]`. They broadcast as in NumPy.
     out_shape
         The task's output shape; the inputs must broadcast to it.
+    out
+        Where to write the result, if given: a C-contiguous array of `out_shape` and the
+        result's dtype, which may be one of `arrays` (a matmul's epilogue overwrites its
+        product: each block is read before it is written). Ignored where it does not fit.
 
     Returns
     -------
     numpy.ndarray
-        A new, writable, C-contiguous array of shape `out_shape` and the dtype of the program's
-        last instruction.
+        `out`, or a new, writable, C-contiguous array of shape `out_shape` and the dtype of the
+        program's last instruction.
 
     Raises
     ------
@@ -141,12 +145,16 @@ def evaluate(program: Program, arrays: Sequence[np.ndarray], out_shape: tuple[in
     arrays, shape = _prepare(program, arrays, out_shape)
     if math.prod(shape) == 0:
         return np.empty(out_shape, dtype=program[-1][2])
+    if out is not None and not (out.shape == shape == tuple(out_shape) and
+                                out.dtype == program[-1][2] and out.flags.c_contiguous
+                                and out.flags.writeable):
+        out = None
     src = _choice(program, tuple(a.dtype.name for a in arrays))
     compiled = _compiled(src, program) if src is not None else None
     if compiled is not None:
-        result = _run_numexpr(src, compiled, arrays, shape, BLOCK_ELEMENTS)
+        result = _run_numexpr(src, compiled, arrays, shape, BLOCK_ELEMENTS, out)
     else:
-        result = _run_blocked(program, arrays, shape, BLOCK_ELEMENTS)
+        result = _run_blocked(program, arrays, shape, BLOCK_ELEMENTS, out)
     return _widen(result, out_shape)
 
 
@@ -374,8 +382,8 @@ def _codegen_error(program: Program, step: str, err: BaseException) -> CodegenEr
 
 
 def _run_numexpr(src: NumexprSource, compiled: list, arrays: list[np.ndarray], shape,
-                 block_elements: int) -> np.ndarray:
-    out = np.empty(shape, dtype=src.out_dtype)
+                 block_elements: int, out: np.ndarray | None = None) -> np.ndarray:
+    out = np.empty(shape, dtype=src.out_dtype) if out is None else out
     # ex_uses_vml only asks for contiguous, aligned buffers: always safe to pass when VML is on.
     vml = bool(ne.use_vml)
     if len(src.stages) == 1:
@@ -391,7 +399,7 @@ def _run_numexpr(src: NumexprSource, compiled: list, arrays: list[np.ndarray], s
                   for s in src.stages)
     slots, slot_dtypes, _ = _allocate(steps)
     block = max(1, min(int(block_elements), math.prod(shape)))
-    buffers = [np.empty(block, dtype=d) for d in slot_dtypes]
+    buffers = _block_buffers(slot_dtypes, block)
     for key in iter_blocks(shape, block):
         target = out[key]
         bshape, m = target.shape, target.size
@@ -441,10 +449,10 @@ def iter_blocks(shape: tuple[int, ...], max_elements: int) -> Iterator[Any]:
             yield outer + (slice(start, min(start + step, shape[k])),)
 
 
-def _run_blocked(program: Program, arrays: list[np.ndarray], shape, block_elements: int
-                 ) -> np.ndarray:
+def _run_blocked(program: Program, arrays: list[np.ndarray], shape, block_elements: int,
+                 out: np.ndarray | None = None) -> np.ndarray:
     n = len(program)
-    out = np.empty(shape, dtype=program[-1][2])
+    out = np.empty(shape, dtype=program[-1][2]) if out is None else out
     views = {k: np.broadcast_to(arrays[k], shape)
              for k in {a[1] for _, args, _ in program for a in args if a[0] == "in"}}
     consts = {(j, i): constant(a[1], a[2])
@@ -452,10 +460,10 @@ def _run_blocked(program: Program, arrays: list[np.ndarray], shape, block_elemen
               if a[0] == "c"}
     slots, slot_dtypes, scratch = _allocate(program)
     block = max(1, min(int(block_elements), math.prod(shape)))
-    buffers = [np.empty(block, dtype=d) for d in slot_dtypes]
+    buffers = _block_buffers(slot_dtypes, block)
     # float16 sigmoid/gelu compute in float32: give them a reused float32 buffer instead of
     # letting apply_op allocate one per block.
-    f32 = np.empty(block, dtype=np.float32) if scratch else None
+    f32 = _block_buffers(["float32"], block, first=len(slot_dtypes))[0] if scratch else None
 
     with np.errstate(all="ignore"):
         for key in iter_blocks(shape, block):
@@ -473,6 +481,27 @@ def _run_blocked(program: Program, arrays: list[np.ndarray], shape, block_elemen
                 else:
                     apply_op(op, operands, dtype, np, out=dest)
                 values[j] = dest
+    return out
+
+
+def _block_buffers(dtypes: Sequence[str], elements: int, first: int = 0) -> list[np.ndarray]:
+    """Block buffers for one evaluation, kept per thread and reused by the next: callers that
+    evaluate block by block (a reduction's prologue) call this once per block, and a fresh
+    buffer each time would fault in page by page on a Dask worker (whose glibc mmap threshold
+    is pinned at 128 KiB). Buffer `first + i` gets `dtypes[i]`; one evaluation runs at a time
+    per thread, so no two callers share a buffer."""
+    pool = getattr(_local, "buffers", None)
+    if pool is None:
+        pool = _local.buffers = {}
+    out = []
+    for i, dtype in enumerate(dtypes, start=first):
+        if elements > BLOCK_ELEMENTS:  # a caller's own block size: not kept
+            out.append(np.empty(elements, dtype=dtype))
+            continue
+        buf = pool.get((i, dtype))
+        if buf is None or buf.size < elements:
+            buf = pool[(i, dtype)] = np.empty(BLOCK_ELEMENTS, dtype=dtype)
+        out.append(buf[:elements])
     return out
 
 

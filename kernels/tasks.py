@@ -97,7 +97,9 @@ def matmul_chunk(epilogue, out_shape, dtype, layouts, *pieces):
     product = xp.broadcast_to(product, out_shape) if product.shape != tuple(out_shape) \
         else product
     if epilogue:
-        return fused.evaluate(epilogue, [product, *extras], out_shape)
+        # The epilogue overwrites the product where its dtype allows: no second tile-sized
+        # allocation (fresh memory faults in page by page on a Dask worker, see below).
+        return fused.evaluate(epilogue, [product, *extras], out_shape, out=product)
     return product if dtype is None or product.dtype == dtype else product.astype(dtype)
 
 
@@ -107,7 +109,10 @@ def finish_matmul(epilogue, out_shape, dtype, n_parts, layouts, *pieces):
     total = combine_partials("sum", *parts)
     extras, _ = _operands(layouts, rest)
     if epilogue:
-        return fused.evaluate(epilogue, [total, *extras], out_shape)
+        # Overwrite the sum only when it is new (one part is the input itself, which Dask
+        # may still hold for another reader).
+        return fused.evaluate(epilogue, [total, *extras], out_shape,
+                              out=total if n_parts > 1 else None)
     return total if total.dtype == dtype else total.astype(dtype)
 
 
@@ -122,8 +127,11 @@ def finish_matmul(epilogue, out_shape, dtype, n_parts, layouts, *pieces):
 # larger allocation is fresh memory that faults in page by page; a buffer allocated per block
 # made worker-side sums 10x slower than the same code in a plain process. Measured in a worker
 # (2-core EPYC, a (262144, 256) float32 chunk of 256 MiB): float32 sum 8.9 ms, NumPy's cast
-# through its buffer 36-40 ms, the scratch block 23-27 ms. The prologue is computed for the
-# whole chunk first (one allocation, as before).
+# through its buffer 36-40 ms, the scratch block 23-27 ms. A prologue is computed in the same
+# blocks (`_reduce_blocks`), into one reused buffer: its values never fill a chunk-sized array.
+# (On this VM memory that was freed and is touched again can cost far more than its page
+# faults: the same 256 MiB first write took 27 ms or 605 ms in one run, so fewer fresh
+# chunk-sized arrays per task matters more than any arithmetic here.)
 REDUCE_BLOCK_ELEMENTS = 1 << 18
 
 
@@ -131,6 +139,9 @@ def reduce_partial(op, prologue, axes, acc_dtype, space_shape, layouts, *pieces)
     """Reduce one chunk of the operand (computing its prologue first), keeping dims; sums add
     up in `acc_dtype`."""
     arrays, _ = _operands(layouts, pieces)
+    if prologue and dispatch.array_module(*arrays) is np and \
+            math.prod(space_shape) > REDUCE_BLOCK_ELEMENTS:
+        return _reduce_blocks(op, prologue, arrays, axes, acc_dtype, tuple(space_shape))
     x = fused.evaluate(prologue, arrays, space_shape) if prologue else arrays[0]
     xp = dispatch.array_module(x)
     if tuple(x.shape) != tuple(space_shape):
@@ -159,6 +170,49 @@ def _sum(xp, x, axes, dtype):
     if axis in axes:
         return combine_partials("sum", *parts)
     return np.concatenate(parts, axis=axis)
+
+
+def _reduce_blocks(op, prologue, arrays, axes, acc_dtype, space_shape):
+    """`reduce_partial` on NumPy arrays with a prologue: the prologue is computed a block of
+    rows at a time (the blocks `_sum` uses) into one reused buffer and reduced there, so the
+    prologue's values never fill a chunk-sized array (a fresh, page-faulting allocation on a
+    worker, and a round trip through memory)."""
+    axes = tuple(a % len(space_shape) for a in ((axes,) if isinstance(axes, int) else axes))
+    axis = next((a for a, n in enumerate(space_shape) if n > 1), 0)
+    rows = max(1, REDUCE_BLOCK_ELEMENTS // math.prod(space_shape[axis + 1:]))
+    block_shape = space_shape[:axis] + (min(rows, space_shape[axis]),) + space_shape[axis + 1:]
+    dtype = np.dtype(prologue[-1][2])
+    values = np.empty(block_shape, dtype)
+    summing = op in ("sum", "mean")
+    cast = np.empty(block_shape, acc_dtype) if summing and acc_dtype and dtype != acc_dtype \
+        else None
+    parts = []
+    for lo in range(0, space_shape[axis], rows):
+        hi = min(lo + rows, space_shape[axis])
+        pieces = [_rows_of(a, len(space_shape), axis, lo, hi) for a in arrays]
+        shape = space_shape[:axis] + (hi - lo,) + space_shape[axis + 1:]
+        first = (slice(None),) * axis + (slice(0, hi - lo),)
+        v = fused.evaluate(prologue, pieces, shape, out=values[first])
+        if summing:
+            if cast is not None:
+                np.copyto(cast[first], v, casting="unsafe")
+                v = cast[first]
+            parts.append(np.add.reduce(v, axis=axes, keepdims=True, dtype=acc_dtype))
+        else:
+            parts.append((np.maximum if op == "max" else np.minimum).reduce(
+                v, axis=axes, keepdims=True))
+    if axis in axes:
+        return combine_partials("sum" if summing else op, *parts)
+    return np.concatenate(parts, axis=axis)
+
+
+def _rows_of(a, ndim, axis, lo, hi):
+    """Rows lo:hi along `axis` of the space of an operand that broadcasts to an `ndim`-d
+    space (an axis it has as 1, or lacks, is kept whole)."""
+    at = axis - (ndim - a.ndim)
+    if at < 0 or a.shape[at] == 1:
+        return a
+    return a[(slice(None),) * at + (slice(lo, hi),)]
 
 
 def combine_partials(op, *parts):
@@ -196,15 +250,49 @@ def softmax_chunk(op, axis, layouts, *pieces):
         x = x.astype(np.result_type(x.dtype, np.float16))
     if x.size == 0:
         return x.copy()
+    acc = accumulator(x.dtype.name)
+    if xp is np and axis % x.ndim == x.ndim - 1 and x.size > REDUCE_BLOCK_ELEMENTS:
+        return _softmax_rows(op, x, acc)
     shifted = x - xp.max(x, axis=axis, keepdims=True)
     # The normalizer adds up in float64, as sums do, and is rounded to x's dtype once.
-    acc = accumulator(x.dtype.name)
     if op == "log_softmax":
         total = _sum(xp, xp.exp(shifted), axis, acc)
         return shifted - xp.log(total).astype(x.dtype, copy=False)
     e = xp.exp(shifted)
     e /= _sum(xp, e, axis, acc).astype(x.dtype, copy=False)
     return e
+
+
+def _softmax_rows(op, x, acc):
+    """softmax or log_softmax along the last axis of a NumPy array, the same arithmetic as
+    `softmax_chunk`'s, a block of rows at a time: the shifted values, their exponentials and
+    the float64 normalizer stay in cache-sized buffers (allocated once), and only the result
+    is written to memory. On a worker whole-chunk temporaries cost a fresh, page-faulting
+    allocation each (see `_sum`): for a (262144, 256) float32 chunk this took 300-400 ms a
+    task there against 150 ms here."""
+    n = x.shape[-1]
+    rows_in = x.reshape(-1, n)
+    out = np.empty(rows_in.shape, x.dtype)
+    rows = max(1, REDUCE_BLOCK_ELEMENTS // n)
+    peak = np.empty((rows, 1), x.dtype)
+    total = np.empty((rows, n), acc)
+    exps = np.empty((rows, n), x.dtype) if op == "log_softmax" else None
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for lo in range(0, rows_in.shape[0], rows):
+            hi = min(lo + rows, rows_in.shape[0])
+            r = hi - lo
+            block, shifted = rows_in[lo:hi], out[lo:hi]
+            np.maximum.reduce(block, axis=1, keepdims=True, out=peak[:r])
+            np.subtract(block, peak[:r], out=shifted)
+            e = shifted if op == "softmax" else exps[:r]
+            np.exp(shifted, out=e)
+            np.copyto(total[:r], e)
+            norm = total[:r].sum(axis=1, keepdims=True)
+            if op == "softmax":
+                shifted /= norm.astype(x.dtype)
+            else:
+                shifted -= np.log(norm).astype(x.dtype)
+    return out.reshape(x.shape)
 
 
 # -- layout -------------------------------------------------------------------------------

@@ -394,6 +394,12 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
         k = classes.chunk((node.id + "#k", 0)) if kind == MATMUL else None
         return main_cost(node, ins, chunk_of, space_chunk(node) if kind == REDUCE else None, k)
 
+    def small_operand(node: Node) -> bool:
+        """Whether reading one operand once per task of the target count adds under a
+        quarter of the bytes the matmul reads anyway."""
+        sizes = [_bytes(graph[i].shape, graph[i].dtype) for i in node.inputs[:2]]
+        return min(sizes) * target * 4 <= sum(sizes)
+
     for node in nodes:
         kind = get_op(node.op).kind
         if (kind == LAYOUT and node.op != "transpose") or (
@@ -410,8 +416,10 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
             candidates = [k for k in keys if classes.splittable(k)
                           and classes.chunk(k) > floor.get(classes.find(k), 0)]
             # A matmul's every extra tile reads a whole block of the other operand again, and
-            # its tasks are long and even: half the tasks per thread do.
-            wanted = max(cluster.total_threads, target // 2) if kind == MATMUL else target
+            # its tasks are long and even: half the tasks per thread do, unless one operand
+            # is small enough (a layer's weights) that reading it again costs nothing.
+            wanted = (max(cluster.total_threads, target // 2)
+                      if kind == MATMUL and not small_operand(node) else target)
             if tasks >= wanted or chunk_bytes < 2 * config.min_chunk_bytes or not candidates:
                 break
             # Halving makes tasks of half the time: not below what a task costs to run,

@@ -71,6 +71,20 @@ def test_large_tensors_are_split_for_parallelism():
     assert len(plan.chunks["x"][0]) >= 2 * 2 * Settings().chunks_per_thread
 
 
+def test_a_matmul_by_small_weights_gets_every_thread_its_tasks_and_a_square_one_half():
+    # Another tile of x @ w reads all of w again: nothing when w is a layer's weights, a
+    # whole block when both operands are large.
+    target = 2 * 2 * Settings().chunks_per_thread
+    x = dx.input("x", (4_000_000, 256))
+    layer = plan_for(x @ dx.input("w", (256, 256)), memory=2**40, workers=2, threads=2)
+    assert len(layer.chunks["x"][0]) >= target
+    a, b = dx.input("a", (8192, 8192)), dx.input("b", (8192, 8192))
+    square = plan_for(a @ b, memory=2**40, workers=2, threads=2)
+    node = square.fused.nodes[-1]
+    tiles = math.prod(len(c) for c in square.chunks[node.id])
+    assert 4 <= tiles < target
+
+
 @settings(max_examples=40, deadline=None)
 @given(m=st.integers(1, 3000), k=st.integers(1, 700), n=st.integers(1, 900),
        memory=st.sampled_from([2**20, 4 * 2**20, 64 * 2**20, 2**34]))

@@ -461,3 +461,39 @@ def test_engine_choice_follows_the_cost_table():
     assert fused_cpu.engine_for(sel, ("float64", "float64")) == "numexpr"
     cost = fused_cpu.estimated_cost(sel)
     assert cost["numexpr"] < cost["blocked"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("program_of", [
+    lambda d: chain10(d),                                                    # blocked path
+    lambda d: (("where", (("in", 0), ("in", 1), ("in", 0)), d),),            # numexpr path
+])
+def test_a_result_written_over_its_first_input_is_the_result_into_new_memory(dtype,
+                                                                             program_of):
+    # A matmul's epilogue overwrites its product: every block is read before it is written.
+    program = program_of(dtype)
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((700, 900)).astype(dtype)
+    b = rng.standard_normal((700, 900)).astype(dtype)
+    expected = fused_cpu.evaluate(program, [a, b], a.shape)
+    got = fused_cpu.evaluate(program, [a, b], a.shape, out=a)
+    assert got is a
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_an_out_array_that_does_not_fit_is_not_used():
+    program = chain10("float32")
+    a = np.ones((50, 60), np.float32)
+    bias = np.ones(60, np.float32)
+    read_only = np.zeros((50, 60), np.float32)
+    read_only.flags.writeable = False
+    for out in (np.zeros((50, 60), np.float64), np.zeros((60, 50), np.float32).T, read_only):
+        got = fused_cpu.evaluate(program, [a, bias], a.shape, out=out)
+        expected = fused_cpu.evaluate(program, [a, bias], a.shape)
+        np.testing.assert_array_equal(got, expected)
+        assert got.dtype == np.float32 and got is not out
+    # An out of the output's shape when the inputs broadcast to less is not used either.
+    small = np.ones((1, 60), np.float32)
+    out = np.zeros((50, 60), np.float32)
+    got = fused_cpu.evaluate(program, [small, small], (50, 60), out=out)
+    assert got is not out and got.shape == (50, 60)

@@ -84,3 +84,41 @@ def test_softmax_normalizer_adds_up_in_float64(op):
     expected = shifted - np.log(total) if op == "log_softmax" else np.exp(shifted) / total
     # exp and the subtraction or division round in float32 too: a few ulps.
     assert_within_ulps(got, expected, 4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=st.lists(st.integers(1, 9), min_size=1, max_size=3).map(tuple),
+       op=st.sampled_from(["softmax", "log_softmax"]), block=st.integers(1, 40),
+       dtype=st.sampled_from(["float32", "float64"]), seed=st.integers(0, 2**32 - 1))
+def test_softmax_along_the_last_axis_in_blocks_of_rows_is_the_whole_chunk_result(
+        shape, op, block, dtype, seed):
+    # Over REDUCE_BLOCK_ELEMENTS elements, softmax along the last axis runs a block of rows
+    # at a time; the arithmetic is the same, so the result is the same to the bit.
+    x = (np.random.default_rng(seed).standard_normal(shape) * 20).astype(dtype)
+    whole = tasks.softmax_chunk(op, len(shape) - 1, ((),), x)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tasks, "REDUCE_BLOCK_ELEMENTS", block)
+        blocks = tasks.softmax_chunk(op, -1, ((),), x)
+    assert blocks.dtype == whole.dtype == np.dtype(dtype) and blocks.shape == shape
+    np.testing.assert_array_equal(blocks, whole)
+    reference = x.astype(np.float64) - x.max(axis=-1, keepdims=True)
+    total = np.exp(reference).sum(axis=-1, keepdims=True)
+    reference = reference - np.log(total) if op == "log_softmax" \
+        else np.exp(reference) / total
+    np.testing.assert_allclose(blocks, reference, rtol=1e-5 if dtype == "float32" else 1e-12,
+                               atol=1e-6 if dtype == "float32" else 1e-13)
+
+
+def test_softmax_rows_of_infinities_give_what_the_whole_chunk_gives():
+    x = np.zeros((6, 4), np.float32)
+    x[0] = np.inf
+    x[1, 0] = -np.inf
+    x[2] = -np.inf
+    x[3, 1] = np.nan
+    for op in ("softmax", "log_softmax"):
+        with np.errstate(invalid="ignore"):
+            whole = tasks.softmax_chunk(op, 1, ((),), x)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(tasks, "REDUCE_BLOCK_ELEMENTS", 5)
+            blocks = tasks.softmax_chunk(op, 1, ((),), x)
+        np.testing.assert_array_equal(blocks, whole)

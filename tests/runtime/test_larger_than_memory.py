@@ -73,4 +73,7 @@ def test_input_three_times_worker_memory(tmp_path):
         exp_max = np.maximum(exp_max, block.max(axis=0))
     np.testing.assert_allclose(got_mean, exp_mean / rows, rtol=1e-4)
     np.testing.assert_array_equal(got_max, exp_max.astype("float32"))
-    assert 0 < peak["rss"] < LIMIT
+    assert 0 < peak["rss"] < LIMIT, (
+        f"peak worker RSS {peak['rss'] / 2**20:.0f} MiB over the {LIMIT / 2**20:.0f} MiB limit; "
+        f"the plan: {len(plan.chunks['x'][0])} row chunks, per-task budget "
+        f"{plan.partition.budget / 2**20:.0f} MiB")
