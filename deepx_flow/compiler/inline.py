@@ -4,7 +4,8 @@ Before: a lowered Dask graph, and for some of its keys an inline call that compu
 chunk (`Lowered.inlinable`): either a *view* (a transpose, a reshape that keeps the layout, a
 slice or concat of whole chunks: no copy, so free to compute in every task that reads it) or
 a *source* (a Zarr, `.npy` or stored-asset read, a random or constant chunk: worth computing
-where it is used, but only once).
+where it is used, but only once; a reduction's only partial of a result chunk is one too, so
+a small reduction is one task, not a partial and a finish a scheduler round trip apart).
 After: every task that read a view computes the view itself; a source chunk read by exactly
 one reference of one task (after views are inlined) is read inside that task. Those keys
 are gone from the graph, unless they are outputs. Results are unchanged; what changes is

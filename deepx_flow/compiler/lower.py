@@ -180,7 +180,7 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
         elif kind == MATMUL:
             _lower_matmul(node, ins, part, grid, name, operands, dsk)
         elif kind == REDUCE:
-            _lower_reduce(node, ins, part, grid, name, operands, dsk)
+            _lower_reduce(node, ins, part, grid, name, operands, dsk, inlinable)
         elif kind == AXIS_WHOLE:
             for idx in chunk_indices(grid.chunks):
                 key = (name, *idx)
@@ -258,7 +258,11 @@ def _lower_matmul(node, ins, part, grid, name, operands, dsk):
                             extra_layouts, *[ref(k) for k in last], *extra_refs)
 
 
-def _lower_reduce(node, ins, part, grid, name, operands, dsk):
+def _lower_reduce(node, ins, part, grid, name, operands, dsk, inlinable):
+    """Reduction tasks: a partial per chunk of the reduced space, a tree of combines, and a
+    finish per result chunk. A result chunk made of one partial has it computed inside its
+    finish (inlinable, like a source read once), and a finish that one task reads once is
+    computed inside that task: a small reduction costs no scheduler round trip of its own."""
     space = Grid(part.spaces[node.id])
     axes = node.attr("axes")
     keepdims = node.attr("keepdims", False)
@@ -274,8 +278,9 @@ def _lower_reduce(node, ins, part, grid, name, operands, dsk):
         pkey = (f"{name}.partial", *sidx)
         layouts, refs = operands(node.inputs, [_broadcast_region(t, region) for t in ins])
         shape = tuple(hi - lo for lo, hi in region)
-        dsk[pkey] = task(pkey, K.reduce_partial, op, prologue, axes, acc, shape, layouts, *refs)
-        groups.setdefault(kept, []).append(pkey)
+        args = (op, prologue, axes, acc, shape, layouts, *refs)
+        dsk[pkey] = task(pkey, K.reduce_partial, *args)
+        groups.setdefault(kept, []).append((pkey, args))
     combine_op = "sum" if op in ("sum", "mean") else op
     for kept, keys in groups.items():
         out_idx = []
@@ -287,9 +292,15 @@ def _lower_reduce(node, ins, part, grid, name, operands, dsk):
             else:
                 out_idx.append(next(it))
         key = (name, *out_idx)
+        if len(keys) == 1:
+            pkey, args = keys[0]
+            inlinable[pkey] = (INLINE_SOURCE, inline_task(pkey, K.reduce_partial, *args))
+        keys = [pkey for pkey, _ in keys]
         last = _tree(keys, fanin, name, kept, dsk, K.combine_partials, combine_op)
-        dsk[key] = task(key, K.finish_reduce, op, axes, keepdims, count, node.dtype,
-                        *[ref(k) for k in last])
+        args = (op, axes, keepdims, count, node.dtype, *[ref(k) for k in last])
+        dsk[key] = task(key, K.finish_reduce, *args)
+        # A result chunk one task reads once is finished inside it (a small combine).
+        inlinable[key] = (INLINE_SOURCE, inline_task(key, K.finish_reduce, *args))
 
 
 def _lower_layout(node, ins, grid, name, operands, dsk, inlinable):

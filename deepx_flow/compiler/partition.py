@@ -492,9 +492,11 @@ def task_count(kind: str, n_main: int, n_out: int, fanin: int) -> int:
     the reduced space for a reduction; per tile and K chunk for a matmul), and for
     reductions and matmuls whose main tasks leave several partials per result chunk, the
     tree that combines them (`fanin` at a time) and one finishing task per result chunk (a
-    reduction has those even with one partial per result chunk)."""
+    reduction's only partial of a result chunk is computed inside its finish: one task)."""
     tasks = n_main
-    if kind == REDUCE or (kind == MATMUL and n_main > n_out):  # a reduction always finishes
+    if kind == REDUCE and n_main == n_out:
+        return n_out
+    if kind == REDUCE or (kind == MATMUL and n_main > n_out):
         parts, tree = n_main // n_out, 0
         while parts > fanin:
             parts = -(-parts // fanin)

@@ -17,7 +17,7 @@ from deepx_flow.compiler.lower import Lowered, lower_partition
 from deepx_flow.compiler.partition import Partition, task_count
 from deepx_flow.ir import Graph, dtypes
 from deepx_flow.ir.program import describe, speed_label
-from deepx_flow.ops import MATMUL, REDUCE, get_op
+from deepx_flow.ops import ELEMENTWISE, MATMUL, REDUCE, get_op
 from deepx_flow.registry.cluster import ClusterSpec, format_bytes
 
 
@@ -87,6 +87,7 @@ class Plan:
         views = {n.id for n in graph.nodes if n.op == "transpose" and n.id not in outputs}
         local = inside | {v for v in views if graph[v].inputs[0] in inside}
         folded: dict = {}  # node id -> (FLOPs, bytes) of the sources it reads inline
+        users = graph.consumers()
         for node in graph.nodes:
             ins = [graph[i] for i in node.inputs]
             chunks = part.chunks[node.id]
@@ -103,6 +104,8 @@ class Plan:
             combines = max(0, n_main - n_out) if kind in (REDUCE, MATMUL) else 0
             fanin = part.fanin.get(node.id, 2)
             n_tasks = task_count(kind, n_main, n_out, fanin)
+            if kind == REDUCE and _finished_by_reader(node, graph, part, users, outputs):
+                n_tasks -= n_out  # each result chunk finished inside the task reading it
             peak = cost.working_set
             if combines:
                 peak = max(peak, combine_cost(cost.bytes_out, fanin))
@@ -214,3 +217,17 @@ def _measured_task_seconds(node, stats, cluster, inlined=()) -> float | None:
         return None
     return measured_task_seconds(speed_label(node, inlined), stats.flops / stats.tasks,
                                  (stats.bytes_in + stats.bytes_out) / stats.tasks, cluster)
+
+
+def _finished_by_reader(node, graph, part, users, outputs) -> bool:
+    """Whether the lowering computes a reduction's finish inside the one task reading each of
+    its result chunks: it is no output, and its one reader is elementwise, reads it once, and
+    has as many tasks as it has result chunks (more would read a chunk each)."""
+    readers = users[node.id]
+    if node.id in outputs or len(readers) != 1:
+        return False
+    reader = graph[readers[0]]
+    return (get_op(reader.op).kind == ELEMENTWISE
+            and list(reader.inputs).count(node.id) == 1
+            and math.prod(len(c) for c in part.chunks[reader.id]) ==
+            math.prod(len(c) for c in part.chunks[node.id]))

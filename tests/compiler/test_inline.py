@@ -5,6 +5,7 @@ the pass, and compared with NumPy in float64; the structural tests look at the k
 """
 
 import itertools
+import math
 
 import dask
 import numpy as np
@@ -191,3 +192,25 @@ def test_inlining_does_not_change_results(tmp_path, kind, m, k, n, memory, seed,
     scale = max(1.0, float(np.abs(want).max(initial=0.0))) * max(m, k)
     np.testing.assert_allclose(inlined, plain, rtol=0, atol=1e-13 * scale)
     np.testing.assert_allclose(inlined, want, rtol=0, atol=1e-12 * scale)
+
+
+def test_a_small_reduction_is_finished_inside_the_task_that_reads_it(tmp_path):
+    # One chunk: each reduction's only partial is computed in its finish, and each finish
+    # in the one task that adds them; what is left is the read (two readers) and that task.
+    values = np.random.default_rng(3).standard_normal((300, 20))
+    np.save(tmp_path / "x.npy", values)
+    x = dx.input("x", values.shape, "float64")
+    y = x.mean(axis=0) + x.max(axis=0)
+    inputs = {"x": str(tmp_path / "x.npy")}
+    plan, low = lowered(y, 2**30, inputs)
+    assert plan.stats().tasks == len(low.dsk) == 2
+    assert not any(".partial" in str(k[0]) for k in low.dsk)
+    (got,) = evaluate(y, 2**30, inputs)
+    (plain,) = evaluate(y, 2**30, inputs, inline=False)
+    np.testing.assert_array_equal(got, plain)
+    np.testing.assert_allclose(got, values.mean(axis=0) + values.max(axis=0), rtol=1e-14)
+    # Many chunks: the partials stay tasks of their own (the reduction stays parallel).
+    plan, low = lowered(x.sum(axis=0) * 2.0, 2**16, inputs)
+    partials = [k for k in low.dsk if ".partial" in str(k[0])]
+    assert len(partials) == math.prod(len(c) for c in plan.partition.spaces[
+        next(n.id for n in plan.fused.nodes if n.op == "sum")]) > 1
