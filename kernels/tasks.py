@@ -157,47 +157,48 @@ def _sum(xp, x, axes, dtype):
     axes = tuple(a % x.ndim for a in ((axes,) if isinstance(axes, int) else axes))
     if xp is not np or dtype is None or x.dtype == dtype or x.size <= REDUCE_BLOCK_ELEMENTS:
         return xp.sum(x, axis=axes, keepdims=True, dtype=dtype)
-    axis = next(a for a, n in enumerate(x.shape) if n > 1)  # x.size > 1: there is one
-    rows = max(1, REDUCE_BLOCK_ELEMENTS // math.prod(x.shape[axis + 1:]))
-    scratch = np.empty(x.shape[:axis] + (min(rows, x.shape[axis]),) + x.shape[axis + 1:],
-                       dtype)
-    parts = []
-    for lo in range(0, x.shape[axis], rows):
-        hi = min(lo + rows, x.shape[axis])
-        block = scratch[(slice(None),) * axis + (slice(0, hi - lo),)]
-        np.copyto(block, x[(slice(None),) * axis + (slice(lo, hi),)], casting="unsafe")
-        parts.append(np.add.reduce(block, axis=axes, keepdims=True))
-    if axis in axes:
-        return combine_partials("sum", *parts)
-    return np.concatenate(parts, axis=axis)
+    return _reduce_by_rows("sum", x.shape, x.dtype, axes, dtype,
+                           lambda rows, _: x[rows])
 
 
 def _reduce_blocks(op, prologue, arrays, axes, acc_dtype, space_shape):
-    """`reduce_partial` on NumPy arrays with a prologue: the prologue is computed a block of
-    rows at a time (the blocks `_sum` uses) into one reused buffer and reduced there, so the
-    prologue's values never fill a chunk-sized array (a fresh, page-faulting allocation on a
-    worker, and a round trip through memory)."""
-    axes = tuple(a % len(space_shape) for a in ((axes,) if isinstance(axes, int) else axes))
-    axis = next((a for a, n in enumerate(space_shape) if n > 1), 0)
-    rows = max(1, REDUCE_BLOCK_ELEMENTS // math.prod(space_shape[axis + 1:]))
-    block_shape = space_shape[:axis] + (min(rows, space_shape[axis]),) + space_shape[axis + 1:]
-    dtype = np.dtype(prologue[-1][2])
-    values = np.empty(block_shape, dtype)
+    """`reduce_partial` on NumPy arrays with a prologue, computed a block of rows at a time
+    into one reused buffer and reduced there: its values never fill a chunk-sized array (a
+    fresh, page-faulting allocation on a worker, and a round trip through memory)."""
+    ndim = len(space_shape)
+
+    def block_of(rows, into):
+        lo, hi = rows[-1].start, rows[-1].stop
+        pieces = [_rows_of(a, ndim, len(rows) - 1, lo, hi) for a in arrays]
+        return fused.evaluate(prologue, pieces, into.shape, out=into)
+
+    return _reduce_by_rows(op, space_shape, prologue[-1][2], axes, acc_dtype, block_of)
+
+
+def _reduce_by_rows(op, shape, dtype, axes, acc_dtype, block_of):
+    """`op` over `axes` (dims kept) of values of `shape` and `dtype`, a block of rows of about
+    REDUCE_BLOCK_ELEMENTS elements at a time along the first axis longer than 1.
+    `block_of(rows, into)` gives the values at index `rows` (slices up to that axis), into
+    `into` (a reused block of `dtype`) where it computes them; a sum casts each block into one
+    `acc_dtype` scratch block and adds it up there."""
+    axes = tuple(a % len(shape) for a in ((axes,) if isinstance(axes, int) else axes))
+    axis = next((a for a, n in enumerate(shape) if n > 1), 0)
+    rows = max(1, REDUCE_BLOCK_ELEMENTS // math.prod(shape[axis + 1:]))
+    block_shape = shape[:axis] + (min(rows, shape[axis]),) + shape[axis + 1:]
+    values = np.empty(block_shape, dtype)  # untouched (no page faults) where unused
     summing = op in ("sum", "mean")
-    cast = np.empty(block_shape, acc_dtype) if summing and acc_dtype and dtype != acc_dtype \
-        else None
+    cast = np.empty(block_shape, acc_dtype) \
+        if summing and acc_dtype and np.dtype(dtype) != acc_dtype else None
     parts = []
-    for lo in range(0, space_shape[axis], rows):
-        hi = min(lo + rows, space_shape[axis])
-        pieces = [_rows_of(a, len(space_shape), axis, lo, hi) for a in arrays]
-        shape = space_shape[:axis] + (hi - lo,) + space_shape[axis + 1:]
-        first = (slice(None),) * axis + (slice(0, hi - lo),)
-        v = fused.evaluate(prologue, pieces, shape, out=values[first])
+    for lo in range(0, shape[axis], rows):
+        hi = min(lo + rows, shape[axis])
+        head = (slice(None),) * axis
+        v = block_of(head + (slice(lo, hi),), values[head + (slice(0, hi - lo),)])
         if summing:
             if cast is not None:
-                np.copyto(cast[first], v, casting="unsafe")
-                v = cast[first]
-            parts.append(np.add.reduce(v, axis=axes, keepdims=True, dtype=acc_dtype))
+                np.copyto(cast[head + (slice(0, hi - lo),)], v, casting="unsafe")
+                v = cast[head + (slice(0, hi - lo),)]
+            parts.append(np.add.reduce(v, axis=axes, keepdims=True))
         else:
             parts.append((np.maximum if op == "max" else np.minimum).reduce(
                 v, axis=axes, keepdims=True))

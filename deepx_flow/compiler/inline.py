@@ -18,8 +18,9 @@ is cheaper than reading it again per reader. So is one read twice by the same ta
 reads each chunk of `x` as both operands).
 
 `predicted_inline(graph)` says, before any lowering, which source nodes a node's tasks are
-expected to read inline: the plan's estimates (`Plan.stats`) and the labels speeds are
-measured under (`ir.program.speed_label`) follow it. Inputs bound at run time are left
+expected to read inline, and `finished_by_reader` which reductions finish inside a reader:
+the plan's estimates (`Plan.stats`) and the labels speeds are measured under
+(`ir.program.speed_label`) follow them. Inputs bound at run time are left
 out of it (only a file input is read inline; data held in the graph is not).
 """
 
@@ -31,7 +32,7 @@ from collections import Counter
 from deepx_flow.compiler.taskspec import inlined_chunks, refs_of, substitute
 from deepx_flow.ir import Graph
 from deepx_flow.ir.keys import key_name, node_of
-from deepx_flow.ops import MATMUL, REDUCE, get_op
+from deepx_flow.ops import ELEMENTWISE, MATMUL, REDUCE, get_op
 from deepx_flow.ops import SOURCE as SOURCE_KIND
 
 VIEW, SOURCE = "view", "source"
@@ -127,6 +128,21 @@ def predicted_inline(graph: Graph, part=None) -> dict[str, frozenset]:
             continue
         out[consumer] = out.get(consumer, frozenset()) | {node.id}
     return out
+
+
+def finished_by_reader(node, graph: Graph, part, users, outputs) -> bool:
+    """Whether the pass computes a reduction's finish inside the one task reading each of its
+    result chunks (`users` is `graph.consumers()`): it is no output, and its one reader is
+    elementwise, reads it once, and has as many tasks as it has result chunks (more would
+    read a chunk each)."""
+    readers = users[node.id]
+    if node.id in outputs or len(readers) != 1:
+        return False
+    reader = graph[readers[0]]
+    return (get_op(reader.op).kind == ELEMENTWISE
+            and list(reader.inputs).count(node.id) == 1
+            and math.prod(len(c) for c in part.chunks[reader.id]) ==
+            math.prod(len(c) for c in part.chunks[node.id]))
 
 
 def main_tasks(node, part) -> int:

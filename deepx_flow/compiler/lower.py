@@ -272,15 +272,16 @@ def _lower_reduce(node, ins, part, grid, name, operands, dsk, inlinable):
     acc = dtypes.accumulator(node.dtype) if op in ("sum", "mean") else None
     count = math.prod(sum(space.chunks[a]) for a in axes)  # elements reduced per result
     groups: dict[tuple, list] = {}
+    args: dict = {}  # partial key -> its kernel's arguments
     for sidx in chunk_indices(space.chunks):
         region = space.region(sidx)
         kept = tuple(i for a, i in enumerate(sidx) if a not in axes)
         pkey = (f"{name}.partial", *sidx)
         layouts, refs = operands(node.inputs, [_broadcast_region(t, region) for t in ins])
         shape = tuple(hi - lo for lo, hi in region)
-        args = (op, prologue, axes, acc, shape, layouts, *refs)
-        dsk[pkey] = task(pkey, K.reduce_partial, *args)
-        groups.setdefault(kept, []).append((pkey, args))
+        args[pkey] = (op, prologue, axes, acc, shape, layouts, *refs)
+        dsk[pkey] = task(pkey, K.reduce_partial, *args[pkey])
+        groups.setdefault(kept, []).append(pkey)
     combine_op = "sum" if op in ("sum", "mean") else op
     for kept, keys in groups.items():
         out_idx = []
@@ -293,14 +294,13 @@ def _lower_reduce(node, ins, part, grid, name, operands, dsk, inlinable):
                 out_idx.append(next(it))
         key = (name, *out_idx)
         if len(keys) == 1:
-            pkey, args = keys[0]
-            inlinable[pkey] = (INLINE_SOURCE, inline_task(pkey, K.reduce_partial, *args))
-        keys = [pkey for pkey, _ in keys]
+            inlinable[keys[0]] = (INLINE_SOURCE,
+                                  inline_task(keys[0], K.reduce_partial, *args[keys[0]]))
         last = _tree(keys, fanin, name, kept, dsk, K.combine_partials, combine_op)
-        args = (op, axes, keepdims, count, node.dtype, *[ref(k) for k in last])
-        dsk[key] = task(key, K.finish_reduce, *args)
+        finish = (op, axes, keepdims, count, node.dtype, *[ref(k) for k in last])
+        dsk[key] = task(key, K.finish_reduce, *finish)
         # A result chunk one task reads once is finished inside it (a small combine).
-        inlinable[key] = (INLINE_SOURCE, inline_task(key, K.finish_reduce, *args))
+        inlinable[key] = (INLINE_SOURCE, inline_task(key, K.finish_reduce, *finish))
 
 
 def _lower_layout(node, ins, grid, name, operands, dsk, inlinable):

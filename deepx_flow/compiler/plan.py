@@ -12,12 +12,12 @@ import math
 from dataclasses import dataclass
 
 from deepx_flow.compiler.costs import combine_cost, main_cost, measured_task_seconds
-from deepx_flow.compiler.inline import main_tasks, predicted_inline
+from deepx_flow.compiler.inline import finished_by_reader, main_tasks, predicted_inline
 from deepx_flow.compiler.lower import Lowered, lower_partition
 from deepx_flow.compiler.partition import Partition, task_count
 from deepx_flow.ir import Graph, dtypes
 from deepx_flow.ir.program import describe, speed_label
-from deepx_flow.ops import ELEMENTWISE, MATMUL, REDUCE, get_op
+from deepx_flow.ops import MATMUL, REDUCE, get_op
 from deepx_flow.registry.cluster import ClusterSpec, format_bytes
 
 
@@ -104,7 +104,7 @@ class Plan:
             combines = max(0, n_main - n_out) if kind in (REDUCE, MATMUL) else 0
             fanin = part.fanin.get(node.id, 2)
             n_tasks = task_count(kind, n_main, n_out, fanin)
-            if kind == REDUCE and _finished_by_reader(node, graph, part, users, outputs):
+            if kind == REDUCE and finished_by_reader(node, graph, part, users, outputs):
                 n_tasks -= n_out  # each result chunk finished inside the task reading it
             peak = cost.working_set
             if combines:
@@ -218,16 +218,3 @@ def _measured_task_seconds(node, stats, cluster, inlined=()) -> float | None:
     return measured_task_seconds(speed_label(node, inlined), stats.flops / stats.tasks,
                                  (stats.bytes_in + stats.bytes_out) / stats.tasks, cluster)
 
-
-def _finished_by_reader(node, graph, part, users, outputs) -> bool:
-    """Whether the lowering computes a reduction's finish inside the one task reading each of
-    its result chunks: it is no output, and its one reader is elementwise, reads it once, and
-    has as many tasks as it has result chunks (more would read a chunk each)."""
-    readers = users[node.id]
-    if node.id in outputs or len(readers) != 1:
-        return False
-    reader = graph[readers[0]]
-    return (get_op(reader.op).kind == ELEMENTWISE
-            and list(reader.inputs).count(node.id) == 1
-            and math.prod(len(c) for c in part.chunks[reader.id]) ==
-            math.prod(len(c) for c in part.chunks[node.id]))
