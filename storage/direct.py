@@ -86,6 +86,11 @@ def layout_of(arr) -> Layout | None:
                   dtype, zstd, crc, meta.fill_value, meta.chunk_key_encoding)
 
 
+def chunk_region(idx, shape, grid) -> tuple[tuple[int, int], ...]:
+    """(start, stop) per axis of chunk `idx` of an array of `shape` in chunks of `grid`."""
+    return tuple((i * c, min((i + 1) * c, n)) for i, c, n in zip(idx, grid, shape))
+
+
 def read_block(layout: Layout, region, indices, missing: str) -> np.ndarray:
     """The block `region` ((start, stop) per axis), from the chunks `indices` overlapping it;
     Missing or Damaged for a chunk that is not there (with `missing="error"`) or is bad."""
@@ -93,9 +98,8 @@ def read_block(layout: Layout, region, indices, missing: str) -> np.ndarray:
     chunk_bytes = int(np.prod(layout.chunks)) * layout.dtype.itemsize
     # One chunk that is the whole block (the common case: tasks aligned to stored chunks)
     # is returned as decoded, without a copy.
-    if len(indices) == 1 and all(lo == i * c and hi == min((i + 1) * c, n) and hi - lo == c
-                                 for (lo, hi), i, c, n in zip(region, indices[0],
-                                                              layout.chunks, layout.shape)):
+    if len(indices) == 1 and tuple(map(tuple, region)) == chunk_region(
+            indices[0], layout.shape, layout.chunks) and shape == tuple(layout.chunks):
         chunk = _decode(layout, indices[0], chunk_bytes, missing)
         return chunk if chunk is not None else np.full(shape, layout.fill_value, layout.dtype)
     out = np.empty(shape, layout.dtype)

@@ -29,6 +29,7 @@ import numpy as np
 
 from deepx_flow.errors import DataError, ExecutionError
 from deepx_flow.storage import direct
+from deepx_flow.storage.direct import chunk_region
 
 MANIFEST = "deepx_manifest.json"
 WRITE_CONFIG = {"write_empty_chunks": True}
@@ -76,10 +77,6 @@ def chunk_indices(shape, grid, region=None) -> list[tuple[int, ...]]:
     ranges = [range(lo // c, -(-hi // c)) if hi > lo else range(0)
               for (lo, hi), c in zip(region, grid)]
     return list(itertools.product(*ranges))
-
-
-def chunk_region(idx, shape, grid) -> tuple[tuple[int, int], ...]:
-    return tuple((i * c, min((i + 1) * c, n)) for i, c, n in zip(idx, grid, shape))
 
 
 def _error(uri, origin, idx, what: str) -> DataError:

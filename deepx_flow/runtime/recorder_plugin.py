@@ -301,15 +301,11 @@ def hook_seconds(dask_scheduler) -> float:
     return plugin.hook_seconds if plugin is not None else 0.0
 
 
-def track(dask_scheduler, run_id, names, store, client=None) -> bool:
-    """Run on the scheduler: a run starts, recorded in `store` by the driver whose client is
-    `client`; record the keys named `names` under `run_id`. False when the plugin is not
-    installed yet (so a driver asks once per run, and installs it only when told)."""
-    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
-    if plugin is None:
-        return False
-    plugin.begin_run(run_id, names, store, client)
-    return True
+def track(dask_scheduler, run_id, names, store, client=None) -> None:
+    """Run on the scheduler, where the plugin is installed (`begin.begin` checks): a run
+    starts, recorded in `store` by the driver whose client is `client`; record the keys named
+    `names` under `run_id`."""
+    dask_scheduler.plugins[PLUGIN_NAME].begin_run(run_id, names, store, client)
 
 
 class SpillReporter(WorkerPlugin):

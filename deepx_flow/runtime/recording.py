@@ -1,7 +1,8 @@
 """The driver side of run recording: a run's row, then its tasks and chunk placements.
 
-`RunRecorder.start` writes the run (status "running") and its graph, and tells the
-scheduler plugin (`recorder_plugin.py`) which keys are this run's. While the run goes, a
+`RunRecorder.start` writes the run (status "running") and its graph; the scheduler plugin
+(`recorder_plugin.py`) is told which keys are this run's (`RunRecorder.tracking`) in the
+round trip that starts the run there (`begin.py`). While the run goes, a
 thread drains the plugin's buffer every `FLUSH_INTERVAL_S` and writes it in one
 transaction, so recording costs the run a few batched writes, not one per task. `finish`
 drains the rest for the last time and sets the status, in one transaction with the run's
@@ -33,7 +34,6 @@ from deepx_flow.config import settings
 from deepx_flow.ir.keys import chunk_index, key_name, node_of
 from deepx_flow.ir.program import operator_label
 from deepx_flow.meta import open_db, store
-from deepx_flow.compiler.inline import inlined_nodes
 from deepx_flow.registry.speeds import SpeedSamples
 from deepx_flow.meta.models import Run
 from deepx_flow.runtime import recorder_plugin
@@ -66,21 +66,24 @@ class RunRecorder:
         self._counting = threading.Lock()  # for _unfinished (callbacks come from a pool)
         self.status = "running"
         self.speeds: SpeedSamples | None = None  # finished tasks, for the registry's speeds
-        self.tracking: dict | None = None  # `recorder_plugin.track`'s arguments but names
+
+    @property
+    def tracking(self) -> dict:
+        """The arguments of `recorder_plugin.track` but the key names."""
+        return dict(run_id=self.run_id, store=self.db.identity, client=self.client.id)
 
     @classmethod
-    def start(cls, plan, lowered, client, kind: str = "run", db=None,
-              track: bool = True) -> "RunRecorder | None":
-        """Write the run's row (in `db`, a Database; default the configured one) and start
-        tracking its keys; None when recording is off or cannot be set up (a warning says
-        why: the run itself goes ahead). With `track=False` the caller has the scheduler
-        track them (`recorder.tracking`: the arguments of `recorder_plugin.track` but the
-        key names) in the round trip that starts the run there (`begin.py`)."""
+    def start(cls, plan, lowered, client, inlined: dict, kind: str = "run",
+              db=None) -> "RunRecorder | None":
+        """Write the run's row (in `db`, a Database; default the configured one); None when
+        recording is off or cannot be set up (a warning says why: the run itself goes
+        ahead). `inlined` is `inline.inlined_nodes` of the lowered graph. The caller has the
+        scheduler track the run's keys (`tracking`)."""
         if not settings().record:
             return None
         run_id = uuid.uuid4().hex
         try:
-            return cls._start(run_id, plan, lowered, client, kind, db, track)
+            return cls._start(run_id, plan, lowered, client, inlined, kind, db)
         except Exception as err:
             log.warning("deepx_flow: this run is not recorded: %s", err)
             try:  # if its row was written, it must not stay "running"
@@ -90,7 +93,7 @@ class RunRecorder:
             return None
 
     @classmethod
-    def _start(cls, run_id, plan, lowered, client, kind, db, track) -> "RunRecorder":
+    def _start(cls, run_id, plan, lowered, client, inlined, kind, db) -> "RunRecorder":
         db = db or open_db()
         graph_yaml, graph_hash = _graph_text(plan.graph)
         stats = plan.stats()
@@ -107,18 +110,11 @@ class RunRecorder:
             outputs=json.dumps({name: key for name, (key, _) in lowered.outputs.items()}),
             host=socket.gethostname(), pid=os.getpid(), username=_user())
         store.begin_run(db, run, graph_yaml, len(plan.graph.nodes))
-        tracking = dict(run_id=run.id, store=db.identity, client=client.id)
-        if track:
-            names = {key_name(k) for k in lowered.dsk}
-            if not client.run_on_scheduler(recorder_plugin.track, names=names, **tracking):
-                _install_plugins(client)  # once per cluster: the call said it is not there
-                client.run_on_scheduler(recorder_plugin.track, names=names, **tracking)
         labels = {node.id: operator_label(node) for node in plan.fused.nodes}
         places = {w.address: (("device", w.device.name) if w.device and plan.cluster.has_devices
                               else ("host", None)) for w in plan.cluster.workers if w.address}
         recorder = cls(db, client, run.id, labels, places)
-        recorder.tracking = tracking
-        recorder.speeds = SpeedSamples.of_plan(plan, inlined_nodes(lowered.dsk, plan.fused))
+        recorder.speeds = SpeedSamples.of_plan(plan, inlined)
         _live.add(recorder)
         return recorder
 

@@ -171,11 +171,11 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, ext
     keys = {name: lowered.output_keys(name) for name in held}
     extra = list(extend(lowered)) if extend is not None else []
     flat = [k for ks in keys.values() for k in ks] + extra
-    recorder = RunRecorder.start(plan, lowered, client, kind, db, track=False)
+    inlined = inlined_nodes(lowered.dsk, plan.fused)
+    recorder = RunRecorder.start(plan, lowered, client, inlined, kind, db)
     try:
         recovery = recovery or Recovery()
-        policies = task_policies(plan, recovery, owners,
-                                 inlined_nodes(lowered.dsk, plan.fused))
+        policies = task_policies(plan, recovery, owners, inlined)
         stored = readable(lowered) if readable is not None and recovery.read_back else None
         supervise(client, recorder.run_id if recorder else uuid.uuid4().hex, lowered.dsk,
                   policies, recovery, stored, recorder.tracking if recorder else None)
