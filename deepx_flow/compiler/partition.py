@@ -394,6 +394,15 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
         k = classes.chunk((node.id + "#k", 0)) if kind == MATMUL else None
         return main_cost(node, ins, chunk_of, space_chunk(node) if kind == REDUCE else None, k)
 
+    def known_seconds(node: Node, cost) -> float | None:
+        """A task's measured seconds, its speed label's work counted as it was measured: the
+        task's own and, per task, a chunk of each source it reads inside (`Plan.stats`)."""
+        flops, moved = cost.flops, cost.bytes_in + cost.bytes_out
+        for source in inline.get(node.id, ()):
+            read = main_cost(graph[source], [], chunk_of)
+            flops, moved = flops + read.flops, moved + read.bytes_out
+        return measured_task_seconds(labels[node.id], flops, moved, cluster)
+
     def small_operand(node: Node) -> bool:
         """Whether reading one operand once per task of the target count adds under a
         quarter of the bytes the matmul reads anyway."""
@@ -425,8 +434,7 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
             # Halving makes tasks of half the time: not below what a task costs to run,
             # where the registry has measured how long this node's tasks take.
             cost = task_cost(node)
-            known_s = measured_task_seconds(labels[node.id], cost.flops,
-                                            cost.bytes_in + cost.bytes_out, cluster)
+            known_s = known_seconds(node, cost)
             if known_s is not None and known_s / 2 < config.min_task_seconds:
                 break
             free = [k for k in candidates if classes.find(k) not in costly]

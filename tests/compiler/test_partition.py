@@ -199,3 +199,22 @@ def test_nested_concats_along_two_axes_fit_a_small_budget():
     plan = plan_for(block, memory=2**20)
     assert all(r.peak_working_set <= plan.partition.budget for r in plan.stats().nodes)
     assert len(plan.chunks[block.node.id][0]) > 1
+
+
+def test_measured_seconds_count_the_sources_a_task_reads_inside():
+    # The registry measured "sum <- random_normal" with the normal draws' work in it: the
+    # planner must count that work too, or it takes the tasks for 30x shorter than they are
+    # and stops splitting them for parallelism.
+    from deepx_flow.registry.cluster import ClusterSpec, WorkerSpec
+    from deepx_flow.registry.speeds import OperatorSpeed
+
+    x = dx.random.normal((400_000, 64), seed=0)
+    y = x.sum(axis=1)
+    # Each worker does the whole tensor's work (draws and sum) in one second.
+    rate = 400_000 * 64 * (30 + 1)
+    speeds = {"sum <- random_normal": OperatorSpeed(rate, 1e9, 10)}
+    cluster = ClusterSpec("measured", tuple(
+        WorkerSpec(f"w{i}", "localhost", 2, 2**40, speeds=speeds) for i in range(2)))
+    plan = compile_graph(dx.build_graph(y), cluster, check=True)
+    # A task of 1/16 of the work takes 62 ms, over the 20 ms floor: the full 16 tasks.
+    assert len(plan.chunks[plan.fused.nodes[0].id][0]) >= 2 * 2 * Settings().chunks_per_thread
