@@ -1,7 +1,7 @@
 """Pass: compute source reads and views inside the tasks that use them.
 
-Before: a lowered Dask graph, and for some of its keys an inline call that computes the same
-chunk (`Lowered.inlinable`): either a *view* (a transpose, a reshape that keeps the layout, a
+Before: a lowered Dask graph, and for some of its keys a kernel call that computes the same
+chunk (the lowering's `inlinable`): either a *view* (a transpose, a reshape that keeps the layout, a
 slice or concat of whole chunks: no copy, so free to compute in every task that reads it) or
 a *source* (a Zarr, `.npy` or stored-asset read, a random or constant chunk: worth computing
 where it is used, but only once; a reduction's only partial of a result chunk is one too, so
@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from deepx_flow.compiler.taskspec import inlined_chunks, refs_of, substitute
+from deepx_flow.compiler.taskspec import inline_task, inlined_chunks, refs_of, substitute
 from deepx_flow.ir import Graph
 from deepx_flow.ir.keys import key_name, node_of
 from deepx_flow.ops import ELEMENTWISE, MATMUL, REDUCE, get_op
@@ -48,7 +48,8 @@ def inline_reads(dsk: dict, inlinable: dict, keep) -> dict:
         Key -> task, in an order where every task comes after the keys it reads (the
         lowering's order).
     inlinable : dict
-        Key -> (VIEW or SOURCE, the inline call computing that key's chunk).
+        Key -> (VIEW or SOURCE, func, args): `func(*args)` computes that key's chunk (the
+        inline call is built only for the keys inlined).
     keep : set
         Keys that must stay in the graph (the outputs).
     """
@@ -80,9 +81,9 @@ def inline_reads(dsk: dict, inlinable: dict, keep) -> dict:
 
     calls: dict = {}  # key -> its inline call, with the calls it reads substituted
     for key in dsk:
-        kind, call = inlinable.get(key, (None, None))
+        kind, func, args = inlinable.get(key, (None, None, None))
         if key in views or (kind == SOURCE and key not in keep and references[key] == 1):
-            calls[key] = substitute(call, calls)
+            calls[key] = substitute(inline_task(key, func, *args), calls)
     return {key: substitute(node, calls) for key, node in dsk.items()
             if key not in calls or key in keep}
 

@@ -37,7 +37,7 @@ from dask.base import tokenize
 from deepx_flow.compiler.inline import SOURCE as INLINE_SOURCE
 from deepx_flow.compiler.inline import VIEW, inline_reads
 from deepx_flow.compiler.partition import Partition
-from deepx_flow.compiler.taskspec import inline_task, ref, task
+from deepx_flow.compiler.taskspec import ref, task
 from deepx_flow.ir import Node, dtypes
 from deepx_flow.kernels import tasks as K
 from deepx_flow.ops import AXIS_WHOLE, ELEMENTWISE, MATMUL, REDUCE, SOURCE, get_op
@@ -135,7 +135,7 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
                    part.fanin.get(node.id), data)
         tkey[node.id] = f"{node.id}@{tokenize(content)[:12]}"
     dsk: dict = {}
-    inlinable: dict = {}  # key -> (VIEW or INLINE_SOURCE, an inline call computing it)
+    inlinable: dict = {}  # key -> (VIEW or INLINE_SOURCE, func, args): func(*args) is it
 
     def operand(t_id: str, region: Region):
         return grids[t_id].layout(tkey[t_id], region)
@@ -159,14 +159,14 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
                 key = (name, *idx)
                 dsk[key] = source.task(key, grid.region(idx))
                 if hasattr(source, "inline"):  # a file read; data held in the graph is not
-                    inlinable[key] = (INLINE_SOURCE, source.inline(key, grid.region(idx)))
+                    inlinable[key] = (INLINE_SOURCE, *source.inline(grid.region(idx)))
         elif kind == SOURCE:
             attrs = dict(node.attrs)
             for idx in chunk_indices(grid.chunks):
                 key = (name, *idx)
                 args = (node.op, attrs, node.shape, grid.region(idx), node.dtype)
                 dsk[key] = task(key, K.source_chunk, *args)
-                inlinable[key] = (INLINE_SOURCE, inline_task(key, K.source_chunk, *args))
+                inlinable[key] = (INLINE_SOURCE, K.source_chunk, args)
         elif kind == ELEMENTWISE:
             program = node.attr("program") or ((node.op, tuple(("in", i) for i in range(
                 len(ins))), node.dtype),)
@@ -294,13 +294,12 @@ def _lower_reduce(node, ins, part, grid, name, operands, dsk, inlinable):
                 out_idx.append(next(it))
         key = (name, *out_idx)
         if len(keys) == 1:
-            inlinable[keys[0]] = (INLINE_SOURCE,
-                                  inline_task(keys[0], K.reduce_partial, *args[keys[0]]))
+            inlinable[keys[0]] = (INLINE_SOURCE, K.reduce_partial, args[keys[0]])
         last = _tree(keys, fanin, name, kept, dsk, K.combine_partials, combine_op)
         finish = (op, axes, keepdims, count, node.dtype, *[ref(k) for k in last])
         dsk[key] = task(key, K.finish_reduce, *finish)
         # A result chunk one task reads once is finished inside it (a small combine).
-        inlinable[key] = (INLINE_SOURCE, inline_task(key, K.finish_reduce, *finish))
+        inlinable[key] = (INLINE_SOURCE, K.finish_reduce, finish)
 
 
 def _lower_layout(node, ins, grid, name, operands, dsk, inlinable):
@@ -318,15 +317,14 @@ def _lower_layout(node, ins, grid, name, operands, dsk, inlinable):
             layouts, refs = operands([t.id], [src])
             dsk[key] = task(key, K.transpose_chunk, axes, layouts, *refs)
             if layouts == ((),):  # always: a transpose's grid is its operand's
-                inlinable[key] = (VIEW, inline_task(key, K.transpose_view, axes, *refs))
+                inlinable[key] = (VIEW, K.transpose_view, (axes, *refs))
         elif node.op == "reshape":
             source, offset = _reshape_source(t, node, region)
             layouts, refs = operands([t.id], [source])
             dsk[key] = task(key, K.reshape_chunk, shape, offset, layouts, *refs)
             if layouts == ((),) and offset == 0 and \
                     math.prod(hi - lo for lo, hi in source) == math.prod(shape):
-                inlinable[key] = (VIEW, inline_task(key, K.reshape_chunk, shape, 0, layouts,
-                                                          *refs))
+                inlinable[key] = (VIEW, K.reshape_chunk, (shape, 0, layouts, *refs))
         elif node.op == "slice":
             starts, steps = node.attr("starts"), node.attr("steps")
             src = tuple((st + lo * sp, st + (hi - 1) * sp + 1) if hi > lo else (st, st)
@@ -334,7 +332,7 @@ def _lower_layout(node, ins, grid, name, operands, dsk, inlinable):
             layouts, refs = operands([t.id], [src])
             dsk[key] = task(key, K.slice_chunk, steps, layouts, *refs)
             if _one_piece(layouts) and all(s == 1 for s in steps):
-                inlinable[key] = (VIEW, inline_task(key, K.slice_chunk, steps, layouts, *refs))
+                inlinable[key] = (VIEW, K.slice_chunk, (steps, layouts, *refs))
         elif node.op == "concat":
             axis = node.attr("axis")
             lo, hi = region[axis]
@@ -347,8 +345,7 @@ def _lower_layout(node, ins, grid, name, operands, dsk, inlinable):
                     layouts, refs = operands([src_node.id], [src])
                     dsk[key] = task(key, K.cast_chunk, node.dtype, layouts, *refs)
                     if _one_piece(layouts) and src_node.dtype == node.dtype:
-                        inlinable[key] = (VIEW, inline_task(key, K.cast_chunk, node.dtype,
-                                                            layouts, *refs))
+                        inlinable[key] = (VIEW, K.cast_chunk, (node.dtype, layouts, *refs))
                     break
                 offset += size
         else:

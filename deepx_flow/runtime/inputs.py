@@ -17,7 +17,7 @@ import numpy as np
 from dask.base import tokenize
 
 from deepx_flow.compiler.lower import Grid
-from deepx_flow.compiler.taskspec import data_node, inline_task, ref, task
+from deepx_flow.compiler.taskspec import data_node, ref, task
 from deepx_flow.errors import InputError, shown
 from deepx_flow.ir import Graph
 from deepx_flow.kernels.tasks import cast_chunk, to_device
@@ -44,9 +44,9 @@ class FileSource:
     def task(self, key, region):
         return task(key, load_region, self.path, region)
 
-    def inline(self, key, region):
-        """The read of chunk `key` as a call inside the task that uses it (`compiler.inline`)."""
-        return inline_task(key, load_region, self.path, region)
+    def inline(self, region):
+        """(func, args) reading `region` inside the task that uses it (`compiler.inline`)."""
+        return load_region, (self.path, region)
 
 
 @dataclass(frozen=True)
