@@ -28,7 +28,6 @@ import threading
 import time
 import uuid
 import weakref
-from collections import OrderedDict
 
 from deepx_flow.config import settings
 from deepx_flow.ir.keys import chunk_index, key_name, node_of
@@ -95,7 +94,7 @@ class RunRecorder:
     @classmethod
     def _start(cls, run_id, plan, lowered, client, inlined, kind, db) -> "RunRecorder":
         db = db or open_db()
-        graph_yaml, graph_hash = _graph_text(plan.graph)
+        graph_yaml, graph_hash = _graph_text(plan)
         stats = plan.stats()
         ratio = stats.compute_comm_ratio
         run = Run(
@@ -308,26 +307,16 @@ def _interrupt_live_runs() -> None:
 # The YAML text and hash of the graphs recorded last, by the graph object: a plan from the
 # plan cache (`plan_cache.py`) holds the same graph object run after run, and writing it out
 # was most of what starting a record cost.
-_texts: "OrderedDict[int, tuple]" = OrderedDict()
-_texts_lock = threading.Lock()
-MAX_TEXTS = 64
-
-
-def _graph_text(graph) -> tuple[str, str]:
-    """The graph's YAML (`spec/yaml_io.py`) and its hash, the run row's `graph_hash`."""
-    from deepx_flow.spec.yaml_io import to_yaml
-    with _texts_lock:
-        kept = _texts.get(id(graph))
-        if kept is not None and kept[0] is graph:  # kept holds it: its id is not reused
-            _texts.move_to_end(id(graph))
-            return kept[1], kept[2]
-    text = to_yaml(graph)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    with _texts_lock:
-        _texts[id(graph)] = (graph, text, digest)
-        while len(_texts) > MAX_TEXTS:
-            _texts.popitem(last=False)
-    return text, digest
+def _graph_text(plan) -> tuple[str, str]:
+    """The plan's graph as YAML (`spec/yaml_io.py`) and its hash, the run row's `graph_hash`;
+    kept on the plan, which the plan cache hands to every run of the same graph."""
+    kept = plan.__dict__.get("_graph_text")
+    if kept is None:
+        from deepx_flow.spec.yaml_io import to_yaml
+        text = to_yaml(plan.graph)
+        kept = (text, hashlib.sha256(text.encode()).hexdigest()[:16])
+        object.__setattr__(plan, "_graph_text", kept)  # frozen: a memo, as `Plan.stats`'s
+    return kept
 
 
 def _install_plugins(client) -> None:
