@@ -34,6 +34,11 @@ Both paths compute at the broadcast shape of the inputs the program reads and on
 the result to the task's output shape, so a program that reads a small bias costs the bias'
 size, not the output's.
 
+A program with whole-axis instructions (softmax, log_softmax; see `ir.program`) takes the
+blocked path, computes at the output shape (a softmax normalizes over the whole axis), and
+its blocks keep that axis and every axis after it whole. Its softmax and log_softmax of one
+value along one axis share one `kernels.softmax.normalize` per block, in buffers of their own.
+
 numexpr threads under Dask (measured on the 2-core development machine, numexpr 2.14.2,
 float32 arrays of 4M elements, a 9-operation expression; `benchmarks/bench_fused_kernel.py`;
 the machine was shared, so throughput numbers varied by about 30% between runs):
@@ -67,8 +72,9 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from deepx_flow.errors import CodegenError, ExecutionError
-from deepx_flow.ir.program import Program
-from deepx_flow.kernels import fused_numexpr
+from deepx_flow.ir.dtypes import accumulator
+from deepx_flow.ir.program import WHOLE_AXIS_OPS, Program, whole_axes
+from deepx_flow.kernels import fused_numexpr, softmax
 from deepx_flow.kernels.elementwise import apply_op, constant
 from deepx_flow.kernels.fused_numexpr import NumexprSource
 
@@ -149,7 +155,7 @@ def evaluate(program: Program, arrays: Sequence[np.ndarray], out_shape: tuple[in
                                 out.dtype == program[-1][2] and out.flags.c_contiguous
                                 and out.flags.writeable):
         out = None
-    src = _choice(program, tuple(a.dtype.name for a in arrays))
+    src = None if whole_axes(program) else _choice(program, tuple(a.dtype.name for a in arrays))
     compiled = _compiled(src, program) if src is not None else None
     if compiled is not None:
         result = _run_numexpr(src, compiled, arrays, shape, BLOCK_ELEMENTS, out)
@@ -235,6 +241,8 @@ def _prepare(program: Program, arrays, out_shape) -> tuple[list[np.ndarray], tup
     """Check the call and return the arrays and the broadcast shape of the inputs read."""
     arrays = [np.asarray(a) for a in arrays]
     _, shape = check_call(program, [a.shape for a in arrays], out_shape)
+    if whole_axes(program):
+        shape = tuple(int(s) for s in out_shape)  # normalized over the whole axis
     return arrays, shape
 
 
@@ -459,22 +467,42 @@ def _run_blocked(program: Program, arrays: list[np.ndarray], shape, block_elemen
               for j, (_, args, _) in enumerate(program) for i, a in enumerate(args)
               if a[0] == "c"}
     slots, slot_dtypes, scratch = _allocate(program)
-    block = max(1, min(int(block_elements), math.prod(shape)))
+    whole = whole_axes(program)
+    block = max(1, min(int(block_elements), math.prod(shape)),
+                math.prod(shape[whole[0]:]) if whole else 0)
     buffers = _block_buffers(slot_dtypes, block)
     # float16 sigmoid/gelu compute in float32: give them a reused float32 buffer instead of
     # letting apply_op allocate one per block.
     f32 = _block_buffers(["float32"], block, first=len(slot_dtypes))[0] if scratch else None
+    # softmax and log_softmax of one value along one axis share (x - max, its exps, their
+    # sum): the first one of a block computes them into the value's group buffers.
+    groups = {}
+    for op, args, dtype in program:
+        if op in WHOLE_AXIS_OPS and (args[0], args[1][1]) not in groups:
+            first = len(slot_dtypes) + 1 + 3 * len(groups)
+            groups[(args[0], args[1][1])] = _block_buffers(
+                [dtype, dtype, accumulator(dtype)], block, first=first)
 
     with np.errstate(all="ignore"):
         for key in iter_blocks(shape, block):
             target = out[key]
             bshape, m = target.shape, target.size
             values: list[Any] = [None] * n
+            shared: dict = {}
             for j, (op, args, dtype) in enumerate(program):
                 operands = [views[a[1]][key] if a[0] == "in" else values[a[1]] if a[0] == "t"
                             else consts[(j, i)] for i, a in enumerate(args)]
                 dest = target if j == n - 1 else buffers[slots[j]][:m].reshape(bshape)
-                if dtype == "float16" and op in ("sigmoid", "gelu"):
+                if op in WHOLE_AXIS_OPS:
+                    group = (args[0], args[1][1])
+                    if group not in shared:
+                        # The key indexes the axes before its slice one at a time, which
+                        # drops them from the block.
+                        axis = group[1] - (len(key) - 1 if isinstance(key, tuple) else 0)
+                        shared[group] = _normalized(operands[0], axis, dtype, m, bshape,
+                                                    groups[group])
+                    softmax.finish(op, shared[group], np, out=dest)
+                elif dtype == "float16" and op in ("sigmoid", "gelu"):
                     work = f32[:m].reshape(bshape)
                     apply_op(op, operands, "float32", np, out=work)
                     np.copyto(dest, work, casting="unsafe")
@@ -482,6 +510,18 @@ def _run_blocked(program: Program, arrays: list[np.ndarray], shape, block_elemen
                     apply_op(op, operands, dtype, np, out=dest)
                 values[j] = dest
     return out
+
+
+def _normalized(x, axis: int, dtype: str, m: int, bshape, buffers) -> softmax.Normalized:
+    """`softmax.normalize` of one block of a value, in its group's three buffers (the first
+    holds the value cast to `dtype` first where it has another dtype)."""
+    shifted, exps, wide = (b[:m].reshape(bshape) for b in buffers)
+    x = np.broadcast_to(x, bshape)
+    if x.dtype != dtype:
+        np.copyto(shifted, x, casting="unsafe")
+        x = shifted
+    return softmax.normalize(x, axis, np, shifted=shifted, exps=exps,
+                             wide=wide if wide.dtype != exps.dtype else None)
 
 
 def _block_buffers(dtypes: Sequence[str], elements: int, first: int = 0) -> list[np.ndarray]:

@@ -34,8 +34,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from deepx_flow.errors import CodegenError, ExecutionError
-from deepx_flow.ir.program import Program
-from deepx_flow.kernels.elementwise import COMPARISONS, GELU_C, GELU_K, OPS, compute_dtype
+from deepx_flow.ir.program import WHOLE_AXIS_OPS, Program, whole_axes
+from deepx_flow.kernels import softmax
+from deepx_flow.kernels.elementwise import (COMPARISONS, GELU_C, GELU_K, OPS, apply_op,
+                                            compute_dtype, constant)
 from deepx_flow.kernels.fused_cpu import check_call
 from deepx_flow.kernels.fused_cpu import evaluate as evaluate_cpu
 
@@ -294,6 +296,29 @@ def codegen_error(program: Program, step: str, err: BaseException) -> CodegenErr
         "chunks would not help; please report it with the graph")
 
 
+def _evaluate_stepwise(program: Program, arrays: list, out_shape: tuple[int, ...], xp) -> Any:
+    """A program with whole-axis instructions, one array operation per instruction at the
+    output shape (an ElementwiseKernel sees one element at a time, a softmax a whole axis).
+    softmax and log_softmax of one value along one axis share their normalizer."""
+    values: list[Any] = []
+    shared: dict = {}
+    for op, args, dtype in program:
+        operands = [xp.broadcast_to(arrays[a[1]], out_shape) if a[0] == "in" else
+                    values[a[1]] if a[0] == "t" else constant(a[1], a[2], xp) for a in args]
+        if op in WHOLE_AXIS_OPS:
+            group = (args[0], args[1][1])
+            if group not in shared:
+                x = xp.broadcast_to(operands[0], out_shape).astype(dtype, copy=False)
+                shared[group] = softmax.normalize(x, group[1], xp)
+            values.append(softmax.finish(op, shared[group], xp))
+        else:
+            values.append(apply_op(op, operands, dtype, xp))
+    result = values[-1]
+    if result.shape != out_shape:
+        result = xp.broadcast_to(result, out_shape)
+    return xp.ascontiguousarray(result) if result.ndim else result.copy()
+
+
 def evaluate(program: Program, arrays: Sequence[Any], out_shape: tuple[int, ...]) -> Any:
     """Evaluate a fused elementwise program on CuPy arrays with one generated kernel.
 
@@ -322,6 +347,8 @@ def evaluate(program: Program, arrays: Sequence[Any], out_shape: tuple[int, ...]
     used, shape = check_call(program, [a.shape for a in arrays], out_shape)
     out_shape = tuple(int(s) for s in out_shape)
     dtype = program[-1][2]
+    if whole_axes(program):
+        return _evaluate_stepwise(program, arrays, out_shape, cupy)
     if not used:
         # No array input: evaluate once on 0-d operands; an ElementwiseKernel needs an input.
         value = evaluate_cpu(program, [], ())

@@ -36,7 +36,7 @@ from typing import NamedTuple
 import numpy as np
 
 from deepx_flow.errors import ExecutionError
-from deepx_flow.ir.program import Program
+from deepx_flow.ir.program import Program, whole_axes
 from deepx_flow.kernels.elementwise import COMPARISONS, GELU_C, GELU_K, OPS, constant
 
 # Limits of one stage (one numexpr expression). Past 200 nested parentheses Python's parser,
@@ -137,6 +137,8 @@ class _Lowering:
         self.stages: list[tuple[str, str]] = []  # (expression, dtype)
 
     def lower(self, program: Program) -> NumexprSource | None:
+        if whole_axes(program):
+            return None  # a softmax normalizes over a whole axis, numexpr sees one element
         # A final cast is left to numexpr's output casting (NumPy's astype rules), so programs
         # may end in any dtype, float16 and int8 included.
         final_cast = program[-1][0] == "cast" and len(program[-1][1]) == 1

@@ -15,7 +15,8 @@ import math
 import numpy as np
 
 from deepx_flow.ir.dtypes import accumulator
-from deepx_flow.kernels import dispatch, fused
+from deepx_flow.ir.program import whole_axes
+from deepx_flow.kernels import dispatch, fused, softmax
 from deepx_flow.kernels.random import random_chunk
 
 
@@ -140,7 +141,8 @@ def reduce_partial(op, prologue, axes, acc_dtype, space_shape, layouts, *pieces)
     up in `acc_dtype`."""
     arrays, _ = _operands(layouts, pieces)
     if prologue and dispatch.array_module(*arrays) is np and \
-            math.prod(space_shape) > REDUCE_BLOCK_ELEMENTS:
+            math.prod(space_shape) > REDUCE_BLOCK_ELEMENTS and \
+            _block_axis(space_shape) not in whole_axes(prologue):  # a softmax's axis
         return _reduce_blocks(op, prologue, arrays, axes, acc_dtype, tuple(space_shape))
     x = fused.evaluate(prologue, arrays, space_shape) if prologue else arrays[0]
     xp = dispatch.array_module(x)
@@ -182,7 +184,7 @@ def _reduce_by_rows(op, shape, dtype, axes, acc_dtype, block_of):
     `into` (a reused block of `dtype`) where it computes them; a sum casts each block into one
     `acc_dtype` scratch block and adds it up there."""
     axes = tuple(a % len(shape) for a in ((axes,) if isinstance(axes, int) else axes))
-    axis = next((a for a, n in enumerate(shape) if n > 1), 0)
+    axis = _block_axis(shape)
     rows = max(1, REDUCE_BLOCK_ELEMENTS // math.prod(shape[axis + 1:]))
     block_shape = shape[:axis] + (min(rows, shape[axis]),) + shape[axis + 1:]
     values = np.empty(block_shape, dtype)  # untouched (no page faults) where unused
@@ -205,6 +207,11 @@ def _reduce_by_rows(op, shape, dtype, axes, acc_dtype, block_of):
     if axis in axes:
         return combine_partials("sum" if summing else op, *parts)
     return np.concatenate(parts, axis=axis)
+
+
+def _block_axis(shape) -> int:
+    """The axis `_reduce_by_rows` cuts into blocks of rows: the first one longer than 1."""
+    return next((a for a, n in enumerate(shape) if n > 1), 0)
 
 
 def _rows_of(a, ndim, axis, lo, hi):
@@ -244,55 +251,38 @@ def finish_reduce(op, axes, keepdims, count, dtype, *parts):
 
 # -- whole-axis operators -----------------------------------------------------------------
 def softmax_chunk(op, axis, layouts, *pieces):
-    """softmax or log_softmax along `axis`, stabilized by subtracting the maximum."""
+    """softmax or log_softmax along `axis`, stabilized by subtracting the maximum (the
+    arithmetic is `kernels.softmax`'s)."""
     (x,), _ = _operands(layouts, pieces)
     xp = dispatch.array_module(x)
-    if x.dtype.kind != "f":
-        x = x.astype(np.result_type(x.dtype, np.float16))
+    x = x.astype(softmax.value_dtype(x.dtype), copy=False)
     if x.size == 0:
         return x.copy()
-    acc = accumulator(x.dtype.name)
     if xp is np and axis % x.ndim == x.ndim - 1 and x.size > REDUCE_BLOCK_ELEMENTS:
-        return _softmax_rows(op, x, acc)
-    shifted = x - xp.max(x, axis=axis, keepdims=True)
-    # The normalizer adds up in float64, as sums do, and is rounded to x's dtype once.
-    if op == "log_softmax":
-        total = _sum(xp, xp.exp(shifted), axis, acc)
-        return shifted - xp.log(total).astype(x.dtype, copy=False)
-    e = xp.exp(shifted)
-    e /= _sum(xp, e, axis, acc).astype(x.dtype, copy=False)
-    return e
+        return _softmax_rows(op, x)
+    stats = softmax.normalize(x, axis, xp)
+    return softmax.finish(op, stats, xp, out=stats.exps if op == "softmax" else stats.shifted)
 
 
-def _softmax_rows(op, x, acc):
-    """softmax or log_softmax along the last axis of a NumPy array, the same arithmetic as
-    `softmax_chunk`'s, a block of rows at a time: the shifted values, their exponentials and
-    the float64 normalizer stay in cache-sized buffers (allocated once), and only the result
-    is written to memory. On a worker whole-chunk temporaries cost a fresh, page-faulting
-    allocation each (see `_sum`): for a (262144, 256) float32 chunk this took 300-400 ms a
-    task there against 150 ms here."""
+def _softmax_rows(op, x):
+    """softmax or log_softmax along the last axis of a NumPy array, a block of rows at a time:
+    the shifted values, their exponentials and the float64 normalizer stay in cache-sized
+    buffers (allocated once), and only the result is written to memory. On a worker
+    whole-chunk temporaries cost a fresh, page-faulting allocation each (see `_sum`): for a
+    (262144, 256) float32 chunk this took 300-400 ms a task there against 150 ms here."""
     n = x.shape[-1]
     rows_in = x.reshape(-1, n)
     out = np.empty(rows_in.shape, x.dtype)
     rows = max(1, REDUCE_BLOCK_ELEMENTS // n)
-    peak = np.empty((rows, 1), x.dtype)
-    total = np.empty((rows, n), acc)
-    exps = np.empty((rows, n), x.dtype) if op == "log_softmax" else None
+    exps = np.empty((rows, n), x.dtype)
+    wide = np.empty((rows, n), accumulator(x.dtype.name))
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         for lo in range(0, rows_in.shape[0], rows):
             hi = min(lo + rows, rows_in.shape[0])
             r = hi - lo
-            block, shifted = rows_in[lo:hi], out[lo:hi]
-            np.maximum.reduce(block, axis=1, keepdims=True, out=peak[:r])
-            np.subtract(block, peak[:r], out=shifted)
-            e = shifted if op == "softmax" else exps[:r]
-            np.exp(shifted, out=e)
-            np.copyto(total[:r], e)
-            norm = total[:r].sum(axis=1, keepdims=True)
-            if op == "softmax":
-                shifted /= norm.astype(x.dtype)
-            else:
-                shifted -= np.log(norm).astype(x.dtype)
+            stats = softmax.normalize(rows_in[lo:hi], 1, np, shifted=out[lo:hi],
+                                      exps=exps[:r], wide=wide[:r])
+            softmax.finish(op, stats, np, out=out[lo:hi])
     return out.reshape(x.shape)
 
 

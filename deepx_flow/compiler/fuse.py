@@ -7,8 +7,13 @@ After: an equal computation in which
     belong to one kernel, and which are not outputs, join that kernel, which keeps the id of
     its root so its users and the outputs still find it;
   * scalar constants (`full` of shape ()) are inlined into programs as literals;
+  * a softmax or log_softmax whose users are all in one kernel of its own shape joins that
+    kernel as a whole-axis instruction (`ir.program`), if the kernel normalizes along no other
+    axis: the normalized values are then never stored, and a softmax and a log_softmax of one
+    value share their maximum and normalizer;
   * a `fused` node that reads a matmul result of the same shape, used nowhere else, becomes the
-    matmul's `epilogue` (the product is `in0`; the other operands follow `a` and `b`);
+    matmul's `epilogue` (the product is `in0`; the other operands follow `a` and `b`), unless
+    it holds a whole-axis instruction;
   * a `fused` node read only by a reduction becomes the reduction's `prologue`, so the
     elementwise result is never stored: each partial reduction evaluates it chunk by chunk.
 Nodes are never fused across an output or into kernels of several users, so nothing is
@@ -21,12 +26,17 @@ from dataclasses import replace
 
 from deepx_flow.ir import Graph, Node
 from deepx_flow.ir.node import make_attrs
-from deepx_flow.ir.program import const_ref, input_ref, temp_ref
+from deepx_flow.ir.program import (WHOLE_AXIS_OPS, const_ref, input_ref, temp_ref,
+                                   whole_axes, whole_axis_ref)
 from deepx_flow.ops import ELEMENTWISE, MATMUL, REDUCE, get_op
 
 
 def _is_elementwise(node: Node) -> bool:
     return get_op(node.op).kind == ELEMENTWISE and node.op != "fused"
+
+
+def _is_whole_axis(node: Node) -> bool:
+    return node.op in WHOLE_AXIS_OPS
 
 
 def _is_scalar_const(node: Node) -> bool:
@@ -72,7 +82,10 @@ def _build_program(root: Node, graph: Graph, absorbed: set[str]):
                     done[src] = ref
             continue
         stack.pop()
-        program.append((node.op, tuple(done[i] for i in node.inputs), node.dtype))
+        args = tuple(done[i] for i in node.inputs)
+        if _is_whole_axis(node):
+            args += (whole_axis_ref(node.attr("axis")),)
+        program.append((node.op, args, node.dtype))
         done[node.id] = temp_ref(len(program) - 1)
     return tuple(program), inputs
 
@@ -87,15 +100,29 @@ def fuse_elementwise(graph: Graph) -> Graph:
     # are elementwise and in one kernel (`t * t`, or `t` read twice further down the chain):
     # the program then computes it once and reads the result twice. Users come before their
     # operands in reverse order, so their kernels are known when a node is looked at.
+    # A softmax joins the same way, but only a kernel of its shape (its axis is then an axis of
+    # the kernel's space, kept whole in each chunk) that normalizes along no other axis (two
+    # whole axes would make the chunks larger). It starts a kernel of its own only to become
+    # the prologue of the one reduction that reads it.
     root: dict[str, str] = {}
+    kernel_axis: dict[str, int] = {}
     for n in reversed(graph.nodes):
-        if not _is_elementwise(n):
+        whole = _is_whole_axis(n)
+        if not (whole or _is_elementwise(n)):
             continue
         kernels = {root.get(u) for u in users[n.id]}
-        if n.id not in outputs and len(kernels) == 1 and None not in kernels:
+        joins = n.id not in outputs and len(kernels) == 1 and None not in kernels
+        if joins and whole:
+            kernel = next(iter(kernels))
+            joins = (graph[kernel].shape == n.shape and
+                     kernel_axis.setdefault(kernel, n.attr("axis")) == n.attr("axis"))
+        if joins:
             root[n.id] = kernels.pop()
-        else:
+        elif not whole or (n.id not in outputs and len(users[n.id]) == 1 and
+                           get_op(graph[users[n.id][0]].op).kind == REDUCE):
             root[n.id] = n.id
+            if whole:
+                kernel_axis[n.id] = n.attr("axis")
     absorbed = {node_id for node_id, r in root.items() if r != node_id}
     inlined = {n.id for n in graph.nodes if _is_scalar_const(n) and n.id not in outputs
                and all(_is_elementwise(graph[u]) for u in users[n.id])}
@@ -104,7 +131,7 @@ def fuse_elementwise(graph: Graph) -> Graph:
     for node in graph.nodes:
         if node.id in absorbed or node.id in inlined:
             continue
-        if _is_elementwise(node):
+        if _is_elementwise(node) or node.id in root:
             program, ins = _build_program(node, graph, absorbed)
             node = Node(node.id, "fused", tuple(ins), node.shape, node.dtype,
                         make_attrs(program=program))
@@ -127,7 +154,7 @@ def _merge_into_neighbours(graph: Graph) -> Graph:
         for k, src in enumerate(node.inputs):
             prod = graph[src]
             if (get_op(prod.op).kind == MATMUL and prod.attr("epilogue") is None
-                    and src not in outputs and len(users[src]) == 1
+                    and not whole_axes(program) and src not in outputs and len(users[src]) == 1
                     and prod.shape == node.shape and src not in dropped):
                 order = [k] + [i for i in range(len(node.inputs)) if i != k]
                 program = _renumber(program, order)

@@ -47,7 +47,7 @@ from deepx_flow.compiler.inline import predicted_inline
 from deepx_flow.config import Settings, settings
 from deepx_flow.errors import PlanError
 from deepx_flow.ir import Graph, Node, dtypes
-from deepx_flow.ir.program import speed_label
+from deepx_flow.ir.program import speed_label, whole_axes
 from deepx_flow.ops import AXIS_WHOLE, ELEMENTWISE, LAYOUT, MATMUL, REDUCE, SOURCE, get_op
 from deepx_flow.registry.cluster import ClusterSpec, format_bytes
 
@@ -199,6 +199,8 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
         if kind == ELEMENTWISE:
             for t in ins:
                 _align(classes, t, t.id, node.shape, node.id)
+            for axis in whole_axes(node.attr("program")):  # a fused softmax's axis
+                classes.keep_whole((node.id, axis), f"'{node.id}' (fused softmax)")
         elif kind == MATMUL:
             a, b = ins[0], ins[1]
             space = node.id + "#k"
@@ -222,6 +224,8 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
                 classes.add((space, axis), extent)
             for t in ins:
                 _align(classes, t, t.id, shape, space)
+            for axis in whole_axes(node.attr("prologue")):
+                classes.keep_whole((space, axis), f"'{node.id}' (softmax in its prologue)")
             axes = node.attr("axes")
             keep = node.attr("keepdims", False)
             out_axis = 0

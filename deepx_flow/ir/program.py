@@ -13,6 +13,14 @@ lists the operations, and whose inputs are the tensors the tree reads. A program
 Inputs broadcast against each other as in NumPy; the evaluator broadcasts the result to the
 task's output shape (a program may read only small inputs, e.g. a broadcast bias). Every
 engine must give the dtype each instruction names, as NumPy would.
+
+Whole-axis instructions. `("softmax", (x, ("c", axis, "int64")), dtype)` and the same for
+`log_softmax` normalize `x` along `axis` of the program's result space: the fuser puts a
+softmax in the kernel of its users (the entropy `-(softmax(x) * log_softmax(x)).sum(1)` is one
+task per chunk that writes nothing chunk-sized), so the axis is kept whole in every chunk of
+the node that carries the program, and its engines compute at the full result shape, in blocks
+that keep the axis whole. Softmax and log_softmax of one value along one axis share their
+maximum and normalizer. Matmul epilogues hold none.
 """
 
 from __future__ import annotations
@@ -34,6 +42,20 @@ def temp_ref(j: int) -> Arg:
 
 def const_ref(value: Any, dtype: str) -> Arg:
     return ("c", value, dtype)
+
+
+# Instructions whose operator normalizes along an axis of the whole result (see above).
+WHOLE_AXIS_OPS = frozenset({"softmax", "log_softmax"})
+
+
+def whole_axis_ref(axis: int) -> Arg:
+    return const_ref(int(axis), "int64")
+
+
+def whole_axes(program: Program | None) -> tuple[int, ...]:
+    """The axes a program's whole-axis instructions normalize along (sorted; () for none)."""
+    return tuple(sorted({args[1][1] for op, args, _ in program or ()
+                         if op in WHOLE_AXIS_OPS}))
 
 
 # The longest formula `describe` writes out; explain tables and task labels show no more.

@@ -81,8 +81,8 @@ def _infer_cast(node, inputs):
 def _infer_fused(node, inputs):
     """A compiled chain: the node states its shape; its checked program gives the dtype."""
     from deepx_flow.ops import OPS
-    dtype = program_dtype(node, "program", node.attr("program"), inputs, OPS)
     shape = check_shape(node, node.shape)
+    dtype = program_dtype(node, "program", node.attr("program"), inputs, OPS, len(shape))
     if inputs and broadcast(node, [shape] + [t.shape for t in inputs]) != shape:
         raise GraphError(f"fused operands do not broadcast to {shape}", node.id)
     return shape, dtype

@@ -4,7 +4,8 @@ and a reduction's `prologue` (the format is in `deepx_flow.ir.program`).
 The fuser writes these, but a compiled graph can be written as YAML and read back, and a spec
 may hold one written by hand; kernels trust them (an engine generates code from the
 instructions). So a program is checked like any other node: every instruction is an
-elementwise operator with the right number of arguments, every argument names an operand, an
+elementwise operator (or, in a fused node's program or a reduction's prologue, a whole-axis
+softmax along an axis of the result space, see `ir.program`) with the right number of arguments, every argument names an operand, an
 earlier result or a constant that fits its dtype, and every instruction states the dtype its
 operator's own rule gives for its arguments. A program that passes computes what the nodes it
 replaced computed.
@@ -12,15 +13,18 @@ replaced computed.
 
 from __future__ import annotations
 
+import numpy as np
+
 from deepx_flow.errors import GraphError, shown
 from deepx_flow.ir import dtypes
 from deepx_flow.ir.node import Node
-from deepx_flow.ops.common import check_fits
+from deepx_flow.ir.program import WHOLE_AXIS_OPS
+from deepx_flow.ops.common import check_fits, ufunc_dtype
 from deepx_flow.ops.spec import ELEMENTWISE, OpSpec
 
 
 def program_dtype(node: Node, what: str, program, operands: list[Node],
-                  ops: dict[str, OpSpec]) -> str:
+                  ops: dict[str, OpSpec], ndim: int | None = None) -> str:
     """Check the program `what` of `node`; return the dtype of its result.
 
     Parameters
@@ -35,6 +39,9 @@ def program_dtype(node: Node, what: str, program, operands: list[Node],
         What `("in", k)` reads: typed nodes whose dtypes the program's inputs have.
     ops : dict
         The operator table (passed in: this module is part of building it).
+    ndim : int, optional
+        The number of axes of the space the program computes in, where it may hold whole-axis
+        instructions (a fused node's program, a reduction's prologue); None where it may not.
 
     Returns
     -------
@@ -60,6 +67,10 @@ def program_dtype(node: Node, what: str, program, operands: list[Node],
         spec = ops.get(op) if isinstance(op, str) else None
         if spec is None:
             raise GraphError(f"{where}: unknown operator {shown(op)}", node.id)
+        if op in WHOLE_AXIS_OPS:
+            results.append(_whole_axis_dtype(node, what, j, args, dtype, results, operands,
+                                             ndim))
+            continue
         if spec.kind != ELEMENTWISE or not spec.fusable:
             raise GraphError(f"{where}: {op} is not an elementwise operator a program can run",
                              node.id)
@@ -82,6 +93,27 @@ def program_dtype(node: Node, what: str, program, operands: list[Node],
                              f"{rule}, but the instruction states {dtype}", node.id)
         results.append(dtype)
     return results[-1]
+
+
+def _whole_axis_dtype(node: Node, what: str, j: int, args, dtype, results: list[str],
+                      operands: list[Node], ndim: int | None) -> str:
+    """Check a whole-axis instruction `(op, (x, (c, axis, int64)), dtype)`; its dtype."""
+    op = node.attr(what)[j][0]
+    where = f"{node.op}: {what} instruction {j}"
+    if ndim is None:
+        raise GraphError(f"{where}: {op} cannot run in a {what} (only in a fused node's "
+                         "program or a reduction's prologue)", node.id)
+    axis = args[1] if isinstance(args, tuple) and len(args) == 2 else None
+    if not (isinstance(axis, tuple) and len(axis) == 3 and axis[0] == "c" and
+            axis[2] == "int64" and _index(axis[1]) and axis[1] < ndim):
+        raise GraphError(f"{where}: {op} takes [value, [c, axis, int64]] with an axis of the "
+                         f"{ndim}-D result, got {shown(args)}", node.id)
+    x = _argument(node, f"{what} instruction {j}", args[0], j, results, operands)
+    rule = ufunc_dtype(node, np.exp, [x.dtype])
+    if not isinstance(dtype, str) or rule != dtype:
+        raise GraphError(f"{where}: {op} of {x.dtype} gives {rule}, but the instruction "
+                         f"states {shown(dtype)}", node.id)
+    return dtype
 
 
 def _argument(node: Node, label: str, arg, j: int, results: list[str],

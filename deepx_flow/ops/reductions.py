@@ -29,7 +29,7 @@ def _reduced_operand(node, inputs):
     from deepx_flow.ops import OPS
     shape = broadcast(node, [t.shape for t in inputs])
     return Node(node.id, "fused", (), shape,
-                program_dtype(node, "prologue", program, inputs, OPS))
+                program_dtype(node, "prologue", program, inputs, OPS, len(shape)))
 
 
 def _infer_reduce(node, inputs):

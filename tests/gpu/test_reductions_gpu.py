@@ -26,3 +26,17 @@ def test_the_softmax_normalizer_on_the_gpu_adds_up_in_float64():
     got = cupy.asnumpy(tasks.softmax_chunk("softmax", 0, ((),), cupy.asarray(x)))
     shifted = x.astype(np.float64) - x.max(axis=0)
     assert_within_ulps(got, np.exp(shifted) / exact_sum(np.exp(shifted), 0, keepdims=True), 4)
+
+
+def test_a_fused_softmax_entropy_on_the_gpu_is_the_cpu_result():
+    # A program with whole-axis instructions runs one array operation per instruction there.
+    from deepx_flow.ir.program import whole_axis_ref
+    x = np.random.default_rng(2).standard_normal((5000, 33)).astype(np.float32)
+    prologue = (("softmax", (("in", 0), whole_axis_ref(1)), "float32"),
+                ("log_softmax", (("in", 0), whole_axis_ref(1)), "float32"),
+                ("mul", (("t", 0), ("t", 1)), "float32"))
+    cpu = tasks.reduce_partial("sum", prologue, (1,), "float64", x.shape, ((),), x)
+    gpu = tasks.reduce_partial("sum", prologue, (1,), "float64", x.shape, ((),),
+                               cupy.asarray(x))
+    assert isinstance(gpu, cupy.ndarray)
+    np.testing.assert_allclose(cupy.asnumpy(gpu), cpu, rtol=1e-5, atol=1e-6)

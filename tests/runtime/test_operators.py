@@ -171,6 +171,19 @@ def test_softmax(client, op, axis):
     check(results, sm if op == "softmax" else np.log(sm), "float64")
 
 
+@pytest.mark.parametrize("axis", [0, 1])
+def test_softmax_fused_into_its_consumers(client, axis):
+    # The entropy along an axis: both softmaxes and the product run inside the sum's tasks.
+    def build(x):
+        z = x * 3.0
+        return -(dx.softmax(z, axis=axis) * dx.log_softmax(z, axis=axis)).sum(axis=axis)
+    results, _ = run_all_grids(client, build, {"x": A}, "float64")
+    z = A * 3.0
+    log_p = z - z.max(axis=axis, keepdims=True)
+    log_p -= np.log(np.exp(log_p).sum(axis=axis, keepdims=True))
+    check(results, -(np.exp(log_p) * log_p).sum(axis=axis), "float64")
+
+
 def test_transpose_reshape_concat_slice(client):
     def build(x, y):
         t = (x.T * 2.0)[:, 3:30:2]                       # (23, 14)

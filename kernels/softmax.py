@@ -1,0 +1,72 @@
+"""softmax and log_softmax along one axis: the arithmetic every engine shares.
+
+Both subtract the maximum along the axis, exponentiate, and add the exponentials up in the
+accumulator dtype (float64 for floats, as every sum here does; see `tasks`), rounding the
+normalizer to the values' dtype once:
+
+    softmax(x)     = exp(x - max) / sum(exp(x - max))
+    log_softmax(x) = (x - max) - log(sum(exp(x - max)))
+
+`normalize` computes the shared part, `finish` one of the two results from it. The softmax task
+(`tasks.softmax_chunk`) and fused programs holding softmax instructions (`fused_cpu`,
+`fused_gpu`) both call them, so a fused softmax gives the same bits as one run as its own
+task. On NumPy every step can write into a caller's buffer: the blocked evaluator keeps them
+in cache-sized, reused blocks (a fresh chunk-sized temporary costs a page-faulting allocation
+on a Dask worker).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from deepx_flow.ir.dtypes import accumulator
+
+
+class Normalized(NamedTuple):
+    """What softmax and log_softmax of one value along one axis share."""
+
+    shifted: Any    # x - max along the axis
+    exps: Any       # exp(shifted)
+    total: Any      # the sum of exps along the axis (dims kept), in the accumulator dtype
+
+
+def value_dtype(dtype) -> np.dtype:
+    """The dtype softmax computes in for an operand of `dtype` (integers become floats)."""
+    dtype = np.dtype(dtype)
+    return dtype if dtype.kind == "f" else np.result_type(dtype, np.float16)
+
+
+def normalize(x, axis: int, xp=np, shifted=None, exps=None, wide=None) -> Normalized:
+    """The shared part of softmax and log_softmax of `x` (of a float dtype) along `axis`.
+
+    On NumPy, `shifted` and `exps` (x's shape and dtype) and `wide` (x's shape, the
+    accumulator dtype, needed only when it differs from x's) are buffers to write into.
+    """
+    peak = xp.max(x, axis=axis, keepdims=True)
+    shifted = xp.subtract(x, peak, out=shifted)
+    exps = xp.exp(shifted, out=exps)
+    acc = accumulator(x.dtype.name)
+    if xp is not np:
+        total = xp.sum(exps, axis=axis, keepdims=True, dtype=acc)
+    elif acc is None or np.dtype(acc) == exps.dtype:
+        total = exps.sum(axis=axis, keepdims=True)
+    else:
+        # NumPy has no loop adding float32 into float64: casting into a block of its own and
+        # summing there is 1.5x faster than sum(dtype=float64) (see tasks._sum).
+        wide = np.empty(exps.shape, acc) if wide is None else wide
+        np.copyto(wide, exps, casting="unsafe")
+        total = wide.sum(axis=axis, keepdims=True)
+    return Normalized(shifted, exps, total)
+
+
+def finish(op: str, stats: Normalized, xp=np, out=None):
+    """softmax or log_softmax from `normalize`'s result, into `out` when given (which may be
+    `stats.exps` for softmax or `stats.shifted` for log_softmax)."""
+    dtype = stats.exps.dtype
+    if op == "softmax":
+        return xp.divide(stats.exps, stats.total.astype(dtype), out=out)
+    if op == "log_softmax":
+        return xp.subtract(stats.shifted, xp.log(stats.total).astype(dtype), out=out)
+    raise ValueError(f"not a whole-axis operator: {op}")
