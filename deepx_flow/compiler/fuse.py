@@ -11,13 +11,17 @@ After: an equal computation in which
     kernel as a whole-axis instruction (`ir.program`), if the kernel normalizes along no other
     axis: the normalized values are then never stored, and a softmax and a log_softmax of one
     value share their maximum and normalizer;
+  * a cheap elementwise operator (one flop per element) that several kernels read, whose
+    operands are small or stored for another reader anyway, is computed inside each of those
+    kernels instead of being stored: `x - mean` read by a variance and a third moment costs
+    the same reads of `x` either way, and is then never written;
   * a `fused` node that reads a matmul result of the same shape, used nowhere else, becomes the
     matmul's `epilogue` (the product is `in0`; the other operands follow `a` and `b`), unless
     it holds a whole-axis instruction;
   * a `fused` node read only by a reduction becomes the reduction's `prologue`, so the
     elementwise result is never stored: each partial reduction evaluates it chunk by chunk.
-Nodes are never fused across an output or into kernels of several users, so nothing is
-computed twice.
+Nodes are never fused across an output, and into kernels of several users only as above, so
+nothing costly is computed twice.
 """
 
 from __future__ import annotations
@@ -41,6 +45,22 @@ def _is_whole_axis(node: Node) -> bool:
 
 def _is_scalar_const(node: Node) -> bool:
     return node.op == "full" and node.shape == ()
+
+
+def _recomputed(node: Node, graph: Graph, users, kernels: set, outputs: set) -> bool:
+    """Whether an elementwise node read by several kernels is computed in each of them: it
+    costs one flop per element, and reading its operands there reads no more than reading
+    it would (each is small next to it, a scalar, an output or read by another node too), so
+    recomputing it only saves writing it and a task per chunk."""
+    if node.id in outputs or len(kernels) < 2 or None in kernels or \
+            get_op(node.op).flops_per_element > 1:
+        return False
+    for src in node.inputs:
+        operand = graph[src]
+        if not (_is_scalar_const(operand) or 8 * operand.size <= node.size
+                or len(set(users[src])) > 1 or src in outputs):
+            return False
+    return True
 
 
 def _build_program(root: Node, graph: Graph, absorbed: set[str]):
@@ -118,6 +138,8 @@ def fuse_elementwise(graph: Graph) -> Graph:
                      kernel_axis.setdefault(kernel, n.attr("axis")) == n.attr("axis"))
         if joins:
             root[n.id] = kernels.pop()
+        elif not whole and _recomputed(n, graph, users, kernels, outputs):
+            root[n.id] = None  # in each of its users' kernels; its operands join none
         elif not whole or (n.id not in outputs and len(users[n.id]) == 1 and
                            get_op(graph[users[n.id][0]].op).kind == REDUCE):
             root[n.id] = n.id

@@ -1,9 +1,15 @@
 """The fusion pass: which nodes fuse, and that nothing is fused across outputs or fan-out."""
 
+import operator
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
 import deepx_flow as dx
 from deepx_flow.compiler.fuse import fuse_elementwise
 from deepx_flow.compiler.infer import infer_types
 from deepx_flow.compiler.validate import validate_graph
+from tests.compiler.test_inline import evaluate
 from tests.helpers import cluster_with_memory
 
 
@@ -101,3 +107,61 @@ def test_explain_stays_short_for_long_programs_and_values_read_twice():
             assert len(label) < 250 and ("fused " + label) in table
     assert describe((("add", (("in", 0), ("c", 1.0, "float64")), "float64"),
                      ("relu", (("t", 0),), "float64"))) == "relu(add(in0, 1.0))"
+
+
+def standardize(x):
+    """A third moment: `x - mean` is read by two reductions' kernels."""
+    centered = x - x.mean(axis=0)
+    std = dx.sqrt((centered * centered).mean(axis=0))
+    z = centered / std
+    return centered, (z * z * z).mean(axis=0)
+
+
+def test_a_cheap_operator_read_by_several_kernels_is_computed_in_each():
+    x = dx.input("x", (1000, 16))
+    centered, y = standardize(x)
+    g = fused(y)
+    assert centered.node.id not in {n.id for n in g.nodes}
+    prologues = [n.attr("prologue") for n in g.nodes if n.attr("prologue")]
+    assert len(prologues) == 2 and all(p[0][0] == "sub" for p in prologues)
+    # x is stored for the first mean anyway; the mean is small: nothing more is read.
+    assert all(n.inputs[:2] == ("x", g.nodes[1].id) for n in g.nodes if n.attr("prologue"))
+
+
+def test_what_is_not_recomputed():
+    x = dx.input("x", (1000, 16))
+    shared = dx.exp(x)
+    g = fused([shared * 2.0, shared + 1.0])
+    assert g[shared.node.id].op == "fused"  # exp costs more than storing it
+    d = x - dx.input("y", (1000, 16))       # its operands are read by nothing else
+    g = fused([(d * d).sum(axis=0), (d * 3.0).sum(axis=0)])
+    assert g[d.node.id].op == "fused"
+    out = x + 1.0
+    g = fused([out, out * 2.0, out * 3.0])  # an output is stored anyway
+    assert g[out.node.id].op == "fused"
+
+
+@settings(max_examples=30, deadline=None)
+@given(op=st.sampled_from(["sub", "add", "mul", "div"]), users=st.integers(2, 3),
+       reduce=st.booleans(), rows=st.integers(1, 300), memory=st.sampled_from(
+           [2**30, 64 * 2**10, 16 * 2**10]), seed=st.integers(0, 2**20))
+def test_recomputing_does_not_change_results(op, users, reduce, rows, memory, seed):
+    rng = np.random.default_rng(seed)
+    xv = rng.standard_normal((rows, 12)) + 3.0
+    x = dx.input("x", xv.shape, "float64")
+    m = x.mean(axis=0)
+    shared = getattr(operator, {"sub": "sub", "add": "add", "mul": "mul",
+                                "div": "truediv"}[op])(x, m)
+    outs = [dx.tanh(shared * float(i + 1)) for i in range(users)]
+    outs = [o.sum(axis=0) if reduce else o for o in outs] + [m]
+    g = fused(outs)
+    assert shared.node.id not in {n.id for n in g.nodes}
+    got = evaluate(outs, memory, {"x": xv})
+    stored = evaluate(outs + [shared], memory, {"x": xv})[:-1]  # shared as an output
+    mv = xv.mean(axis=0)
+    sv = {"sub": xv - mv, "add": xv + mv, "mul": xv * mv, "div": xv / mv}[op]
+    want = [np.tanh(sv * (i + 1)) for i in range(users)]
+    want = [w.sum(axis=0) if reduce else w for w in want] + [mv]
+    for a, b, w in zip(got, stored, want):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13 * rows)
+        np.testing.assert_allclose(a, w, rtol=1e-12, atol=1e-12 * rows)
