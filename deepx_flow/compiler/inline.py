@@ -88,10 +88,12 @@ def inline_reads(dsk: dict, inlinable: dict, keep) -> dict:
             if key not in calls or key in keep}
 
 
-def inlined_nodes(dsk: dict, graph: Graph) -> dict[str, frozenset]:
+def inlined_nodes(dsk: dict, graph: Graph, chained: dict | None = None
+                  ) -> dict[str, frozenset]:
     """Node id -> the ids of the source nodes whose chunks its tasks read inline (views are
-    left out: they cost nothing). One task of each tensor is looked at: the pass treats a
-    node's chunks alike unless grids are uneven, and this serves labels and policies."""
+    left out: they cost nothing), and of the matmuls `chained` into them
+    (`chained_matmuls`). One task of each tensor is looked at: the pass treats a node's
+    chunks alike unless grids are uneven, and this serves labels and policies."""
     out, seen = {}, set()
     for key, node in dsk.items():
         name = key_name(key)
@@ -103,6 +105,8 @@ def inlined_nodes(dsk: dict, graph: Graph) -> dict[str, frozenset]:
         if inner:
             owner = node_of(name)
             out[owner] = out.get(owner, frozenset()) | inner
+    for node_id, reader in (chained or {}).items():
+        out[reader] = out.get(reader, frozenset()) | {node_id}
     return out
 
 
@@ -144,6 +148,35 @@ def finished_by_reader(node, graph: Graph, part, users, outputs) -> bool:
             and list(reader.inputs).count(node.id) == 1
             and math.prod(len(c) for c in part.chunks[reader.id]) ==
             math.prod(len(c) for c in part.chunks[node.id]))
+
+
+def chained_matmuls(graph: Graph, part) -> dict[str, str]:
+    """Matmuls computed inside the matmul that reads them, a block of rows at a time (the
+    layers of an MLP: `relu(x @ W1 + b1) @ W2`), as node id -> the id of the matmul whose
+    tasks compute it (the last of the chain). The hidden activations are then never stored:
+    each block of rows goes through every layer while it is in cache.
+
+    A matmul chains into its reader when it is no output, its one reader is a matmul that
+    reads it once as its left operand, both are 2-D with their contractions whole (no K
+    partials), and both right operands (the weights) and the reader's columns are one chunk
+    each (so no tile recomputes the chain)."""
+    users = graph.consumers()
+    outputs = {node_id for _, node_id in graph.outputs}
+    chained: dict[str, str] = {}
+    for node in reversed(graph.nodes):  # readers first: a chain's end is known
+        readers = users[node.id]
+        if (get_op(node.op).kind != MATMUL or node.id in outputs or len(readers) != 1
+                or node.ndim != 2):
+            continue
+        reader = graph[readers[0]]
+        if (get_op(reader.op).kind == MATMUL and reader.ndim == 2
+                and reader.inputs[0] == node.id and node.id not in reader.inputs[1:]
+                and len(part.k_chunks[node.id]) == 1 and len(part.k_chunks[reader.id]) == 1
+                and len(part.chunks[reader.id][1]) == 1
+                and all(len(c) == 1 for m in (node, reader)
+                        for c in part.chunks[m.inputs[1]])):
+            chained[node.id] = chained.get(reader.id, reader.id)
+    return chained
 
 
 def main_tasks(node, part) -> int:

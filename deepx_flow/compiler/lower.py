@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from dask.base import tokenize
 
 from deepx_flow.compiler.inline import SOURCE as INLINE_SOURCE
-from deepx_flow.compiler.inline import VIEW, inline_reads
+from deepx_flow.compiler.inline import VIEW, chained_matmuls, inline_reads
 from deepx_flow.compiler.partition import Partition
 from deepx_flow.compiler.taskspec import ref, task
 from deepx_flow.ir import Node, dtypes
@@ -136,6 +136,7 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
         tkey[node.id] = f"{node.id}@{tokenize(content)[:12]}"
     dsk: dict = {}
     inlinable: dict = {}  # key -> (VIEW or INLINE_SOURCE, func, args): func(*args) is it
+    chained = chained_matmuls(graph, part)  # computed inside their readers' tasks
 
     def operand(t_id: str, region: Region):
         return grids[t_id].layout(tkey[t_id], region)
@@ -177,6 +178,10 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
                                                        for t in ins])
                 shape = tuple(b - a for a, b in region)
                 dsk[key] = task(key, K.fused_chunk, program, shape, layouts, *refs)
+        elif kind == MATMUL and node.id in chained:
+            continue
+        elif kind == MATMUL and node.inputs[0] in chained:
+            _lower_matmul_chain(node, graph, chained, grid, name, operands, dsk)
         elif kind == MATMUL:
             _lower_matmul(node, ins, part, grid, name, operands, dsk)
         elif kind == REDUCE:
@@ -256,6 +261,32 @@ def _lower_matmul(node, ins, part, grid, name, operands, dsk):
             last = _tree(partials, fanin, name, idx, dsk, K.combine_partials, "sum")
             dsk[key] = task(key, K.finish_matmul, epilogue, shape, node.dtype, len(last),
                             extra_layouts, *[ref(k) for k in last], *extra_refs)
+
+
+def _lower_matmul_chain(node, graph, chained, grid, name, operands, dsk):
+    """One task per row chunk of the last matmul of a chain (`inline.chained_matmuls`): it
+    reads the first one's rows, every weight and epilogue operand, and runs the rows through
+    every layer (`kernels.tasks.matmul_chain`)."""
+    stages = [node]
+    while stages[0].inputs[0] in chained:
+        stages.insert(0, graph[stages[0].inputs[0]])
+    first = stages[0]
+    a = graph[first.inputs[0]]
+    for idx in chunk_indices(grid.chunks):
+        key = (name, *idx)
+        (m0, m1), _ = grid.region(idx)
+        ids, regions = [a.id], [((m0, m1), (0, a.shape[1]))]
+        for stage in stages:
+            b = graph[stage.inputs[1]]
+            ids.append(b.id)
+            regions.append(((0, b.shape[0]), (0, b.shape[1])))
+            out_region = ((m0, m1), (0, stage.shape[1]))
+            for t in (graph[i] for i in stage.inputs[2:]):
+                ids.append(t.id)
+                regions.append(_broadcast_region(t, out_region))
+        layouts, refs = operands(ids, regions)
+        meta = tuple((s.attr("epilogue"), s.dtype, len(s.inputs) - 2) for s in stages)
+        dsk[key] = task(key, K.matmul_chain, meta, (m1 - m0, node.shape[1]), layouts, *refs)
 
 
 def _lower_reduce(node, ins, part, grid, name, operands, dsk, inlinable):

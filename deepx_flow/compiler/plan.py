@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass
 
 from deepx_flow.compiler.costs import combine_cost, main_cost, measured_task_seconds
-from deepx_flow.compiler.inline import finished_by_reader, main_tasks, predicted_inline
+from deepx_flow.compiler.inline import (chained_matmuls, finished_by_reader, main_tasks,
+                                        predicted_inline)
 from deepx_flow.compiler.lower import Lowered, lower_partition
 from deepx_flow.compiler.partition import Partition, task_count
 from deepx_flow.ir import Graph, dtypes
@@ -87,6 +88,7 @@ class Plan:
         views = {n.id for n in graph.nodes if n.op == "transpose" and n.id not in outputs}
         local = inside | {v for v in views if graph[v].inputs[0] in inside}
         folded: dict = {}  # node id -> (FLOPs, bytes) of the sources it reads inline
+        chained = chained_matmuls(graph, part)  # matmuls computed in a later one's tasks
         users = graph.consumers()
         for node in graph.nodes:
             ins = [graph[i] for i in node.inputs]
@@ -115,11 +117,14 @@ class Plan:
             moved = (sum(operand_bytes) - max(operand_bytes, default=0)) * n_main * remote
             moved += combines * cost.bytes_out * remote
             total_flops = cost.flops * n_main
-            if node.id in inside or node.id in views:
-                if node.id in inside:
-                    reader = next(r for r, sources in inline.items() if node.id in sources)
+            if node.id in inside or node.id in views or node.id in chained:
+                if node.id in inside or node.id in chained:
+                    reader = chained.get(node.id) or next(
+                        r for r, sources in inline.items() if node.id in sources)
                     flops, nbytes = folded.get(reader, (0.0, 0))
-                    folded[reader] = (flops + total_flops, nbytes + cost.bytes_out * n_main)
+                    own_flops, own_bytes = folded.get(node.id, (0.0, 0))
+                    folded[reader] = (flops + total_flops + own_flops,
+                                      nbytes + cost.bytes_out * n_main + own_bytes)
                 rows.append(NodeStats(node.id, _label(node) + " (inside its reader's tasks)",
                                       0, 0, 0.0, 0, 0, 0.0))
                 continue
