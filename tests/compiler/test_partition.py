@@ -7,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 import deepx_flow as dx
 from deepx_flow.compiler.compile import compile_graph
+from deepx_flow.compiler.partition import _balance, _Classes, _count, regular_chunks
 from deepx_flow.config import Settings
 from tests.helpers import cluster_with_memory
 
@@ -218,3 +219,46 @@ def test_measured_seconds_count_the_sources_a_task_reads_inside():
     plan = compile_graph(dx.build_graph(y), cluster, check=True)
     # A task of 1/16 of the work takes 62 ms, over the 20 ms floor: the full 16 tasks.
     assert len(plan.chunks[plan.fused.nodes[0].id][0]) >= 2 * 2 * Settings().chunks_per_thread
+
+
+def _finish(chunks, threads):
+    """When the last of these task sizes ends, longest first to the least loaded thread."""
+    loads = [0] * threads
+    for c in sorted(chunks, reverse=True):
+        loads[loads.index(min(loads))] += c
+    return max(loads)
+
+
+def test_chunks_rounded_to_stored_chunks_end_together(tmp_path):
+    # 2,000 planes stored 62 at a time: halving rounded to stored chunks gives 186 (11
+    # tasks, 6 on one of two threads); 248 makes 9 tasks that end together.
+    x = _stored(tmp_path, (2000, 256, 256), (62, 256, 256))
+    plan = plan_for(x.sum(axis=0), memory=2**34, workers=2, threads=1)
+    planes = plan.chunks[x.node.id][0]
+    assert all(p % 62 == 0 for p in planes[:-1])
+    assert _finish(planes, 2) == min(_finish(regular_chunks(2000, s), 2)
+                                     for s in range(max(planes), 2 * max(planes), 62))
+    assert _finish(planes, 2) < _finish(regular_chunks(2000, 186), 2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(stored=st.integers(1, 40), blocks=st.integers(2, 80), threads=st.integers(1, 8),
+       part=st.integers(1, 39))
+def test_balanced_chunks_finish_no_later_than_the_halved_ones(stored, blocks, threads, part):
+    # Whatever the extent, stored chunk and thread count, the chosen grid ends no later than
+    # plain halving rounded up to stored chunks would (the size the balance step starts at).
+    extent = stored * (blocks - 1) + min(part, stored)
+    classes = _Classes()
+    classes.add("a", extent)
+    classes.prefer("a", stored)
+    before = classes.chunk("a")
+    while _count(extent, classes.chunk("a")) < 4 * threads and classes.chunk("a") > stored:
+        before = classes.chunk("a")
+        classes.halve("a")
+    halved = classes.chunk("a")
+    _balance(classes, "a", before, ["a"], threads)
+    chosen = classes.chunk("a")
+    assert chosen % stored == 0 or chosen == halved
+    assert halved <= chosen < max(before, halved + 1)
+    assert _finish(regular_chunks(extent, chosen), threads) <= \
+        _finish(regular_chunks(extent, halved), threads)
