@@ -17,7 +17,7 @@ from deepx_flow.kernels.dispatch import array_module
 
 
 def evaluate(program: Program, arrays: Sequence[Any], out_shape: tuple[int, ...],
-             out: Any = None) -> Any:
+             out: Any = None, fixed: dict | None = None) -> Any:
     """Evaluate a fused elementwise program on the device its input arrays live on.
 
     Parameters
@@ -32,6 +32,8 @@ def evaluate(program: Program, arrays: Sequence[Any], out_shape: tuple[int, ...]
     out
         A NumPy array to write the result into where it fits (see `fused_cpu.evaluate`); the
         GPU engine allocates its own.
+    fixed
+        Values of instructions computed once already (`fused_cpu.hoisted`); CPU only.
 
     Returns
     -------
@@ -42,4 +44,4 @@ def evaluate(program: Program, arrays: Sequence[Any], out_shape: tuple[int, ...]
     if array_module(*arrays) is not np:
         from deepx_flow.kernels import fused_gpu
         return fused_gpu.evaluate(program, arrays, out_shape)
-    return fused_cpu.evaluate(program, arrays, out_shape, out=out)
+    return fused_cpu.evaluate(program, arrays, out_shape, out=out, fixed=fixed)

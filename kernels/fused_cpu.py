@@ -116,7 +116,7 @@ _INT_MAXMIN_COST_NS = (3.0, 2.6, 0.7, 0.9)
 
 
 def evaluate(program: Program, arrays: Sequence[np.ndarray], out_shape: tuple[int, ...],
-             out: np.ndarray | None = None) -> np.ndarray:
+             out: np.ndarray | None = None, fixed: dict | None = None) -> np.ndarray:
     """Evaluate a fused elementwise program on NumPy arrays in one pass over memory.
 
     Takes the numexpr path when numexpr can run the program exactly and the cost table
@@ -134,6 +134,10 @@ def evaluate(program: Program, arrays: Sequence[np.ndarray], out_shape: tuple[in
         Where to write the result, if given: a C-contiguous array of `out_shape` and the
         result's dtype, which may be one of `arrays` (a matmul's epilogue overwrites its
         product: each block is read before it is written). Ignored where it does not fit.
+    fixed
+        Instruction index -> its value, computed once already (`hoisted`): a caller that
+        evaluates a program block by block computes what every block shares only once. The
+        blocked path uses them; numexpr computes everything.
 
     Returns
     -------
@@ -160,7 +164,7 @@ def evaluate(program: Program, arrays: Sequence[np.ndarray], out_shape: tuple[in
     if compiled is not None:
         result = _run_numexpr(src, compiled, arrays, shape, BLOCK_ELEMENTS, out)
     else:
-        result = _run_blocked(program, arrays, shape, BLOCK_ELEMENTS, out)
+        result = _run_blocked(program, arrays, shape, BLOCK_ELEMENTS, out, fixed)
     return _widen(result, out_shape)
 
 
@@ -457,8 +461,40 @@ def iter_blocks(shape: tuple[int, ...], max_elements: int) -> Iterator[Any]:
             yield outer + (slice(start, min(start + step, shape[k])),)
 
 
+def hoisted(program: Program, arrays: Sequence[np.ndarray], invariant: set[int]) -> dict:
+    """The values of the instructions that read only inputs in `invariant` (those every block
+    of a blockwise evaluation shares: a bias, `sqrt(variance)`), constants and one another,
+    each computed once at its own (broadcast) shape exactly as the blocked path computes it;
+    for `evaluate(..., fixed=)`. The last instruction and whole-axis ones are left out.
+
+    Parameters
+    ----------
+    invariant
+        Indices of the inputs that are the same for every block.
+    """
+    out: dict = {}
+    with np.errstate(all="ignore"):
+        for j, (op, args, dtype) in enumerate(program[:-1]):
+            if op in WHOLE_AXIS_OPS or not all(
+                    a[0] == "c" or (a[0] == "in" and a[1] in invariant) or
+                    (a[0] == "t" and a[1] in out) for a in args):
+                continue
+            operands = [np.asarray(arrays[a[1]]) if a[0] == "in" else out[a[1]]
+                        if a[0] == "t" else constant(a[1], a[2]) for a in args]
+            shape = np.broadcast_shapes(*[np.shape(o) for o in operands])
+            value = np.empty(shape, dtype)
+            if dtype == "float16" and op in ("sigmoid", "gelu"):  # as `_run_blocked` does
+                work = np.empty(shape, "float32")
+                apply_op(op, operands, "float32", np, out=work)
+                np.copyto(value, work, casting="unsafe")
+            else:
+                apply_op(op, operands, dtype, np, out=value)
+            out[j] = value
+    return out
+
+
 def _run_blocked(program: Program, arrays: list[np.ndarray], shape, block_elements: int,
-                 out: np.ndarray | None = None) -> np.ndarray:
+                 out: np.ndarray | None = None, fixed: dict | None = None) -> np.ndarray:
     n = len(program)
     out = np.empty(shape, dtype=program[-1][2]) if out is None else out
     views = {k: np.broadcast_to(arrays[k], shape)
@@ -490,6 +526,9 @@ def _run_blocked(program: Program, arrays: list[np.ndarray], shape, block_elemen
             values: list[Any] = [None] * n
             shared: dict = {}
             for j, (op, args, dtype) in enumerate(program):
+                if fixed and j in fixed:
+                    values[j] = fixed[j]
+                    continue
                 operands = [views[a[1]][key] if a[0] == "in" else values[a[1]] if a[0] == "t"
                             else consts[(j, i)] for i, a in enumerate(args)]
                 dest = target if j == n - 1 else buffers[slots[j]][:m].reshape(bshape)

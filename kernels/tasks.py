@@ -16,7 +16,7 @@ import numpy as np
 
 from deepx_flow.ir.dtypes import accumulator
 from deepx_flow.ir.program import whole_axes
-from deepx_flow.kernels import dispatch, fused, softmax
+from deepx_flow.kernels import dispatch, fused, fused_cpu, softmax
 from deepx_flow.kernels.random import random_chunk
 
 
@@ -224,11 +224,17 @@ def _reduce_blocks(op, prologue, arrays, axes, acc_dtype, space_shape):
     into one reused buffer and reduced there: its values never fill a chunk-sized array (a
     fresh, page-faulting allocation on a worker, and a round trip through memory)."""
     ndim = len(space_shape)
+    # What every block shares (a mean, sqrt of a variance) is computed once, not per block.
+    axis = _block_axis(space_shape)
+    fixed = None
+    if fused_cpu.engine_for(prologue, [a.dtype.name for a in arrays]) == "blocked":
+        fixed = fused_cpu.hoisted(prologue, arrays, {
+            k for k, a in enumerate(arrays) if _rows_of(a, ndim, axis, 0, 1) is a})
 
     def block_of(rows, into):
         lo, hi = rows[-1].start, rows[-1].stop
         pieces = [_rows_of(a, ndim, len(rows) - 1, lo, hi) for a in arrays]
-        return fused.evaluate(prologue, pieces, into.shape, out=into)
+        return fused.evaluate(prologue, pieces, into.shape, out=into, fixed=fixed)
 
     return _reduce_by_rows(op, space_shape, prologue[-1][2], axes, acc_dtype, block_of)
 

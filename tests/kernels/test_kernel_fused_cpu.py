@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deepx_flow.errors import ExecutionError
-from deepx_flow.kernels import fused, fused_cpu, fused_numexpr
+from deepx_flow.kernels import fused, fused_cpu, fused_numexpr, tasks
 from deepx_flow.kernels.elementwise import apply_op, constant
 from tests.kernels.cases import chain10
 from tests.kernels.cases import (ALL_CASES, NE_DTYPES, assert_matches, case_id, fused as one_op,
@@ -497,3 +497,45 @@ def test_an_out_array_that_does_not_fit_is_not_used():
     out = np.zeros((50, 60), np.float32)
     got = fused_cpu.evaluate(program, [small, small], (50, 60), out=out)
     assert got is not out and got.shape == (50, 60)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=programs(), seed=st.integers(0, 2**16), data=st.data())
+def test_values_hoisted_out_of_the_blocks_change_no_bit(case, seed, data):
+    # Instructions reading only inputs that every block shares are computed once
+    # (`hoisted`), at their own shape; the blocks then read those values.
+    program, in_dtypes, shapes = case
+    rng = np.random.default_rng(seed)
+    arrays = [rng.uniform(-2, 2, s).astype(d) for s, d in zip(shapes, in_dtypes)]
+    out_shape = tuple(np.broadcast_shapes(*shapes))
+    # Blocks of one row of the last axis: the inputs every block shares are those of size 1
+    # along every other axis (a row vector, a scalar); some of those are declared shared.
+    row = out_shape[-1] if out_shape else 1
+    shared = [k for k, s in enumerate(shapes) if all(n == 1 for n in s[:-1])]
+    invariant = set(data.draw(st.sets(st.sampled_from(shared)))) if shared else set()
+    fixed = fused_cpu.hoisted(program, arrays, invariant)
+    assert len(program) - 1 not in fixed
+    if invariant == set(range(len(arrays))):  # everything but the last one is hoisted
+        assert set(fixed) == set(range(len(program) - 1))
+    want = fused_cpu.evaluate_blocked(program, arrays, out_shape, block_elements=row)
+    got = fused_cpu._run_blocked(program, [np.asarray(a) for a in arrays], out_shape, row,
+                                 fixed=fixed)
+    np.testing.assert_array_equal(np.broadcast_to(got, out_shape), want)
+
+
+def test_a_reduction_computes_what_its_blocks_share_once():
+    # sqrt of a broadcast variance inside a third moment's prologue: computed once per task.
+    x = np.random.default_rng(4).standard_normal((5000, 6)).astype(np.float32)
+    mean, var = x.mean(0), x.var(0)
+    prologue = (("sub", (("in", 0), ("in", 1)), "float32"),
+                ("sqrt", (("in", 2),), "float32"),
+                ("div", (("t", 0), ("t", 1)), "float32"),
+                ("mul", (("t", 2), ("t", 2)), "float32"))
+    fixed = fused_cpu.hoisted(prologue, [x, mean, var], {1, 2})
+    assert set(fixed) == {1} and fixed[1].shape == (6,)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tasks, "REDUCE_BLOCK_ELEMENTS", 60)
+        got = tasks.reduce_partial("sum", prologue, (0,), "float64", x.shape,
+                                   [(), (), ()], x, mean, var)
+    z = (x.astype(np.float64) - mean) / np.sqrt(var.astype(np.float64))
+    np.testing.assert_allclose(got[0], (z * z).sum(0), rtol=1e-5)
