@@ -464,8 +464,9 @@ def iter_blocks(shape: tuple[int, ...], max_elements: int) -> Iterator[Any]:
 def hoisted(program: Program, arrays: Sequence[np.ndarray], invariant: set[int]) -> dict:
     """The values of the instructions that read only inputs in `invariant` (those every block
     of a blockwise evaluation shares: a bias, `sqrt(variance)`), constants and one another,
-    each computed once at its own (broadcast) shape exactly as the blocked path computes it;
-    for `evaluate(..., fixed=)`. The last instruction and whole-axis ones are left out.
+    each computed once at its own (broadcast) shape with the arithmetic of the blocked path;
+    for `evaluate(..., fixed=)`, which cuts them into blocks as it cuts the inputs. The last
+    instruction and whole-axis ones are left out.
 
     Parameters
     ----------
@@ -503,6 +504,7 @@ def _run_blocked(program: Program, arrays: list[np.ndarray], shape, block_elemen
               for j, (_, args, _) in enumerate(program) for i, a in enumerate(args)
               if a[0] == "c"}
     slots, slot_dtypes, scratch = _allocate(program)
+    fixed_views = {j: np.broadcast_to(v, shape) for j, v in (fixed or {}).items()}
     whole = whole_axes(program)
     block = max(1, min(int(block_elements), math.prod(shape)),
                 math.prod(shape[whole[0]:]) if whole else 0)
@@ -527,7 +529,7 @@ def _run_blocked(program: Program, arrays: list[np.ndarray], shape, block_elemen
             shared: dict = {}
             for j, (op, args, dtype) in enumerate(program):
                 if fixed and j in fixed:
-                    values[j] = fixed[j]
+                    values[j] = fixed_views[j][key]  # cut like an input
                     continue
                 operands = [views[a[1]][key] if a[0] == "in" else values[a[1]] if a[0] == "t"
                             else consts[(j, i)] for i, a in enumerate(args)]

@@ -300,9 +300,10 @@ def _evaluate_stepwise(program: Program, arrays: list, out_shape: tuple[int, ...
     """A program with whole-axis instructions, one array operation per instruction at the
     output shape (an ElementwiseKernel sees one element at a time, a softmax a whole axis).
     softmax and log_softmax of one value along one axis share their normalizer."""
+    last_use = {a[1]: j for j, (_, args, _) in enumerate(program) for a in args if a[0] == "t"}
     values: list[Any] = []
     shared: dict = {}
-    for op, args, dtype in program:
+    for j, (op, args, dtype) in enumerate(program):
         operands = [xp.broadcast_to(arrays[a[1]], out_shape) if a[0] == "in" else
                     values[a[1]] if a[0] == "t" else constant(a[1], a[2], xp) for a in args]
         if op in WHOLE_AXIS_OPS:
@@ -313,6 +314,10 @@ def _evaluate_stepwise(program: Program, arrays: list, out_shape: tuple[int, ...
             values.append(softmax.finish(op, shared[group], xp))
         else:
             values.append(apply_op(op, operands, dtype, xp))
+        for a in args:  # free what no later instruction reads
+            if a[0] == "t" and last_use[a[1]] == j:
+                values[a[1]] = None
+                shared = {g: v for g, v in shared.items() if g[0] != a}
     result = values[-1]
     if result.shape != out_shape:
         result = xp.broadcast_to(result, out_shape)
@@ -348,6 +353,8 @@ def evaluate(program: Program, arrays: Sequence[Any], out_shape: tuple[int, ...]
     out_shape = tuple(int(s) for s in out_shape)
     dtype = program[-1][2]
     if whole_axes(program):
+        if math.prod(out_shape) == 0:
+            return cupy.empty(out_shape, dtype=dtype)
         return _evaluate_stepwise(program, arrays, out_shape, cupy)
     if not used:
         # No array input: evaluate once on 0-d operands; an ElementwiseKernel needs an input.

@@ -52,10 +52,11 @@ def normalize(x, axis: int, xp=np, shifted=None, exps=None, wide=None) -> Normal
         total = xp.sum(exps, axis=axis, keepdims=True, dtype=acc)
     elif acc is None or np.dtype(acc) == exps.dtype:
         total = exps.sum(axis=axis, keepdims=True)
+    elif wide is None:  # no chunk-sized float64 copy where the caller gives no buffer
+        total = exps.sum(axis=axis, keepdims=True, dtype=acc)
     else:
         # NumPy has no loop adding float32 into float64: casting into a block of its own and
         # summing there is 1.5x faster than sum(dtype=float64) (see tasks._sum).
-        wide = np.empty(exps.shape, acc) if wide is None else wide
         np.copyto(wide, exps, casting="unsafe")
         total = wide.sum(axis=axis, keepdims=True)
     return Normalized(shifted, exps, total)

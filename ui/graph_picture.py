@@ -31,7 +31,8 @@ def fused_members(graph, fused) -> dict[str, str]:
     """Node id of `graph` -> id of the node of `fused` (the fusion pass's result) whose tasks
     compute it. A fused node computes the nodes between it and its own inputs: walking back
     from it through the original graph, stopping at its inputs, finds them. A scalar
-    constant that several kernels inline as a literal goes with the first; nodes no task
+    constant that several kernels inline as a literal, or a cheap operator the fusion
+    computes inside several kernels, goes with the first; nodes no task
     computes (an unused constant the pass dropped) are left out."""
     nodes = {n.id: n for n in graph.nodes}
     owner: dict[str, str] = {}

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from deepx_flow.ir import Node, dtypes
+from deepx_flow.ir.program import whole_axes
 from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, LAYOUT, MATMUL, REDUCE, SOURCE, get_op)
 
 ChunkOf = Callable[[str], tuple[int, ...]]
@@ -38,6 +39,23 @@ def program_flops(program) -> float:
     return sum(get_op(op).flops_per_element for op, _, _ in program)
 
 
+# Elements of the evaluators' reused block buffers (`kernels.fused_cpu.BLOCK_ELEMENTS`): below
+# this a program's temporaries are negligible next to its chunks.
+BLOCK_ELEMENTS = 1 << 18
+
+
+def whole_axis_scratch(program, chunk) -> int:
+    """Bytes a program's temporaries take when it holds whole-axis instructions: its blocks
+    keep every axis from the first whole one on whole, so where those axes hold more than a
+    block (a softmax along axis 0), each temporary, the normalizer's two buffers and its
+    float64 sum are that large (8 bytes an element each, an upper bound)."""
+    axes = whole_axes(program)
+    if not axes:
+        return 0
+    block = math.prod(chunk[axes[0]:])
+    return 8 * block * (len(program) + 3) if block > BLOCK_ELEMENTS else 0
+
+
 def reduce_space(inputs: list[Node]) -> tuple[int, ...]:
     """Shape of the tensor a reduction reduces: its prologue's result (the broadcast of its
     inputs), or its single input."""
@@ -59,8 +77,8 @@ def main_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, space_chunk=Non
     if spec.kind == ELEMENTWISE:
         program = node.attr("program") or ((node.op, (), node.dtype),)
         # Inputs, the result, and room for one cast copy of it.
-        return TaskCost(in_bytes + 2 * out_bytes, n_out * program_flops(program), in_bytes,
-                        out_bytes)
+        return TaskCost(in_bytes + 2 * out_bytes + whole_axis_scratch(program, out_chunk),
+                        n_out * program_flops(program), in_bytes, out_bytes)
     if spec.kind == MATMUL:
         a, b = inputs[0], inputs[1]
         m, n = out_chunk[-2], out_chunk[-1]
@@ -85,7 +103,8 @@ def main_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, space_chunk=Non
         partial = _nbytes(tuple(1 if i in node.attr("axes") else s
                                 for i, s in enumerate(space)), acc)
         flops = n_space * (1 + (program_flops(prologue) if prologue else 0))
-        return TaskCost(in_bytes + operand + 2 * partial, flops, in_bytes, partial)
+        scratch = whole_axis_scratch(prologue, space)
+        return TaskCost(in_bytes + operand + 2 * partial + scratch, flops, in_bytes, partial)
     if spec.kind == AXIS_WHOLE:
         # When the operand is split along the axis, its rows arrive in pieces that are then
         # assembled: both are held at once.

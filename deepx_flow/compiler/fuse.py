@@ -2,15 +2,17 @@
 
 Before: a validated, typed graph.
 After: an equal computation in which
-  * every elementwise operator belongs to exactly one `fused` node whose `program` attribute
-    lists its operations (see `deepx_flow.ir.program`); elementwise nodes whose users all
+  * every elementwise operator belongs to a `fused` node whose `program` attribute lists its
+    operations (see `deepx_flow.ir.program`), exactly one but for the cheap operators
+    recomputed in several kernels (below); elementwise nodes whose users all
     belong to one kernel, and which are not outputs, join that kernel, which keeps the id of
     its root so its users and the outputs still find it;
   * scalar constants (`full` of shape ()) are inlined into programs as literals;
   * a softmax or log_softmax whose users are all in one kernel of its own shape joins that
     kernel as a whole-axis instruction (`ir.program`), if the kernel normalizes along no other
     axis: the normalized values are then never stored, and a softmax and a log_softmax of one
-    value share their maximum and normalizer;
+    value share their maximum and normalizer; a softmax read only by a reduction becomes a
+    kernel of its own, and so the reduction's prologue;
   * a cheap elementwise operator (one flop per element) that several kernels read, whose
     operands are small or stored for another reader anyway, is computed inside each of those
     kernels instead of being stored: `x - mean` read by a variance and a third moment costs
@@ -110,9 +112,11 @@ def _build_program(root: Node, graph: Graph, absorbed: set[str]):
     return tuple(program), inputs
 
 
-def fuse_elementwise(graph: Graph) -> Graph:
+def fuse_elementwise(graph: Graph, join_softmax: bool = True) -> Graph:
     """Group elementwise trees into `fused` nodes, then into matmul epilogues and reduction
-    prologues; see the module docstring for what holds after."""
+    prologues; see the module docstring for what holds after. With `join_softmax` False,
+    softmaxes stay nodes of their own (the compiler's fallback when a fused one's whole axis
+    makes a plan that cannot fit)."""
     users = graph.consumers()
     outputs = set(graph.output_ids)
 
@@ -127,7 +131,7 @@ def fuse_elementwise(graph: Graph) -> Graph:
     root: dict[str, str] = {}
     kernel_axis: dict[str, int] = {}
     for n in reversed(graph.nodes):
-        whole = _is_whole_axis(n)
+        whole = join_softmax and _is_whole_axis(n)
         if not (whole or _is_elementwise(n)):
             continue
         kernels = {root.get(u) for u in users[n.id]}

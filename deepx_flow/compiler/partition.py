@@ -41,6 +41,7 @@ How it chooses:
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, field
 
@@ -534,20 +535,36 @@ def _balance(classes: _Classes, key, before: int, keys: list, threads: int) -> N
     of 5. On a tie the smaller chunks stay (finer tasks balance better on a busy worker)."""
     root = classes.find(key)
     step = classes.step.get(root, 1)
-    if step <= 1:
-        return
     extent = classes.extent[root]
     others = math.prod(_count(classes.extent[classes.find(k)], classes.chunk(k))
                        for k in keys if classes.find(k) != root)
+    # Beyond a few tasks per thread the last one's unevenness is small; and a node with two
+    # axes in this class (x + x.T) is left alone, its tasks not being counted here.
+    if step <= 1 or sum(classes.find(k) == root for k in keys) > 1 or \
+            _count(extent, classes.chunk(key)) * others > 16 * threads:
+        return
     best, best_time = classes.chunk(key), None
-    for size in range(best, before, step):
-        full, rest = divmod(extent, size)
-        loads = [0] * threads
-        for chunk in [size] * (full * others) + [rest] * (others if rest else 0):
-            loads[loads.index(min(loads))] += chunk  # longest first: to the least loaded
-        if best_time is None or max(loads) < best_time:
-            best, best_time = size, max(loads)
-    classes.size[root] = best
+    sizes = sorted({-(-(-(-extent // n)) // step) * step
+                    for n in range(1, _count(extent, best) + 1)} | {best})
+    for size in (s for s in sizes if best <= s < before):
+        finish = _finish_time(extent, size, others, threads)
+        if best_time is None or finish < best_time:
+            best, best_time = size, finish
+    if best != classes.size[root]:
+        classes.size[root] = best
+        classes.halvings += 1  # chunk sizes changed (`concat_chunk` caches on this)
+
+
+def _finish_time(extent: int, size: int, others: int, threads: int) -> int:
+    """When the last of `others` rows of tasks along an axis of `extent` in chunks of `size`
+    ends, longest first to the least loaded of `threads` (in units of the axis)."""
+    full, rest = divmod(extent, size)
+    rounds, extra = divmod(full * others, threads)
+    loads = [(rounds + 1) * size] * extra + [rounds * size] * (threads - extra)
+    heapq.heapify(loads)
+    for _ in range(others if rest else 0):
+        heapq.heapreplace(loads, loads[0] + rest)
+    return max(loads)
 
 
 def _count(extent: int, size: int) -> int:

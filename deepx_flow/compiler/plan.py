@@ -86,9 +86,10 @@ class Plan:
         inside = {s for sources in inline.values() for s in sources}
         outputs = {node_id for _, node_id in graph.outputs}
         views = {n.id for n in graph.nodes if n.op == "transpose" and n.id not in outputs}
-        local = inside | {v for v in views if graph[v].inputs[0] in inside}
-        folded: dict = {}  # node id -> (FLOPs, bytes) of the sources it reads inline
         chained = chained_matmuls(graph, part)  # matmuls computed in a later one's tasks
+        # Nothing moves to read these: they are computed where they are read.
+        local = inside | set(chained) | {v for v in views if graph[v].inputs[0] in inside}
+        folded: dict = {}  # node id -> (FLOPs, bytes) of the sources it reads inline
         users = graph.consumers()
         for node in graph.nodes:
             ins = [graph[i] for i in node.inputs]
@@ -136,9 +137,14 @@ class Plan:
         # Nodes whose operator every worker has measured (`registry/speeds.py`) take the
         # measured time, shared among the threads; the others are estimated from rates.
         measured_s, estimated = 0.0, []
+        # A task's label names what it computes inside, as the run records it: the sources
+        # it reads, and the matmuls chained into it with the sources they read.
+        inside_of = {n.id: set(inline.get(n.id, ())) for n in graph.nodes}
+        for c, reader in chained.items():
+            inside_of[reader] |= {c} | set(inline.get(c, ()))
         for r, n in zip(rows, graph.nodes):
             seconds = _measured_task_seconds(n, r, cluster,
-                                             [graph[i] for i in inline.get(n.id, ())])
+                                             [graph[i] for i in sorted(inside_of[n.id])])
             if seconds is None:
                 estimated.append((r, n))
             else:

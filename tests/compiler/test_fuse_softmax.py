@@ -168,3 +168,24 @@ def test_a_softmax_read_by_a_reduction_is_its_prologue():
     assert [op for op, _, _ in red.attr("prologue")] == ["softmax"]
     assert whole_axes(red.attr("prologue")) == (1,)
     assert [n.op for n in g.nodes].count("log_softmax") == 1  # along another axis: a node
+
+
+def test_a_graph_that_fits_with_its_softmaxes_unfused_is_not_refused_for_fusing_them():
+    # Two softmaxes of one tensor along different axes, each read by a kernel: fused, both
+    # axes of x would have to stay whole (more than the budget); the compiler fuses again
+    # with the softmaxes as nodes of their own, which read x in pieces.
+    from deepx_flow.compiler.compile import compile_graph
+    from tests.helpers import cluster_with_memory
+    x = dx.input("x", (1000, 1000))
+    outputs = [dx.softmax(x, axis=0) * 2.0, dx.softmax(x, axis=1) * 3.0]
+    plan = compile_graph(dx.build_graph(outputs), cluster_with_memory(16 * 2**20),
+                         check=True)
+    assert [n.op for n in plan.fused.nodes].count("softmax") == 2
+    values = np.random.default_rng(1).standard_normal((1000, 1000)).astype(np.float32)
+    got = evaluate(outputs, 16 * 2**20, {"x": values})
+    for g, axis, k in zip(got, (0, 1), (2.0, 3.0)):
+        np.testing.assert_allclose(g, np.exp(np_log_softmax(values.astype(np.float64), axis))
+                                   * k, rtol=1e-5, atol=1e-8)
+    # With room, they are fused.
+    plan = compile_graph(dx.build_graph(outputs), cluster_with_memory(2**30), check=True)
+    assert "softmax" not in [n.op for n in plan.fused.nodes]

@@ -539,3 +539,18 @@ def test_a_reduction_computes_what_its_blocks_share_once():
                                    [(), (), ()], x, mean, var)
     z = (x.astype(np.float64) - mean) / np.sqrt(var.astype(np.float64))
     np.testing.assert_allclose(got[0], (z * z).sum(0), rtol=1e-5)
+
+
+def test_hoisted_values_are_cut_like_inputs_when_a_row_is_longer_than_a_block():
+    # A prologue block of rows is cut again by the blocked path when one row passes
+    # BLOCK_ELEMENTS: the hoisted per-column values must be cut with it.
+    n = fused_cpu.BLOCK_ELEMENTS + 8
+    x = np.random.default_rng(6).standard_normal((3, n)).astype(np.float32)
+    mean, var = x.mean(0, keepdims=True), x.var(0, keepdims=True) + 1
+    prologue = (("sub", (("in", 0), ("in", 1)), "float32"),
+                ("sqrt", (("in", 2),), "float32"),
+                ("div", (("t", 0), ("t", 1)), "float32"))
+    got = tasks.reduce_partial("sum", prologue, (0,), "float64", x.shape, [(), (), ()],
+                               x, mean, var)
+    want = ((x - mean) / np.sqrt(var)).astype(np.float64).sum(0, keepdims=True)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
