@@ -18,9 +18,11 @@ is cheaper than reading it again per reader. So is one read twice by the same ta
 reads each chunk of `x` as both operands).
 
 `predicted_inline(graph)` says, before any lowering, which source nodes a node's tasks are
-expected to read inline, and `finished_by_reader` which reductions finish inside a reader:
-the plan's estimates (`Plan.stats`) and the labels speeds are measured under
-(`ir.program.speed_label`) follow them. Inputs bound at run time are left
+expected to read inline, `finished_by_reader` which reductions finish inside a reader, and
+`chained_matmuls` (given the partition) which matmuls the lowering computes inside a later
+one's tasks: the plan's estimates (`Plan.stats`) and the labels speeds are measured under
+(`ir.program.speed_label`) follow them; the partitioner, which runs before the chains are
+known, looks a chain's last matmul up under its own label. Inputs bound at run time are left
 out of it (only a file input is read inline; data held in the graph is not).
 """
 
