@@ -114,7 +114,7 @@ def test_each_kernel_owns_exactly_what_its_program_computes(outputs, memory):
         # What the members read from outside the kernel is exactly the kernel's inputs
         # (a scalar constant two kernels inline as a literal belongs to the first).
         outside = {i for m in mine for i in graph[m].inputs
-                   if owner.get(i) != kernel.id and not scalar(graph[i])}
+                   if i not in mine and not scalar(graph[i])}
         assert outside == set(kernel.inputs)
         # Its operators are the members' (scalar constants become literals in programs).
         ops = sorted(graph[m].op for m in mine if not scalar(graph[m]))
