@@ -483,14 +483,7 @@ def hoisted(program: Program, arrays: Sequence[np.ndarray], invariant: set[int])
             operands = [np.asarray(arrays[a[1]]) if a[0] == "in" else out[a[1]]
                         if a[0] == "t" else constant(a[1], a[2]) for a in args]
             shape = np.broadcast_shapes(*[np.shape(o) for o in operands])
-            value = np.empty(shape, dtype)
-            if dtype == "float16" and op in ("sigmoid", "gelu"):  # as `_run_blocked` does
-                work = np.empty(shape, "float32")
-                apply_op(op, operands, "float32", np, out=work)
-                np.copyto(value, work, casting="unsafe")
-            else:
-                apply_op(op, operands, dtype, np, out=value)
-            out[j] = value
+            out[j] = _apply(op, operands, dtype, np.empty(shape, dtype))
     return out
 
 
@@ -543,14 +536,23 @@ def _run_blocked(program: Program, arrays: list[np.ndarray], shape, block_elemen
                         shared[group] = _normalized(operands[0], axis, dtype, m, bshape,
                                                     groups[group])
                     softmax.finish(op, shared[group], np, out=dest)
-                elif dtype == "float16" and op in ("sigmoid", "gelu"):
-                    work = f32[:m].reshape(bshape)
-                    apply_op(op, operands, "float32", np, out=work)
-                    np.copyto(dest, work, casting="unsafe")
                 else:
-                    apply_op(op, operands, dtype, np, out=dest)
+                    _apply(op, operands, dtype, dest,
+                           f32[:m].reshape(bshape) if f32 is not None else None)
                 values[j] = dest
     return out
+
+
+def _apply(op: str, operands: list, dtype: str, dest: np.ndarray, work=None) -> np.ndarray:
+    """One instruction into `dest`. float16 sigmoid and gelu compute in float32 (in `work`,
+    a float32 buffer of dest's shape, when given) and round once."""
+    if dtype == "float16" and op in ("sigmoid", "gelu"):
+        work = np.empty(dest.shape, "float32") if work is None else work
+        apply_op(op, operands, "float32", np, out=work)
+        np.copyto(dest, work, casting="unsafe")
+    else:
+        apply_op(op, operands, dtype, np, out=dest)
+    return dest
 
 
 def _normalized(x, axis: int, dtype: str, m: int, bshape, buffers) -> softmax.Normalized:

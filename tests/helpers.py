@@ -73,3 +73,14 @@ def assert_within_ulps(actual, expected, ulps: float = 1) -> None:
                              f"{ulps:g} ulp from the reference rounded to {actual.dtype}; worst "
                              f"at {at}: {actual[at]!r} vs {rounded[at]!r} "
                              f"({error[at] / step[at]:.3g} ulp)")
+
+
+def rows_of_infinities() -> np.ndarray:
+    """A (6, 4) float32 block whose rows hold +inf, one -inf, all -inf, a NaN and zeros: the
+    edge cases of a softmax along its rows."""
+    x = np.zeros((6, 4), np.float32)
+    x[0] = np.inf
+    x[1, 0] = -np.inf
+    x[2] = -np.inf
+    x[3, 1] = np.nan
+    return x

@@ -66,6 +66,16 @@ class Plan:
         """The Dask graph of this plan with `sources` bound to its inputs."""
         return lower_partition(self.partition, sources, to_host, inline)
 
+    @property
+    def chained(self) -> dict[str, str]:
+        """Matmuls computed inside a later matmul's tasks (`inline.chained_matmuls`), found
+        once per plan (the stats and every run ask)."""
+        chained = self.__dict__.get("_chained")
+        if chained is None:
+            chained = chained_matmuls(self.fused, self.partition)
+            object.__setattr__(self, "_chained", chained)  # frozen: a memo, not a field
+        return chained
+
     def stats(self) -> PlanStats:
         """Per-node tasks and costs, and the compute/communication estimate (worked out
         once per plan: a run asks for them several times, and a plan never changes)."""
@@ -86,7 +96,7 @@ class Plan:
         inside = {s for sources in inline.values() for s in sources}
         outputs = {node_id for _, node_id in graph.outputs}
         views = {n.id for n in graph.nodes if n.op == "transpose" and n.id not in outputs}
-        chained = chained_matmuls(graph, part)  # matmuls computed in a later one's tasks
+        chained = self.chained  # matmuls computed in a later one's tasks
         # Nothing moves to read these: they are computed where they are read.
         local = inside | set(chained) | {v for v in views if graph[v].inputs[0] in inside}
         folded: dict = {}  # node id -> (FLOPs, bytes) of the sources it reads inline

@@ -26,7 +26,7 @@ import dask
 import numpy as np
 
 from deepx_flow.compiler.infer import infer_types
-from deepx_flow.compiler.inline import chained_matmuls, inlined_nodes
+from deepx_flow.compiler.inline import inlined_nodes
 from deepx_flow.compiler.validate import validate_graph
 from deepx_flow.compiler.plan import Plan
 from deepx_flow.errors import ClusterError, DeepxError, ExecutionError
@@ -171,8 +171,7 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, ext
     keys = {name: lowered.output_keys(name) for name in held}
     extra = list(extend(lowered)) if extend is not None else []
     flat = [k for ks in keys.values() for k in ks] + extra
-    inlined = inlined_nodes(lowered.dsk, plan.fused, chained_matmuls(plan.fused,
-                                                                     plan.partition))
+    inlined = inlined_nodes(lowered.dsk, plan.fused, plan.chained)
     recorder = RunRecorder.start(plan, lowered, client, inlined, kind, db)
     try:
         recovery = recovery or Recovery()

@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from deepx_flow.ir.program import whole_axis_ref
 from deepx_flow.kernels import fused_cpu, fused_numexpr, tasks
+from tests.helpers import rows_of_infinities
 
 
 def _softmax_program(op, axis, dtype, scale_dtype="float32", pair=False):
@@ -80,11 +81,7 @@ def test_an_integer_operand_is_normalized_in_the_softmax_dtype():
 
 
 def test_infinities_and_nan_give_what_the_softmax_task_gives():
-    x = np.zeros((6, 4), np.float32)
-    x[0] = np.inf
-    x[1, 0] = -np.inf
-    x[2] = -np.inf
-    x[3, 1] = np.nan
+    x = rows_of_infinities()
     for op in ("softmax", "log_softmax"):
         program = ((op, (("in", 0), whole_axis_ref(1)), "float32"),)
         with np.errstate(invalid="ignore"):

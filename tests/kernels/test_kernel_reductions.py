@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from deepx_flow.kernels import tasks
-from tests.helpers import assert_sums_close, assert_within_ulps, exact_sum
+from tests.helpers import (assert_sums_close, assert_within_ulps, exact_sum,
+                           rows_of_infinities)
 
 # (x - in1) * (x - in1): a prologue reading a broadcast operand, as a variance's does.
 SQUARED_DEVIATION = (("sub", (("in", 0), ("in", 1)), "float32"),
@@ -110,11 +111,7 @@ def test_softmax_along_the_last_axis_in_blocks_of_rows_is_the_whole_chunk_result
 
 
 def test_softmax_rows_of_infinities_give_what_the_whole_chunk_gives():
-    x = np.zeros((6, 4), np.float32)
-    x[0] = np.inf
-    x[1, 0] = -np.inf
-    x[2] = -np.inf
-    x[3, 1] = np.nan
+    x = rows_of_infinities()
     for op in ("softmax", "log_softmax"):
         with np.errstate(invalid="ignore"):
             whole = tasks.softmax_chunk(op, 1, ((),), x)
