@@ -74,7 +74,7 @@ import numpy as np
 from deepx_flow.errors import CodegenError, ExecutionError
 from deepx_flow.ir.dtypes import accumulator
 from deepx_flow.ir.program import WHOLE_AXIS_OPS, Program, whole_axes
-from deepx_flow.kernels import fused_numexpr, softmax
+from deepx_flow.kernels import fused_numexpr, recycled, softmax
 from deepx_flow.kernels.elementwise import apply_op, constant
 from deepx_flow.kernels.fused_numexpr import NumexprSource
 
@@ -278,7 +278,7 @@ def check_call(program: Program, shapes, out_shape) -> tuple[list[int], tuple[in
 def _widen(result: np.ndarray, out_shape: tuple[int, ...]) -> np.ndarray:
     if result.shape == tuple(out_shape):
         return result
-    out = np.empty(out_shape, dtype=result.dtype)
+    out = recycled.empty(out_shape, result.dtype)
     out[...] = result
     return out
 
@@ -395,7 +395,7 @@ def _codegen_error(program: Program, step: str, err: BaseException) -> CodegenEr
 
 def _run_numexpr(src: NumexprSource, compiled: list, arrays: list[np.ndarray], shape,
                  block_elements: int, out: np.ndarray | None = None) -> np.ndarray:
-    out = np.empty(shape, dtype=src.out_dtype) if out is None else out
+    out = recycled.empty(shape, src.out_dtype) if out is None else out
     # ex_uses_vml only asks for contiguous, aligned buffers: always safe to pass when VML is on.
     vml = bool(ne.use_vml)
     if len(src.stages) == 1:
@@ -490,7 +490,7 @@ def hoisted(program: Program, arrays: Sequence[np.ndarray], invariant: set[int])
 def _run_blocked(program: Program, arrays: list[np.ndarray], shape, block_elements: int,
                  out: np.ndarray | None = None, fixed: dict | None = None) -> np.ndarray:
     n = len(program)
-    out = np.empty(shape, dtype=program[-1][2]) if out is None else out
+    out = recycled.empty(shape, program[-1][2]) if out is None else out
     views = {k: np.broadcast_to(arrays[k], shape)
              for k in {a[1] for _, args, _ in program for a in args if a[0] == "in"}}
     consts = {(j, i): constant(a[1], a[2])

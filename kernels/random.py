@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from deepx_flow.errors import ExecutionError
+from deepx_flow.kernels import recycled
 from deepx_flow.kernels.fused_cpu import iter_blocks
 
 BLOCK_ELEMENTS = 1 << 16
@@ -120,7 +121,7 @@ def random_chunk(op: str, seed: int, params: Mapping[str, float], full_shape, re
         one = random_chunk(op, seed, params, (1,), ((0, 1),), dtype, xp)
         return one.reshape(())
     shape = tuple(stop - start for start, stop in region)
-    out = xp.empty(shape, dtype=dtype)
+    out = recycled.empty(shape, dtype) if xp is np else xp.empty(shape, dtype=dtype)
     if math.prod(shape) == 0:
         return out
     strides = [math.prod(full_shape[i + 1:]) for i in range(len(full_shape))]

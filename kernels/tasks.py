@@ -16,7 +16,7 @@ import numpy as np
 
 from deepx_flow.ir.dtypes import accumulator
 from deepx_flow.ir.program import whole_axes
-from deepx_flow.kernels import dispatch, fused, fused_cpu, softmax
+from deepx_flow.kernels import dispatch, fused, fused_cpu, recycled, softmax
 from deepx_flow.kernels.random import random_chunk
 
 
@@ -27,9 +27,18 @@ def _assemble(layout, pieces):
     blocks = [p[tuple(slice(lo, hi) for lo, hi in s)] for p, s in zip(pieces, slices)]
     for axis in reversed(range(len(grid))):
         step = grid[axis]
-        blocks = [xp.concatenate(blocks[i:i + step], axis=axis) if step > 1 else blocks[i]
+        blocks = [_concatenate(xp, blocks[i:i + step], axis) if step > 1 else blocks[i]
                   for i in range(0, len(blocks), step)]
     return blocks[0]
+
+
+def _concatenate(xp, blocks, axis):
+    if xp is not np:
+        return xp.concatenate(blocks, axis=axis)
+    shape = list(blocks[0].shape)
+    shape[axis] = sum(b.shape[axis] for b in blocks)
+    return np.concatenate(blocks, axis=axis,
+                          out=recycled.empty(shape, np.result_type(*blocks)))
 
 
 def _operands(layouts, pieces):
@@ -94,7 +103,9 @@ def matmul_chunk(epilogue, out_shape, dtype, layouts, *pieces):
     """One tile of a matmul (or one K-partial product), with its fused epilogue."""
     (a, b, *extras), _ = _operands(layouts, pieces)
     xp = dispatch.array_module(a, b)
-    product = xp.matmul(a, b)
+    into = recycled.empty((a.shape[0], b.shape[1]), np.result_type(a, b)) \
+        if xp is np and a.ndim == b.ndim == 2 else None
+    product = xp.matmul(a, b, out=into)
     product = xp.broadcast_to(product, out_shape) if product.shape != tuple(out_shape) \
         else product
     if epilogue:
@@ -135,18 +146,18 @@ def matmul_chain(stages, out_shape, layouts, *pieces):
         return values
     # Each layer's products go to a buffer of their own, allocated once (a fresh block per
     # block would fault in page by page on a worker).
-    buffers: list = [None] * len(layers)
+    products: list = [None] * len(layers)
     out = None
     for lo in range(0, m, rows):
         hi = min(lo + rows, m)
         values = a[lo:hi]
         for i, (b, extras, epilogue, dtype) in enumerate(layers):
-            if buffers[i] is None:
-                buffers[i] = np.empty((rows, b.shape[1]), np.result_type(values, b))
+            if products[i] is None:
+                products[i] = np.empty((rows, b.shape[1]), np.result_type(values, b))
             values = _layer(np, values, b, extras, epilogue, dtype, lo, hi,
-                            buffers[i][:hi - lo])
+                            products[i][:hi - lo])
         if out is None:
-            out = np.empty((m, values.shape[1]), values.dtype)
+            out = recycled.empty((m, values.shape[1]), values.dtype)
         out[lo:hi] = values
     return out
 
@@ -334,7 +345,7 @@ def _softmax_rows(op, x):
     (262144, 256) float32 chunk this took 300-400 ms a task there against 150 ms here."""
     n = x.shape[-1]
     rows_in = x.reshape(-1, n)
-    out = np.empty(rows_in.shape, x.dtype)
+    out = recycled.empty(rows_in.shape, x.dtype)
     rows = max(1, REDUCE_BLOCK_ELEMENTS // n)
     exps = np.empty((rows, n), x.dtype)
     wide = np.empty((rows, n), accumulator(x.dtype.name))

@@ -24,6 +24,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from deepx_flow.kernels import recycled
+
 
 class Damaged(ValueError):
     """A chunk's stored bytes are wrong: `index` is the chunk, the message says how."""
@@ -102,7 +104,7 @@ def read_block(layout: Layout, region, indices, missing: str) -> np.ndarray:
             indices[0], layout.shape, layout.chunks) and shape == tuple(layout.chunks):
         chunk = _decode(layout, indices[0], chunk_bytes, missing)
         return chunk if chunk is not None else np.full(shape, layout.fill_value, layout.dtype)
-    out = np.empty(shape, layout.dtype)
+    out = recycled.empty(shape, layout.dtype)
     for index in indices:
         src, dst = [], []
         for (lo, hi), i, c in zip(region, index, layout.chunks):
@@ -144,7 +146,7 @@ def _decode(layout: Layout, index, nbytes: int, missing: str, into=None
             raise Damaged(index, "its checksum does not match its bytes (changed or "
                                  "truncated)")
         view, body = view[:-4], None
-    out = into if into is not None else np.empty(layout.chunks, layout.dtype)
+    out = into if into is not None else recycled.empty(layout.chunks, layout.dtype)
     flat = out.reshape(-1).view(np.uint8)
     if layout.zstd:
         size = frame_content_size(view)

@@ -1,0 +1,188 @@
+"""Chunk-sized arrays from recycled memory.
+
+Why: a NumPy array larger than 32 MiB is a mapping of its own (glibc maps anything that
+large), so every new chunk-sized array faults in fresh pages and freeing it hands them back
+to the kernel. Faulting in fresh memory costs about 0.1 s per GB on bare metal; on virtual
+machines whose guest reports free pages to the host (virtio-balloon free page reporting, as
+on the machines this project is measured on) it cost 1.1 s per GB once freed pages had been
+handed back, which is as long as decoding that GB. Streaming work allocates its input's size
+every run, so it paid that in every run after the first. Memory pools are the usual answer
+(RMM on the GPU, jemalloc's retained pages): here a process keeps its chunk-sized buffers and
+hands one out again once nothing refers to it any more, which its reference count says.
+
+An array from `empty` is a view of a pooled buffer; every view made from it keeps the buffer
+(NumPy's `base`), so a buffer is free exactly when the pool holds the only reference. Free
+buffers are memory no task uses, so the pool keeps at most `limit` bytes of them (a tenth of
+the worker's memory limit; `DEEPX_BUFFER_POOL_BYTES` sets it, 0 turns the pool off), the
+least recently used going first, and releases any unused for `IDLE_SECONDS`, so an idle
+worker gives its memory back.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+from deepx_flow.errors import ExecutionError
+
+MIN_BYTES = 4 << 20  # smaller arrays come from malloc's own free lists
+ROUND_BYTES = 2 << 20  # buffer sizes in huge pages, so near sizes share buffers
+IDLE_SECONDS = 30.0
+SLACK = 1.25  # a free buffer up to this much larger than asked for is used
+
+
+class BufferPool:
+    """Chunk-sized buffers of one process, shared by its threads."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._buffers: list[np.ndarray] = []  # uint8 arrays owning their memory
+        self._last_used: dict[int, float] = {}  # id(buffer) -> when last handed out
+        self._trimmer: threading.Thread | None = None
+        self.made = self.reused = 0  # buffers allocated; hand-outs of a free one
+
+    def empty(self, shape, dtype) -> np.ndarray:
+        """An uninitialized array like `np.empty(shape, dtype)`, from a free buffer when
+        there is one."""
+        dtype = np.dtype(dtype)
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if nbytes < MIN_BYTES or self.limit <= 0 or dtype.hasobject:
+            return np.empty(shape, dtype)
+        with self._lock:
+            buffer = self._take(nbytes)
+        return buffer[:nbytes].view(dtype).reshape(shape)
+
+    def _take(self, nbytes: int) -> np.ndarray:
+        """The smallest free buffer that fits (with SLACK), else a new one."""
+        now = time.monotonic()
+        best = None
+        for i in range(len(self._buffers)):
+            # References: the list, `candidate` and getrefcount's argument; more means
+            # some array still uses it.
+            candidate = self._buffers[i]
+            if nbytes <= candidate.nbytes <= nbytes * SLACK and \
+                    sys.getrefcount(candidate) == 3 and \
+                    (best is None or candidate.nbytes < best.nbytes):
+                best = candidate
+            del candidate
+        if best is None:
+            best = np.empty(-(-nbytes // ROUND_BYTES) * ROUND_BYTES, np.uint8)
+            self._buffers.append(best)
+            self.made += 1
+            self._start_trimmer()
+        else:
+            self.reused += 1
+        self._last_used[id(best)] = now
+        self._release_free()  # buffers freed since the last call may be over the limit
+        return best
+
+    def held_bytes(self) -> int:
+        """Bytes of the pool's buffers, in use or free."""
+        with self._lock:
+            return sum(b.nbytes for b in self._buffers)
+
+    def free_bytes(self) -> int:
+        """Bytes of the buffers no array uses."""
+        with self._lock:
+            return sum(b.nbytes for b in self._free())
+
+    def _free(self) -> list[np.ndarray]:
+        # References in the comprehension: the list, `b` and getrefcount's argument.
+        return [b for b in self._buffers if sys.getrefcount(b) == 3]
+
+    def _release_free(self, idle: float | None = None, limit: int | None = None) -> None:
+        """Drop free buffers, least recently used first, until at most `limit` (the pool's
+        limit) bytes of them are left, and every one unused for `idle` seconds."""
+        now = time.monotonic()
+        limit = self.limit if limit is None else limit
+        free = sorted(self._free(), key=lambda b: self._last_used.get(id(b), 0.0),
+                      reverse=True)  # most recently used first: those are kept
+        kept = 0
+        drop = set()
+        for buffer in free:
+            old = idle is not None and now - self._last_used.get(id(buffer), 0.0) > idle
+            if old or kept + buffer.nbytes > limit:
+                drop.add(id(buffer))
+            else:
+                kept += buffer.nbytes
+        del free
+        if drop:
+            self._buffers = [b for b in self._buffers if id(b) not in drop]
+            for i in drop:
+                self._last_used.pop(i, None)
+
+    def clear(self) -> None:
+        """Release every free buffer now."""
+        with self._lock:
+            self._release_free(limit=0)
+
+    def _start_trimmer(self) -> None:
+        if self._trimmer is None or not self._trimmer.is_alive():
+            self._trimmer = threading.Thread(target=self._trim_while_held, daemon=True,
+                                             name="deepx-buffer-trim")
+            self._trimmer.start()
+
+    def release_idle(self, seconds: float) -> None:
+        """Release the free buffers unused for `seconds`, and the least recently used ones
+        while more than `limit` bytes are free. (Buffers come free whenever their arrays
+        go; this, run every few seconds, and every allocation bring them under the limit.)"""
+        with self._lock:
+            self._release_free(idle=seconds)
+
+    def _trim_while_held(self) -> None:
+        while True:
+            time.sleep(IDLE_SECONDS / 3)
+            self.release_idle(IDLE_SECONDS)
+            with self._lock:
+                if not self._buffers:
+                    self._trimmer = None
+                    return
+
+
+def default_limit() -> int:
+    """DEEPX_BUFFER_POOL_BYTES, else a tenth of this worker's memory limit (of the machine's
+    memory outside a worker or for a worker without a limit)."""
+    setting = os.environ.get("DEEPX_BUFFER_POOL_BYTES")
+    if setting is not None:
+        try:
+            limit = int(setting)
+        except ValueError:
+            limit = -1
+        if limit < 0:
+            raise ExecutionError(f"DEEPX_BUFFER_POOL_BYTES must be a number of bytes (0 "
+                                 f"turns the buffer pool off), got {setting!r}")
+        return limit
+    memory_limit = None
+    try:
+        from distributed import get_worker
+        memory_limit = get_worker().memory_manager.memory_limit
+    except (ImportError, ValueError, AttributeError):
+        pass  # not on a Dask worker
+    if not memory_limit:
+        memory_limit = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return int(memory_limit) // 10
+
+
+_pool: BufferPool | None = None
+_pool_lock = threading.Lock()
+
+
+def pool() -> BufferPool:
+    """This process's pool (made on first use, sized from the worker it runs in)."""
+    global _pool
+    if _pool is None:
+        with _pool_lock:
+            if _pool is None:
+                _pool = BufferPool(default_limit())
+    return _pool
+
+
+def empty(shape, dtype) -> np.ndarray:
+    """`np.empty(shape, dtype)`, in recycled memory when the array is chunk-sized."""
+    return pool().empty(shape, dtype)

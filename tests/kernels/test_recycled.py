@@ -1,0 +1,138 @@
+"""The buffer pool (`kernels/recycled.py`): an array from it never shares memory with an array
+still in use, however it was viewed, sliced or sent to another thread; a buffer is handed out
+again once nothing refers to it; free buffers stay under the limit and idle ones go."""
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from deepx_flow.errors import ExecutionError
+from deepx_flow.kernels import recycled
+from deepx_flow.kernels.recycled import MIN_BYTES, BufferPool
+
+MiB = 1 << 20
+ROWS = 1024  # float32 rows of 4 KiB: MIN_BYTES is 1024 of them
+
+
+def _rows(pool, n, value):
+    a = pool.empty((n, ROWS), np.float32)
+    a[...] = value
+    return a
+
+
+def test_small_arrays_and_a_pool_turned_off_are_plain_numpy():
+    pool = BufferPool(limit=1 << 30)
+    small = pool.empty((10, 10), np.float64)
+    assert small.base is None and small.shape == (10, 10)
+    off = BufferPool(limit=0)
+    big = off.empty((2 * MIN_BYTES // 8,), np.float64)
+    assert big.base is None and off.held_bytes() == 0
+
+
+def test_a_freed_buffer_is_handed_out_again_and_a_kept_view_holds_it():
+    pool = BufferPool(limit=1 << 30)
+    a = pool.empty((MIN_BYTES // 4,), np.float32)
+    first = id(a.base)
+    del a
+    b = pool.empty((MIN_BYTES // 4,), np.int32)  # same bytes, another dtype
+    assert id(b.base) == first and b.dtype == np.int32
+    view = b[10:20].reshape(2, 5).T  # a view of a view still holds the buffer
+    del b
+    c = pool.empty((MIN_BYTES // 4,), np.float32)
+    assert id(c.base) != first and not np.shares_memory(c, view)
+    assert pool.held_bytes() == 2 * MIN_BYTES
+
+
+def test_a_memoryview_holds_its_buffer():
+    pool = BufferPool(limit=1 << 30)
+    a = pool.empty((MIN_BYTES,), np.uint8)
+    m = memoryview(a)
+    del a
+    b = pool.empty((MIN_BYTES,), np.uint8)
+    b[...] = 7
+    assert not np.shares_memory(np.frombuffer(m, np.uint8), b)
+
+
+def test_free_buffers_stay_under_the_limit_least_recently_used_going_first():
+    pool = BufferPool(limit=3 * MIN_BYTES)
+    arrays = [pool.empty((MIN_BYTES,), np.uint8) for _ in range(5)]
+    ids = [id(a.base) for a in arrays]
+    assert pool.free_bytes() == 0 and pool.held_bytes() == 5 * MIN_BYTES
+    del arrays
+    bigger = pool.empty((2 * MIN_BYTES,), np.uint8)  # no free one fits: a new one, and a trim
+    assert pool.free_bytes() <= 3 * MIN_BYTES and bigger.base is not None
+    kept = [id(b) for b in pool._buffers]
+    assert set(kept) & set(ids) == set(ids[2:])  # the last used are kept
+
+
+def test_idle_buffers_are_released():
+    pool = BufferPool(limit=1 << 30)
+    a = pool.empty((MIN_BYTES,), np.uint8)
+    b = pool.empty((MIN_BYTES,), np.uint8)
+    del a
+    pool.release_idle(3600)
+    assert pool.held_bytes() == 2 * MIN_BYTES
+    pool.release_idle(0)
+    assert pool.held_bytes() == MIN_BYTES  # `b` is in use: kept
+    del b
+    pool.clear()
+    assert pool.held_bytes() == 0
+
+
+def test_a_bad_limit_setting_is_named(monkeypatch):
+    monkeypatch.setenv("DEEPX_BUFFER_POOL_BYTES", "lots")
+    with pytest.raises(ExecutionError, match="DEEPX_BUFFER_POOL_BYTES"):
+        recycled.default_limit()
+    monkeypatch.setenv("DEEPX_BUFFER_POOL_BYTES", "12345")
+    assert recycled.default_limit() == 12345
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["new", "drop", "view"]),
+                          st.integers(1, 3 * ROWS), st.integers(0, 10**6)),
+                min_size=1, max_size=40),
+       st.sampled_from([0, 2 * MIN_BYTES, 64 * MIN_BYTES]))
+def test_live_arrays_never_share_memory_and_keep_their_values(steps, limit):
+    pool = BufferPool(limit=limit)
+    live: list[tuple[np.ndarray, int]] = []  # (an array or a view of one, which array)
+    made = 0
+    for what, rows, pick in steps:
+        if what == "new":
+            live.append((_rows(pool, rows, made), made))
+            made += 1
+        elif live and what == "view":
+            a, origin = live[pick % len(live)]
+            live.append((a[len(a) // 2:].T, origin))
+        elif live:  # drop an array or a view
+            live.pop(pick % len(live))
+    for i, (a, origin) in enumerate(live):
+        assert (a == origin).all()  # nothing else wrote over it
+        for b, other in live[i + 1:]:
+            if other != origin:
+                assert not np.shares_memory(a, b)
+    live.clear()
+    pool.release_idle(3600)
+    assert pool.free_bytes() <= limit
+
+
+def test_threads_allocating_at_once_get_separate_memory():
+    pool = BufferPool(limit=8 * MIN_BYTES)
+    errors = []
+
+    def work(tag):
+        for i in range(50):
+            a = _rows(pool, ROWS + (tag * 7 + i) % 300, tag * 1000 + i)
+            b = _rows(pool, ROWS, -(tag * 1000 + i))
+            if not ((a == tag * 1000 + i).all() and (b == -(tag * 1000 + i)).all()):
+                errors.append((tag, i))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    pool.release_idle(3600)
+    assert pool.free_bytes() <= 8 * MIN_BYTES
