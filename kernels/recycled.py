@@ -30,9 +30,11 @@ import numpy as np
 from deepx_flow.errors import ExecutionError
 
 MIN_BYTES = 4 << 20  # smaller arrays come from malloc's own free lists
-ROUND_BYTES = 2 << 20  # buffer sizes in huge pages, so near sizes share buffers
+PAGE = 4096
 IDLE_SECONDS = 30.0
-SLACK = 1.25  # a free buffer up to this much larger than asked for is used
+# A free buffer up to this much larger than asked for is used (a ragged last chunk takes a
+# full chunk's buffer when it is nearly full); what it wastes is memory Dask does not see.
+SLACK = 1.125
 
 
 class BufferPool:
@@ -72,7 +74,7 @@ class BufferPool:
                 best = candidate
             del candidate
         if best is None:
-            best = np.empty(-(-nbytes // ROUND_BYTES) * ROUND_BYTES, np.uint8)
+            best = np.empty(-(-nbytes // PAGE) * PAGE, np.uint8)
             self._buffers.append(best)
             self.made += 1
             self._start_trimmer()
