@@ -37,6 +37,17 @@ IDLE_SECONDS = 30.0
 SLACK = 1.125
 
 
+def _references(buffers: list, i: int) -> int:
+    """The reference count of `buffers[i]`, always taken the same way (see _UNUSED)."""
+    return sys.getrefcount(buffers[i])
+
+
+# What `_references` says of a buffer that only its list holds: measured, not assumed, since
+# how many references the call itself adds differs between Python versions (3.14 borrows
+# some). A buffer any array still uses counts more.
+_UNUSED = _references([np.empty(0, np.uint8)], 0)
+
+
 class BufferPool:
     """Chunk-sized buffers of one process, shared by its threads."""
 
@@ -63,16 +74,13 @@ class BufferPool:
     def _take(self, nbytes: int) -> np.ndarray:
         """The smallest free buffer that fits (with SLACK), else a new one."""
         now = time.monotonic()
-        best = None
-        for i in range(len(self._buffers)):
-            # References: the list, `candidate` and getrefcount's argument; more means
-            # some array still uses it.
-            candidate = self._buffers[i]
-            if nbytes <= candidate.nbytes <= nbytes * SLACK and \
-                    sys.getrefcount(candidate) == 3 and \
-                    (best is None or candidate.nbytes < best.nbytes):
-                best = candidate
-            del candidate
+        sizes = [b.nbytes for b in self._buffers]
+        found = None
+        for i, size in enumerate(sizes):
+            if nbytes <= size <= nbytes * SLACK and (found is None or size < sizes[found]) \
+                    and _references(self._buffers, i) == _UNUSED:
+                found = i
+        best = None if found is None else self._buffers[found]
         if best is None:
             best = np.empty(-(-nbytes // PAGE) * PAGE, np.uint8)
             self._buffers.append(best)
@@ -95,8 +103,8 @@ class BufferPool:
             return sum(b.nbytes for b in self._free())
 
     def _free(self) -> list[np.ndarray]:
-        # References in the comprehension: the list, `b` and getrefcount's argument.
-        return [b for b in self._buffers if sys.getrefcount(b) == 3]
+        return [self._buffers[i] for i in range(len(self._buffers))
+                if _references(self._buffers, i) == _UNUSED]
 
     def _release_free(self, idle: float | None = None, limit: int | None = None) -> None:
         """Drop free buffers, least recently used first, until at most `limit` (the pool's
