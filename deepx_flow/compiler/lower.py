@@ -1,8 +1,8 @@
 """Pass: lower a partitioned graph to one Dask task graph with deterministic keys.
 
 Before: a `Partition` and the sources bound to the graph's inputs.
-After: a `Lowered` holding a Dask graph (`dask._task_spec` tasks), for every output the keys
-of its chunks in grid order, and the chunk sizes each key name's indices run over. Every key is `(tensor key, *chunk index)`: the tensor key is
+After: a `Lowered` holding a Dask graph (`dask._task_spec` tasks) and, for every output, the
+keys of its chunks in grid order. Every key is `(tensor key, *chunk index)`: the tensor key is
 the node id, with a token of the bound input data for nodes that depend on inputs, so the
 same computation gets the same keys in every process and different data never shares a key.
 Internal steps of a node (matmul partial products, tree-reduction levels) get keys
@@ -30,7 +30,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from dask.base import tokenize
 
@@ -51,9 +51,6 @@ class Lowered:
 
     dsk: dict
     outputs: dict[str, tuple[str, tuple[tuple[int, ...], ...]]]  # name -> (tensor key, chunks)
-    # First element of a key -> the chunk sizes its indices run over, per index: a node's
-    # grid; for ".partial" keys a reduction's space or a matmul's grid and its K chunks.
-    grids: dict[str, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
 
     def output_keys(self, name: str) -> list[tuple]:
         key, chunks = self.outputs[name]
@@ -209,19 +206,7 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
                 dsk[(host, *idx)] = task((host, *idx), K.to_host, ref((key, *idx)))
             key = host
         outputs[out_name] = (key, chunks)
-    return Lowered(dsk, outputs, _key_grids(part, tkey))
-
-
-def _key_grids(part: Partition, tkey: dict[str, str]) -> dict:
-    """`Lowered.grids`: what each key name's chunk indices index."""
-    grids = {}
-    for node_id, name in tkey.items():
-        grids[name] = part.chunks[node_id]
-        if node_id in part.spaces:
-            grids[f"{name}.partial"] = part.spaces[node_id]
-        elif len(part.k_chunks.get(node_id, ())) > 1:
-            grids[f"{name}.partial"] = part.chunks[node_id] + (part.k_chunks[node_id],)
-    return grids
+    return Lowered(dsk, outputs)
 
 
 def _broadcast_region(t: Node, region: Region) -> Region:

@@ -39,7 +39,6 @@ from deepx_flow.runtime.failures import task_failure
 from deepx_flow.runtime.futures import blamed_key, quiet_interrupted_gathers
 from deepx_flow.runtime.inputs import bind_inputs, check_sources_on
 from deepx_flow.runtime.plan_cache import cached_compile
-from deepx_flow.runtime.priorities import ShortLast
 from deepx_flow.runtime.recording import RunRecorder
 from deepx_flow.runtime.recovery import ByNode, Recovery, task_policies
 from deepx_flow.sdk.build import build_graph
@@ -181,7 +180,6 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, ext
         supervise(client, recorder.run_id if recorder else uuid.uuid4().hex, lowered.dsk,
                   policies, recovery, stored, recorder.tracking if recorder else None)
         with warnings.catch_warnings(), dask.annotate(
-                priority=ShortLast(lowered.grids),
                 retries=ByNode({n: p.retries for n, p in policies.items()}, 0),
                 deepx_backoff=ByNode({n: (p.backoff, p.backoff_max) for n, p in
                                       policies.items()})):
