@@ -14,8 +14,8 @@ An array from `empty` is a view of a pooled buffer; every view made from it keep
 (NumPy's `base`), so a buffer is free exactly when the pool holds the only reference. Free
 buffers are memory no task uses, so the pool keeps at most `limit` bytes of them (a tenth of
 the worker's memory limit; `DEEPX_BUFFER_POOL_BYTES` sets it, 0 turns the pool off), the
-least recently used going first, and releases any unused for `IDLE_SECONDS`, so an idle
-worker gives its memory back.
+longest free going first, and releases any free for `IDLE_SECONDS`, so an idle worker gives
+its memory back. Python without the GIL gets no pool (see `BufferPool.__init__`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 
 import numpy as np
 
@@ -32,6 +33,9 @@ from deepx_flow.errors import ExecutionError
 MIN_BYTES = 4 << 20  # smaller arrays come from malloc's own free lists
 PAGE = 4096
 IDLE_SECONDS = 30.0
+# Freed buffers are brought under the limit this often (and on every allocation): a paused
+# or idle worker allocates nothing, and Dask's memory monitor counts what the pool holds.
+TRIM_SECONDS = 1.0
 # A free buffer up to this much larger than asked for is used (a ragged last chunk takes a
 # full chunk's buffer when it is nearly full); what it wastes is memory Dask does not see.
 SLACK = 1.125
@@ -52,10 +56,12 @@ class BufferPool:
     """Chunk-sized buffers of one process, shared by its threads."""
 
     def __init__(self, limit: int):
-        self.limit = limit
+        # Without the GIL a reference count read while other threads change it can come out
+        # low, and a buffer in use would look free: no pool there.
+        self.limit = limit if getattr(sys, "_is_gil_enabled", lambda: True)() else 0
         self._lock = threading.Lock()
         self._buffers: list[np.ndarray] = []  # uint8 arrays owning their memory
-        self._last_used: dict[int, float] = {}  # id(buffer) -> when last handed out
+        self._free_since: dict[int, float] = {}  # id(buffer) -> when first seen free
         self._trimmer: threading.Thread | None = None
         self.made = self.reused = 0  # buffers allocated; hand-outs of a free one
 
@@ -64,6 +70,8 @@ class BufferPool:
         there is one."""
         dtype = np.dtype(dtype)
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        if dtype.subdtype is not None:  # ("f4", (4,)): NumPy appends the subarray's axes
+            dtype, shape = dtype.base, shape + dtype.shape
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if nbytes < MIN_BYTES or self.limit <= 0 or dtype.hasobject:
             return np.empty(shape, dtype)
@@ -73,22 +81,21 @@ class BufferPool:
 
     def _take(self, nbytes: int) -> np.ndarray:
         """The smallest free buffer that fits (with SLACK), else a new one."""
-        now = time.monotonic()
         sizes = [b.nbytes for b in self._buffers]
         found = None
         for i, size in enumerate(sizes):
             if nbytes <= size <= nbytes * SLACK and (found is None or size < sizes[found]) \
                     and _references(self._buffers, i) == _UNUSED:
                 found = i
-        best = None if found is None else self._buffers[found]
-        if best is None:
+        if found is None:
             best = np.empty(-(-nbytes // PAGE) * PAGE, np.uint8)
             self._buffers.append(best)
             self.made += 1
             self._start_trimmer()
         else:
+            best = self._buffers[found]
             self.reused += 1
-        self._last_used[id(best)] = now
+        self._free_since.pop(id(best), None)
         self._release_free()  # buffers freed since the last call may be over the limit
         return best
 
@@ -103,20 +110,28 @@ class BufferPool:
             return sum(b.nbytes for b in self._free())
 
     def _free(self) -> list[np.ndarray]:
-        return [self._buffers[i] for i in range(len(self._buffers))
+        """The free buffers; notes when each was first seen free (idle time counts from
+        then, not from when it was handed out)."""
+        now = time.monotonic()
+        free = [self._buffers[i] for i in range(len(self._buffers))
                 if _references(self._buffers, i) == _UNUSED]
+        seen = {id(b) for b in free}
+        self._free_since = {i: t for i, t in self._free_since.items() if i in seen}
+        for b in free:
+            self._free_since.setdefault(id(b), now)
+        return free
 
     def _release_free(self, idle: float | None = None, limit: int | None = None) -> None:
-        """Drop free buffers, least recently used first, until at most `limit` (the pool's
-        limit) bytes of them are left, and every one unused for `idle` seconds."""
+        """Drop free buffers, the longest free first, until at most `limit` (the pool's
+        limit) bytes of them are left, and every one free for more than `idle` seconds."""
         now = time.monotonic()
         limit = self.limit if limit is None else limit
-        free = sorted(self._free(), key=lambda b: self._last_used.get(id(b), 0.0),
-                      reverse=True)  # most recently used first: those are kept
+        free = sorted(self._free(), key=lambda b: self._free_since[id(b)],
+                      reverse=True)  # the most recently freed are kept
         kept = 0
         drop = set()
         for buffer in free:
-            old = idle is not None and now - self._last_used.get(id(buffer), 0.0) > idle
+            old = idle is not None and now - self._free_since[id(buffer)] > idle
             if old or kept + buffer.nbytes > limit:
                 drop.add(id(buffer))
             else:
@@ -125,34 +140,40 @@ class BufferPool:
         if drop:
             self._buffers = [b for b in self._buffers if id(b) not in drop]
             for i in drop:
-                self._last_used.pop(i, None)
+                self._free_since.pop(i, None)
 
     def clear(self) -> None:
         """Release every free buffer now."""
         with self._lock:
             self._release_free(limit=0)
 
-    def _start_trimmer(self) -> None:
-        if self._trimmer is None or not self._trimmer.is_alive():
-            self._trimmer = threading.Thread(target=self._trim_while_held, daemon=True,
-                                             name="deepx-buffer-trim")
-            self._trimmer.start()
-
     def release_idle(self, seconds: float) -> None:
-        """Release the free buffers unused for `seconds`, and the least recently used ones
+        """Release the free buffers free for more than `seconds`, and the longest free ones
         while more than `limit` bytes are free. (Buffers come free whenever their arrays
-        go; this, run every few seconds, and every allocation bring them under the limit.)"""
+        go; this, run every TRIM_SECONDS, and every allocation bring them under the limit.)"""
         with self._lock:
             self._release_free(idle=seconds)
 
-    def _trim_while_held(self) -> None:
-        while True:
-            time.sleep(IDLE_SECONDS / 3)
-            self.release_idle(IDLE_SECONDS)
-            with self._lock:
-                if not self._buffers:
-                    self._trimmer = None
-                    return
+    def _start_trimmer(self) -> None:
+        if self._trimmer is None or not self._trimmer.is_alive():
+            # The thread holds the pool weakly: a pool nothing else holds goes, buffers and all.
+            self._trimmer = threading.Thread(target=_trim_while_held, args=(weakref.ref(self),),
+                                             daemon=True, name="deepx-buffer-trim")
+            self._trimmer.start()
+
+
+def _trim_while_held(pool_ref) -> None:
+    while True:
+        time.sleep(TRIM_SECONDS)
+        pool = pool_ref()
+        if pool is None:
+            return
+        pool.release_idle(IDLE_SECONDS)
+        with pool._lock:
+            if not pool._buffers:
+                pool._trimmer = None
+                return
+        del pool
 
 
 def default_limit() -> int:

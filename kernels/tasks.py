@@ -37,8 +37,12 @@ def _concatenate(xp, blocks, axis):
         return xp.concatenate(blocks, axis=axis)
     shape = list(blocks[0].shape)
     shape[axis] = sum(b.shape[axis] for b in blocks)
-    return np.concatenate(blocks, axis=axis,
-                          out=recycled.empty(shape, np.result_type(*blocks)))
+    dtype = np.result_type(*blocks)
+    # Blocks in Fortran order (transposed reads) are joined in Fortran order, as NumPy would,
+    # so a matmul still takes them as a transpose flag.
+    fortran = all(b.flags.f_contiguous and not b.flags.c_contiguous for b in blocks)
+    out = recycled.empty(shape[::-1], dtype).T if fortran else recycled.empty(shape, dtype)
+    return np.concatenate(blocks, axis=axis, out=out)
 
 
 def _operands(layouts, pieces):

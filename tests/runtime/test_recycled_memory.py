@@ -32,11 +32,13 @@ def test_repeated_runs_on_recycled_buffers_match_numpy(client, tmp_path):
                 "scaled": np.tanh(d * 0.5) + d, "gram": d.T @ d}
     terms = np.abs(d).T @ np.abs(d)
     pool = recycled.pool()
-    reused_before = pool.reused
+    made = [pool.made]
     for _ in range(3):
         got = dx.run({"third": third, "scaled": scaled, "gram": gram}, client=client)
         np.testing.assert_allclose(got["third"], expected["third"], rtol=0, atol=1e-4)
         np.testing.assert_allclose(got["scaled"], expected["scaled"], rtol=1e-6, atol=1e-6)
         # |x^T x| terms are about 10 * rows; float32 products summed in float32 tiles
         assert (np.abs(got["gram"] - expected["gram"]) <= 1e-5 * terms).all()
-    assert pool.reused > reused_before  # later runs took buffers the first one freed
+        made.append(pool.made)
+    first, later = made[1] - made[0], made[3] - made[1]
+    assert first > 0 and later < first  # later runs took buffers the first one freed
