@@ -18,6 +18,7 @@ from deepx_flow.errors import (CheckFailed, ClusterError, DatabaseError, DataErr
 from deepx_flow.ir import Graph, Node
 from deepx_flow.sdk import random
 from deepx_flow.sdk.build import build_graph
+from deepx_flow.sdk.grad import grad
 from deepx_flow.sdk.functions import (abs, add, arange, cast, concat, concatenate, div, equal,
                                       exp, full, gelu, greater, greater_equal, input, less,
                                       less_equal, log, log_softmax, matmul, max, maximum, mean,
@@ -40,7 +41,8 @@ __all__ = [
     "HourlyPartitions", "MonthlyPartitions", "Partition", "StaticPartitions",
     "TimeWindowPartitions", "WeeklyPartitions", "CheckFailed", "ClusterError",
     "DatabaseError", "DataError", "DeepxError", "ExecutionError", "GraphError",
-    "InputError", "PlanError", "SpecError", "Graph", "Node", "Tensor", "build_graph", "random",
+    "InputError", "PlanError", "SpecError", "Graph", "Node", "Tensor", "build_graph", "grad",
+    "random",
     "ClusterSpec", "load_cluster_file", "Persisted", "Placement", "compile", "persist",
     "placement", "run", "shutdown", "from_yaml", "to_yaml", "Recovery",
     "schedule",

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from deepx_flow.errors import GraphError
 from deepx_flow.ir import Graph, Node
+from deepx_flow.ir.node import make_attrs, make_id
 from deepx_flow.ops import get_op
 from deepx_flow.ops.common import check_bounds
 
@@ -33,6 +34,20 @@ def infer_node(node: Node, inputs: list[Node]) -> Node:
     if node.shape == shape and node.dtype == dtype:
         return node
     return replace(node, shape=shape, dtype=dtype)
+
+
+def new_node(op: str, inputs: list[Node], shape=None, dtype=None, **attrs) -> Node:
+    """A typed node of `op` over `inputs`, with its content-hash id: the node the SDK and the
+    passes that build nodes (`differentiate`) make for the same computation, so building it
+    twice, in any process, gives one node. Raises GraphError from the operator's rule."""
+    spec = get_op(op)
+    frozen = make_attrs(**attrs)
+    in_ids = tuple(t.id for t in inputs)
+    draft = Node(f"new {op}", op, in_ids, None if shape is None else tuple(shape), dtype, frozen)
+    spec.check_arity(draft)
+    typed = infer_node(draft, list(inputs))
+    return Node(make_id(op, in_ids, typed.shape, typed.dtype, frozen), op, in_ids, typed.shape,
+                typed.dtype, frozen)
 
 
 def infer_types(graph: Graph) -> Graph:

@@ -4,9 +4,17 @@ All broadcast like NumPy and all fuse. Result dtypes are NumPy's: the rule of ea
 the ufunc named here, applied to arrays of the operand dtypes. sigmoid and gelu follow exp's
 rule (integers become floats); relu keeps its operand's dtype. gelu is the tanh approximation
 (`0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`), which every engine can generate.
+
+Gradient rules (`vjp`): `g` is the cotangent of the result, `x`/`a`/`b` the operands and `y`
+the result. Contributions are left in the result's shape; `differentiate` sums them down to
+each operand's shape. Where the derivative has a kink the rules take a one-sided value that
+is the usual convention: relu'(0) = 0, |x|'(0) = 0, and maximum/minimum split `g` in halves
+between tied operands. Comparisons have no gradient.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -44,6 +52,83 @@ BINARY = {
     "eq": (np.equal, 1, "a == b"),
     "ne": (np.not_equal, 1, "a != b"),
 }
+
+
+# -- gradient rules -----------------------------------------------------------------------
+# gelu's constants, as the kernels use them (`kernels.elementwise`).
+GELU_C = 0.044715
+GELU_K = math.sqrt(2.0 / math.pi)
+
+
+def _unary_vjp(e, node, inputs, g):
+    (x,) = inputs
+    y, dt = node, node.dtype
+    c = lambda v: e.const(v, dt)  # noqa: E731
+    op = node.op
+    if op == "neg":
+        return (e("neg", g),)
+    if op == "abs":
+        return (e("where", e("gt", x, c(0)), g,
+                  e("where", e("lt", x, c(0)), e("neg", g), c(0))),)
+    if op == "exp":
+        return (e("mul", g, y),)
+    if op == "log":
+        return (e("div", g, x),)
+    if op == "sqrt":
+        return (e("div", g, e("mul", y, c(2))),)
+    if op == "tanh":
+        return (e("mul", g, e("sub", c(1), e("mul", y, y))),)
+    if op == "sigmoid":
+        return (e("mul", g, e("mul", y, e("sub", c(1), y))),)
+    if op == "relu":
+        return (e("where", e("gt", x, c(0)), g, c(0)),)
+    if op == "gelu":
+        t = e("tanh", e("mul", e("add", x, e("mul", c(GELU_C), e("mul", x, e("mul", x, x)))),
+                        c(GELU_K)))
+        slope = e("mul", e("mul", c(0.5), x), e("mul", e("sub", c(1), e("mul", t, t)),
+                  e("mul", c(GELU_K), e("add", c(1), e("mul", c(3 * GELU_C), e("mul", x, x))))))
+        # d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) K (1 + 3 C x^2), t = tanh(K (x + C x^3)).
+        return (e("mul", g, e("add", e("mul", c(0.5), e("add", c(1), t)), slope)),)
+    raise AssertionError(op)
+
+
+def _binary_vjp(e, node, inputs, g):
+    a, b = inputs
+    y, op = node, node.op
+    c = lambda v: e.const(v, node.dtype)  # noqa: E731
+    if op == "add":
+        return g, g
+    if op == "sub":
+        return g, e("neg", g)
+    if op == "mul":
+        return e("mul", g, b), e("mul", g, a)
+    if op == "div":
+        return e("div", g, b), e("neg", e("div", e("mul", g, y), b))
+    if op == "pow":
+        # d/da a^b = b a^(b-1) (0 where b = 0, even at a = 0); d/db a^b = a^b log a (0 at a = 0).
+        da = e("where", e("eq", b, c(0)), c(0), e("mul", b, e("pow", a, e("sub", b, c(1)))))
+        db = e("where", e("eq", a, c(0)), c(0), e("mul", y, e("log", a)))
+        return e("mul", g, da), e("mul", g, db)
+    if op in ("maximum", "minimum"):
+        wins = "gt" if op == "maximum" else "lt"
+        half = e("where", e("eq", a, b), e("mul", g, c(0.5)), c(0))
+        return (e("where", e(wins, a, b), g, half), e("where", e(wins, b, a), g, half))
+    return None, None  # comparisons
+
+
+def _where_vjp(e, node, inputs, g):
+    zero = e.const(0, node.dtype)
+    cond = inputs[0]
+    return None, e("where", cond, g, zero), e("where", cond, zero, g)
+
+
+def _cast_vjp(e, node, inputs, g):
+    """A cast between float dtypes passes the gradient back (cast to the operand's dtype by
+    `differentiate`); a cast from or to integers or bool has none."""
+    (x,) = inputs
+    return (g if dtypes.is_float(x.dtype) and dtypes.is_float(node.dtype) else None,)
+
+COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 
 
 def _unary_rule(ufunc):
@@ -90,13 +175,14 @@ def _infer_fused(node, inputs):
 
 def specs() -> list[OpSpec]:
     out = [OpSpec(name, ELEMENTWISE, 1, _unary_rule(u), fusable=True, flops_per_element=f,
-                  doc=doc) for name, (u, f, doc) in UNARY.items()]
+                  doc=doc, vjp=_unary_vjp) for name, (u, f, doc) in UNARY.items()]
     out += [OpSpec(name, ELEMENTWISE, 2, _binary_rule(u), fusable=True, flops_per_element=f,
-                   doc=doc) for name, (u, f, doc) in BINARY.items()]
+                   doc=doc, vjp=None if name in COMPARISONS else _binary_vjp)
+            for name, (u, f, doc) in BINARY.items()]
     out.append(OpSpec("where", ELEMENTWISE, 3, _infer_where, fusable=True,
-                      doc="cond ? a : b"))
+                      doc="cond ? a : b", vjp=_where_vjp))
     out.append(OpSpec("cast", ELEMENTWISE, 1, _infer_cast, fusable=True, declared=("dtype",),
-                      doc="convert to the node's dtype"))
+                      doc="convert to the node's dtype", vjp=_cast_vjp))
     out.append(OpSpec("fused", ELEMENTWISE, None, _infer_fused, fusable=False,
                       attrs=("program",), required_attrs=("program",), declared=("shape",),
                       doc="compiled chain of elementwise operators (made by the compiler)"))

@@ -89,14 +89,66 @@ def _ints(values) -> bool:
     return isinstance(values, tuple) and all(type(v) is int for v in values)
 
 
+# -- gradient rules: each moves the cotangent back to where its elements came from ---------
+def _transpose_vjp(e, node, inputs, g):
+    axes = node.attr("axes")
+    return (e("transpose", g, axes=tuple(axes.index(i) for i in range(len(axes)))),)
+
+
+def _reshape_vjp(e, node, inputs, g):
+    return (e("reshape", g, shape=inputs[0].shape),)
+
+
+def _concat_vjp(e, node, inputs, g):
+    axis, offset, out = node.attr("axis"), 0, []
+    for t in inputs:
+        out.append(_take_range(e, g, axis, offset, offset + t.shape[axis]))
+        offset += t.shape[axis]
+    return tuple(out)
+
+
+def _slice_vjp(e, node, inputs, g):
+    """The cotangent put back at the sliced positions, zeros elsewhere: per axis, a step of
+    s interleaves s - 1 zeros after each element, and zeros pad the rest on both sides."""
+    (x,) = inputs
+    if 0 in g.shape:
+        return (e.zeros(x.shape, g.dtype),)
+    starts, steps = node.attr("starts"), node.attr("steps")
+    for axis, (start, step) in enumerate(zip(starts, steps)):
+        n = g.shape[axis]
+        if step > 1 and n > 1:
+            spread = g.shape[:axis + 1] + (1,) + g.shape[axis + 1:]
+            gaps = g.shape[:axis + 1] + (step - 1,) + g.shape[axis + 1:]
+            woven = e("concat", e("reshape", g, shape=spread), e.zeros(gaps, g.dtype),
+                      axis=axis + 1)
+            flat = e("reshape", woven, shape=g.shape[:axis] + (n * step,) + g.shape[axis + 1:])
+            g = _take_range(e, flat, axis, 0, (n - 1) * step + 1)
+        before, after = start, x.shape[axis] - start - g.shape[axis]
+        parts = [e.zeros(g.shape[:axis] + (w,) + g.shape[axis + 1:], g.dtype) if w else None
+                 for w in (before, after)]
+        if parts[0] is not None or parts[1] is not None:
+            g = e("concat", *[p for p in (parts[0], g, parts[1]) if p is not None], axis=axis)
+    return (g,)
+
+
+def _take_range(e, x, axis: int, lo: int, hi: int):
+    """`x[..., lo:hi, ...]` along `axis` (x itself for its whole extent)."""
+    if (lo, hi) == (0, x.shape[axis]):
+        return x
+    starts = tuple(lo if a == axis else 0 for a in range(x.ndim))
+    stops = tuple(hi if a == axis else s for a, s in enumerate(x.shape))
+    return e("slice", x, starts=starts, stops=stops, steps=(1,) * x.ndim)
+
+
 def specs() -> list[OpSpec]:
     return [
         OpSpec("transpose", LAYOUT, 1, _infer_transpose, attrs=("axes",),
-               required_attrs=("axes",), doc="permute axes"),
+               required_attrs=("axes",), doc="permute axes", vjp=_transpose_vjp),
         OpSpec("reshape", LAYOUT, 1, _infer_reshape, declared=("shape",),
-               doc="same elements in row-major order, new shape"),
+               doc="same elements in row-major order, new shape", vjp=_reshape_vjp),
         OpSpec("concat", LAYOUT, None, _infer_concat, attrs=("axis",), required_attrs=("axis",),
-               doc="join tensors along an axis"),
+               doc="join tensors along an axis", vjp=_concat_vjp),
         OpSpec("slice", LAYOUT, 1, _infer_slice, attrs=("starts", "stops", "steps"),
-               required_attrs=("starts", "stops", "steps"), doc="start:stop:step on each axis"),
+               required_attrs=("starts", "stops", "steps"), doc="start:stop:step on each axis",
+               vjp=_slice_vjp),
     ]

@@ -45,6 +45,18 @@ def _infer_with_epilogue(node, inputs):
     return shape, program_dtype(node, "epilogue", node.attr("epilogue"), operands, OPS)
 
 
+def _matmul_vjp(e, node, inputs, g):
+    """C = A @ B: dA = dC @ B^T, dB = A^T @ dC (T swaps the last two axes); batch axes that
+    were broadcast are summed back by `differentiate`."""
+    a, b = inputs[:2]
+    return e("matmul", g, _swap_last(e, b)), e("matmul", _swap_last(e, a), g)
+
+
+def _swap_last(e, x):
+    axes = tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2)
+    return e("transpose", x, axes=axes)
+
+
 def specs() -> list[OpSpec]:
     return [OpSpec("matmul", MATMUL, None, _infer_matmul, attrs=("epilogue",),
-                   doc="(..., M, K) @ (..., K, N)")]
+                   doc="(..., M, K) @ (..., K, N)", vjp=_matmul_vjp)]

@@ -8,6 +8,8 @@ their result dtype (`ir.dtypes.accumulator`, see `compiler.lower`).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from deepx_flow.errors import GraphError, shown
@@ -61,12 +63,40 @@ def _infer_softmax(node, inputs):
     return a.shape, ufunc_dtype(node, np.exp, [a.dtype])
 
 
+# -- gradient rules (see ops.elementwise for the conventions) ------------------------------
+def _reduce_vjp(e, node, inputs, g):
+    """sum: `g` broadcast back over the reduced axes; mean: the same over their count;
+    max/min: `g` to the elements equal to the result, split evenly between ties."""
+    (x,) = inputs
+    axes, keepdims = node.attr("axes"), node.attr("keepdims", False)
+    gk = e.keep_dims(g, x.shape, axes, keepdims)
+    if node.op == "sum":
+        return (e.broadcast_to(gk, x.shape),)
+    if node.op == "mean":
+        count = math.prod(x.shape[a] for a in axes)
+        return (e.broadcast_to(e("div", gk, e.const(float(count), g.dtype)), x.shape),)
+    hit = e("eq", x, e.keep_dims(node, x.shape, axes, keepdims))
+    ties = e.sum(e("cast", hit, dtype=g.dtype), axes, keepdims=True)
+    return (e("where", hit, e("div", gk, ties), e.const(0, g.dtype)),)
+
+
+def _softmax_vjp(e, node, inputs, g):
+    """softmax: y (g - sum(g y)); log_softmax: g - softmax(x) sum(g), along the axis."""
+    axis = node.attr("axis")
+    if node.op == "softmax":
+        inner = e.sum(e("mul", g, node), (axis,), keepdims=True)
+        return (e("mul", node, e("sub", g, inner)),)
+    total = e.sum(g, (axis,), keepdims=True)
+    return (e("sub", g, e("mul", e("exp", node), total)),)
+
+
 def specs() -> list[OpSpec]:
     out = [OpSpec(name, REDUCE, None, _infer_reduce, attrs=("axes", "keepdims", "prologue"),
-                  required_attrs=("axes",), doc=f"{name} over axes")
+                  required_attrs=("axes",), doc=f"{name} over axes", vjp=_reduce_vjp)
            for name in REDUCTIONS]
     for name in ("softmax", "log_softmax"):
         out.append(OpSpec(name, AXIS_WHOLE, 1, _infer_softmax, flops_per_element=15,
                           temp_bytes_per_element=8, attrs=("axis",), required_attrs=("axis",),
-                          doc=f"{name} along one axis (kept whole in each chunk)"))
+                          doc=f"{name} along one axis (kept whole in each chunk)",
+                          vjp=_softmax_vjp))
     return out

@@ -24,6 +24,11 @@ AXIS_WHOLE = "axis_whole"    # needs one whole axis in each chunk (softmax, log_
 LAYOUT = "layout"            # moves elements: transpose, reshape, concat, slice
 
 InferFn = Callable[[Node, list[Node]], tuple[tuple[int, ...], str]]
+# vjp(emit, node, inputs, g) -> one entry per input: a node holding the input's share of
+# the cotangent `g` (in the node's shape or the input's; `differentiate` sums it down to the
+# input's shape and casts it to its dtype), or None where no gradient flows through that
+# input (a where's condition, a cast to an integer). `emit` is a `compiler.emit.Emitter`.
+VjpFn = Callable[..., tuple]
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,9 @@ class OpSpec:
         Attributes that must be present.
     declared : tuple of str
         Which of "shape" and "dtype" the node states rather than derives.
+    vjp : callable or None
+        The vector-Jacobian rule (see `VjpFn`) the `differentiate` pass applies; None for an
+        operator no gradient passes through (comparisons, sources, compiled nodes).
     """
 
     name: str
@@ -73,6 +81,7 @@ class OpSpec:
     # Which of "shape" and "dtype" the node states (sources, reshape, cast) instead of
     # having them derived from its inputs.
     declared: tuple[str, ...] = ()
+    vjp: VjpFn | None = None
 
     def check_arity(self, node: Node) -> None:
         if self.arity is not None and len(node.inputs) != self.arity:

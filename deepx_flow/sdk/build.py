@@ -92,3 +92,20 @@ def build_graph(outputs: Outputs) -> Graph:
                 if parent.node.id not in seen:
                     stack.append((parent, False))
     return Graph(tuple(order), tuple((name, t.node.id) for name, t in pairs))
+
+
+def tensors_of(graph: Graph, roots: Sequence[Tensor]) -> dict[str, Tensor]:
+    """A Tensor for every node of `graph` (node id -> Tensor): the tensors behind `roots`
+    as they are (their names kept), and new ones, linked to their operands, for the nodes
+    a pass added."""
+    out: dict[str, Tensor] = {}
+    stack = list(roots)
+    while stack:
+        t = stack.pop()
+        if t.node.id not in out:
+            out[t.node.id] = t
+            stack.extend(t.parents)
+    for node in graph.nodes:
+        if node.id not in out:
+            out[node.id] = Tensor(node, tuple(out[i] for i in node.inputs))
+    return out

@@ -12,11 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from deepx_flow.compiler.infer import infer_node
+from deepx_flow.compiler.infer import new_node
 from deepx_flow.errors import GraphError
 from deepx_flow.ir import dtypes
-from deepx_flow.ir.node import Node, make_attrs, make_id
-from deepx_flow.ops import get_op
+from deepx_flow.ir.node import Node
 
 
 class Tensor:
@@ -133,19 +132,12 @@ class Tensor:
 
 def apply(op: str, inputs: list[Tensor], shape=None, dtype=None, **attrs: Any) -> Tensor:
     """Build the node for `op` over `inputs`, run its type rule and wrap it in a Tensor."""
-    spec = get_op(op)
-    frozen = make_attrs(**attrs)
-    in_ids = tuple(t.node.id for t in inputs)
-    draft = Node(f"new {op}", op, in_ids, None if shape is None else tuple(shape), dtype, frozen)
-    spec.check_arity(draft)
     try:
-        typed = infer_node(draft, [t.node for t in inputs])
+        node = new_node(op, [t.node for t in inputs], shape, dtype, **attrs)
     except GraphError as err:
         # Name the operands, since the new node has no id a user would recognise yet.
         operands = ", ".join(f"{t.node.id}{t.shape}" for t in inputs) or "no inputs"
         raise GraphError(f"{err} (operands: {operands})") from None
-    node = Node(make_id(op, in_ids, typed.shape, typed.dtype, frozen), op, in_ids, typed.shape,
-                typed.dtype, frozen)
     return Tensor(node, tuple(inputs))
 
 
