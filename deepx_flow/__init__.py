@@ -16,10 +16,11 @@ from deepx_flow.assets.schedule import schedule
 from deepx_flow.errors import (CheckFailed, ClusterError, DatabaseError, DataError, DeepxError,
                                ExecutionError, GraphError, InputError, PlanError, SpecError)
 from deepx_flow.ir import Graph, Node
+from deepx_flow import nn, optim
 from deepx_flow.sdk import random
 from deepx_flow.sdk.build import build_graph
 from deepx_flow.sdk.grad import grad
-from deepx_flow.sdk.functions import (abs, add, arange, cast, concat, concatenate, div, equal,
+from deepx_flow.sdk.functions import (abs, add, arange, argmax, argmin, cast, concat, concatenate, div, equal,
                                       exp, full, gelu, greater, greater_equal, input, less,
                                       less_equal, log, log_softmax, matmul, max, maximum, mean,
                                       min, minimum, mul, neg, not_equal, ones, pow, read_zarr,
@@ -42,11 +43,11 @@ __all__ = [
     "TimeWindowPartitions", "WeeklyPartitions", "CheckFailed", "ClusterError",
     "DatabaseError", "DataError", "DeepxError", "ExecutionError", "GraphError",
     "InputError", "PlanError", "SpecError", "Graph", "Node", "Tensor", "build_graph", "grad",
-    "random",
+    "nn", "optim", "random",
     "ClusterSpec", "load_cluster_file", "Persisted", "Placement", "compile", "persist",
     "placement", "run", "shutdown", "from_yaml", "to_yaml", "Recovery",
     "schedule",
-    "abs", "add", "arange", "cast", "concat", "concatenate", "div", "equal", "exp", "full",
+    "abs", "add", "arange", "argmax", "argmin", "cast", "concat", "concatenate", "div", "equal", "exp", "full",
     "gelu", "greater", "greater_equal", "input", "less", "less_equal", "log", "log_softmax",
     "matmul", "max", "maximum", "mean", "min", "minimum", "mul", "neg", "not_equal", "ones",
     "pow", "read_zarr", "relu", "reshape", "sigmoid", "softmax", "sqrt", "sub", "sum", "tanh",

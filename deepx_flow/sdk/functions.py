@@ -168,6 +168,37 @@ def min(x, axis=None, keepdims=False) -> Tensor:  # noqa: A001
     return reduce_("min", as_tensor(x), axis, keepdims)
 
 
+def argmax(x, axis=None, keepdims=False) -> Tensor:
+    """The index of the largest value along `axis` (of the flattened tensor when None), as
+    int64: the first one where values tie, the first NaN where there is one, as in NumPy."""
+    return _arg_extreme("argmax", as_tensor(x), axis, keepdims)
+
+
+def argmin(x, axis=None, keepdims=False) -> Tensor:
+    """The index of the smallest value along `axis`, as `argmax` finds the largest."""
+    return _arg_extreme("argmin", as_tensor(x), axis, keepdims)
+
+
+def _arg_extreme(op: str, x: Tensor, axis, keepdims: bool) -> Tensor:
+    """Composed of operators the compiler chunks and fuses already: the extreme along the
+    axis, then the smallest index holding it (or holding a NaN, which NumPy reports first),
+    so the axis may be split over chunks like any reduction's."""
+    if axis is None:
+        if keepdims:
+            raise GraphError(f"{op}: keepdims needs an axis")
+        return _arg_extreme(op, reshape(x, (x.size,)), 0, False)
+    axis = _axis(op, x, axis)
+    if x.shape[axis] == 0:
+        raise GraphError(f"{op} of an empty axis has no index (operand: {x.node.id}{x.shape})")
+    extreme = reduce_("max" if op == "argmax" else "min", x, axis, keepdims=True)
+    n = x.shape[axis]
+    index = reshape(arange(n, dtype="int64"), tuple(n if a == axis else 1
+                                                    for a in range(x.ndim)))
+    at = where(x != x, index, where(x == extreme, index, n)) if dtypes.is_float(x.dtype) \
+        else where(x == extreme, index, n)
+    return reduce_("min", at, axis, keepdims)
+
+
 def _axis(op: str, x: Tensor, axis) -> int:
     """`axis` made non-negative; an error names the operator being built and its operand."""
     try:

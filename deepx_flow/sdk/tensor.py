@@ -115,6 +115,14 @@ class Tensor:
     def max(self, axis=None, keepdims=False): return reduce_("max", self, axis, keepdims)
     def min(self, axis=None, keepdims=False): return reduce_("min", self, axis, keepdims)
 
+    def argmax(self, axis=None, keepdims=False) -> "Tensor":
+        from deepx_flow.sdk.functions import argmax
+        return argmax(self, axis, keepdims)
+
+    def argmin(self, axis=None, keepdims=False) -> "Tensor":
+        from deepx_flow.sdk.functions import argmin
+        return argmin(self, axis, keepdims)
+
     def reshape(self, *shape) -> "Tensor":
         from deepx_flow.sdk.functions import reshape
         return reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list))

@@ -42,12 +42,14 @@ def finite_differences(loss: dx.Tensor, values: dict[str, np.ndarray], name: str
 
 
 def check_gradients(client, build, specs: dict, seed: int = 0, budgets=BUDGETS,
-                    wrt: tuple[str, ...] | None = None) -> None:
+                    wrt: tuple[str, ...] | None = None, extra: dict | None = None) -> None:
     """Build `build(**tensors)` over float64 inputs drawn per `specs` (name -> (shape, low,
     high)), weight it by a random cotangent, and compare the engine's gradients with
-    finite differences under each budget."""
+    finite differences under each budget. `extra` gives values of other inputs `build`
+    makes itself (labels)."""
     rng = np.random.default_rng(seed)
     values = {n: rng.uniform(lo, hi, size=shape) for n, (shape, lo, hi) in specs.items()}
+    values.update(extra or {})
     tensors = {n: dx.input(n, shape, "float64") for n, (shape, _, _) in specs.items()}
     y = build(**tensors)
     values["r"] = rng.uniform(-1, 1, size=y.shape)
