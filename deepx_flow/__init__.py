@@ -34,6 +34,7 @@ from deepx_flow.runtime.recovery import Recovery
 from deepx_flow.runtime.cluster import shutdown
 from deepx_flow.runtime.run import Persisted, compile, persist, run
 from deepx_flow.spec.yaml_io import from_yaml, to_yaml
+from deepx_flow.train import Fit, train
 
 __version__ = "0.1.0"
 
@@ -45,7 +46,7 @@ __all__ = [
     "InputError", "PlanError", "SpecError", "Graph", "Node", "Tensor", "build_graph", "grad",
     "nn", "optim", "random",
     "ClusterSpec", "load_cluster_file", "Persisted", "Placement", "compile", "persist",
-    "placement", "run", "shutdown", "from_yaml", "to_yaml", "Recovery",
+    "placement", "run", "shutdown", "from_yaml", "to_yaml", "Recovery", "Fit", "train",
     "schedule",
     "abs", "add", "arange", "argmax", "argmin", "cast", "concat", "concatenate", "div", "equal", "exp", "full",
     "gelu", "greater", "greater_equal", "input", "less", "less_equal", "log", "log_softmax",

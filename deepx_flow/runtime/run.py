@@ -153,7 +153,8 @@ def _checked(outputs, inputs):
 
 
 def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, extend=None,
-            db=None, recovery: Recovery | None = None, owners=None, readable=None):
+            db=None, recovery: Recovery | None = None, owners=None, readable=None,
+            lowered=None):
     """Lower and submit the plan.
 
     `hold` names the outputs whose chunk futures to return (default: all). `extend(lowered)`
@@ -163,10 +164,12 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, ext
     the asset it computes). `readable(lowered)` may say which chunks `extend`'s tasks store
     (chunk key -> `readback.Stored`), to read back if lost. Returns output futures by name,
     output tensor keys by name, the run's recorder (None when recording is off) and the
-    futures of `extend`'s keys.
+    futures of `extend`'s keys. `lowered` is the plan already lowered (several training
+    steps of one plan, chained: `train.loop`), in place of lowering it with `sources`.
     """
     check_sources_on(sources, client)
-    lowered = plan.lower(sources, to_host=plan.cluster.has_devices)
+    if lowered is None:
+        lowered = plan.lower(sources, to_host=plan.cluster.has_devices)
     held = [name for name, _ in graph.outputs if hold is None or name in hold]
     keys = {name: lowered.output_keys(name) for name in held}
     extra = list(extend(lowered)) if extend is not None else []

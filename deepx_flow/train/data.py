@@ -1,0 +1,177 @@
+"""Training data: the rows of one or more arrays, in an order that depends only on (seed, epoch).
+
+A dataset is a tuple of columns (features, labels, ...) with the same number of rows: NumPy
+arrays, or stored Zarr arrays (`dx.read_zarr` tensors or paths), which are never loaded whole.
+
+Order. The rows are cut into blocks: a stored array's chunks along its rows (so a block is read
+by decoding one stored chunk), or blocks of `ARRAY_BLOCK_ROWS` rows for arrays in memory. Each
+epoch draws, from a generator seeded by (seed, epoch) alone, a permutation of the blocks, groups
+consecutive blocks into windows of `window_blocks`, and permutes the rows within each window.
+The epoch's order is the windows' rows one after the other: a permutation of all the rows that
+depends on the seed, the epoch and the data's blocks, never on the workers. Batches are
+consecutive runs of `batch_size` rows of that order; a last run shorter than a batch is left out
+(every step then has the same shape, so one compiled step serves them all).
+
+Streaming. A task loads one window's rows, already in their shuffled order, and a batch's
+chunks are slices of one or two windows. A window is loaded once per epoch, so the stored data
+is read once per epoch, while only the windows in use are in memory.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from dask.base import tokenize
+
+from deepx_flow.errors import GraphError, InputError, shown
+from deepx_flow.sdk.random import derive_seed
+
+# Rows per block of an array held in memory (its "stored chunk" for shuffling).
+ARRAY_BLOCK_ROWS = 4096
+
+
+@dataclass(frozen=True)
+class Column:
+    """One array of the dataset: in memory (`array`) or stored (`uri`)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    array: np.ndarray | None = None
+    uri: str | None = None
+
+    def rows(self, index: np.ndarray) -> np.ndarray:
+        """The rows at `index` (in that order), read here."""
+        if self.array is not None:
+            return self.array[index]
+        return read_rows(self.uri, index)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    columns: tuple[Column, ...]
+    rows: int
+    block_rows: int
+    token: str
+
+    @property
+    def blocks(self) -> int:
+        return math.ceil(self.rows / self.block_rows)
+
+
+def dataset_of(data) -> Dataset:
+    """A Dataset from a tuple of columns: NumPy arrays, `dx.read_zarr` tensors or Zarr paths.
+    Raises InputError naming the column that is missing, unreadable or of another length."""
+    from deepx_flow.sdk.tensor import Tensor
+    from deepx_flow.storage.readers import storage_chunks, zarr_info
+    if not isinstance(data, (tuple, list)) or not data:
+        raise InputError(f"data must be a tuple of arrays (features, labels, ...), got "
+                         f"{shown(data)}")
+    columns, block_rows, tokens = [], None, []
+    for i, item in enumerate(data):
+        if isinstance(item, Tensor):
+            if item.node.op != "read_zarr":
+                raise InputError(f"data column {i} is a computed tensor ({item.node.op}); "
+                                 "train on stored data (dx.read_zarr) or NumPy arrays, or "
+                                 "store it first as an asset")
+            item = item.node.attr("uri")
+        if isinstance(item, str):
+            shape, dtype = zarr_info(item)
+            chunks = storage_chunks(item)
+            column = Column(tuple(shape), dtype, uri=item)
+            if chunks and block_rows is None:
+                block_rows = chunks[0]
+            tokens.append(("zarr", item, shape, dtype))
+        elif isinstance(item, np.ndarray):
+            column = Column(item.shape, item.dtype.name, array=item)
+            tokens.append(("array", tokenize(item)))
+        else:
+            raise InputError(f"data column {i} is a {type(item).__name__}; give NumPy arrays, "
+                             "dx.read_zarr tensors or Zarr paths")
+        if not column.shape:
+            raise InputError(f"data column {i} is 0-d; columns have one row per sample")
+        columns.append(column)
+    rows = columns[0].shape[0]
+    for i, column in enumerate(columns):
+        if column.shape[0] != rows:
+            raise InputError(f"data column {i} has {column.shape[0]} rows, column 0 has {rows}")
+    if rows == 0:
+        raise InputError("the training data has no rows")
+    block_rows = min(block_rows or ARRAY_BLOCK_ROWS, rows)
+    return Dataset(tuple(columns), rows, block_rows, tokenize(tokens, block_rows))
+
+
+def epoch_order(data: Dataset, seed: int, epoch: int, window_blocks: int) -> list[np.ndarray]:
+    """The row indices of each window of `epoch`, in their shuffled order (see the module
+    docstring); concatenated, a permutation of all rows."""
+    rng = np.random.default_rng(derive_seed(seed, epoch))
+    blocks = rng.permutation(data.blocks)
+    windows = []
+    for w in range(0, len(blocks), window_blocks):
+        rows = np.concatenate([np.arange(b * data.block_rows,
+                                         min((b + 1) * data.block_rows, data.rows))
+                               for b in blocks[w:w + window_blocks]])
+        windows.append(rows[rng.permutation(len(rows))])
+    return windows
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Rows `lo:hi` of window `window` of an epoch."""
+
+    window: int
+    lo: int
+    hi: int
+
+
+def batch_pieces(windows: list[np.ndarray], batch_size: int) -> list[list[Piece]]:
+    """Each full batch of an epoch as pieces of consecutive windows."""
+    sizes = [len(w) for w in windows]
+    total = sum(sizes)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    out = []
+    for b in range(total // batch_size):
+        lo, hi = b * batch_size, (b + 1) * batch_size
+        pieces = []
+        for w in range(len(windows)):
+            a, z = max(lo, starts[w]), min(hi, starts[w + 1])
+            if a < z:
+                pieces.append(Piece(w, int(a - starts[w]), int(z - starts[w])))
+        out.append(pieces)
+    return out
+
+
+def window_blocks_for(data: Dataset, memory_limit: int, workers: int) -> int:
+    """How many blocks a window holds: as many as keep two windows (the one in use and the
+    next, loading) within a quarter of one worker's memory, at least one."""
+    row_bytes = sum(math.prod(c.shape[1:]) * np.dtype(c.dtype).itemsize for c in data.columns)
+    block_bytes = max(1, row_bytes * data.block_rows)
+    return max(1, min(data.blocks, int(memory_limit // 8 // block_bytes)))
+
+
+def check_batch_size(data: Dataset, batch_size) -> None:
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise GraphError(f"batch_size must be a positive integer, got {shown(batch_size)}")
+    if batch_size > data.rows:
+        raise InputError(f"batch_size {batch_size} is larger than the {data.rows} rows of "
+                         "the training data")
+
+
+def read_rows(uri: str, index: np.ndarray) -> np.ndarray:
+    """Rows `index` of a stored array: each stored chunk they fall in is read once, checked
+    (`storage.readers.read_region`), and the rows taken from it."""
+    from deepx_flow.storage.readers import read_region, storage_chunks, zarr_info
+    shape, _ = zarr_info(uri)
+    step = (storage_chunks(uri) or shape)[0] or 1
+    blocks = index // step
+    out = None
+    for block in np.unique(blocks):
+        lo, hi = int(block) * step, min((int(block) + 1) * step, shape[0])
+        region = ((lo, hi),) + tuple((0, s) for s in shape[1:])
+        part = np.asarray(read_region(uri, region))
+        if out is None:
+            out = np.empty((len(index),) + part.shape[1:], dtype=part.dtype)
+        mask = blocks == block
+        out[mask] = part[index[mask] - lo]
+    return out
