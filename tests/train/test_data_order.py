@@ -1,0 +1,56 @@
+"""The data order: a permutation of the rows from (seed, epoch) alone, in windows of blocks."""
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import deepx_flow as dx
+from deepx_flow.train.data import (Dataset, batch_pieces, dataset_of, epoch_order,
+                                   window_blocks_for)
+
+
+def dataset(rows, block_rows):
+    return Dataset((), rows, block_rows, "t")
+
+
+@given(rows=st.integers(1, 500), block=st.integers(1, 64), window=st.integers(1, 9),
+       seed=st.integers(0, 2**40), epoch=st.integers(0, 50), batch=st.integers(1, 80))
+def test_each_epoch_is_a_permutation_cut_into_full_batches(rows, block, window, seed, epoch,
+                                                           batch):
+    data = dataset(rows, min(block, rows))
+    windows = epoch_order(data, seed, epoch, window)
+    order = np.concatenate(windows)
+    assert sorted(order) == list(range(rows))
+    # A window holds whole blocks.
+    for w in windows:
+        assert len({i // data.block_rows for i in w}) <= window
+    # The same seed and epoch give the same order; the batches are its consecutive runs.
+    np.testing.assert_array_equal(order, np.concatenate(epoch_order(data, seed, epoch, window)))
+    batches = batch_pieces(windows, batch)
+    assert len(batches) == rows // batch
+    for b, pieces in enumerate(batches):
+        rows_of = np.concatenate([windows[p.window][p.lo:p.hi] for p in pieces])
+        np.testing.assert_array_equal(rows_of, order[b * batch:(b + 1) * batch])
+
+
+def test_epochs_and_seeds_give_different_orders():
+    data = dataset(1000, 100)
+    orders = {tuple(np.concatenate(epoch_order(data, s, e, 3))) for s in (0, 1) for e in (0, 1)}
+    assert len(orders) == 4
+
+
+def test_windows_fit_a_quarter_of_a_worker_memory():
+    x = np.zeros((10_000, 100), np.float32)  # 400 bytes a row, blocks of 4096 rows
+    data = dataset_of((x, np.zeros(10_000, np.int64)))
+    assert data.block_rows == 4096
+    assert window_blocks_for(data, 2**30, 2) == 3  # all blocks
+    assert window_blocks_for(data, 16 * 2**20, 2) == 1
+
+
+def test_bad_data_is_named():
+    with pytest.raises(dx.InputError, match="column 1 has 3 rows"):
+        dataset_of((np.zeros((4, 2)), np.zeros(3)))
+    with pytest.raises(dx.InputError, match="computed tensor"):
+        dataset_of((dx.ones((4, 2)),))
+    with pytest.raises(dx.InputError, match="data must be a tuple"):
+        dataset_of(np.zeros(3))

@@ -1,0 +1,137 @@
+"""`dx.train` against a NumPy float64 training loop of the same model, data order and
+optimizer; the same parameters on 1, 2 and 3 workers; failures that stop a run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import deepx_flow as dx
+from deepx_flow.train.data import batch_pieces, dataset_of, epoch_order, window_blocks_for
+from tests.helpers import cluster_with_memory
+
+RNG = np.random.default_rng(3)
+N, F, H, C = 300, 6, 5, 4
+X = RNG.standard_normal((N, F))
+LABELS = RNG.integers(0, C, size=N)
+MODEL = dx.nn.Sequential(dx.nn.Linear(F, H, dtype="float64"), dx.nn.tanh,
+                         dx.nn.Linear(H, C, dtype="float64"))
+
+
+def loss_fn(p, x, y):
+    return dx.nn.cross_entropy(MODEL(p, x), y)
+
+
+def numpy_training(start, data, batch, epochs, seed, lr=0.1, momentum=0.9, ordered_as=None,
+                   window_blocks=None):
+    """The same run written out in NumPy: manual gradients, SGD with momentum, rows in the
+    order of `ordered_as` (by default `data`, whose blocks decide the order)."""
+    p = {k: v.astype(np.float64).copy() for k, v in start.items()}
+    buf = {k: np.zeros_like(v) for k, v in p.items()}
+    x_all, y_all = data
+    ds = dataset_of(ordered_as or data)
+    losses = []
+    for epoch in range(epochs):
+        windows = epoch_order(ds, seed, epoch, window_blocks or ds.blocks)
+        for pieces in batch_pieces(windows, batch):
+            rows = np.concatenate([windows[q.window][q.lo:q.hi] for q in pieces])
+            x, y = x_all[rows], y_all[rows]
+            h = np.tanh(x @ p["0.weight"] + p["0.bias"])
+            z = h @ p["2.weight"] + p["2.bias"]
+            z = z - z.max(1, keepdims=True)
+            prob = np.exp(z) / np.exp(z).sum(1, keepdims=True)
+            losses.append(-np.log(prob[np.arange(len(y)), y]).mean())
+            dz = (prob - np.eye(C)[y]) / len(y)
+            dh = (dz @ p["2.weight"].T) * (1 - h * h)
+            g = {"2.weight": h.T @ dz, "2.bias": dz.sum(0), "0.weight": x.T @ dh,
+                 "0.bias": dh.sum(0)}
+            for k in p:
+                buf[k] = momentum * buf[k] + g[k]
+                p[k] = p[k] - lr * buf[k]
+    return p, losses
+
+
+@pytest.fixture(scope="module")
+def start(client):
+    params = MODEL.init(seed=1)
+    return dict(zip(params, dx.run(list(params.values()), client=client)))
+
+
+def test_training_equals_a_numpy_loop_and_does_not_depend_on_the_workers(client, client1,
+                                                                         client3, start):
+    opt = dx.optim.SGD(lr=0.1, momentum=0.9)
+    expected, expected_losses = numpy_training(start, (X, LABELS), 40, 2, seed=5)
+    fits = [dx.train(loss_fn, start, data=(X, LABELS), batch_size=40, epochs=2, optimizer=opt,
+                     seed=5, steps_per_graph=3, progress=False, client=c)
+            for c in (client1, client, client3)]
+    for fit in fits:
+        assert fit.steps == 2 * (N // 40) == len(fit.history)
+        assert [h["step"] for h in fit.history] == list(range(1, fit.steps + 1))
+        np.testing.assert_allclose([h["loss"] for h in fit.history], expected_losses,
+                                   rtol=1e-10)
+        for k in start:
+            np.testing.assert_allclose(fit.values[k], expected[k], rtol=1e-10, atol=1e-12)
+    for k in start:  # the runs on 1, 2 and 3 workers agree with each other closer still
+        np.testing.assert_allclose(fits[1].values[k], fits[0].values[k], rtol=1e-12)
+        np.testing.assert_allclose(fits[2].values[k], fits[0].values[k], rtol=1e-12)
+    assert np.abs(expected["0.weight"] - start["0.weight"]).max() > 1e-2
+
+
+@pytest.mark.parametrize("memory", [None, 60_000])
+def test_stored_data_streams_in_windows_and_trains_the_same(client, start, tmp_path, memory):
+    # With 60 kB per worker a window holds 2 of the 5 stored chunks (a quarter of the
+    # memory for two windows), so batches span windows and windows span graphs.
+    import zarr
+    xs = zarr.create_array(str(tmp_path / "x.zarr"), shape=X.shape, chunks=(64, F),
+                           dtype="float64")
+    xs[:] = X
+    ys = zarr.create_array(str(tmp_path / "y.zarr"), shape=LABELS.shape, chunks=(64,),
+                           dtype="int64")
+    ys[:] = LABELS
+    data = (dx.read_zarr(str(tmp_path / "x.zarr")), str(tmp_path / "y.zarr"))
+    assert dataset_of(data).blocks == 5
+    opt = dx.optim.SGD(lr=0.1, momentum=0.9)
+    cluster = cluster_with_memory(memory) if memory else None
+    fit = dx.train(loss_fn, start, data=data, batch_size=32, epochs=2, optimizer=opt, seed=2,
+                   steps_per_graph=4, progress=False, client=client, cluster=cluster)
+    blocks = window_blocks_for(dataset_of(data), memory or 2**40, 2)
+    assert blocks == (2 if memory else 5)
+    expected, _ = numpy_training(start, (X, LABELS), 32, 2, seed=2, ordered_as=data,
+                                 window_blocks=blocks)
+    for k in start:
+        np.testing.assert_allclose(fit.values[k], expected[k], rtol=1e-10, atol=1e-12)
+
+
+def test_held_out_loss_every_n_steps_and_at_the_end(client, start):
+    fit = dx.train(loss_fn, start, data=(X[:200], LABELS[:200]), batch_size=50, epochs=3,
+                   optimizer=dx.optim.Adam(lr=0.01), steps_per_graph=5, progress=False,
+                   eval_data=(X[200:], LABELS[200:]), eval_every=4, client=client)
+    assert [e["step"] for e in fit.evaluations] == [4, 8, 12]
+    for e in fit.evaluations:  # each is the held-out loss of the parameters of its step
+        assert np.isfinite(e["loss"])
+    final = dx.run(loss_fn(fit.params, dx.input("x", (100, F), "float64"),
+                           dx.input("y", (100,), "int64")),
+                   inputs={**fit.inputs, "x": X[200:], "y": LABELS[200:]}, client=client)
+    np.testing.assert_allclose(fit.evaluations[-1]["loss"], final, rtol=1e-12)
+
+
+def test_a_label_out_of_range_stops_the_run_at_its_step(client, start):
+    bad = LABELS.copy()
+    bad[7] = C  # one class too many
+    with pytest.raises(dx.ExecutionError, match=r"the loss is nan at step 1 "):
+        dx.train(loss_fn, start, data=(X, bad), batch_size=N, epochs=1, progress=False,
+                 client=client)
+
+
+def test_mistakes_are_named_before_anything_runs(client, start):
+    with pytest.raises(dx.InputError, match="larger than the 300 rows"):
+        dx.train(loss_fn, start, data=(X, LABELS), batch_size=301, client=client)
+    with pytest.raises(dx.GraphError, match="floating-point scalar"):
+        dx.train(lambda p, x, y: MODEL(p, x), start, data=(X, LABELS), batch_size=10,
+                 client=client)
+    with pytest.raises(dx.GraphError, match="eval_every needs eval_data"):
+        dx.train(loss_fn, start, data=(X, LABELS), batch_size=10, eval_every=3,
+                 client=client)
+    with pytest.raises(dx.GraphError, match="only floating-point parameters"):
+        dx.train(loss_fn, {**start, "0.bias": np.zeros(H, np.int64)}, data=(X, LABELS),
+                 batch_size=10, client=client)
