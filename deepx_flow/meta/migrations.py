@@ -22,6 +22,7 @@ History:
 7. operator_speeds (measured speed of each operator on each worker).
 8. chunk_placements unique per run: (run_id, tensor, chunk, worker) instead of (tensor, chunk,
    worker), so a later run that computes the same chunk on the same worker adds its own row.
+9. trainings, training_metrics, training_checkpoints; runs.training_id.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from sqlmodel import SQLModel
 from deepx_flow.errors import DatabaseError
 from deepx_flow.meta.models import SchemaInfo
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 # An arbitrary constant: PostgreSQL sessions migrating at once take turns on this lock.
 _PG_LOCK_ID = 74_700_11
@@ -202,6 +203,53 @@ def _v8_placements_per_run(conn: Connection) -> None:
     Index("ix_chunk_placements_state", renamed.c.state).create(conn)
 
 
+def _v9_trainings(conn: Connection) -> None:
+    # The tables as they were at version 9 (frozen, as in step 2).
+    frozen = MetaData()
+    Table("runs", frozen, Column("id", String, primary_key=True))
+    Table("trainings", frozen,
+          Column("id", String, primary_key=True),
+          Column("status", String, nullable=False, index=True),
+          Column("started_at", Float, nullable=False, index=True),
+          Column("ended_at", Float, nullable=True),
+          Column("asset", String, nullable=True, index=True),
+          Column("config_hash", String, nullable=False),
+          Column("optimizer", String, nullable=False),
+          Column("seed", Integer, nullable=False),
+          Column("batch_size", Integer, nullable=False),
+          Column("epochs", Integer, nullable=False),
+          Column("steps", Integer, nullable=False),
+          Column("steps_done", Integer, nullable=False),
+          Column("resumed_from", String, nullable=True),
+          Column("error", Text, nullable=True),
+          Column("host", String, nullable=False),
+          Column("pid", Integer, nullable=False))
+    Table("training_metrics", frozen,
+          Column("id", Integer, primary_key=True),
+          Column("training_id", String, ForeignKey("trainings.id"), nullable=False),
+          Column("step", Integer, nullable=False),
+          Column("epoch", Integer, nullable=False),
+          Column("name", String, nullable=False),
+          Column("value", Float, nullable=False),
+          Column("at", Float, nullable=False),
+          Index("ix_training_metrics_training", "training_id", "name", "step"))
+    Table("training_checkpoints", frozen,
+          Column("id", Integer, primary_key=True),
+          Column("training_id", String, ForeignKey("trainings.id"), nullable=False,
+                 index=True),
+          Column("asset", String, nullable=False, index=True),
+          Column("version", String, nullable=False),
+          Column("step", Integer, nullable=False),
+          Column("epoch", Integer, nullable=False),
+          Column("config_hash", String, nullable=False, index=True),
+          Column("layout", Text, nullable=True),
+          Column("created_at", Float, nullable=False))
+    frozen.create_all(conn, checkfirst=True)
+    conn.execute(text("ALTER TABLE runs ADD COLUMN training_id VARCHAR"))
+    Index("ix_runs_training_id", Table("runs", MetaData(), Column("training_id", String))
+          .c.training_id).create(conn)
+
+
 STEPS = {
     2: _v2_events_and_username,
     3: _v3_assets,
@@ -210,6 +258,7 @@ STEPS = {
     6: _v6_comm_seconds,
     7: _v7_operator_speeds,
     8: _v8_placements_per_run,
+    9: _v9_trainings,
 }
 
 

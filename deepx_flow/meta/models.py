@@ -18,7 +18,11 @@ What each table records:
 - `events`: things that happened to a run besides its tasks (worker lost, drift, ...);
 - `asset_materializations`, `asset_check_results`: stored asset versions and their checks;
 - `schedules`, `schedule_ticks`: the schedules a scheduler daemon runs, and every tick it
-  evaluated (launched, skipped, failed), one row per schedule and tick time.
+  evaluated (launched, skipped, failed), one row per schedule and tick time;
+- `trainings`, `training_metrics`, `training_checkpoints`: each `dx.train` call, its metrics
+  per step (loss, learning rate, gradient norm, throughput, held-out loss, user metrics) and
+  the asset versions it checkpointed; `runs.training_id` names the training a run (one graph
+  of its steps) belongs to.
 
 Changing a table means adding a migration in `migrations.py` and bumping `SCHEMA_VERSION`.
 """
@@ -159,6 +163,7 @@ class Run(SQLModel, table=True):
     host: str
     pid: int
     username: str
+    training_id: Optional[str] = Field(default=None, index=True)  # a dx.train's graphs
 
 
 class Task(SQLModel, table=True):
@@ -284,3 +289,56 @@ class ScheduleTick(SQLModel, table=True):
     daemon: Optional[str] = None
     started_at: float
     finished_at: Optional[float] = None
+
+
+class Training(SQLModel, table=True):
+    """One `dx.train` call: what it trains with, how far it got, and how it ended."""
+
+    __tablename__ = "trainings"
+    id: str = Field(primary_key=True)  # a uuid4 hex
+    status: str = Field(default="running", index=True)  # running, succeeded, failed
+    started_at: float = Field(index=True)
+    ended_at: Optional[float] = None
+    asset: Optional[str] = Field(default=None, index=True)  # where checkpoints go
+    config_hash: str  # what a resumed training must agree on (see train.checkpoint)
+    optimizer: str
+    seed: int
+    batch_size: int
+    epochs: int
+    steps: int  # planned
+    steps_done: int = 0
+    resumed_from: Optional[str] = None  # the checkpoint version it started from
+    error: Optional[str] = _text()
+    host: str
+    pid: int
+
+
+class TrainingMetric(SQLModel, table=True):
+    """One value of one metric at one step (`loss`, `lr`, `grad_norm`, `samples_per_second`,
+    `eval_loss`, ...)."""
+
+    __tablename__ = "training_metrics"
+    __table_args__ = (Index("ix_training_metrics_training", "training_id", "name", "step"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    training_id: str = Field(foreign_key="trainings.id")
+    step: int
+    epoch: int
+    name: str
+    value: float
+    at: float
+
+
+class TrainingCheckpoint(SQLModel, table=True):
+    """A version of the training's asset holding its parameters and optimizer state after
+    `step`, packed in one vector as `layout` (JSON) says."""
+
+    __tablename__ = "training_checkpoints"
+    id: Optional[int] = Field(default=None, primary_key=True)
+    training_id: str = Field(foreign_key="trainings.id", index=True)
+    asset: str = Field(index=True)
+    version: str
+    step: int
+    epoch: int
+    config_hash: str = Field(index=True)
+    layout: str = _text()
+    created_at: float

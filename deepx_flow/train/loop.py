@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -102,13 +103,19 @@ class Fit:
     evaluations : list of dict
         One entry per evaluation: step, epoch and the held-out loss.
     steps : int
-        Steps taken.
+        Steps in the run (a resumed run counts the steps before it too).
+    training_id : str or None
+        Its row in the metadata database (None when recording is off).
+    checkpoint : str or None
+        The asset version of its last checkpoint.
     """
 
     values: dict[str, np.ndarray]
     history: list[dict] = field(default_factory=list)
     evaluations: list[dict] = field(default_factory=list)
     steps: int = 0
+    training_id: str | None = None
+    checkpoint: str | None = None
 
     @property
     def params(self) -> dict[str, Tensor]:
@@ -129,8 +136,9 @@ def _input_name(name: str) -> str:
 
 def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimizer=None,
           seed: int = 0, steps_per_graph: int = 8, eval_data=None, eval_every: int | None = None,
-          progress: bool | None = None, client=None, scheduler: str | None = None,
-          cluster=None) -> Fit:
+          checkpoint: str | None = None, checkpoint_every: int | None = None,
+          resume: bool = False, progress: bool | None = None, client=None,
+          scheduler: str | None = None, cluster=None, db=None) -> Fit:
     """Train `params` to minimize `loss_fn(params, *batch)` over `data`.
 
     Parameters
@@ -155,15 +163,26 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
         Steps submitted to the scheduler as one graph.
     eval_data : tuple, optional
         Held-out columns; their loss is computed every `eval_every` steps and at the end.
+    checkpoint : str, optional
+        An asset name: the parameters and optimizer state are stored as a version of it
+        every `checkpoint_every` steps and at the end (`train.checkpoint`).
+    resume : bool
+        Start from the newest checkpoint in `checkpoint` of a training configured alike
+        (same model, loss, optimizer, seed, batch size and data), if there is one.
     progress : bool, optional
         A progress bar with the loss (default: in notebooks and terminals).
     client, scheduler, cluster
         Where to run and what to plan for, as in `dx.run`.
+    db : str or Database, optional
+        The metadata database (default the configured one): the training, its metrics per
+        step and its checkpoints are recorded there.
     """
     from deepx_flow.optim import Adam
+    from deepx_flow.runtime.plan_cache import cached_compile
     from deepx_flow.runtime.run import _interactive, cluster_spec, lasting_client
     optimizer = optimizer or Adam()
-    _check_settings(epochs, steps_per_graph, eval_data, eval_every, seed)
+    _check_settings(epochs, steps_per_graph, eval_data, eval_every, seed, checkpoint,
+                    checkpoint_every, resume)
     dataset = dataset_of(data)
     check_batch_size(dataset, batch_size)
     active = lasting_client(client, scheduler)
@@ -172,42 +191,61 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
     step = build_step(loss_fn, {k: (v.shape, v.dtype.name) for k, v in values.items()},
                       optimizer, [((batch_size,) + c.shape[1:], c.dtype)
                                   for c in dataset.columns])
-    from deepx_flow.runtime.plan_cache import cached_compile
     plan = cached_compile(step.graph, spec, settings())
     evaluate = _evaluator(loss_fn, values, eval_data, active, spec) if eval_data else None
     limit = min((w.memory for w in spec.workers), default=2**30)
-    window_blocks = window_blocks_for(dataset, limit, len(spec.workers))
+    schedule, windows = _schedule(dataset, batch_size, epochs, seed,
+                                  window_blocks_for(dataset, limit, len(spec.workers)))
 
-    schedule, windows = _schedule(dataset, batch_size, epochs, seed, window_blocks)
-    show = progress if progress is not None else _interactive()
-    runner = _Runner(plan, step, dataset, active, optimizer, values, schedule, windows)
-    fit = Fit(values={})
+    book = _Book.open(db, checkpoint, step, seed, batch_size, dataset, optimizer, epochs,
+                      len(schedule))
+    start_values = book.resume_values() if resume else None
+    done = book.resumed_step if start_values else 0
+    runner = _Runner(plan, step, dataset, active, optimizer, values, schedule, windows,
+                     start_values)
+    saver = _Saver(book, step, spec, active) if checkpoint else None
+    fit = Fit(values={}, training_id=book.training_id)
     started = time.perf_counter()
+    show = progress if progress is not None else _interactive()
     from tqdm.auto import tqdm
-    bar = tqdm(total=len(schedule), desc="train", unit="step", disable=not show)
+    bar = tqdm(total=len(schedule), initial=done, desc="train", unit="step",
+               disable=not show)
+    marks = [m for m in (eval_every if evaluate else None, checkpoint_every) if m]
     try:
         pending = None
-        for segment in _segments(len(schedule), steps_per_graph, eval_every):
-            submitted = runner.submit([schedule[i] for i in segment], segment)
+        for segment in _segments(done, len(schedule), steps_per_graph, marks):
+            submitted = runner.submit([schedule[i] for i in segment], segment, book)
             if pending is not None:
-                _collect(pending, fit, started, bar)
+                _collect(pending, fit, started, bar, book, batch_size)
             pending = submitted
-            if evaluate and eval_every and (segment[-1] + 1) % eval_every == 0:
-                _collect(pending, fit, started, bar)
+            last = schedule[segment[-1]]
+            at_eval = evaluate and eval_every and last.number % eval_every == 0
+            at_save = saver and checkpoint_every and last.number % checkpoint_every == 0
+            if at_eval or at_save:
+                _collect(pending, fit, started, bar, book, batch_size)
                 pending = None
-                _record_eval(fit, evaluate(runner.current()), schedule[segment[-1]])
+            if at_eval:
+                _record_eval(fit, evaluate(runner.current()), last, book)
+            if at_save:
+                fit.checkpoint = saver.save(runner, last)
         if pending is not None:
-            _collect(pending, fit, started, bar)
+            _collect(pending, fit, started, bar, book, batch_size)
+        last = schedule[-1]
+        if evaluate and (not fit.evaluations or fit.evaluations[-1]["step"] != last.number):
+            _record_eval(fit, evaluate(runner.current()), last, book)
+        if saver and (fit.checkpoint is None or
+                      book.saved_step != last.number):
+            fit.checkpoint = saver.save(runner, last)
         fit.values = runner.gather()
         fit.steps = len(schedule)
-        if evaluate and (not fit.evaluations or fit.evaluations[-1]["step"] != fit.steps):
-            _record_eval(fit, evaluate(runner.current()), schedule[-1])
-    except BaseException:
+    except BaseException as err:
         runner.release()
+        book.end("failed", f"{type(err).__name__}: {err}")
         raise
     finally:
         bar.close()
     runner.release()
+    book.end("succeeded")
     return fit
 
 
@@ -231,13 +269,13 @@ def _schedule(dataset, batch_size, epochs, seed, window_blocks):
     return steps, windows
 
 
-def _segments(n: int, per_graph: int, eval_every: int | None):
-    """Runs of step indices: at most `per_graph` long, ending at every evaluation step."""
-    start = 0
+def _segments(start: int, n: int, per_graph: int, marks: list[int]):
+    """Runs of step indices from `start`: at most `per_graph` long, ending at every step
+    whose number (index + 1) is a multiple of a mark (evaluations, checkpoints)."""
     while start < n:
         end = min(n, start + per_graph)
-        if eval_every:
-            end = min(end, (start // eval_every + 1) * eval_every)
+        for mark in marks:
+            end = min(end, (start // mark + 1) * mark)
         yield list(range(start, end))
         start = end
 
@@ -245,23 +283,26 @@ def _segments(n: int, per_graph: int, eval_every: int | None):
 class _Runner:
     """Lowers and submits graphs of steps, and holds the futures between them."""
 
-    def __init__(self, plan, step, dataset, client, optimizer, values, schedule, windows):
+    def __init__(self, plan, step, dataset, client, optimizer, values, schedule, windows,
+                 resumed=None):
         self.plan, self.step, self.dataset = plan, step, dataset
         self.schedule, self.epoch_windows = schedule, windows
         self.client, self.optimizer = client, optimizer
         self.names = {**step.params, **step.state}
         self.sources = {}
-        for name, input_id in step.params.items():
-            array = values[name]
+        for name, input_id in self.names.items():
+            if resumed is not None:
+                array = resumed[input_id]
+            elif name in values:
+                array = values[name]
+            else:  # optimizer state starts at zero
+                node = step.graph[input_id]
+                array = np.zeros(node.shape, node.dtype)
             self.sources[input_id] = ArraySource(array, tokenize(array))
-        for full, input_id in step.state.items():
-            node = step.graph[input_id]
-            zeros = np.zeros(node.shape, node.dtype)
-            self.sources[input_id] = ArraySource(zeros, tokenize(zeros))
         self.held: dict = {}     # key -> future: the last step's outputs
         self.windows: dict = {}  # window key -> future, for windows later graphs read
 
-    def submit(self, planned: list, indices: list):
+    def submit(self, planned: list, indices: list, book):
         from deepx_flow.runtime.run import _submit
         dsk: dict = {}
         window_tasks: dict = {}
@@ -300,8 +341,9 @@ class _Runner:
         n = len(losses)
         self.windows.update(zip(keep_windows, extra[2 * n:]))
         if recorder is not None:
+            book.link(recorder.run_id)
             recorder.watch(extra[:2 * n])
-        return planned, extra[:n], extra[n:2 * n]
+        return planned, extra[:n], extra[n:2 * n], self.optimizer
 
     def _window(self, epoch, w, column, made):
         key = (f"train-window-{self.dataset.token[:12]}", epoch, w, column)
@@ -324,8 +366,12 @@ class _Runner:
         return False
 
     def current(self) -> dict:
-        """The latest parameters as KeySources (what an evaluation reads)."""
+        """The latest parameters as sources (what an evaluation reads)."""
         return {name: self.sources[input_id] for name, input_id in self.step.params.items()}
+
+    def current_inputs(self) -> dict:
+        """Input id -> source of the latest parameters and state (what a checkpoint packs)."""
+        return {input_id: self.sources[input_id] for input_id in self.names.values()}
 
     def gather(self) -> dict[str, np.ndarray]:
         from deepx_flow.runtime.run import _gather
@@ -347,27 +393,122 @@ class _Runner:
         self.held, self.windows = {}, {}
 
 
-def _collect(submitted, fit: Fit, started: float, bar) -> None:
-    planned, loss_futures, norm_futures = submitted
+def _collect(submitted, fit: Fit, started: float, bar, book, batch_size: int) -> None:
+    """Wait for a graph's losses and gradient norms; add them to the history and the
+    database; raise on a loss that is not finite."""
+    planned, loss_futures, norm_futures, optimizer = submitted
     client = loss_futures[0].client if loss_futures else None
     losses = client.gather(loss_futures) if client else []
     norms = client.gather(norm_futures) if client else []
     now = time.perf_counter() - started
+    before = fit.history[-1]["seconds"] if fit.history else 0.0
+    rate = len(planned) * batch_size / max(now - before, 1e-9)
+    rows = []
     for p, loss, norm in zip(planned, losses, norms):
         loss = float(np.asarray(loss))
+        entry = {"step": p.number, "epoch": p.epoch, "loss": loss,
+                 "grad_norm": float(np.asarray(norm)),
+                 "lr": optimizer.scalars(p.number)["lr"], "samples_per_second": rate,
+                 "seconds": now}
+        fit.history.append(entry)
+        rows += [(p.number, p.epoch, k, entry[k]) for k in
+                 ("loss", "grad_norm", "lr", "samples_per_second") if math.isfinite(entry[k])]
         if not math.isfinite(loss):
+            book.metrics(rows, p.number - 1)
             raise ExecutionError(f"the loss is {loss} at step {p.number} (epoch {p.epoch}, "
-                                 "batch {p.batch}): the run diverged or a label is out of "
+                                 f"batch {p.batch}): the run diverged or a label is out of "
                                  "range; lower the learning rate or check the data")
-        fit.history.append({"step": p.number, "epoch": p.epoch, "loss": loss,
-                            "grad_norm": float(np.asarray(norm)), "seconds": now})
+    book.metrics(rows, planned[-1].number if planned else None)
     if planned:
         bar.update(len(planned))
         bar.set_postfix(loss=f"{fit.history[-1]['loss']:.4g}", refresh=False)
 
 
-def _record_eval(fit: Fit, loss: float, planned) -> None:
+def _record_eval(fit: Fit, loss: float, planned, book) -> None:
     fit.evaluations.append({"step": planned.number, "epoch": planned.epoch, "loss": loss})
+    book.metrics([(planned.number, planned.epoch, "eval_loss", loss)])
+
+
+class _Book:
+    """The training's records and checkpoints in the metadata database; a no-op for what
+    needs no database when recording is off."""
+
+    def __init__(self, db, training_id, asset, config):
+        self.db, self.training_id, self.asset, self.config = db, training_id, asset, config
+        self.resumed_step = 0
+        self.saved_step = None
+        self.resumed_from = None
+
+    @classmethod
+    def open(cls, db, asset, step, seed, batch_size, dataset, optimizer, epochs, steps):
+        from deepx_flow.meta import open_db
+        from deepx_flow.train import checkpoint as ckpt
+        from deepx_flow.train import records
+        config = ckpt.config_hash(step, seed, batch_size, dataset.token)
+        if not settings().record and asset is None:
+            return cls(None, None, None, config)
+        database = open_db(db)
+        training_id = uuid.uuid4().hex
+        records.begin(database, records.new_training(
+            training_id, asset=asset, config_hash=config, optimizer=repr(optimizer),
+            seed=seed, batch_size=batch_size, epochs=epochs, steps=steps))
+        return cls(database, training_id, asset, config)
+
+    def resume_values(self):
+        """The arrays of the newest checkpoint of this configuration, or None."""
+        from deepx_flow.train import checkpoint as ckpt
+        from deepx_flow.train import records
+        if self.db is None or self.asset is None:
+            return None
+        row = records.latest_checkpoint(self.db, self.asset, self.config)
+        if row is None:
+            return None
+        self.resumed_step, self.resumed_from = row.step, row.version
+        self.saved_step = row.step
+        from sqlalchemy import update
+        from deepx_flow.meta.models import Training
+        with self.db.begin() as conn:
+            conn.execute(update(Training).where(Training.id == self.training_id)
+                         .values(resumed_from=row.version, steps_done=row.step))
+        return ckpt.read(self.db, row)
+
+    def metrics(self, rows, steps_done=None):
+        if self.db is not None and self.training_id is not None:
+            from deepx_flow.train import records
+            records.add_metrics(self.db, self.training_id, rows, steps_done)
+
+    def link(self, run_id):
+        if self.db is not None and self.training_id is not None:
+            from deepx_flow.train import records
+            records.link_run(self.db, run_id, self.training_id)
+
+    def end(self, status, error=None):
+        if self.db is not None and self.training_id is not None:
+            from deepx_flow.train import records
+            try:
+                records.end(self.db, self.training_id, status, error)
+            except Exception:  # the training's own outcome matters more than its row
+                if status == "succeeded":
+                    raise
+
+
+class _Saver:
+    """Writes checkpoints: the packing graph compiled once, run on the latest values."""
+
+    def __init__(self, book, step, spec, client):
+        from deepx_flow.runtime.plan_cache import cached_compile
+        from deepx_flow.train import checkpoint as ckpt
+        self.book, self.client = book, client
+        self.pack = ckpt.packing(step)
+        self.plan = cached_compile(self.pack.graph, spec, settings())
+
+    def save(self, runner, planned) -> str:
+        from deepx_flow.train import checkpoint as ckpt
+        version = ckpt.write(self.book.db, self.client, self.plan, self.pack,
+                             runner.current_inputs(), self.book.asset, self.book.training_id,
+                             planned.number, planned.epoch, self.book.config)
+        self.book.saved_step = planned.number
+        return version
 
 
 def _evaluator(loss_fn, values, eval_data, client, spec):
@@ -427,13 +568,23 @@ def _start_values(params: dict, client) -> dict[str, np.ndarray]:
     return out
 
 
-def _check_settings(epochs, steps_per_graph, eval_data, eval_every, seed) -> None:
+def _check_settings(epochs, steps_per_graph, eval_data, eval_every, seed, checkpoint,
+                    checkpoint_every, resume) -> None:
     for name, value in (("epochs", epochs), ("steps_per_graph", steps_per_graph)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise GraphError(f"{name} must be a positive integer, got {shown(value)}")
-    if eval_every is not None and (not isinstance(eval_every, int) or eval_every < 1):
-        raise GraphError(f"eval_every must be a positive integer, got {shown(eval_every)}")
+    for name, value in (("eval_every", eval_every), ("checkpoint_every", checkpoint_every)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < 1):
+            raise GraphError(f"{name} must be a positive integer, got {shown(value)}")
     if eval_every is not None and eval_data is None:
         raise GraphError("eval_every needs eval_data (the held-out columns)")
+    if (checkpoint_every is not None or resume) and checkpoint is None:
+        raise GraphError("checkpoint_every and resume need checkpoint= (the asset name the "
+                         "checkpoints are versions of)")
+    if checkpoint is not None and (not isinstance(checkpoint, str)
+                                   or not checkpoint.isidentifier()):
+        raise GraphError(f"checkpoint must be an asset name (an identifier), got "
+                         f"{shown(checkpoint)}")
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise GraphError(f"seed must be a non-negative integer, got {shown(seed)}")

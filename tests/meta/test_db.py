@@ -197,11 +197,13 @@ def test_a_version_1_database_is_migrated_with_its_rows(db_url):
 
     after = snapshot(db_url)
     added = {"events", "asset_materializations", "asset_check_results",  # versions 2-4
-             "schedules", "schedule_ticks", "operator_speeds"}  # and 7
-    assert stored_version(db_url) == 8 == SCHEMA_VERSION
+             "schedules", "schedule_ticks", "operator_speeds",  # and 7
+             "trainings", "training_metrics", "training_checkpoints"}  # and 9
+    assert stored_version(db_url) == 9 == SCHEMA_VERSION
     assert set(after) == V1_TABLES | added
     assert all(after[t] == [] for t in added)
     assert [r.pop("username") for r in after["runs"]] == ["", "", ""]
+    assert [r.pop("training_id") for r in after["runs"]] == [None] * 3  # version 9
     assert [r.pop("comm_seconds") for r in after["tasks"]] == [None] * 4  # version 6
     assert {t: rows for t, rows in after.items() if t not in added | {"deepx_schema"}} == \
         {t: rows for t, rows in before.items() if t != "deepx_schema"}
@@ -245,6 +247,21 @@ def test_placements_are_unique_per_run_once_migrated(db_url):
             s.add(ChunkPlacement(run_id=other, **same))
 
 
+def _drop_version_9(conn) -> None:
+    """Take away what version 9 added (the training tables, runs.training_id)."""
+    for table in ("training_checkpoints", "training_metrics", "trainings"):
+        conn.execute(text(f"DROP TABLE {table}"))
+    conn.execute(text("DROP INDEX ix_runs_training_id"))
+    conn.execute(text("ALTER TABLE runs DROP COLUMN training_id"))
+
+
+def _without_version_9(tables: dict) -> None:
+    """A snapshot as it was before version 9: its new tables empty, and taken away."""
+    for table in ("training_checkpoints", "training_metrics", "trainings"):
+        assert tables.pop(table) == []
+    assert all(r.pop("training_id") is None for r in tables["runs"])
+
+
 def test_a_version_4_database_gets_the_listing_indexes_with_its_rows(db_url):
     db = open_db(db_url)
     with db.session() as s:
@@ -263,6 +280,7 @@ def test_a_version_4_database_gets_the_listing_indexes_with_its_rows(db_url):
         conn.execute(text("DROP INDEX ix_schedule_ticks_tick_at"))
         conn.execute(text("DROP INDEX ix_asset_materializations_target"))
         conn.execute(text("ALTER TABLE tasks DROP COLUMN comm_seconds"))
+        _drop_version_9(conn)
         conn.execute(text("UPDATE deepx_schema SET version = 4"))
     engine.dispose()
     before = snapshot(db_url)
@@ -275,6 +293,7 @@ def test_a_version_4_database_gets_the_listing_indexes_with_its_rows(db_url):
     after = snapshot(db_url)
     assert after.pop("deepx_schema") == [{"id": 1, "version": SCHEMA_VERSION}]
     before.pop("deepx_schema")
+    _without_version_9(after)
     assert after == before and len(after["chunk_placements"]) == len(after["schedule_ticks"]) == 1
 
 
@@ -292,6 +311,7 @@ def test_a_version_5_database_gets_comm_seconds_and_the_target_index(db_url):
     with engine.begin() as conn:
         conn.execute(text("DROP INDEX ix_asset_materializations_target"))
         conn.execute(text("ALTER TABLE tasks DROP COLUMN comm_seconds"))
+        _drop_version_9(conn)
         conn.execute(text("UPDATE deepx_schema SET version = 5"))
     engine.dispose()
     before = snapshot(db_url)
@@ -306,6 +326,7 @@ def test_a_version_5_database_gets_comm_seconds_and_the_target_index(db_url):
     assert [r.pop("comm_seconds") for r in after["tasks"]] == [None]
     after.pop("deepx_schema")
     before.pop("deepx_schema")
+    _without_version_9(after)
     assert after == before
     with db.session() as s:  # and new rows carry it
         s.add(Task(run_id="r1", key="('y@abc', 1)", tensor="y@abc", operator="relu",
@@ -323,6 +344,7 @@ def test_a_version_6_database_gets_the_operator_speeds_table(db_url):
     engine = raw_engine(db_url)  # back to version 6: without what version 7 added
     with engine.begin() as conn:
         conn.execute(text("DROP TABLE operator_speeds"))
+        _drop_version_9(conn)
         conn.execute(text("UPDATE deepx_schema SET version = 6"))
     engine.dispose()
     before = snapshot(db_url)
@@ -337,6 +359,7 @@ def test_a_version_6_database_gets_the_operator_speeds_table(db_url):
     assert after.pop("operator_speeds") == []
     after.pop("deepx_schema")
     before.pop("deepx_schema")
+    _without_version_9(after)
     assert after == before
     with db.session() as s:  # and takes rows
         s.add(OperatorSpeed(operator="relu", host="h", worker="0", flops=1.0, bytes=2.0,

@@ -1,0 +1,117 @@
+"""Checkpoints: a training's parameters and optimizer state as a version of an asset.
+
+A checkpoint is one 1-D tensor holding every parameter, then every state tensor, flattened
+in row-major order and converted to their common dtype (exactly: float32 parameters stay
+float32; mixed float16/float32 ones are held as float32), written like any asset version
+(`storage` engines, a row in `asset_materializations`), so a trained model is an asset with
+lineage: what reads it is stale once it is trained again. Its row in `training_checkpoints`
+records the step, the layout and the training's configuration hash.
+
+The configuration hash covers what decides the arithmetic of the remaining steps: the step
+graph (model, loss, optimizer, parameter shapes), the seed, the batch size and the data.
+Resuming (`dx.train(..., resume=True)`) starts from the newest checkpoint in the asset with
+the same hash, so it ends with the parameters an uninterrupted run of the same seed would
+have; a checkpoint of another configuration is never used.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+from dask.base import tokenize
+
+from deepx_flow.errors import DataError
+from deepx_flow.ir import Graph
+from deepx_flow.meta.models import AssetMaterialization, TrainingCheckpoint
+from deepx_flow.sdk.build import build_graph
+from deepx_flow.sdk.functions import concat, input as placeholder, reshape
+from deepx_flow.train.step import StepGraph
+
+
+def config_hash(step: StepGraph, seed: int, batch_size: int, data_token: str) -> str:
+    return tokenize(tuple(step.graph.nodes), step.graph.outputs, seed, batch_size,
+                    data_token)
+
+
+@dataclass(frozen=True)
+class Packing:
+    """The graph that packs parameters and state into one vector, and the layout."""
+
+    graph: Graph
+    layout: list[dict]
+    dtype: str
+
+
+def packing(step: StepGraph) -> Packing:
+    entries = [(name, "param", i) for name, i in step.params.items()] + \
+        [(name, "state", i) for name, i in step.state.items()]
+    nodes = [step.graph[i] for _, _, i in entries]
+    dtype = np.result_type(*[n.dtype for n in nodes]).name
+    pieces, layout, offset = [], [], 0
+    for (name, kind, input_id), node in zip(entries, nodes):
+        t = placeholder(input_id, node.shape, node.dtype)
+        pieces.append(reshape(t, (node.size,)).astype(dtype) if node.dtype != dtype
+                      else reshape(t, (node.size,)))
+        layout.append({"name": name, "kind": kind, "input": input_id,
+                       "shape": list(node.shape), "dtype": node.dtype, "offset": offset})
+        offset += node.size
+    return Packing(build_graph({"packed": concat(pieces)}), layout, dtype)
+
+
+def write(db, client, plan, pack: Packing, sources: dict, asset: str, training_id: str,
+          step: int, epoch: int, config: str) -> str:
+    """Pack the current values on the cluster, store them as a new version of `asset`, and
+    record it; returns the version."""
+    from deepx_flow.assets import catalog
+    from deepx_flow.assets.materialize import asset_root
+    from deepx_flow.runtime.run import Persisted, _submit
+    from deepx_flow.storage.engines import get_engine
+    began = time.time()
+    futures, keys, recorder, _ = _submit(plan, pack.graph, sources, client, "checkpoint")
+    node = plan.graph[dict(pack.graph.outputs)["packed"]]
+    persisted = Persisted("packed", node.shape, node.dtype,
+                          plan.partition.chunks[node.id], futures["packed"], client,
+                          keys["packed"], recorder)
+    version = uuid.uuid4().hex
+    uri = f"{asset_root().rstrip('/')}/{asset}/{version}.zarr"
+    try:
+        info = get_engine("zarr").write(persisted, uri)
+    finally:
+        persisted.release()
+    row = AssetMaterialization(
+        version=version, asset=asset, code_version=None, upstream_versions="{}",
+        shape=json.dumps(list(node.shape)), dtype=node.dtype,
+        chunks=json.dumps(list(info.get("chunks") or ())), nbytes=info.get("nbytes"),
+        storage="zarr", uri=info.get("uri"), run_id=recorder.run_id if recorder else None,
+        seconds=time.time() - began, created_at=time.time())
+    catalog.record_all(db, [(row, [])])
+    from deepx_flow.train import records
+    records.add_checkpoint(db, TrainingCheckpoint(
+        training_id=training_id, asset=asset, version=version, step=step, epoch=epoch,
+        config_hash=config, layout=json.dumps(pack.layout), created_at=time.time()))
+    return version
+
+
+def read(db, checkpoint: TrainingCheckpoint) -> dict[str, np.ndarray]:
+    """Input id -> the array a checkpoint holds for it, read and checked."""
+    from deepx_flow.assets import catalog
+    from deepx_flow.storage.verify import read_region
+    row = next((r for r in catalog.history(db, checkpoint.asset)
+                if r.version == checkpoint.version), None)
+    if row is None or row.uri is None:
+        raise DataError(f"checkpoint {checkpoint.version} of asset {checkpoint.asset!r} "
+                        "has no stored version (was it deleted?)")
+    shape = tuple(json.loads(row.shape))
+    flat = np.asarray(read_region(row.uri, tuple((0, s) for s in shape),
+                                  origin={"asset": checkpoint.asset,
+                                          "version": checkpoint.version}))
+    out = {}
+    for entry in json.loads(checkpoint.layout):
+        size = int(np.prod(entry["shape"], dtype=np.int64))
+        part = flat[entry["offset"]:entry["offset"] + size]
+        out[entry["input"]] = part.astype(entry["dtype"]).reshape(entry["shape"])
+    return out
