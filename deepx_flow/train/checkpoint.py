@@ -71,7 +71,8 @@ def write(db, client, plan, pack: Packing, sources: dict, asset: str, training_i
     from deepx_flow.runtime.run import Persisted, _submit
     from deepx_flow.storage.engines import get_engine
     began = time.time()
-    futures, keys, recorder, _ = _submit(plan, pack.graph, sources, client, "checkpoint")
+    futures, keys, recorder, _ = _submit(plan, pack.graph, sources, client, "checkpoint",
+                                         db=db)
     node = plan.graph[dict(pack.graph.outputs)["packed"]]
     persisted = Persisted("packed", node.shape, node.dtype,
                           plan.partition.chunks[node.id], futures["packed"], client,

@@ -39,6 +39,13 @@ from deepx_flow.train.data import (batch_pieces, check_batch_size, dataset_of, e
 from deepx_flow.train.step import build_step
 
 
+# Every this many steps the driver takes the parameters and state back and the next graph
+# starts from them as data: Dask keeps every task a held result descends from (to compute it
+# again if a worker is lost), so without this cut the scheduler would hold every step of a
+# long training, and a lost worker could mean computing them all again.
+LINEAGE_STEPS = 64
+
+
 @dataclass(frozen=True)
 class KeySource:
     """A placeholder bound to the chunks of a tensor computed earlier (the step before)."""
@@ -192,13 +199,13 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
                       optimizer, [((batch_size,) + c.shape[1:], c.dtype)
                                   for c in dataset.columns])
     plan = cached_compile(step.graph, spec, settings())
-    evaluate = _evaluator(loss_fn, values, eval_data, active, spec) if eval_data else None
     limit = min((w.memory for w in spec.workers), default=2**30)
     schedule, windows = _schedule(dataset, batch_size, epochs, seed,
                                   window_blocks_for(dataset, limit, len(spec.workers)))
-
     book = _Book.open(db, checkpoint, step, seed, batch_size, dataset, optimizer, epochs,
                       len(schedule))
+    evaluate = _evaluator(loss_fn, values, eval_data, active, spec, book.db) \
+        if eval_data else None
     start_values = book.resume_values() if resume else None
     done = book.resumed_step if start_values else 0
     runner = _Runner(plan, step, dataset, active, optimizer, values, schedule, windows,
@@ -211,6 +218,7 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
     bar = tqdm(total=len(schedule), initial=done, desc="train", unit="step",
                disable=not show)
     marks = [m for m in (eval_every if evaluate else None, checkpoint_every) if m]
+    marks.append(LINEAGE_STEPS)
     try:
         pending = None
         for segment in _segments(done, len(schedule), steps_per_graph, marks):
@@ -221,9 +229,12 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
             last = schedule[segment[-1]]
             at_eval = evaluate and eval_every and last.number % eval_every == 0
             at_save = saver and checkpoint_every and last.number % checkpoint_every == 0
-            if at_eval or at_save:
+            at_cut = last.number % LINEAGE_STEPS == 0
+            if at_eval or at_save or at_cut:
                 _collect(pending, fit, started, bar, book, batch_size)
                 pending = None
+            if at_cut:
+                runner.cut()
             if at_eval:
                 _record_eval(fit, evaluate(runner.current()), last, book)
             if at_save:
@@ -333,7 +344,7 @@ class _Runner:
         futures, _, recorder, extra = _submit(
             self.plan, self.step.graph, {}, self.client, "train",
             hold={"new_" + i for i in self.names.values()},
-            extend=lambda _: losses + norms + keep_windows, lowered=merged)
+            extend=lambda _: losses + norms + keep_windows, lowered=merged, db=book.db)
         old = self.held
         self.held = {f.key: f for fs in futures.values() for f in fs}
         for f in old.values():
@@ -365,6 +376,31 @@ class _Runner:
                 return False
         return False
 
+    def cut(self) -> None:
+        """Bind the parameters and state to their current values as data (see
+        LINEAGE_STEPS) and let go of the steps that made them."""
+        values = self._values(self.names.values())
+        for input_id, array in values.items():
+            self.sources[input_id] = ArraySource(array, tokenize(array))
+        for f in self.held.values():
+            f.release()
+        self.held = {}
+
+    def _values(self, input_ids) -> dict:
+        from deepx_flow.runtime.run import _gather
+        out = {}
+        for input_id in input_ids:
+            source = self.sources[input_id]
+            node = self.step.graph[input_id]
+            if isinstance(source, ArraySource):
+                out[input_id] = source.array
+                continue
+            futures = [self.held[k] for k in Lowered({}, {"x": (source.key, source.chunks)})
+                       .output_keys("x")]
+            out[input_id] = _gather(self.client, futures, node.shape, node.dtype,
+                                    source.chunks)
+        return out
+
     def current(self) -> dict:
         """The latest parameters as sources (what an evaluation reads)."""
         return {name: self.sources[input_id] for name, input_id in self.step.params.items()}
@@ -374,18 +410,9 @@ class _Runner:
         return {input_id: self.sources[input_id] for input_id in self.names.values()}
 
     def gather(self) -> dict[str, np.ndarray]:
-        from deepx_flow.runtime.run import _gather
-        out = {}
-        for name, input_id in self.step.params.items():
-            source = self.sources[input_id]
-            node = self.step.graph[input_id]
-            if isinstance(source, ArraySource):
-                out[name] = source.array
-                continue
-            futures = [self.held[k] for k in Lowered({}, {"x": (source.key, source.chunks)})
-                       .output_keys("x")]
-            out[name] = _gather(self.client, futures, node.shape, node.dtype, source.chunks)
-        return out
+        """The latest parameters, by name."""
+        values = self._values(self.step.params.values())
+        return {name: values[input_id] for name, input_id in self.step.params.items()}
 
     def release(self):
         for f in list(self.held.values()) + list(self.windows.values()):
@@ -511,7 +538,7 @@ class _Saver:
         return version
 
 
-def _evaluator(loss_fn, values, eval_data, client, spec):
+def _evaluator(loss_fn, values, eval_data, client, spec, db=None):
     """A function of the current parameter sources giving the held-out loss."""
     from deepx_flow.runtime.plan_cache import cached_compile
     from deepx_flow.runtime.run import _gather
@@ -539,7 +566,7 @@ def _evaluator(loss_fn, values, eval_data, client, spec):
         from deepx_flow.runtime.run import _submit
         sources = {**fixed, **{params[name].node.id: src for name, src in current.items()
                                if params[name].node.id in {n.id for n in graph.inputs}}}
-        futures, _, recorder, _ = _submit(plan, graph, sources, client, "evaluate")
+        futures, _, recorder, _ = _submit(plan, graph, sources, client, "evaluate", db=db)
         if recorder is not None:
             recorder.watch([f for fs in futures.values() for f in fs])
         out = _gather(client, futures["loss"], (), graph[dict(graph.outputs)["loss"]].dtype,

@@ -1,0 +1,88 @@
+"""A worker killed mid-training: the run goes on and ends with the parameters of a run
+that lost nothing; the scheduler keeps no more than the last steps' tasks."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+from sqlmodel import func, select
+
+import deepx_flow as dx
+from deepx_flow.meta import open_db
+from deepx_flow.meta.models import TrainingMetric
+
+
+@pytest.fixture
+def process_cluster():
+    from distributed import Client, LocalCluster
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL) as cluster, \
+            Client(cluster) as client:
+        yield client
+
+
+def _train(client, db):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2000, 8))
+    y = (x[:, 0] + x[:, 3] > 0).astype(np.int64)
+    model = dx.nn.Sequential(dx.nn.Linear(8, 16, dtype="float64"), dx.nn.tanh,
+                             dx.nn.Linear(16, 2, dtype="float64"))
+    return dx.train(lambda p, a, b: dx.nn.cross_entropy(model(p, a), b), model.init(seed=3),
+                    data=(x, y), batch_size=20, epochs=2, steps_per_graph=5, progress=False,
+                    client=client, db=db)
+
+
+@pytest.mark.timeout(600)
+def test_a_worker_killed_mid_training_changes_nothing(process_cluster, tmp_path):
+    client = process_cluster
+    db = f"sqlite:///{tmp_path / 'deepx.db'}"
+    held, stop = [0], threading.Event()
+
+    def count_tasks():  # the most tasks the scheduler holds at once
+        while not stop.wait(0.05):
+            n = client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks))
+            held[0] = max(held[0], n)
+
+    counter = threading.Thread(target=count_tasks, daemon=True)
+    counter.start()
+    unbroken = _train(client, db)
+    stop.set()
+    counter.join(5)
+
+    killed = []
+
+    def kill_a_worker_mid_run():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            with open_db(db).read() as s:
+                rows = s.exec(select(func.count()).select_from(TrainingMetric)).one()
+            # The second training's metrics: past step 60 of its 200.
+            if rows > 4 * (200 + 60):
+                pid = next(iter(client.run(os.getpid).values()))
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+                return
+
+    killer = threading.Thread(target=kill_a_worker_mid_run, daemon=True)
+    killer.start()
+    fit = _train(client, db)
+    killer.join(5)
+    assert killed, "the worker was not killed before the training ended"
+    assert fit.steps == 200
+    for k in unbroken.values:
+        np.testing.assert_array_equal(fit.values[k], unbroken.values[k])
+    # Every 64 steps the next graph starts from data and the scheduler forgets the steps
+    # before: it never held the tasks of the 200 steps at once (nor half of them).
+    with open_db(db).read() as s:
+        from deepx_flow.meta.models import Run, Training
+        first = s.exec(select(Training.id).order_by(Training.started_at)).first()
+        runs = s.exec(select(Run.n_tasks).where(Run.training_id == first)).all()
+    per_step = sum(runs) / 200
+    assert 0 < held[0] < 100 * per_step, (held[0], per_step)
