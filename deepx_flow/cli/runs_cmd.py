@@ -87,10 +87,48 @@ def _show(db, args) -> int:
         print(text_table(("at", "event", "worker", "key", "message"),
                          [(_time(e.at, ms=True), e.kind, e.worker, e.key, e.message)
                           for e in events], "events"))
+    _training(db, run)
     if run.explain:
         print()
         print(run.explain)
     return 0
+
+
+# The most steps `runs show` lists of a training (evenly spaced, the last one included).
+TRAINING_ROWS = 20
+
+
+def _training(db, run) -> None:
+    """The metrics per step of the training this run is one graph of."""
+    from deepx_flow.train import records
+    training = records.training_of_run(db, run.id)
+    if training is None:
+        return
+    metrics = records.metrics(db, training.id)
+    print()
+    resumed = f", resumed from {training.resumed_from[:12]}" if training.resumed_from else ""
+    print(f"training {training.id}  {training.status}: {training.steps_done} of "
+          f"{training.steps} steps{resumed}; {training.optimizer}, batch "
+          f"{training.batch_size}, seed {training.seed}"
+          + (f", checkpoints in asset {training.asset}" if training.asset else ""))
+    steps = sorted({s for values in metrics.values() for s, _ in values})
+    if not steps:
+        print("no steps recorded yet")
+        return
+    if len(steps) > TRAINING_ROWS:
+        at = [round(i * (len(steps) - 1) / (TRAINING_ROWS - 1)) for i in range(TRAINING_ROWS)]
+        steps = [steps[i] for i in sorted(set(at))]
+    names = [n for n in ("loss", "eval_loss", "lr", "grad_norm", "samples_per_second")
+             if n in metrics] + sorted(n for n in metrics if n not in (
+                 "loss", "eval_loss", "lr", "grad_norm", "samples_per_second"))
+    by_name = {n: dict(metrics[n]) for n in names}
+    rows = [(step, *[_metric(by_name[n].get(step)) for n in names]) for step in steps]
+    print(text_table(("step", *[n.replace("_", " ") for n in names]), rows,
+                     "metrics by step"))
+
+
+def _metric(value) -> str:
+    return "-" if value is None else f"{value:.4g}"
 
 
 def cmd_placement(args) -> int:

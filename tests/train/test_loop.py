@@ -135,3 +135,32 @@ def test_mistakes_are_named_before_anything_runs(client, start):
     with pytest.raises(dx.GraphError, match="only floating-point parameters"):
         dx.train(loss_fn, {**start, "0.bias": np.zeros(H, np.int64)}, data=(X, LABELS),
                  batch_size=10, client=client)
+
+
+def test_runs_show_prints_the_training_metrics(client, start, tmp_path, capsys):
+    from deepx_flow.cli.main import main
+    from deepx_flow.train import records
+    from deepx_flow.meta import open_db
+    db = f"sqlite:///{tmp_path / 'deepx.db'}"
+    fit = dx.train(loss_fn, start, data=(X[:200], LABELS[:200]), batch_size=5, epochs=1,
+                   optimizer=dx.optim.SGD(lr=0.05), steps_per_graph=8, progress=False,
+                   eval_data=(X[200:], LABELS[200:]), eval_every=20, client=client, db=db)
+    stored = records.metrics(open_db(db), fit.training_id)
+    assert [s for s, _ in stored["loss"]] == list(range(1, 41))
+    np.testing.assert_allclose([v for _, v in stored["loss"]],
+                               [h["loss"] for h in fit.history], rtol=1e-12)
+    assert [s for s, _ in stored["eval_loss"]] == [20, 40]
+    assert all(v == 0.05 for _, v in stored["lr"])
+    from sqlmodel import select
+    from deepx_flow.meta.models import Run
+    with open_db(db).read() as s:
+        run_id = s.exec(select(Run.id).where(Run.training_id == fit.training_id)).first()
+    capsys.readouterr()
+    assert main(["runs", "show", run_id, "--db", db]) == 0
+    out = capsys.readouterr().out
+    assert f"training {fit.training_id}  succeeded: 40 of 40 steps" in out
+    table = out[out.index("metrics by step"):].split("\n\n")[0]
+    assert "eval loss" in table and "grad norm" in table
+    lines = [line.split() for line in table.splitlines()[3:]]
+    assert len(lines) == 20 and lines[0][0] == "1" and lines[-1][0] == "40"
+    assert float(lines[-1][1]) == pytest.approx(fit.history[-1]["loss"], rel=1e-3)

@@ -84,7 +84,21 @@ def _seed(url: str, client, asset_root: Path) -> SimpleNamespace:
     register_cluster(client, db)
     probe_network(client, db, nbytes=1 << 16)
     register_operators(db)
-    return SimpleNamespace(url=url, db=db, defs=defs, persisted=kept)
+    fit = _training(dx, client, url)
+    return SimpleNamespace(url=url, db=db, defs=defs, persisted=kept, fit=fit)
+
+
+def _training(dx, client, url):
+    """A short training (2 graphs of 6 steps, a held-out loss every 4 steps)."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((120, 5))
+    y = (x[:, 0] > 0).astype(np.int64)
+    model = dx.nn.Linear(5, 2, dtype="float64")
+    return dx.train(lambda p, a, b: dx.nn.cross_entropy(model(p, a), b), model.init(seed=1),
+                    data=(x[:100], y[:100]), batch_size=8, epochs=1, steps_per_graph=6,
+                    eval_data=(x[100:], y[100:]), eval_every=4, progress=False,
+                    client=client, db=url)
 
 
 def _failed_run(dx, client, folder: Path) -> None:

@@ -181,3 +181,33 @@ def test_the_page_of_a_running_run_follows_it_until_it_ends(seeded, dashboard, b
             session.delete(session.get(Run, run_id))
             session.flush()
             session.delete(session.get(GraphRecord, graph))
+
+
+LOSS_POINTS = ("() => [Bokeh.documents[0].get_model_by_name('loss-source').data['step'].length,"
+               " Bokeh.documents[0].get_model_by_name('eval-loss-source').data['step']"
+               ".length]")
+
+
+def test_a_training_run_page_draws_the_loss_curve(seeded, dashboard, browser):
+    from sqlmodel import select
+    from deepx_flow.meta.models import Run
+    fit = seeded.fit
+    with seeded.db.read() as s:
+        run_id = s.exec(select(Run.id).where(Run.training_id == fit.training_id,
+                                             Run.kind == "train")).first()
+    page, problems = visit(browser, dashboard, f"run?id={run_id}", "run-training")
+    assert page.evaluate(LOSS_POINTS) == [fit.steps, len(fit.evaluations)] == [12, 3]
+    steps = page.evaluate("() => Array.from(Bokeh.documents[0]"
+                          ".get_model_by_name('loss-source').data['loss'])")
+    assert steps == pytest.approx([h["loss"] for h in fit.history], rel=1e-12)
+    assert f"training {fit.training_id}: succeeded, 12 of 12 steps" in page_text(page)
+    assert page.locator(".deepx-run-training").is_visible()
+    assert problems == []
+
+
+def test_a_plain_run_page_has_no_training_section(seeded, dashboard, browser):
+    run = list_runs(seeded.db, limit=1000)[-1]
+    page, problems = visit(browser, dashboard, f"run?id={run.id}", "run-no-training")
+    assert page.locator(".deepx-run-facts").is_visible()
+    assert not page.locator(".deepx-run-training").is_visible()
+    assert problems == []

@@ -1,6 +1,7 @@
 """One run's page (`run?id=...`): what it was, its tasks on a timeline per worker (retries
 and drifts in their own colours), its events and errors, its plan, and the work per
-operator. The page of a running run is read again every few seconds until the run ends."""
+operator; for a graph of training steps, the training's loss curve. The page of a running
+run is read again every few seconds until the run ends."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import panel as pn
 
 from deepx_flow.errors import InputError
 from deepx_flow.meta.queries import find_run, measured_ratio, task_summary, timeline_rows
-from deepx_flow.ui import timeline
+from deepx_flow.ui import loss_curve, timeline
 from deepx_flow.ui.data import EVENTS
 from deepx_flow.ui.live import refresh_while_open, shown_failures
 from deepx_flow.ui.session import session_arg
@@ -70,12 +71,17 @@ class RunView(pn.viewable.Viewer):
         self.per_operator = text_table(OPERATOR_COLUMNS, "deepx-run-operators")
         self.plan = Text("", css_classes=["deepx-run-plan"])
         self.plan_title = pn.pane.Markdown("### Plan")
+        self.training_title = pn.pane.Markdown("### Training", visible=False)
+        self.training = Text("", css_classes=["deepx-run-training"], visible=False)
+        self.loss = loss_curve.figure(*loss_curve.curves({}))
+        self.loss_pane = pn.pane.Bokeh(self.loss, sizing_mode="stretch_width", visible=False)
         # Database text goes into Str panes and tables (shown as text), never into Markdown.
         self.layout = pn.Column(
             pn.pane.Markdown("## Run"),
             Text(run.id, css_classes=["deepx-run-id"], styles={"font-size": "1.3em"}),
             pn.pane.HTML(graph_link(run.id), css_classes=["deepx-run-graph"]), self.facts,
-            self.error_title, self.error, pn.pane.Markdown("### Timeline"),
+            self.error_title, self.error, self.training_title, self.training, self.loss_pane,
+            pn.pane.Markdown("### Timeline"),
             pn.pane.Bokeh(self.chart, sizing_mode="stretch_width"), self.events_title,
             self.events, pn.pane.Markdown("### Work per operator"), self.per_operator,
             self.plan_title, self.plan, sizing_mode="stretch_width")
@@ -103,7 +109,21 @@ class RunView(pn.viewable.Viewer):
                                 for r in per_operator])
         self.plan.object = run.explain or ""
         self.plan.visible = self.plan_title.visible = bool(run.explain)
+        self._show_training(run)
         return run.status
+
+    def _show_training(self, run) -> None:
+        """The training this run is one graph of: its progress and loss curve."""
+        from deepx_flow.train import records
+        training = records.training_of_run(self.db, run.id)
+        shown_ = training is not None
+        self.training_title.visible = self.training.visible = self.loss_pane.visible = shown_
+        if not shown_:
+            return
+        self.training.object = (f"training {training.id}: {training.status}, "
+                                f"{training.steps_done} of {training.steps} steps, "
+                                f"batch {training.batch_size}, {training.optimizer}")
+        loss_curve.show(self.loss, *loss_curve.curves(records.metrics(self.db, training.id)))
 
 
 def run_page(db, scheduler=None):
