@@ -21,7 +21,7 @@ from deepx_flow.sdk import random
 from deepx_flow.sdk.build import build_graph
 from deepx_flow.sdk.grad import grad
 from deepx_flow.sdk.functions import (abs, add, arange, argmax, argmin, cast, concat, concatenate, div, equal,
-                                      exp, full, gelu, greater, greater_equal, input, less,
+                                      erf, exp, full, gelu, greater, greater_equal, input, less,
                                       less_equal, log, log_softmax, matmul, max, maximum, mean,
                                       min, minimum, mul, neg, not_equal, ones, pow, read_zarr,
                                       relu,
@@ -48,7 +48,7 @@ __all__ = [
     "ClusterSpec", "load_cluster_file", "Persisted", "Placement", "compile", "persist",
     "placement", "run", "shutdown", "from_yaml", "to_yaml", "Recovery", "Fit", "train",
     "schedule",
-    "abs", "add", "arange", "argmax", "argmin", "cast", "concat", "concatenate", "div", "equal", "exp", "full",
+    "abs", "add", "arange", "argmax", "argmin", "cast", "concat", "concatenate", "div", "equal", "erf", "exp", "full",
     "gelu", "greater", "greater_equal", "input", "less", "less_equal", "log", "log_softmax",
     "matmul", "max", "maximum", "mean", "min", "minimum", "mul", "neg", "not_equal", "ones",
     "pow", "read_zarr", "relu", "reshape", "sigmoid", "softmax", "sqrt", "sub", "sum", "tanh",

@@ -19,6 +19,8 @@ The rules:
       sigmoid(x) = 1 / (1 + exp(-x))
       gelu(x)    = ((tanh((x + GELU_C * (x * x * x)) * GELU_K) + 1) * x) * 0.5
 
+- erf is SciPy's `special.erf` (CuPy's `cupyx.scipy.special.erf`, CUDA's `erf` in generated
+  kernels), in the result dtype (float32 for float16, rounded once).
 - relu(x) = maximum(x, 0): NaN stays NaN; maximum and minimum propagate NaN like NumPy's.
 - div is true division (integers give floats); pow follows NumPy, including its ValueError for
   integers raised to negative integer powers on the CPU.
@@ -46,7 +48,10 @@ UFUNCS: dict[str, str] = {
     "ne": "not_equal",
 }
 COMPOSITE = ("sigmoid", "gelu", "relu")
-OPS: frozenset[str] = frozenset(UFUNCS) | frozenset(COMPOSITE) | {"where", "cast"}
+# Operators whose ufunc is SciPy's (CuPy's cupyx.scipy.special): NumPy has no erf.
+SPECIAL = ("erf",)
+OPS: frozenset[str] = frozenset(UFUNCS) | frozenset(COMPOSITE) | frozenset(SPECIAL) | \
+    {"where", "cast"}
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 
 GELU_C = 0.044715
@@ -124,6 +129,8 @@ def apply_op(op: str, args: list, dtype: str, xp: ModuleType = np, out: Any = No
                 return xp.asarray(ufunc(*args), dtype=dtype)
             ufunc(*args, out=out, casting="unsafe")
             return out
+        if op in SPECIAL:
+            return _special(op, args[0], dtype, xp, out)
         if op == "relu":
             zero = constant(0, dtype, xp)
             if out is None:
@@ -148,6 +155,21 @@ def apply_op(op: str, args: list, dtype: str, xp: ModuleType = np, out: Any = No
             xp.copyto(out, args[0], casting="unsafe")
             return out
     raise _unknown(op)
+
+
+def _special(op: str, x, dtype: str, xp: ModuleType, out):
+    """SciPy's ufunc (CuPy's on a GPU) in the result dtype; float16 computes in float32 and
+    rounds once, as the composite operators do."""
+    if xp is np:
+        from scipy import special
+    else:
+        from cupyx.scipy import special
+    ct = compute_dtype(dtype)
+    result = getattr(special, op)(xp.asarray(x, dtype=ct))
+    if out is None:
+        return result if ct == dtype else result.astype(dtype)
+    xp.copyto(out, result, casting="unsafe")
+    return out
 
 
 def _composite(steps, x, dtype: str, xp: ModuleType, out):

@@ -71,7 +71,7 @@ __device__ T dx_ipow(T b, T e) {
 
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
-_MATH = ("exp", "log", "sqrt", "tanh")
+_MATH = ("exp", "log", "sqrt", "tanh", "erf")
 
 
 def kernel_name(program: Program, in_dtypes: Sequence[str]) -> str:

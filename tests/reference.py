@@ -20,6 +20,7 @@ UNARY = {
     "tanh": np.tanh, "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "relu": lambda x: np.maximum(x, 0),
     "gelu": lambda x: 0.5 * x * (1 + np.tanh(GELU_K * (x + 0.044715 * x ** 3))),
+    "erf": lambda x: np.vectorize(math.erf, otypes=[np.float64])(x),
 }
 BINARY = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,

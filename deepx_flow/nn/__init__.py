@@ -4,10 +4,9 @@ Activations are the graph's own operators (`dx.nn.relu` is `dx.relu`), so a mode
 ordinary graph that the compiler fuses, chunks and differentiates.
 """
 
-from deepx_flow.nn.functional import cross_entropy, dropout, mse, one_hot
+from deepx_flow.nn.functional import cross_entropy, dropout, gelu, mse, one_hot
 from deepx_flow.nn.layers import Linear, Sequential
-from deepx_flow.sdk.functions import (gelu, log_softmax, relu, sigmoid, softmax,
-                                      tanh)
+from deepx_flow.sdk.functions import erf, log_softmax, relu, sigmoid, softmax, tanh
 
-__all__ = ["Linear", "Sequential", "cross_entropy", "dropout", "gelu", "log_softmax", "mse",
-           "one_hot", "relu", "sigmoid", "softmax", "tanh"]
+__all__ = ["Linear", "Sequential", "cross_entropy", "dropout", "erf", "gelu", "log_softmax",
+           "mse", "one_hot", "relu", "sigmoid", "softmax", "tanh"]

@@ -35,6 +35,7 @@ UNARY = {
     "sigmoid": (np.exp, 12, "1 / (1 + e**-x)"),
     "relu": (np.positive, 1, "max(x, 0)"),
     "gelu": (np.tanh, 20, "GELU, tanh approximation"),
+    "erf": (np.tanh, 20, "error function, 2/sqrt(pi) * integral of exp(-t^2) from 0 to x"),
 }
 
 BINARY = {
@@ -82,6 +83,9 @@ def _unary_vjp(e, node, inputs, g):
         return (e("mul", g, e("mul", y, e("sub", c(1), y))),)
     if op == "relu":
         return (e("where", e("gt", x, c(0)), g, c(0)),)
+    if op == "erf":  # 2/sqrt(pi) exp(-x^2)
+        return (e("mul", g, e("mul", c(2 / math.sqrt(math.pi)),
+                              e("exp", e("neg", e("mul", x, x))))),)
     if op == "gelu":
         t = e("tanh", e("mul", e("add", x, e("mul", c(GELU_C), e("mul", x, e("mul", x, x)))),
                         c(GELU_K)))

@@ -108,8 +108,9 @@ def _unary(op):
     return fn
 
 
-neg, abs, exp, log, sqrt, tanh, sigmoid, relu, gelu = (  # noqa: A001
-    _unary(op) for op in ("neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu"))
+neg, abs, exp, log, sqrt, tanh, sigmoid, relu, gelu, erf = (  # noqa: A001
+    _unary(op) for op in ("neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu",
+                          "erf"))
 
 
 def _binary(op):

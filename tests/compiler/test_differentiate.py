@@ -81,7 +81,7 @@ SHAPE = (5, 6)
 ANY = (SHAPE, -2.0, 2.0)
 POSITIVE = (SHAPE, 0.3, 2.0)
 
-UNARY = ["neg", "abs", "exp", "tanh", "sigmoid", "relu", "gelu"]
+UNARY = ["neg", "abs", "exp", "tanh", "sigmoid", "relu", "gelu", "erf"]
 
 
 @pytest.mark.parametrize("op", UNARY)
@@ -100,6 +100,10 @@ def test_binary_with_broadcasting(client, op, b_shape):
     low = 0.5 if op == "div" else -2.0
     check_gradients(client, lambda a, b: getattr(dx, op)(a, b),
                     {"a": ANY, "b": (b_shape, low, 2.0)})
+
+
+def test_exact_gelu(client):
+    check_gradients(client, lambda x: dx.nn.gelu(x), {"x": ANY})
 
 
 def test_pow(client):

@@ -62,7 +62,7 @@ def operands(op: str, in_dtypes: tuple[str, ...], shape, seed: int = 0) -> list[
                 lo, hi = (0.2, 3.0) if i == 0 else (-2.0, 2.0)
         elif op == "div" and i == 1:
             lo, hi = (1, 20) if kind in "iu" else (0.5, 4.0)
-        elif op in ("exp", "sigmoid", "gelu", "tanh"):
+        elif op in ("exp", "sigmoid", "gelu", "tanh", "erf"):
             lo, hi = (-4, 5) if kind in "iu" else (-4.0, 4.0)
         else:
             lo, hi = (-10, 11) if kind in "iu" else (-3.0, 3.0)
@@ -98,6 +98,7 @@ def _float64(op, xs):
         "log": lambda: np.log(a), "sqrt": lambda: np.sqrt(a), "tanh": lambda: np.tanh(a),
         "sigmoid": lambda: 1.0 / (1.0 + np.exp(-a)), "relu": lambda: np.where(a < 0, 0.0, a),
         "gelu": lambda: 0.5 * a * (1.0 + np.tanh(GELU_K * (a + 0.044715 * a ** 3))),
+        "erf": lambda: np.vectorize(math.erf, otypes=[np.float64])(a),
         "add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "div": lambda: a / b,
         "pow": lambda: a ** b,
         "maximum": lambda: np.where(np.isnan(a) | np.isnan(b), np.nan, np.where(a >= b, a, b)),
