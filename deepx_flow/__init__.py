@@ -25,7 +25,8 @@ from deepx_flow.sdk.functions import (abs, add, arange, argmax, argmin, cast, co
                                       less_equal, log, log_softmax, matmul, max, maximum, mean,
                                       min, minimum, mul, neg, not_equal, ones, pow, read_zarr,
                                       relu,
-                                      reshape, sigmoid, softmax, sqrt, sub, sum, tanh, transpose,
+                                      reshape, sigmoid, softmax, sqrt, sub, sum, take, tanh,
+                                      transpose,
                                       where, zeros)
 from deepx_flow.sdk.tensor import Tensor
 from deepx_flow.registry.cluster import ClusterSpec, load_cluster_file
@@ -51,6 +52,7 @@ __all__ = [
     "abs", "add", "arange", "argmax", "argmin", "cast", "concat", "concatenate", "div", "equal", "erf", "exp", "full",
     "gelu", "greater", "greater_equal", "input", "less", "less_equal", "log", "log_softmax",
     "matmul", "max", "maximum", "mean", "min", "minimum", "mul", "neg", "not_equal", "ones",
-    "pow", "read_zarr", "relu", "reshape", "sigmoid", "softmax", "sqrt", "sub", "sum", "tanh",
+    "pow", "read_zarr", "relu", "reshape", "sigmoid", "softmax", "sqrt", "sub", "sum", "take",
+    "tanh",
     "transpose", "where", "zeros",
 ]

@@ -91,6 +91,23 @@ def source_chunk(op, attrs, full_shape, region, dtype):
     return random_chunk(op, attrs["seed"], params, full_shape, region, dtype, xp=xp)
 
 
+# -- gather -------------------------------------------------------------------------------
+def take_chunk(axis, layouts, *pieces):
+    """`np.take(x, indices, axis)` of a block of x (its axis whole) and of indices; an index
+    outside -n..n-1 raises, naming it (CuPy's take would wrap it)."""
+    from deepx_flow.errors import ExecutionError
+    (x, indices), _ = _operands(layouts, pieces)
+    xp = dispatch.array_module(x)
+    n = x.shape[axis]
+    if indices.size:
+        low, high = int(indices.min()), int(indices.max())
+        if low < -n or high >= n:
+            bad = low if low < -n else high
+            raise ExecutionError(f"take: index {bad} is out of range for axis {axis} of size "
+                                 f"{n}")
+    return xp.take(x, indices, axis=axis)
+
+
 # -- elementwise --------------------------------------------------------------------------
 def fused_chunk(program, out_shape, layouts, *pieces):
     arrays, _ = _operands(layouts, pieces)

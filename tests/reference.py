@@ -77,6 +77,10 @@ def _one(node, args, inputs):
         return args[0].reshape(node.shape)
     if op == "concat":
         return np.concatenate(args, axis=attrs["axis"])
+    if op == "take":
+        return np.take(args[0], args[1], axis=attrs["axis"])
+    if op == "arange":
+        return attrs.get("start", 0) + attrs.get("step", 1) * np.arange(node.shape[0])
     if op == "slice":
         return args[0][tuple(slice(a, b, c) for a, b, c in
                              zip(attrs["starts"], attrs["stops"], attrs["steps"]))]

@@ -16,7 +16,8 @@ from typing import Callable
 
 from deepx_flow.ir import Node, dtypes
 from deepx_flow.ir.program import whole_axes
-from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, LAYOUT, MATMUL, REDUCE, SOURCE, get_op)
+from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, GATHER, LAYOUT, MATMUL, REDUCE, SOURCE,
+                            get_op)
 
 ChunkOf = Callable[[str], tuple[int, ...]]
 
@@ -114,6 +115,16 @@ def main_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, space_chunk=Non
         pieces = region if chunk_of(t.id)[axis] < t.shape[axis] else 0
         ws = region + pieces + out_bytes + int(n_out * spec.temp_bytes_per_element)
         return TaskCost(ws, n_out * spec.flops_per_element, region, out_bytes)
+    if spec.kind == GATHER:
+        # The block of x with its axis whole (and its pieces, when x is split along it), the
+        # indices, and the result.
+        x, indices = inputs
+        axis = node.attr("axis")
+        x_chunk = chunk_of(x.id)
+        block = _nbytes(x_chunk[:axis] + (x.shape[axis],) + x_chunk[axis + 1:], x.dtype)
+        pieces = block if x_chunk[axis] < x.shape[axis] else 0
+        idx = _nbytes(chunk_of(indices.id), indices.dtype)
+        return TaskCost(block + pieces + idx + out_bytes, n_out, block + idx, out_bytes)
     if spec.kind == LAYOUT:
         if node.op == "slice":
             steps = node.attr("steps")

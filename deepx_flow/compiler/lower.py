@@ -40,7 +40,7 @@ from deepx_flow.compiler.partition import Partition
 from deepx_flow.compiler.taskspec import ref, task
 from deepx_flow.ir import Node, dtypes
 from deepx_flow.kernels import tasks as K
-from deepx_flow.ops import AXIS_WHOLE, ELEMENTWISE, MATMUL, REDUCE, SOURCE, get_op
+from deepx_flow.ops import AXIS_WHOLE, ELEMENTWISE, GATHER, MATMUL, REDUCE, SOURCE, get_op
 
 Region = tuple[tuple[int, int], ...]
 
@@ -186,6 +186,17 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
             _lower_matmul(node, ins, part, grid, name, operands, dsk)
         elif kind == REDUCE:
             _lower_reduce(node, ins, part, grid, name, operands, dsk, inlinable)
+        elif kind == GATHER:
+            x, indices = ins
+            axis = node.attr("axis")
+            for idx in chunk_indices(grid.chunks):
+                key = (name, *idx)
+                region = grid.region(idx)
+                x_region = region[:axis] + ((0, x.shape[axis]),) + \
+                    region[axis + indices.ndim:]
+                layouts, refs = operands(node.inputs,
+                                         [x_region, region[axis:axis + indices.ndim]])
+                dsk[key] = task(key, K.take_chunk, axis, layouts, *refs)
         elif kind == AXIS_WHOLE:
             for idx in chunk_indices(grid.chunks):
                 key = (name, *idx)

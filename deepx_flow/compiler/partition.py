@@ -52,7 +52,8 @@ from deepx_flow.config import Settings, settings
 from deepx_flow.errors import PlanError
 from deepx_flow.ir import Graph, Node, dtypes
 from deepx_flow.ir.program import speed_label, whole_axes
-from deepx_flow.ops import AXIS_WHOLE, ELEMENTWISE, LAYOUT, MATMUL, REDUCE, SOURCE, get_op
+from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, GATHER, LAYOUT, MATMUL, REDUCE, SOURCE,
+                            get_op)
 from deepx_flow.registry.cluster import ClusterSpec, format_bytes
 
 Chunks = tuple[tuple[int, ...], ...]
@@ -248,6 +249,17 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
                 if axis != whole or join_whole_axes:
                     classes.union((t.id, axis), (node.id, axis))
             classes.keep_whole((node.id, whole), f"'{node.id}' ({node.op})")
+        elif kind == GATHER:
+            # The result's axes are x's before `axis`, the indices', then x's after it; x's
+            # own `axis` is read whole by each task (assembled if x is split along it).
+            x, indices = ins
+            axis = node.attr("axis")
+            for a in range(axis):
+                classes.union((x.id, a), (node.id, a))
+            for j in range(indices.ndim):
+                classes.union((indices.id, j), (node.id, axis + j))
+            for a in range(axis + 1, x.ndim):
+                classes.union((x.id, a), (node.id, a - 1 + indices.ndim))
         elif node.op == "transpose":
             (t,) = ins
             for i, j in enumerate(node.attr("axes")):

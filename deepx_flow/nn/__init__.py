@@ -5,8 +5,8 @@ ordinary graph that the compiler fuses, chunks and differentiates.
 """
 
 from deepx_flow.nn.functional import cross_entropy, dropout, gelu, mse, one_hot
-from deepx_flow.nn.layers import Linear, Sequential
+from deepx_flow.nn.layers import Embedding, Linear, Sequential
 from deepx_flow.sdk.functions import erf, log_softmax, relu, sigmoid, softmax, tanh
 
-__all__ = ["Linear", "Sequential", "cross_entropy", "dropout", "erf", "gelu", "log_softmax",
+__all__ = ["Embedding", "Linear", "Sequential", "cross_entropy", "dropout", "erf", "gelu", "log_softmax",
            "mse", "one_hot", "relu", "sigmoid", "softmax", "tanh"]

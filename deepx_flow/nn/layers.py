@@ -69,6 +69,32 @@ class Linear:
 
 
 @dataclass(frozen=True)
+class Embedding:
+    """Rows of a `(num_embeddings, dim)` table looked up by integer ids (`dx.take`), the table
+    initialized standard normal as PyTorch's `Embedding` is. Its gradient adds each output
+    row back to its id's row (see `ops.gather`)."""
+
+    num_embeddings: int
+    dim: int
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        for name in ("num_embeddings", "dim"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise GraphError(f"Embedding: {name} must be a positive integer, got "
+                                 f"{shown(value)}")
+
+    def init(self, seed: int = 0) -> dict[str, Tensor]:
+        return {"weight": random.normal((self.num_embeddings, self.dim),
+                                        seed=random.derive_seed(seed, 0), dtype=self.dtype)}
+
+    def __call__(self, params: Params, ids) -> Tensor:
+        from deepx_flow.sdk.functions import take
+        return take(_param(params, "weight", (self.num_embeddings, self.dim)), ids, axis=0)
+
+
+@dataclass(frozen=True)
 class Sequential:
     """Layers applied in order. A layer is an object with `init` and `__call__(params, x)`
     (`Linear`, another `Sequential`), or a function of the input alone (`dx.relu`).
@@ -110,6 +136,8 @@ class Sequential:
 def _names(layer) -> list[str]:
     if isinstance(layer, Linear):
         return ["weight", "bias"] if layer.bias else ["weight"]
+    if isinstance(layer, Embedding):
+        return ["weight"]
     return list(layer.init(0))
 
 

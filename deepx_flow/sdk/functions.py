@@ -169,6 +169,13 @@ def min(x, axis=None, keepdims=False) -> Tensor:  # noqa: A001
     return reduce_("min", as_tensor(x), axis, keepdims)
 
 
+def take(x, indices, axis: int = 0) -> Tensor:
+    """The elements of `x` at integer `indices` along `axis`, as `np.take` (an embedding
+    lookup is `take(table, ids)`). An index outside `-n..n-1` is an error at run time."""
+    x, indices = as_tensor(x), as_tensor(indices)
+    return apply("take", [x, indices], axis=_axis("take", x, axis))
+
+
 def argmax(x, axis=None, keepdims=False) -> Tensor:
     """The index of the largest value along `axis` (of the flattened tensor when None), as
     int64: the first one where values tie, the first NaN where there is one, as in NumPy."""

@@ -77,7 +77,7 @@ def normalize_attrs(op: str, attrs: dict[str, Any], inputs: list[Node],
         out.setdefault("keepdims", False)
     elif op in ("softmax", "log_softmax"):
         out["axis"] = normalize_axis(draft, out.get("axis", -1), ndim)
-    elif op == "concat" and inputs:
+    elif op in ("concat", "take") and inputs:
         out["axis"] = normalize_axis(draft, out.get("axis", 0), inputs[0].ndim)
     elif op == "transpose":
         axes = out.get("axes")
