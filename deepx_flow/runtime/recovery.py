@@ -219,6 +219,19 @@ def _check(values: Mapping, where: str) -> None:
         bad("exclude_after", "must be at least 1")
 
 
+class ByKey:
+    """A per-task `workers` annotation: `[by_key[key]]`, else every worker in `everywhere`
+    (Dask takes a restriction for every task of the graph, so a task left free is one allowed
+    anywhere). Pickled to the scheduler like `ByNode`."""
+
+    def __init__(self, by_key: dict, everywhere: list):
+        self.by_key, self.everywhere = by_key, list(everywhere)
+
+    def __call__(self, key):
+        where = self.by_key.get(key)
+        return self.everywhere if where is None else [where]
+
+
 class ByNode:
     """A per-task Dask annotation: `by_node[node id of the key]`, else `default`. Dask
     calls it on the scheduler for each task of a graph, so it must pickle."""

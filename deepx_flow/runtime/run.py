@@ -40,7 +40,7 @@ from deepx_flow.runtime.futures import blamed_key, quiet_interrupted_gathers
 from deepx_flow.runtime.inputs import bind_inputs, check_sources_on
 from deepx_flow.runtime.plan_cache import cached_compile
 from deepx_flow.runtime.recording import RunRecorder
-from deepx_flow.runtime.recovery import ByNode, Recovery, task_policies
+from deepx_flow.runtime.recovery import ByKey, ByNode, Recovery, task_policies
 from deepx_flow.sdk.build import build_graph
 from deepx_flow.sdk.tensor import Tensor
 
@@ -154,7 +154,7 @@ def _checked(outputs, inputs):
 
 def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, extend=None,
             db=None, recovery: Recovery | None = None, owners=None, readable=None,
-            lowered=None):
+            lowered=None, placement: dict | None = None):
     """Lower and submit the plan.
 
     `hold` names the outputs whose chunk futures to return (default: all). `extend(lowered)`
@@ -166,6 +166,8 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, ext
     output tensor keys by name, the run's recorder (None when recording is off) and the
     futures of `extend`'s keys. `lowered` is the plan already lowered (several training
     steps of one plan, chained: `train.loop`), in place of lowering it with `sources`.
+    `placement` maps keys to the worker that should run them (loosely: Dask may run them
+    elsewhere if that worker is gone), for work spread on purpose (data-parallel shards).
     """
     check_sources_on(sources, client)
     if lowered is None:
@@ -182,10 +184,12 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, ext
         stored = readable(lowered) if readable is not None and recovery.read_back else None
         supervise(client, recorder.run_id if recorder else uuid.uuid4().hex, lowered.dsk,
                   policies, recovery, stored, recorder.tracking if recorder else None)
+        spread = dict(workers=ByKey(placement, sorted(set(placement.values()))),
+                      allow_other_workers=True) if placement else {}
         with warnings.catch_warnings(), dask.annotate(
                 retries=ByNode({n: p.retries for n, p in policies.items()}, 0),
                 deepx_backoff=ByNode({n: (p.backoff, p.backoff_max) for n, p in
-                                      policies.items()})):
+                                      policies.items()}), **spread):
             # NumPy inputs travel inside the graph on purpose (so they can be sent again if
             # a worker dies); Dask's advice against large graphs does not apply.
             warnings.filterwarnings("ignore", message="Sending large graph")

@@ -12,14 +12,18 @@ depends on the seed, the epoch and the data's blocks, never on the workers. Batc
 consecutive runs of `batch_size` rows of that order; a last run shorter than a batch is left out
 (every step then has the same shape, so one compiled step serves them all).
 
-Streaming. A task loads one window's rows, already in their shuffled order, and a batch's
-chunks are slices of one or two windows. A window is loaded once per epoch, so the stored data
-is read once per epoch, while only the windows in use are in memory.
+Streaming. Each chunk of a batch is read by the task that uses it, on its worker: rows of an
+array in memory from the copy every worker was sent once; rows of a stored array from the
+worker's cache of decoded blocks (`read_rows`), which holds about a window's blocks, so a
+worker decodes each block once per epoch however many of its batches read it, and no batch
+passes through one worker on its way to another.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -158,9 +162,10 @@ def check_batch_size(data: Dataset, batch_size) -> None:
                          "the training data")
 
 
-def read_rows(uri: str, index: np.ndarray) -> np.ndarray:
-    """Rows `index` of a stored array: each stored chunk they fall in is read once, checked
-    (`storage.readers.read_region`), and the rows taken from it."""
+def read_rows(uri: str, index: np.ndarray, scope: str = "") -> np.ndarray:
+    """Rows `index` of a stored array: each stored chunk they fall in is read, checked
+    (`storage.readers.read_region`) and kept in this process's block cache under `scope` (one
+    training: the data may not change during it), and the rows taken from it."""
     from deepx_flow.storage.readers import read_region, storage_chunks, zarr_info
     shape, _ = zarr_info(uri)
     step = (storage_chunks(uri) or shape)[0] or 1
@@ -169,9 +174,49 @@ def read_rows(uri: str, index: np.ndarray) -> np.ndarray:
     for block in np.unique(blocks):
         lo, hi = int(block) * step, min((int(block) + 1) * step, shape[0])
         region = ((lo, hi),) + tuple((0, s) for s in shape[1:])
-        part = np.asarray(read_region(uri, region))
+        part = BLOCKS.get((scope, uri, int(block)),
+                          lambda: np.asarray(read_region(uri, region)))
         if out is None:
             out = np.empty((len(index),) + part.shape[1:], dtype=part.dtype)
         mask = blocks == block
         out[mask] = part[index[mask] - lo]
     return out
+
+
+class BlockCache:
+    """Decoded blocks of stored training data in this process, least recently used dropped
+    first, at most `limit()` bytes: an eighth of the Dask worker's memory limit (a window's
+    blocks fit a quarter, for two windows), or 1 GiB outside a worker."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.entries: OrderedDict = OrderedDict()
+        self.nbytes = 0
+
+    def get(self, key, load) -> np.ndarray:
+        with self.lock:
+            if key in self.entries:
+                self.entries.move_to_end(key)
+                return self.entries[key]
+        value = load()  # decoded outside the lock: other tasks go on meanwhile
+        with self.lock:
+            if key not in self.entries:
+                self.entries[key] = value
+                self.nbytes += value.nbytes
+                limit = self.limit()
+                while self.nbytes > limit and len(self.entries) > 1:
+                    _, dropped = self.entries.popitem(last=False)
+                    self.nbytes -= dropped.nbytes
+            return self.entries.get(key, value)
+
+    @staticmethod
+    def limit() -> int:
+        try:
+            from distributed import get_worker
+            memory = get_worker().memory_manager.memory_limit
+        except (ImportError, ValueError, AttributeError):
+            memory = None
+        return memory // 8 if memory else 2**30
+
+
+BLOCKS = BlockCache()

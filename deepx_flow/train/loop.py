@@ -27,10 +27,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from dask.base import tokenize
 
+from deepx_flow.compiler.group import ALL, GROUP_SUFFIX, group_by_shard
 from deepx_flow.compiler.lower import Grid, Lowered
-from deepx_flow.compiler.taskspec import data_node, ref, task
+from deepx_flow.compiler.taskspec import ref, task
 from deepx_flow.config import settings
 from deepx_flow.errors import ExecutionError, GraphError, shown
+from deepx_flow.ir.keys import key_name, node_of
 from deepx_flow.kernels.tasks import cast_chunk, to_device
 from deepx_flow.runtime.inputs import ArraySource
 from deepx_flow.sdk.tensor import Tensor
@@ -65,35 +67,38 @@ class KeySource:
 
 @dataclass(frozen=True)
 class BatchSource:
-    """A batch placeholder bound to rows of the epoch's windows: `pieces` are (window key,
-    first row, end row) runs that make up the batch, in order."""
+    """A batch placeholder bound to rows of a data column: `rows` are the batch's row
+    indices, in order. Each chunk's task reads its rows where it runs: from the column's
+    array, sent to every worker once (`data`, a key), or from storage through the worker's
+    cache of decoded blocks (`train.data.read_rows`), so a batch never passes through one
+    worker on its way to the others."""
 
-    pieces: tuple
+    column: object
+    rows: np.ndarray
+    data: object  # key of the column's array on the workers, or None for stored data
+    scope: str
     token: str
 
     def task(self, key, region):
         (lo, hi), rest = region[0], region[1:]
-        parts, at = [], 0
-        for window_key, a, z in self.pieces:
-            n = z - a
-            s, e = max(lo, at), min(hi, at + n)
-            if s < e:
-                parts.append((window_key, a + s - at, a + e - at))
-            at += n
-        return task(key, take_rows, tuple((a, z) for _, a, z in parts), rest,
-                    *[ref(k) for k, _, _ in parts])
+        index = self.rows[lo:hi]
+        if self.data is not None:
+            return task(key, take_rows, ref(self.data), index, rest)
+        return task(key, read_batch_rows, self.column, index, rest, self.scope)
 
 
-def take_rows(spans, rest, *windows):
-    """Rows `spans` of each window, joined, and the region `rest` of the other axes."""
+def take_rows(array, index, rest):
+    """Rows `index` of an array held on the worker, and the region `rest` of other axes."""
     tail = tuple(slice(lo, hi) for lo, hi in rest)
-    blocks = [w[(slice(a, z),) + tail] for (a, z), w in zip(spans, windows)]
-    return to_device(blocks[0] if len(blocks) == 1 else np.concatenate(blocks))
+    return to_device(array[(index,) + tail] if tail else array[index])
 
 
-def load_window(column, index):
-    """One window of a stored column: its rows `index`, read by the worker."""
-    return to_device(column.rows(index))
+def read_batch_rows(column, index, rest, scope):
+    """Rows `index` of a stored column, read through this worker's block cache."""
+    from deepx_flow.train.data import read_rows
+    rows = read_rows(column.uri, index, scope)
+    tail = tuple(slice(lo, hi) for lo, hi in rest)
+    return to_device(rows[(slice(None),) + tail] if tail else rows)
 
 
 @dataclass
@@ -222,7 +227,7 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
     try:
         pending = None
         for segment in _segments(done, len(schedule), steps_per_graph, marks):
-            submitted = runner.submit([schedule[i] for i in segment], segment, book)
+            submitted = runner.submit([schedule[i] for i in segment], book)
             if pending is not None:
                 _collect(pending, fit, started, bar, book, batch_size)
             pending = submitted
@@ -310,13 +315,15 @@ class _Runner:
                 node = step.graph[input_id]
                 array = np.zeros(node.shape, node.dtype)
             self.sources[input_id] = ArraySource(array, tokenize(array))
-        self.held: dict = {}     # key -> future: the last step's outputs
-        self.windows: dict = {}  # window key -> future, for windows later graphs read
+        self.held: dict = {}  # key -> future: the last step's outputs
+        # Columns held in memory go to every worker once; stored ones are read there.
+        self.scope = uuid.uuid4().hex
+        self.data = [client.scatter(c.array, broadcast=True, hash=False)
+                     if c.array is not None else None for c in dataset.columns]
 
-    def submit(self, planned: list, indices: list, book):
+    def submit(self, planned: list, book):
         from deepx_flow.runtime.run import _submit
         dsk: dict = {}
-        window_tasks: dict = {}
         losses, norms = [], []
         lowered = None
         for p in planned:
@@ -324,57 +331,63 @@ class _Runner:
             for k, value in self.optimizer.scalars(p.number).items():
                 scalar = np.array(value, dtype=np.float64)
                 sources[self.step.scalars[k]] = ArraySource(scalar, tokenize(scalar))
+            windows = self.epoch_windows[p.epoch]
+            rows = np.concatenate([windows[q.window][q.lo:q.hi] for q in p.pieces])
             for i, input_id in enumerate(self.step.batch):
-                pieces = []
-                for piece in p.pieces:
-                    wkey = self._window(p.epoch, piece.window, i, window_tasks)
-                    pieces.append((wkey, piece.lo, piece.hi))
-                sources[input_id] = BatchSource(tuple(pieces), tokenize(
-                    self.dataset.token, p.epoch, p.batch, i, pieces))
+                data = self.data[i]
+                sources[input_id] = BatchSource(
+                    self.dataset.columns[i], rows, None if data is None else data.key,
+                    self.scope, tokenize(self.dataset.token, p.epoch, p.batch, i))
             lowered = self.plan.lower(sources, to_host=self.plan.cluster.has_devices)
-            dsk.update(lowered.dsk)
+            dsk.update(self._grouped(lowered))
             losses += lowered.output_keys("loss")
             norms += lowered.output_keys("grad_norm")
             for input_id in self.names.values():
                 key, chunks = lowered.outputs["new_" + input_id]
                 self.sources[input_id] = KeySource(key, chunks, self.step.graph[input_id].dtype)
-        dsk.update(window_tasks)
         merged = Lowered(dsk, lowered.outputs)
-        keep_windows = [k for k in window_tasks if self._read_later(k, indices[-1])]
         futures, _, recorder, extra = _submit(
             self.plan, self.step.graph, {}, self.client, "train",
             hold={"new_" + i for i in self.names.values()},
-            extend=lambda _: losses + norms + keep_windows, lowered=merged, db=book.db)
+            extend=lambda _: losses + norms, lowered=merged, db=book.db,
+            placement=self._placement(dsk))
         old = self.held
         self.held = {f.key: f for fs in futures.values() for f in fs}
         for f in old.values():
             f.release()
         n = len(losses)
-        self.windows.update(zip(keep_windows, extra[2 * n:]))
         if recorder is not None:
             book.link(recorder.run_id)
             recorder.watch(extra[:2 * n])
         return planned, extra[:n], extra[n:2 * n], self.optimizer
 
-    def _window(self, epoch, w, column, made):
-        key = (f"train-window-{self.dataset.token[:12]}", epoch, w, column)
-        if key not in made and key not in self.windows:
-            index = self.epoch_windows[epoch][w]
-            col = self.dataset.columns[column]
-            if col.array is not None:
-                made[key] = task(key, to_device, data_node(key + ("data",), col.rows(index)))
-            else:
-                made[key] = task(key, load_window, col, index)
-        return key
+    def _placement(self, dsk) -> dict:
+        """Shard s of every step on worker s mod n (their rows split over the workers);
+        left to itself, Dask would run every shard where the parameters were updated."""
+        workers = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+        if len(workers) < 2:
+            return {}
+        return {key: workers[int(key[1]) % len(workers)] for key in dsk
+                if key_name(key).endswith(GROUP_SUFFIX) and key[1] != ALL}
 
-    def _read_later(self, key, last_index) -> bool:
-        _, epoch, w, _ = key
-        for p in self.schedule[last_index + 1:]:
-            if p.epoch == epoch and any(piece.window == w for piece in p.pieces):
-                return True
-            if p.epoch > epoch:
-                return False
-        return False
+    def _grouped(self, lowered) -> dict:
+        """The step's tasks with each batch shard's, and those combining shards, as one
+        task each (`compiler.group`)."""
+        # A batch chunk's shard is the chunk of the first column (the features) its rows lie
+        # in; a chunk of another column spanning several of those belongs to none.
+        chunks = self.plan.partition.chunks
+        bounds = np.cumsum((0,) + chunks[self.step.batch[0]][0])
+        starts = {i: np.cumsum((0,) + chunks[i][0]) for i in self.step.batch}
+        roots = {}
+        for key in lowered.dsk:
+            input_id = node_of(key_name(key))
+            if input_id in starts and len(key) > 1:
+                lo, hi = starts[input_id][key[1]], starts[input_id][key[1] + 1]
+                shard = int(np.searchsorted(bounds, lo, side="right")) - 1
+                if hi <= bounds[shard + 1]:
+                    roots[key] = shard
+        keep = {k for name in lowered.outputs for k in lowered.output_keys(name)}
+        return group_by_shard(lowered.dsk, roots, keep, key_name(lowered.output_keys("loss")[0]))
 
     def cut(self) -> None:
         """Bind the parameters and state to their current values as data (see
@@ -415,9 +428,9 @@ class _Runner:
         return {name: values[input_id] for name, input_id in self.step.params.items()}
 
     def release(self):
-        for f in list(self.held.values()) + list(self.windows.values()):
+        for f in list(self.held.values()) + [d for d in self.data if d is not None]:
             f.release()
-        self.held, self.windows = {}, {}
+        self.held, self.data = {}, []
 
 
 def _collect(submitted, fit: Fit, started: float, bar, book, batch_size: int) -> None:

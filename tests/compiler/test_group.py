@@ -1,0 +1,78 @@
+"""The `group_by_shard` pass: the same results with one task per shard and one for what
+combines shards."""
+
+from __future__ import annotations
+
+import dask
+import numpy as np
+from dask.base import tokenize
+
+import deepx_flow as dx
+from deepx_flow.compiler.compile import compile_graph
+from deepx_flow.compiler.group import ALL, GROUP_SUFFIX, group_by_shard
+from deepx_flow.ir.keys import key_name, node_of
+from deepx_flow.kernels.grouped import run_group
+from deepx_flow.runtime.inputs import ArraySource
+from deepx_flow.train.step import build_step
+from tests.helpers import cluster_with_memory
+
+
+def _step():
+    model = dx.nn.Sequential(dx.nn.Linear(6, 5, dtype="float64"), dx.nn.tanh,
+                             dx.nn.Linear(5, 3, dtype="float64"))
+    shapes = {k: (v.shape, v.dtype) for k, v in model.init(0).items()}
+    return build_step(lambda p, x, y: dx.nn.cross_entropy(model(p, x), y), shapes,
+                      dx.optim.Adam(lr=0.1), [((60, 6), "float64"), ((60,), "int64")])
+
+
+def _lowered(step, memory):
+    plan = compile_graph(step.graph, cluster_with_memory(memory))
+    rng = np.random.default_rng(0)
+    sources = {}
+    for node in step.graph.inputs:
+        value = (rng.integers(0, 3, node.shape) if node.dtype == "int64"
+                 else rng.standard_normal(node.shape))
+        value = np.asarray(value, dtype=node.dtype)
+        sources[node.id] = ArraySource(value, tokenize(value))
+    return plan, plan.lower(sources)
+
+
+def test_grouped_steps_compute_the_same_with_a_task_per_shard():
+    step = _step()
+    plan, lowered = _lowered(step, 6000)
+    x_id = step.batch[0]
+    rows = plan.partition.chunks[x_id][0]
+    assert len(rows) >= 3  # several shards
+    roots = {k: k[1] for k in lowered.dsk if node_of(key_name(k)) == x_id}
+    keep = {k for name in lowered.outputs for k in lowered.output_keys(name)}
+    grouped = group_by_shard(lowered.dsk, roots, keep, "step")
+    groups = {k[1] for k in grouped if key_name(k) == "step" + GROUP_SUFFIX}
+    assert groups == {str(i) for i in range(len(rows))} | {ALL}
+    assert all(grouped[k].args[0] is run_group for k in grouped
+               if key_name(k) == "step" + GROUP_SUFFIX)
+    assert len(grouped) < len(lowered.dsk) / 2
+    assert keep <= set(grouped)
+    plain = dask.get(lowered.dsk, sorted(keep, key=repr))
+    fewer = dask.get(grouped, sorted(keep, key=repr))
+    for a, b in zip(plain, fewer):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_single_shard_is_one_group_and_nothing_is_left_over():
+    step = _step()
+    plan, lowered = _lowered(step, 2**30)
+    x_id = step.batch[0]
+    assert len(plan.partition.chunks[x_id][0]) == 1
+    roots = {k: k[1] for k in lowered.dsk if node_of(key_name(k)) == x_id}
+    keep = {k for name in lowered.outputs for k in lowered.output_keys(name)}
+    grouped = group_by_shard(lowered.dsk, roots, keep, "step")
+    groups = [k for k in grouped if key_name(k) == "step" + GROUP_SUFFIX]
+    assert groups == [("step" + GROUP_SUFFIX, "0")]
+    # Inputs that read no shard joined the group of their only readers; what is left is the
+    # group, a task per kept key taking it out of the group's result, and inputs read by
+    # both the group and a kept key's task (none here).
+    assert len(grouped) == 1 + len(keep)
+    plain = dask.get(lowered.dsk, sorted(keep, key=repr))
+    fewer = dask.get(grouped, sorted(keep, key=repr))
+    for a, b in zip(plain, fewer):
+        np.testing.assert_array_equal(a, b)
