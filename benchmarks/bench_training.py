@@ -1,0 +1,267 @@
+"""Training throughput of an MLP against JAX and a NumPy loop, its loss curve, and training on
+a dataset three times a worker's memory.
+
+What: the MLP 784-256-10 (ReLU, softmax cross-entropy, Adam lr 1e-3) trained on a float32
+dataset read from Zarr (chunks of 8,192 rows), at batch 1,024 and 8,192:
+
+- deepx_flow: `dx.train` on a LocalCluster of 2 worker processes x 1 thread, reading the Zarr
+  arrays chunk by chunk on the workers; the time is the whole call (planning, the first
+  parameters, every step, gathering the result).
+- JAX (when installed): the same model, initial parameters, Adam formulas and batches (the
+  rows of `train.data`'s order for the same seed), one jitted step per batch, on the same
+  cores; the data is read from Zarr into memory first, untimed (which favours JAX).
+- NumPy: the same step written with NumPy float32 arrays, on the data in memory.
+
+The loss curves must agree: the mean loss over the last tenth of the first epoch's steps,
+deepx_flow against JAX (the same batches in the same order), within 2%. The step's
+compute/communication ratio comes from Dask's task stream during the deepx_flow run (task
+compute seconds over transfer seconds), against the design's bar of 10.
+
+Larger than memory: the same model trained for one epoch at batch 8,192 on a dataset three
+times a worker's memory limit (2 workers x 400 MiB; 256 MiB with --quick), with the workers'
+resident memory sampled during the run and their high-water marks read at the end.
+
+Run: `python benchmarks/bench_training.py [--quick]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import common
+import deepx_flow as dx
+
+FEATURES, HIDDEN, CLASSES = 784, 256, 10
+CHUNK_ROWS = 8192
+LR, B1, B2, EPS = 1e-3, 0.9, 0.999, 1e-8
+
+
+def write_dataset(folder: Path, rows: int, seed: int = 0) -> tuple[str, str]:
+    """Features: class-dependent means plus noise, so the loss falls; labels 0..9."""
+    import zarr
+    rng = np.random.default_rng(seed)
+    centers = rng.standard_normal((CLASSES, FEATURES)).astype(np.float32) * 0.5
+    x = zarr.create_array(str(folder / "x.zarr"), shape=(rows, FEATURES),
+                          chunks=(CHUNK_ROWS, FEATURES), dtype="float32")
+    y = zarr.create_array(str(folder / "y.zarr"), shape=(rows,), chunks=(CHUNK_ROWS,),
+                          dtype="int64")
+    for start in range(0, rows, CHUNK_ROWS):
+        stop = min(rows, start + CHUNK_ROWS)
+        labels = rng.integers(0, CLASSES, size=stop - start)
+        x[start:stop] = centers[labels] + rng.standard_normal((stop - start, FEATURES),
+                                                              dtype=np.float32)
+        y[start:stop] = labels
+    return str(folder / "x.zarr"), str(folder / "y.zarr")
+
+
+def model():
+    return dx.nn.Sequential(dx.nn.Linear(FEATURES, HIDDEN), dx.nn.relu,
+                            dx.nn.Linear(HIDDEN, CLASSES))
+
+
+def loss_fn(p, x, y):
+    return dx.nn.cross_entropy(model()(p, x), y)
+
+
+def batches(data, batch: int, epochs: int, seed: int, window_blocks: int):
+    """The rows of every step, in deepx_flow's order for this seed."""
+    from deepx_flow.train.data import batch_pieces, dataset_of, epoch_order
+    ds = dataset_of(data)
+    for epoch in range(epochs):
+        windows = epoch_order(ds, seed, epoch, window_blocks)
+        for pieces in batch_pieces(windows, batch):
+            yield np.concatenate([windows[q.window][q.lo:q.hi] for q in pieces])
+
+
+def run_deepx(data, start, batch, epochs, limit="auto") -> dict:
+    with common.local_cluster(2, memory_limit=limit) as client:
+        streams: list = []
+        with common.RssSampler(client) as rss, common.comm_stream(client, streams):
+            began = time.perf_counter()
+            fit = dx.train(loss_fn, start, data=data, batch_size=batch, epochs=epochs,
+                           optimizer=dx.optim.Adam(lr=LR), seed=0, progress=False,
+                           client=client)
+            seconds = time.perf_counter() - began
+        hwm = max(client.run(common.peak_rss).values())
+        from deepx_flow.runtime.run import cluster_spec
+        from deepx_flow.train.data import dataset_of, window_blocks_for
+        spec = cluster_spec(client=client)
+        blocks = window_blocks_for(dataset_of(data), min(w.memory for w in spec.workers), 2)
+    return {"seconds": seconds, "steps": fit.steps,
+            "samples_per_second": fit.steps * batch / seconds,
+            "losses": [h["loss"] for h in fit.history], "stream": streams[0],
+            "peak_rss": max(rss.peak, hwm), "window_blocks": blocks}
+
+
+def run_jax(x, y, start, order) -> dict | None:
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+
+    def loss(p, xb, yb):
+        h = jax.nn.relu(xb @ p["0.weight"] + p["0.bias"])
+        z = h @ p["2.weight"] + p["2.bias"]
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(z), yb[:, None], 1))
+
+    @jax.jit
+    def step(p, m, v, t, xb, yb):
+        value, g = jax.value_and_grad(loss)(p, xb, yb)
+        m = jax.tree.map(lambda m, g: B1 * m + (1 - B1) * g, m, g)
+        v = jax.tree.map(lambda v, g: B2 * v + (1 - B2) * g * g, v, g)
+        p = jax.tree.map(lambda p, m, v: p - LR / (1 - B1 ** t) * m /
+                         (jnp.sqrt(v) / jnp.sqrt(1 - B2 ** t) + EPS), p, m, v)
+        return p, m, v, value
+
+    p = {k: jnp.asarray(v) for k, v in start.items()}
+    m = jax.tree.map(jnp.zeros_like, p)
+    v = jax.tree.map(jnp.zeros_like, p)
+    step(p, m, v, 1.0, x[order[0]], y[order[0]])[3].block_until_ready()  # compile
+    losses = []
+    began = time.perf_counter()
+    for t, rows in enumerate(order, start=1):
+        p, m, v, value = step(p, m, v, float(t), x[rows], y[rows])
+        losses.append(value)
+    losses = [float(v) for v in losses]  # waits for the last step
+    seconds = time.perf_counter() - began
+    return {"seconds": seconds, "steps": len(order),
+            "samples_per_second": len(order) * len(order[0]) / seconds, "losses": losses,
+            "version": jax.__version__}
+
+
+def run_numpy(x, y, start, order) -> dict:
+    p = {k: v.copy() for k, v in start.items()}
+    m = {k: np.zeros_like(v) for k, v in p.items()}
+    v = {k: np.zeros_like(v) for k, v in p.items()}
+    losses = []
+    began = time.perf_counter()
+    for t, rows in enumerate(order, start=1):
+        xb, yb = x[rows], y[rows]
+        h = np.maximum(xb @ p["0.weight"] + p["0.bias"], 0)
+        z = h @ p["2.weight"] + p["2.bias"]
+        z -= z.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        prob = e / e.sum(axis=1, keepdims=True)
+        losses.append(float(-np.log(prob[np.arange(len(yb)), yb]).mean()))
+        dz = prob
+        dz[np.arange(len(yb)), yb] -= 1
+        dz /= len(yb)
+        dh = (dz @ p["2.weight"].T) * (h > 0)
+        g = {"2.weight": h.T @ dz, "2.bias": dz.sum(0), "0.weight": xb.T @ dh,
+             "0.bias": dh.sum(0)}
+        for k in p:
+            m[k] = B1 * m[k] + (1 - B1) * g[k]
+            v[k] = B2 * v[k] + (1 - B2) * g[k] * g[k]
+            p[k] = p[k] - LR / (1 - B1 ** t) * m[k] / (np.sqrt(v[k]) / np.sqrt(1 - B2 ** t)
+                                                       + EPS)
+    seconds = time.perf_counter() - began
+    return {"seconds": seconds, "steps": len(order),
+            "samples_per_second": len(order) * len(order[0]) / seconds, "losses": losses}
+
+
+def curve_gap(a: list, b: list, steps: int) -> float:
+    """Relative difference of the mean loss over the last tenth of the first `steps`."""
+    tail = max(1, steps // 10)
+    x, y = np.mean(a[steps - tail:steps]), np.mean(b[steps - tail:steps])
+    return abs(x - y) / abs(y)
+
+
+def main(quick: bool = False) -> dict:
+    import zarr
+    rows = 16_384 if quick else 65_536
+    epochs = 1 if quick else 2
+    limit = (256 if quick else 400) * 2**20
+    res = {"machine": common.machine_info(), "quick": quick,
+           "parameters": {"rows": rows, "epochs": epochs, "model": [FEATURES, HIDDEN, CLASSES],
+                          "optimizer": "Adam lr 1e-3", "chunk_rows": CHUNK_ROWS,
+                          "workers": "2 processes x 1 thread", "big_limit": limit}}
+    common.wait_until_quiet()
+    params = model().init(seed=0)
+    with common.local_cluster(1) as client:
+        start = dict(zip(params, dx.run(list(params.values()), client=client)))
+    table, throughput = [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        data = write_dataset(Path(tmp), rows)
+        x = np.asarray(zarr.open_array(data[0], mode="r"))
+        y = np.asarray(zarr.open_array(data[1], mode="r"))
+        for batch in (1024, 8192):
+            deepx = run_deepx(data, start, batch, epochs)
+            order = list(batches(data, batch, epochs, 0, deepx["window_blocks"]))
+            jax_run = run_jax(x, y, start, order)
+            numpy_run = run_numpy(x, y, start, order)
+            per_epoch = rows // batch
+            entry = {"deepx_flow": deepx, "jax": jax_run, "numpy": numpy_run,
+                     "steps_per_epoch": per_epoch}
+            reference = jax_run or numpy_run
+            entry["loss_gap_after_one_epoch"] = curve_gap(deepx["losses"],
+                                                          reference["losses"], per_epoch)
+            entry["deepx_vs_jax"] = (deepx["samples_per_second"] /
+                                     jax_run["samples_per_second"]) if jax_run else None
+            entry["deepx_vs_numpy"] = deepx["samples_per_second"] / \
+                numpy_run["samples_per_second"]
+            stream = deepx["stream"]
+            entry["compute_comm_ratio"] = stream["compute_comm_ratio"]
+            throughput[batch] = entry
+            table.append((f"{batch}", common.fmt(deepx["samples_per_second"], 0),
+                          common.fmt(jax_run["samples_per_second"], 0) if jax_run else "-",
+                          common.fmt(numpy_run["samples_per_second"], 0),
+                          common.fmt(entry["deepx_vs_jax"]) if jax_run else "-",
+                          f"{entry['loss_gap_after_one_epoch']:.2%}",
+                          common.fmt(stream["compute_comm_ratio"], 1)))
+            for run in (deepx, jax_run, numpy_run):
+                if run:
+                    run.pop("losses")
+        res["throughput"] = throughput
+        common.print_table(("batch", "deepx_flow samples/s", "JAX samples/s", "NumPy samples/s",
+                            "deepx/JAX", "loss gap (1 epoch)", "compute/comm"), table,
+                           f"MLP {FEATURES}-{HIDDEN}-{CLASSES}, Adam, {rows} rows from Zarr, "
+                           "2 cores")
+
+        big_rows = 3 * limit // (FEATURES * 4 + 8)
+        folder = Path(tmp) / "big"
+        folder.mkdir()
+        run = run_deepx(write_dataset(folder, big_rows, seed=1), start, 8192, 1, limit=limit)
+        run.pop("losses")
+        run["dataset_bytes"] = big_rows * (FEATURES * 4 + 8)
+        run["peak_rss_fraction_of_limit"] = run["peak_rss"] / limit
+        res["larger_than_memory"] = run
+        common.print_table(("dataset MiB", "limit MiB", "peak RSS MiB", "of limit", "samples/s"),
+                           [(f"{run['dataset_bytes'] / 2**20:.0f}", f"{limit / 2**20:.0f}",
+                             f"{run['peak_rss'] / 2**20:.0f}",
+                             common.fmt(run["peak_rss_fraction_of_limit"]),
+                             common.fmt(run["samples_per_second"], 0))],
+                           "one epoch on a dataset 3x a worker's memory")
+
+    at = throughput[8192]
+    res["targets"] = {
+        "deepx_vs_jax_at_8192": common.target(
+            "samples/s at batch 8192 at least 0.7x JAX's (NumPy's loop when JAX is missing)",
+            at["deepx_vs_jax"] if at["deepx_vs_jax"] is not None else at["deepx_vs_numpy"],
+            (at["deepx_vs_jax"] or at["deepx_vs_numpy"]) >= 0.7),
+        "loss_curve_within_2pct": common.target(
+            "mean loss over the last tenth of epoch 1 within 2% of JAX's at the same data order",
+            max(e["loss_gap_after_one_epoch"] for e in throughput.values()),
+            all(e["loss_gap_after_one_epoch"] <= 0.02 for e in throughput.values())),
+        "larger_than_memory_below_limit": common.target(
+            "peak worker RSS / limit < 1 training on a dataset 3x the limit",
+            res["larger_than_memory"]["peak_rss_fraction_of_limit"],
+            0 < res["larger_than_memory"]["peak_rss_fraction_of_limit"] < 1),
+        "compute_comm_ratio_recorded": common.target(
+            "the step's compute/communication ratio, against the design's bar of 10",
+            at["compute_comm_ratio"], at["compute_comm_ratio"] >= 10),
+    }
+    common.write_results("bench_training", res, quick)
+    return res
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="16,384 rows, one epoch, 256 MiB workers for the big run")
+    main(parser.parse_args().quick)
