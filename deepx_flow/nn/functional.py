@@ -93,17 +93,19 @@ def mse(predictions, targets, reduction: str = "mean") -> Tensor:
     return _reduce(diff * diff, reduction)
 
 
-def dropout(x, rate: float, seed: int, step: int = 0) -> Tensor:
-    """Zero each element with probability `rate` and scale the rest by `1 / (1 - rate)`.
+def dropout(x, rate: float, seed: int, step: int | None) -> Tensor:
+    """Zero each element with probability `rate` and scale the rest by `1 / (1 - rate)`;
+    with `step=None` (inference, evaluation), `x` itself.
 
     The mask depends only on (seed, step, element index): the same step drops the same
-    elements on any chunk grid and any number of workers, and each step draws anew. Use it
-    only in the training loss (`dx.train` passes the step); at inference leave it out.
+    elements on any chunk grid and any number of workers, and each step draws anew. A loss
+    given to `dx.train` that takes a `step` argument gets each training step's number, and
+    `step=None` when it is evaluated.
     """
     x = as_tensor(x)
     if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 <= rate < 1:
         raise GraphError(f"dropout: rate must be in [0, 1), got {shown(rate)}", x.node.id)
-    if rate == 0:
+    if rate == 0 or step is None:
         return x
     if not dtypes.is_float(x.dtype):
         raise GraphError(f"dropout applies to floating-point tensors, got {x.dtype}",

@@ -200,10 +200,18 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
     active = lasting_client(client, scheduler)
     spec = cluster_spec(cluster, active)
     values = _start_values(params, active)
-    step = build_step(loss_fn, {k: (v.shape, v.dtype.name) for k, v in values.items()},
-                      optimizer, [((batch_size,) + c.shape[1:], c.dtype)
-                                  for c in dataset.columns])
-    plan = cached_compile(step.graph, spec, settings())
+    shapes = {k: (v.shape, v.dtype.name) for k, v in values.items()}
+    columns = [((batch_size,) + c.shape[1:], c.dtype) for c in dataset.columns]
+    takes_step = _takes_step(loss_fn)
+
+    def plan_of(number: int):
+        """The step graph and plan of step `number`: one for all steps, unless the loss
+        takes the step (dropout), whose random masks make each step's graph its own."""
+        f = (lambda p, *c: loss_fn(p, *c, step=number)) if takes_step else loss_fn
+        traced = build_step(f, shapes, optimizer, columns)
+        return cached_compile(traced.graph, spec, settings()), traced
+
+    plan, step = plan_of(1)
     limit = min((w.memory for w in spec.workers), default=2**30)
     schedule, windows = _schedule(dataset, batch_size, epochs, seed,
                                   window_blocks_for(dataset, limit, len(spec.workers)))
@@ -213,8 +221,8 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
         if eval_data else None
     start_values = book.resume_values() if resume else None
     done = book.resumed_step if start_values else 0
-    runner = _Runner(plan, step, dataset, active, optimizer, values, schedule, windows,
-                     start_values)
+    runner = _Runner(plan_of if takes_step else (lambda n: (plan, step)), step, dataset,
+                     active, optimizer, values, schedule, windows, start_values)
     saver = _Saver(book, step, spec, active) if checkpoint else None
     fit = Fit(values={}, training_id=book.training_id)
     started = time.perf_counter()
@@ -299,9 +307,9 @@ def _segments(start: int, n: int, per_graph: int, marks: list[int]):
 class _Runner:
     """Lowers and submits graphs of steps, and holds the futures between them."""
 
-    def __init__(self, plan, step, dataset, client, optimizer, values, schedule, windows,
+    def __init__(self, plan_of, step, dataset, client, optimizer, values, schedule, windows,
                  resumed=None):
-        self.plan, self.step, self.dataset = plan, step, dataset
+        self.plan_of, self.step, self.dataset = plan_of, step, dataset
         self.schedule, self.epoch_windows = schedule, windows
         self.client, self.optimizer = client, optimizer
         self.names = {**step.params, **step.state}
@@ -325,8 +333,10 @@ class _Runner:
         from deepx_flow.runtime.run import _submit
         dsk: dict = {}
         losses, norms = [], []
-        lowered = None
+        lowered = first = None
         for p in planned:
+            plan, step = self.plan_of(p.number)
+            first = first or plan
             sources = dict(self.sources)
             for k, value in self.optimizer.scalars(p.number).items():
                 scalar = np.array(value, dtype=np.float64)
@@ -338,8 +348,8 @@ class _Runner:
                 sources[input_id] = BatchSource(
                     self.dataset.columns[i], rows, None if data is None else data.key,
                     self.scope, tokenize(self.dataset.token, p.epoch, p.batch, i))
-            lowered = self.plan.lower(sources, to_host=self.plan.cluster.has_devices)
-            dsk.update(self._grouped(lowered))
+            lowered = plan.lower(sources, to_host=plan.cluster.has_devices)
+            dsk.update(self._grouped(lowered, plan))
             losses += lowered.output_keys("loss")
             norms += lowered.output_keys("grad_norm")
             for input_id in self.names.values():
@@ -347,7 +357,7 @@ class _Runner:
                 self.sources[input_id] = KeySource(key, chunks, self.step.graph[input_id].dtype)
         merged = Lowered(dsk, lowered.outputs)
         futures, _, recorder, extra = _submit(
-            self.plan, self.step.graph, {}, self.client, "train",
+            first, self.step.graph, {}, self.client, "train",
             hold={"new_" + i for i in self.names.values()},
             extend=lambda _: losses + norms, lowered=merged, db=book.db,
             placement=self._placement(dsk))
@@ -370,12 +380,12 @@ class _Runner:
         return {key: workers[int(key[1]) % len(workers)] for key in dsk
                 if key_name(key).endswith(GROUP_SUFFIX) and key[1] != ALL}
 
-    def _grouped(self, lowered) -> dict:
+    def _grouped(self, lowered, plan) -> dict:
         """The step's tasks with each batch shard's, and those combining shards, as one
         task each (`compiler.group`)."""
         # A batch chunk's shard is the chunk of the first column (the features) its rows lie
         # in; a chunk of another column spanning several of those belongs to none.
-        chunks = self.plan.partition.chunks
+        chunks = plan.partition.chunks
         bounds = np.cumsum((0,) + chunks[self.step.batch[0]][0])
         starts = {i: np.cumsum((0,) + chunks[i][0]) for i in self.step.batch}
         roots = {}
@@ -570,7 +580,8 @@ def _evaluator(loss_fn, values, eval_data, client, spec, db=None):
             inputs[tensors[i].node.id] = c.array
     params = {name: placeholder(f"param_{i}", v.shape, v.dtype.name)
               for i, (name, v) in enumerate(values.items())}
-    loss = loss_fn(params, *tensors)
+    loss = loss_fn(params, *tensors, step=None) if _takes_step(loss_fn) else \
+        loss_fn(params, *tensors)
     graph = build_graph({"loss": loss})
     plan = cached_compile(graph, spec, settings())
     fixed = {k: ArraySource(v, tokenize(v)) for k, v in inputs.items()}
@@ -586,6 +597,16 @@ def _evaluator(loss_fn, values, eval_data, client, spec, db=None):
                       plan.partition.chunks[dict(graph.outputs)["loss"]], plan)
         return float(out)
     return evaluate
+
+
+def _takes_step(loss_fn) -> bool:
+    """Whether the loss takes the step (`step=`, for dropout): then each training step is
+    traced with its number, and evaluations with `step=None` (no dropout)."""
+    import inspect
+    try:
+        return "step" in inspect.signature(loss_fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _start_values(params: dict, client) -> dict[str, np.ndarray]:

@@ -120,9 +120,10 @@ def test_dropout_depends_only_on_seed_step_and_index(client):
     np.testing.assert_array_equal(runs[0][kept], 1 / 0.75)
     other = dx.run(dx.nn.dropout(x, 0.25, seed=3, step=8), inputs={"x": ones}, client=client)
     assert (other != runs[0]).mean() > 0.2
-    assert dx.nn.dropout(x, 0.0, seed=1) is x
+    assert dx.nn.dropout(x, 0.0, seed=1, step=1) is x
+    assert dx.nn.dropout(x, 0.5, seed=1, step=None) is x  # inference
     with pytest.raises(dx.GraphError, match=r"rate must be in \[0, 1\)"):
-        dx.nn.dropout(x, 1.0, seed=1)
+        dx.nn.dropout(x, 1.0, seed=1, step=None)
 
 
 def test_layers_are_functions_of_named_parameters(client):

@@ -164,3 +164,45 @@ def test_runs_show_prints_the_training_metrics(client, start, tmp_path, capsys):
     lines = [line.split() for line in table.splitlines()[3:]]
     assert len(lines) == 20 and lines[0][0] == "1" and lines[-1][0] == "40"
     assert float(lines[-1][1]) == pytest.approx(fit.history[-1]["loss"], rel=1e-3)
+
+
+def dropout_loss(p, x, y, step):
+    h = dx.nn.dropout(dx.tanh(x @ p["0.weight"] + p["0.bias"]), 0.3, seed=4, step=step)
+    return dx.nn.cross_entropy(h @ p["2.weight"] + p["2.bias"], y)
+
+
+def test_dropout_draws_a_mask_per_step_whatever_the_workers(client, client1, start):
+    """A loss taking `step` gets each step's number (its dropout masks then differ from
+    step to step and depend on nothing else) and `step=None` when evaluated."""
+    fits = [dx.train(dropout_loss, start, data=(X[:200], LABELS[:200]), batch_size=50,
+                     epochs=2, optimizer=dx.optim.SGD(lr=0.1), steps_per_graph=3,
+                     eval_data=(X[200:], LABELS[200:]), progress=False, client=c)
+            for c in (client1, client)]
+    for k in start:
+        np.testing.assert_allclose(fits[1].values[k], fits[0].values[k], rtol=1e-12)
+    plain = dx.train(loss_fn, start, data=(X[:200], LABELS[:200]), batch_size=50, epochs=2,
+                     optimizer=dx.optim.SGD(lr=0.1), progress=False, client=client)
+    assert np.abs(plain.values["0.weight"] - fits[0].values["0.weight"]).max() > 1e-3
+    # The first step by hand: the mask of step 1, the SGD update.
+    x, y = dx.input("x", (50, F), "float64"), dx.input("y", (50,), "int64")
+    params = {k: dx.input("p" + k.replace(".", "_"), v.shape, "float64")
+              for k, v in start.items()}
+    rows = np.concatenate([w for w in epoch_order(dataset_of((X[:200], LABELS[:200])), 0, 0,
+                                                  1)])[:50]
+    grads = dx.grad(dropout_loss(params, x, y, step=1), list(params.values()))
+    feed = {"x": X[rows], "y": LABELS[rows],
+            **{"p" + k.replace(".", "_"): v for k, v in start.items()}}
+    one = dx.train(dropout_loss, start, data=(X[:200], LABELS[:200]), batch_size=50,
+                   epochs=1, optimizer=dx.optim.SGD(lr=0.1), progress=False, client=client,
+                   eval_data=(X[200:], LABELS[200:]), eval_every=1)
+    by_hand = dx.run(grads, inputs=feed, client=client)
+    # Evaluations run without dropout: the held-out loss of step 1's parameters.
+    after_one = {k: start[k] - 0.1 * g for k, g in zip(start, by_hand)}
+    held_out = dx.run(loss_fn({k: dx.input("q" + k.replace(".", "_"), v.shape, "float64")
+                               for k, v in start.items()},
+                              dx.input("x", (100, F), "float64"),
+                              dx.input("y", (100,), "int64")),
+                      inputs={"x": X[200:], "y": LABELS[200:],
+                              **{"q" + k.replace(".", "_"): v for k, v in after_one.items()}},
+                      client=client)
+    np.testing.assert_allclose(one.evaluations[0]["loss"], held_out, rtol=1e-12)
