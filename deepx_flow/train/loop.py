@@ -110,10 +110,11 @@ class Fit:
     values : dict of str to ndarray
         The trained parameters.
     history : list of dict
-        One entry per step: step, epoch, loss, grad_norm, lr, and the seconds since the
-        start when its graph's results came back.
+        One entry per step: step, epoch, loss, grad_norm, the loss function's own metrics
+        (when it returns `(loss, {name: scalar})`), lr, samples_per_second, and the seconds
+        since the start when its graph's results came back.
     evaluations : list of dict
-        One entry per evaluation: step, epoch and the held-out loss.
+        One entry per evaluation: step, epoch, the held-out loss and metrics.
     steps : int
         Steps in the run (a resumed run counts the steps before it too).
     training_id : str or None
@@ -157,7 +158,9 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
     ----------
     loss_fn : callable
         `loss_fn(params, *columns) -> scalar Tensor`, e.g.
-        `lambda p, x, y: dx.nn.cross_entropy(model(p, x), y)`.
+        `lambda p, x, y: dx.nn.cross_entropy(model(p, x), y)`, or `-> (loss, {name: scalar})`
+        to record metrics of its own (accuracy) every step; with a `step` parameter it gets
+        each step's number (for `dx.nn.dropout`), and `step=None` when evaluated.
     params : dict of str to Tensor or ndarray
         The starting parameters by name (`model.init(seed)`).
     data : tuple
@@ -174,7 +177,8 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
     steps_per_graph : int
         Steps submitted to the scheduler as one graph.
     eval_data : tuple, optional
-        Held-out columns; their loss is computed every `eval_every` steps and at the end.
+        Held-out columns; their loss (and metrics) are computed every `eval_every` steps and
+        at the end.
     checkpoint : str, optional
         An asset name: the parameters and optimizer state are stored as a version of it
         every `checkpoint_every` steps and at the end (`train.checkpoint`).
@@ -332,7 +336,8 @@ class _Runner:
     def submit(self, planned: list, book):
         from deepx_flow.runtime.run import _submit
         dsk: dict = {}
-        losses, norms = [], []
+        reported = ["loss", "grad_norm"] + ["metric_" + m for m in self.step.metrics]
+        keys: dict = {name: [] for name in reported}
         lowered = first = None
         for p in planned:
             plan, step = self.plan_of(p.number)
@@ -350,8 +355,8 @@ class _Runner:
                     self.scope, tokenize(self.dataset.token, p.epoch, p.batch, i))
             lowered = plan.lower(sources, to_host=plan.cluster.has_devices)
             dsk.update(self._grouped(lowered, plan))
-            losses += lowered.output_keys("loss")
-            norms += lowered.output_keys("grad_norm")
+            for name in reported:
+                keys[name] += lowered.output_keys(name)
             for input_id in self.names.values():
                 key, chunks = lowered.outputs["new_" + input_id]
                 self.sources[input_id] = KeySource(key, chunks, self.step.graph[input_id].dtype)
@@ -359,17 +364,18 @@ class _Runner:
         futures, _, recorder, extra = _submit(
             first, self.step.graph, {}, self.client, "train",
             hold={"new_" + i for i in self.names.values()},
-            extend=lambda _: losses + norms, lowered=merged, db=book.db,
-            placement=self._placement(dsk))
+            extend=lambda _: [k for name in reported for k in keys[name]], lowered=merged,
+            db=book.db, placement=self._placement(dsk))
         old = self.held
         self.held = {f.key: f for fs in futures.values() for f in fs}
         for f in old.values():
             f.release()
-        n = len(losses)
         if recorder is not None:
             book.link(recorder.run_id)
-            recorder.watch(extra[:2 * n])
-        return planned, extra[:n], extra[n:2 * n], self.optimizer
+            recorder.watch(extra)
+        n = len(planned)
+        by_name = {name: extra[i * n:(i + 1) * n] for i, name in enumerate(reported)}
+        return planned, by_name, self.optimizer
 
     def _placement(self, dsk) -> dict:
         """Shard s of every step on worker s mod n (their rows split over the workers);
@@ -444,25 +450,27 @@ class _Runner:
 
 
 def _collect(submitted, fit: Fit, started: float, bar, book, batch_size: int) -> None:
-    """Wait for a graph's losses and gradient norms; add them to the history and the
-    database; raise on a loss that is not finite."""
-    planned, loss_futures, norm_futures, optimizer = submitted
-    client = loss_futures[0].client if loss_futures else None
-    losses = client.gather(loss_futures) if client else []
-    norms = client.gather(norm_futures) if client else []
+    """Wait for a graph's losses, gradient norms and metrics; add them to the history and
+    the database; raise on a loss that is not finite."""
+    planned, by_name, optimizer = submitted
+    futures = [f for fs in by_name.values() for f in fs]
+    values = futures[0].client.gather(futures) if futures else []
+    n = len(planned)
+    got = {name: values[i * n:(i + 1) * n] for i, name in enumerate(by_name)}
     now = time.perf_counter() - started
     before = fit.history[-1]["seconds"] if fit.history else 0.0
-    rate = len(planned) * batch_size / max(now - before, 1e-9)
+    rate = n * batch_size / max(now - before, 1e-9)
     rows = []
-    for p, loss, norm in zip(planned, losses, norms):
-        loss = float(np.asarray(loss))
-        entry = {"step": p.number, "epoch": p.epoch, "loss": loss,
-                 "grad_norm": float(np.asarray(norm)),
+    for j, p in enumerate(planned):
+        entry = {"step": p.number, "epoch": p.epoch,
+                 **{name.removeprefix("metric_"): float(np.asarray(got[name][j]))
+                    for name in by_name},
                  "lr": optimizer.scalars(p.number)["lr"], "samples_per_second": rate,
                  "seconds": now}
         fit.history.append(entry)
-        rows += [(p.number, p.epoch, k, entry[k]) for k in
-                 ("loss", "grad_norm", "lr", "samples_per_second") if math.isfinite(entry[k])]
+        rows += [(p.number, p.epoch, k, v) for k, v in entry.items()
+                 if k not in ("step", "epoch", "seconds") and math.isfinite(v)]
+        loss = entry["loss"]
         if not math.isfinite(loss):
             book.metrics(rows, p.number - 1)
             raise ExecutionError(f"the loss is {loss} at step {p.number} (epoch {p.epoch}, "
@@ -470,13 +478,14 @@ def _collect(submitted, fit: Fit, started: float, bar, book, batch_size: int) ->
                                  "range; lower the learning rate or check the data")
     book.metrics(rows, planned[-1].number if planned else None)
     if planned:
-        bar.update(len(planned))
+        bar.update(n)
         bar.set_postfix(loss=f"{fit.history[-1]['loss']:.4g}", refresh=False)
 
 
-def _record_eval(fit: Fit, loss: float, planned, book) -> None:
-    fit.evaluations.append({"step": planned.number, "epoch": planned.epoch, "loss": loss})
-    book.metrics([(planned.number, planned.epoch, "eval_loss", loss)])
+def _record_eval(fit: Fit, scores: dict, planned, book) -> None:
+    fit.evaluations.append({"step": planned.number, "epoch": planned.epoch, **scores})
+    book.metrics([(planned.number, planned.epoch, "eval_" + name, value)
+                  for name, value in scores.items()])
 
 
 class _Book:
@@ -580,22 +589,26 @@ def _evaluator(loss_fn, values, eval_data, client, spec, db=None):
             inputs[tensors[i].node.id] = c.array
     params = {name: placeholder(f"param_{i}", v.shape, v.dtype.name)
               for i, (name, v) in enumerate(values.items())}
-    loss = loss_fn(params, *tensors, step=None) if _takes_step(loss_fn) else \
-        loss_fn(params, *tensors)
-    graph = build_graph({"loss": loss})
+    from deepx_flow.train.step import loss_and_metrics
+    loss, metrics = loss_and_metrics(loss_fn(params, *tensors, step=None)
+                                     if _takes_step(loss_fn) else loss_fn(params, *tensors))
+    graph = build_graph({"loss": loss, **metrics})
     plan = cached_compile(graph, spec, settings())
     fixed = {k: ArraySource(v, tokenize(v)) for k, v in inputs.items()}
 
-    def evaluate(current) -> float:
+    def evaluate(current) -> dict[str, float]:
+        """The held-out loss and metrics of the parameters `current` (sources)."""
         from deepx_flow.runtime.run import _submit
         sources = {**fixed, **{params[name].node.id: src for name, src in current.items()
                                if params[name].node.id in {n.id for n in graph.inputs}}}
         futures, _, recorder, _ = _submit(plan, graph, sources, client, "evaluate", db=db)
         if recorder is not None:
             recorder.watch([f for fs in futures.values() for f in fs])
-        out = _gather(client, futures["loss"], (), graph[dict(graph.outputs)["loss"]].dtype,
-                      plan.partition.chunks[dict(graph.outputs)["loss"]], plan)
-        return float(out)
+        out = {}
+        for name, node_id in graph.outputs:
+            out[name] = float(_gather(client, futures[name], (), graph[node_id].dtype,
+                                      plan.partition.chunks[node_id], plan))
+        return out
     return evaluate
 
 

@@ -33,6 +33,7 @@ class StepGraph:
     state: dict[str, str]
     scalars: dict[str, str]
     batch: tuple[str, ...]
+    metrics: tuple[str, ...] = ()  # the loss function's own metrics, by name
 
 
 def build_step(loss_fn, shapes: dict[str, tuple[tuple[int, ...], str]], optimizer,
@@ -52,12 +53,7 @@ def build_step(loss_fn, shapes: dict[str, tuple[tuple[int, ...], str]], optimize
     params = {name: placeholder(f"param_{i}", shape, dtype)
               for i, (name, (shape, dtype)) in enumerate(shapes.items())}
     columns = [placeholder(f"batch_{i}", shape, dtype) for i, (shape, dtype) in enumerate(batch)]
-    loss = loss_fn(dict(params), *columns)
-    if not isinstance(loss, Tensor):
-        raise GraphError(f"the loss function returned a {type(loss).__name__}, not a dx.Tensor")
-    if loss.shape != () or not dtypes.is_float(loss.dtype):
-        raise GraphError(f"the loss function must return a floating-point scalar, got "
-                         f"{loss.dtype}{loss.shape} (mean or sum it)", loss.node.id)
+    loss, metrics = loss_and_metrics(loss_fn(dict(params), *columns))
     grads = dict(zip(params, grad(loss, list(params.values()))))
     state0 = optimizer.init(params)
     state_in = {slot: {name: placeholder(f"state_{slot}_{i}", t.shape, t.dtype)
@@ -65,7 +61,8 @@ def build_step(loss_fn, shapes: dict[str, tuple[tuple[int, ...], str]], optimize
                 for slot, values in state0.items()}
     scalars_in = {k: placeholder(f"scalar_{k}", (), "float64") for k in optimizer.scalars(1)}
     update = optimizer.update(params, grads, state_in, scalars_in)
-    outputs = {"loss": loss, "grad_norm": update.grad_norm}
+    outputs = {"loss": loss, "grad_norm": update.grad_norm,
+               **{"metric_" + name: t for name, t in metrics.items()}}
     for name, t in update.params.items():
         outputs["new_" + params[name].node.id] = t
     for slot, values in update.state.items():
@@ -84,4 +81,25 @@ def build_step(loss_fn, shapes: dict[str, tuple[tuple[int, ...], str]], optimize
                      {f"{slot}/{name}": t.node.id for slot, v in state_in.items()
                       for name, t in v.items()},
                      {k: t.node.id for k, t in scalars_in.items()},
-                     tuple(t.node.id for t in columns))
+                     tuple(t.node.id for t in columns), tuple(metrics))
+
+
+def loss_and_metrics(result) -> tuple[Tensor, dict[str, Tensor]]:
+    """What a loss function returned: a scalar loss, or `(loss, {name: scalar metric})`."""
+    loss, metrics = result if isinstance(result, tuple) and len(result) == 2 else (result, {})
+    if not isinstance(loss, Tensor):
+        raise GraphError(f"the loss function returned a {type(loss).__name__}, not a dx.Tensor "
+                         "(or a (loss, metrics) pair)")
+    if loss.shape != () or not dtypes.is_float(loss.dtype):
+        raise GraphError(f"the loss function must return a floating-point scalar, got "
+                         f"{loss.dtype}{loss.shape} (mean or sum it)", loss.node.id)
+    if not isinstance(metrics, dict):
+        raise GraphError(f"the loss function's metrics must be a dict of named scalars, got "
+                         f"{shown(metrics)}")
+    for name, t in metrics.items():
+        if not (isinstance(name, str) and name.isidentifier()):
+            raise GraphError(f"metric names are identifiers, got {shown(name)}")
+        if not isinstance(t, Tensor) or t.shape != () or t.dtype == "bool":
+            raise GraphError(f"metric {shown(name)} must be a numeric scalar tensor, got "
+                             f"{shown(t)}")
+    return loss, {name: metrics[name] for name in sorted(metrics)}

@@ -206,3 +206,31 @@ def test_dropout_draws_a_mask_per_step_whatever_the_workers(client, client1, sta
                               **{"q" + k.replace(".", "_"): v for k, v in after_one.items()}},
                       client=client)
     np.testing.assert_allclose(one.evaluations[0]["loss"], held_out, rtol=1e-12)
+
+
+def test_metrics_of_the_loss_function_are_recorded_each_step_and_evaluated(client, start,
+                                                                           tmp_path):
+    from deepx_flow.meta import open_db
+    from deepx_flow.train import records
+
+    def with_accuracy(p, x, y):
+        logits = MODEL(p, x)
+        hit = (logits.argmax(axis=1) == y).astype("float64").mean()
+        return dx.nn.cross_entropy(logits, y), {"accuracy": hit}
+
+    db = f"sqlite:///{tmp_path / 'deepx.db'}"
+    fit = dx.train(with_accuracy, start, data=(X[:200], LABELS[:200]), batch_size=40,
+                   epochs=2, optimizer=dx.optim.Adam(lr=0.05), progress=False, client=client,
+                   eval_data=(X[200:], LABELS[200:]), eval_every=5, db=db)
+    assert all(0 <= h["accuracy"] <= 1 for h in fit.history)
+    assert all(h["accuracy"] * 40 == round(h["accuracy"] * 40) for h in fit.history)
+    assert [e["step"] for e in fit.evaluations] == [5, 10]
+    logits = dx.run(MODEL(fit.params, dx.input("x", (100, F), "float64")),
+                    inputs={**fit.inputs, "x": X[200:]}, client=client)
+    assert fit.evaluations[-1]["accuracy"] == (logits.argmax(1) == LABELS[200:]).mean()
+    stored = records.metrics(open_db(db), fit.training_id)
+    assert [v for _, v in stored["accuracy"]] == [h["accuracy"] for h in fit.history]
+    assert [v for _, v in stored["eval_accuracy"]] == [e["accuracy"] for e in fit.evaluations]
+    with pytest.raises(dx.GraphError, match="metric 'bad' must be a numeric scalar"):
+        dx.train(lambda p, x, y: (loss_fn(p, x, y), {"bad": x}), start, data=(X, LABELS),
+                 batch_size=10, client=client)
