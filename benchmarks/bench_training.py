@@ -91,7 +91,7 @@ def run_deepx(data, start, batch, epochs, limit="auto") -> dict:
         from deepx_flow.runtime.run import cluster_spec
         from deepx_flow.train.data import dataset_of, window_blocks_for
         spec = cluster_spec(client=client)
-        blocks = window_blocks_for(dataset_of(data), min(w.memory for w in spec.workers), 2)
+        blocks = window_blocks_for(dataset_of(data), min(w.memory for w in spec.workers))
     return {"seconds": seconds, "steps": fit.steps,
             "samples_per_second": fit.steps * batch / seconds,
             "losses": [h["loss"] for h in fit.history], "stream": streams[0],

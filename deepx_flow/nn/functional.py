@@ -34,7 +34,7 @@ def one_hot(labels, classes: int, dtype="float32") -> Tensor:
     if not isinstance(classes, int) or isinstance(classes, bool) or classes < 1:
         raise GraphError(f"one_hot: classes must be a positive integer, got {shown(classes)}")
     column = F.reshape(labels, labels.shape + (1,))
-    return F.cast(column == F.arange(classes, dtype=labels.dtype), dtype)
+    return F.cast(column == F.arange(classes, dtype="int64"), dtype)
 
 
 def cross_entropy(logits, labels, reduction: str = "mean", axis: int = -1) -> Tensor:
@@ -64,7 +64,8 @@ def cross_entropy(logits, labels, reduction: str = "mean", axis: int = -1) -> Te
         if labels.shape != logits.shape:
             raise GraphError(f"cross_entropy: probability labels must have the logits' shape "
                              f"{logits.shape}, got {labels.shape}", labels.node.id)
-        per_sample = -(labels.astype(logits.dtype) * log_p).sum(axis=axis)
+        weights = labels.astype(logits.dtype)
+        per_sample = -F.where(weights == 0, 0.0, weights * log_p).sum(axis=axis)
     else:
         expected = logits.shape[:axis] + logits.shape[axis + 1:]
         if labels.shape != expected:
@@ -76,8 +77,10 @@ def cross_entropy(logits, labels, reduction: str = "mean", axis: int = -1) -> Te
             order = list(range(logits.ndim - 1))
             order.insert(axis, logits.ndim - 1)
             hot = F.transpose(hot, order)
-        # A label out of range has no 1 in its row: 0 / 0 makes its loss NaN, never 0.
-        per_sample = -(hot * log_p).sum(axis=axis) / hot.sum(axis=axis)
+        # Only the label's log-probability is read (a masked class's -inf times 0 would be
+        # NaN). A label out of range has no 1 in its row: 0 / 0 makes its loss NaN, never 0.
+        picked = F.where(hot > 0, log_p, 0.0)
+        per_sample = -picked.sum(axis=axis) / hot.sum(axis=axis)
     return _reduce(per_sample, reduction)
 
 

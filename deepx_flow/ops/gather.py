@@ -46,11 +46,12 @@ def _take_vjp(e, node, inputs, g):
     n = x.shape[axis]
     before, after = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1:])
     m = indices.size
-    flat = e("reshape", indices, shape=(m,))
+    # In int64, which holds any position (a uint8 index can select from 50,000 rows).
+    flat = e("cast", e("reshape", indices, shape=(m,)), dtype="int64")
     # Negative indices count from the end: normalize before comparing with 0..n-1.
-    zero = e.const(0, indices.dtype)
-    flat = e("where", e("lt", flat, zero), e("add", flat, e.const(n, indices.dtype)), flat)
-    positions = e("arange", shape=(n,), dtype=indices.dtype, start=0, step=1)
+    flat = e("where", e("lt", flat, e.const(0, "int64")), e("add", flat, e.const(n, "int64")),
+             flat)
+    positions = e("arange", shape=(n,), dtype="int64", start=0, step=1)
     hot = e("cast", e("eq", e("reshape", flat, shape=(m, 1)), positions), dtype=g.dtype)
     rows = e("reshape", g, shape=(before, m, after))
     summed = e("matmul", e("transpose", hot, axes=(1, 0)), rows)  # (before, n, after)

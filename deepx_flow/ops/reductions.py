@@ -73,8 +73,13 @@ def _reduce_vjp(e, node, inputs, g):
     if node.op == "sum":
         return (e.broadcast_to(gk, x.shape),)
     if node.op == "mean":
-        count = math.prod(x.shape[a] for a in axes)
-        return (e.broadcast_to(e("div", gk, e.const(float(count), g.dtype)), x.shape),)
+        count = float(math.prod(x.shape[a] for a in axes))
+        if count > float(np.finfo(g.dtype).max):  # a float16 gradient of a mean of 65,505+
+            share = e("cast", e("div", e("cast", gk, dtype="float32"),
+                                e.const(count, "float32")), dtype=g.dtype)
+        else:
+            share = e("div", gk, e.const(count, g.dtype))
+        return (e.broadcast_to(share, x.shape),)
     hit = e("eq", x, e.keep_dims(node, x.shape, axes, keepdims))
     ties = e.sum(e("cast", hit, dtype=g.dtype), axes, keepdims=True)
     return (e("where", hit, e("div", gk, ties), e.const(0, g.dtype)),)

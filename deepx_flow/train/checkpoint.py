@@ -8,7 +8,8 @@ lineage: what reads it is stale once it is trained again. Its row in `training_c
 records the step, the layout and the training's configuration hash.
 
 The configuration hash covers what decides the arithmetic of the remaining steps: the step
-graph (model, loss, optimizer, parameter shapes), the seed, the batch size and the data.
+graph (model, loss, optimizer, parameter shapes), the optimizer's settings (learning rate and
+schedule), the seed, the batch size, the data and the window size of the data order.
 Resuming (`dx.train(..., resume=True)`) starts from the newest checkpoint in the asset with
 the same hash, so it ends with the parameters an uninterrupted run of the same seed would
 have; a checkpoint of another configuration is never used.
@@ -32,9 +33,13 @@ from deepx_flow.sdk.functions import concat, input as placeholder, reshape
 from deepx_flow.train.step import StepGraph
 
 
-def config_hash(step: StepGraph, seed: int, batch_size: int, data_token: str) -> str:
-    return tokenize(tuple(step.graph.nodes), step.graph.outputs, seed, batch_size,
-                    data_token)
+def config_hash(step: StepGraph, optimizer, seed: int, batch_size: int, data_token: str,
+                window_blocks: int) -> str:
+    """What decides the remaining steps' arithmetic: the step graph, the optimizer's settings
+    (its learning rate and schedule enter the graph as inputs, so the graph alone does not
+    say them), the seed, the batch size, the data and its windows (the data order)."""
+    return tokenize(tuple(step.graph.nodes), step.graph.outputs, repr(optimizer), seed,
+                    batch_size, data_token, window_blocks)
 
 
 @dataclass(frozen=True)

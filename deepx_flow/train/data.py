@@ -45,12 +45,6 @@ class Column:
     array: np.ndarray | None = None
     uri: str | None = None
 
-    def rows(self, index: np.ndarray) -> np.ndarray:
-        """The rows at `index` (in that order), read here."""
-        if self.array is not None:
-            return self.array[index]
-        return read_rows(self.uri, index)
-
 
 @dataclass(frozen=True)
 class Dataset:
@@ -129,6 +123,25 @@ class Piece:
     hi: int
 
 
+class EpochRows:
+    """The rows of each batch: consecutive runs of `batch_size` rows of the epoch's order,
+    the orders of the two latest epochs kept (a run spans at most two; past epochs are let
+    go, so the driver never holds every epoch's order)."""
+
+    def __init__(self, data: Dataset, seed: int, window_blocks: int, batch_size: int):
+        self.data, self.seed, self.window_blocks = data, seed, window_blocks
+        self.batch_size = batch_size
+        self.orders: dict[int, np.ndarray] = {}
+
+    def rows(self, epoch: int, batch: int) -> np.ndarray:
+        if epoch not in self.orders:
+            self.orders[epoch] = np.concatenate(
+                epoch_order(self.data, self.seed, epoch, self.window_blocks))
+            for old in [e for e in self.orders if e < epoch - 1]:
+                del self.orders[old]
+        return self.orders[epoch][batch * self.batch_size:(batch + 1) * self.batch_size]
+
+
 def batch_pieces(windows: list[np.ndarray], batch_size: int) -> list[list[Piece]]:
     """Each full batch of an epoch as pieces of consecutive windows."""
     sizes = [len(w) for w in windows]
@@ -146,7 +159,7 @@ def batch_pieces(windows: list[np.ndarray], batch_size: int) -> list[list[Piece]
     return out
 
 
-def window_blocks_for(data: Dataset, memory_limit: int, workers: int) -> int:
+def window_blocks_for(data: Dataset, memory_limit: int) -> int:
     """How many blocks a window holds: as many as keep two windows (the one in use and the
     next, loading) within a quarter of one worker's memory, at least one."""
     row_bytes = sum(math.prod(c.shape[1:]) * np.dtype(c.dtype).itemsize for c in data.columns)

@@ -36,7 +36,7 @@ from deepx_flow.ir.keys import key_name, node_of
 from deepx_flow.kernels.tasks import cast_chunk, to_device
 from deepx_flow.runtime.inputs import ArraySource
 from deepx_flow.sdk.tensor import Tensor
-from deepx_flow.train.data import (batch_pieces, check_batch_size, dataset_of, epoch_order,
+from deepx_flow.train.data import (EpochRows, check_batch_size, dataset_of,
                                    window_blocks_for)
 from deepx_flow.train.step import build_step
 
@@ -150,8 +150,9 @@ def _input_name(name: str) -> str:
 def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimizer=None,
           seed: int = 0, steps_per_graph: int = 8, eval_data=None, eval_every: int | None = None,
           checkpoint: str | None = None, checkpoint_every: int | None = None,
-          resume: bool = False, progress: bool | None = None, client=None,
-          scheduler: str | None = None, cluster=None, db=None) -> Fit:
+          resume: bool = False, window_blocks: int | None = None,
+          progress: bool | None = None, client=None, scheduler: str | None = None,
+          cluster=None, db=None) -> Fit:
     """Train `params` to minimize `loss_fn(params, *batch)` over `data`.
 
     Parameters
@@ -184,7 +185,12 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
         every `checkpoint_every` steps and at the end (`train.checkpoint`).
     resume : bool
         Start from the newest checkpoint in `checkpoint` of a training configured alike
-        (same model, loss, optimizer, seed, batch size and data), if there is one.
+        (same model, loss, optimizer and its settings, seed, batch size, data and windows),
+        if there is one.
+    window_blocks : int, optional
+        Stored blocks (chunks of rows) per window of the data order. By default as many as
+        keep two windows within a quarter of the smallest worker's memory: the order then
+        depends on the cluster's memory; give it to have the same order anywhere.
     progress : bool, optional
         A progress bar with the loss (default: in notebooks and terminals).
     client, scheduler, cluster
@@ -216,27 +222,30 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
         return cached_compile(traced.graph, spec, settings()), traced
 
     plan, step = plan_of(1)
-    limit = min((w.memory for w in spec.workers), default=2**30)
-    schedule, windows = _schedule(dataset, batch_size, epochs, seed,
-                                  window_blocks_for(dataset, limit, len(spec.workers)))
+    if window_blocks is None:
+        limit = min((w.memory for w in spec.workers), default=2**30)
+        window_blocks = window_blocks_for(dataset, limit)
+    schedule = _schedule(dataset, batch_size, epochs)
     book = _Book.open(db, checkpoint, step, seed, batch_size, dataset, optimizer, epochs,
-                      len(schedule))
-    evaluate = _evaluator(loss_fn, values, eval_data, active, spec, book.db) \
-        if eval_data else None
-    start_values = book.resume_values() if resume else None
-    done = book.resumed_step if start_values else 0
-    runner = _Runner(plan_of if takes_step else (lambda n: (plan, step)), step, dataset,
-                     active, optimizer, values, schedule, windows, start_values)
-    saver = _Saver(book, step, spec, active) if checkpoint else None
-    fit = Fit(values={}, training_id=book.training_id)
-    started = time.perf_counter()
+                      len(schedule), window_blocks)
+    runner = None
     show = progress if progress is not None else _interactive()
     from tqdm.auto import tqdm
-    bar = tqdm(total=len(schedule), initial=done, desc="train", unit="step",
-               disable=not show)
-    marks = [m for m in (eval_every if evaluate else None, checkpoint_every) if m]
-    marks.append(LINEAGE_STEPS)
+    bar = tqdm(total=len(schedule), desc="train", unit="step", disable=not show)
     try:
+        evaluate = _evaluator(loss_fn, values, eval_data, active, spec, book.db) \
+            if eval_data else None
+        start_values = book.resume_values(len(schedule)) if resume else None
+        done = book.resumed_step if start_values else 0
+        bar.update(done)
+        order = EpochRows(dataset, seed, window_blocks, batch_size)
+        runner = _Runner(plan_of if takes_step else (lambda n: (plan, step)), step, dataset,
+                         active, optimizer, values, order, start_values)
+        saver = _Saver(book, step, spec, active) if checkpoint else None
+        fit = Fit(values={}, training_id=book.training_id)
+        started = time.perf_counter()
+        marks = [m for m in (eval_every if evaluate else None, checkpoint_every) if m]
+        marks.append(LINEAGE_STEPS)
         pending = None
         for segment in _segments(done, len(schedule), steps_per_graph, marks):
             submitted = runner.submit([schedule[i] for i in segment], book)
@@ -261,13 +270,14 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
         last = schedule[-1]
         if evaluate and (not fit.evaluations or fit.evaluations[-1]["step"] != last.number):
             _record_eval(fit, evaluate(runner.current()), last, book)
-        if saver and (fit.checkpoint is None or
-                      book.saved_step != last.number):
+        if saver and book.saved_step != last.number:
             fit.checkpoint = saver.save(runner, last)
+        fit.checkpoint = fit.checkpoint or book.resumed_from
         fit.values = runner.gather()
         fit.steps = len(schedule)
     except BaseException as err:
-        runner.release()
+        if runner is not None:
+            runner.release()
         book.end("failed", f"{type(err).__name__}: {err}")
         raise
     finally:
@@ -279,22 +289,18 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
 
 @dataclass(frozen=True)
 class _Planned:
-    """One step of the run: its number (from 1), epoch, and batch pieces."""
+    """One step of the run: its number (from 1), epoch, and batch within the epoch."""
 
     number: int
     epoch: int
     batch: int
-    pieces: tuple
 
 
-def _schedule(dataset, batch_size, epochs, seed, window_blocks):
-    """Every step of the run, and each epoch's windows (their row indices)."""
-    windows = {e: epoch_order(dataset, seed, e, window_blocks) for e in range(epochs)}
-    steps = []
-    for epoch in range(epochs):
-        for b, pieces in enumerate(batch_pieces(windows[epoch], batch_size)):
-            steps.append(_Planned(len(steps) + 1, epoch, b, tuple(pieces)))
-    return steps, windows
+def _schedule(dataset, batch_size, epochs) -> list[_Planned]:
+    """Every step of the run: each epoch is `rows // batch_size` full batches."""
+    per_epoch = dataset.rows // batch_size
+    return [_Planned(e * per_epoch + b + 1, e, b) for e in range(epochs)
+            for b in range(per_epoch)]
 
 
 def _segments(start: int, n: int, per_graph: int, marks: list[int]):
@@ -311,22 +317,22 @@ def _segments(start: int, n: int, per_graph: int, marks: list[int]):
 class _Runner:
     """Lowers and submits graphs of steps, and holds the futures between them."""
 
-    def __init__(self, plan_of, step, dataset, client, optimizer, values, schedule, windows,
+    def __init__(self, plan_of, step, dataset, client, optimizer, values, order,
                  resumed=None):
-        self.plan_of, self.step, self.dataset = plan_of, step, dataset
-        self.schedule, self.epoch_windows = schedule, windows
+        self.plan_of, self.step, self.dataset, self.order = plan_of, step, dataset, order
         self.client, self.optimizer = client, optimizer
         self.names = {**step.params, **step.state}
         self.sources = {}
+        start = {}
         for name, input_id in self.names.items():
             if resumed is not None:
-                array = resumed[input_id]
+                start[input_id] = resumed[input_id]
             elif name in values:
-                array = values[name]
+                start[input_id] = values[name]
             else:  # optimizer state starts at zero
                 node = step.graph[input_id]
-                array = np.zeros(node.shape, node.dtype)
-            self.sources[input_id] = ArraySource(array, tokenize(array))
+                start[input_id] = np.zeros(node.shape, node.dtype)
+        self._bind(start)
         self.held: dict = {}  # key -> future: the last step's outputs
         # Columns held in memory go to every worker once; stored ones are read there.
         self.scope = uuid.uuid4().hex
@@ -340,19 +346,18 @@ class _Runner:
         keys: dict = {name: [] for name in reported}
         lowered = first = None
         for p in planned:
-            plan, step = self.plan_of(p.number)
+            plan, _ = self.plan_of(p.number)
             first = first or plan
             sources = dict(self.sources)
             for k, value in self.optimizer.scalars(p.number).items():
                 scalar = np.array(value, dtype=np.float64)
                 sources[self.step.scalars[k]] = ArraySource(scalar, tokenize(scalar))
-            windows = self.epoch_windows[p.epoch]
-            rows = np.concatenate([windows[q.window][q.lo:q.hi] for q in p.pieces])
+            rows = self.order.rows(p.epoch, p.batch)
             for i, input_id in enumerate(self.step.batch):
                 data = self.data[i]
                 sources[input_id] = BatchSource(
                     self.dataset.columns[i], rows, None if data is None else data.key,
-                    self.scope, tokenize(self.dataset.token, p.epoch, p.batch, i))
+                    self.scope, tokenize(self.dataset.token, rows, i))
             lowered = plan.lower(sources, to_host=plan.cluster.has_devices)
             dsk.update(self._grouped(lowered, plan))
             for name in reported:
@@ -403,17 +408,24 @@ class _Runner:
                 if hi <= bounds[shard + 1]:
                     roots[key] = shard
         keep = {k for name in lowered.outputs for k in lowered.output_keys(name)}
-        return group_by_shard(lowered.dsk, roots, keep, key_name(lowered.output_keys("loss")[0]))
+        # Named after no node: a group runs many operators, none of whose settings is its own.
+        token = key_name(lowered.output_keys("loss")[0]).split("@")[-1]
+        return group_by_shard(lowered.dsk, roots, keep, f"train-step-{token}")
 
     def cut(self) -> None:
         """Bind the parameters and state to their current values as data (see
         LINEAGE_STEPS) and let go of the steps that made them."""
-        values = self._values(self.names.values())
-        for input_id, array in values.items():
-            self.sources[input_id] = ArraySource(array, tokenize(array))
+        self._bind(self._values(self.names.values()))
         for f in self.held.values():
             f.release()
         self.held = {}
+
+    def _bind(self, arrays: dict) -> None:
+        """Bind the inputs to `arrays` (input id -> array), which travel inside the next
+        graph: the scheduler can send them again to whichever worker needs them, also after
+        a worker is lost (scattered data lost with every worker holding it is lost)."""
+        for input_id, array in arrays.items():
+            self.sources[input_id] = ArraySource(array, tokenize(array))
 
     def _values(self, input_ids) -> dict:
         from deepx_flow.runtime.run import _gather
@@ -499,11 +511,13 @@ class _Book:
         self.resumed_from = None
 
     @classmethod
-    def open(cls, db, asset, step, seed, batch_size, dataset, optimizer, epochs, steps):
+    def open(cls, db, asset, step, seed, batch_size, dataset, optimizer, epochs, steps,
+             window_blocks):
         from deepx_flow.meta import open_db
         from deepx_flow.train import checkpoint as ckpt
         from deepx_flow.train import records
-        config = ckpt.config_hash(step, seed, batch_size, dataset.token)
+        config = ckpt.config_hash(step, optimizer, seed, batch_size, dataset.token,
+                                  window_blocks)
         if not settings().record and asset is None:
             return cls(None, None, None, config)
         database = open_db(db)
@@ -513,8 +527,9 @@ class _Book:
             seed=seed, batch_size=batch_size, epochs=epochs, steps=steps))
         return cls(database, training_id, asset, config)
 
-    def resume_values(self):
-        """The arrays of the newest checkpoint of this configuration, or None."""
+    def resume_values(self, steps: int):
+        """The arrays of the newest checkpoint of this configuration, or None; a checkpoint
+        past the `steps` this run plans is an error (it would end where it never got)."""
         from deepx_flow.train import checkpoint as ckpt
         from deepx_flow.train import records
         if self.db is None or self.asset is None:
@@ -522,6 +537,10 @@ class _Book:
         row = records.latest_checkpoint(self.db, self.asset, self.config)
         if row is None:
             return None
+        if row.step > steps:
+            raise GraphError(f"the newest checkpoint in asset {shown(self.asset)} is after step "
+                             f"{row.step}, past the {steps} steps this run plans; train for "
+                             "more epochs, or start afresh with resume=False")
         self.resumed_step, self.resumed_from = row.step, row.version
         self.saved_step = row.step
         from sqlalchemy import update

@@ -84,6 +84,10 @@ def build_step(loss_fn, shapes: dict[str, tuple[tuple[int, ...], str]], optimize
                      tuple(t.node.id for t in columns), tuple(metrics))
 
 
+# What the loop records under its own names, which a loss function's metric may not take.
+RESERVED_METRICS = ("loss", "grad_norm", "lr", "samples_per_second", "step", "epoch", "seconds")
+
+
 def loss_and_metrics(result) -> tuple[Tensor, dict[str, Tensor]]:
     """What a loss function returned: a scalar loss, or `(loss, {name: scalar metric})`."""
     loss, metrics = result if isinstance(result, tuple) and len(result) == 2 else (result, {})
@@ -99,6 +103,9 @@ def loss_and_metrics(result) -> tuple[Tensor, dict[str, Tensor]]:
     for name, t in metrics.items():
         if not (isinstance(name, str) and name.isidentifier()):
             raise GraphError(f"metric names are identifiers, got {shown(name)}")
+        if name in RESERVED_METRICS:
+            raise GraphError(f"a metric may not be named {shown(name)}: the training loop "
+                             f"records {', '.join(RESERVED_METRICS)} itself")
         if not isinstance(t, Tensor) or t.shape != () or t.dtype == "bool":
             raise GraphError(f"metric {shown(name)} must be a numeric scalar tensor, got "
                              f"{shown(t)}")

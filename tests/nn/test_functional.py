@@ -155,3 +155,37 @@ def test_layer_mistakes_are_named():
         model({**params, "0.bias": dx.zeros((4,))}, dx.input("x", (3, 6)))
     with pytest.raises(dx.GraphError, match="positive integer"):
         dx.nn.Linear(0, 3)
+
+
+def test_a_masked_class_does_not_make_the_loss_nan(client):
+    z = np.array([[0.5, -np.inf, 1.0], [2.0, 0.0, -np.inf]])
+    labels = np.array([0, 1])
+    got = dx.run(dx.nn.cross_entropy(dx.input("z", z.shape, "float64"),
+                                     dx.input("l", (2,), "int64"), reduction="none"),
+                 inputs={"z": z, "l": labels}, client=client)
+    np.testing.assert_allclose(got, -numpy_log_softmax(z)[np.arange(2), labels], rtol=1e-12)
+    probs = np.array([[0.3, 0.0, 0.7], [1.0, 0.0, 0.0]])
+    soft = dx.run(dx.nn.cross_entropy(dx.input("z", z.shape, "float64"),
+                                      dx.input("p", z.shape, "float64"), reduction="none"),
+                  inputs={"z": z, "p": probs}, client=client)
+    assert np.isfinite(soft).all()
+
+
+def test_narrow_integer_labels_and_ids_index_large_tables(client):
+    ids = np.array([250, 3, 255, 3], dtype=np.uint8)
+    table = np.random.default_rng(0).standard_normal((300, 2))
+    t = dx.input("t", table.shape, "float64")
+    i = dx.input("i", ids.shape, "uint8")
+    g = dx.grad(dx.take(t, i).sum(), t)
+    got = dx.run(g, inputs={"i": ids}, client=client)
+    want = np.zeros_like(table)
+    np.add.at(want, ids.astype(np.int64), 1.0)
+    np.testing.assert_array_equal(got, want)
+    assert dx.nn.one_hot(dx.input("l", (3,), "int16"), 40_000).shape == (3, 40_000)
+
+
+def test_the_gradient_of_a_float16_mean_of_many_elements(client):
+    x = dx.input("x", (300, 300), "float16")
+    got = dx.run(dx.grad(x.mean(), x), client=client)  # a constant: x is not read
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, np.float16(1 / 90_000))

@@ -43,8 +43,8 @@ def test_windows_fit_a_quarter_of_a_worker_memory():
     x = np.zeros((10_000, 100), np.float32)  # 400 bytes a row, blocks of 4096 rows
     data = dataset_of((x, np.zeros(10_000, np.int64)))
     assert data.block_rows == 4096
-    assert window_blocks_for(data, 2**30, 2) == 3  # all blocks
-    assert window_blocks_for(data, 16 * 2**20, 2) == 1
+    assert window_blocks_for(data, 2**30) == 3  # all blocks
+    assert window_blocks_for(data, 16 * 2**20) == 1
 
 
 def test_bad_data_is_named():

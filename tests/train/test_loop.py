@@ -94,7 +94,7 @@ def test_stored_data_streams_in_windows_and_trains_the_same(client, start, tmp_p
     cluster = cluster_with_memory(memory) if memory else None
     fit = dx.train(loss_fn, start, data=data, batch_size=32, epochs=2, optimizer=opt, seed=2,
                    steps_per_graph=4, progress=False, client=client, cluster=cluster)
-    blocks = window_blocks_for(dataset_of(data), memory or 2**40, 2)
+    blocks = window_blocks_for(dataset_of(data), memory or 2**40)
     assert blocks == (2 if memory else 5)
     expected, _ = numpy_training(start, (X, LABELS), 32, 2, seed=2, ordered_as=data,
                                  window_blocks=blocks)
@@ -234,3 +234,52 @@ def test_metrics_of_the_loss_function_are_recorded_each_step_and_evaluated(clien
     with pytest.raises(dx.GraphError, match="metric 'bad' must be a numeric scalar"):
         dx.train(lambda p, x, y: (loss_fn(p, x, y), {"bad": x}), start, data=(X, LABELS),
                  batch_size=10, client=client)
+
+
+def test_reserved_metric_names_are_refused(client, start):
+    with pytest.raises(dx.GraphError, match="may not be named 'loss'"):
+        dx.train(lambda p, x, y: (loss_fn(p, x, y), {"loss": loss_fn(p, x, y)}), start,
+                 data=(X, LABELS), batch_size=10, client=client)
+
+
+def test_resuming_in_process_continues_only_a_run_configured_alike(client, start, tmp_path):
+    from sqlmodel import select
+    from deepx_flow.meta import open_db
+    from deepx_flow.meta.models import Training
+    db = f"sqlite:///{tmp_path / 'deepx.db'}"
+    data = (X[:120], LABELS[:120])
+    common = dict(data=data, batch_size=20, seed=3, progress=False, client=client, db=db,
+                  checkpoint="small", checkpoint_every=4)
+    first = dx.train(loss_fn, start, epochs=1, optimizer=dx.optim.Adam(lr=0.02), **common)
+    assert first.steps == 6 and first.checkpoint is not None
+    resumed = dx.train(loss_fn, start, epochs=2, optimizer=dx.optim.Adam(lr=0.02),
+                       resume=True, **common)
+    assert [h["step"] for h in resumed.history] == list(range(7, 13))
+    unbroken = dx.train(loss_fn, start, data=data, batch_size=20, seed=3, epochs=2,
+                        optimizer=dx.optim.Adam(lr=0.02), progress=False, client=client)
+    for k in start:
+        np.testing.assert_array_equal(resumed.values[k], unbroken.values[k])
+    # Another learning rate is another configuration: its checkpoints are not used.
+    other = dx.train(loss_fn, start, epochs=1, optimizer=dx.optim.Adam(lr=0.05),
+                     resume=True, **common)
+    assert [h["step"] for h in other.history][0] == 1
+    with open_db(db).read() as s:
+        rows = {t.id: t for t in s.exec(select(Training))}
+    assert rows[resumed.training_id].resumed_from == first.checkpoint
+    assert rows[other.training_id].resumed_from is None
+    # A checkpoint past the planned steps (step 12, and 6 planned) is an error.
+    with pytest.raises(dx.GraphError, match="past the 6 steps this run plans"):
+        dx.train(loss_fn, start, epochs=1, optimizer=dx.optim.Adam(lr=0.02), resume=True,
+                 **common)
+
+
+def test_a_failure_while_setting_up_ends_the_training_row(client, start, tmp_path):
+    from sqlmodel import select
+    from deepx_flow.meta import open_db
+    from deepx_flow.meta.models import Training
+    db = f"sqlite:///{tmp_path / 'deepx.db'}"
+    with pytest.raises(dx.DeepxError):
+        dx.train(loss_fn, start, data=(X, LABELS), batch_size=10, client=client, db=db,
+                 eval_data=(X[:, :3], LABELS), progress=False)  # held-out columns too narrow
+    with open_db(db).read() as s:
+        assert [t.status for t in s.exec(select(Training))] == ["failed"]
