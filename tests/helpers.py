@@ -16,6 +16,18 @@ def cluster_with_memory(memory: int, workers: int = 2, threads: int = 1) -> Clus
         WorkerSpec(f"w{i}", "localhost", threads, memory) for i in range(workers)))
 
 
+def threaded_memory_off():
+    """Dask settings to make LocalClusters of threaded workers (processes=False) under.
+
+    Dask's memory manager measures the whole process, which for threaded workers is the test
+    process and everything earlier tests left in it: at 80% of a 1 GiB limit it paused the
+    workers, and a run waited on them until the test timed out. Their memory is not theirs
+    to manage. (Workers read these settings when they are made.)"""
+    import dask
+    return dask.config.set({f"distributed.worker.memory.{k}": False
+                            for k in ("target", "spill", "pause", "terminate")})
+
+
 def free_port() -> int:
     """A loopback port nothing listens on now (bound once, then released)."""
     with socket.socket() as s:

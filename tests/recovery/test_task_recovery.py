@@ -21,7 +21,7 @@ import deepx_flow as dx
 from deepx_flow.kernels.faults import Fault, FaultInjection
 from deepx_flow.meta import open_db
 from deepx_flow.meta.models import Event, Run, Task
-from tests.helpers import assert_sums_close, cluster_with_memory
+from tests.helpers import assert_sums_close, cluster_with_memory, threaded_memory_off
 
 SHAPE = (2000, 256)
 
@@ -50,9 +50,14 @@ class Sums:
 
 
 def local_cluster(n: int, processes: bool = False):
-    return LocalCluster(n_workers=n, threads_per_worker=1, processes=processes,
-                        memory_limit="1GiB", dashboard_address="127.0.0.1:0",
-                        silence_logs=logging.CRITICAL)
+    if processes:
+        return LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                            memory_limit="1GiB", dashboard_address="127.0.0.1:0",
+                            silence_logs=logging.CRITICAL)
+    with threaded_memory_off():
+        return LocalCluster(n_workers=n, threads_per_worker=1, processes=False,
+                            memory_limit="1GiB", dashboard_address="127.0.0.1:0",
+                            silence_logs=logging.CRITICAL)
 
 
 class faults_on:
