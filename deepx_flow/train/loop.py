@@ -6,14 +6,16 @@ the worker that made it, and the partials are tree-summed. A run then lowers tha
 once per step, binding each step's parameter and state placeholders to the chunk keys the
 step before produced (so parameters and optimizer state stay on the workers between steps),
 its scalars to the step's learning rate and bias corrections, and its batch placeholders to
-slices of the epoch's shuffled windows (`train.data`). `steps_per_graph` steps go to the
+the rows of the step's batch in the epoch's order (`train.data`, `train.sources`). Each
+batch chunk's tasks then become one task, and the tasks combining chunks one more
+(`compiler.group`); chunk s runs on worker s mod n. `steps_per_graph` steps go to the
 scheduler as one graph; the next graph is submitted before the driver waits for the losses
 of the one before, so the driver is never a round trip per step and the workers never wait
 for it.
 
-What the driver keeps: the futures of the last step's parameters and state, and of the
-windows a later graph still reads; the loss and gradient norm of every step (the history).
-A loss that is not finite (a diverging run, a label out of range) stops the run with an
+What the driver keeps: the futures of the last step's parameters and state; the loss,
+gradient norm and metrics of every step (the history, also recorded: `train.book`). A loss
+that is not finite (a diverging run, a label out of range) stops the run with an
 ExecutionError naming the step.
 """
 
@@ -28,17 +30,18 @@ import numpy as np
 from dask.base import tokenize
 
 from deepx_flow.compiler.group import ALL, GROUP_SUFFIX, group_by_shard
-from deepx_flow.compiler.lower import Grid, Lowered
-from deepx_flow.compiler.taskspec import ref, task
+from deepx_flow.compiler.lower import Lowered
 from deepx_flow.config import settings
 from deepx_flow.errors import ExecutionError, GraphError, shown
 from deepx_flow.ir.keys import key_name, node_of
-from deepx_flow.kernels.tasks import cast_chunk, to_device
 from deepx_flow.runtime.inputs import ArraySource
 from deepx_flow.sdk.tensor import Tensor
+from deepx_flow.train.book import Book, Saver
 from deepx_flow.train.data import (EpochRows, check_batch_size, dataset_of,
                                    window_blocks_for)
-from deepx_flow.train.step import build_step
+from deepx_flow.train.evaluate import evaluator
+from deepx_flow.train.sources import BatchSource, KeySource
+from deepx_flow.train.step import build_step, takes_step
 
 
 # Every this many steps the driver takes the parameters and state back and the next graph
@@ -46,59 +49,6 @@ from deepx_flow.train.step import build_step
 # again if a worker is lost), so without this cut the scheduler would hold every step of a
 # long training, and a lost worker could mean computing them all again.
 LINEAGE_STEPS = 64
-
-
-@dataclass(frozen=True)
-class KeySource:
-    """A placeholder bound to the chunks of a tensor computed earlier (the step before)."""
-
-    key: str
-    chunks: tuple
-    dtype: str
-
-    @property
-    def token(self) -> str:
-        return self.key
-
-    def task(self, key, region):
-        layout, keys = Grid(self.chunks).layout(self.key, region)
-        return task(key, cast_chunk, self.dtype, (layout,), *[ref(k) for k in keys])
-
-
-@dataclass(frozen=True)
-class BatchSource:
-    """A batch placeholder bound to rows of a data column: `rows` are the batch's row
-    indices, in order. Each chunk's task reads its rows where it runs: from the column's
-    array, sent to every worker once (`data`, a key), or from storage through the worker's
-    cache of decoded blocks (`train.data.read_rows`), so a batch never passes through one
-    worker on its way to the others."""
-
-    column: object
-    rows: np.ndarray
-    data: object  # key of the column's array on the workers, or None for stored data
-    scope: str
-    token: str
-
-    def task(self, key, region):
-        (lo, hi), rest = region[0], region[1:]
-        index = self.rows[lo:hi]
-        if self.data is not None:
-            return task(key, take_rows, ref(self.data), index, rest)
-        return task(key, read_batch_rows, self.column, index, rest, self.scope)
-
-
-def take_rows(array, index, rest):
-    """Rows `index` of an array held on the worker, and the region `rest` of other axes."""
-    tail = tuple(slice(lo, hi) for lo, hi in rest)
-    return to_device(array[(index,) + tail] if tail else array[index])
-
-
-def read_batch_rows(column, index, rest, scope):
-    """Rows `index` of a stored column, read through this worker's block cache."""
-    from deepx_flow.train.data import read_rows
-    rows = read_rows(column.uri, index, scope)
-    tail = tuple(slice(lo, hi) for lo, hi in rest)
-    return to_device(rows[(slice(None),) + tail] if tail else rows)
 
 
 @dataclass
@@ -212,12 +162,12 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
     values = _start_values(params, active)
     shapes = {k: (v.shape, v.dtype.name) for k, v in values.items()}
     columns = [((batch_size,) + c.shape[1:], c.dtype) for c in dataset.columns]
-    takes_step = _takes_step(loss_fn)
+    stepped = takes_step(loss_fn)
 
     def plan_of(number: int):
         """The step graph and plan of step `number`: one for all steps, unless the loss
         takes the step (dropout), whose random masks make each step's graph its own."""
-        f = (lambda p, *c: loss_fn(p, *c, step=number)) if takes_step else loss_fn
+        f = (lambda p, *c: loss_fn(p, *c, step=number)) if stepped else loss_fn
         traced = build_step(f, shapes, optimizer, columns)
         return cached_compile(traced.graph, spec, settings()), traced
 
@@ -226,22 +176,22 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
         limit = min((w.memory for w in spec.workers), default=2**30)
         window_blocks = window_blocks_for(dataset, limit)
     schedule = _schedule(dataset, batch_size, epochs)
-    book = _Book.open(db, checkpoint, step, seed, batch_size, dataset, optimizer, epochs,
+    book = Book.open(db, checkpoint, step, seed, batch_size, dataset, optimizer, epochs,
                       len(schedule), window_blocks)
     runner = None
     show = progress if progress is not None else _interactive()
     from tqdm.auto import tqdm
     bar = tqdm(total=len(schedule), desc="train", unit="step", disable=not show)
     try:
-        evaluate = _evaluator(loss_fn, values, eval_data, active, spec, book.db) \
+        evaluate = evaluator(loss_fn, values, eval_data, active, spec, book.db) \
             if eval_data else None
         start_values = book.resume_values(len(schedule)) if resume else None
         done = book.resumed_step if start_values else 0
         bar.update(done)
         order = EpochRows(dataset, seed, window_blocks, batch_size)
-        runner = _Runner(plan_of if takes_step else (lambda n: (plan, step)), step, dataset,
+        runner = _Runner(plan_of if stepped else (lambda n: (plan, step)), step, dataset,
                          active, optimizer, values, order, start_values)
-        saver = _Saver(book, step, spec, active) if checkpoint else None
+        saver = Saver(book, step, spec, active) if checkpoint else None
         fit = Fit(values={}, training_id=book.training_id)
         started = time.perf_counter()
         marks = [m for m in (eval_every if evaluate else None, checkpoint_every) if m]
@@ -498,147 +448,6 @@ def _record_eval(fit: Fit, scores: dict, planned, book) -> None:
     fit.evaluations.append({"step": planned.number, "epoch": planned.epoch, **scores})
     book.metrics([(planned.number, planned.epoch, "eval_" + name, value)
                   for name, value in scores.items()])
-
-
-class _Book:
-    """The training's records and checkpoints in the metadata database; a no-op for what
-    needs no database when recording is off."""
-
-    def __init__(self, db, training_id, asset, config):
-        self.db, self.training_id, self.asset, self.config = db, training_id, asset, config
-        self.resumed_step = 0
-        self.saved_step = None
-        self.resumed_from = None
-
-    @classmethod
-    def open(cls, db, asset, step, seed, batch_size, dataset, optimizer, epochs, steps,
-             window_blocks):
-        from deepx_flow.meta import open_db
-        from deepx_flow.train import checkpoint as ckpt
-        from deepx_flow.train import records
-        config = ckpt.config_hash(step, optimizer, seed, batch_size, dataset.token,
-                                  window_blocks)
-        if not settings().record and asset is None:
-            return cls(None, None, None, config)
-        database = open_db(db)
-        training_id = uuid.uuid4().hex
-        records.begin(database, records.new_training(
-            training_id, asset=asset, config_hash=config, optimizer=repr(optimizer),
-            seed=seed, batch_size=batch_size, epochs=epochs, steps=steps))
-        return cls(database, training_id, asset, config)
-
-    def resume_values(self, steps: int):
-        """The arrays of the newest checkpoint of this configuration, or None; a checkpoint
-        past the `steps` this run plans is an error (it would end where it never got)."""
-        from deepx_flow.train import checkpoint as ckpt
-        from deepx_flow.train import records
-        if self.db is None or self.asset is None:
-            return None
-        row = records.latest_checkpoint(self.db, self.asset, self.config)
-        if row is None:
-            return None
-        if row.step > steps:
-            raise GraphError(f"the newest checkpoint in asset {shown(self.asset)} is after step "
-                             f"{row.step}, past the {steps} steps this run plans; train for "
-                             "more epochs, or start afresh with resume=False")
-        self.resumed_step, self.resumed_from = row.step, row.version
-        self.saved_step = row.step
-        from sqlalchemy import update
-        from deepx_flow.meta.models import Training
-        with self.db.begin() as conn:
-            conn.execute(update(Training).where(Training.id == self.training_id)
-                         .values(resumed_from=row.version, steps_done=row.step))
-        return ckpt.read(self.db, row)
-
-    def metrics(self, rows, steps_done=None):
-        if self.db is not None and self.training_id is not None:
-            from deepx_flow.train import records
-            records.add_metrics(self.db, self.training_id, rows, steps_done)
-
-    def link(self, run_id):
-        if self.db is not None and self.training_id is not None:
-            from deepx_flow.train import records
-            records.link_run(self.db, run_id, self.training_id)
-
-    def end(self, status, error=None):
-        if self.db is not None and self.training_id is not None:
-            from deepx_flow.train import records
-            try:
-                records.end(self.db, self.training_id, status, error)
-            except Exception:  # the training's own outcome matters more than its row
-                if status == "succeeded":
-                    raise
-
-
-class _Saver:
-    """Writes checkpoints: the packing graph compiled once, run on the latest values."""
-
-    def __init__(self, book, step, spec, client):
-        from deepx_flow.runtime.plan_cache import cached_compile
-        from deepx_flow.train import checkpoint as ckpt
-        self.book, self.client = book, client
-        self.pack = ckpt.packing(step)
-        self.plan = cached_compile(self.pack.graph, spec, settings())
-
-    def save(self, runner, planned) -> str:
-        from deepx_flow.train import checkpoint as ckpt
-        version = ckpt.write(self.book.db, self.client, self.plan, self.pack,
-                             runner.current_inputs(), self.book.asset, self.book.training_id,
-                             planned.number, planned.epoch, self.book.config)
-        self.book.saved_step = planned.number
-        return version
-
-
-def _evaluator(loss_fn, values, eval_data, client, spec, db=None):
-    """A function of the current parameter sources giving the held-out loss."""
-    from deepx_flow.runtime.plan_cache import cached_compile
-    from deepx_flow.runtime.run import _gather
-    from deepx_flow.sdk.build import build_graph
-    from deepx_flow.sdk.functions import input as placeholder
-    columns = dataset_of(eval_data).columns
-    if any(c.array is None for c in columns):
-        from deepx_flow.sdk.functions import read_zarr
-        tensors = [read_zarr(c.uri) if c.array is None else None for c in columns]
-    else:
-        tensors = [None] * len(columns)
-    inputs = {}
-    for i, (c, t) in enumerate(zip(columns, tensors)):
-        if t is None:
-            tensors[i] = placeholder(f"eval_{i}", c.shape, c.dtype)
-            inputs[tensors[i].node.id] = c.array
-    params = {name: placeholder(f"param_{i}", v.shape, v.dtype.name)
-              for i, (name, v) in enumerate(values.items())}
-    from deepx_flow.train.step import loss_and_metrics
-    loss, metrics = loss_and_metrics(loss_fn(params, *tensors, step=None)
-                                     if _takes_step(loss_fn) else loss_fn(params, *tensors))
-    graph = build_graph({"loss": loss, **metrics})
-    plan = cached_compile(graph, spec, settings())
-    fixed = {k: ArraySource(v, tokenize(v)) for k, v in inputs.items()}
-
-    def evaluate(current) -> dict[str, float]:
-        """The held-out loss and metrics of the parameters `current` (sources)."""
-        from deepx_flow.runtime.run import _submit
-        sources = {**fixed, **{params[name].node.id: src for name, src in current.items()
-                               if params[name].node.id in {n.id for n in graph.inputs}}}
-        futures, _, recorder, _ = _submit(plan, graph, sources, client, "evaluate", db=db)
-        if recorder is not None:
-            recorder.watch([f for fs in futures.values() for f in fs])
-        out = {}
-        for name, node_id in graph.outputs:
-            out[name] = float(_gather(client, futures[name], (), graph[node_id].dtype,
-                                      plan.partition.chunks[node_id], plan))
-        return out
-    return evaluate
-
-
-def _takes_step(loss_fn) -> bool:
-    """Whether the loss takes the step (`step=`, for dropout): then each training step is
-    traced with its number, and evaluations with `step=None` (no dropout)."""
-    import inspect
-    try:
-        return "step" in inspect.signature(loss_fn).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def _start_values(params: dict, client) -> dict[str, np.ndarray]:

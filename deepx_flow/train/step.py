@@ -110,3 +110,13 @@ def loss_and_metrics(result) -> tuple[Tensor, dict[str, Tensor]]:
             raise GraphError(f"metric {shown(name)} must be a numeric scalar tensor, got "
                              f"{shown(t)}")
     return loss, {name: metrics[name] for name in sorted(metrics)}
+
+
+def takes_step(loss_fn) -> bool:
+    """Whether the loss takes the step (`step=`, for dropout): then each training step is
+    traced with its number, and evaluations with `step=None` (no dropout)."""
+    import inspect
+    try:
+        return "step" in inspect.signature(loss_fn).parameters
+    except (TypeError, ValueError):
+        return False
