@@ -65,6 +65,12 @@ class Book:
             from deepx_flow.train import records
             records.add_metrics(self.db, self.training_id, rows, steps_done)
 
+    def rewind(self, done: int) -> None:
+        """Forget the metrics of the steps after `done` (they are taken again)."""
+        if self.db is not None and self.training_id is not None:
+            from deepx_flow.train import records
+            records.forget_after(self.db, self.training_id, done)
+
     def link(self, run_id):
         if self.db is not None and self.training_id is not None:
             from deepx_flow.train import records

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from dask.base import tokenize
 
+from distributed.client import FutureCancelledError
+
 from deepx_flow.compiler.group import ALL, GROUP_SUFFIX, group_by_shard
 from deepx_flow.compiler.lower import Lowered
 from deepx_flow.config import settings
@@ -49,6 +51,8 @@ from deepx_flow.train.step import build_step, takes_step
 # again if a worker is lost), so without this cut the scheduler would hold every step of a
 # long training, and a lost worker could mean computing them all again.
 LINEAGE_STEPS = 64
+# How many times a training goes back to the values the driver holds after losing others.
+MAX_REWINDS = 3
 
 
 @dataclass
@@ -190,33 +194,32 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
         bar.update(done)
         order = EpochRows(dataset, seed, window_blocks, batch_size)
         runner = _Runner(plan_of if stepped else (lambda n: (plan, step)), step, dataset,
-                         active, optimizer, values, order, start_values)
+                         active, optimizer, values, order, start_values, done)
         saver = Saver(book, step, spec, active) if checkpoint else None
         fit = Fit(values={}, training_id=book.training_id)
         started = time.perf_counter()
         marks = [m for m in (eval_every if evaluate else None, checkpoint_every) if m]
         marks.append(LINEAGE_STEPS)
-        pending = None
-        for segment in _segments(done, len(schedule), steps_per_graph, marks):
-            submitted = runner.submit([schedule[i] for i in segment], book)
-            if pending is not None:
-                _collect(pending, fit, started, bar, book, batch_size)
-            pending = submitted
-            last = schedule[segment[-1]]
-            at_eval = evaluate and eval_every and last.number % eval_every == 0
-            at_save = saver and checkpoint_every and last.number % checkpoint_every == 0
-            at_cut = last.number % LINEAGE_STEPS == 0
-            if at_eval or at_save or at_cut:
-                _collect(pending, fit, started, bar, book, batch_size)
-                pending = None
-            if at_cut:
-                runner.cut()
-            if at_eval:
-                _record_eval(fit, evaluate(runner.current()), last, book)
-            if at_save:
-                fit.checkpoint = saver.save(runner, last)
-        if pending is not None:
-            _collect(pending, fit, started, bar, book, batch_size)
+        rewinds = 0
+        while True:
+            try:
+                _steps(runner, schedule, done, steps_per_graph, marks, fit, started, bar, book,
+                       batch_size, evaluate, eval_every, saver, checkpoint_every)
+                break
+            except FutureCancelledError as err:
+                # A worker was lost holding values no task can compute again (Dask had let
+                # go of the steps before them): go back to the last values the driver holds
+                # and take the steps from there again; they give the same numbers.
+                rewinds += 1
+                if rewinds > MAX_REWINDS:
+                    raise ExecutionError(f"the training lost values it could not compute "
+                                         f"again {rewinds} times: {err}") from err
+                done = runner.rewind()
+                book.rewind(done)
+                fit.history = [h for h in fit.history if h["step"] <= done]
+                fit.evaluations = [e for e in fit.evaluations if e["step"] <= done]
+                bar.n = done
+                bar.refresh()
         last = schedule[-1]
         if evaluate and (not fit.evaluations or fit.evaluations[-1]["step"] != last.number):
             _record_eval(fit, evaluate(runner.current()), last, book)
@@ -235,6 +238,33 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
     runner.release()
     book.end("succeeded")
     return fit
+
+
+def _steps(runner, schedule, done, steps_per_graph, marks, fit, started, bar, book,
+           batch_size, evaluate, eval_every, saver, checkpoint_every) -> None:
+    """Take the steps after the first `done`: graphs of steps submitted ahead, their results
+    collected, evaluations, checkpoints and lineage cuts where they fall."""
+    pending = None
+    for segment in _segments(done, len(schedule), steps_per_graph, marks):
+        submitted = runner.submit([schedule[i] for i in segment], book)
+        if pending is not None:
+            _collect(pending, fit, started, bar, book, batch_size)
+        pending = submitted
+        last = schedule[segment[-1]]
+        at_eval = evaluate and eval_every and last.number % eval_every == 0
+        at_save = saver and checkpoint_every and last.number % checkpoint_every == 0
+        at_cut = last.number % LINEAGE_STEPS == 0
+        if at_eval or at_save or at_cut:
+            _collect(pending, fit, started, bar, book, batch_size)
+            pending = None
+        if at_cut:
+            runner.cut(last.number)
+        if at_eval:
+            _record_eval(fit, evaluate(runner.current()), last, book)
+        if at_save:
+            fit.checkpoint = saver.save(runner, last)
+    if pending is not None:
+        _collect(pending, fit, started, bar, book, batch_size)
 
 
 @dataclass(frozen=True)
@@ -268,7 +298,7 @@ class _Runner:
     """Lowers and submits graphs of steps, and holds the futures between them."""
 
     def __init__(self, plan_of, step, dataset, client, optimizer, values, order,
-                 resumed=None):
+                 resumed=None, done: int = 0):
         self.plan_of, self.step, self.dataset, self.order = plan_of, step, dataset, order
         self.client, self.optimizer = client, optimizer
         self.names = {**step.params, **step.state}
@@ -282,7 +312,7 @@ class _Runner:
             else:  # optimizer state starts at zero
                 node = step.graph[input_id]
                 start[input_id] = np.zeros(node.shape, node.dtype)
-        self._bind(start)
+        self._bind(start, done)
         self.held: dict = {}  # key -> future: the last step's outputs
         # Columns held in memory go to every worker once; stored ones are read there.
         self.scope = uuid.uuid4().hex
@@ -362,18 +392,29 @@ class _Runner:
         token = key_name(lowered.output_keys("loss")[0]).split("@")[-1]
         return group_by_shard(lowered.dsk, roots, keep, f"train-step-{token}")
 
-    def cut(self) -> None:
-        """Bind the parameters and state to their current values as data (see
-        LINEAGE_STEPS) and let go of the steps that made them."""
-        self._bind(self._values(self.names.values()))
+    def cut(self, number: int) -> None:
+        """Bind the parameters and state to their values after step `number`, as data (see
+        LINEAGE_STEPS), and let go of the steps that made them."""
+        self._bind(self._values(self.names.values()), number)
         for f in self.held.values():
             f.release()
         self.held = {}
 
-    def _bind(self, arrays: dict) -> None:
-        """Bind the inputs to `arrays` (input id -> array), which travel inside the next
-        graph: the scheduler can send them again to whichever worker needs them, also after
-        a worker is lost (scattered data lost with every worker holding it is lost)."""
+    def rewind(self) -> int:
+        """Go back to the values of the last cut (or the start); the steps done then."""
+        for f in self.held.values():
+            f.release()
+        self.held = {}
+        number, arrays = self.restart
+        self._bind(arrays, number)
+        return number
+
+    def _bind(self, arrays: dict, number: int) -> None:
+        """Bind the inputs to `arrays` (input id -> array), the values after step `number`,
+        which travel inside the next graph: the scheduler can send them again to whichever
+        worker needs them, also after a worker is lost. They are the point `rewind` goes
+        back to."""
+        self.restart = (number, dict(arrays))
         for input_id, array in arrays.items():
             self.sources[input_id] = ArraySource(array, tokenize(array))
 

@@ -7,7 +7,7 @@ import os
 import socket
 import time
 
-from sqlalchemy import insert, update
+from sqlalchemy import delete, insert, update
 from sqlmodel import col, select
 
 from deepx_flow.meta.db import Database
@@ -36,6 +36,13 @@ def add_metrics(db: Database, training_id: str, rows: list[tuple[int, int, str, 
         if steps_done is not None:
             conn.execute(update(Training).where(Training.id == training_id)
                          .values(steps_done=steps_done))
+
+
+def forget_after(db: Database, training_id: str, step: int) -> None:
+    """Delete the metrics of the steps after `step` (a training taking them again)."""
+    with db.begin() as conn:
+        conn.execute(delete(TrainingMetric).where(TrainingMetric.training_id == training_id,
+                                                  TrainingMetric.step > step))
 
 
 def link_run(db: Database, run_id: str, training_id: str) -> None:

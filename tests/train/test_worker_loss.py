@@ -86,3 +86,36 @@ def test_a_worker_killed_mid_training_changes_nothing(process_cluster, tmp_path)
         runs = s.exec(select(Run.n_tasks).where(Run.training_id == first)).all()
     per_step = sum(runs) / 200
     assert 0 < held[0] < 100 * per_step, (held[0], per_step)
+
+
+def test_values_lost_past_recomputing_send_the_run_back_to_its_last_cut(client, monkeypatch,
+                                                                        tmp_path):
+    """What Dask does when a worker dies holding values whose lineage it let go: it cancels
+    the futures that need them. The run goes back to the last values the driver holds (a
+    lineage cut every 4 steps here), takes the steps again, and ends as an unbroken run,
+    with each step once in its history and in the database."""
+    from distributed.client import FutureCancelledError
+
+    from deepx_flow.train import loop, records
+    db = f"sqlite:///{tmp_path / 'deepx.db'}"
+    unbroken = _train(client, db)
+    monkeypatch.setattr(loop, "LINEAGE_STEPS", 4)
+    real, calls = loop._collect, [0]
+
+    def collect_losing_one(submitted, *args):
+        calls[0] += 1
+        if calls[0] in (7, 19):  # past a cut, twice
+            for fs in submitted[1].values():
+                for f in fs:
+                    f.cancel()
+            raise FutureCancelledError(submitted[1]["loss"][0].key, "lost dependencies")
+        return real(submitted, *args)
+
+    monkeypatch.setattr(loop, "_collect", collect_losing_one)
+    fit = _train(client, db)
+    assert calls[0] > 40  # 200 steps of 5 per graph, some taken twice
+    assert [h["step"] for h in fit.history] == list(range(1, 201))
+    for k in unbroken.values:
+        np.testing.assert_array_equal(fit.values[k], unbroken.values[k])
+    stored = records.metrics(open_db(db), fit.training_id)
+    assert [s for s, _ in stored["loss"]] == list(range(1, 201))
