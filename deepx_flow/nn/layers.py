@@ -39,11 +39,7 @@ class Linear:
     dtype: str = "float32"
 
     def __post_init__(self):
-        for name in ("in_features", "out_features"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise GraphError(f"Linear: {name} must be a positive integer, got "
-                                 f"{shown(value)}")
+        _check_sizes(self, "in_features", "out_features")
         if not dtypes.is_float(dtypes.normalize(self.dtype)):
             raise GraphError(f"Linear: parameters are floating point, not {self.dtype}")
 
@@ -79,11 +75,7 @@ class Embedding:
     dtype: str = "float32"
 
     def __post_init__(self):
-        for name in ("num_embeddings", "dim"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise GraphError(f"Embedding: {name} must be a positive integer, got "
-                                 f"{shown(value)}")
+        _check_sizes(self, "num_embeddings", "dim")
 
     def init(self, seed: int = 0) -> dict[str, Tensor]:
         return {"weight": random.normal((self.num_embeddings, self.dim),
@@ -131,6 +123,15 @@ class Sequential:
             else:
                 x = layer(x)
         return x
+
+
+def _check_sizes(layer, *names: str) -> None:
+    """The layer's sizes `names` are positive integers, or a GraphError naming the one not."""
+    for name in names:
+        value = getattr(layer, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise GraphError(f"{type(layer).__name__}: {name} must be a positive integer, got "
+                             f"{shown(value)}")
 
 
 def _names(layer) -> list[str]:

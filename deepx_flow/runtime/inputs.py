@@ -50,14 +50,13 @@ class FileSource:
 
 
 @dataclass(frozen=True)
-class PersistedSource:
-    """An output of an earlier `dx.persist`, still on the cluster: tasks read its chunks."""
+class KeySource:
+    """The chunks `(key, *index)` of a tensor computed earlier on the cluster (a training's
+    step before): tasks read the ones their region needs."""
 
     key: str
     chunks: tuple
     dtype: str
-    scheduler: str  # id of the scheduler that holds the chunks
-    address: str
 
     @property
     def token(self) -> str:
@@ -66,6 +65,14 @@ class PersistedSource:
     def task(self, key, region):
         layout, keys = Grid(self.chunks).layout(self.key, region)
         return task(key, cast_chunk, self.dtype, (layout,), *[ref(k) for k in keys])
+
+
+@dataclass(frozen=True)
+class PersistedSource(KeySource):
+    """An output of an earlier `dx.persist`, still on the cluster: tasks read its chunks."""
+
+    scheduler: str  # id of the scheduler that holds the chunks
+    address: str
 
 
 def check_sources_on(sources: dict, client) -> None:

@@ -44,7 +44,7 @@ class Column:
     dtype: str
     array: np.ndarray | None = None
     uri: str | None = None
-
+    chunk_rows: int | None = None  # rows per stored chunk
 
 @dataclass(frozen=True)
 class Dataset:
@@ -77,7 +77,8 @@ def dataset_of(data) -> Dataset:
         if isinstance(item, str):
             shape, dtype = zarr_info(item)
             chunks = storage_chunks(item)
-            column = Column(tuple(shape), dtype, uri=item)
+            column = Column(tuple(shape), dtype, uri=item,
+                            chunk_rows=chunks[0] if chunks else shape[0])
             if chunks and block_rows is None:
                 block_rows = chunks[0]
             tokens.append(("zarr", item, shape, dtype))
@@ -175,13 +176,14 @@ def check_batch_size(data: Dataset, batch_size) -> None:
                          "the training data")
 
 
-def read_rows(uri: str, index: np.ndarray, scope: str = "") -> np.ndarray:
-    """Rows `index` of a stored array: each stored chunk they fall in is read, checked
+def read_rows(column: Column, index: np.ndarray, scope: str = "") -> np.ndarray:
+    """Rows `index` of a stored column: each stored chunk they fall in is read, checked
     (`storage.readers.read_region`) and kept in this process's block cache under `scope` (one
-    training: the data may not change during it), and the rows taken from it."""
-    from deepx_flow.storage.readers import read_region, storage_chunks, zarr_info
-    shape, _ = zarr_info(uri)
-    step = (storage_chunks(uri) or shape)[0] or 1
+    training: the data may not change during it), and the rows taken from it. The column's
+    shape and chunking were read once, by `dataset_of`."""
+    from deepx_flow.storage.readers import read_region
+    uri, shape = column.uri, column.shape
+    step = column.chunk_rows or 1
     blocks = index // step
     out = None
     for block in np.unique(blocks):

@@ -36,13 +36,13 @@ from deepx_flow.compiler.lower import Lowered
 from deepx_flow.config import settings
 from deepx_flow.errors import ExecutionError, GraphError, shown
 from deepx_flow.ir.keys import key_name, node_of
-from deepx_flow.runtime.inputs import ArraySource
+from deepx_flow.runtime.inputs import ArraySource, KeySource
 from deepx_flow.sdk.tensor import Tensor
 from deepx_flow.train.book import Book, Saver
 from deepx_flow.train.data import (EpochRows, check_batch_size, dataset_of,
                                    window_blocks_for)
 from deepx_flow.train.evaluate import evaluator
-from deepx_flow.train.sources import BatchSource, KeySource
+from deepx_flow.train.sources import BatchSource
 from deepx_flow.train.step import build_step, takes_step
 
 

@@ -1,5 +1,6 @@
-"""What a training step's placeholders are bound to: the chunks the step before made
-(`KeySource`), and the rows of a batch, read by the task that uses them (`BatchSource`)."""
+"""What a training step's batch placeholders are bound to: the rows of a batch, read by the
+task that uses them (`BatchSource`). Parameters and state are bound to the chunks the step
+before made (`runtime.inputs.KeySource`)."""
 
 from __future__ import annotations
 
@@ -7,26 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deepx_flow.compiler.lower import Grid
 from deepx_flow.compiler.taskspec import ref, task
-from deepx_flow.kernels.tasks import cast_chunk, to_device
-
-
-@dataclass(frozen=True)
-class KeySource:
-    """A placeholder bound to the chunks of a tensor computed earlier (the step before)."""
-
-    key: str
-    chunks: tuple
-    dtype: str
-
-    @property
-    def token(self) -> str:
-        return self.key
-
-    def task(self, key, region):
-        layout, keys = Grid(self.chunks).layout(self.key, region)
-        return task(key, cast_chunk, self.dtype, (layout,), *[ref(k) for k in keys])
+from deepx_flow.kernels.tasks import to_device
 
 
 @dataclass(frozen=True)
@@ -60,6 +43,6 @@ def take_rows(array, index, rest):
 def read_batch_rows(column, index, rest, scope):
     """Rows `index` of a stored column, read through this worker's block cache."""
     from deepx_flow.train.data import read_rows
-    rows = read_rows(column.uri, index, scope)
+    rows = read_rows(column, index, scope)
     tail = tuple(slice(lo, hi) for lo, hi in rest)
     return to_device(rows[(slice(None),) + tail] if tail else rows)
