@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 
-def run_group(members, outside, wanted, *values):
-    """Run the tasks `members` in order, their inputs from outside the group being `values`
-    (for the keys `outside`); return the results of the keys `wanted`, in that order."""
-    results = dict(zip(outside, values))
+def run_group(members, where, wanted, *values):
+    """Run the tasks `members` in order and return the results of the keys `wanted`, in that
+    order. `where` says, for each key read from outside the group, which of `values` holds
+    it: `(key, None)` the value itself, `(key, i)` item i of another group's result."""
+    results = {key: value if i is None else value[i]
+               for (key, i), value in zip(where, values)}
     for member in members:
         results[member.key] = member({k: results[k] for k in member.dependencies})
     return tuple(results[k] for k in wanted)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from dask.base import tokenize
@@ -173,7 +173,11 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
         takes the step (dropout), whose random masks make each step's graph its own."""
         f = (lambda p, *c: loss_fn(p, *c, step=number)) if stepped else loss_fn
         traced = build_step(f, shapes, optimizer, columns)
-        return cached_compile(traced.graph, spec, settings()), traced
+        return cached_compile(traced.graph, spec, step_settings), traced
+
+    # One batch chunk per worker thread: each shard's group then holds all of that thread's
+    # rows, and the update copied into every group runs once per thread (`compiler.group`).
+    step_settings = replace(settings(), chunks_per_thread=1)
 
     plan, step = plan_of(1)
     if window_blocks is None:
@@ -312,6 +316,7 @@ class _Runner:
             else:  # optimizer state starts at zero
                 node = step.graph[input_id]
                 start[input_id] = np.zeros(node.shape, node.dtype)
+        self.rewinds = 0
         self._bind(start, done)
         self.held: dict = {}  # key -> future: the last step's outputs
         # Columns held in memory go to every worker once; stored ones are read there.
@@ -325,7 +330,8 @@ class _Runner:
         reported = ["loss", "grad_norm"] + ["metric_" + m for m in self.step.metrics]
         keys: dict = {name: [] for name in reported}
         lowered = first = None
-        for p in planned:
+        roots: dict = {}
+        for index, p in enumerate(planned):
             plan, _ = self.plan_of(p.number)
             first = first or plan
             sources = dict(self.sources)
@@ -339,12 +345,19 @@ class _Runner:
                     self.dataset.columns[i], rows, None if data is None else data.key,
                     self.scope, tokenize(self.dataset.token, rows, i))
             lowered = plan.lower(sources, to_host=plan.cluster.has_devices)
-            dsk.update(self._grouped(lowered, plan))
+            dsk.update(lowered.dsk)
+            roots.update({key: (index, shard)
+                          for key, shard in self._shards(lowered, plan).items()})
             for name in reported:
                 keys[name] += lowered.output_keys(name)
             for input_id in self.names.values():
                 key, chunks = lowered.outputs["new_" + input_id]
                 self.sources[input_id] = KeySource(key, chunks, self.step.graph[input_id].dtype)
+        keep = {k for name in reported for k in keys[name]}
+        keep |= {k for i in self.names.values() for k in lowered.output_keys("new_" + i)}
+        # Named after no node: a group runs many operators, none of whose settings is its own.
+        token = key_name(keys["loss"][-1]).split("@")[-1]
+        dsk = group_by_shard(dsk, roots, keep, f"train-step-{token}")
         merged = Lowered(dsk, lowered.outputs)
         futures, _, recorder, extra = _submit(
             first, self.step.graph, {}, self.client, "train",
@@ -368,14 +381,13 @@ class _Runner:
         workers = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
         if len(workers) < 2:
             return {}
-        return {key: workers[int(key[1]) % len(workers)] for key in dsk
-                if key_name(key).endswith(GROUP_SUFFIX) and key[1] != ALL}
+        return {key: workers[int(key[2]) % len(workers)] for key in dsk
+                if key_name(key).endswith(GROUP_SUFFIX) and key[2] != ALL}
 
-    def _grouped(self, lowered, plan) -> dict:
-        """The step's tasks with each batch shard's, and those combining shards, as one
-        task each (`compiler.group`)."""
-        # A batch chunk's shard is the chunk of the first column (the features) its rows lie
-        # in; a chunk of another column spanning several of those belongs to none.
+    def _shards(self, lowered, plan) -> dict:
+        """The step's batch chunk keys with their shard: the chunk of the first column (the
+        features) their rows lie in; a chunk of another column spanning several of those
+        belongs to none."""
         chunks = plan.partition.chunks
         bounds = np.cumsum((0,) + chunks[self.step.batch[0]][0])
         starts = {i: np.cumsum((0,) + chunks[i][0]) for i in self.step.batch}
@@ -387,10 +399,7 @@ class _Runner:
                 shard = int(np.searchsorted(bounds, lo, side="right")) - 1
                 if hi <= bounds[shard + 1]:
                     roots[key] = shard
-        keep = {k for name in lowered.outputs for k in lowered.output_keys(name)}
-        # Named after no node: a group runs many operators, none of whose settings is its own.
-        token = key_name(lowered.output_keys("loss")[0]).split("@")[-1]
-        return group_by_shard(lowered.dsk, roots, keep, f"train-step-{token}")
+        return roots
 
     def cut(self, number: int) -> None:
         """Bind the parameters and state to their values after step `number`, as data (see
@@ -405,6 +414,9 @@ class _Runner:
         for f in self.held.values():
             f.release()
         self.held = {}
+        # The steps taken again get keys of their own: the same keys as the futures just
+        # cancelled could be cancelled with them while the scheduler lets go of those.
+        self.rewinds += 1
         number, arrays = self.restart
         self._bind(arrays, number)
         return number
@@ -416,7 +428,7 @@ class _Runner:
         back to."""
         self.restart = (number, dict(arrays))
         for input_id, array in arrays.items():
-            self.sources[input_id] = ArraySource(array, tokenize(array))
+            self.sources[input_id] = ArraySource(array, tokenize(array, self.rewinds))
 
     def _values(self, input_ids) -> dict:
         from deepx_flow.runtime.run import _gather

@@ -43,10 +43,10 @@ def test_grouped_steps_compute_the_same_with_a_task_per_shard():
     x_id = step.batch[0]
     rows = plan.partition.chunks[x_id][0]
     assert len(rows) >= 3  # several shards
-    roots = {k: k[1] for k in lowered.dsk if node_of(key_name(k)) == x_id}
+    roots = {k: (0, k[1]) for k in lowered.dsk if node_of(key_name(k)) == x_id}
     keep = {k for name in lowered.outputs for k in lowered.output_keys(name)}
     grouped = group_by_shard(lowered.dsk, roots, keep, "step")
-    groups = {k[1] for k in grouped if key_name(k) == "step" + GROUP_SUFFIX}
+    groups = {k[2] for k in grouped if key_name(k) == "step" + GROUP_SUFFIX}
     assert groups == {str(i) for i in range(len(rows))} | {ALL}
     assert all(grouped[k].args[0] is run_group for k in grouped
                if key_name(k) == "step" + GROUP_SUFFIX)
@@ -63,16 +63,63 @@ def test_a_single_shard_is_one_group_and_nothing_is_left_over():
     plan, lowered = _lowered(step, 2**30)
     x_id = step.batch[0]
     assert len(plan.partition.chunks[x_id][0]) == 1
-    roots = {k: k[1] for k in lowered.dsk if node_of(key_name(k)) == x_id}
+    roots = {k: (0, k[1]) for k in lowered.dsk if node_of(key_name(k)) == x_id}
     keep = {k for name in lowered.outputs for k in lowered.output_keys(name)}
     grouped = group_by_shard(lowered.dsk, roots, keep, "step")
     groups = [k for k in grouped if key_name(k) == "step" + GROUP_SUFFIX]
-    assert groups == [("step" + GROUP_SUFFIX, "0")]
+    assert groups == [("step" + GROUP_SUFFIX, 0, "0")]
     # Inputs that read no shard joined the group of their only readers; what is left is the
     # group, a task per kept key taking it out of the group's result, and inputs read by
     # both the group and a kept key's task (none here).
     assert len(grouped) == 1 + len(keep)
     plain = dask.get(lowered.dsk, sorted(keep, key=repr))
+    fewer = dask.get(grouped, sorted(keep, key=repr))
+    for a, b in zip(plain, fewer):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_consecutive_steps_copy_the_update_into_the_next_steps_shards():
+    """Two steps in one graph: the update of step 0 runs inside each shard's group of step 1
+    (no group combines step 0's shards), groups read each other's results without tasks
+    in between, and every kept value equals the ungrouped graph's."""
+    from deepx_flow.runtime.inputs import KeySource
+    step = _step()
+    plan, first = _lowered(step, 6000)
+    names = {**step.params, **step.state}
+    rng = np.random.default_rng(1)
+    sources = {}
+    for node in step.graph.inputs:
+        if node.id in names.values():
+            key, chunks = first.outputs["new_" + node.id]
+            sources[node.id] = KeySource(key, chunks, node.dtype)
+        else:
+            value = (rng.integers(0, 3, node.shape) if node.dtype == "int64"
+                     else rng.standard_normal(node.shape))
+            value = np.asarray(value, dtype=node.dtype)
+            sources[node.id] = ArraySource(value, tokenize(value, "second"))
+    second = plan.lower(sources)
+    x_id = step.batch[0]
+    shards = len(plan.partition.chunks[x_id][0])
+    assert shards >= 3
+    dsk = {**first.dsk, **second.dsk}
+    roots = {k: (i, k[1]) for i, lowered in enumerate((first, second))
+             for k in lowered.dsk if node_of(key_name(k)) == x_id}
+    keep = {k for name in ("loss", "grad_norm") for lowered in (first, second)
+            for k in lowered.output_keys(name)}
+    keep |= {k for name in second.outputs if name.startswith("new_")
+             for k in second.output_keys(name)}
+    grouped = group_by_shard(dsk, roots, keep, "steps")
+    groups = {k[1:] for k in grouped if key_name(k) == "steps" + GROUP_SUFFIX}
+    assert groups == {(0, str(s)) for s in range(shards)} | \
+        {(1, str(s)) for s in range(shards)} | {(1, ALL)}
+    update = [k for k in first.output_keys("new_" + names["0.weight"])]
+    for s in range(shards):  # each of step 1's groups computes step 0's update itself
+        members = {t.key for t in grouped[("steps" + GROUP_SUFFIX, 1, str(s))].args[1].value}
+        assert set(update) <= members
+    for s in range(shards):  # and reads step 0's groups' results directly
+        deps = grouped[("steps" + GROUP_SUFFIX, 1, str(s))].dependencies
+        assert {("steps" + GROUP_SUFFIX, 0, str(t)) for t in range(shards)} <= deps
+    plain = dask.get(dsk, sorted(keep, key=repr))
     fewer = dask.get(grouped, sorted(keep, key=repr))
     for a, b in zip(plain, fewer):
         np.testing.assert_array_equal(a, b)
