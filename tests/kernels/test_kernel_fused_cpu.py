@@ -455,19 +455,22 @@ def test_engine_choice_follows_the_cost_table():
     # float32 transcendentals: NumPy's SIMD loops beat numexpr's scalar libm calls
     tanh = (("tanh", (("in", 0),), "float32"),)
     assert fused_cpu.engine_for(tanh, ("float32",)) == "blocked"
-    # where() over float64: numexpr's select loop beats NumPy's where
-    sel = (("gt", (("in", 0), ("in", 1)), "bool"),
-           ("where", (("t", 0), ("in", 0), ("in", 1)), "float64"),
-           ("add", (("t", 1), ("in", 1)), "float64"))
+    # exp over float64: numexpr's beats NumPy's
+    sel = (("exp", (("in", 0),), "float64"),
+           ("add", (("t", 0), ("in", 1)), "float64"))
     assert fused_cpu.engine_for(sel, ("float64", "float64")) == "numexpr"
     cost = fused_cpu.estimated_cost(sel)
     assert cost["numexpr"] < cost["blocked"]
+    # a float32 select: the branch-free blocked where beats numexpr's
+    relu_grad = (("gt", (("in", 0), ("in", 1)), "bool"),
+                 ("where", (("t", 0), ("in", 0), ("in", 1)), "float32"))
+    assert fused_cpu.engine_for(relu_grad, ("float32", "float32")) == "blocked"
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("program_of", [
     lambda d: chain10(d),                                                    # blocked path
-    lambda d: (("where", (("in", 0), ("in", 1), ("in", 0)), d),),            # numexpr path
+    lambda d: (("exp", (("in", 0),), d), ("add", (("t", 0), ("in", 1)), d)),  # float64: numexpr
 ])
 def test_a_result_written_over_its_first_input_is_the_result_into_new_memory(dtype,
                                                                              program_of):
