@@ -130,9 +130,12 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
         # of its operands (for an input, the token of the data bound to it). The same
         # computation gets the same keys in every process; anything else never shares one.
         data = sources[node.id].token if node.op == "input" else None
-        content = (node.op, node.attrs, node.shape, node.dtype, [tkey[i] for i in node.inputs],
-                   part.chunks[node.id], part.spaces.get(node.id), part.k_chunks.get(node.id),
-                   part.fanin.get(node.id), data)
+        static = part.node_tokens.get(node.id)
+        if static is None:  # once per plan: a fused program's attributes are slow to tokenize
+            static = part.node_tokens[node.id] = tokenize(
+                node.op, node.attrs, node.shape, node.dtype, part.chunks[node.id],
+                part.spaces.get(node.id), part.k_chunks.get(node.id), part.fanin.get(node.id))
+        content = (static, [tkey[i] for i in node.inputs], data)
         tkey[node.id] = f"{node.id}@{tokenize(content)[:12]}"
     dsk: dict = {}
     inlinable: dict = {}  # key -> (VIEW or INLINE_SOURCE, func, args): func(*args) is it

@@ -69,6 +69,10 @@ class Partition:
     k_chunks: dict[str, tuple[int, ...]]   # matmul id -> chunks of K
     budget: int
     fanin: dict[str, int] = field(default_factory=dict)  # tree-reduction fan-in per node
+    # Filled by lowering: node id -> the token of its operator, attributes and chunking, the
+    # part of its keys that is the same every time this plan is lowered.
+    node_tokens: dict[str, str] = field(default_factory=dict, init=False, compare=False,
+                                        repr=False)
 
 
 def regular_chunks(extent: int, size: int) -> tuple[int, ...]:

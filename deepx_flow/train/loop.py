@@ -177,6 +177,8 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
 
     # One batch chunk per worker thread: each shard's group then holds all of that thread's
     # rows, and the update copied into every group runs once per thread (`compiler.group`).
+    # (The floors on a chunk's size stay: without them the planner also splits the
+    # parameters' axes, into more and slower matmuls.)
     step_settings = replace(settings(), chunks_per_thread=1)
 
     plan, step = plan_of(1)
