@@ -10,7 +10,10 @@ consecutive blocks into windows of `window_blocks`, and permutes the rows within
 The epoch's order is the windows' rows one after the other: a permutation of all the rows that
 depends on the seed, the epoch and the data's blocks, never on the workers. Batches are
 consecutive runs of `batch_size` rows of that order; a last run shorter than a batch is left out
-(every step then has the same shape, so one compiled step serves them all).
+(every step then has the same shape, so one compiled step serves them all). A batch is a set of
+rows: its loss and gradient do not depend on their order, so each batch takes its rows in
+increasing order, and every chunk of it reads each stored block it needs as one sequential run
+(a random gather was most of a step's reading).
 
 Streaming. Each chunk of a batch is read by the task that uses it, on its worker: rows of an
 array in memory from the copy every worker was sent once; rows of a stored array from the
@@ -126,8 +129,8 @@ class Piece:
 
 class EpochRows:
     """The rows of each batch: consecutive runs of `batch_size` rows of the epoch's order,
-    the orders of the two latest epochs kept (a run spans at most two; past epochs are let
-    go, so the driver never holds every epoch's order)."""
+    sorted (see the module docstring); the orders of the two latest epochs kept (past epochs
+    are let go, so the driver never holds every epoch's order)."""
 
     def __init__(self, data: Dataset, seed: int, window_blocks: int, batch_size: int):
         self.data, self.seed, self.window_blocks = data, seed, window_blocks
@@ -140,7 +143,7 @@ class EpochRows:
                 epoch_order(self.data, self.seed, epoch, self.window_blocks))
             for old in [e for e in self.orders if e < epoch - 1]:
                 del self.orders[old]
-        return self.orders[epoch][batch * self.batch_size:(batch + 1) * self.batch_size]
+        return np.sort(self.orders[epoch][batch * self.batch_size:(batch + 1) * self.batch_size])
 
 
 def batch_pieces(windows: list[np.ndarray], batch_size: int) -> list[list[Piece]]:
@@ -184,17 +187,22 @@ def read_rows(column: Column, index: np.ndarray, scope: str = "") -> np.ndarray:
     from deepx_flow.storage.readers import read_region
     uri, shape = column.uri, column.shape
     step = column.chunk_rows or 1
-    blocks = index // step
-    out = None
-    for block in np.unique(blocks):
-        lo, hi = int(block) * step, min((int(block) + 1) * step, shape[0])
+    order = None if np.all(index[1:] >= index[:-1]) else np.argsort(index, kind="stable")
+    ordered = index if order is None else index[order]
+    blocks = ordered // step
+    # Runs of rows in one block: the sorted rows of a block are one slice of `ordered`.
+    starts = np.flatnonzero(np.diff(blocks, prepend=-1))
+    ends = np.append(starts[1:], len(ordered))
+    out = np.empty((len(index),) + tuple(shape[1:]), dtype=column.dtype)
+    target = out if order is None else np.empty_like(out)
+    for a, z in zip(starts, ends):
+        block = int(blocks[a])
+        lo, hi = block * step, min((block + 1) * step, shape[0])
         region = ((lo, hi),) + tuple((0, s) for s in shape[1:])
-        part = BLOCKS.get((scope, uri, int(block)),
-                          lambda: np.asarray(read_region(uri, region)))
-        if out is None:
-            out = np.empty((len(index),) + part.shape[1:], dtype=part.dtype)
-        mask = blocks == block
-        out[mask] = part[index[mask] - lo]
+        part = BLOCKS.get((scope, uri, block), lambda: np.asarray(read_region(uri, region)))
+        np.take(part, ordered[a:z] - lo, axis=0, out=target[a:z])
+    if order is not None:
+        out[order] = target
     return out
 
 

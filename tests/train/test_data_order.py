@@ -54,3 +54,36 @@ def test_bad_data_is_named():
         dataset_of((dx.ones((4, 2)),))
     with pytest.raises(dx.InputError, match="data must be a tuple"):
         dataset_of(np.zeros(3))
+
+
+@given(rows=st.integers(1, 300), batch=st.integers(1, 60), seed=st.integers(0, 2**20))
+def test_a_batch_is_its_run_of_the_order_taken_in_increasing_order(rows, batch, seed):
+    from deepx_flow.train.data import EpochRows
+    batch = min(batch, rows)
+    data = dataset(rows, min(17, rows))
+    order = np.concatenate(epoch_order(data, seed, 1, 2))
+    got = EpochRows(data, seed, 2, batch)
+    for b in range(rows // batch):
+        run = order[b * batch:(b + 1) * batch]
+        np.testing.assert_array_equal(got.rows(1, b), np.sort(run))
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_rows_read_from_storage_are_the_stored_rows(tmp_path, ordered):
+    """Rows of a stored column through the block cache: the rows asked for, in the order
+    asked (sorted, as batches are, or not), from every stored chunk they fall in."""
+    import zarr
+
+    from deepx_flow.train.data import read_rows
+    rng = np.random.default_rng(4)
+    values = rng.standard_normal((1000, 3, 2)).astype(np.float32)
+    z = zarr.create_array(str(tmp_path / "x.zarr"), shape=values.shape, chunks=(64, 3, 2),
+                          dtype="float32")
+    z[:] = values
+    column = dataset_of((str(tmp_path / "x.zarr"),)).columns[0]
+    for size in (1, 37, 500, 1000):
+        index = rng.choice(1000, size=size, replace=False)
+        if ordered:
+            index = np.sort(index)
+        np.testing.assert_array_equal(read_rows(column, index, scope=f"test-{ordered}"),
+                                      values[index])

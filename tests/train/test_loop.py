@@ -187,8 +187,9 @@ def test_dropout_draws_a_mask_per_step_whatever_the_workers(client, client1, sta
     x, y = dx.input("x", (50, F), "float64"), dx.input("y", (50,), "int64")
     params = {k: dx.input("p" + k.replace(".", "_"), v.shape, "float64")
               for k, v in start.items()}
-    rows = np.concatenate([w for w in epoch_order(dataset_of((X[:200], LABELS[:200])), 0, 0,
-                                                  1)])[:50]
+    # The first 50 rows of the epoch's order, taken in increasing order (`train.data`).
+    rows = np.sort(np.concatenate([w for w in epoch_order(dataset_of((X[:200], LABELS[:200])),
+                                                          0, 0, 1)])[:50])
     grads = dx.grad(dropout_loss(params, x, y, step=1), list(params.values()))
     feed = {"x": X[rows], "y": LABELS[rows],
             **{"p" + k.replace(".", "_"): v for k, v in start.items()}}
