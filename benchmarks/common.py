@@ -175,11 +175,12 @@ def copy_bandwidth(nbytes: int = GiB, threads: int = 1, repeat: int = 3) -> floa
 
 
 @contextlib.contextmanager
-def local_cluster(n_workers: int = 2, memory_limit="auto", logs: int = logging.ERROR):
-    """A LocalCluster of `n_workers` processes with one thread each, and its Client; `logs`
-    is the level below which Dask's logs are silenced."""
+def local_cluster(n_workers: int = 2, memory_limit="auto", logs: int = logging.ERROR,
+                  threads: int = 1):
+    """A LocalCluster of `n_workers` processes with `threads` threads each (one by default),
+    and its Client; `logs` is the level below which Dask's logs are silenced."""
     from distributed import Client, LocalCluster
-    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+    with LocalCluster(n_workers=n_workers, threads_per_worker=threads, processes=True,
                       memory_limit=memory_limit, dashboard_address=None,
                       silence_logs=logs) as cluster, Client(cluster) as client:
         yield client

@@ -184,6 +184,7 @@ def read_rows(column: Column, index: np.ndarray, scope: str = "") -> np.ndarray:
     (`storage.readers.read_region`) and kept in this process's block cache under `scope` (one
     training: the data may not change during it), and the rows taken from it. The column's
     shape and chunking were read once, by `dataset_of`."""
+    from deepx_flow.kernels import recycled
     from deepx_flow.storage.readers import read_region
     uri, shape = column.uri, column.shape
     step = column.chunk_rows or 1
@@ -193,8 +194,9 @@ def read_rows(column: Column, index: np.ndarray, scope: str = "") -> np.ndarray:
     # Runs of rows in one block: the sorted rows of a block are one slice of `ordered`.
     starts = np.flatnonzero(np.diff(blocks, prepend=-1))
     ends = np.append(starts[1:], len(ordered))
-    out = np.empty((len(index),) + tuple(shape[1:]), dtype=column.dtype)
-    target = out if order is None else np.empty_like(out)
+    # Recycled memory: fresh pages cost as much as the copy here (`kernels.recycled`).
+    out = recycled.empty((len(index),) + tuple(shape[1:]), column.dtype)
+    target = out if order is None else recycled.empty(out.shape, out.dtype)
     for a, z in zip(starts, ends):
         block = int(blocks[a])
         lo, hi = block * step, min((block + 1) * step, shape[0])
@@ -209,28 +211,42 @@ def read_rows(column: Column, index: np.ndarray, scope: str = "") -> np.ndarray:
 class BlockCache:
     """Decoded blocks of stored training data in this process, least recently used dropped
     first, at most `limit()` bytes: an eighth of the Dask worker's memory limit (a window's
-    blocks fit a quarter, for two windows), or 1 GiB outside a worker."""
+    blocks fit a quarter, for two windows), or 1 GiB outside a worker. A block several
+    threads ask for at once is decoded once: the others wait for it."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.entries: OrderedDict = OrderedDict()
+        self.loading: dict = {}  # key -> lock held while one thread decodes the block
         self.nbytes = 0
 
     def get(self, key, load) -> np.ndarray:
-        with self.lock:
-            if key in self.entries:
-                self.entries.move_to_end(key)
-                return self.entries[key]
-        value = load()  # decoded outside the lock: other tasks go on meanwhile
-        with self.lock:
-            if key not in self.entries:
+        while True:
+            with self.lock:
+                if key in self.entries:
+                    self.entries.move_to_end(key)
+                    return self.entries[key]
+                busy = self.loading.get(key)
+                if busy is None:
+                    busy = self.loading[key] = threading.Lock()
+                    busy.acquire()
+                    break
+            with busy:  # another thread decodes it: wait, then look again
+                pass
+        try:
+            value = load()  # decoded outside the cache's lock: other blocks go on meanwhile
+            with self.lock:
                 self.entries[key] = value
                 self.nbytes += value.nbytes
                 limit = self.limit()
                 while self.nbytes > limit and len(self.entries) > 1:
                     _, dropped = self.entries.popitem(last=False)
                     self.nbytes -= dropped.nbytes
-            return self.entries.get(key, value)
+                return self.entries.get(key, value)
+        finally:
+            with self.lock:
+                del self.loading[key]
+            busy.release()
 
     @staticmethod
     def limit() -> int:

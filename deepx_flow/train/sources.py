@@ -36,8 +36,13 @@ class BatchSource:
 
 def take_rows(array, index, rest):
     """Rows `index` of an array held on the worker, and the region `rest` of other axes."""
+    from deepx_flow.kernels import recycled
     tail = tuple(slice(lo, hi) for lo, hi in rest)
-    return to_device(array[(index,) + tail] if tail else array[index])
+    if tail:
+        return to_device(array[(index,) + tail])
+    # Recycled memory: fresh pages cost as much as the copy here (`kernels.recycled`).
+    return to_device(np.take(array, index, axis=0,
+                             out=recycled.empty((len(index),) + array.shape[1:], array.dtype)))
 
 
 def read_batch_rows(column, index, rest, scope):

@@ -87,3 +87,34 @@ def test_rows_read_from_storage_are_the_stored_rows(tmp_path, ordered):
             index = np.sort(index)
         np.testing.assert_array_equal(read_rows(column, index, scope=f"test-{ordered}"),
                                       values[index])
+
+
+def test_a_block_asked_for_by_several_threads_at_once_is_decoded_once():
+    import threading
+    import time
+
+    from deepx_flow.train.data import BlockCache
+    cache, calls, got = BlockCache(), [], []
+
+    def load():
+        calls.append(1)
+        time.sleep(0.2)  # a decode long enough for every thread to ask meanwhile
+        return np.arange(10)
+
+    def ask():
+        got.append(cache.get(("scope", "uri", 0), load))
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1
+    assert len(got) == 4 and all(g is got[0] for g in got)
+
+    def fail():
+        raise OSError("unreadable")
+
+    with pytest.raises(OSError):  # a failed decode is not kept: the next ask tries again
+        cache.get(("scope", "uri", 1), fail)
+    assert cache.get(("scope", "uri", 1), lambda: np.ones(3)).tolist() == [1, 1, 1]
