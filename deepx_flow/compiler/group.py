@@ -15,6 +15,8 @@ numbers: the same operations in the same order), and a step costs one round of t
 scheduler instead of three (partials to one worker, its update, parameters back). The last
 step of the graph has nothing to copy into: what combines its shards is one more group. A
 task that reads no shard joins the group of its readers when they are all in one group.
+When every step has one shard (a small batch, or one worker thread), all the graph's steps
+are one group: one task for the whole chain.
 
 A group's task runs its members in order on one worker (`kernels.grouped.run_group`) and
 returns the values read outside it. Another group reads such a value straight from that
@@ -132,6 +134,11 @@ def _homes(dsk, reads, readers, roots, keep) -> dict:
     shards = defaultdict(set)
     for step, shard in roots.values():
         shards[step].add(shard)
+    if len(set().union(*shards.values())) == 1:
+        # One shard in every step: the steps are one chain on one worker with nothing to
+        # send between them, so they run as one task, without a scheduler round per step.
+        first = min(shards)
+        return {key: [(first, shard)] for key, (_, shard) in label.items()}
     homes = {}
     for key, (step, shard) in label.items():
         if shard == ALL and shards.get(step + 1):

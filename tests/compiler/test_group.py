@@ -78,13 +78,13 @@ def test_a_single_shard_is_one_group_and_nothing_is_left_over():
         np.testing.assert_array_equal(a, b)
 
 
-def test_consecutive_steps_copy_the_update_into_the_next_steps_shards():
-    """Two steps in one graph: the update of step 0 runs inside each shard's group of step 1
-    (no group combines step 0's shards), groups read each other's results without tasks
-    in between, and every kept value equals the ungrouped graph's."""
+def _two_steps(memory):
+    """Two consecutive steps lowered as a training lowers them (the second's parameters and
+    state bound to the first's outputs), merged: (plan, step graph, first, second, dsk,
+    roots, keep)."""
     from deepx_flow.runtime.inputs import KeySource
     step = _step()
-    plan, first = _lowered(step, 6000)
+    plan, first = _lowered(step, memory)
     names = {**step.params, **step.state}
     rng = np.random.default_rng(1)
     sources = {}
@@ -99,8 +99,6 @@ def test_consecutive_steps_copy_the_update_into_the_next_steps_shards():
             sources[node.id] = ArraySource(value, tokenize(value, "second"))
     second = plan.lower(sources)
     x_id = step.batch[0]
-    shards = len(plan.partition.chunks[x_id][0])
-    assert shards >= 3
     dsk = {**first.dsk, **second.dsk}
     roots = {k: (i, k[1]) for i, lowered in enumerate((first, second))
              for k in lowered.dsk if node_of(key_name(k)) == x_id}
@@ -108,6 +106,17 @@ def test_consecutive_steps_copy_the_update_into_the_next_steps_shards():
             for k in lowered.output_keys(name)}
     keep |= {k for name in second.outputs if name.startswith("new_")
              for k in second.output_keys(name)}
+    return plan, step, first, second, dsk, roots, keep
+
+
+def test_consecutive_steps_copy_the_update_into_the_next_steps_shards():
+    """Two steps in one graph: the update of step 0 runs inside each shard's group of step 1
+    (no group combines step 0's shards), groups read each other's results without tasks
+    in between, and every kept value equals the ungrouped graph's."""
+    plan, step, first, second, dsk, roots, keep = _two_steps(6000)
+    names = {**step.params, **step.state}
+    shards = len(plan.partition.chunks[step.batch[0]][0])
+    assert shards >= 3
     grouped = group_by_shard(dsk, roots, keep, "steps")
     groups = {k[1:] for k in grouped if key_name(k) == "steps" + GROUP_SUFFIX}
     assert groups == {(0, str(s)) for s in range(shards)} | \
@@ -119,6 +128,21 @@ def test_consecutive_steps_copy_the_update_into_the_next_steps_shards():
     for s in range(shards):  # and reads step 0's groups' results directly
         deps = grouped[("steps" + GROUP_SUFFIX, 1, str(s))].dependencies
         assert {("steps" + GROUP_SUFFIX, 0, str(t)) for t in range(shards)} <= deps
+    plain = dask.get(dsk, sorted(keep, key=repr))
+    fewer = dask.get(grouped, sorted(keep, key=repr))
+    for a, b in zip(plain, fewer):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_steps_of_one_shard_each_are_one_task():
+    plan, step, first, second, dsk, roots, keep = _two_steps(2**30)
+    assert len(plan.partition.chunks[step.batch[0]][0]) == 1
+    grouped = group_by_shard(dsk, roots, keep, "steps")
+    groups = [k for k in grouped if key_name(k) == "steps" + GROUP_SUFFIX]
+    assert groups == [("steps" + GROUP_SUFFIX, 0, "0")]
+    members = {t.key for t in grouped[groups[0]].args[1].value}
+    assert set(first.output_keys("loss")) <= members and \
+        set(second.output_keys("loss")) <= members
     plain = dask.get(dsk, sorted(keep, key=repr))
     fewer = dask.get(grouped, sorted(keep, key=repr))
     for a, b in zip(plain, fewer):
