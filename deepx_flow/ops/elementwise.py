@@ -82,7 +82,9 @@ def _unary_vjp(e, node, inputs, g):
     if op == "sigmoid":
         return (e("mul", g, e("mul", y, e("sub", c(1), y))),)
     if op == "relu":
-        return (e("where", e("gt", x, c(0)), g, c(0)),)
+        # From the output (y > 0 exactly where x > 0, NaN in neither): the pre-activation is
+        # then not needed after the forward pass, and fuses into its producer (a matmul).
+        return (e("where", e("gt", y, c(0)), g, c(0)),)
     if op == "erf":  # 2/sqrt(pi) exp(-x^2)
         return (e("mul", g, e("mul", c(2 / math.sqrt(math.pi)),
                               e("exp", e("neg", e("mul", x, x))))),)

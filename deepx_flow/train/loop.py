@@ -211,8 +211,17 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
             try:
                 _steps(runner, schedule, done, steps_per_graph, marks, fit, started, bar, book,
                        batch_size, evaluate, eval_every, saver, checkpoint_every)
+                last = schedule[-1]
+                if evaluate and (not fit.evaluations
+                                 or fit.evaluations[-1]["step"] != last.number):
+                    _record_eval(fit, evaluate(runner.current()), last, book)
+                if saver and book.saved_step != last.number:
+                    fit.checkpoint = saver.save(runner, last)
+                fit.values = runner.gather()
                 break
-            except FutureCancelledError as err:
+            except (FutureCancelledError, ExecutionError) as err:
+                if not _lost(err):
+                    raise
                 # A worker was lost holding values no task can compute again (Dask had let
                 # go of the steps before them): go back to the last values the driver holds
                 # and take the steps from there again; they give the same numbers.
@@ -226,13 +235,7 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
                 fit.evaluations = [e for e in fit.evaluations if e["step"] <= done]
                 bar.n = done
                 bar.refresh()
-        last = schedule[-1]
-        if evaluate and (not fit.evaluations or fit.evaluations[-1]["step"] != last.number):
-            _record_eval(fit, evaluate(runner.current()), last, book)
-        if saver and book.saved_step != last.number:
-            fit.checkpoint = saver.save(runner, last)
         fit.checkpoint = fit.checkpoint or book.resumed_from
-        fit.values = runner.gather()
         fit.steps = len(schedule)
     except BaseException as err:
         if runner is not None:
@@ -323,8 +326,12 @@ class _Runner:
         self.held: dict = {}  # key -> future: the last step's outputs
         # Columns held in memory go to every worker once; stored ones are read there.
         self.scope = uuid.uuid4().hex
-        self.data = [client.scatter(c.array, broadcast=True, hash=False)
-                     if c.array is not None else None for c in dataset.columns]
+        self.data = self._send_columns()
+
+    def _send_columns(self) -> list:
+        """The in-memory data columns, sent to every worker (None for stored columns)."""
+        return [self.client.scatter(c.array, broadcast=True, hash=False)
+                if c.array is not None else None for c in self.dataset.columns]
 
     def submit(self, planned: list, book):
         from deepx_flow.runtime.run import _submit
@@ -419,6 +426,12 @@ class _Runner:
         # The steps taken again get keys of their own: the same keys as the futures just
         # cancelled could be cancelled with them while the scheduler lets go of those.
         self.rewinds += 1
+        # The columns sent to the workers may be what was lost: Dask keeps one copy of data
+        # no task computes (its memory manager drops the others), so send them again.
+        for f in self.data:
+            if f is not None:
+                f.release()
+        self.data = self._send_columns()
         number, arrays = self.restart
         self._bind(arrays, number)
         return number
@@ -464,6 +477,14 @@ class _Runner:
         for f in list(self.held.values()) + [d for d in self.data if d is not None]:
             f.release()
         self.held, self.data = {}, []
+
+
+def _lost(err: BaseException) -> bool:
+    """Whether `err` says Dask cancelled what the run waited for because values it needed
+    were lost with a worker and cannot be computed again (gathering raises that as the
+    cause of an ExecutionError)."""
+    return isinstance(err, FutureCancelledError) or \
+        isinstance(err.__cause__, FutureCancelledError)
 
 
 def _collect(submitted, fit: Fit, started: float, bar, book, batch_size: int) -> None:

@@ -119,3 +119,37 @@ def test_values_lost_past_recomputing_send_the_run_back_to_its_last_cut(client, 
         np.testing.assert_array_equal(fit.values[k], unbroken.values[k])
     stored = records.metrics(open_db(db), fit.training_id)
     assert [s for s, _ in stored["loss"]] == list(range(1, 201))
+
+
+def test_values_lost_while_gathering_the_result_also_send_the_run_back(client, monkeypatch,
+                                                                       tmp_path):
+    """Gathering raises a cancellation as the cause of an ExecutionError: that too is lost
+    values, and the run goes back to its last cut rather than failing."""
+    from distributed.client import FutureCancelledError
+
+    from deepx_flow.errors import ExecutionError
+    from deepx_flow.train import loop
+    db = f"sqlite:///{tmp_path / 'deepx.db'}"
+    unbroken = _train(client, db)
+    real, calls = loop._Runner.gather, [0]
+
+    def gather_losing_once(self):
+        calls[0] += 1
+        if calls[0] == 1:
+            try:
+                raise FutureCancelledError("x", "lost dependencies")
+            except FutureCancelledError as err:
+                raise ExecutionError(f"a task failed: {err}") from err
+        return real(self)
+
+    monkeypatch.setattr(loop._Runner, "gather", gather_losing_once)
+    fit = _train(client, db)
+    assert calls[0] == 2
+    assert [h["step"] for h in fit.history] == list(range(1, 201))
+    for k in unbroken.values:
+        np.testing.assert_array_equal(fit.values[k], unbroken.values[k])
+    # An ExecutionError of another cause is not taken for lost values.
+    monkeypatch.setattr(loop._Runner, "gather",
+                        lambda self: (_ for _ in ()).throw(ExecutionError("a kernel failed")))
+    with pytest.raises(ExecutionError, match="a kernel failed"):
+        _train(client, db)
