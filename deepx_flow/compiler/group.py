@@ -70,7 +70,7 @@ def group_by_shard(dsk: dict, roots: dict, keep, name: str) -> dict:
         return (same_shard or found)[0]
 
     given: dict = defaultdict(dict)  # home -> {key: position in the group's result}
-    taken_out = []
+    taken_out: dict = {}  # keys kept or read outside any group, in order (a set)
     for key in dsk:
         if key not in homes:
             continue
@@ -79,12 +79,11 @@ def group_by_shard(dsk: dict, roots: dict, keep, name: str) -> dict:
                 src = source(key, home)
                 if src is not None:
                     given[src].setdefault(key, len(given[src]))
-                    if home is None and key not in taken_out:
-                        taken_out.append(key)
+                    if home is None:
+                        taken_out[key] = None
         if key in keep:
             given[homes[key][0]].setdefault(key, len(given[homes[key][0]]))
-            if key not in taken_out:
-                taken_out.append(key)
+            taken_out[key] = None
 
     def group_key(home):
         return (name + GROUP_SUFFIX, home[0], str(home[1]))
