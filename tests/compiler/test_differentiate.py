@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import deepx_flow as dx
 from deepx_flow.compiler.compile import compile_graph
@@ -42,11 +42,13 @@ def finite_differences(loss: dx.Tensor, values: dict[str, np.ndarray], name: str
 
 
 def check_gradients(client, build, specs: dict, seed: int = 0, budgets=BUDGETS,
-                    wrt: tuple[str, ...] | None = None, extra: dict | None = None) -> None:
+                    wrt: tuple[str, ...] | None = None, extra: dict | None = None,
+                    min_grids: int = 2) -> int:
     """Build `build(**tensors)` over float64 inputs drawn per `specs` (name -> (shape, low,
     high)), weight it by a random cotangent, and compare the engine's gradients with
-    finite differences under each budget. `extra` gives values of other inputs `build`
-    makes itself (labels)."""
+    finite differences under each budget that can plan it (at least `min_grids` of them).
+    `extra` gives values of other inputs `build` makes itself (labels). Returns how many
+    budgets ran."""
     rng = np.random.default_rng(seed)
     values = {n: rng.uniform(lo, hi, size=shape) for n, (shape, lo, hi) in specs.items()}
     values.update(extra or {})
@@ -74,7 +76,8 @@ def check_gradients(client, build, specs: dict, seed: int = 0, budgets=BUDGETS,
             scale = 1.0 + np.abs(e).max()
             np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6 * scale,
                                        err_msg=f"d/d{n} with budget {memory}")
-    assert ran >= 2, "the case ran under fewer than two chunk grids"
+    assert ran >= min_grids, f"the case ran under fewer than {min_grids} chunk grids"
+    return ran
 
 
 SHAPE = (5, 6)
@@ -225,8 +228,12 @@ def test_random_composite_graphs(client, steps, seed):
             a = pool[i % len(pool)]
             pool.append(_unary(u, a) if is_unary else _binary(b, a, pool[j % len(pool)]))
         return pool[-1] + pool[len(pool) // 2]
-    check_gradients(client, build, {"x": ((4, 4), -1, 1), "y": ((4, 4), -1, 1)}, seed=seed,
-                    budgets=(2**30, 1024, 300))
+    # A drawn graph may keep both axes of a node whole (a softmax over one axis feeding one
+    # over the other), which the small budgets cannot plan (a PlanError, as it should be):
+    # such a case is checked under the budgets that fit and counted only if two do.
+    ran = check_gradients(client, build, {"x": ((4, 4), -1, 1), "y": ((4, 4), -1, 1)},
+                          seed=seed, budgets=(2**30, 1024, 300), min_grids=1)
+    assume(ran >= 2)
 
 
 # -- what has no gradient ---------------------------------------------------------------------
