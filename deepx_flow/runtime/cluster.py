@@ -54,7 +54,8 @@ def start_embedded_cluster(**kwargs):
     workers' logs are silenced below CRITICAL: deepx_flow reports every failure itself, in
     one line."""
     _refuse_inside_a_worker_import()
-    if _gpu_count() and not kwargs.pop("cpu", False):
+    cpu_only = kwargs.pop("cpu", False)
+    if _gpu_count() and not cpu_only:
         from dask_cuda import LocalCUDACluster
         options = dict(dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL)
         options.update(kwargs)

@@ -132,3 +132,16 @@ def test_a_retried_task_that_then_succeeds_prints_nothing(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.strip() == str([0.0, 2.0, 4.0, 6.0, 8.0, 10.0]) and res.stderr == ""
     assert table(tmp_path, "SELECT count(*) FROM tasks WHERE status = 'retried'")[0][0] >= 1
+
+
+@pytest.mark.timeout(120)
+def test_cpu_only_embedded_cluster_takes_its_option():
+    """`cpu=True` asks for plain workers where GPUs are; without GPUs it must not reach
+    Dask's workers as an unknown argument (it did: the nanny failed to start)."""
+    from distributed import Client
+
+    from deepx_flow.runtime.cluster import start_embedded_cluster
+    with start_embedded_cluster(n_workers=1, threads_per_worker=1, cpu=True) as cluster, \
+            Client(cluster) as client:
+        assert client.submit(sum, [1, 2, 3]).result() == 6
+        assert len(client.scheduler_info(n_workers=-1)["workers"]) == 1
