@@ -78,14 +78,17 @@ def wait_until_quiet(max_busy: float = 0.3, timeout: float = 900.0) -> float:
 
 def blas_info() -> dict:
     """NumPy's BLAS library and its thread count in this process (threadpoolctl if it is
-    installed, else OpenBLAS's own `*get_num_threads*` through ctypes)."""
+    installed, else OpenBLAS's own `*get_num_threads*` through ctypes); with threadpoolctl,
+    also the kernels OpenBLAS runs and the OPENBLAS_CORETYPE that may have chosen them."""
     info = {"library": np.show_config(mode="dicts")["Build Dependencies"]["blas"].get("name")}
     try:
         from threadpoolctl import threadpool_info
         pools = [p for p in threadpool_info() if p.get("user_api") == "blas"]
         if pools:
             info.update(threads=pools[0]["num_threads"], source="threadpoolctl",
-                        internal_api=pools[0].get("internal_api"))
+                        internal_api=pools[0].get("internal_api"),
+                        kernels=pools[0].get("architecture"),
+                        OPENBLAS_CORETYPE=os.environ.get("OPENBLAS_CORETYPE"))
             return info
     except ImportError:
         info["note"] = "threadpoolctl is not installed; thread count read through ctypes"
