@@ -6,13 +6,15 @@
     y = dx.relu(x @ w + 1.0).sum(axis=1)
     print(dx.compile(y).explain())
     out = dx.run(y, inputs={"x": x_np})
+
+Names whose modules need the metadata database (assets, runs, placement: SQLAlchemy and
+SQLModel, a third of a second to import) are imported on first use. A Dask worker imports
+this package to run deepx_flow's kernels and needs none of them: its first task would wait
+for those imports.
 """
 
-from deepx_flow.assets import (DailyPartitions, Definitions, HourlyPartitions,
-                               MonthlyPartitions, Partition, StaticPartitions,
-                               TimeWindowPartitions, WeeklyPartitions, asset, checks, load,
-                               materialize, status)
-from deepx_flow.assets.schedule import schedule
+import importlib
+
 from deepx_flow.errors import (CheckFailed, ClusterError, DatabaseError, DataError, DeepxError,
                                ExecutionError, GraphError, InputError, PlanError, SpecError)
 from deepx_flow.ir import Graph, Node
@@ -30,14 +32,39 @@ from deepx_flow.sdk.functions import (abs, add, arange, argmax, argmin, cast, co
                                       where, zeros)
 from deepx_flow.sdk.tensor import Tensor
 from deepx_flow.registry.cluster import ClusterSpec, load_cluster_file
-from deepx_flow.runtime.placement import Placement, placement
 from deepx_flow.runtime.recovery import Recovery
 from deepx_flow.runtime.cluster import shutdown
-from deepx_flow.runtime.run import Persisted, compile, persist, run
 from deepx_flow.spec.yaml_io import from_yaml, to_yaml
 from deepx_flow.train import Fit, train
 
 __version__ = "0.1.0"
+
+# name -> the module it is imported from on first use; "module:" is the module itself
+_ON_FIRST_USE = {
+    **dict.fromkeys(["DailyPartitions", "Definitions", "HourlyPartitions", "MonthlyPartitions",
+                     "Partition", "StaticPartitions", "TimeWindowPartitions",
+                     "WeeklyPartitions", "asset", "load", "materialize", "status"],
+                    "deepx_flow.assets"),
+    "checks": "deepx_flow.assets.checks:",
+    "schedule": "deepx_flow.assets.schedule",
+    "Placement": "deepx_flow.runtime.placement", "placement": "deepx_flow.runtime.placement",
+    **dict.fromkeys(["Persisted", "compile", "persist", "run"], "deepx_flow.runtime.run"),
+}
+
+
+def __getattr__(name: str):
+    module = _ON_FIRST_USE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'deepx_flow' has no attribute {name!r}")
+    value = importlib.import_module(module.rstrip(":"))
+    if not module.endswith(":"):
+        value = getattr(value, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_ON_FIRST_USE))
 
 __all__ = [
     "Definitions", "asset", "checks", "load", "materialize", "status", "DailyPartitions",
