@@ -3,6 +3,7 @@ still in use, however it was viewed, sliced or sent to another thread; a buffer 
 again once nothing refers to it; free buffers stay under the limit and idle ones go."""
 
 import gc
+import os
 import threading
 import time
 import weakref
@@ -179,3 +180,43 @@ def test_chunk_sized_joins_match_numpy(first, second, fortran, axis):
     assert got.dtype == want.dtype and got.shape == want.shape
     assert got.flags.f_contiguous == want.flags.f_contiguous
     np.testing.assert_array_equal(got, want)
+
+
+def _mapping_flags(address: int) -> list[str] | None:
+    """The VmFlags of this process's mapping that holds `address` (None if none does)."""
+    entry = None
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                entry = lo <= address < hi
+            elif head == "VmFlags:" and entry:
+                return line.split()[1:]
+    return None
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"),
+                    reason="reads Linux's /proc/self/smaps")
+def test_buffers_are_mappings_of_their_own_not_advised_for_huge_pages():
+    """A pooled buffer is fresh anonymous memory in ordinary pages: NumPy's own large arrays
+    are advised for transparent huge pages (MADV_HUGEPAGE, flag `hg`), which can stall on
+    memory compaction as they fault in; and the mapping goes when the pool lets it go."""
+    pool = BufferPool(limit=1 << 30)
+    a = pool.empty((4 * MIN_BYTES // 4,), np.float32)
+    a[...] = 1.5  # faulted in, writable
+    address = a.__array_interface__["data"][0] + a.nbytes // 2  # (NumPy advises whole pages)
+    flags = _mapping_flags(address)
+    assert flags is not None and "hg" not in flags
+    numpy_advises = getattr(np, "_core", getattr(np, "core", None)).multiarray \
+        ._get_madvise_hugepage()
+    if numpy_advises and os.path.exists("/sys/kernel/mm/transparent_hugepage"):
+        # the contrast this guards against
+        plain = np.empty(4 * MIN_BYTES // 4, np.float32)
+        middle = plain.__array_interface__["data"][0] + plain.nbytes // 2
+        assert "hg" in (_mapping_flags(middle) or [])
+    assert float(a.sum(dtype=np.float64)) == 1.5 * a.size
+    del a
+    pool.clear()
+    gc.collect()
+    assert pool.held_bytes() == 0 and _mapping_flags(address) is None
