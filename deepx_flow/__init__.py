@@ -14,6 +14,7 @@ for those imports.
 """
 
 import importlib
+from typing import TYPE_CHECKING
 
 from deepx_flow.errors import (CheckFailed, ClusterError, DatabaseError, DataError, DeepxError,
                                ExecutionError, GraphError, InputError, PlanError, SpecError)
@@ -38,6 +39,15 @@ from deepx_flow.spec.yaml_io import from_yaml, to_yaml
 from deepx_flow.train import Fit, train
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:  # what type checkers and editors see of the names imported on first use
+    from deepx_flow.assets import (DailyPartitions, Definitions, HourlyPartitions,
+                                   MonthlyPartitions, Partition, StaticPartitions,
+                                   TimeWindowPartitions, WeeklyPartitions, asset, checks, load,
+                                   materialize, status)
+    from deepx_flow.assets.schedule import schedule
+    from deepx_flow.runtime.placement import Placement, placement
+    from deepx_flow.runtime.run import Persisted, compile, persist, run
 
 # name -> the module it is imported from on first use; "module:" is the module itself
 _ON_FIRST_USE = {

@@ -63,7 +63,12 @@ def _new_buffer(nbytes: int) -> np.ndarray:
     25 MB block took 50 to 85 ms to fault in and decode that way, 18 to 20 ms in ordinary
     pages. The views handed out keep this array (their `base`) and it keeps the mapping,
     which is unmapped when the last of them goes."""
-    return np.frombuffer(mmap.mmap(-1, nbytes), np.uint8)
+    if hasattr(mmap, "MAP_PRIVATE"):  # POSIX: private, as malloc's memory is (a forked
+        # child gets a copy on write, not the parent's pages: mmap's default is MAP_SHARED)
+        memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    else:  # Windows: a section of the paging file, private to this process
+        memory = mmap.mmap(-1, nbytes)
+    return np.frombuffer(memory, np.uint8)
 
 
 class BufferPool:
@@ -74,7 +79,7 @@ class BufferPool:
         # low, and a buffer in use would look free: no pool there.
         self.limit = limit if getattr(sys, "_is_gil_enabled", lambda: True)() else 0
         self._lock = threading.Lock()
-        self._buffers: list[np.ndarray] = []  # uint8 arrays owning their memory
+        self._buffers: list[np.ndarray] = []  # uint8 arrays over their own mappings
         self._free_since: dict[int, float] = {}  # id(buffer) -> when first seen free
         self._trimmer: threading.Thread | None = None
         self.made = self.reused = 0  # buffers allocated; hand-outs of a free one

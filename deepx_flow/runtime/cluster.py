@@ -55,7 +55,7 @@ def start_embedded_cluster(**kwargs):
     one line."""
     _refuse_inside_a_worker_import()
     cpu_only = kwargs.pop("cpu", False)
-    if _gpu_count() and not cpu_only:
+    if not cpu_only and _gpu_count():
         from dask_cuda import LocalCUDACluster
         options = dict(dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL)
         options.update(kwargs)

@@ -220,3 +220,23 @@ def test_buffers_are_mappings_of_their_own_not_advised_for_huge_pages():
     pool.clear()
     gc.collect()
     assert pool.held_bytes() == 0 and _mapping_flags(address) is None
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_gets_a_copy_of_a_buffer_not_the_parents_memory():
+    """Buffers are private mappings, as malloc's memory is: a child process forked while an
+    array lives writes to its own copy (mmap's default, a shared mapping, let the child's
+    writes show in the parent)."""
+    pool = BufferPool(limit=1 << 30)
+    a = pool.empty((MIN_BYTES // 4,), np.float32)
+    a[...] = 1.0
+    pid = os.fork()
+    if pid == 0:  # the child: write, and leave at once
+        a[...] = 42.0
+        os._exit(0 if a[0] == 42.0 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert float(a.min()) == float(a.max()) == 1.0
+    address = a.__array_interface__["data"][0] + a.nbytes // 2
+    flags = _mapping_flags(address) if os.path.exists("/proc/self/smaps") else []
+    assert "sh" not in (flags or [])
