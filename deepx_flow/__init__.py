@@ -23,14 +23,14 @@ from deepx_flow import nn, optim
 from deepx_flow.sdk import random
 from deepx_flow.sdk.build import build_graph
 from deepx_flow.sdk.grad import grad
-from deepx_flow.sdk.functions import (abs, add, arange, argmax, argmin, cast, concat, concatenate, div, equal,
-                                      erf, exp, full, gelu, greater, greater_equal, input, less,
+from deepx_flow.sdk.functions import (abs, add, arange, argmax, argmin, cast, ceil, clip,
+                                      concat, concatenate, cos, div, equal, erf, exp, floor,
+                                      full, gelu, greater, greater_equal, input, less,
                                       less_equal, log, log_softmax, matmul, max, maximum, mean,
                                       min, minimum, mul, neg, not_equal, ones, pow, read_zarr,
-                                      relu,
-                                      reshape, sigmoid, softmax, sqrt, sub, sum, take, tanh,
-                                      transpose,
-                                      where, zeros)
+                                      reciprocal, relu, reshape, round, sigmoid, sign, sin,
+                                      softmax, softplus, sqrt, sub, sum, take, tan, tanh,
+                                      transpose, where, zeros)
 from deepx_flow.sdk.tensor import Tensor
 from deepx_flow.registry.cluster import ClusterSpec, load_cluster_file
 from deepx_flow.runtime.recovery import Recovery
@@ -86,10 +86,11 @@ __all__ = [
     "ClusterSpec", "load_cluster_file", "Persisted", "Placement", "compile", "persist",
     "placement", "run", "shutdown", "from_yaml", "to_yaml", "Recovery", "Fit", "train",
     "schedule",
-    "abs", "add", "arange", "argmax", "argmin", "cast", "concat", "concatenate", "div", "equal", "erf", "exp", "full",
-    "gelu", "greater", "greater_equal", "input", "less", "less_equal", "log", "log_softmax",
-    "matmul", "max", "maximum", "mean", "min", "minimum", "mul", "neg", "not_equal", "ones",
-    "pow", "read_zarr", "relu", "reshape", "sigmoid", "softmax", "sqrt", "sub", "sum", "take",
-    "tanh",
-    "transpose", "where", "zeros",
+    "abs", "add", "arange", "argmax", "argmin", "cast", "ceil", "clip", "concat",
+    "concatenate", "cos", "div", "equal", "erf", "exp", "floor", "full", "gelu", "greater",
+    "greater_equal", "input", "less", "less_equal", "log", "log_softmax", "matmul", "max",
+    "maximum", "mean", "min", "minimum", "mul", "neg", "not_equal", "ones", "pow",
+    "read_zarr", "reciprocal", "relu", "reshape", "round", "sigmoid", "sign", "sin",
+    "softmax", "softplus", "sqrt", "sub", "sum", "take", "tan", "tanh", "transpose", "where",
+    "zeros",
 ]

@@ -22,6 +22,10 @@ The rules:
 - erf is SciPy's `special.erf` (CuPy's `cupyx.scipy.special.erf`, CUDA's `erf` in generated
   kernels), in the result dtype (float32 for float16, rounded once).
 - relu(x) = maximum(x, 0): NaN stays NaN; maximum and minimum propagate NaN like NumPy's.
+- sin, cos, tan, floor, ceil and sign are NumPy's ufuncs (floor and ceil keep integers as
+  they are). round is `rint` (halves to even) on floats and leaves integers as they are.
+  reciprocal is 1 / x and softplus is `logaddexp(0, x)` (log(1 + e**x) without overflow),
+  both computed like the composite operators: in the result dtype, float16 in float32.
 - div is true division (integers give floats); pow follows NumPy, including its ValueError for
   integers raised to negative integer powers on the CPU.
 - Floating-point exceptions (overflow, 0/0, log of a negative) give inf or NaN silently: a
@@ -45,9 +49,10 @@ UFUNCS: dict[str, str] = {
     "tanh": "tanh", "add": "add", "sub": "subtract", "mul": "multiply", "div": "true_divide",
     "pow": "power", "maximum": "maximum", "minimum": "minimum", "lt": "less",
     "le": "less_equal", "gt": "greater", "ge": "greater_equal", "eq": "equal",
-    "ne": "not_equal",
+    "ne": "not_equal", "sin": "sin", "cos": "cos", "tan": "tan", "floor": "floor",
+    "ceil": "ceil", "sign": "sign",
 }
-COMPOSITE = ("sigmoid", "gelu", "relu")
+COMPOSITE = ("sigmoid", "gelu", "relu", "round", "reciprocal", "softplus")
 # Operators whose ufunc is SciPy's (CuPy's cupyx.scipy.special): NumPy has no erf.
 SPECIAL = ("erf",)
 OPS: frozenset[str] = frozenset(UFUNCS) | frozenset(COMPOSITE) | frozenset(SPECIAL) | \
@@ -137,6 +142,17 @@ def apply_op(op: str, args: list, dtype: str, xp: ModuleType = np, out: Any = No
                 return xp.asarray(xp.maximum(args[0], zero), dtype=dtype)
             xp.maximum(args[0], zero, out=out, casting="unsafe")
             return out
+        if op == "round":
+            if np.dtype(dtype).kind != "f":  # integers and bools are whole already
+                return apply_op("cast", args, dtype, xp, out)
+            if out is None:
+                return xp.asarray(xp.rint(args[0]), dtype=dtype)
+            xp.rint(args[0], out=out, casting="unsafe")
+            return out
+        if op == "reciprocal":
+            return _composite(_reciprocal_steps, args[0], dtype, xp, out)
+        if op == "softplus":
+            return _composite(_softplus_steps, args[0], dtype, xp, out)
         if op == "sigmoid":
             return _composite(_sigmoid_steps, args[0], dtype, xp, out)
         if op == "gelu":
@@ -232,6 +248,17 @@ def _sigmoid_steps(x, w, ct: str, xp: ModuleType) -> None:
     xp.exp(w, out=w)
     xp.add(w, one, out=w)
     xp.true_divide(one, w, out=w)
+
+
+def _reciprocal_steps(x, w, ct: str, xp: ModuleType) -> None:
+    xp.copyto(w, x, casting="unsafe")
+    xp.true_divide(constant(1, ct, xp), w, out=w)
+
+
+def _softplus_steps(x, w, ct: str, xp: ModuleType) -> None:
+    # logaddexp(0, x) = max(x, 0) + log1p(exp(-|x|)): neither overflows nor loses small values
+    xp.copyto(w, x, casting="unsafe")
+    xp.logaddexp(constant(0, ct, xp), w, out=w)
 
 
 def _gelu_steps(x, w, ct: str, xp: ModuleType) -> None:

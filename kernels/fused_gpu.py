@@ -71,7 +71,7 @@ __device__ T dx_ipow(T b, T e) {
 
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
-_MATH = ("exp", "log", "sqrt", "tanh", "erf")
+_MATH = ("exp", "log", "sqrt", "tanh", "erf", "sin", "cos", "tan")
 
 
 def kernel_name(program: Program, in_dtypes: Sequence[str]) -> str:
@@ -219,7 +219,8 @@ def _compute(op: str, xs: list[str], c: str) -> str:
     kind = np.dtype(c).kind
     if c == "bool":
         # NumPy's bool loops: add is or, mul is and, maximum is or, minimum is and.
-        table = {"abs": a, "add": f"({a} || {b})", "mul": f"({a} && {b})",
+        table = {"abs": a, "floor": a, "ceil": a, "round": a,
+                 "add": f"({a} || {b})", "mul": f"({a} && {b})",
                  "maximum": f"({a} || {b})", "minimum": f"({a} && {b})"}
         if op not in table:
             raise ExecutionError(f"{op} is not defined for bool operands")
@@ -233,6 +234,15 @@ def _compute(op: str, xs: list[str], c: str) -> str:
         return a if kind == "u" else f"({a} < 0 ? -{a} : {a})"
     if op in _MATH:
         return f"{op}({a})"
+    if op in ("floor", "ceil", "round"):  # integers are whole already; round is rint
+        return a if kind != "f" else f"{'rint' if op == 'round' else op}({a})"
+    if op == "sign":  # NaN and zero stay as they are
+        return (f"(({a}) > {zero} ? {one} : (({a}) < {zero} ? {literal(-1, c)} : ({a})))"
+                if kind != "u" else f"(({a}) > {zero} ? {one} : {zero})")
+    if op == "reciprocal":
+        return f"({one} / {a})"
+    if op == "softplus":  # logaddexp(0, x), as NumPy computes it
+        return f"((({a}) > {zero} ? ({a}) : {zero}) + log1p(exp(-fabs({a}))))"
     if op == "sigmoid":
         return f"({one} / ({one} + exp(-{a})))"
     if op == "gelu":

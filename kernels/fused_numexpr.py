@@ -292,18 +292,31 @@ class _Lowering:
         k = self.const
         if r == "bool":
             # NumPy's bool loops: add is or, mul is and, maximum is or, minimum is and.
-            table = {"abs": a, "add": f"({a} | {b})", "mul": f"({a} & {b})",
+            table = {"abs": a, "floor": a, "ceil": a, "round": a,
+                     "add": f"({a} | {b})", "mul": f"({a} & {b})",
                      "maximum": f"({a} | {b})", "minimum": f"({a} & {b})"}
             return table.get(op)
-        if op in ("exp", "log", "sqrt", "tanh", "sigmoid", "gelu", "div", "pow") \
-                and r not in _FLOAT:
+        if op in ("exp", "log", "sqrt", "tanh", "sigmoid", "gelu", "div", "pow", "sin", "cos",
+                  "tan", "reciprocal", "softplus") and r not in _FLOAT:
             return None  # integer pow (NumPy raises for negative exponents) goes blocked
+        if op in ("floor", "ceil", "round"):
+            if r not in _FLOAT:
+                return a  # integers are whole already
+            # numexpr has floor and ceil in float32 and float64; its round is not rint
+            return f"{op}({a})" if op != "round" else None
+        if op == "sign":  # NaN (neither > 0 nor < 0) stays, as does zero
+            return f"where({a} > {k(0, r)}, {k(1, r)}, where({a} < {k(0, r)}, {k(-1, r)}, {a}))"
+        if op == "reciprocal":
+            return f"({k(1, r)} / {a})"
+        if op == "softplus":  # logaddexp(0, x), as NumPy computes it
+            return (f"(where({a} > {k(0, r)}, {a}, {k(0, r)}) + "
+                    f"log1p(exp(-abs({a}))))")
         if op == "neg":
             return f"(-{a})"
         if op == "abs":
             # numexpr's abs turns integers into float64; spell it out for them.
             return f"abs({a})" if r in _FLOAT else f"where({a} < {k(0, r)}, -{a}, {a})"
-        if op in ("exp", "log", "sqrt", "tanh"):
+        if op in ("exp", "log", "sqrt", "tanh", "sin", "cos", "tan"):
             return f"{op}({a})"
         if op == "sigmoid":
             return f"({k(1, r)} / ({k(1, r)} + exp(-{a})))"

@@ -21,6 +21,9 @@ UNARY = {
     "relu": lambda x: np.maximum(x, 0),
     "gelu": lambda x: 0.5 * x * (1 + np.tanh(GELU_K * (x + 0.044715 * x ** 3))),
     "erf": lambda x: np.vectorize(math.erf, otypes=[np.float64])(x),
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "floor": np.floor, "ceil": np.ceil,
+    "round": np.rint, "sign": np.sign, "reciprocal": lambda x: 1 / x,
+    "softplus": lambda x: np.logaddexp(0, x),
 }
 BINARY = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,

@@ -4,9 +4,10 @@ Activations are the graph's own operators (`dx.nn.relu` is `dx.relu`), so a mode
 ordinary graph that the compiler fuses, chunks and differentiates.
 """
 
-from deepx_flow.nn.functional import cross_entropy, dropout, gelu, mse, one_hot
+from deepx_flow.nn.functional import cross_entropy, dropout, gelu, leaky_relu, mse, one_hot
 from deepx_flow.nn.layers import Embedding, Linear, Sequential
-from deepx_flow.sdk.functions import erf, log_softmax, relu, sigmoid, softmax, tanh
+from deepx_flow.sdk.functions import erf, log_softmax, relu, sigmoid, softmax, softplus, tanh
 
-__all__ = ["Embedding", "Linear", "Sequential", "cross_entropy", "dropout", "erf", "gelu", "log_softmax",
-           "mse", "one_hot", "relu", "sigmoid", "softmax", "tanh"]
+__all__ = ["Embedding", "Linear", "Sequential", "cross_entropy", "dropout", "erf", "gelu",
+           "leaky_relu", "log_softmax", "mse", "one_hot", "relu", "sigmoid", "softmax",
+           "softplus", "tanh"]

@@ -127,6 +127,13 @@ def gelu(x, approximate: bool = False) -> Tensor:
     return 0.5 * x * (1.0 + F.erf(x * (1.0 / math.sqrt(2.0))))
 
 
+def leaky_relu(x, alpha: float = 0.01) -> Tensor:
+    """`x` where x >= 0, else `alpha * x` (ONNX's LeakyRelu, PyTorch's default slope); NaN
+    stays NaN."""
+    x = as_tensor(x)
+    return F.where(x < 0, x * alpha, x)
+
+
 def _check_reduction(reduction: str) -> None:
     if reduction not in REDUCTIONS:
         raise GraphError(f"reduction must be one of {', '.join(REDUCTIONS)}, got "

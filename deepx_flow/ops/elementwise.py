@@ -9,7 +9,11 @@ Gradient rules (`vjp`): `g` is the cotangent of the result, `x`/`a`/`b` the oper
 the result. Contributions are left in the result's shape; `differentiate` sums them down to
 each operand's shape. Where the derivative has a kink the rules take a one-sided value that
 is the usual convention: relu'(0) = 0, |x|'(0) = 0, and maximum/minimum split `g` in halves
-between tied operands. Comparisons have no gradient.
+between tied operands. floor, ceil, round and sign are flat where they have a derivative:
+their gradient is zero. Comparisons have no gradient.
+
+round rounds halves to even (NumPy's `rint`, ONNX's Round) and keeps an integer dtype, as
+floor and ceil do; reciprocal and softplus turn integers into floats, as exp does.
 """
 
 from __future__ import annotations
@@ -36,7 +40,18 @@ UNARY = {
     "relu": (np.positive, 1, "max(x, 0)"),
     "gelu": (np.tanh, 20, "GELU, tanh approximation"),
     "erf": (np.tanh, 20, "error function, 2/sqrt(pi) * integral of exp(-t^2) from 0 to x"),
+    "sin": (np.sin, 10, "sine (radians)"),
+    "cos": (np.cos, 10, "cosine (radians)"),
+    "tan": (np.tan, 12, "tangent (radians)"),
+    "floor": (np.floor, 1, "the largest integer <= x (integers unchanged)"),
+    "ceil": (np.ceil, 1, "the smallest integer >= x (integers unchanged)"),
+    "round": (np.floor, 1, "the nearest integer, halves to even (integers unchanged)"),
+    "sign": (np.sign, 1, "-1, 0 or 1 by the sign of x (NaN stays NaN)"),
+    "reciprocal": (np.exp, 1, "1 / x (integers become floats)"),
+    "softplus": (np.exp, 12, "log(1 + e**x), without overflow for large x"),
 }
+# Piecewise constant: their gradient is zero wherever it exists (as in JAX and PyTorch).
+FLAT = ("floor", "ceil", "round", "sign")
 
 BINARY = {
     "add": (np.add, 1, "a + b"),
@@ -85,6 +100,18 @@ def _unary_vjp(e, node, inputs, g):
         # From the output (y > 0 exactly where x > 0, NaN in neither): the pre-activation is
         # then not needed after the forward pass, and fuses into its producer (a matmul).
         return (e("where", e("gt", y, c(0)), g, c(0)),)
+    if op in FLAT:  # zeros, whatever g holds (0 * inf would be NaN)
+        return (e.zeros(node.shape, dt),)
+    if op == "sin":
+        return (e("mul", g, e("cos", x)),)
+    if op == "cos":
+        return (e("neg", e("mul", g, e("sin", x))),)
+    if op == "tan":  # 1 + tan^2
+        return (e("mul", g, e("add", c(1), e("mul", y, y))),)
+    if op == "reciprocal":  # -1/x^2 = -y^2
+        return (e("neg", e("mul", g, e("mul", y, y))),)
+    if op == "softplus":  # the logistic sigmoid
+        return (e("mul", g, e("sigmoid", x)),)
     if op == "erf":  # 2/sqrt(pi) exp(-x^2)
         return (e("mul", g, e("mul", c(2 / math.sqrt(math.pi)),
                               e("exp", e("neg", e("mul", x, x))))),)

@@ -111,6 +111,10 @@ def _unary(op):
 neg, abs, exp, log, sqrt, tanh, sigmoid, relu, gelu, erf = (  # noqa: A001
     _unary(op) for op in ("neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu",
                           "erf"))
+sin, cos, tan, floor, ceil, round, sign, reciprocal, softplus = (  # noqa: A001
+    _unary(op) for op in ("sin", "cos", "tan", "floor", "ceil", "round", "sign", "reciprocal",
+                          "softplus"))
+round.__doc__ = "Elementwise round to the nearest integer, halves to even (NumPy's rint)."
 
 
 def _binary(op):
@@ -131,6 +135,19 @@ def where(cond, a, b) -> Tensor:
     """`a` where `cond` is true, else `b` (broadcasting all three)."""
     like = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
     return apply("where", [as_tensor(cond), as_tensor(a, like), as_tensor(b, like)])
+
+
+def clip(x, lo=None, hi=None) -> Tensor:
+    """`x` limited to [lo, hi] (either may be None: no limit on that side); NaN stays NaN,
+    as in NumPy. lo and hi broadcast against x."""
+    x = as_tensor(x)
+    if lo is None and hi is None:
+        raise GraphError("clip needs lo, hi or both")
+    if lo is not None:
+        x = maximum(x, as_tensor(lo, x))
+    if hi is not None:
+        x = minimum(x, as_tensor(hi, x))
+    return x
 
 
 def cast(x: Tensor, dtype) -> Tensor:

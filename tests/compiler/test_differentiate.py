@@ -84,12 +84,38 @@ SHAPE = (5, 6)
 ANY = (SHAPE, -2.0, 2.0)
 POSITIVE = (SHAPE, 0.3, 2.0)
 
-UNARY = ["neg", "abs", "exp", "tanh", "sigmoid", "relu", "gelu", "erf"]
+UNARY = ["neg", "abs", "exp", "tanh", "sigmoid", "relu", "gelu", "erf", "sin", "cos",
+         "softplus"]
 
 
 @pytest.mark.parametrize("op", UNARY)
 def test_unary(client, op):
     check_gradients(client, lambda x: getattr(dx, op)(x), {"x": ANY})
+
+
+def test_tan_away_from_its_poles(client):
+    check_gradients(client, lambda x: dx.tan(x), {"x": (SHAPE, -1.2, 1.2)})
+
+
+def test_reciprocal_on_both_signs(client):
+    check_gradients(client, lambda x: dx.reciprocal(x), {"x": POSITIVE})
+    check_gradients(client, lambda x: dx.reciprocal(-x), {"x": POSITIVE})
+
+
+def test_leaky_relu_and_clip(client):
+    check_gradients(client, lambda x: dx.nn.leaky_relu(x, 0.2), {"x": ANY})
+    check_gradients(client, lambda x: dx.clip(x, -0.5, 1.0), {"x": ANY})
+
+
+@pytest.mark.parametrize("op", ["floor", "ceil", "round", "sign"])
+def test_flat_operators_give_zero_gradients_also_for_infinite_cotangents(client, op):
+    """Zero wherever the derivative exists, as in JAX; not 0 * g, which an infinite or NaN
+    cotangent would turn into NaN."""
+    x = dx.input("x", SHAPE, "float64")
+    data = np.random.default_rng(3).uniform(-2.0, 2.0, SHAPE)
+    loss = (getattr(dx, op)(x) * np.inf).sum() + (x * x).sum()
+    g = dx.run(dx.grad(loss, x), inputs={"x": data}, client=client)
+    np.testing.assert_array_equal(g, 2.0 * data)
 
 
 @pytest.mark.parametrize("op", ["log", "sqrt"])

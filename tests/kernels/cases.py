@@ -62,16 +62,27 @@ def operands(op: str, in_dtypes: tuple[str, ...], shape, seed: int = 0) -> list[
                 lo, hi = (0.2, 3.0) if i == 0 else (-2.0, 2.0)
         elif op == "div" and i == 1:
             lo, hi = (1, 20) if kind in "iu" else (0.5, 4.0)
-        elif op in ("exp", "sigmoid", "gelu", "tanh", "erf"):
+        elif op in ("exp", "sigmoid", "gelu", "tanh", "erf", "softplus"):
             lo, hi = (-4, 5) if kind in "iu" else (-4.0, 4.0)
+        elif op == "tan":  # away from the poles at +-pi/2
+            lo, hi = (-1, 2) if kind in "iu" else (-1.3, 1.3)
+        elif op == "reciprocal":  # away from zero, both signs
+            lo, hi = (1, 20) if kind in "iu" else (0.25, 4.0)
         else:
             lo, hi = (-10, 11) if kind in "iu" else (-3.0, 3.0)
         if kind == "u":
             lo = max(lo, 0)
         if kind in "iu":
-            out.append(rng.integers(lo, hi, size=shape).astype(d))
+            values = rng.integers(lo, hi, size=shape)
         else:
-            out.append(rng.uniform(lo, hi, size=shape).astype(d))
+            values = rng.uniform(lo, hi, size=shape)
+        if op == "reciprocal" and kind != "u":
+            values = values * rng.choice([-1, 1], size=shape)
+        if op in ("round", "floor", "ceil", "sign") and kind == "f":
+            # whole numbers, halves (which round to even) and zeros among the draws
+            values = np.where(rng.random(shape) < 0.5, np.round(values * 2) / 2, values)
+            values = np.where(rng.random(shape) < 0.1, 0.0, values)
+        out.append(values.astype(d))
     return out
 
 
@@ -99,6 +110,11 @@ def _float64(op, xs):
         "sigmoid": lambda: 1.0 / (1.0 + np.exp(-a)), "relu": lambda: np.where(a < 0, 0.0, a),
         "gelu": lambda: 0.5 * a * (1.0 + np.tanh(GELU_K * (a + 0.044715 * a ** 3))),
         "erf": lambda: np.vectorize(math.erf, otypes=[np.float64])(a),
+        "sin": lambda: np.sin(a), "cos": lambda: np.cos(a), "tan": lambda: np.tan(a),
+        "floor": lambda: np.floor(a), "ceil": lambda: np.ceil(a),
+        "round": lambda: _half_even(a), "sign": lambda: np.sign(a),
+        "reciprocal": lambda: 1.0 / a,
+        "softplus": lambda: np.where(a > 0, a + np.log1p(np.exp(-a)), np.log1p(np.exp(a))),
         "add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "div": lambda: a / b,
         "pow": lambda: a ** b,
         "maximum": lambda: np.where(np.isnan(a) | np.isnan(b), np.nan, np.where(a >= b, a, b)),
@@ -108,11 +124,21 @@ def _float64(op, xs):
     return formulas[op]()
 
 
+def _half_even(a):
+    """Round to the nearest integer, halves to the even one, written out (not np.rint)."""
+    low = np.floor(a)
+    frac = a - low
+    up = (frac > 0.5) | ((frac == 0.5) & (np.mod(low, 2) == 1))
+    return low + up
+
+
 def _exact(op, xs):
     a = xs[0]
     b = xs[1] if len(xs) > 1 else None
     formulas = {
         "neg": lambda: -a, "abs": lambda: np.abs(a), "relu": lambda: np.where(a < 0, 0, a),
+        "floor": lambda: a, "ceil": lambda: a, "round": lambda: a,
+        "sign": lambda: (a > 0).astype(np.int64) - (a < 0).astype(np.int64),
         "add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
         "pow": lambda: a ** b, "maximum": lambda: np.where(a >= b, a, b),
         "minimum": lambda: np.where(a <= b, a, b), "lt": lambda: a < b, "le": lambda: a <= b,

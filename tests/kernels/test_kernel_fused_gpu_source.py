@@ -71,7 +71,8 @@ HOST_PRELUDE = r"""
 #include <cstring>
 #define __device__
 using std::exp; using std::log; using std::sqrt; using std::tanh; using std::pow; using std::erf;
-using std::fabs;
+using std::fabs; using std::sin; using std::cos; using std::tan; using std::floor;
+using std::ceil; using std::rint; using std::log1p;
 
 // CuPy's float16: a storage type, built implicitly from float only, read as float.
 class float16 {

@@ -57,6 +57,16 @@ UNARY = {
     "log": (dx.log, np.log, POS), "sqrt": (dx.sqrt, np.sqrt, POS),
     "tanh": (dx.tanh, np.tanh, A), "sigmoid": (dx.sigmoid, lambda x: 1 / (1 + np.exp(-x)), A),
     "relu": (dx.relu, lambda x: np.maximum(x, 0), A), "gelu": (dx.gelu, gelu, A),
+    "sin": (dx.sin, np.sin, 3 * A), "cos": (dx.cos, np.cos, 3 * A),
+    "tan": (dx.tan, np.tan, np.clip(A, -1.3, 1.3)),
+    "floor": (dx.floor, np.floor, 2 * A), "ceil": (dx.ceil, np.ceil, 2 * A),
+    # halves (which go to the even neighbour) among the values
+    "round": (dx.round, np.rint, np.round(4 * A) / 2), "sign": (dx.sign, np.sign, A),
+    "reciprocal": (dx.reciprocal, lambda x: 1 / x, POS * np.sign(A)),
+    "softplus": (dx.softplus, lambda x: np.logaddexp(0, x), 30 * A),
+    "leaky_relu": (lambda x: dx.nn.leaky_relu(x, 0.1), lambda x: np.where(x < 0, 0.1 * x, x),
+                   A),
+    "clip": (lambda x: dx.clip(x, -0.5, 0.75), lambda x: np.clip(x, -0.5, 0.75), A),
 }
 
 
