@@ -202,6 +202,8 @@ class _Lowering:
             for n in names:
                 index = int(n[1:])
                 if n[0] == "x":
+                    if self.in_dtypes[index] not in NE_TYPES:
+                        return None  # read only by a final cast (float16 in): NumPy's job
                     signature.append((n, NE_TYPES[self.in_dtypes[index]][0]))
                     operands.append(("in", index))
                 elif n[0] == "s":

@@ -1,0 +1,23 @@
+"""ONNX models as deepx_flow graphs (`dx.onnx`): import for chunked batch inference.
+
+    model = dx.onnx.load("mlp.onnx")                  # checked and shape-inferred
+    x = dx.read_zarr("data/images.zarr")              # (N, 784), N larger than memory
+    scores = model(input=x)["logits"]                 # a deepx_flow tensor
+    out = dx.run(scores.argmax(axis=1), inputs=model.inputs)
+
+A model's graph becomes ordinary deepx_flow nodes: its batch axis is chunked to the
+workers' memory like any tensor's, its elementwise chains fuse, and it can be
+differentiated. Its initializers (the weights) become named inputs whose arrays
+`model.inputs` holds, for `dx.run(..., inputs=model.inputs)`; small integer constants
+(shapes, axes, indices) are folded while the graph is built.
+
+`SUPPORTED` (in `deepx_flow.onnx.ops`) is the table of the ONNX operators that convert, with
+the opsets they are read from; an operator, attribute or data type outside it is one
+`dx.SpecError` naming the ONNX node and its op type. Needs the `onnx` package (the `onnx`
+extra).
+"""
+
+from deepx_flow.onnx.model import OnnxModel, load
+from deepx_flow.onnx.ops import SUPPORTED
+
+__all__ = ["OnnxModel", "SUPPORTED", "load"]

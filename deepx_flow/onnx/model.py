@@ -1,0 +1,309 @@
+"""Loading an ONNX model and turning its graph into deepx_flow tensors.
+
+`load` reads and checks the file (ONNX's checker and strict shape inference), reads its
+opset, and finds every operator it uses in `ops.SUPPORTED` before anything is built, so a
+model deepx_flow cannot run fails at once with the first ONNX node it cannot take. Calling
+the model walks the nodes in order (ONNX graphs are topologically sorted), converting each
+with its operator's converter, on the tensors given for the graph inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from deepx_flow.errors import GraphError, InputError, SpecError, shown
+from deepx_flow.sdk.tensor import Tensor
+
+FIRST_OPSET = 13  # the oldest opset whose operator definitions the converters follow
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError:  # the optional extra is missing
+        raise SpecError("reading ONNX models needs the onnx package: pip install "
+                        "'deepx-flow[onnx]'") from None
+    return onnx
+
+
+def numpy_dtype(elem_type: int, where: str) -> np.dtype:
+    """The NumPy dtype of an ONNX tensor element type deepx_flow computes in."""
+    onnx = _onnx()
+    from deepx_flow.ir import dtypes
+    try:
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, TypeError, ValueError):
+        dtype = None
+    if dtype is None or dtype.name not in dtypes.DTYPES:
+        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in \
+            onnx.TensorProto.DataType.values() else str(elem_type)
+        raise SpecError(f"{where}: data type {name} is not supported (supported: "
+                        f"{', '.join(dtypes.DTYPES)})")
+    return dtype
+
+
+@dataclass
+class Value:
+    """An ONNX value while converting: a tensor of the graph, or a constant known now."""
+
+    tensor: Tensor | None = None
+    const: np.ndarray | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.tensor.shape) if self.tensor is not None else self.const.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.tensor.dtype if self.tensor is not None else self.const.dtype.name
+
+
+@dataclass
+class Context:
+    """What converting one call of a model builds: its values and the constants' data."""
+
+    node: object = None  # the ONNX NodeProto being converted
+    values: dict[str, Value] = field(default_factory=dict)
+    bound: dict[str, np.ndarray] = field(default_factory=dict)  # input name -> array
+
+    def where(self) -> str:
+        n = self.node
+        return f"ONNX node {shown(n.name or n.output[0])} ({n.op_type})"
+
+    def error(self, message: str) -> SpecError:
+        return SpecError(f"{self.where()}: {message}")
+
+    def tensor(self, value: Value) -> Tensor:
+        """`value` as a tensor of the graph: a constant becomes a scalar `full` node, or a
+        named input bound to its array (named by its content, so equal constants share one)."""
+        if value.tensor is not None:
+            return value.tensor
+        import deepx_flow as dx
+        array = value.const
+        if array.ndim == 0:
+            return dx.full((), array.item(), dtype=array.dtype.name)
+        digest = hashlib.sha1(array.dtype.str.encode() + str(array.shape).encode()
+                              + np.ascontiguousarray(array).tobytes()).hexdigest()[:12]
+        name = f"onnx_const_{digest}"
+        self.bound.setdefault(name, array)
+        return dx.input(name, array.shape, array.dtype.name)
+
+
+class OnnxModel:
+    """An imported ONNX model: call it on tensors (or arrays' named inputs) to build its
+    outputs as deepx_flow tensors.
+
+    Attributes
+    ----------
+    path : str
+        The file it was read from.
+    opset : int
+        The model's opset of the default ONNX domain.
+    input_names, output_names : list of str
+        The graph's inputs (initializers excluded) and outputs, in order.
+    input_types : dict
+        name -> (shape with None for a symbolic dimension, dtype).
+    inputs : dict
+        The arrays of the model's initializers, by the name of the deepx_flow input each
+        became: pass them to `dx.run(..., inputs=model.inputs)` (or `model.inputs_for(out)`,
+        those an output reads, when it does not read them all).
+    ops : list of str
+        The ONNX operator types the graph uses.
+    """
+
+    def __init__(self, proto, path: str):
+        self.proto, self.path = proto, path
+        graph = proto.graph
+        self.opset = _opset(proto, path)
+        initialized = {t.name for t in graph.initializer}
+        self.input_names = [i.name for i in graph.input if i.name not in initialized]
+        self.output_names = [o.name for o in graph.output]
+        self.input_types = {i.name: _value_type(i, f"{path}: graph input {shown(i.name)}")
+                            for i in graph.input if i.name not in initialized}
+        self.ops = sorted({n.op_type for n in graph.node})
+        _check_supported(graph, self.opset, path)
+        self._initializers = {t.name: _array(t, f"{path}: initializer {shown(t.name)}")
+                              for t in graph.initializer}
+        self.inputs: dict[str, np.ndarray] = {}
+        self._build_constants()
+
+    def _build_constants(self) -> None:
+        """Bind each floating-point initializer to a named input now, so `model.inputs` is
+        complete before the first call (integer ones fold into shapes and indices)."""
+        ctx = Context()
+        for name, array in self._initializers.items():
+            if array.dtype.kind == "f" and array.ndim > 0:
+                ctx.tensor(Value(const=array))
+        self.inputs.update(ctx.bound)
+
+    def __call__(self, inputs: dict | None = None, **named) -> dict[str, Tensor]:
+        """The model's outputs (name -> tensor) for these graph inputs (by ONNX name, as a
+        dict or as keywords where the names are identifiers): tensors, or NumPy arrays for
+        inputs that are constants (shapes, axes and indices must be)."""
+        from deepx_flow.onnx.ops import SUPPORTED
+        given = {**(inputs or {}), **named}
+        unknown = sorted(set(given) - set(self.input_names))
+        missing = [n for n in self.input_names if n not in given]
+        if unknown or missing:
+            raise InputError(f"{self.path}: " + "; ".join(
+                ([f"unknown input(s) {', '.join(map(shown, unknown))}"] if unknown else []) +
+                ([f"missing input(s) {', '.join(map(shown, missing))}"] if missing else []))
+                + f" (the model's inputs: {', '.join(map(shown, self.input_names))})")
+        ctx = Context()
+        for name, array in self._initializers.items():
+            ctx.values[name] = Value(const=array)
+        for name in self.input_names:
+            ctx.values[name] = self._checked_input(name, given[name])
+        for node in self.proto.graph.node:
+            ctx.node = node
+            args = [ctx.values[i] if i else None for i in node.input]
+            try:
+                results = SUPPORTED[node.op_type].convert(ctx, node, args, _attributes(node))
+            except GraphError as err:
+                if isinstance(err, SpecError):
+                    raise
+                raise ctx.error(str(err)) from None
+            for out, value in zip(node.output, results):
+                if out:
+                    ctx.values[out] = value
+        outputs = {name: ctx.tensor(ctx.values[name]) for name in self.output_names}
+        self.inputs.update(ctx.bound)
+        return outputs
+
+    def inputs_for(self, outputs) -> dict[str, np.ndarray]:
+        """The arrays of `model.inputs` that `outputs` (a tensor, or a list or dict of them)
+        read: `dx.run` refuses inputs its graph does not have, and an output may not need
+        every weight of the model."""
+        from deepx_flow.sdk.build import build_graph
+        read = {n.id for n in build_graph(outputs).nodes if n.op == "input"}
+        return {name: array for name, array in self.inputs.items() if name in read}
+
+    def _checked_input(self, name: str, value) -> Value:
+        """A graph input as given: a tensor, or a NumPy array, which is a constant of the
+        graph (an input holding shapes, axes or indices must be one)."""
+        if isinstance(value, Tensor):
+            given = Value(tensor=value)
+        elif isinstance(value, np.ndarray):
+            given = Value(const=value)
+        else:
+            raise InputError(f"{self.path}: input {shown(name)} must be a deepx_flow tensor "
+                             f"(dx.input, dx.read_zarr, ...) or a NumPy array (a constant), "
+                             f"got {type(value).__name__}")
+        shape, dtype = self.input_types[name]
+        fits = len(shape) == len(given.shape) and all(
+            s is None or s == t for s, t in zip(shape, given.shape))
+        if not fits or dtype != given.dtype:
+            want = "(" + ", ".join("?" if s is None else str(s) for s in shape) + ")"
+            raise InputError(f"{self.path}: input {shown(name)} is {dtype}{want} in the model, "
+                             f"got {given.dtype}{tuple(given.shape)}")
+        return given
+
+    def __repr__(self) -> str:
+        return (f"OnnxModel({self.path!r}, opset {self.opset}, inputs {self.input_names}, "
+                f"outputs {self.output_names}, {len(self.proto.graph.node)} nodes)")
+
+
+def load(path) -> OnnxModel:
+    """Read the ONNX model at `path`, check it and infer its shapes.
+
+    Raises
+    ------
+    InputError
+        The file is not there or cannot be read.
+    SpecError
+        The file is not a valid ONNX model, its opset is outside 13 to the newest the
+        `onnx` package knows, or it uses an operator, attribute or data type deepx_flow
+        does not convert (the error names the first such ONNX node).
+    """
+    onnx = _onnx()
+    path = str(path)
+    if not Path(path).is_file():
+        raise InputError(f"ONNX model {path} does not exist")
+    try:
+        proto = onnx.load(path)
+    except Exception as err:  # protobuf's DecodeError and friends
+        raise SpecError(f"{path}: not an ONNX model: {type(err).__name__}: {err}") from None
+    try:
+        onnx.checker.check_model(proto)
+        proto = onnx.shape_inference.infer_shapes(proto, strict_mode=True)
+    except Exception as err:  # onnx's ValidationError, InferenceError
+        message = " ".join(str(err).split())
+        raise SpecError(f"{path}: the model does not pass ONNX's checks: "
+                        f"{message[:400]}") from None
+    return OnnxModel(proto, path)
+
+
+def _opset(proto, path: str) -> int:
+    onnx = _onnx()
+    versions = {o.domain or "ai.onnx": o.version for o in proto.opset_import}
+    opset = versions.get("ai.onnx")
+    newest = onnx.defs.onnx_opset_version()
+    if opset is None:
+        raise SpecError(f"{path}: the model imports no opset of the default ONNX domain")
+    if not FIRST_OPSET <= opset <= newest:
+        raise SpecError(f"{path}: opset {opset} is not supported (from {FIRST_OPSET} to "
+                        f"{newest}, the newest the installed onnx package knows); convert "
+                        "the model with onnx.version_converter")
+    return opset
+
+
+def _check_supported(graph, opset: int, path: str) -> None:
+    from deepx_flow.onnx.ops import SUPPORTED
+    for node in graph.node:
+        where = f"{path}: ONNX node {shown(node.name or node.output[0])} ({node.op_type})"
+        if node.domain not in ("", "ai.onnx"):
+            raise SpecError(f"{where}: operators of domain {shown(node.domain)} are not "
+                            "supported")
+        if node.op_type not in SUPPORTED:
+            raise SpecError(f"{where}: operator {node.op_type} is not supported; "
+                            f"`deepx-flow onnx ops` lists those that are")
+        for attr in node.attribute:
+            if attr.name not in SUPPORTED[node.op_type].attrs:
+                raise SpecError(f"{where}: attribute {shown(attr.name)} is not supported "
+                                f"(supported: {', '.join(SUPPORTED[node.op_type].attrs) or 'none'})")
+            if attr.type == attr.GRAPH or attr.type == attr.GRAPHS:
+                raise SpecError(f"{where}: subgraphs are not supported")
+
+
+def _value_type(info, where: str) -> tuple[tuple, str]:
+    t = info.type
+    if not t.HasField("tensor_type"):
+        raise SpecError(f"{where}: only tensors are supported (not sequences, maps or "
+                        "optionals)")
+    dtype = numpy_dtype(t.tensor_type.elem_type, where).name
+    dims = tuple(d.dim_value if d.HasField("dim_value") else None
+                 for d in t.tensor_type.shape.dim)
+    return dims, dtype
+
+
+def _array(tensor, where: str) -> np.ndarray:
+    onnx = _onnx()
+    numpy_dtype(tensor.data_type, where)
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        raise SpecError(f"{where}: external data is not loaded: onnx.load the model with its "
+                        "data beside it")
+    return onnx.numpy_helper.to_array(tensor)
+
+
+def _attributes(node) -> dict:
+    onnx = _onnx()
+    out = {}
+    for attr in node.attribute:
+        value = onnx.helper.get_attribute_value(attr)
+        if attr.type == attr.TENSOR:
+            value = onnx.numpy_helper.to_array(value)
+        elif isinstance(value, bytes):
+            value = value.decode()
+        out[attr.name] = value
+    return out
+
+
+def identifier(name: str) -> str:
+    """An ONNX value name as a deepx_flow input name (an identifier)."""
+    text = re.sub(r"\W", "_", name)
+    return text if text.isidentifier() else f"v_{text}"

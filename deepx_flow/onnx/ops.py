@@ -1,0 +1,522 @@
+"""The ONNX operators deepx_flow converts, each to the graph's own operators.
+
+`SUPPORTED` maps an ONNX op type to its converter and the attributes it reads; it is what
+`load` checks a model against, what `deepx-flow onnx ops` lists and what the docs' table of
+supported operators is generated from. A converter takes the conversion context, the ONNX
+node, its input values (a `Value`: a tensor, or a constant known while building) and its
+attributes, and returns its output values. The operator definitions followed are those of
+opset 13 onwards; where an attribute became an input (the axes of Squeeze, Unsqueeze and the
+reductions, Clip's bounds), both forms are read.
+
+Constants: integer and bool computations on constants (shapes, axes, indices) are folded
+with NumPy as the graph is built, exactly; a floating-point constant becomes a named input
+of the graph (`Context.tensor`), computed on like any tensor.
+
+Where ONNX and NumPy's rules differ, ONNX's are kept: Div of integers truncates toward zero,
+Pow's result has the base's type, integer reductions keep their type.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+import deepx_flow as dx
+from deepx_flow.onnx.model import Context, Value, numpy_dtype
+
+
+@dataclass(frozen=True)
+class OnnxOp:
+    """How one ONNX operator converts."""
+
+    convert: Callable  # (ctx, node, args, attrs) -> list[Value]
+    attrs: tuple[str, ...]
+    family: str
+    doc: str
+
+
+SUPPORTED: dict[str, OnnxOp] = {}
+
+
+def _op(name: str, family: str, doc: str, attrs=()):
+    def register(fn):
+        SUPPORTED[name] = OnnxOp(fn, tuple(attrs), family, doc)
+        return fn
+    return register
+
+
+def _t(tensor) -> list[Value]:
+    return [Value(tensor=tensor)]
+
+
+def _c(array) -> list[Value]:
+    return [Value(const=np.asarray(array))]
+
+
+def _const(ctx: Context, value: Value | None, what: str) -> np.ndarray:
+    """A constant input (an initializer, a Constant node or a folded computation)."""
+    if value is None or value.const is None:
+        raise ctx.error(f"{what} must be a constant (an initializer or a Constant node), "
+                        "not computed in the graph")
+    return value.const
+
+
+def _exact(*values: Value | None) -> bool:
+    """All given values are constants of integer or bool type: fold them with NumPy."""
+    present = [v for v in values if v is not None]
+    return bool(present) and all(v.const is not None and v.const.dtype.kind in "biu"
+                                 for v in present)
+
+
+def _axes(ctx, node, args, attrs, position: int) -> list[int] | None:
+    """Axes from the input at `position` (newer opsets) or the `axes` attribute."""
+    if len(args) > position and args[position] is not None:
+        return [int(a) for a in _const(ctx, args[position], "axes").reshape(-1)]
+    if "axes" in attrs:
+        return [int(a) for a in attrs["axes"]]
+    return None
+
+
+def _norm(ctx, axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise ctx.error(f"axis {axis} is out of range for rank {rank}")
+    return axis % rank
+
+
+# -- elementwise ---------------------------------------------------------------------------
+UNARY = {
+    "Abs": (dx.abs, np.abs), "Neg": (dx.neg, np.negative), "Exp": (dx.exp, None),
+    "Log": (dx.log, None), "Sqrt": (dx.sqrt, None), "Tanh": (dx.tanh, None),
+    "Sigmoid": (dx.sigmoid, None), "Relu": (dx.relu, lambda a: np.maximum(a, 0)),
+    "Erf": (dx.erf, None), "Sin": (dx.sin, None), "Cos": (dx.cos, None),
+    "Tan": (dx.tan, None), "Floor": (dx.floor, None), "Ceil": (dx.ceil, None),
+    "Round": (dx.round, None), "Sign": (dx.sign, np.sign),
+    "Reciprocal": (dx.reciprocal, None), "Softplus": (dx.softplus, None),
+}
+
+
+def _unary(fn, fold):
+    def convert(ctx, node, args, attrs):
+        (x,) = args
+        if fold is not None and _exact(x):
+            return _c(fold(x.const))
+        return _t(fn(ctx.tensor(x)))
+    return convert
+
+
+for _name, (_fn, _fold) in UNARY.items():
+    _op(_name, "elementwise", f"dx.{_fn.__name__}")(_unary(_fn, _fold))
+
+
+@_op("Identity", "elementwise", "the value itself")
+def _identity(ctx, node, args, attrs):
+    return [args[0]]
+
+
+COMPARE = {"Equal": ("__eq__", np.equal), "Less": ("__lt__", np.less),
+           "LessOrEqual": ("__le__", np.less_equal), "Greater": ("__gt__", np.greater),
+           "GreaterOrEqual": ("__ge__", np.greater_equal)}
+ARITH = {"Add": ("__add__", np.add), "Sub": ("__sub__", np.subtract),
+         "Mul": ("__mul__", np.multiply)}
+
+
+def _binary(method, fold):
+    def convert(ctx, node, args, attrs):
+        a, b = args
+        if _exact(a, b):
+            return _c(fold(a.const, b.const))
+        return _t(getattr(ctx.tensor(a), method)(ctx.tensor(b)))
+    return convert
+
+
+for _name, (_method, _fold) in {**COMPARE, **ARITH}.items():
+    _op(_name, "elementwise", "NumPy broadcasting")(_binary(_method, _fold))
+
+
+@_op("Div", "elementwise", "true division; integers truncate toward zero, as ONNX defines")
+def _div(ctx, node, args, attrs):
+    a, b = args
+    if a.dtype[0] in "iu" or a.dtype == "bool":
+        if _exact(a, b):
+            with np.errstate(all="ignore"):
+                return _c(np.trunc(a.const / b.const).astype(a.dtype))
+        if np.dtype(a.dtype).itemsize > 4:
+            raise ctx.error(f"integer division of {a.dtype} is not supported (it goes through "
+                            "float64, exact only below 2**53)")
+        quotient = dx.cast(ctx.tensor(a), "float64") / dx.cast(ctx.tensor(b), "float64")
+        return _t(dx.cast(quotient, a.dtype))  # the cast truncates toward zero
+    return _t(ctx.tensor(a) / ctx.tensor(b))
+
+
+@_op("Pow", "elementwise", "the result has the base's type")
+def _pow(ctx, node, args, attrs):
+    a, b = args
+    base = ctx.tensor(a)
+    if a.dtype[0] == "f":
+        return _t(dx.pow(base, dx.cast(ctx.tensor(b), a.dtype)))
+    if b.dtype[0] in "iu":
+        if _exact(a, b):
+            return _c(np.power(a.const, b.const.astype(a.dtype)))
+        return _t(dx.pow(base, dx.cast(ctx.tensor(b), a.dtype)))
+    return _t(dx.cast(dx.pow(dx.cast(base, "float64"), dx.cast(ctx.tensor(b), "float64")),
+                      a.dtype))
+
+
+def _logical(fold, build):
+    def convert(ctx, node, args, attrs):
+        if any(v.dtype != "bool" for v in args):
+            raise ctx.error("takes bool operands")
+        if _exact(*args):
+            return _c(fold(*(v.const for v in args)))
+        return _t(build(*(ctx.tensor(v) for v in args)))
+    return convert
+
+
+_op("And", "elementwise", "bool")(_logical(np.logical_and, lambda a, b: a * b))
+_op("Or", "elementwise", "bool")(_logical(np.logical_or, lambda a, b: a + b))
+_op("Xor", "elementwise", "bool")(_logical(np.logical_xor, lambda a, b: a != b))
+_op("Not", "elementwise", "bool")(_logical(np.logical_not, lambda a: a == False))  # noqa: E712
+
+
+def _variadic(name, fold, pair):
+    def convert(ctx, node, args, attrs):
+        if _exact(*args):
+            out = args[0].const
+            for v in args[1:]:
+                out = fold(out, v.const)
+            return _c(out)
+        out = ctx.tensor(args[0])
+        for v in args[1:]:
+            out = pair(out, ctx.tensor(v))
+        if name == "Mean":
+            out = out / float(len(args))
+        return _t(out)
+    return convert
+
+
+_op("Max", "elementwise", "NaN propagates")(_variadic("Max", np.maximum, dx.maximum))
+_op("Min", "elementwise", "NaN propagates")(_variadic("Min", np.minimum, dx.minimum))
+_op("Sum", "elementwise", "")(_variadic("Sum", np.add, lambda a, b: a + b))
+_op("Mean", "elementwise", "")(_variadic("Mean", None, lambda a, b: a + b))
+
+
+@_op("Where", "elementwise", "")
+def _where(ctx, node, args, attrs):
+    cond, a, b = args
+    if _exact(cond, a, b):
+        return _c(np.where(cond.const, a.const, b.const))
+    return _t(dx.where(ctx.tensor(cond), ctx.tensor(a), ctx.tensor(b)))
+
+
+@_op("Cast", "elementwise", "to a supported type", attrs=("to", "saturate"))
+def _cast(ctx, node, args, attrs):
+    dtype = numpy_dtype(attrs["to"], ctx.where()).name
+    return _cast_to(ctx, args[0], dtype)
+
+
+@_op("CastLike", "elementwise", "to the second input's type", attrs=("saturate",))
+def _cast_like(ctx, node, args, attrs):
+    return _cast_to(ctx, args[0], args[1].dtype)
+
+
+def _cast_to(ctx, x: Value, dtype: str) -> list[Value]:
+    if _exact(x) and np.dtype(dtype).kind in "biu":
+        return _c(x.const.astype(dtype))
+    return _t(dx.cast(ctx.tensor(x), dtype))
+
+
+@_op("Clip", "elementwise", "bounds as inputs (opset 11+)")
+def _clip(ctx, node, args, attrs):
+    x = args[0]
+    lo = args[1] if len(args) > 1 else None
+    hi = args[2] if len(args) > 2 else None
+    if lo is None and hi is None:
+        return [x]
+    return _t(dx.clip(ctx.tensor(x), None if lo is None else ctx.tensor(lo),
+                      None if hi is None else ctx.tensor(hi)))
+
+
+@_op("LeakyRelu", "elementwise", "dx.nn.leaky_relu", attrs=("alpha",))
+def _leaky_relu(ctx, node, args, attrs):
+    return _t(dx.nn.leaky_relu(ctx.tensor(args[0]), float(attrs.get("alpha", 0.01))))
+
+
+@_op("Gelu", "elementwise", "exact (erf) or tanh approximation", attrs=("approximate",))
+def _gelu(ctx, node, args, attrs):
+    mode = attrs.get("approximate", "none")
+    if mode not in ("none", "tanh"):
+        raise ctx.error(f"approximate={mode!r} is not one of 'none', 'tanh'")
+    return _t(dx.nn.gelu(ctx.tensor(args[0]), approximate=mode == "tanh"))
+
+
+# -- matrix products -----------------------------------------------------------------------
+@_op("MatMul", "matmul", "NumPy's matmul, batched and broadcast")
+def _matmul(ctx, node, args, attrs):
+    return _t(dx.matmul(ctx.tensor(args[0]), ctx.tensor(args[1])))
+
+
+@_op("Gemm", "matmul", "alpha A' B' + beta C", attrs=("alpha", "beta", "transA", "transB"))
+def _gemm(ctx, node, args, attrs):
+    a, b = ctx.tensor(args[0]), ctx.tensor(args[1])
+    if attrs.get("transA", 0):
+        a = a.T
+    if attrs.get("transB", 0):
+        b = b.T
+    y = a @ b
+    alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
+    if alpha != 1.0:
+        y = y * alpha
+    if len(args) > 2 and args[2] is not None and beta != 0.0:
+        c = ctx.tensor(args[2])
+        y = y + (c * beta if beta != 1.0 else c)
+    return _t(y)
+
+
+@_op("Softmax", "softmax", "along one axis (opset 13)", attrs=("axis",))
+def _softmax(ctx, node, args, attrs):
+    return _t(dx.softmax(ctx.tensor(args[0]), int(attrs.get("axis", -1))))
+
+
+@_op("LogSoftmax", "softmax", "along one axis (opset 13)", attrs=("axis",))
+def _log_softmax(ctx, node, args, attrs):
+    return _t(dx.log_softmax(ctx.tensor(args[0]), int(attrs.get("axis", -1))))
+
+
+# -- layout --------------------------------------------------------------------------------
+def _reshaped(ctx, x: Value, shape: tuple) -> list[Value]:
+    if x.const is not None:
+        return _c(x.const.reshape(shape))
+    return _t(dx.reshape(ctx.tensor(x), shape))
+
+
+@_op("Reshape", "layout", "0 copies a dimension (unless allowzero), -1 is inferred",
+     attrs=("allowzero",))
+def _reshape(ctx, node, args, attrs):
+    x, spec = args[0], [int(s) for s in _const(ctx, args[1], "the shape")]
+    allowzero = bool(attrs.get("allowzero", 0))
+    shape = [x.shape[i] if s == 0 and not allowzero else s for i, s in enumerate(spec)]
+    if shape.count(-1) > 1:
+        raise ctx.error(f"shape {spec} has more than one -1")
+    if -1 in shape:
+        known = math.prod(s for s in shape if s != -1)
+        total = math.prod(x.shape)
+        if known == 0 or total % known:
+            raise ctx.error(f"cannot reshape {x.shape} to {spec}")
+        shape[shape.index(-1)] = total // known
+    if math.prod(shape) != math.prod(x.shape):
+        raise ctx.error(f"cannot reshape {x.shape} to {spec}")
+    return _reshaped(ctx, x, tuple(shape))
+
+
+@_op("Flatten", "layout", "to 2-D at an axis", attrs=("axis",))
+def _flatten(ctx, node, args, attrs):
+    x = args[0]
+    rank = len(x.shape)
+    axis = int(attrs.get("axis", 1))
+    if not -rank <= axis <= rank:
+        raise ctx.error(f"axis {axis} is out of range for rank {rank}")
+    if axis < 0:
+        axis += rank
+    return _reshaped(ctx, x, (math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))
+
+
+@_op("Squeeze", "layout", "drops axes of size 1", attrs=("axes",))
+def _squeeze(ctx, node, args, attrs):
+    x = args[0]
+    axes = _axes(ctx, node, args, attrs, 1)
+    rank = len(x.shape)
+    drop = {i for i, s in enumerate(x.shape) if s == 1} if axes is None else \
+        {_norm(ctx, a, rank) for a in axes}
+    if any(x.shape[a] != 1 for a in drop):
+        raise ctx.error(f"cannot squeeze axes {sorted(drop)} of shape {x.shape}")
+    return _reshaped(ctx, x, tuple(s for i, s in enumerate(x.shape) if i not in drop))
+
+
+@_op("Unsqueeze", "layout", "inserts axes of size 1", attrs=("axes",))
+def _unsqueeze(ctx, node, args, attrs):
+    x = args[0]
+    axes = _axes(ctx, node, args, attrs, 1)
+    if axes is None:
+        raise ctx.error("needs axes")
+    rank = len(x.shape) + len(axes)
+    new = sorted(_norm(ctx, a, rank) for a in axes)
+    if len(set(new)) != len(new):
+        raise ctx.error(f"axes {axes} repeat an axis")
+    dims = iter(x.shape)
+    return _reshaped(ctx, x, tuple(1 if i in new else next(dims) for i in range(rank)))
+
+
+@_op("Transpose", "layout", "", attrs=("perm",))
+def _transpose(ctx, node, args, attrs):
+    x = args[0]
+    perm = attrs.get("perm")
+    if x.const is not None:
+        return _c(np.transpose(x.const, perm))
+    return _t(dx.transpose(ctx.tensor(x), None if perm is None else tuple(perm)))
+
+
+@_op("Concat", "layout", "", attrs=("axis",))
+def _concat(ctx, node, args, attrs):
+    axis = int(attrs["axis"])
+    if all(v.const is not None for v in args):
+        return _c(np.concatenate([v.const for v in args], axis=axis))
+    return _t(dx.concat([ctx.tensor(v) for v in args], axis=axis))
+
+
+@_op("Expand", "layout", "broadcast to a shape (both ways, as NumPy)")
+def _expand(ctx, node, args, attrs):
+    x = args[0]
+    shape = tuple(int(s) for s in _const(ctx, args[1], "the shape"))
+    try:
+        out = np.broadcast_shapes(x.shape, shape)
+    except ValueError:
+        raise ctx.error(f"cannot broadcast {x.shape} to {shape}") from None
+    if x.const is not None:
+        return _c(np.broadcast_to(x.const, out).copy())
+    everywhere = dx.full(out, True, dtype="bool")
+    tensor = ctx.tensor(x)
+    return _t(dx.where(everywhere, tensor, tensor))  # the exact bits, not x + 0
+
+
+@_op("Gather", "gather", "np.take along an axis", attrs=("axis",))
+def _gather(ctx, node, args, attrs):
+    x, indices = args
+    axis = _norm(ctx, int(attrs.get("axis", 0)), len(x.shape))
+    if x.const is not None and indices.const is not None:
+        return _c(np.take(x.const, indices.const, axis=axis))
+    return _t(dx.take(ctx.tensor(x), ctx.tensor(indices), axis=axis))
+
+
+@_op("Slice", "layout", "positive steps")
+def _slice(ctx, node, args, attrs):
+    x = args[0]
+    starts = _const(ctx, args[1], "starts")
+    ends = _const(ctx, args[2], "ends")
+    rank = len(x.shape)
+    axes = _const(ctx, args[3], "axes") if len(args) > 3 and args[3] is not None else \
+        np.arange(len(starts))
+    steps = _const(ctx, args[4], "steps") if len(args) > 4 and args[4] is not None else \
+        np.ones(len(starts), np.int64)
+    index = [slice(None)] * rank
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        index[_norm(ctx, int(axis), rank)] = slice(int(start), int(end), int(step))
+    if x.const is not None:
+        return _c(x.const[tuple(index)])
+    return _t(ctx.tensor(x)[tuple(index)])
+
+
+# -- shapes and constants ------------------------------------------------------------------
+@_op("Shape", "constant", "folded: shapes are static", attrs=("start", "end"))
+def _shape(ctx, node, args, attrs):
+    shape = args[0].shape
+    start, end = attrs.get("start", 0), attrs.get("end", len(shape))
+    return _c(np.array(shape[start:end], dtype=np.int64))
+
+
+@_op("Size", "constant", "folded")
+def _size(ctx, node, args, attrs):
+    return _c(np.array(math.prod(args[0].shape), dtype=np.int64))
+
+
+@_op("Constant", "constant", "", attrs=("value", "value_float", "value_floats", "value_int",
+                                         "value_ints"))
+def _constant(ctx, node, args, attrs):
+    (name, value), = attrs.items()
+    if name == "value":
+        numpy_dtype_of(ctx, value)
+        return _c(value)
+    dtype = np.float32 if "float" in name else np.int64
+    return _c(np.array(value, dtype=dtype))
+
+
+def numpy_dtype_of(ctx, array: np.ndarray) -> None:
+    from deepx_flow.ir import dtypes
+    if array.dtype.name not in dtypes.DTYPES:
+        raise ctx.error(f"data type {array.dtype} is not supported")
+
+
+@_op("ConstantOfShape", "constant", "", attrs=("value",))
+def _constant_of_shape(ctx, node, args, attrs):
+    shape = tuple(int(s) for s in _const(ctx, args[0], "the shape"))
+    value = attrs.get("value", np.zeros(1, np.float32)).reshape(-1)
+    numpy_dtype_of(ctx, value)
+    if value.dtype.kind in "biu":
+        return _c(np.full(shape, value[0], dtype=value.dtype))
+    return _t(dx.full(shape, value[0].item(), dtype=value.dtype.name))
+
+
+@_op("Range", "constant", "")
+def _range(ctx, node, args, attrs):
+    start, limit, delta = (_const(ctx, v, name) for v, name in
+                           zip(args, ("start", "limit", "delta")))
+    if _exact(*args):
+        return _c(np.arange(start, limit, delta, dtype=start.dtype))
+    n = max(0, math.ceil((float(limit) - float(start)) / float(delta)))
+    index = dx.arange(n, dtype=start.dtype.name)
+    return _t(index * dx.full((), delta.item(), dtype=start.dtype.name) +
+              dx.full((), start.item(), dtype=start.dtype.name))
+
+
+# -- reductions ----------------------------------------------------------------------------
+def _reduce(kind: str):
+    def convert(ctx, node, args, attrs):
+        x = args[0]
+        axes = _axes(ctx, node, args, attrs, 1)
+        keep = bool(attrs.get("keepdims", 1))
+        rank = len(x.shape)
+        if not axes:
+            if attrs.get("noop_with_empty_axes", 0):
+                return [x]
+            axes = list(range(rank))
+        axes = tuple(sorted({_norm(ctx, a, rank) for a in axes}))
+        t = ctx.tensor(x)
+        if kind in ("sum", "mean", "max", "min"):
+            out = getattr(dx, kind)(t, axis=axes, keepdims=keep)
+        elif kind == "sum_square":
+            out = dx.sum(t * t, axis=axes, keepdims=keep)
+        elif kind == "l1":
+            out = dx.sum(dx.abs(t), axis=axes, keepdims=keep)
+        elif kind == "l2":
+            out = dx.sqrt(dx.sum(t * t, axis=axes, keepdims=keep))
+        elif kind == "log_sum":
+            out = dx.log(dx.sum(t, axis=axes, keepdims=keep))
+        else:  # log_sum_exp
+            out = dx.log(dx.sum(dx.exp(t), axis=axes, keepdims=keep))
+        return _t(out if out.dtype == x.dtype else dx.cast(out, x.dtype))
+    return convert
+
+
+for _name, _kind in {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max",
+                     "ReduceMin": "min", "ReduceSumSquare": "sum_square", "ReduceL1": "l1",
+                     "ReduceL2": "l2", "ReduceLogSum": "log_sum",
+                     "ReduceLogSumExp": "log_sum_exp"}.items():
+    _op(_name, "reduction", "over constant axes; keeps the input's type",
+        attrs=("axes", "keepdims", "noop_with_empty_axes"))(_reduce(_kind))
+
+
+def _arg(kind: str):
+    def convert(ctx, node, args, attrs):
+        x = ctx.tensor(args[0])
+        axis = _norm(ctx, int(attrs.get("axis", 0)), x.ndim)
+        keep = bool(attrs.get("keepdims", 1))
+        if not attrs.get("select_last_index", 0):
+            return _t(getattr(dx, kind)(x, axis=axis, keepdims=keep))
+        # the last index holding the extreme (the last NaN where there is one)
+        extreme = (dx.max if kind == "argmax" else dx.min)(x, axis=axis, keepdims=True)
+        n = x.shape[axis]
+        index = dx.reshape(dx.arange(n, dtype="int64"),
+                           tuple(n if a == axis else 1 for a in range(x.ndim)))
+        hit = x == extreme
+        if x.dtype[0] == "f":
+            hit = dx.where(x != x, True, hit)
+        return _t(dx.max(dx.where(hit, index, -1), axis=axis, keepdims=keep))
+    return convert
+
+
+_op("ArgMax", "reduction", "the first (or last) index of the largest value",
+    attrs=("axis", "keepdims", "select_last_index"))(_arg("argmax"))
+_op("ArgMin", "reduction", "the first (or last) index of the smallest value",
+    attrs=("axis", "keepdims", "select_last_index"))(_arg("argmin"))
