@@ -13,6 +13,7 @@
     deepx-flow materialize -m my_pipeline [SELECTION ...] [--only-stale]
     deepx-flow scheduler -m my_pipeline [--once]   # run its schedules: each tick once
     deepx-flow ui [--port 5006]          # the dashboard, on 127.0.0.1
+    deepx-flow onnx inspect|ops|run      # ONNX models: what they use, run them on stored data
 
 `--db URL` (or DEEPX_DB_URL) picks the metadata database; the default is `.deepx/deepx.db`.
 
@@ -50,7 +51,8 @@ def _pairs(values, what: str) -> dict[str, str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from deepx_flow.cli import assets_cmd, registry_cmd, runs_cmd, scheduler_cmd, ui_cmd
+    from deepx_flow.cli import (assets_cmd, onnx_cmd, registry_cmd, runs_cmd, scheduler_cmd,
+                                ui_cmd)
 
     parser = _Parser(prog="deepx-flow", description="Run tensor graphs on Dask clusters.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -86,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     assets_cmd.add_parsers(sub, [db])
     scheduler_cmd.add_parser(sub, [db])
     ui_cmd.add_parser(sub, [db])
+    onnx_cmd.add_parser(sub, [db])
     return parser
 
 
@@ -194,12 +197,14 @@ def _measured_speeds(url: str | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from deepx_flow.cli import assets_cmd, registry_cmd, runs_cmd, scheduler_cmd, ui_cmd
+    from deepx_flow.cli import (assets_cmd, onnx_cmd, registry_cmd, runs_cmd, scheduler_cmd,
+                                ui_cmd)
     command = {"run": _cmd_run, "explain": _cmd_explain, "ops": _cmd_ops,
                "runs": runs_cmd.cmd_runs, "placement": runs_cmd.cmd_placement,
                "registry": registry_cmd.run, "assets": assets_cmd.cmd_assets,
                "materialize": assets_cmd.cmd_materialize,
-               "scheduler": scheduler_cmd.run, "ui": ui_cmd.run}[args.command]
+               "scheduler": scheduler_cmd.run, "ui": ui_cmd.run,
+               "onnx": onnx_cmd.run}[args.command]
     try:
         return command(args)
     except DeepxError as err:

@@ -1,0 +1,149 @@
+"""`deepx-flow onnx`: inspect and run ONNX models from a shell.
+
+    deepx-flow onnx inspect model.onnx       # opset, inputs, outputs, each operator supported?
+    deepx-flow onnx ops                      # the ONNX operators deepx_flow converts
+    deepx-flow onnx run model.onnx --input input=images.zarr --output logits=out.zarr
+
+`run` reads each input from a Zarr array (chunk by chunk, on the workers) or a `.npy` file,
+and writes each output to a new Zarr array from the workers (without gathering it here) or to
+a `.npy` file (gathered). A model that cannot be converted, or an input that does not match
+it, is exit code 2 with one line naming the ONNX node or the input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections import Counter
+from pathlib import Path
+
+
+def add_parser(sub, parents) -> None:
+    onnx = sub.add_parser("onnx", help="inspect and run ONNX models")
+    verbs = onnx.add_subparsers(dest="onnx_command", required=True,
+                                parser_class=type(onnx))
+    inspect = verbs.add_parser("inspect", help="a model's opset, inputs, outputs and operators")
+    inspect.add_argument("model", help="an .onnx file")
+    verbs.add_parser("ops", help="the ONNX operators deepx_flow converts")
+    run = verbs.add_parser("run", help="run a model on stored inputs", parents=parents)
+    run.add_argument("model", help="an .onnx file")
+    run.add_argument("--input", "-i", action="append", metavar="NAME=PATH",
+                     help="a graph input from a Zarr array or a .npy file (repeatable)")
+    run.add_argument("--output", "-o", action="append", metavar="NAME=PATH",
+                     help="write an output to a new Zarr array (a path ending in .zarr, "
+                          "written by the workers) or a .npy file (repeatable)")
+    run.add_argument("--scheduler", metavar="ADDRESS",
+                     help="use a running Dask scheduler instead of an embedded cluster")
+    run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                     help="show a progress bar (default: on long runs in a terminal)")
+
+
+def run(args) -> int:
+    return {"inspect": _inspect, "ops": _ops, "run": _run}[args.onnx_command](args)
+
+
+def _ops(args) -> int:
+    from deepx_flow.onnx.ops import SUPPORTED
+    from deepx_flow.text_table import text_table
+    rows = [(name, op.family, ", ".join(op.attrs) or "-", op.doc or "-")
+            for name, op in sorted(SUPPORTED.items())]
+    print(text_table(("ONNX operator", "family", "attributes", "notes"), rows))
+    return 0
+
+
+def _inspect(args) -> int:
+    from deepx_flow.errors import InputError, SpecError
+    from deepx_flow.onnx.model import FIRST_OPSET, _onnx, _value_type
+    from deepx_flow.onnx.ops import SUPPORTED
+    from deepx_flow.text_table import text_table
+    onnx = _onnx()
+    path = args.model
+    if not Path(path).is_file():
+        raise InputError(f"ONNX model {path} does not exist")
+    try:
+        proto = onnx.load(path, load_external_data=False)
+    except Exception as err:
+        raise SpecError(f"{path}: not an ONNX model: {type(err).__name__}: {err}") from None
+    graph = proto.graph
+    opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in proto.opset_import)
+    print(f"{path}: graph {graph.name!r}, {len(graph.node)} nodes, opsets {opsets} "
+          f"(deepx_flow reads ai.onnx {FIRST_OPSET} to {onnx.defs.onnx_opset_version()})")
+    initialized = {t.name for t in graph.initializer}
+    rows = []
+    for kind, infos in (("input", [i for i in graph.input if i.name not in initialized]),
+                        ("output", graph.output)):
+        for info in infos:
+            try:
+                dims, dtype = _value_type(info, info.name)
+                shape = "(" + ", ".join("?" if d is None else str(d) for d in dims) + ")"
+            except SpecError as err:
+                dtype, shape = "unsupported", str(err).split(": ", 1)[-1]
+            rows.append((kind, info.name, dtype, shape))
+    print(text_table(("", "name", "dtype", "shape"), rows))
+    counts = Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
+                     for n in graph.node)
+    table = [(op, str(n), "yes" if op in SUPPORTED else "no") for op, n in sorted(counts.items())]
+    print(text_table(("operator", "nodes", "supported"), table))
+    missing = [op for op, _, ok in table if ok == "no"]
+    print(f"{len(initialized)} initializers; " + (
+        f"not supported: {', '.join(missing)}" if missing else "every operator is supported"))
+    return 0
+
+
+def _run(args) -> int:
+    import numpy as np
+
+    import deepx_flow as dx
+    from deepx_flow.cli.main import _pairs
+    from deepx_flow.errors import InputError
+    from deepx_flow.onnx.model import identifier
+
+    if args.db:
+        os.environ["DEEPX_DB_URL"] = args.db
+    model = dx.onnx.load(args.model)
+    inputs, outputs = _pairs(args.input, "input"), _pairs(args.output, "output")
+    unknown = sorted(set(outputs) - set(model.output_names))
+    if unknown:
+        raise InputError(f"--output names {', '.join(unknown)}, but the model's outputs are "
+                         f"{', '.join(model.output_names)}")
+    for name, path in outputs.items():
+        if Path(path).exists():
+            raise InputError(f"--output {name}: {path} exists already")
+        if not Path(path).absolute().parent.is_dir():
+            raise InputError(f"--output {name}: folder {Path(path).parent} does not exist")
+    given, feed = {}, {}
+    for name, path in inputs.items():
+        if path.rstrip("/").endswith(".zarr") or Path(path, "zarr.json").exists():
+            given[name] = dx.read_zarr(path)
+        else:
+            if not Path(path).is_file():
+                raise InputError(f"--input {name}: {path} does not exist")
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
+            key = identifier(name)
+            given[name] = dx.input(key, array.shape, array.dtype.name)
+            feed[key] = path
+    results = model(given)
+    wanted = [n for n in model.output_names if n in outputs] or model.output_names
+    tensors = [results[n] for n in wanted]
+    bound = {**model.inputs_for(tensors), **feed}
+    to_zarr = [n for n in wanted if outputs.get(n, "").rstrip("/").endswith(".zarr")]
+    if to_zarr:
+        from deepx_flow.storage.zarr_store import write_persisted
+        persisted = dx.persist([results[n] for n in to_zarr], inputs=bound,
+                               scheduler=args.scheduler)
+        for name, p in zip(to_zarr, persisted):
+            info = write_persisted(p, outputs[name])
+            print(f"{name}: shape {tuple(info['shape'])} {info['dtype']} -> {info['uri']}")
+    rest = [n for n in wanted if n not in to_zarr]
+    if rest:
+        values = dx.run([results[n] for n in rest], inputs=bound, scheduler=args.scheduler,
+                        progress=args.progress)
+        for name, value in zip(rest, values):
+            if name in outputs:
+                np.save(outputs[name], value)
+                where = f"-> {outputs[name]}"
+            else:
+                where = f"min {value.min() if value.size else '-'} max " \
+                        f"{value.max() if value.size else '-'}"
+            print(f"{name}: shape {value.shape} {value.dtype} {where}")
+    return 0

@@ -1,0 +1,222 @@
+"""`dx.onnx.load` and the `deepx-flow onnx` command: models built with `onnx.helper` give
+ONNX Runtime's outputs, an MLP on an input three times a worker's memory included; every
+model deepx_flow cannot take is one error naming the file or the ONNX node."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import deepx_flow as dx  # noqa: E402
+from deepx_flow.errors import InputError, SpecError  # noqa: E402
+
+
+def mlp_model(path, features=784, hidden=256, classes=10, opset=17, seed=0):
+    rng = np.random.default_rng(seed)
+    weights = {"W1": rng.uniform(-0.05, 0.05, (features, hidden)).astype(np.float32),
+               "b1": rng.uniform(-0.05, 0.05, hidden).astype(np.float32),
+               "W2": rng.uniform(-0.1, 0.1, (hidden, classes)).astype(np.float32),
+               "b2": rng.uniform(-0.1, 0.1, classes).astype(np.float32)}
+    nodes = [helper.make_node("Gemm", ["x", "W1", "b1"], ["h"], name="fc1"),
+             helper.make_node("Relu", ["h"], ["a"], name="act"),
+             helper.make_node("Gemm", ["a", "W2", "b2"], ["logits"], name="fc2"),
+             helper.make_node("Softmax", ["logits"], ["probs"], axis=1, name="softmax")]
+    graph = helper.make_graph(
+        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", features])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", classes]),
+         helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["N", classes])],
+        [numpy_helper.from_array(a, n) for n, a in weights.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]),
+              str(path))
+    return str(path)
+
+
+def runtime(path, feed):
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+
+
+def close(got, want):
+    """Within 1e-5 relative, and an absolute 1e-5 of the output's scale (float32 sums of
+    784 terms in another order)."""
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+def test_an_mlp_gives_onnx_runtimes_outputs(client, tmp_path):
+    path = mlp_model(tmp_path / "mlp.onnx")
+    model = dx.onnx.load(path)
+    assert model.input_names == ["x"] and model.output_names == ["logits", "probs"]
+    assert model.input_types["x"] == ((None, 784), "float32")
+    data = np.random.default_rng(1).standard_normal((3000, 784)).astype(np.float32)
+    outs = model(x=dx.input("x", data.shape, "float32"))
+    logits, probs = dx.run([outs["logits"], outs["probs"]],
+                           inputs={**model.inputs, "x": data}, client=client)
+    want = runtime(path, {"x": data})
+    close(logits, want["logits"])
+    close(probs, want["probs"])
+    # one output alone reads the weights it needs
+    only = model.inputs_for(outs["logits"])
+    assert set(only) == set(model.inputs)
+    np.testing.assert_array_equal(dx.run(outs["logits"], inputs={**only, "x": data},
+                                         client=client), logits)
+
+
+LIMIT = 160 * 2**20
+
+
+@pytest.mark.slow
+def test_an_mlp_on_an_input_three_times_a_workers_memory(tmp_path):
+    """Two workers of 160 MiB read 480 MiB of features from Zarr chunk by chunk; the
+    results equal ONNX Runtime's on the whole array, and no worker's memory passed its
+    limit."""
+    import zarr
+    from distributed import Client, LocalCluster
+    rows = 3 * LIMIT // (784 * 4)
+    store = zarr.create_array(str(tmp_path / "x.zarr"), shape=(rows, 784), chunks=(8192, 784),
+                              dtype="float32")
+    rng = np.random.default_rng(2)
+    for start in range(0, rows, 32768):
+        stop = min(rows, start + 32768)
+        store[start:stop] = rng.standard_normal((stop - start, 784), dtype=np.float32)
+    path = mlp_model(tmp_path / "mlp.onnx")
+    model = dx.onnx.load(path)
+    peak = {"rss": 0}
+    with LocalCluster(n_workers=2, threads_per_worker=1, memory_limit=LIMIT, processes=True,
+                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
+            Client(cluster) as cl:
+        done = threading.Event()
+
+        def sample():
+            while not done.is_set():
+                try:
+                    rss = cl.run(lambda: psutil.Process().memory_info().rss)
+                    peak["rss"] = max(peak["rss"], *rss.values())
+                except Exception:
+                    pass
+                time.sleep(0.05)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            probs = model(x=dx.read_zarr(str(tmp_path / "x.zarr")))["probs"]
+            got = dx.run(probs, inputs=model.inputs, client=cl)
+        finally:
+            done.set()
+            sampler.join()
+    want = runtime(path, {"x": store[:]})["probs"]
+    close(got, want)
+    assert 0 < peak["rss"] < LIMIT, f"a worker's memory reached {peak['rss'] / 2**20:.0f} MiB"
+
+
+def test_graph_inputs_are_checked_against_the_model(tmp_path):
+    model = dx.onnx.load(mlp_model(tmp_path / "mlp.onnx"))
+    with pytest.raises(InputError, match="input 'x' is float32\\(\\?, 784\\) in the model, "
+                                         "got float64"):
+        model(x=dx.input("x", (5, 784), "float64"))
+    with pytest.raises(InputError, match="got float32\\(5, 783\\)"):
+        model(x=dx.input("x", (5, 783), "float32"))
+    with pytest.raises(InputError, match="unknown input\\(s\\) 'y'; missing input\\(s\\) 'x'"):
+        model(y=dx.input("y", (5, 784), "float32"))
+    with pytest.raises(InputError, match="must be a deepx_flow tensor"):
+        model(x=[[1.0]])
+
+
+def _one_node_model(path, node, inputs, outputs, opset=17, initializers=()):
+    graph = helper.make_graph([node], "g", inputs, outputs, list(initializers))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]),
+              str(path))
+    return str(path)
+
+
+def _vi(name, shape, elem=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def test_what_cannot_be_converted_is_one_error_naming_the_node(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        dx.onnx.load(tmp_path / "missing.onnx")
+    (tmp_path / "junk.onnx").write_bytes(b"\x00not a protobuf at all\xff" * 10)
+    with pytest.raises(SpecError, match="junk.onnx"):
+        dx.onnx.load(tmp_path / "junk.onnx")
+    unsupported = _one_node_model(
+        tmp_path / "det.onnx", helper.make_node("Det", ["x"], ["y"], name="the_det"),
+        [_vi("x", [3, 3])], [_vi("y", [])])
+    with pytest.raises(SpecError, match="ONNX node 'the_det' \\(Det\\): operator Det is not "
+                                        "supported"):
+        dx.onnx.load(unsupported)
+    old = _one_node_model(tmp_path / "old.onnx", helper.make_node("Relu", ["x"], ["y"]),
+                          [_vi("x", [3])], [_vi("y", [3])], opset=11)
+    with pytest.raises(SpecError, match="opset 11 is not supported"):
+        dx.onnx.load(old)
+    bf16 = _one_node_model(tmp_path / "bf16.onnx", helper.make_node("Relu", ["x"], ["y"]),
+                           [_vi("x", [3], TensorProto.BFLOAT16)],
+                           [_vi("y", [3], TensorProto.BFLOAT16)])
+    with pytest.raises(SpecError, match="data type BFLOAT16 is not supported"):
+        dx.onnx.load(bf16)
+    backwards = _one_node_model(
+        tmp_path / "slice.onnx",
+        helper.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"], name="rev"),
+        [_vi("x", [4])], [_vi("y", [4])],
+        initializers=[numpy_helper.from_array(np.array([v], np.int64), n)
+                      for n, v in (("s", -1), ("e", -5), ("a", 0), ("st", -1))])
+    model = dx.onnx.load(backwards)
+    with pytest.raises(SpecError, match="ONNX node 'rev' \\(Slice\\): .*negative or zero "
+                                        "slice steps"):
+        model(x=dx.input("x", (4,), "float32"))
+
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "deepx_flow.cli.main", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_onnx_command_inspects_and_runs_a_model(tmp_path):
+    import zarr
+    path = mlp_model(tmp_path / "mlp.onnx", features=20, hidden=16, classes=3)
+    data = np.random.default_rng(3).standard_normal((1000, 20)).astype(np.float32)
+    np.save(tmp_path / "x.npy", data)
+    z = zarr.create_array(str(tmp_path / "x.zarr"), shape=data.shape, chunks=(256, 20),
+                          dtype="float32")
+    z[:] = data
+    env_db = f"sqlite:///{tmp_path / 'deepx.db'}"
+    res = _cli("onnx", "inspect", "mlp.onnx", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "every operator is supported" in res.stdout and "(?, 20)" in res.stdout
+    res = _cli("onnx", "run", "mlp.onnx", "--input", "x=x.zarr", "--output", "probs=p.zarr",
+               "--output", "logits=l.npy", "--db", env_db, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    want = runtime(path, {"x": data})
+    close(zarr.open_array(str(tmp_path / "p.zarr"), mode="r")[:], want["probs"])
+    close(np.load(tmp_path / "l.npy"), want["logits"])
+    res = _cli("onnx", "run", "mlp.onnx", "--input", "x=x.npy", "--db", env_db, cwd=tmp_path)
+    assert res.returncode == 0 and "probs: shape (1000, 3) float32" in res.stdout, res.stderr
+
+
+def test_the_onnx_command_refuses_in_one_line_with_exit_2(tmp_path):
+    mlp_model(tmp_path / "mlp.onnx", features=20, hidden=16, classes=3)
+    _one_node_model(tmp_path / "det.onnx", helper.make_node("Det", ["x"], ["y"], name="d"),
+                    [_vi("x", [3, 3])], [_vi("y", [])])
+    np.save(tmp_path / "x.npy", np.zeros((4, 21), np.float32))
+    cases = [(("onnx", "run", "det.onnx"), "operator Det is not supported"),
+             (("onnx", "run", "mlp.onnx", "--input", "x=x.npy"), "input 'x' is float32(?, 20)"),
+             (("onnx", "run", "mlp.onnx", "--input", "x=none.npy"), "none.npy does not exist"),
+             (("onnx", "run", "mlp.onnx", "--output", "nope=o.npy"), "--output names nope"),
+             (("onnx", "inspect", "absent.onnx"), "absent.onnx does not exist")]
+    for args, message in cases:
+        res = _cli(*args, cwd=tmp_path)
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+        assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    res = _cli("onnx", "inspect", "det.onnx", cwd=tmp_path)
+    assert res.returncode == 0 and "not supported: Det" in res.stdout
