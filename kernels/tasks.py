@@ -108,6 +108,16 @@ def take_chunk(axis, layouts, *pieces):
     return xp.take(x, indices, axis=axis)
 
 
+# -- sliding windows ----------------------------------------------------------------------
+def window_chunk(op, attrs, layouts, *pieces):
+    """A block of images through `conv` (with its weights) or a pooling (`kernels/window`)."""
+    from deepx_flow.kernels import window
+    arrays, _ = _operands(layouts, pieces)
+    if op == "conv":
+        return window.conv(arrays[0], arrays[1], attrs)
+    return window.pool(op, arrays[0], attrs)
+
+
 # -- elementwise --------------------------------------------------------------------------
 def fused_chunk(program, out_shape, layouts, *pieces):
     arrays, _ = _operands(layouts, pieces)

@@ -17,6 +17,7 @@ from typing import Callable
 from deepx_flow.ir import Node, dtypes
 from deepx_flow.ir.program import whole_axes
 from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, GATHER, LAYOUT, MATMUL, REDUCE, SOURCE,
+                            WINDOW,
                             get_op)
 
 ChunkOf = Callable[[str], tuple[int, ...]]
@@ -55,6 +56,38 @@ def whole_axis_scratch(program, chunk) -> int:
         return 0
     block = math.prod(chunk[axes[0]:])
     return 8 * block * (len(program) + 3) if block > BLOCK_ELEMENTS else 0
+
+
+def window_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, out_chunk, out_bytes
+                ) -> TaskCost:
+    """A block of images with the channel and spatial axes whole (and its pieces, when the
+    input is split along them), the whole weights, the padded copy of the block, the
+    im2col matrix of one group (a conv's) or one window view's reduction temporaries (a
+    pool's), and the result."""
+    x = inputs[0]
+    n = out_chunk[0]
+    item = dtypes.itemsize(x.dtype)
+    block = n * math.prod(x.shape[1:]) * item
+    pieces = block if tuple(chunk_of(x.id)[1:]) != tuple(x.shape[1:]) else 0
+    spatial = x.ndim - 2
+    pads = node.attr("pads") or (0,) * (2 * spatial)
+    padded = n * x.shape[1] * math.prod(s + pads[a] + pads[spatial + a]
+                                        for a, s in enumerate(x.shape[2:])) * item
+    out_positions = n * math.prod(out_chunk[2:])
+    if node.op == "conv":
+        w = inputs[1]
+        groups = node.attr("groups", 1)
+        window = math.prod(w.shape[1:])  # C / groups x the kernel
+        weights = math.prod(w.shape) * item
+        columns = out_positions * window * item  # one group's im2col matrix
+        product = out_positions * (w.shape[0] // groups) * item
+        flops = 2.0 * out_positions * w.shape[0] * window
+        return TaskCost(block + pieces + padded + weights + columns + product + out_bytes,
+                        flops, block + weights, out_bytes)
+    window = math.prod(node.attr("kernel"))
+    temps = 2 * out_bytes  # the running max or sum, and a count or mask
+    return TaskCost(block + pieces + padded + temps + out_bytes,
+                    float(math.prod(out_chunk) * window), block, out_bytes)
 
 
 def reduce_space(inputs: list[Node]) -> tuple[int, ...]:
@@ -125,6 +158,8 @@ def main_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, space_chunk=Non
         pieces = block if x_chunk[axis] < x.shape[axis] else 0
         idx = _nbytes(chunk_of(indices.id), indices.dtype)
         return TaskCost(block + pieces + idx + out_bytes, n_out, block + idx, out_bytes)
+    if spec.kind == WINDOW:
+        return window_cost(node, inputs, chunk_of, out_chunk, out_bytes)
     if spec.kind == LAYOUT:
         if node.op == "slice":
             steps = node.attr("steps")

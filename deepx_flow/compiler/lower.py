@@ -40,7 +40,8 @@ from deepx_flow.compiler.partition import Partition
 from deepx_flow.compiler.taskspec import ref, task
 from deepx_flow.ir import Node, dtypes
 from deepx_flow.kernels import tasks as K
-from deepx_flow.ops import AXIS_WHOLE, ELEMENTWISE, GATHER, MATMUL, REDUCE, SOURCE, get_op
+from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, GATHER, MATMUL, REDUCE, SOURCE, WINDOW,
+                            get_op)
 
 Region = tuple[tuple[int, int], ...]
 
@@ -200,6 +201,15 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
                 layouts, refs = operands(node.inputs,
                                          [x_region, region[axis:axis + indices.ndim]])
                 dsk[key] = task(key, K.take_chunk, axis, layouts, *refs)
+        elif kind == WINDOW:
+            attrs = dict(node.attrs)
+            for idx in chunk_indices(grid.chunks):
+                key = (name, *idx)
+                batch = grid.region(idx)[0]
+                regions = [(batch,) + tuple((0, s) for s in ins[0].shape[1:])] + \
+                    [tuple((0, s) for s in t.shape) for t in ins[1:]]
+                layouts, refs = operands(node.inputs, regions)
+                dsk[key] = task(key, K.window_chunk, node.op, attrs, layouts, *refs)
         elif kind == AXIS_WHOLE:
             for idx in chunk_indices(grid.chunks):
                 key = (name, *idx)

@@ -53,7 +53,7 @@ from deepx_flow.errors import PlanError
 from deepx_flow.ir import Graph, Node, dtypes
 from deepx_flow.ir.program import speed_label, whole_axes
 from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, GATHER, LAYOUT, MATMUL, REDUCE, SOURCE,
-                            get_op)
+                            WINDOW, get_op)
 from deepx_flow.registry.cluster import ClusterSpec, format_bytes
 
 Chunks = tuple[tuple[int, ...], ...]
@@ -264,6 +264,12 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
                 classes.union((indices.id, j), (node.id, axis + j))
             for a in range(axis + 1, x.ndim):
                 classes.union((x.id, a), (node.id, a - 1 + indices.ndim))
+        elif kind == WINDOW:
+            # Chunked by batch only: a task reads its images with channels and spatial axes
+            # whole (assembled if the input is split along them) and the whole weights.
+            classes.union((ins[0].id, 0), (node.id, 0))
+            for axis in range(1, node.ndim):
+                classes.keep_whole((node.id, axis), f"'{node.id}' ({node.op})")
         elif node.op == "transpose":
             (t,) = ins
             for i, j in enumerate(node.attr("axes")):

@@ -4,10 +4,13 @@ Activations are the graph's own operators (`dx.nn.relu` is `dx.relu`), so a mode
 ordinary graph that the compiler fuses, chunks and differentiates.
 """
 
+from deepx_flow.nn.convolution import (avg_pool, conv, global_avg_pool, global_max_pool,
+                                       max_pool)
 from deepx_flow.nn.functional import cross_entropy, dropout, gelu, leaky_relu, mse, one_hot
 from deepx_flow.nn.layers import Embedding, Linear, Sequential
 from deepx_flow.sdk.functions import erf, log_softmax, relu, sigmoid, softmax, softplus, tanh
 
-__all__ = ["Embedding", "Linear", "Sequential", "cross_entropy", "dropout", "erf", "gelu",
+__all__ = ["Embedding", "Linear", "Sequential", "avg_pool", "conv", "cross_entropy", "dropout",
+           "erf", "gelu", "global_avg_pool", "global_max_pool", "max_pool",
            "leaky_relu", "log_softmax", "mse", "one_hot", "relu", "sigmoid", "softmax",
            "softplus", "tanh"]

@@ -520,3 +520,101 @@ _op("ArgMax", "reduction", "the first (or last) index of the largest value",
     attrs=("axis", "keepdims", "select_last_index"))(_arg("argmax"))
 _op("ArgMin", "reduction", "the first (or last) index of the smallest value",
     attrs=("axis", "keepdims", "select_last_index"))(_arg("argmin"))
+
+
+# -- convolution and pooling ---------------------------------------------------------------
+def _window_pads(ctx, attrs, x_shape, kernel, strides, dilations) -> tuple[int, ...]:
+    """Explicit pads from `pads` or `auto_pad` (SAME_UPPER / SAME_LOWER: the output is
+    ceil(size / stride) long, the odd pad at the end / the beginning)."""
+    n = len(kernel)
+    mode = attrs.get("auto_pad", "NOTSET")
+    if mode in ("NOTSET", ""):
+        return tuple(attrs.get("pads", (0,) * (2 * n)))
+    if mode == "VALID":
+        return (0,) * (2 * n)
+    if mode not in ("SAME_UPPER", "SAME_LOWER"):
+        raise ctx.error(f"auto_pad {mode!r} is not one of NOTSET, VALID, SAME_UPPER, "
+                        "SAME_LOWER")
+    begins, ends = [], []
+    for a in range(n):
+        size = x_shape[2 + a]
+        out = -(-size // strides[a])
+        total = max(0, (out - 1) * strides[a] + dilations[a] * (kernel[a] - 1) + 1 - size)
+        small, large = total // 2, total - total // 2
+        begins.append(small if mode == "SAME_UPPER" else large)
+        ends.append(large if mode == "SAME_UPPER" else small)
+    return tuple(begins + ends)
+
+
+def _ceil_pads(x_shape, kernel, strides, pads, dilations) -> tuple[int, ...]:
+    """`pads` with the end pads grown so that floor division gives ceil mode's output size
+    (the last window starting inside the input or its begin padding, as ONNX's reference)."""
+    n = len(kernel)
+    ends = list(pads[n:])
+    for a in range(n):
+        span = x_shape[2 + a] + pads[a] + pads[n + a] - dilations[a] * (kernel[a] - 1) - 1
+        out = -(-span // strides[a]) + 1
+        if (out - 1) * strides[a] >= x_shape[2 + a] + pads[a]:
+            out -= 1
+        ends[a] += max(0, (out - 1) * strides[a] - span)
+    return tuple(pads[:n]) + tuple(ends)
+
+
+def _window_settings(ctx, attrs, x_shape, kernel):
+    n = len(kernel)
+    strides = tuple(attrs.get("strides", (1,) * n))
+    dilations = tuple(attrs.get("dilations", (1,) * n))
+    pads = _window_pads(ctx, attrs, x_shape, kernel, strides, dilations)
+    return strides, pads, dilations
+
+
+@_op("Conv", "convolution", "1-D to 3-D, NC...; bias, groups, dilations, auto_pad",
+     attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
+def _conv(ctx, node, args, attrs):
+    x, w = ctx.tensor(args[0]), ctx.tensor(args[1])
+    kernel = tuple(w.shape[2:])
+    if "kernel_shape" in attrs and tuple(attrs["kernel_shape"]) != kernel:
+        raise ctx.error(f"kernel_shape {attrs['kernel_shape']} differs from the weights' "
+                        f"{kernel}")
+    strides, pads, dilations = _window_settings(ctx, attrs, x.shape, kernel)
+    b = ctx.tensor(args[2]) if len(args) > 2 and args[2] is not None else None
+    return _t(dx.nn.conv(x, w, b, stride=strides, padding=pads, dilation=dilations,
+                         groups=int(attrs.get("group", 1))))
+
+
+def _pool_convert(op: str):
+    def convert(ctx, node, args, attrs):
+        if len(node.output) > 1 and node.output[1]:
+            raise ctx.error("the Indices output is not supported")
+        x = ctx.tensor(args[0])
+        kernel = tuple(attrs["kernel_shape"])
+        strides, pads, dilations = _window_settings(ctx, attrs, x.shape, kernel)
+        include = bool(attrs.get("count_include_pad", 0))
+        if attrs.get("ceil_mode", 0):
+            if include:
+                raise ctx.error("ceil_mode with count_include_pad is not supported")
+            pads = _ceil_pads(x.shape, kernel, strides, pads, dilations)
+        if op == "max_pool":
+            return _t(dx.nn.max_pool(x, kernel, strides, pads, dilations))
+        if any(d != 1 for d in dilations):
+            raise ctx.error("dilated average pooling is not supported")
+        return _t(dx.nn.avg_pool(x, kernel, strides, pads, count_include_pad=include))
+    return convert
+
+
+_op("MaxPool", "pooling", "NaN propagates; padding never wins; ceil_mode",
+    attrs=("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order",
+           "strides"))(_pool_convert("max_pool"))
+_op("AveragePool", "pooling", "padding counted only with count_include_pad; ceil_mode",
+    attrs=("auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads",
+           "strides"))(_pool_convert("avg_pool"))
+
+
+@_op("GlobalAveragePool", "pooling", "the mean over the spatial axes")
+def _global_avg(ctx, node, args, attrs):
+    return _t(dx.nn.global_avg_pool(ctx.tensor(args[0])))
+
+
+@_op("GlobalMaxPool", "pooling", "the largest value over the spatial axes")
+def _global_max(ctx, node, args, attrs):
+    return _t(dx.nn.global_max_pool(ctx.tensor(args[0])))

@@ -23,6 +23,7 @@ REDUCE = "reduce"            # sum/mean/max/min over axes, as tree reductions
 AXIS_WHOLE = "axis_whole"    # needs one whole axis in each chunk (softmax, log_softmax)
 LAYOUT = "layout"            # moves elements: transpose, reshape, concat, slice
 GATHER = "gather"            # elements at indices along an axis read whole: take
+WINDOW = "window"            # sliding windows over spatial axes, chunked by batch: conv, pools
 
 InferFn = Callable[[Node, list[Node]], tuple[tuple[int, ...], str]]
 # vjp(emit, node, inputs, g) -> one entry per input: a node holding the input's share of
