@@ -27,7 +27,7 @@ from deepx_flow.sdk.functions import (abs, add, arange, argmax, argmin, cast, ce
                                       concat, concatenate, cos, div, equal, erf, exp, floor,
                                       full, gelu, greater, greater_equal, input, less,
                                       less_equal, log, log_softmax, matmul, max, maximum, mean,
-                                      min, minimum, mul, neg, not_equal, ones, pow, read_zarr,
+                                      min, minimum, mul, neg, not_equal, ones, pad, pow, read_zarr,
                                       reciprocal, relu, reshape, round, sigmoid, sign, sin,
                                       softmax, softplus, sqrt, sub, sum, take, tan, tanh,
                                       transpose, where, zeros)
@@ -90,7 +90,7 @@ __all__ = [
     "abs", "add", "arange", "argmax", "argmin", "cast", "ceil", "clip", "concat",
     "concatenate", "cos", "div", "equal", "erf", "exp", "floor", "full", "gelu", "greater",
     "greater_equal", "input", "less", "less_equal", "log", "log_softmax", "matmul", "max",
-    "maximum", "mean", "min", "minimum", "mul", "neg", "not_equal", "ones", "pow",
+    "maximum", "mean", "min", "minimum", "mul", "neg", "not_equal", "ones", "pad", "pow",
     "read_zarr", "reciprocal", "relu", "reshape", "round", "sigmoid", "sign", "sin",
     "softmax", "softplus", "sqrt", "sub", "sum", "take", "tan", "tanh", "transpose", "where",
     "zeros",

@@ -69,22 +69,25 @@ def read_case(case: Path):
 
 
 def shape_like(array: np.ndarray) -> bool:
-    """An input that holds shapes, axes, bounds or indices (ONNX's tests pass them as graph
-    inputs): a small integer vector or scalar."""
-    return array.dtype.kind in "iu" and array.ndim <= 1 and array.size <= 16
+    """An input that holds shapes, axes, bounds, indices or a pad value (ONNX's tests pass
+    them as graph inputs): a scalar, or a small integer vector."""
+    return array.ndim == 0 or (array.dtype.kind in "iu" and array.ndim == 1
+                               and array.size <= 16)
 
 
 def build(case: Path):
     """The model of `case` on its test inputs: (model, outputs by name, data to bind,
-    expected outputs). Inputs are tensors; if a converter needs one as a constant (a static
-    graph needs shapes and axes while it is built), the shape-like ones are given as
-    arrays. Raises SpecError where deepx_flow refuses the model."""
+    expected outputs). Inputs are tensors; where that is refused (a static graph needs shapes
+    and axes while it is built), the shape-like ones are given as arrays, constants. Raises
+    the first SpecError where deepx_flow refuses the model both ways."""
     try:
         return _build(case, constants=False)
     except SpecError as err:
-        if "must be a constant" not in str(err):
-            raise
-    return _build(case, constants=True)
+        first = err
+    try:
+        return _build(case, constants=True)
+    except SpecError:
+        raise first from None
 
 
 def _build(case: Path, constants: bool):

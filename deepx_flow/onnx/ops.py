@@ -618,3 +618,88 @@ def _global_avg(ctx, node, args, attrs):
 @_op("GlobalMaxPool", "pooling", "the largest value over the spatial axes")
 def _global_max(ctx, node, args, attrs):
     return _t(dx.nn.global_max_pool(ctx.tensor(args[0])))
+
+
+# -- normalization -------------------------------------------------------------------------
+@_op("BatchNormalization", "normalization", "inference, or training_mode's batch statistics",
+     attrs=("epsilon", "momentum", "training_mode"))
+def _batch_norm(ctx, node, args, attrs):
+    x, scale, bias, mean, var = (ctx.tensor(v) for v in args[:5])
+    eps = float(attrs.get("epsilon", 1e-5))
+    if not attrs.get("training_mode", 0):
+        if len(node.output) > 1 and any(node.output[1:]):
+            raise ctx.error("the running statistics are outputs only with training_mode=1")
+        return _t(dx.nn.batch_norm(x, scale, bias, mean, var, eps))
+    momentum = float(attrs.get("momentum", 0.9))
+    batch_mean, batch_var = dx.nn.batch_norm_stats(x)
+    y = dx.nn.batch_norm(x, scale, bias, batch_mean, batch_var, eps)
+    running_mean = mean * momentum + batch_mean * (1 - momentum)
+    running_var = var * momentum + batch_var * (1 - momentum)
+    return [Value(tensor=y), Value(tensor=running_mean), Value(tensor=running_var)]
+
+
+@_op("LayerNormalization", "normalization", "over the axes from axis on; Mean and "
+     "InvStdDev outputs", attrs=("axis", "epsilon", "stash_type"))
+def _layer_norm(ctx, node, args, attrs):
+    x = ctx.tensor(args[0])
+    axis = _norm(ctx, int(attrs.get("axis", -1)), x.ndim)
+    eps = float(attrs.get("epsilon", 1e-5))
+    scale = ctx.tensor(args[1])
+    bias = ctx.tensor(args[2]) if len(args) > 2 and args[2] is not None else None
+    axes = tuple(range(axis, x.ndim))
+    mean = dx.mean(x, axis=axes, keepdims=True)
+    centered = x - mean
+    inv_std = 1.0 / dx.sqrt(dx.mean(centered * centered, axis=axes, keepdims=True) + eps)
+    y = centered * inv_std * scale
+    if bias is not None:
+        y = y + bias
+    return [Value(tensor=y), Value(tensor=mean), Value(tensor=inv_std)]
+
+
+@_op("InstanceNormalization", "normalization", "per image and channel", attrs=("epsilon",))
+def _instance_norm(ctx, node, args, attrs):
+    x, scale, bias = (ctx.tensor(v) for v in args)
+    return _t(dx.nn.instance_norm(x, scale, bias, float(attrs.get("epsilon", 1e-5))))
+
+
+@_op("GroupNormalization", "normalization", "scale and bias per channel (opset 21)",
+     attrs=("epsilon", "num_groups", "stash_type"))
+def _group_norm(ctx, node, args, attrs):
+    x, scale, bias = (ctx.tensor(v) for v in args)
+    if scale.shape != (x.shape[1],):
+        raise ctx.error(f"scale of shape {scale.shape} is per group (opset 18); opset 21's "
+                        "is per channel")
+    return _t(dx.nn.group_norm(x, int(attrs["num_groups"]), scale, bias,
+                               float(attrs.get("epsilon", 1e-5))))
+
+
+# -- padding -------------------------------------------------------------------------------
+@_op("Pad", "layout", "constant, edge, reflect, wrap; negative pads crop", attrs=("mode",))
+def _pad(ctx, node, args, attrs):
+    x = args[0]
+    rank = len(x.shape)
+    pads = [int(p) for p in _const(ctx, args[1], "pads")]
+    value = 0
+    if len(args) > 2 and args[2] is not None:
+        value = _const(ctx, args[2], "the constant value").reshape(-1)
+        value = value[0].item() if value.size else 0
+    axes = [_norm(ctx, int(a), rank) for a in _const(ctx, args[3], "axes")] \
+        if len(args) > 3 and args[3] is not None else list(range(rank))
+    if len(pads) != 2 * len(axes):
+        raise ctx.error(f"pads has {len(pads)} values for {len(axes)} axes")
+    mode = attrs.get("mode", "constant")
+    widths = [[0, 0] for _ in range(rank)]
+    crop = [slice(None)] * rank
+    for i, axis in enumerate(axes):
+        begin, end = pads[i], pads[len(axes) + i]
+        widths[axis] = [max(begin, 0), max(end, 0)]
+        crop[axis] = slice(max(-begin, 0), x.shape[axis] - max(-end, 0))
+    t = ctx.tensor(x)
+    if any(s != slice(None) for s in crop):
+        t = t[tuple(crop)]
+    if mode == "constant" and t.dtype[0] in "iub":
+        value = int(value) if t.dtype != "bool" else bool(value)
+    try:
+        return _t(dx.pad(t, [tuple(w) for w in widths], mode=mode, value=value))
+    except dx.GraphError as err:
+        raise ctx.error(str(err)) from None

@@ -256,6 +256,59 @@ def reshape(x, shape) -> Tensor:
     return apply("reshape", [x], shape=_shape(shape))
 
 
+PAD_MODES = ("constant", "edge", "reflect", "wrap")
+
+
+def pad(x, widths, mode: str = "constant", value=0) -> Tensor:
+    """`x` padded as `np.pad`: `widths` is one (before, after) per axis (or one pair for
+    every axis); mode "constant" (with `value`), "edge", "reflect" (mirrored without
+    repeating the edge) or "wrap". Built from `concat` (constant) and `take` with the index
+    pattern NumPy's own pad gives (the others), so it chunks like them."""
+    x = as_tensor(x)
+    if mode not in PAD_MODES:
+        raise GraphError(f"pad: mode {shown(mode)} is not one of {', '.join(PAD_MODES)}")
+    pairs = np.broadcast_to(np.asarray(widths, dtype=object), (x.ndim, 2)) \
+        if np.ndim(widths) <= 1 else np.asarray(widths, dtype=object)
+    if pairs.shape != (x.ndim, 2) or not all(is_integer(w) and w >= 0 for w in pairs.flat):
+        raise GraphError(f"pad: widths must be (before, after) non-negative integers for each "
+                         f"of the {x.ndim} axes, got {shown(widths)}")
+    for axis, (before, after) in enumerate(pairs.tolist()):
+        if not before and not after:
+            continue
+        n = x.shape[axis]
+        if mode == "constant":
+            parts = []
+            for width in (before, after):
+                shape = x.shape[:axis] + (width,) + x.shape[axis + 1:]
+                parts.append(full(shape, value, dtype=x.dtype) if width else None)
+            x = concat([p for p in (parts[0], x, parts[1]) if p is not None], axis=axis)
+            continue
+        if n == 0 or (mode == "reflect" and n == 1 and (before or after)):
+            raise GraphError(f"pad: mode {mode} needs {'2' if mode == 'reflect' else '1'} or "
+                             f"more elements along axis {axis}, which has {n}")
+        index = np.pad(np.arange(n, dtype=np.int64), (before, after), mode=mode)
+        x = take(x, _index_input(index), axis=axis)
+    return x
+
+
+def _index_input(index: np.ndarray) -> Tensor:
+    """A constant integer vector as a graph tensor with no input to bind: the concat of its
+    runs of repeated, rising or falling consecutive values, each an arange or a full."""
+    parts, i, n = [], 0, len(index)
+    while i < n:
+        j, step = i + 1, 1
+        if j < n and builtins.abs(int(index[j]) - int(index[i])) <= 1:
+            step = int(index[j]) - int(index[i])
+            while j + 1 < n and int(index[j + 1]) - int(index[j]) == step:
+                j += 1
+            j += 1
+        first, length = int(index[i]), j - i
+        parts.append(full((length,), first, dtype="int64") if step == 0 else
+                     arange(first, first + step * length, step, dtype="int64"))
+        i = j
+    return parts[0] if len(parts) == 1 else concat(parts)
+
+
 def concat(tensors, axis=0) -> Tensor:
     if not isinstance(tensors, (list, tuple)):
         raise GraphError(f"concat takes a list of tensors, got {shown(tensors)}")
