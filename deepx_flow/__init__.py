@@ -24,7 +24,7 @@ from deepx_flow.sdk import random
 from deepx_flow.sdk.build import build_graph
 from deepx_flow.sdk.grad import grad
 from deepx_flow.sdk.functions import (abs, add, arange, argmax, argmin, cast, ceil, clip,
-                                      concat, concatenate, cos, div, equal, erf, exp, floor,
+                                      concat, concatenate, cos, cumsum, div, equal, erf, exp, floor,
                                       full, gelu, greater, greater_equal, input, less,
                                       less_equal, log, log_softmax, matmul, max, maximum, mean,
                                       min, minimum, mul, neg, not_equal, ones, pad, pow, read_zarr,
@@ -88,7 +88,7 @@ __all__ = [
     "placement", "run", "shutdown", "from_yaml", "to_yaml", "Recovery", "Fit", "train",
     "schedule",
     "abs", "add", "arange", "argmax", "argmin", "cast", "ceil", "clip", "concat",
-    "concatenate", "cos", "div", "equal", "erf", "exp", "floor", "full", "gelu", "greater",
+    "concatenate", "cos", "cumsum", "div", "equal", "erf", "exp", "floor", "full", "gelu", "greater",
     "greater_equal", "input", "less", "less_equal", "log", "log_softmax", "matmul", "max",
     "maximum", "mean", "min", "minimum", "mul", "neg", "not_equal", "ones", "pad", "pow",
     "read_zarr", "reciprocal", "relu", "reshape", "round", "sigmoid", "sign", "sin",

@@ -26,6 +26,7 @@ import numpy as np
 
 import deepx_flow as dx
 from deepx_flow.onnx.model import Context, Value, numpy_dtype
+from deepx_flow.sdk.tensor import Tensor
 
 
 @dataclass(frozen=True)
@@ -703,3 +704,177 @@ def _pad(ctx, node, args, attrs):
         return _t(dx.pad(t, [tuple(w) for w in widths], mode=mode, value=value))
     except dx.GraphError as err:
         raise ctx.error(str(err)) from None
+
+
+# -- cumulative sums -----------------------------------------------------------------------
+@_op("CumSum", "cumulative", "exclusive, reverse; as sums over a triangular mask",
+     attrs=("exclusive", "reverse"))
+def _cumsum(ctx, node, args, attrs):
+    x = ctx.tensor(args[0])
+    axis = _norm(ctx, int(_const(ctx, args[1], "axis").reshape(-1)[0]), x.ndim)
+    return _t(dx.cumsum(x, axis, exclusive=bool(attrs.get("exclusive", 0)),
+                        reverse=bool(attrs.get("reverse", 0))))
+
+
+@_op("ConvTranspose", "convolution", "output_shape, output_padding, auto_pad, groups",
+     attrs=("auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape",
+            "pads", "strides"))
+def _conv_transpose(ctx, node, args, attrs):
+    x, w = ctx.tensor(args[0]), ctx.tensor(args[1])
+    kernel = tuple(w.shape[2:])
+    n = len(kernel)
+    strides = tuple(attrs.get("strides", (1,) * n))
+    dilations = tuple(attrs.get("dilations", (1,) * n))
+    extra = list(attrs.get("output_padding", (0,) * n))
+    mode = attrs.get("auto_pad", "NOTSET")
+    full = [strides[a] * (x.shape[2 + a] - 1) + extra[a] + dilations[a] * (kernel[a] - 1) + 1
+            for a in range(n)]
+    target = attrs.get("output_shape")
+    if target is not None and len(target) > n:
+        target = target[-n:]
+    if mode in ("SAME_UPPER", "SAME_LOWER") and target is None:
+        target = [x.shape[2 + a] * strides[a] for a in range(n)]
+    if target is not None:  # pads that give this output size
+        begins, ends = [], []
+        for a in range(n):
+            total = full[a] - int(target[a])
+            if total < 0:  # larger than the full output: the rest is output padding
+                extra[a] -= total
+                total = 0
+            half = total // 2
+            upper = mode != "SAME_LOWER"
+            begins.append(half if upper else total - half)
+            ends.append(total - half if upper else half)
+        pads = tuple(begins + ends)
+    elif mode == "VALID" or mode in ("NOTSET", ""):
+        pads = tuple(attrs.get("pads", (0,) * (2 * n))) if mode != "VALID" else (0,) * (2 * n)
+    else:
+        raise ctx.error(f"auto_pad {mode!r} is not one of NOTSET, VALID, SAME_UPPER, "
+                        "SAME_LOWER")
+    b = ctx.tensor(args[2]) if len(args) > 2 and args[2] is not None else None
+    return _t(dx.nn.conv_transpose(x, w, b, stride=strides, padding=pads, dilation=dilations,
+                                   groups=int(attrs.get("group", 1)), output_padding=tuple(extra)))
+
+
+# -- resizing ------------------------------------------------------------------------------
+@_op("Resize", "resize", "nearest, linear, cubic; every transformation mode but "
+     "tf_crop_and_resize; antialias; exclude_outside; keep_aspect_ratio_policy",
+     attrs=("antialias", "axes", "coordinate_transformation_mode", "cubic_coeff_a",
+            "exclude_outside", "extrapolation_value", "keep_aspect_ratio_policy", "mode",
+            "nearest_mode"))
+def _resize(ctx, node, args, attrs):
+    from deepx_flow.onnx import resize
+    x = args[0]
+    rank = len(x.shape)
+    mode = attrs.get("mode", "nearest")
+    transform = attrs.get("coordinate_transformation_mode", "half_pixel")
+    nearest_mode = attrs.get("nearest_mode", "round_prefer_floor")
+    if mode not in ("nearest", "linear", "cubic"):
+        raise ctx.error(f"mode {mode!r} is not one of nearest, linear, cubic")
+    if transform not in resize.TRANSFORMS:
+        raise ctx.error(f"coordinate_transformation_mode {transform!r} is not supported "
+                        f"(supported: {', '.join(resize.TRANSFORMS)})")
+    if nearest_mode not in resize.NEAREST_MODES:
+        raise ctx.error(f"nearest_mode {nearest_mode!r} is not one of "
+                        f"{', '.join(resize.NEAREST_MODES)}")
+    if mode != "nearest" and x.dtype[0] != "f":
+        raise ctx.error(f"{mode} resizing of {x.dtype} is not supported (floats only)")
+    axes = [_norm(ctx, a, rank) for a in attrs.get("axes", range(rank))]
+    scales = args[2] if len(args) > 2 and args[2] is not None else None
+    sizes = args[3] if len(args) > 3 and args[3] is not None else None
+    if scales is not None and _const(ctx, scales, "scales").size == 0:
+        scales = None
+    if (scales is None) == (sizes is None):
+        raise ctx.error("needs either scales or sizes")
+    in_sizes = [x.shape[a] for a in axes]
+    if sizes is not None:
+        out = [int(s) for s in _const(ctx, sizes, "sizes")]
+        factors = [o / i for o, i in zip(out, in_sizes)]
+        policy = attrs.get("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            if policy not in ("not_larger", "not_smaller"):
+                raise ctx.error(f"keep_aspect_ratio_policy {policy!r} is not one of "
+                                "stretch, not_larger, not_smaller")
+            one = min(factors) if policy == "not_larger" else max(factors)
+            factors = [one] * len(axes)
+            out = [int(one * i + 0.5) for i in in_sizes]
+    else:
+        factors = [float(f) for f in _const(ctx, scales, "scales")]
+        out = [int(f * i) for f, i in zip(factors, in_sizes)]
+    if len(factors) != len(axes):
+        raise ctx.error(f"{len(factors)} scales or sizes for {len(axes)} axes")
+    t = ctx.tensor(x)
+    exact = mode == "nearest"
+    work = t if exact else dx.cast(t, "float64")
+    for axis, factor, length in zip(axes, factors, out):
+        if math.isclose(factor, 1.0) and length == work.shape[axis]:
+            continue
+        index, weights = resize.taps(
+            mode, work.shape[axis], length, factor, transform, nearest_mode=nearest_mode,
+            cubic_a=float(attrs.get("cubic_coeff_a", -0.75)),
+            antialias=bool(attrs.get("antialias", 0)),
+            exclude_outside=bool(attrs.get("exclude_outside", 0)))
+        if exact:  # one tap carries the weight 1
+            chosen = index[np.arange(length), weights.argmax(axis=1)]
+            work = dx.take(work, ctx.tensor(Value(const=chosen)), axis=axis)
+            continue
+        shape = (length,) + (1,) * (rank - axis - 1)
+        total = None
+        for k in range(index.shape[1]):
+            picked = dx.take(work, ctx.tensor(Value(const=np.ascontiguousarray(index[:, k]))),
+                             axis=axis)
+            term = picked * dx.reshape(ctx.tensor(Value(const=weights[:, k].copy())), shape)
+            total = term if total is None else total + term
+        work = total
+    return _t(work if exact else dx.cast(work, x.dtype))
+
+
+# -- gathers by computed positions ---------------------------------------------------------
+def _positions(ctx, index: Tensor, n: int) -> Tensor:
+    """Indices made non-negative (ONNX counts negative ones from the end), as int64."""
+    index = dx.cast(index, "int64") if index.dtype != "int64" else index
+    return dx.where(index < 0, index + n, index)
+
+
+def _grid(shape: tuple, axis: int) -> Tensor:
+    """The coordinate along `axis` of every position of `shape`, broadcastable to it."""
+    return dx.reshape(dx.arange(shape[axis], dtype="int64"),
+                      tuple(s if a == axis else 1 for a, s in enumerate(shape)))
+
+
+@_op("GatherElements", "gather", "np.take_along_axis, as one take of flat positions",
+     attrs=("axis",))
+def _gather_elements(ctx, node, args, attrs):
+    x, index = ctx.tensor(args[0]), ctx.tensor(args[1])
+    axis = _norm(ctx, int(attrs.get("axis", 0)), x.ndim)
+    if index.ndim != x.ndim:
+        raise ctx.error(f"indices of rank {index.ndim} for data of rank {x.ndim}")
+    strides = [math.prod(x.shape[a + 1:]) for a in range(x.ndim)]
+    flat = _positions(ctx, index, x.shape[axis]) * strides[axis]
+    for a in range(x.ndim):
+        if a != axis and index.shape[a] > 1:
+            flat = flat + _grid(index.shape, a) * strides[a]
+    return _t(dx.take(dx.reshape(x, (x.size,)), flat, axis=0))
+
+
+@_op("GatherND", "gather", "tuples of leading indices, as one take of flat positions",
+     attrs=("batch_dims",))
+def _gather_nd(ctx, node, args, attrs):
+    x, index = ctx.tensor(args[0]), ctx.tensor(args[1])
+    b = int(attrs.get("batch_dims", 0))
+    k = index.shape[-1]
+    if b + k > x.ndim or index.shape[:b] != x.shape[:b]:
+        raise ctx.error(f"indices {index.shape} do not address data {x.shape} with "
+                        f"batch_dims {b}")
+    inner = math.prod(x.shape[b:b + k])
+    rest = x.shape[b + k:]
+    lead = index.shape[:-1]
+    flat = None
+    for j in range(k):
+        part = _positions(ctx, dx.reshape(index[..., j], lead), x.shape[b + j]) * \
+            math.prod(x.shape[b + j + 1:b + k])
+        flat = part if flat is None else flat + part
+    for a in range(b):  # the batch position
+        flat = flat + _grid(lead, a) * (math.prod(x.shape[a + 1:b]) * inner)
+    table = dx.reshape(x, (math.prod(x.shape[:b]) * inner,) + rest)
+    return _t(dx.take(table, flat, axis=0))

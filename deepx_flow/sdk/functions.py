@@ -193,6 +193,30 @@ def take(x, indices, axis: int = 0) -> Tensor:
     return apply("take", [x, indices], axis=_axis("take", x, axis))
 
 
+def cumsum(x, axis: int = 0, exclusive: bool = False, reverse: bool = False) -> Tensor:
+    """The running sums of `x` along `axis` (`np.cumsum`); `exclusive` leaves each element
+    out of its own sum, `reverse` sums from the end. Each result is a sum over a triangular
+    mask of the axis (n x n work per line of n values, so for axes of up to a few thousand):
+    an ordinary reduction, chunked like one, whose float sums add up in float64. Integer
+    sums keep the dtype, bools count as int64 (NumPy's rules)."""
+    x = as_tensor(x)
+    axis = _axis("cumsum", x, axis)
+    n = x.shape[axis]
+    # the summed positions j of each result position i, on two new axes at `axis`
+    i = reshape(arange(n, dtype="int64"), (n, 1))
+    j = reshape(arange(n, dtype="int64"), (1, n))
+    keep = (j >= i if not exclusive else j > i) if reverse else (j <= i if not exclusive
+                                                                 else j < i)
+    lead = x.shape[:axis]
+    rows = reshape(x, lead + (1,) + x.shape[axis:])          # (..., 1, n, ...)
+    mask = reshape(keep, (n, n) + (1,) * (x.ndim - axis - 1))  # (n, n, 1...)
+    dtype = "int64" if x.dtype == "bool" else x.dtype
+    zero = full((), 0, dtype=dtype)
+    total = sum(where(mask, rows.astype(dtype) if x.dtype == "bool" else rows, zero),
+                axis=axis + 1)
+    return total if total.dtype == dtype else cast(total, dtype)
+
+
 def argmax(x, axis=None, keepdims=False) -> Tensor:
     """The index of the largest value along `axis` (of the flattened tensor when None), as
     int64: the first one where values tie, the first NaN where there is one, as in NumPy."""
