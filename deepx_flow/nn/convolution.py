@@ -97,7 +97,7 @@ def conv_transpose(x, w, b=None, stride=1, padding=0, dilation=1, groups: int = 
     if any(s != slice(None) for s in crop):
         x = x[tuple(crop)]
     x = F.pad(x, widths)
-    c, mg = w.shape[0], w.shape[1]
+    c = w.shape[0]
     cg = c // groups
     flipped = w
     for a in range(n):
