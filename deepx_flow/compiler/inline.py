@@ -5,7 +5,9 @@ chunk (the lowering's `inlinable`): either a *view* (a transpose, a reshape that
 slice or concat of whole chunks: no copy, so free to compute in every task that reads it) or
 a *source* (a Zarr, `.npy` or stored-asset read, a random or constant chunk: worth computing
 where it is used, but only once; a reduction's only partial of a result chunk is one too, so
-a small reduction is one task, not a partial and a finish a scheduler round trip apart).
+a small reduction is one task, not a partial and a finish a scheduler round trip apart, as
+long as its reader reads no other chunk of it: that reader would otherwise hold every block
+the chunks are computed from at once).
 After: every task that read a view computes the view itself; a source chunk read by exactly
 one reference of one task (after views are inlined) is read inside that task. Those keys
 are gone from the graph, unless they are outputs. Results are unchanged; what changes is
@@ -84,10 +86,23 @@ def inline_reads(dsk: dict, inlinable: dict, keep) -> dict:
     calls: dict = {}  # key -> its inline call, with the calls it reads substituted
     for key in dsk:
         kind, func, args = inlinable.get(key, (None, None, None))
-        if key in views or (kind == SOURCE and key not in keep and references[key] == 1):
+        if key in views or (kind == SOURCE and key not in keep and references[key] == 1
+                            and not _gathers_computed_chunks(key, dsk, readers)):
             calls[key] = substitute(inline_task(key, func, *args), calls)
     return {key: substitute(node, calls) for key, node in dsk.items()
             if key not in calls or key in keep}
+
+
+def _gathers_computed_chunks(key, dsk: dict, readers: dict) -> bool:
+    """Whether `key` is computed from other chunks (a reduction's finish or partial, unlike a
+    file read) and its reader reads more chunks of the same tensor: inlining them all would
+    make that task wait for, and hold, every chunk they are computed from (a reshape reading
+    30 chunks of a mean over images held the 30 image blocks the means reduce at once)."""
+    if not refs_of(dsk[key]) or len(readers.get(key, ())) != 1:
+        return False
+    (reader,) = readers[key]
+    name = key_name(key)
+    return sum(1 for r in refs_of(dsk[reader]) if key_name(r) == name) > 1
 
 
 def inlined_nodes(dsk: dict, graph: Graph, chained: dict | None = None

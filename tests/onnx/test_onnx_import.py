@@ -220,3 +220,83 @@ def test_the_onnx_command_refuses_in_one_line_with_exit_2(tmp_path):
         assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
     res = _cli("onnx", "inspect", "det.onnx", cwd=tmp_path)
     assert res.returncode == 0 and "not supported: Det" in res.stdout
+
+
+def cnn_model(path, seed=0):
+    """Conv 1->4 (3x3, same) -> Relu -> MaxPool 2 -> Conv 4->8 (3x3, stride 1, pads 1)
+    -> Relu -> GlobalAveragePool -> Flatten -> Gemm 8->10: a small image classifier."""
+    rng = np.random.default_rng(seed)
+    weights = {"W1": rng.uniform(-0.5, 0.5, (4, 1, 3, 3)).astype(np.float32),
+               "B1": rng.uniform(-0.1, 0.1, 4).astype(np.float32),
+               "W2": rng.uniform(-0.3, 0.3, (8, 4, 3, 3)).astype(np.float32),
+               "B2": rng.uniform(-0.1, 0.1, 8).astype(np.float32),
+               "W3": rng.uniform(-0.5, 0.5, (10, 8)).astype(np.float32),
+               "B3": rng.uniform(-0.1, 0.1, 10).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "W1", "B1"], ["c1"], auto_pad="SAME_UPPER",
+                              kernel_shape=[3, 3], name="conv1"),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p1", "W2", "B2"], ["c2"], pads=[1, 1, 1, 1],
+                              name="conv2"),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "W3", "B3"], ["logits"], transB=1)]
+    graph = helper.make_graph(
+        nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 16, 16])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
+        [numpy_helper.from_array(a, n) for n, a in weights.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              str(path))
+    return str(path)
+
+
+# A worker process holds about 105 MiB before any task; Dask pauses one at 80% of its limit,
+# which at 160 MiB left the conv net's intermediate chunks too little room (the run waited on
+# paused workers).
+CNN_LIMIT = 256 * 2**20
+
+
+@pytest.mark.slow
+def test_a_conv_net_on_an_input_three_times_a_workers_memory(tmp_path):
+    """Images (N, 1, 16, 16) three times a worker's 256 MiB, read from Zarr in chunks of
+    4,096 images; the logits equal ONNX Runtime's on the whole array, and no worker's memory
+    passed its limit."""
+    import zarr
+    from distributed import Client, LocalCluster
+    rows = 3 * CNN_LIMIT // (16 * 16 * 4)
+    store = zarr.create_array(str(tmp_path / "x.zarr"), shape=(rows, 1, 16, 16),
+                              chunks=(4096, 1, 16, 16), dtype="float32")
+    rng = np.random.default_rng(4)
+    for start in range(0, rows, 65536):
+        stop = min(rows, start + 65536)
+        store[start:stop] = rng.standard_normal((stop - start, 1, 16, 16), dtype=np.float32)
+    path = cnn_model(tmp_path / "cnn.onnx")
+    model = dx.onnx.load(path)
+    peak = {"rss": 0}
+    with LocalCluster(n_workers=2, threads_per_worker=1, memory_limit=CNN_LIMIT, processes=True,
+                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
+            Client(cluster) as cl:
+        done = threading.Event()
+
+        def sample():
+            while not done.is_set():
+                try:
+                    rss = cl.run(lambda: psutil.Process().memory_info().rss)
+                    peak["rss"] = max(peak["rss"], *rss.values())
+                except Exception:
+                    pass
+                time.sleep(0.05)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            logits = model(x=dx.read_zarr(str(tmp_path / "x.zarr")))["logits"]
+            got = dx.run(logits, inputs=model.inputs, client=cl)
+        finally:
+            done.set()
+            sampler.join()
+    want = runtime(path, {"x": store[:]})["logits"]
+    close(got, want)
+    assert 0 < peak["rss"] < CNN_LIMIT, \
+        f"a worker's memory reached {peak['rss'] / 2**20:.0f} MiB"

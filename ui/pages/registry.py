@@ -23,7 +23,7 @@ from deepx_flow.ui.table import PagedTable, utc_text
 from deepx_flow.ui.session import session_arg
 from deepx_flow.ui.text import Text
 
-OPERATORS_PAGE = 50
+OPERATORS_PAGE = 100  # the built-in operators and a few engines' fit one page
 TIER_COLUMNS = ("worker", "status", "tier", "location", "capacity", "held", "chunks", "used %")
 
 
