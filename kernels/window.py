@@ -6,13 +6,13 @@ states the semantics on both (`deepx_flow.ops.window` has the operators' definit
 - The input is padded once (zeros for `conv` and `avg_pool`; the dtype's lowest value, -inf
   for floats, for `max_pool`, so padding never wins; NaN still propagates, as in NumPy's
   maximum).
-- A window view (`as_strided`, no copy) gives, for every output position, the dilated
-  window under it: shape (N, C, *out, *kernel).
-- `conv`: per group, the view is copied into the im2col matrix (N * out positions, C/g *
-  kernel) and multiplied by the group's weights (C/g * kernel, M/g) in one BLAS call; the
-  products land in the result's channels of that group.
-- pools: the maximum over the window axes, or the sum divided by the window's size (the
-  count of non-padding positions unless `count_include_pad`).
+- Each kernel offset reads one strided slice of the padded input (every image and channel,
+  one tap of every output position's window).
+- `conv`: a block of images at a time, those slices are copied into the im2col matrix
+  (C/g x kernel rows, the block's output positions as columns) and multiplied by the
+  group's weights (M/g, C/g x kernel) in one BLAS call.
+- pools: the running maximum (or float64 sum) of the slices, the sum divided by the
+  window's size (the count of non-padding positions unless `count_include_pad`).
 """
 
 from __future__ import annotations
@@ -22,13 +22,6 @@ import math
 import numpy as np
 
 from deepx_flow.kernels import dispatch
-
-
-def _strided(xp):
-    if xp is np:
-        return np.lib.stride_tricks.as_strided
-    import cupy
-    return cupy.lib.stride_tricks.as_strided
 
 
 def _attrs(attrs: dict, spatial: int):
@@ -53,67 +46,93 @@ def padded(x, pads, value, xp):
     return out
 
 
-def windows(xp_padded, kernel, strides, dilations, out_spatial, xp):
-    """The view (N, C, *out, *kernel) of the windows of a padded input (no copy)."""
-    x = xp.ascontiguousarray(xp_padded)
-    s = x.strides
-    shape = x.shape[:2] + tuple(out_spatial) + tuple(kernel)
-    strides = s[:2] + tuple(s[2 + a] * strides[a] for a in range(len(kernel))) + \
-        tuple(s[2 + a] * dilations[a] for a in range(len(kernel)))
-    return _strided(xp)(x, shape=shape, strides=strides, writeable=False)
-
-
 def out_spatial(x_shape, kernel, strides, pads, dilations) -> tuple[int, ...]:
     n = len(kernel)
     return tuple((x_shape[2 + a] + pads[a] + pads[n + a] - dilations[a] * (kernel[a] - 1) - 1)
                  // strides[a] + 1 for a in range(n))
 
 
+def _offsets(kernel, strides, dilations, out_sp):
+    """For each kernel offset, the slices of the padded input its taps read: one strided
+    slice per spatial axis, `out` long."""
+    import itertools
+    for k in itertools.product(*[range(n) for n in kernel]):
+        yield k, tuple(slice(k[a] * dilations[a], k[a] * dilations[a]
+                             + (out_sp[a] - 1) * strides[a] + 1, strides[a])
+                       for a in range(len(kernel)))
+
+
+# Images per im2col block: its column matrix (C/g x kernel rows, this many images' output
+# positions) stays in cache while the GEMM reads it (measured on 8,192 28x28 images: 8 to
+# 16 channels run fastest with blocks of 64 to 256 images).
+BLOCK_IMAGES = 64
+
+
 def conv(x, w, attrs: dict):
-    """The convolution of images `x` (N, C, *spatial) with weights `w` (M, C/g, *kernel)."""
+    """The convolution of images `x` (N, C, *spatial) with weights `w` (M, C/g, *kernel).
+
+    im2col by kernel offset, a block of images at a time: for each offset, one strided
+    slice of the block's padded images is copied into its rows of the column matrix (C/g x
+    kernel rows, images x out positions columns); then one GEMM per group,
+    (M/g, K) @ (K, P), whose product is moved into the result's (N, M, *out) layout."""
     xp = dispatch.array_module(x, w)
     spatial = x.ndim - 2
     strides, pads, dilations = _attrs(attrs, spatial)
     groups = attrs.get("groups") or 1
-    kernel = w.shape[2:]
+    kernel = tuple(w.shape[2:])
     out_sp = out_spatial(x.shape, kernel, strides, pads, dilations)
-    view = windows(padded(x, pads, 0, xp), kernel, strides, dilations, out_sp, xp)
+    source = padded(x, pads, 0, xp)
     n, c, m = x.shape[0], x.shape[1], w.shape[0]
     cg, mg = c // groups, m // groups
-    positions = n * math.prod(out_sp)
-    out = xp.empty((n,) + out_sp + (m,), dtype=x.dtype)  # channels last, then moved
-    flat_out = out.reshape(positions, m)
-    # window axes after the position axes: (N, *out, C/g, *kernel) per group
-    order = (0,) + tuple(range(2, 2 + spatial)) + (1,) + tuple(range(2 + spatial, 2 + 2 * spatial))
-    for g in range(groups):
-        part = view[:, g * cg:(g + 1) * cg].transpose(order)
-        columns = xp.ascontiguousarray(part).reshape(positions, cg * math.prod(kernel))
-        weights = w[g * mg:(g + 1) * mg].reshape(mg, -1)
-        if groups == 1:
-            xp.matmul(columns, weights.T, out=flat_out)
-        else:
-            flat_out[:, g * mg:(g + 1) * mg] = columns @ weights.T
-    return xp.ascontiguousarray(xp.moveaxis(out, -1, 1))
+    taps = math.prod(kernel)
+    offsets = [index for _, index in _offsets(kernel, strides, dilations, out_sp)]
+    weights = [w[g * mg:(g + 1) * mg].reshape(mg, cg * taps) for g in range(groups)]
+    out = xp.empty((n, m) + out_sp, dtype=x.dtype)
+    block = max(1, min(n, BLOCK_IMAGES))
+    columns = xp.empty((cg, taps, block) + out_sp, dtype=x.dtype)
+    product = xp.empty((mg, block) + out_sp, dtype=x.dtype)
+    for start in range(0, n, block):
+        b = min(block, n - start)
+        cols, prod = columns[:, :, :b], product[:, :b]
+        for g in range(groups):
+            images = source[start:start + b, g * cg:(g + 1) * cg]
+            for t, index in enumerate(offsets):
+                xp.copyto(cols[:, t], xp.moveaxis(images[(slice(None), slice(None)) + index],
+                                                   1, 0))
+            flat = xp.matmul(weights[g], cols.reshape(cg * taps, -1))
+            prod[...] = flat.reshape((mg, b) + out_sp)
+            out[start:start + b, g * mg:(g + 1) * mg] = xp.moveaxis(prod, 0, 1)
+    return out
 
 
 def pool(op: str, x, attrs: dict):
-    """Max or average pooling of `x` (N, C, *spatial) over windows of `attrs["kernel"]`."""
+    """Max or average pooling of `x` (N, C, *spatial) over windows of `attrs["kernel"]`:
+    the maximum (or sum) of one strided slice of the padded input per kernel offset."""
     xp = dispatch.array_module(x)
     spatial = x.ndim - 2
     strides, pads, dilations = _attrs(attrs, spatial)
     kernel = tuple(attrs["kernel"])
     out_sp = out_spatial(x.shape, kernel, strides, pads, dilations)
-    axes = tuple(range(2 + spatial, 2 + 2 * spatial))
+    lead = (slice(None), slice(None))
     if op == "max_pool":
         lowest = -xp.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-        view = windows(padded(x, pads, lowest, xp), kernel, strides, dilations, out_sp, xp)
-        return xp.ascontiguousarray(view.max(axis=axes))
-    view = windows(padded(x, pads, 0, xp), kernel, strides, dilations, out_sp, xp)
-    # float64 sums (float32 windows of a few dozen values would do too; this matches the
-    # engine's sums), rounded once.
-    total = view.sum(axis=axes, dtype=np.float64)
+        source = padded(x, pads, lowest, xp)
+        out = None
+        for _, index in _offsets(kernel, strides, dilations, out_sp):
+            part = source[lead + index]
+            if out is None:
+                out = part.copy()
+            else:  # fmax would drop NaN; maximum keeps it, as NumPy's max does
+                xp.maximum(out, part, out=out)
+        return out
+    source = padded(x, pads, 0, xp)
+    total = xp.zeros(x.shape[:2] + out_sp, dtype=np.float64)
+    for _, index in _offsets(kernel, strides, dilations, out_sp):
+        total += source[lead + index]
     if attrs.get("count_include_pad") or not any(pads):
         return (total / math.prod(kernel)).astype(x.dtype)
-    ones = xp.ones((1, 1) + x.shape[2:], dtype=np.float64)
-    counts = windows(padded(ones, pads, 0, xp), kernel, strides, dilations, out_sp, xp)
-    return (total / counts.sum(axis=axes)).astype(x.dtype)
+    ones = padded(xp.ones((1, 1) + x.shape[2:], dtype=np.float64), pads, 0, xp)
+    counts = xp.zeros((1, 1) + out_sp, dtype=np.float64)
+    for _, index in _offsets(kernel, strides, dilations, out_sp):
+        counts += ones[lead + index]
+    return (total / counts).astype(x.dtype)

@@ -1,0 +1,166 @@
+"""Batch inference of ONNX models read from Zarr: deepx_flow against ONNX Runtime.
+
+What: two models built with `onnx.helper`, run over samples stored in Zarr (chunks of 8,192
+samples):
+
+- an MLP 784-256-10 (Gemm, Relu, Gemm, Softmax) over 1,000,000 rows of 784 float32;
+- a small convolutional network on 1 x 28 x 28 images (Conv 1->8 3x3, Relu, MaxPool 2,
+  Conv 8->16 3x3, Relu, MaxPool 2, Flatten, Gemm 784->10) over 1,000,000 images.
+
+Contenders, on the same 2 cores, each timed from the stored samples to the results in memory:
+
+- deepx_flow: `dx.onnx.load`, the model called on `dx.read_zarr`, `dx.run` on a LocalCluster of
+  2 worker processes x 1 thread (the samples are read and decoded on the workers, chunk by
+  chunk; the cluster is started before the clock);
+- ONNX Runtime (CPU provider, 2 intra-op threads): the same file, run on each stored chunk as
+  Zarr reads it, the outputs concatenated.
+
+Targets: deepx_flow's samples/s at least 1.0x ONNX Runtime's for the MLP and 0.7x for the
+convolutional network. The outputs must agree (relative 1e-4, absolute 1e-4 of their scale).
+
+Run: `python benchmarks/bench_inference.py [--quick]` (--quick: 65,536 samples).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import common
+import deepx_flow as dx
+
+CHUNK = 8192
+
+
+def mlp(path: Path) -> str:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    w = {"W1": rng.uniform(-0.05, 0.05, (784, 256)), "b1": rng.uniform(-0.05, 0.05, 256),
+         "W2": rng.uniform(-0.1, 0.1, (256, 10)), "b2": rng.uniform(-0.1, 0.1, 10)}
+    nodes = [helper.make_node("Gemm", ["x", "W1", "b1"], ["h"]),
+             helper.make_node("Relu", ["h"], ["a"]),
+             helper.make_node("Gemm", ["a", "W2", "b2"], ["z"]),
+             helper.make_node("Softmax", ["z"], ["probs"], axis=1)]
+    graph = helper.make_graph(
+        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 784])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["N", 10])],
+        [numpy_helper.from_array(a.astype(np.float32), n) for n, a in w.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+def cnn(path: Path) -> str:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(1)
+    w = {"W1": rng.uniform(-0.3, 0.3, (8, 1, 3, 3)), "B1": rng.uniform(-0.1, 0.1, 8),
+         "W2": rng.uniform(-0.1, 0.1, (16, 8, 3, 3)), "B2": rng.uniform(-0.1, 0.1, 16),
+         "W3": rng.uniform(-0.05, 0.05, (10, 784)), "B3": rng.uniform(-0.1, 0.1, 10)}
+    nodes = [helper.make_node("Conv", ["x", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p1", "W2", "B2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("MaxPool", ["r2"], ["p2"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Flatten", ["p2"], ["f"]),
+             helper.make_node("Gemm", ["f", "W3", "B3"], ["logits"], transB=1)]
+    graph = helper.make_graph(
+        nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 28, 28])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
+        [numpy_helper.from_array(a.astype(np.float32), n) for n, a in w.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+def write_samples(path: Path, shape: tuple, seed: int) -> str:
+    import zarr
+    z = zarr.create_array(str(path), shape=shape, chunks=(CHUNK,) + shape[1:],
+                          dtype="float32")
+    rng = np.random.default_rng(seed)
+    for start in range(0, shape[0], 65536):
+        stop = min(shape[0], start + 65536)
+        z[start:stop] = rng.standard_normal((stop - start,) + shape[1:], dtype=np.float32)
+    return str(path)
+
+
+def run_deepx(model_path: str, data: str, client) -> tuple[float, np.ndarray]:
+    began = time.perf_counter()
+    model = dx.onnx.load(model_path)
+    (out,) = model(x=dx.read_zarr(data)).values()
+    result = dx.run(out, inputs=model.inputs, client=client)
+    return time.perf_counter() - began, result
+
+
+def run_onnxruntime(model_path: str, data: str) -> tuple[float, np.ndarray]:
+    import onnxruntime as ort
+    import zarr
+    began = time.perf_counter()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
+    store = zarr.open_array(data, mode="r")
+    parts = [session.run(None, {"x": store[start:start + CHUNK]})[0]
+             for start in range(0, store.shape[0], CHUNK)]
+    return time.perf_counter() - began, np.concatenate(parts)
+
+
+def main(quick: bool = False, repeat: int = 2) -> dict:
+    import onnxruntime as ort
+    rows = 65_536 if quick else 1_000_000
+    res = {"machine": common.machine_info(), "quick": quick, "blas": common.blas_info(),
+           "parameters": {"rows": rows, "chunk": CHUNK, "workers": "2 processes x 1 thread",
+                          "onnxruntime": ort.__version__, "repeat": repeat}}
+    common.wait_until_quiet()
+    table, results = [], {}
+    with tempfile.TemporaryDirectory() as tmp, common.local_cluster(2) as client:
+        tmp = Path(tmp)
+        for name, build, shape in (("mlp", mlp, (rows, 784)), ("cnn", cnn, (rows, 1, 28, 28))):
+            model_path = build(tmp / f"{name}.onnx")
+            data = write_samples(tmp / f"{name}.zarr", shape, seed=len(name))
+            runs = {"deepx_flow": [], "onnxruntime": []}
+            outputs = {}
+            for _ in range(repeat):  # alternating, so a busy moment hits both alike
+                seconds, outputs["deepx_flow"] = run_deepx(model_path, data, client)
+                runs["deepx_flow"].append(seconds)
+                seconds, outputs["onnxruntime"] = run_onnxruntime(model_path, data)
+                runs["onnxruntime"].append(seconds)
+            got, want = outputs["deepx_flow"], outputs["onnxruntime"]
+            error = float(np.max(np.abs(got - want)) / np.abs(want).max())
+            best = {k: min(v) for k, v in runs.items()}
+            ratio = best["onnxruntime"] / best["deepx_flow"]
+            results[name] = {"seconds": runs, "best_seconds": best,
+                             "samples_per_second": {k: rows / v for k, v in best.items()},
+                             "deepx_vs_onnxruntime": ratio, "max_error_of_scale": error}
+            table.append((name, f"{rows:,}", common.fmt(rows / best["deepx_flow"], 0),
+                          common.fmt(rows / best["onnxruntime"], 0), common.fmt(ratio),
+                          f"{error:.1e}"))
+    res["results"] = results
+    common.print_table(("model", "samples", "deepx_flow samples/s", "ONNX Runtime samples/s",
+                        "deepx/ORT", "max |difference| / scale"), table,
+                       "batch inference from Zarr, 2 cores")
+    res["targets"] = {
+        "mlp_vs_onnxruntime": common.target(
+            "MLP samples/s at least 1.0x ONNX Runtime's", results["mlp"]["deepx_vs_onnxruntime"],
+            results["mlp"]["deepx_vs_onnxruntime"] >= 1.0),
+        "cnn_vs_onnxruntime": common.target(
+            "convolutional network samples/s at least 0.7x ONNX Runtime's",
+            results["cnn"]["deepx_vs_onnxruntime"], results["cnn"]["deepx_vs_onnxruntime"] >= 0.7),
+        "same_outputs": common.target(
+            "outputs agree: max |difference| / scale below 1e-4",
+            max(r["max_error_of_scale"] for r in results.values()),
+            all(r["max_error_of_scale"] < 1e-4 for r in results.values())),
+    }
+    common.write_results("bench_inference", res, quick)
+    return res
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="65,536 samples")
+    main(parser.parse_args().quick)
