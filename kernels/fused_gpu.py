@@ -236,8 +236,9 @@ def _compute(op: str, xs: list[str], c: str) -> str:
         return f"{op}({a})"
     if op in ("floor", "ceil", "round"):  # integers are whole already; round is rint
         return a if kind != "f" else f"{'rint' if op == 'round' else op}({a})"
-    if op == "sign":  # NaN and zero stay as they are
-        return (f"(({a}) > {zero} ? {one} : (({a}) < {zero} ? {literal(-1, c)} : ({a})))"
+    if op == "sign":  # NaN stays NaN; -0.0 gives +0.0, as NumPy's sign
+        return (f"(({a}) > {zero} ? {one} : (({a}) < {zero} ? {literal(-1, c)} : "
+                f"(({a}) != ({a}) ? ({a}) : {zero})))"
                 if kind != "u" else f"(({a}) > {zero} ? {one} : {zero})")
     if op == "reciprocal":
         return f"({one} / {a})"

@@ -306,8 +306,9 @@ class _Lowering:
                 return a  # integers are whole already
             # numexpr has floor and ceil in float32 and float64; its round is not rint
             return f"{op}({a})" if op != "round" else None
-        if op == "sign":  # NaN (neither > 0 nor < 0) stays, as does zero
-            return f"where({a} > {k(0, r)}, {k(1, r)}, where({a} < {k(0, r)}, {k(-1, r)}, {a}))"
+        if op == "sign":  # NaN (neither > 0 nor < 0) stays
+            return (f"where({a} > {k(0, r)}, {k(1, r)}, where({a} < {k(0, r)}, {k(-1, r)}, "
+                    f"where({a} != {a}, {a}, {k(0, r)})))")  # -0.0 -> +0.0, as NumPy
         if op == "reciprocal":
             return f"({k(1, r)} / {a})"
         if op == "softplus":  # logaddexp(0, x), as NumPy computes it

@@ -93,14 +93,14 @@ def conv(x, w, attrs: dict):
     product = xp.empty((mg, block) + out_sp, dtype=x.dtype)
     for start in range(0, n, block):
         b = min(block, n - start)
-        cols, prod = columns[:, :, :b], product[:, :b]
+        cols = columns[:, :, :b]
+        prod = product if b == block else xp.empty((mg, b) + out_sp, dtype=x.dtype)
         for g in range(groups):
             images = source[start:start + b, g * cg:(g + 1) * cg]
             for t, index in enumerate(offsets):
                 xp.copyto(cols[:, t], xp.moveaxis(images[(slice(None), slice(None)) + index],
                                                    1, 0))
-            flat = xp.matmul(weights[g], cols.reshape(cg * taps, -1))
-            prod[...] = flat.reshape((mg, b) + out_sp)
+            xp.matmul(weights[g], cols.reshape(cg * taps, -1), out=prod.reshape(mg, -1))
             out[start:start + b, g * mg:(g + 1) * mg] = xp.moveaxis(prod, 0, 1)
     return out
 
@@ -130,9 +130,11 @@ def pool(op: str, x, attrs: dict):
     for _, index in _offsets(kernel, strides, dilations, out_sp):
         total += source[lead + index]
     if attrs.get("count_include_pad") or not any(pads):
-        return (total / math.prod(kernel)).astype(x.dtype)
-    ones = padded(xp.ones((1, 1) + x.shape[2:], dtype=np.float64), pads, 0, xp)
-    counts = xp.zeros((1, 1) + out_sp, dtype=np.float64)
-    for _, index in _offsets(kernel, strides, dilations, out_sp):
-        counts += ones[lead + index]
-    return (total / counts).astype(x.dtype)
+        total /= math.prod(kernel)
+    else:
+        ones = padded(xp.ones((1, 1) + x.shape[2:], dtype=np.float64), pads, 0, xp)
+        counts = xp.zeros((1, 1) + out_sp, dtype=np.float64)
+        for _, index in _offsets(kernel, strides, dilations, out_sp):
+            counts += ones[lead + index]
+        total /= counts
+    return total.astype(x.dtype)

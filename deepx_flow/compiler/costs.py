@@ -79,13 +79,17 @@ def window_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, out_chunk, ou
         groups = node.attr("groups", 1)
         window = math.prod(w.shape[1:])  # C / groups x the kernel
         weights = math.prod(w.shape) * item
-        columns = out_positions * window * item  # one group's im2col matrix
-        product = out_positions * (w.shape[0] // groups) * item
+        # one block of images' im2col matrix and product (kernels/window.py BLOCK_IMAGES)
+        block_positions = min(n, 64) * math.prod(out_chunk[2:])
+        columns = block_positions * window * item
+        product = block_positions * (w.shape[0] // groups) * item
         flops = 2.0 * out_positions * w.shape[0] * window
         return TaskCost(block + pieces + padded + weights + columns + product + out_bytes,
                         flops, block + weights, out_bytes)
     window = math.prod(node.attr("kernel"))
-    temps = 2 * out_bytes  # the running max or sum, and a count or mask
+    # max_pool keeps its running maximum in the result; avg_pool a float64 sum (divided in
+    # place) before rounding it into the result.
+    temps = 8 * math.prod(out_chunk) if node.op == "avg_pool" else 0
     return TaskCost(block + pieces + padded + temps + out_bytes,
                     float(math.prod(out_chunk) * window), block, out_bytes)
 

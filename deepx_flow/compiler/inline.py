@@ -87,22 +87,30 @@ def inline_reads(dsk: dict, inlinable: dict, keep) -> dict:
     for key in dsk:
         kind, func, args = inlinable.get(key, (None, None, None))
         if key in views or (kind == SOURCE and key not in keep and references[key] == 1
-                            and not _gathers_computed_chunks(key, dsk, readers)):
+                            and not _gathers_computed_chunks(key, dsk, readers, views)):
             calls[key] = substitute(inline_task(key, func, *args), calls)
     return {key: substitute(node, calls) for key, node in dsk.items()
             if key not in calls or key in keep}
 
 
-def _gathers_computed_chunks(key, dsk: dict, readers: dict) -> bool:
+def _gathers_computed_chunks(key, dsk: dict, readers: dict, views: set) -> bool:
     """Whether `key` is computed from other chunks (a reduction's finish or partial, unlike a
-    file read) and its reader reads more chunks of the same tensor: inlining them all would
-    make that task wait for, and hold, every chunk they are computed from (a reshape reading
-    30 chunks of a mean over images held the 30 image blocks the means reduce at once)."""
-    if not refs_of(dsk[key]) or len(readers.get(key, ())) != 1:
+    file read) and the task that would compute it reads more chunks of the same tensor, or
+    of a view of it that is computed in that task: inlining them all would make that task
+    wait for, and hold, every chunk they are computed from (a reshape reading 30 chunks of a
+    mean over images held the 30 image blocks the means reduce at once)."""
+    if not refs_of(dsk[key]):
         return False
-    (reader,) = readers[key]
-    name = key_name(key)
-    return sum(1 for r in refs_of(dsk[reader]) if key_name(r) == name) > 1
+    current = key
+    while len(readers.get(current, ())) == 1:
+        (reader,) = readers[current]
+        name = key_name(current)
+        if sum(1 for r in refs_of(dsk[reader]) if key_name(r) == name) > 1:
+            return True
+        if reader not in views:
+            return False
+        current = reader
+    return False
 
 
 def inlined_nodes(dsk: dict, graph: Graph, chained: dict | None = None

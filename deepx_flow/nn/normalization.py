@@ -11,8 +11,8 @@ per-channel (or per-feature) `scale` and `bias`:
 - `group_norm`: per image, over groups of channels (and the spatial axes); scale and bias
   per channel.
 
-Float sums and means add up in float64 inside the engine, so the statistics of float32 and
-float16 tensors are rounded once.
+Float sums and means add up in float64 inside the engine; float16 tensors are normalized in
+float32 (their squared deviations would overflow above 256) and rounded back once.
 """
 
 from __future__ import annotations
@@ -32,10 +32,15 @@ def _channel(v, x: Tensor, what: str) -> Tensor:
 
 
 def _normalized(x: Tensor, axes: tuple[int, ...], eps: float) -> Tensor:
-    mean = F.mean(x, axis=axes, keepdims=True)
-    centered = x - mean
+    """(x - mean) / sqrt(var + eps) over `axes`; float16 in float32 (its squared deviations
+    overflow above 256), rounded back once."""
+    wide = x.dtype == "float16"
+    t = F.cast(x, "float32") if wide else x
+    mean = F.mean(t, axis=axes, keepdims=True)
+    centered = t - mean
     var = F.mean(centered * centered, axis=axes, keepdims=True)
-    return centered / F.sqrt(var + eps)
+    y = centered / F.sqrt(var + eps)
+    return F.cast(y, "float16") if wide else y
 
 
 def batch_norm(x, scale, bias, mean, var, eps: float = 1e-5) -> Tensor:
@@ -51,10 +56,12 @@ def batch_norm_stats(x) -> tuple[Tensor, Tensor]:
     """The per-channel mean and (biased) variance of a batch (N, C, ...), each of shape (C,)."""
     x = as_tensor(x)
     axes = (0,) + tuple(range(2, x.ndim))
-    mean = F.mean(x, axis=axes, keepdims=True)
-    centered = x - mean
+    t = F.cast(x, "float32") if x.dtype == "float16" else x
+    mean = F.mean(t, axis=axes, keepdims=True)
+    centered = t - mean
     var = F.mean(centered * centered, axis=axes)
-    return F.reshape(mean, (x.shape[1],)), var
+    mean = F.reshape(mean, (x.shape[1],))
+    return (F.cast(mean, x.dtype), F.cast(var, x.dtype)) if t is not x else (mean, var)
 
 
 def layer_norm(x, scale=None, bias=None, axis: int = -1, eps: float = 1e-5) -> Tensor:

@@ -126,6 +126,10 @@ class OnnxModel:
         self.input_types = {i.name: _value_type(i, f"{path}: graph input {shown(i.name)}")
                             for i in graph.input if i.name not in initialized}
         self.ops = sorted({n.op_type for n in graph.node})
+        if len(graph.sparse_initializer):
+            raise SpecError(f"{path}: sparse initializers "
+                            f"({', '.join(shown(t.values.name) for t in graph.sparse_initializer)}) "
+                            "are not supported")
         _check_supported(graph, self.opset, path)
         self._initializers = {t.name: _array(t, f"{path}: initializer {shown(t.name)}")
                               for t in graph.initializer}
@@ -168,6 +172,10 @@ class OnnxModel:
                 if isinstance(err, SpecError):
                     raise
                 raise ctx.error(str(err)) from None
+            except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError) as err:
+                # a malformed node (a negative integer power of constants, an index past an
+                # end): named, not a traceback
+                raise ctx.error(f"{type(err).__name__}: {err}") from None
             for out, value in zip(node.output, results):
                 if out:
                     ctx.values[out] = value
@@ -276,6 +284,8 @@ def _value_type(info, where: str) -> tuple[tuple, str]:
         raise SpecError(f"{where}: only tensors are supported (not sequences, maps or "
                         "optionals)")
     dtype = numpy_dtype(t.tensor_type.elem_type, where).name
+    if not t.tensor_type.HasField("shape"):
+        raise SpecError(f"{where}: the model declares no shape (not even a rank) for it")
     dims = tuple(d.dim_value if d.HasField("dim_value") else None
                  for d in t.tensor_type.shape.dim)
     return dims, dtype

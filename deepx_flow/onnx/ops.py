@@ -298,6 +298,9 @@ def _reshaped(ctx, x: Value, shape: tuple) -> list[Value]:
 def _reshape(ctx, node, args, attrs):
     x, spec = args[0], [int(s) for s in _const(ctx, args[1], "the shape")]
     allowzero = bool(attrs.get("allowzero", 0))
+    if not allowzero and any(s == 0 and i >= len(x.shape) for i, s in enumerate(spec)):
+        raise ctx.error(f"shape {spec} copies a dimension (0) beyond the input's rank "
+                        f"{len(x.shape)}")
     shape = [x.shape[i] if s == 0 and not allowzero else s for i, s in enumerate(spec)]
     if shape.count(-1) > 1:
         raise ctx.error(f"shape {spec} has more than one -1")
@@ -643,18 +646,28 @@ def _batch_norm(ctx, node, args, attrs):
      "InvStdDev outputs", attrs=("axis", "epsilon", "stash_type"))
 def _layer_norm(ctx, node, args, attrs):
     x = ctx.tensor(args[0])
+    _stash(ctx, attrs)
     axis = _norm(ctx, int(attrs.get("axis", -1)), x.ndim)
     eps = float(attrs.get("epsilon", 1e-5))
     scale = ctx.tensor(args[1])
+    out_dtype = x.dtype
+    if x.dtype == "float16":  # statistics in float32 (stash_type 1)
+        x = dx.cast(x, "float32")
     bias = ctx.tensor(args[2]) if len(args) > 2 and args[2] is not None else None
     axes = tuple(range(axis, x.ndim))
     mean = dx.mean(x, axis=axes, keepdims=True)
     centered = x - mean
     inv_std = 1.0 / dx.sqrt(dx.mean(centered * centered, axis=axes, keepdims=True) + eps)
-    y = centered * inv_std * scale
+    y = dx.cast(centered * inv_std, out_dtype) * scale
     if bias is not None:
         y = y + bias
     return [Value(tensor=y), Value(tensor=mean), Value(tensor=inv_std)]
+
+
+def _stash(ctx, attrs) -> None:
+    if int(attrs.get("stash_type", 1)) != 1:
+        raise ctx.error(f"stash_type {attrs['stash_type']} is not supported (statistics are "
+                        "float32 or wider, stash_type 1)")
 
 
 @_op("InstanceNormalization", "normalization", "per image and channel", attrs=("epsilon",))
@@ -667,6 +680,7 @@ def _instance_norm(ctx, node, args, attrs):
      attrs=("epsilon", "num_groups", "stash_type"))
 def _group_norm(ctx, node, args, attrs):
     x, scale, bias = (ctx.tensor(v) for v in args)
+    _stash(ctx, attrs)
     if scale.shape != (x.shape[1],):
         raise ctx.error(f"scale of shape {scale.shape} is per group (opset 18); opset 21's "
                         "is per channel")
@@ -722,6 +736,9 @@ def _cumsum(ctx, node, args, attrs):
 def _conv_transpose(ctx, node, args, attrs):
     x, w = ctx.tensor(args[0]), ctx.tensor(args[1])
     kernel = tuple(w.shape[2:])
+    if "kernel_shape" in attrs and tuple(attrs["kernel_shape"]) != kernel:
+        raise ctx.error(f"kernel_shape {attrs['kernel_shape']} differs from the weights' "
+                        f"{kernel}")
     n = len(kernel)
     strides = tuple(attrs.get("strides", (1,) * n))
     dilations = tuple(attrs.get("dilations", (1,) * n))
@@ -741,8 +758,8 @@ def _conv_transpose(ctx, node, args, attrs):
             if total < 0:  # larger than the full output: the rest is output padding
                 extra[a] -= total
                 total = 0
-            half = total // 2
-            upper = mode != "SAME_LOWER"
+            half = total // 2  # SAME_UPPER puts the odd one at the end, else at the start
+            upper = mode == "SAME_UPPER"
             begins.append(half if upper else total - half)
             ends.append(total - half if upper else half)
         pads = tuple(begins + ends)
@@ -862,8 +879,8 @@ def _gather_elements(ctx, node, args, attrs):
 def _gather_nd(ctx, node, args, attrs):
     x, index = ctx.tensor(args[0]), ctx.tensor(args[1])
     b = int(attrs.get("batch_dims", 0))
-    k = index.shape[-1]
-    if b + k > x.ndim or index.shape[:b] != x.shape[:b]:
+    k = index.shape[-1] if index.ndim else 0
+    if k < 1 or b + k > x.ndim or index.shape[:b] != x.shape[:b]:
         raise ctx.error(f"indices {index.shape} do not address data {x.shape} with "
                         f"batch_dims {b}")
     inner = math.prod(x.shape[b:b + k])

@@ -109,15 +109,21 @@ def _infer_pool(node, inputs):
                          f"{shown(kernel)}", node.id)
     strides, pads, dilations = spatial_attrs(node, spatial)
     n = spatial
+    out = _spatial_out(node, x.shape, tuple(kernel), strides, pads, dilations)
     for a in range(n):
-        window = dilations[a] * (kernel[a] - 1) + 1
-        if max(pads[a], pads[n + a]) >= window:
-            raise GraphError(f"{node.op}: a pad ({pads[a]}, {pads[n + a]}) as wide as the "
-                             f"window ({window}) would make windows of padding only", node.id)
+        # every window must hold an element of the input: a maximum or mean of padding only
+        # has no value (checked per position: dilated taps can step over the data)
+        size = x.shape[2 + a]
+        for o in range(out[a]):
+            first = o * strides[a] - pads[a]
+            if not any(0 <= first + k * dilations[a] < size for k in range(kernel[a])):
+                raise GraphError(f"{node.op}: output position {o} of spatial axis {a} would "
+                                 f"be a window of padding only (pads {pads[a]}, {pads[n + a]}, "
+                                 f"kernel {kernel[a]}, dilation {dilations[a]}, size {size})",
+                                 node.id)
     if node.attr("count_include_pad", 0) not in (0, 1):
         raise GraphError("avg_pool: count_include_pad is 0 or 1", node.id)
-    return x.shape[:2] + _spatial_out(node, x.shape, tuple(kernel), strides, pads,
-                                      dilations), x.dtype
+    return x.shape[:2] + out, x.dtype
 
 
 def conv_flops(node, inputs) -> float:

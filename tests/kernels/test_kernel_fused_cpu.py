@@ -573,3 +573,13 @@ def test_a_program_that_is_one_cast_matches_astype(src, dst):
     got = fused_cpu.evaluate((("cast", (("in", 0),), dst),), [a], (3, 4))
     assert got.dtype == np.dtype(dst)
     np.testing.assert_array_equal(got, a.astype(dst))
+
+
+def test_sign_of_negative_zero_is_positive_zero_on_both_paths():
+    """NumPy's sign(-0.0) is +0.0; the numexpr form once kept the operand for zeros."""
+    a = np.array([-0.0, 0.0, -2.5, 3.0, np.nan], dtype=np.float32)
+    program = (("sign", (("in", 0),), "float32"),)
+    for got in (fused_cpu.evaluate_numexpr(program, [a], a.shape),
+                fused_cpu.evaluate_blocked(program, [a], a.shape)):
+        np.testing.assert_array_equal(got, np.sign(a))
+        assert not np.signbit(got[:2]).any()

@@ -174,7 +174,12 @@ def test_bad_windows_are_named_errors():
         dx.nn.conv(x, dx.input("w3", (6, 4, 7, 3), "float32"))
     with pytest.raises(GraphError, match="1 to 3 spatial axes"):
         dx.nn.max_pool(dx.input("v", (4, 5), "float32"), 2)
-    with pytest.raises(GraphError, match="as wide as the window"):
+    with pytest.raises(GraphError, match="window of padding only"):
         dx.nn.max_pool(x, 2, padding=2)
+    # dilated taps can step over the data: size 1, kernel 2, dilation 3, pads 2 and 2
+    with pytest.raises(GraphError, match="position 0 of spatial axis 0 would be a window of "
+                                         "padding only"):
+        dx.nn.max_pool(dx.input("d", (1, 1, 1), "float32"), 2, stride=1, padding=2,
+                       dilation=3)
     with pytest.raises(GraphError, match="defined for floats"):
         dx.nn.avg_pool(dx.input("i", (2, 4, 5, 5), "int32"), 2)

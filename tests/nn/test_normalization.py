@@ -75,3 +75,13 @@ def test_bad_shapes_are_named():
         dx.nn.instance_norm(x, dx.input("s", (7,), "float32"), dx.input("b", (8,), "float32"))
     with pytest.raises(dx.GraphError, match="3 groups must divide the 8 channels"):
         dx.nn.group_norm(x, 3, dx.input("s", (8,), "float32"), dx.input("b", (8,), "float32"))
+
+
+def test_float16_is_normalized_in_float32(client):
+    """Squared deviations above 256 overflow float16: the statistics are float32."""
+    data = np.array([[300, -300, 0, 0], [1000, -1000, 500, -500]], dtype=np.float16)
+    x = dx.input("x", data.shape, "float16")
+    got = dx.run(dx.nn.layer_norm(x), inputs={"x": data}, client=client)
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got, normalized(data.astype(np.float64), (1,), 1e-5),
+                               rtol=2e-3, atol=2e-3)

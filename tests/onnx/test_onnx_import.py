@@ -300,3 +300,30 @@ def test_a_conv_net_on_an_input_three_times_a_workers_memory(tmp_path):
     close(got, want)
     assert 0 < peak["rss"] < CNN_LIMIT, \
         f"a worker's memory reached {peak['rss'] / 2**20:.0f} MiB"
+
+
+def test_conv_transpose_with_an_output_shape_pads_as_onnx_runtime(client, tmp_path):
+    """An odd total padding from output_shape goes to the start (the spec's non-SAME_UPPER
+    branch); the node tests only cover even ones."""
+    w = np.ones((1, 1, 3, 3), np.float32)
+    path = _one_node_model(
+        tmp_path / "ct.onnx", helper.make_node("ConvTranspose", ["x", "w"], ["y"],
+                                               output_shape=[4, 4], name="ct"),
+        [_vi("x", [1, 1, 3, 3])], [_vi("y", [1, 1, 4, 4])],
+        initializers=[numpy_helper.from_array(w, "w")])
+    data = np.arange(9, dtype=np.float32).reshape(1, 1, 3, 3)
+    model = dx.onnx.load(path)
+    got = dx.run(model(x=dx.input("x", data.shape, "float32"))["y"],
+                 inputs={**model.inputs, "x": data}, client=client)
+    np.testing.assert_allclose(got, runtime(path, {"x": data})["y"], rtol=1e-6)
+
+
+def test_a_malformed_node_is_a_spec_error_not_a_traceback(tmp_path):
+    path = _one_node_model(
+        tmp_path / "pow.onnx", helper.make_node("Pow", ["a", "b"], ["y"], name="neg_pow"),
+        [], [_vi("y", [2], TensorProto.INT64)],
+        initializers=[numpy_helper.from_array(np.array([2, 3], np.int64), "a"),
+                      numpy_helper.from_array(np.array([-1, 2], np.int64), "b")])
+    model = dx.onnx.load(path)
+    with pytest.raises(SpecError, match="ONNX node 'neg_pow' \\(Pow\\): ValueError"):
+        model({})
