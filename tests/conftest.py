@@ -5,7 +5,15 @@ from __future__ import annotations
 import os
 import uuid
 
+import dask
 import pytest
+
+# Dask's statistical profiler samples the frames of a worker's other threads every 10 ms
+# (sys._current_frames). In the threaded workers these tests run inside the pytest process it
+# crashed the interpreter once (a segfault in distributed/profile.py, the frame race seen in
+# other sampling profilers on CPython 3.11), taking the whole session down. No test reads
+# worker profiles. Worker processes read this from the environment Dask passes them too.
+dask.config.set({"distributed.worker.profile.enabled": False})
 
 
 # --- metadata database ---------------------------------------------------------------------
