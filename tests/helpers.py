@@ -1,9 +1,13 @@
-"""Helpers shared by the tests: small cluster specs that force chunk grids, a free port, and
-comparing sums within the precision their terms allow."""
+"""Helpers shared by the tests: small cluster specs that force chunk grids, a free port,
+comparing sums within the precision their terms allow, and the peak memory of a cluster's
+workers while a block runs."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
+import time
 
 import numpy as np
 
@@ -96,3 +100,33 @@ def rows_of_infinities() -> np.ndarray:
     x[2] = -np.inf
     x[3, 1] = np.nan
     return x
+
+
+class WorkerRss:
+    """`with WorkerRss(client) as rss:` samples the largest resident memory of any of the
+    client's workers every `interval` seconds while the block runs; `rss.peak` is it (0 if
+    no sample came back)."""
+
+    def __init__(self, client, interval: float = 0.05):
+        self.client, self.interval, self.peak = client, interval, 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self):
+        while not self._done.is_set():
+            with contextlib.suppress(Exception):  # a worker restarting answers nothing
+                self.peak = max(self.peak, *self.client.run(_rss).values())
+            time.sleep(self.interval)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self._thread.join()
+
+
+def _rss() -> int:
+    import psutil
+    return psutil.Process().memory_info().rss

@@ -116,8 +116,6 @@ def _about(path: str):
 
 
 def _cmd_run(args) -> int:
-    import numpy as np
-
     from deepx_flow.runtime.run import run
 
     if args.db:  # the run records itself where the settings say
@@ -138,15 +136,20 @@ def _cmd_run(args) -> int:
         results = run(graph, inputs=inputs, scheduler=args.scheduler, cluster=args.cluster,
                       progress=args.progress)
     for name in names:
-        value = results[name]
-        if name in outputs:
-            np.save(outputs[name], value)
-            where = f"-> {outputs[name]}"
-        else:
-            where = f"min {value.min() if value.size else '-'} max " \
-                    f"{value.max() if value.size else '-'}"
-        print(f"{name}: shape {value.shape} {value.dtype} {where}")
+        report(name, results[name], outputs.get(name))
     return 0
+
+
+def report(name: str, value, path: str | None) -> None:
+    """Save an output to its `.npy` path, or say its range; one line either way."""
+    import numpy as np
+    if path is not None:
+        np.save(path, value)
+        where = f"-> {path}"
+    else:
+        where = f"min {value.min() if value.size else '-'} max " \
+                f"{value.max() if value.size else '-'}"
+    print(f"{name}: shape {value.shape} {value.dtype} {where}")
 
 
 def _cmd_explain(args) -> int:

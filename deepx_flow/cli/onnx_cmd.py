@@ -94,7 +94,7 @@ def _run(args) -> int:
     import numpy as np
 
     import deepx_flow as dx
-    from deepx_flow.cli.main import _pairs
+    from deepx_flow.cli.main import _pairs, report
     from deepx_flow.errors import InputError
     from deepx_flow.onnx.model import identifier
 
@@ -139,11 +139,5 @@ def _run(args) -> int:
         values = dx.run([results[n] for n in rest], inputs=bound, scheduler=args.scheduler,
                         progress=args.progress)
         for name, value in zip(rest, values):
-            if name in outputs:
-                np.save(outputs[name], value)
-                where = f"-> {outputs[name]}"
-            else:
-                where = f"min {value.min() if value.size else '-'} max " \
-                        f"{value.max() if value.size else '-'}"
-            print(f"{name}: shape {value.shape} {value.dtype} {where}")
+            report(name, value, outputs.get(name))
     return 0

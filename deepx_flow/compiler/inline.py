@@ -83,17 +83,20 @@ def inline_reads(dsk: dict, inlinable: dict, keep) -> dict:
                               if reader in views else count
                               for reader, count in readers.get(key, {}).items())
 
+    names_read: dict = {}  # reader -> Counter of the tensor names it reads (made when asked)
     calls: dict = {}  # key -> its inline call, with the calls it reads substituted
     for key in dsk:
         kind, func, args = inlinable.get(key, (None, None, None))
         if key in views or (kind == SOURCE and key not in keep and references[key] == 1
-                            and not _gathers_computed_chunks(key, dsk, readers, views)):
+                            and not _gathers_computed_chunks(key, dsk, readers, views,
+                                                             names_read)):
             calls[key] = substitute(inline_task(key, func, *args), calls)
     return {key: substitute(node, calls) for key, node in dsk.items()
             if key not in calls or key in keep}
 
 
-def _gathers_computed_chunks(key, dsk: dict, readers: dict, views: set) -> bool:
+def _gathers_computed_chunks(key, dsk: dict, readers: dict, views: set, names_read: dict
+                             ) -> bool:
     """Whether `key` is computed from other chunks (a reduction's finish or partial, unlike a
     file read) and the task that would compute it reads more chunks of the same tensor, or
     of a view of it that is computed in that task: inlining them all would make that task
@@ -104,8 +107,9 @@ def _gathers_computed_chunks(key, dsk: dict, readers: dict, views: set) -> bool:
     current = key
     while len(readers.get(current, ())) == 1:
         (reader,) = readers[current]
-        name = key_name(current)
-        if sum(1 for r in refs_of(dsk[reader]) if key_name(r) == name) > 1:
+        if reader not in names_read:  # once per reader, not once per chunk it reads
+            names_read[reader] = Counter(key_name(r) for r in refs_of(dsk[reader]))
+        if names_read[reader][key_name(current)] > 1:
             return True
         if reader not in views:
             return False

@@ -564,6 +564,15 @@ def _ceil_pads(x_shape, kernel, strides, pads, dilations) -> tuple[int, ...]:
     return tuple(pads[:n]) + tuple(ends)
 
 
+def _kernel(ctx, attrs, w) -> tuple[int, ...]:
+    """The weights' kernel shape, which `kernel_shape` (optional) must repeat."""
+    kernel = tuple(w.shape[2:])
+    if "kernel_shape" in attrs and tuple(attrs["kernel_shape"]) != kernel:
+        raise ctx.error(f"kernel_shape {attrs['kernel_shape']} differs from the weights' "
+                        f"{kernel}")
+    return kernel
+
+
 def _window_settings(ctx, attrs, x_shape, kernel):
     n = len(kernel)
     strides = tuple(attrs.get("strides", (1,) * n))
@@ -576,10 +585,7 @@ def _window_settings(ctx, attrs, x_shape, kernel):
      attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
 def _conv(ctx, node, args, attrs):
     x, w = ctx.tensor(args[0]), ctx.tensor(args[1])
-    kernel = tuple(w.shape[2:])
-    if "kernel_shape" in attrs and tuple(attrs["kernel_shape"]) != kernel:
-        raise ctx.error(f"kernel_shape {attrs['kernel_shape']} differs from the weights' "
-                        f"{kernel}")
+    kernel = _kernel(ctx, attrs, w)
     strides, pads, dilations = _window_settings(ctx, attrs, x.shape, kernel)
     b = ctx.tensor(args[2]) if len(args) > 2 and args[2] is not None else None
     return _t(dx.nn.conv(x, w, b, stride=strides, padding=pads, dilation=dilations,
@@ -735,10 +741,7 @@ def _cumsum(ctx, node, args, attrs):
             "pads", "strides"))
 def _conv_transpose(ctx, node, args, attrs):
     x, w = ctx.tensor(args[0]), ctx.tensor(args[1])
-    kernel = tuple(w.shape[2:])
-    if "kernel_shape" in attrs and tuple(attrs["kernel_shape"]) != kernel:
-        raise ctx.error(f"kernel_shape {attrs['kernel_shape']} differs from the weights' "
-                        f"{kernel}")
+    kernel = _kernel(ctx, attrs, w)
     n = len(kernel)
     strides = tuple(attrs.get("strides", (1,) * n))
     dilations = tuple(attrs.get("dilations", (1,) * n))

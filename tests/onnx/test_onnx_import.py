@@ -7,11 +7,8 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-import threading
-import time
 
 import numpy as np
-import psutil
 import pytest
 
 onnx = pytest.importorskip("onnx")
@@ -21,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import deepx_flow as dx  # noqa: E402
 from deepx_flow.errors import InputError, SpecError  # noqa: E402
+from tests.helpers import WorkerRss  # noqa: E402
 
 
 def mlp_model(path, features=784, hidden=256, classes=10, opset=17, seed=0):
@@ -82,7 +80,6 @@ def test_an_mlp_on_an_input_three_times_a_workers_memory(tmp_path):
     results equal ONNX Runtime's on the whole array, and no worker's memory passed its
     limit."""
     import zarr
-    from distributed import Client, LocalCluster
     rows = 3 * LIMIT // (784 * 4)
     store = zarr.create_array(str(tmp_path / "x.zarr"), shape=(rows, 784), chunks=(8192, 784),
                               dtype="float32")
@@ -91,33 +88,22 @@ def test_an_mlp_on_an_input_three_times_a_workers_memory(tmp_path):
         stop = min(rows, start + 32768)
         store[start:stop] = rng.standard_normal((stop - start, 784), dtype=np.float32)
     path = mlp_model(tmp_path / "mlp.onnx")
-    model = dx.onnx.load(path)
-    peak = {"rss": 0}
-    with LocalCluster(n_workers=2, threads_per_worker=1, memory_limit=LIMIT, processes=True,
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
-            Client(cluster) as cl:
-        done = threading.Event()
-
-        def sample():
-            while not done.is_set():
-                try:
-                    rss = cl.run(lambda: psutil.Process().memory_info().rss)
-                    peak["rss"] = max(peak["rss"], *rss.values())
-                except Exception:
-                    pass
-                time.sleep(0.05)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        try:
-            probs = model(x=dx.read_zarr(str(tmp_path / "x.zarr")))["probs"]
-            got = dx.run(probs, inputs=model.inputs, client=cl)
-        finally:
-            done.set()
-            sampler.join()
+    got, peak = run_on_small_workers(path, str(tmp_path / "x.zarr"), "probs", LIMIT)
     want = runtime(path, {"x": store[:]})["probs"]
     close(got, want)
-    assert 0 < peak["rss"] < LIMIT, f"a worker's memory reached {peak['rss'] / 2**20:.0f} MiB"
+    assert 0 < peak < LIMIT, f"a worker's memory reached {peak / 2**20:.0f} MiB"
+
+
+def run_on_small_workers(model_path: str, data: str, output: str, limit: int):
+    """The model's `output` on the Zarr array `data`, computed by 2 worker processes of
+    `limit` bytes each; and the largest worker memory sampled meanwhile."""
+    from distributed import Client, LocalCluster
+    model = dx.onnx.load(model_path)
+    with LocalCluster(n_workers=2, threads_per_worker=1, memory_limit=limit, processes=True,
+                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
+            Client(cluster) as client, WorkerRss(client) as rss:
+        got = dx.run(model(x=dx.read_zarr(data))[output], inputs=model.inputs, client=client)
+    return got, rss.peak
 
 
 def test_graph_inputs_are_checked_against_the_model(tmp_path):
@@ -263,7 +249,6 @@ def test_a_conv_net_on_an_input_three_times_a_workers_memory(tmp_path):
     4,096 images; the logits equal ONNX Runtime's on the whole array, and no worker's memory
     passed its limit."""
     import zarr
-    from distributed import Client, LocalCluster
     rows = 3 * CNN_LIMIT // (16 * 16 * 4)
     store = zarr.create_array(str(tmp_path / "x.zarr"), shape=(rows, 1, 16, 16),
                               chunks=(4096, 1, 16, 16), dtype="float32")
@@ -272,34 +257,10 @@ def test_a_conv_net_on_an_input_three_times_a_workers_memory(tmp_path):
         stop = min(rows, start + 65536)
         store[start:stop] = rng.standard_normal((stop - start, 1, 16, 16), dtype=np.float32)
     path = cnn_model(tmp_path / "cnn.onnx")
-    model = dx.onnx.load(path)
-    peak = {"rss": 0}
-    with LocalCluster(n_workers=2, threads_per_worker=1, memory_limit=CNN_LIMIT, processes=True,
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
-            Client(cluster) as cl:
-        done = threading.Event()
-
-        def sample():
-            while not done.is_set():
-                try:
-                    rss = cl.run(lambda: psutil.Process().memory_info().rss)
-                    peak["rss"] = max(peak["rss"], *rss.values())
-                except Exception:
-                    pass
-                time.sleep(0.05)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        try:
-            logits = model(x=dx.read_zarr(str(tmp_path / "x.zarr")))["logits"]
-            got = dx.run(logits, inputs=model.inputs, client=cl)
-        finally:
-            done.set()
-            sampler.join()
+    got, peak = run_on_small_workers(path, str(tmp_path / "x.zarr"), "logits", CNN_LIMIT)
     want = runtime(path, {"x": store[:]})["logits"]
     close(got, want)
-    assert 0 < peak["rss"] < CNN_LIMIT, \
-        f"a worker's memory reached {peak['rss'] / 2**20:.0f} MiB"
+    assert 0 < peak < CNN_LIMIT, f"a worker's memory reached {peak / 2**20:.0f} MiB"
 
 
 def test_conv_transpose_with_an_output_shape_pads_as_onnx_runtime(client, tmp_path):

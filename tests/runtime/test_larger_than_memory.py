@@ -6,21 +6,15 @@ throughout; it must stay under the limit (Dask's nanny would kill a worker that 
 """
 
 import logging
-import threading
-import time
 
 import numpy as np
-import psutil
 import pytest
 from distributed import Client, LocalCluster
 
 import deepx_flow as dx
+from tests.helpers import WorkerRss
 
 LIMIT = 400 * 2**20
-
-
-def _rss():
-    return psutil.Process().memory_info().rss
 
 
 @pytest.mark.slow
@@ -39,28 +33,12 @@ def test_input_three_times_worker_memory(tmp_path):
     x = dx.input("x", (rows, cols), "float32")
     col_mean = dx.tanh(x * 0.5 + 0.1).mean(axis=0)
     col_max = x.max(axis=0)
-    peak = {"rss": 0}
     with LocalCluster(n_workers=2, threads_per_worker=1, memory_limit=LIMIT, processes=True,
                       dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
             Client(cluster) as client:
-        done = threading.Event()
-
-        def sample():
-            while not done.is_set():
-                try:
-                    peak["rss"] = max(peak["rss"], *client.run(_rss).values())
-                except Exception:
-                    pass
-                time.sleep(0.05)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        try:
+        with WorkerRss(client) as rss:
             got_mean, got_max = dx.run([col_mean, col_max], inputs={"x": str(path)},
                                        client=client)
-        finally:
-            done.set()
-            sampler.join()
         plan = dx.compile([col_mean, col_max], client=client)
         assert len(plan.chunks["x"][0]) > 3  # it really was split
 
@@ -73,7 +51,7 @@ def test_input_three_times_worker_memory(tmp_path):
         exp_max = np.maximum(exp_max, block.max(axis=0))
     np.testing.assert_allclose(got_mean, exp_mean / rows, rtol=1e-4)
     np.testing.assert_array_equal(got_max, exp_max.astype("float32"))
-    assert 0 < peak["rss"] < LIMIT, (
-        f"peak worker RSS {peak['rss'] / 2**20:.0f} MiB over the {LIMIT / 2**20:.0f} MiB limit; "
+    assert 0 < rss.peak < LIMIT, (
+        f"peak worker RSS {rss.peak / 2**20:.0f} MiB over the {LIMIT / 2**20:.0f} MiB limit; "
         f"the plan: {len(plan.chunks['x'][0])} row chunks, per-task budget "
         f"{plan.partition.budget / 2**20:.0f} MiB")
