@@ -31,15 +31,32 @@ def _attrs(attrs: dict, spatial: int):
     return strides, pads, dilations
 
 
-def padded(x, pads, value, xp):
+def buffer(scratch, tag, shape, dtype, xp, fill=None):
+    """A buffer of `shape`: `scratch[tag]` when it has that shape and dtype (its values are
+    whatever was last written), else a new one (filled with `fill` if given), kept there.
+
+    Why: a batch chain (`kernels/batch_chain.py`) calls these kernels for hundreds of blocks
+    of images per task; on a Dask worker (glibc trims freed memory at once there) every
+    fresh block-sized array faulted its pages in again, which tripled a chain's time."""
+    held = None if scratch is None else scratch.get(tag)
+    if held is not None and held.shape == tuple(shape) and held.dtype == dtype:
+        return held
+    out = xp.empty(shape, dtype=dtype) if fill is None else xp.full(shape, fill, dtype=dtype)
+    if scratch is not None:
+        scratch[tag] = out
+    return out
+
+
+def padded(x, pads, value, xp, scratch=None):
     """`x` with `pads` (begins, then ends, per spatial axis) of `value` around its spatial
-    axes; `x` itself when there is none."""
+    axes; `x` itself when there is none. With `scratch`, the padded array is a kept buffer
+    whose border holds `value` from when it was made: only the inside is written again."""
     spatial = x.ndim - 2
     if not any(pads):
         return x
     shape = x.shape[:2] + tuple(s + pads[a] + pads[spatial + a]
                                 for a, s in enumerate(x.shape[2:]))
-    out = xp.full(shape, value, dtype=x.dtype)
+    out = buffer(scratch, ("padded", value), shape, x.dtype, xp, fill=value)
     inner = (slice(None), slice(None)) + tuple(slice(pads[a], pads[a] + s)
                                                for a, s in enumerate(x.shape[2:]))
     out[inner] = x
@@ -68,46 +85,67 @@ def _offsets(kernel, strides, dilations, out_sp):
 BLOCK_IMAGES = 64
 
 
-def conv(x, w, attrs: dict):
+def conv(x, w, attrs: dict, scratch: dict | None = None, channels_first: bool = False,
+         out_channels_first: bool | None = None):
     """The convolution of images `x` (N, C, *spatial) with weights `w` (M, C/g, *kernel).
 
     im2col by kernel offset, a block of images at a time: for each offset, one strided
     slice of the block's padded images is copied into its rows of the column matrix (C/g x
     kernel rows, images x out positions columns); then one GEMM per group,
-    (M/g, K) @ (K, P), whose product is moved into the result's (N, M, *out) layout."""
+    (M/g, K) @ (K, P), whose product is moved into the result's (N, M, *out) layout.
+    `scratch` (see `buffer`) keeps the buffers for the next call, the result among them.
+
+    `channels_first`: `x` is laid out (C, N, *spatial); `out_channels_first` (by default the
+    same): the result is laid out (M, N, *out), the GEMM's own layout, so a chain of layers
+    (`kernels/batch_chain.py`) moves no axes between them."""
     xp = dispatch.array_module(x, w)
     spatial = x.ndim - 2
     strides, pads, dilations = _attrs(attrs, spatial)
     groups = attrs.get("groups") or 1
     kernel = tuple(w.shape[2:])
     out_sp = out_spatial(x.shape, kernel, strides, pads, dilations)
-    source = padded(x, pads, 0, xp)
-    n, c, m = x.shape[0], x.shape[1], w.shape[0]
+    source = padded(x, pads, 0, xp, scratch)
+    if out_channels_first is None:
+        out_channels_first = channels_first
+    (c, n), m = (x.shape[:2] if channels_first else x.shape[1::-1]), w.shape[0]
     cg, mg = c // groups, m // groups
     taps = math.prod(kernel)
-    offsets = [index for _, index in _offsets(kernel, strides, dilations, out_sp)]
+    offsets = [(slice(None), slice(None)) + index
+               for _, index in _offsets(kernel, strides, dilations, out_sp)]
     weights = [w[g * mg:(g + 1) * mg].reshape(mg, cg * taps) for g in range(groups)]
-    out = xp.empty((n, m) + out_sp, dtype=x.dtype)
+    out = buffer(scratch, "out", ((m, n) if out_channels_first else (n, m)) + out_sp, x.dtype,
+                 xp)
     block = max(1, min(n, BLOCK_IMAGES))
-    columns = xp.empty((cg, taps, block) + out_sp, dtype=x.dtype)
-    product = xp.empty((mg, block) + out_sp, dtype=x.dtype)
+    columns = buffer(scratch, "columns", (cg, taps, block) + out_sp, x.dtype, xp)
+    product = buffer(scratch, "product", (mg, block) + out_sp, x.dtype, xp)
     for start in range(0, n, block):
         b = min(block, n - start)
         cols = columns[:, :, :b]
-        prod = product if b == block else xp.empty((mg, b) + out_sp, dtype=x.dtype)
         for g in range(groups):
-            images = source[start:start + b, g * cg:(g + 1) * cg]
+            channels, images = slice(g * cg, (g + 1) * cg), slice(start, start + b)
+            filters = slice(g * mg, (g + 1) * mg)
             for t, index in enumerate(offsets):
-                xp.copyto(cols[:, t], xp.moveaxis(images[(slice(None), slice(None)) + index],
-                                                   1, 0))
+                if channels_first:
+                    xp.copyto(cols[:, t], source[channels, images][index])
+                else:
+                    xp.copyto(cols[:, t], xp.moveaxis(source[images, channels][index], 1, 0))
+            if out_channels_first and groups == 1 and b == n:  # the product is the result
+                xp.matmul(weights[g], cols.reshape(cg * taps, -1), out=out.reshape(m, -1))
+                continue
+            prod = product if b == block else xp.empty((mg, b) + out_sp, dtype=x.dtype)
             xp.matmul(weights[g], cols.reshape(cg * taps, -1), out=prod.reshape(mg, -1))
-            out[start:start + b, g * mg:(g + 1) * mg] = xp.moveaxis(prod, 0, 1)
+            if out_channels_first:
+                out[filters, images] = prod
+            else:
+                out[images, filters] = xp.moveaxis(prod, 0, 1)
     return out
 
 
-def pool(op: str, x, attrs: dict):
+def pool(op: str, x, attrs: dict, scratch: dict | None = None):
     """Max or average pooling of `x` (N, C, *spatial) over windows of `attrs["kernel"]`:
-    the maximum (or sum) of one strided slice of the padded input per kernel offset."""
+    the maximum (or sum) of one strided slice of the padded input per kernel offset.
+    `scratch` (see `buffer`) keeps max_pool's buffers for the next call, the result among
+    them."""
     xp = dispatch.array_module(x)
     spatial = x.ndim - 2
     strides, pads, dilations = _attrs(attrs, spatial)
@@ -116,14 +154,16 @@ def pool(op: str, x, attrs: dict):
     lead = (slice(None), slice(None))
     if op == "max_pool":
         lowest = -xp.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-        source = padded(x, pads, lowest, xp)
-        out = None
-        for _, index in _offsets(kernel, strides, dilations, out_sp):
-            part = source[lead + index]
-            if out is None:
-                out = part.copy()
-            else:  # fmax would drop NaN; maximum keeps it, as NumPy's max does
-                xp.maximum(out, part, out=out)
+        source = padded(x, pads, lowest, xp, scratch)
+        parts = [source[lead + index]
+                 for _, index in _offsets(kernel, strides, dilations, out_sp)]
+        if len(parts) == 1:
+            return parts[0].copy()
+        out = buffer(scratch, "out", parts[0].shape, x.dtype, xp)
+        # fmax would drop NaN; maximum keeps it, as NumPy's max does
+        xp.maximum(parts[0], parts[1], out=out)
+        for part in parts[2:]:
+            xp.maximum(out, part, out=out)
         return out
     source = padded(x, pads, 0, xp)
     total = xp.zeros(x.shape[:2] + out_sp, dtype=np.float64)

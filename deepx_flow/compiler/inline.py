@@ -179,7 +179,7 @@ def finished_by_reader(node, graph: Graph, part, users, outputs) -> bool:
             math.prod(len(c) for c in part.chunks[node.id]))
 
 
-def chained_matmuls(graph: Graph, part) -> dict[str, str]:
+def chained_matmuls(graph: Graph, part, exclude=frozenset()) -> dict[str, str]:
     """Matmuls computed inside the matmul that reads them, a block of rows at a time (the
     layers of an MLP: `relu(x @ W1 + b1) @ W2`), as node id -> the id of the matmul whose
     tasks compute it (the last of the chain). The hidden activations are then never stored:
@@ -188,14 +188,15 @@ def chained_matmuls(graph: Graph, part) -> dict[str, str]:
     A matmul chains into its reader when it is no output, its one reader is a matmul that
     reads it once as its left operand, both are 2-D with their contractions whole (no K
     partials), and both right operands (the weights) and the reader's columns are one chunk
-    each (so no tile recomputes the chain)."""
+    each (so no tile recomputes the chain). Nodes in `exclude` (those of batch chains,
+    `compiler.batch_chain`, which take matmuls as layers too) are left out."""
     users = graph.consumers()
     outputs = {node_id for _, node_id in graph.outputs}
     chained: dict[str, str] = {}
     for node in reversed(graph.nodes):  # readers first: a chain's end is known
         readers = users[node.id]
         if (get_op(node.op).kind != MATMUL or node.id in outputs or len(readers) != 1
-                or node.ndim != 2):
+                or node.ndim != 2 or node.id in exclude or readers[0] in exclude):
             continue
         reader = graph[readers[0]]
         if (get_op(reader.op).kind == MATMUL and reader.ndim == 2

@@ -34,8 +34,9 @@ from dataclasses import dataclass
 
 from dask.base import tokenize
 
+from deepx_flow.compiler import batch_chain
 from deepx_flow.compiler.inline import SOURCE as INLINE_SOURCE
-from deepx_flow.compiler.inline import VIEW, chained_matmuls, inline_reads
+from deepx_flow.compiler.inline import VIEW, inline_reads
 from deepx_flow.compiler.partition import Partition
 from deepx_flow.compiler.taskspec import ref, task
 from deepx_flow.ir import Node, dtypes
@@ -140,7 +141,9 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
         tkey[node.id] = f"{node.id}@{tokenize(content)[:12]}"
     dsk: dict = {}
     inlinable: dict = {}  # key -> (VIEW or INLINE_SOURCE, func, args): func(*args) is it
-    chained = chained_matmuls(graph, part)  # computed inside their readers' tasks
+    # computed inside a later node's tasks
+    batch, chained = batch_chain.all_chains(graph, part)
+    batch_ends = set(batch.values())
 
     def operand(t_id: str, region: Region):
         return grids[t_id].layout(tkey[t_id], region)
@@ -158,7 +161,11 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
         grid = grids[node.id]
         name = tkey[node.id]
         ins = [graph[i] for i in node.inputs]
-        if node.op == "input":
+        if node.id in batch:
+            continue
+        if node.id in batch_ends:
+            _lower_batch_chain(node, graph, batch, grid, name, operands, dsk)
+        elif node.op == "input":
             source = sources[node.id]
             for idx in chunk_indices(grid.chunks):
                 key = (name, *idx)
@@ -173,8 +180,7 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
                 dsk[key] = task(key, K.source_chunk, *args)
                 inlinable[key] = (INLINE_SOURCE, K.source_chunk, args)
         elif kind == ELEMENTWISE:
-            program = node.attr("program") or ((node.op, tuple(("in", i) for i in range(
-                len(ins))), node.dtype),)
+            program = _program(node)
             for idx in chunk_indices(grid.chunks):
                 key = (name, *idx)
                 region = grid.region(idx)
@@ -311,6 +317,51 @@ def _lower_matmul_chain(node, graph, chained, grid, name, operands, dsk):
         layouts, refs = operands(ids, regions)
         meta = tuple((s.attr("epilogue"), s.dtype, len(s.inputs) - 2) for s in stages)
         dsk[key] = task(key, K.matmul_chain, meta, (m1 - m0, node.shape[1]), layouts, *refs)
+
+
+def _lower_batch_chain(node, graph, chained, grid, name, operands, dsk):
+    """One task per chunk of images of the last node of a batch chain
+    (`compiler.batch_chain`): it reads the first node's images and every other operand
+    whole, and runs blocks of images through every node (`kernels.batch_chain`)."""
+    stages = batch_chain.stages(node, graph, chained)
+    first = stages[0]
+    x = graph[first.inputs[batch_chain.chain_operand(first, graph)]]
+    descriptions, counts, extra_ids = [], [], []
+    for stage in stages:
+        at = batch_chain.chain_operand(stage, graph)
+        extras = [i for k, i in enumerate(stage.inputs) if k != at]
+        descriptions.append(_chain_stage(stage, at))
+        counts.append(len(extras))
+        extra_ids += extras
+    image_bytes = max(math.prod(s.shape[1:]) * dtypes.itemsize(s.dtype) for s in stages)
+    whole = [tuple((0, d) for d in graph[i].shape) for i in extra_ids]
+    for idx in chunk_indices(grid.chunks):
+        key = (name, *idx)
+        batch = grid.region(idx)[0]
+        region = (batch,) + tuple((0, d) for d in x.shape[1:])
+        layouts, refs = operands([x.id] + extra_ids, [region] + whole)
+        dsk[key] = task(key, K.batch_chain_chunk, tuple(descriptions), image_bytes,
+                        tuple(counts), layouts, *refs)
+
+
+def _program(node) -> tuple:
+    """An elementwise node's fused program (one instruction if it was not fused)."""
+    return node.attr("program") or ((node.op, tuple(("in", i) for i in range(
+        len(node.inputs))), node.dtype),)
+
+
+def _chain_stage(node, at: int) -> tuple:
+    """What `kernels.batch_chain` runs for `node`, its images at operand `at`."""
+    kind = get_op(node.op).kind
+    if kind == WINDOW:
+        return ("window", node.op, dict(node.attrs))
+    if kind == ELEMENTWISE:
+        return ("fused", _program(node), at)
+    if kind == AXIS_WHOLE:
+        return ("softmax", node.op, node.attr("axis"))
+    if kind == MATMUL:
+        return ("matmul", node.attr("epilogue"), node.dtype)
+    return ("reshape", node.shape[1:])
 
 
 def _lower_reduce(node, ins, part, grid, name, operands, dsk, inlinable):

@@ -285,7 +285,12 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
                 if axis != lead:
                     classes.keep_whole((node.id, axis), f"'{node.id}' (reshape)")
             t_lead = _reshape_lead(t.shape)
-            if lead is not None and t_lead is not None and node.size:
+            if t.ndim and node.ndim and t.shape[0] == node.shape[0] > 1:
+                # the same rows in other shapes (a flatten of images): chunked alike, so
+                # a task reads exactly its rows, and a chain of layers (`batch_chain`)
+                # runs through the reshape
+                classes.union((t.id, 0), (node.id, 0))
+            elif lead is not None and t_lead is not None and node.size:
                 row_out = math.prod(node.shape[lead + 1:])
                 row_in = math.prod(t.shape[t_lead + 1:])
                 classes.prefer((node.id, lead), math.lcm(row_out, row_in) // row_out)
@@ -439,6 +444,7 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
         sizes = [_bytes(graph[i].shape, graph[i].dtype) for i in node.inputs[:2]]
         return min(sizes) * target * 4 <= sum(sizes)
 
+    evened: set = set()  # classes `_even_out` has looked at
     for node in nodes:
         kind = get_op(node.op).kind
         if (kind == LAYOUT and node.op != "transpose") or (
@@ -481,6 +487,11 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
             classes.halve(key)
         if last is not None:
             _balance(classes, *last, keys, cluster.total_threads)
+        else:
+            for key in keys:
+                if classes.find(key) not in evened:  # once: each shrink is measured from
+                    evened.add(classes.find(key))    # the size memory left
+                    _even_out(classes, key, keys, cluster.total_threads)
 
     # 5. Count the tasks before any chunk list is built.
     fanin, counts, n_chunks = {}, {}, {}
@@ -573,6 +584,31 @@ def _balance(classes: _Classes, key, before: int, keys: list, threads: int) -> N
         if best_time is None or finish < best_time:
             best, best_time = size, finish
     if best != classes.size[root]:
+        classes.size[root] = best
+        classes.halvings += 1  # chunk sizes changed (`concat_chunk` caches on this)
+
+
+def _even_out(classes: _Classes, key, keys: list, threads: int) -> None:
+    """Make a class that memory alone cut (no halving for parallelism) a little smaller,
+    in steps of its stored chunk, where its tasks then end sooner on `threads` threads: 1M
+    images in stored chunks of 8,192 that fit in tasks of 65,536 are 15 full tasks and a
+    small one, 8 rounds on one thread of two; in tasks of 49,152 both threads end after
+    10.3 rounds of that size, 3% sooner. On a tie the larger chunks stay (fewer tasks)."""
+    root = classes.find(key)
+    step = classes.step.get(root, 1)
+    extent, size = classes.extent[root], classes.chunk(key)
+    if step <= 1 or size >= extent or sum(classes.find(k) == root for k in keys) > 1:
+        return
+    others = math.prod(_count(classes.extent[classes.find(k)], classes.chunk(k))
+                       for k in keys if classes.find(k) != root)
+    if _count(extent, size) * others > 16 * threads:
+        return
+    best, best_time = size, _finish_time(extent, size, others, threads)
+    for smaller in range(size - step, size // 2, -step):
+        finish = _finish_time(extent, smaller, others, threads)
+        if finish < best_time:
+            best, best_time = smaller, finish
+    if best != size:
         classes.size[root] = best
         classes.halvings += 1  # chunk sizes changed (`concat_chunk` caches on this)
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from deepx_flow.compiler.batch_chain import all_chains
 from deepx_flow.compiler.costs import combine_cost, main_cost, measured_task_seconds
-from deepx_flow.compiler.inline import (chained_matmuls, finished_by_reader, main_tasks,
+from deepx_flow.compiler.inline import (finished_by_reader, main_tasks,
                                         predicted_inline)
 from deepx_flow.compiler.lower import Lowered, lower_partition
 from deepx_flow.compiler.partition import Partition, task_count
@@ -68,11 +69,13 @@ class Plan:
 
     @property
     def chained(self) -> dict[str, str]:
-        """Matmuls computed inside a later matmul's tasks (`inline.chained_matmuls`), found
-        once per plan (the stats and every run ask)."""
+        """Nodes computed inside a later node's tasks (the layers of batch chains and matmul
+        chains: `compiler.batch_chain`), as node id -> that node, found once per plan (the
+        stats and every run ask)."""
         chained = self.__dict__.get("_chained")
         if chained is None:
-            chained = chained_matmuls(self.fused, self.partition)
+            batch, matmuls = all_chains(self.fused, self.partition)
+            chained = {**batch, **matmuls}
             object.__setattr__(self, "_chained", chained)  # frozen: a memo, not a field
         return chained
 
@@ -96,7 +99,7 @@ class Plan:
         inside = {s for sources in inline.values() for s in sources}
         outputs = {node_id for _, node_id in graph.outputs}
         views = {n.id for n in graph.nodes if n.op == "transpose" and n.id not in outputs}
-        chained = self.chained  # matmuls computed in a later one's tasks
+        chained = self.chained  # nodes computed in a later one's tasks
         # Nothing moves to read these: they are computed where they are read.
         local = inside | set(chained) | {v for v in views if graph[v].inputs[0] in inside}
         folded: dict = {}  # node id -> (FLOPs, bytes) of the sources it reads inline

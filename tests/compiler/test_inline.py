@@ -217,14 +217,16 @@ def test_a_small_reduction_is_finished_inside_the_task_that_reads_it(tmp_path):
 
 
 def test_a_reader_of_many_reduced_chunks_does_not_compute_them_all_itself():
-    """A flatten after global pooling: the reshape task reads many chunks of a mean over
+    """A reshape after global pooling: the reshape task reads many chunks of a mean over
     the image axes, as results. Inlining every mean into it made that task depend on, and
-    hold at once, all the image blocks they reduce (workers died of it)."""
+    hold at once, all the image blocks they reduce (workers died of it). (A flatten that
+    keeps the image axis is chunked as the mean is and reads one chunk a task: here eight
+    images' features make a row.)"""
     values = np.random.default_rng(4).standard_normal((4096, 8, 8, 8)).astype(np.float32)
-    weights = np.random.default_rng(5).standard_normal((8, 4)).astype(np.float32)
+    weights = np.random.default_rng(5).standard_normal((64, 4)).astype(np.float32)
     x, w = dx.input("x", values.shape, "float32"), dx.input("w", weights.shape, "float32")
     pooled = dx.mean(dx.relu(x + 1.0), axis=(2, 3), keepdims=True)  # (4096, 8, 1, 1)
-    out = dx.reshape(pooled, (4096, 8)) @ w
+    out = dx.reshape(pooled, (512, 64)) @ w
     inputs = {"x": values, "w": weights}
     plan, low = lowered(out, 2**20, inputs)
     mean_id = next(n.id for n in plan.fused.nodes if n.op == "mean")
@@ -237,5 +239,6 @@ def test_a_reader_of_many_reduced_chunks_does_not_compute_them_all_itself():
         read = {node_of(r[0]) for r in refs_of(low.dsk[key])}
         assert read == {mean_id}, (key, read)  # not the image blocks the means reduce
     (got,) = evaluate(out, 2**20, inputs)
-    want = np.maximum(values.astype(np.float64) + 1.0, 0).mean(axis=(2, 3)) @ weights
+    want = np.maximum(values.astype(np.float64) + 1.0, 0).mean(axis=(2, 3)).reshape(512, 64) \
+        @ weights
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
