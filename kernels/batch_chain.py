@@ -27,15 +27,18 @@ def batch_chain(stages, image_bytes, pieces_per_stage, x, *operands):
     """The chain's result for the images `x` (axis 0).
 
     `stages` holds one description per node: ("window", op, attrs), ("fused", program,
-    position of the images among its operands), ("reshape", shape of one image),
+    position of the images among its operands, pool first), ("reshape", shape of one image),
     ("softmax", op, axis) or ("matmul", epilogue, dtype); `pieces_per_stage` says how many of
     `operands` (weights, biases: whole) each stage takes after its images; `image_bytes` is
-    the largest activation of one image, which sets the block size."""
+    the largest activation of one image, which sets the block size. "pool first" is None, or
+    says that the max_pool after that stage may run before it (`compiler.pool_first`) when
+    the stage's operands at these positions are finite."""
     xp = dispatch.array_module(x, *operands)
     per_stage, at = [], 0
     for count in pieces_per_stage:
         per_stage.append(operands[at:at + count])
         at += count
+    stages, per_stage = _pools_first(list(stages), per_stage, xp)
     n = x.shape[0]
     # On a GPU the whole chunk is one block: its kernels want all the work at once.
     block = n if xp is not np else max(1, min(n, BLOCK_BYTES // max(1, image_bytes)))
@@ -49,6 +52,22 @@ def batch_chain(stages, image_bytes, pieces_per_stage, x, *operands):
             out = recycled.empty((n,) + value.shape[1:], value.dtype)
         out[lo:lo + block] = value
     return out
+
+
+def _pools_first(stages: list, per_stage: list, xp) -> tuple[list, list]:
+    """The stages with each max_pool that may run before the elementwise stage it follows
+    moved ahead of it (same numbers: `compiler.pool_first`), the elementwise work then a
+    quarter after a 2x2 pooling."""
+    i = 0
+    while i < len(stages) - 1:
+        stage = stages[i]
+        if stage[0] == "fused" and stage[3] is not None and all(
+                bool(xp.isfinite(per_stage[i][j]).all()) for j in stage[3]):
+            stages[i], stages[i + 1] = stages[i + 1], stages[i]
+            per_stage[i], per_stage[i + 1] = per_stage[i + 1], per_stage[i]
+            i += 1  # the stage moved is done
+        i += 1
+    return stages, per_stage
 
 
 def _through(stages, per_stage, scratch, value):
@@ -71,7 +90,7 @@ def _through(stages, per_stage, scratch, value):
             else:
                 value = window.pool(op, value, attrs, buffers)
         elif kind == "fused":
-            _, program, position = stage
+            _, program, position, _ = stage
             arrays = [_channels_first(e, value.ndim, xp) for e in extras] if channels_first \
                 else list(extras)
             arrays.insert(position, value)

@@ -1,4 +1,4 @@
-"""The compiler pipeline: validate, infer, fuse, pool first, partition; each a pure pass.
+"""The compiler pipeline: validate, infer, fuse, partition; each a pure pass.
 
 `compile_graph` runs the passes in order and returns a `Plan`. With `check=True` the fused
 graph is validated and typed again before partitioning (the compiler tests use it). A graph
@@ -12,7 +12,6 @@ from deepx_flow.compiler.fuse import fuse_elementwise
 from deepx_flow.compiler.infer import infer_types
 from deepx_flow.compiler.partition import partition_graph
 from deepx_flow.compiler.plan import Plan
-from deepx_flow.compiler.pool_first import pool_first
 from deepx_flow.compiler.validate import validate_graph
 from deepx_flow.config import Settings, settings
 from deepx_flow.errors import PlanError
@@ -30,7 +29,7 @@ def compile_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None = 
     """
     config = config or settings()
     typed = infer_types(validate_graph(graph))
-    fused = pool_first(fuse_elementwise(typed))
+    fused = fuse_elementwise(typed)
     if check:
         infer_types(validate_graph(fused))
     try:
@@ -41,6 +40,6 @@ def compile_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None = 
         # graph that fits unfused is never refused for the fusion.
         if not any(whole_axes(n.attr("program") or n.attr("prologue")) for n in fused.nodes):
             raise
-        fused = pool_first(fuse_elementwise(typed, join_softmax=False))
+        fused = fuse_elementwise(typed, join_softmax=False)
         part = partition_graph(fused, cluster, config)
     return Plan(typed, fused, part, cluster)

@@ -38,6 +38,7 @@ from deepx_flow.compiler import batch_chain
 from deepx_flow.compiler.inline import SOURCE as INLINE_SOURCE
 from deepx_flow.compiler.inline import VIEW, inline_reads
 from deepx_flow.compiler.partition import Partition
+from deepx_flow.compiler.pool_first import commuting_operands
 from deepx_flow.compiler.taskspec import ref, task
 from deepx_flow.ir import Node, dtypes
 from deepx_flow.kernels import tasks as K
@@ -327,10 +328,17 @@ def _lower_batch_chain(node, graph, chained, grid, name, operands, dsk):
     first = stages[0]
     x = graph[first.inputs[batch_chain.chain_operand(first, graph)]]
     descriptions, counts, extra_ids = [], [], []
-    for stage in stages:
+    for stage, after in zip(stages, stages[1:] + [None]):
         at = batch_chain.chain_operand(stage, graph)
         extras = [i for k, i in enumerate(stage.inputs) if k != at]
-        descriptions.append(_chain_stage(stage, at))
+        description = _chain_stage(stage, at)
+        if description[0] == "fused":
+            # whether a max_pool after it may run first, and which extras must be finite
+            finite = commuting_operands(stage, at, graph) \
+                if after is not None and after.op == "max_pool" else None
+            description += (None if finite is None else
+                            tuple(p if p < at else p - 1 for p in finite),)
+        descriptions.append(description)
         counts.append(len(extras))
         extra_ids += extras
     image_bytes = max(math.prod(s.shape[1:]) * dtypes.itemsize(s.dtype) for s in stages)

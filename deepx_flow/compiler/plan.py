@@ -93,12 +93,14 @@ class Plan:
         workers = len(cluster.workers)
         remote = (workers - 1) / workers if workers > 1 else 0.0
         rows = []
-        # Sources read inside their reader's tasks, and transposes (views, computed by their
-        # readers), have no tasks of their own: a source's work is its reader's.
+        # Sources read inside their reader's tasks, and transposes and reshapes of whole
+        # chunks (views, computed by their readers), have no tasks of their own: a source's
+        # work is its reader's.
         inline = predicted_inline(graph, part)
         inside = {s for sources in inline.values() for s in sources}
         outputs = {node_id for _, node_id in graph.outputs}
-        views = {n.id for n in graph.nodes if n.op == "transpose" and n.id not in outputs}
+        views = {n.id for n in graph.nodes if n.id not in outputs and (
+            n.op == "transpose" or (n.op == "reshape" and _reshapes_whole_chunks(n, part)))}
         chained = self.chained  # nodes computed in a later one's tasks
         # Nothing moves to read these: they are computed where they are read.
         local = inside | set(chained) | {v for v in views if graph[v].inputs[0] in inside}
@@ -208,6 +210,18 @@ class Plan:
                      f"{stats.comm_seconds:.4f} s, compute/communication ratio "
                      f"{'inf' if ratio == math.inf else f'{ratio:.1f}'}")
         return "\n".join(lines)
+
+
+def _reshapes_whole_chunks(node, part) -> bool:
+    """Whether each chunk of a reshape is one chunk of its operand, reshaped (a view the
+    lowering computes in its readers): both in one chunk, or both chunked alike along a
+    first axis they share (a flatten of images) and whole along the others."""
+    source = part.graph[node.inputs[0]]
+    mine, theirs = part.chunks[node.id], part.chunks[source.id]
+    if all(len(c) == 1 for c in mine + theirs):
+        return True
+    return (node.ndim > 0 and source.ndim > 0 and node.shape[0] == source.shape[0]
+            and mine[0] == theirs[0] and all(len(c) == 1 for c in mine[1:] + theirs[1:]))
 
 
 def _label(node) -> str:
