@@ -7,7 +7,8 @@ from hypothesis import given, settings, strategies as st
 
 import deepx_flow as dx
 from deepx_flow.compiler.compile import compile_graph
-from deepx_flow.compiler.partition import _balance, _Classes, _count, regular_chunks
+from deepx_flow.compiler.partition import (_balance, _Classes, _count, _even_out,
+                                           regular_chunks)
 from deepx_flow.config import Settings
 from tests.helpers import cluster_with_memory
 
@@ -262,3 +263,34 @@ def test_balanced_chunks_finish_no_later_than_the_halved_ones(stored, blocks, th
     assert halved <= chosen < max(before, halved + 1)
     assert _finish(regular_chunks(extent, chosen), threads) <= \
         _finish(regular_chunks(extent, halved), threads)
+
+
+def test_a_grid_memory_cut_is_evened_out():
+    # 1,000,000 images in stored chunks of 8,192, tasks of 65,536 fitting memory: 15 full
+    # tasks and a small one, 8 rounds on one of 2 threads; 49,152 makes both end together.
+    classes = _Classes()
+    classes.add("a", 1_000_000)
+    classes.prefer("a", 8192)
+    classes.size[classes.find("a")] = 65536
+    _even_out(classes, "a", ["a"], 2)
+    assert classes.chunk("a") == 49152
+    assert _finish(regular_chunks(1_000_000, 49152), 2) < \
+        _finish(regular_chunks(1_000_000, 65536), 2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(stored=st.integers(1, 40), blocks=st.integers(2, 80), threads=st.integers(1, 8),
+       part=st.integers(1, 39), fits=st.integers(1, 80))
+def test_evened_out_chunks_are_no_larger_and_end_no_later(stored, blocks, threads, part,
+                                                          fits):
+    extent = stored * (blocks - 1) + min(part, stored)
+    classes = _Classes()
+    classes.add("a", extent)
+    classes.prefer("a", stored)
+    size = min(fits, blocks) * stored
+    classes.size[classes.find("a")] = size
+    _even_out(classes, "a", ["a"], threads)
+    chosen = classes.chunk("a")
+    assert chosen == min(size, extent) or (chosen % stored == 0 and size // 2 < chosen < size)
+    assert _finish(regular_chunks(extent, chosen), threads) <= \
+        _finish(regular_chunks(extent, min(size, extent)), threads)
