@@ -13,7 +13,7 @@
     deepx-flow materialize -m my_pipeline [SELECTION ...] [--only-stale]
     deepx-flow scheduler -m my_pipeline [--once]   # run its schedules: each tick once
     deepx-flow ui [--port 5006]          # the dashboard, on 127.0.0.1
-    deepx-flow onnx inspect|ops|run      # ONNX models: what they use, run them on stored data
+    deepx-flow onnx inspect|ops|run|export   # ONNX models: what they use, run, write graphs
 
 `--db URL` (or DEEPX_DB_URL) picks the metadata database; the default is `.deepx/deepx.db`.
 

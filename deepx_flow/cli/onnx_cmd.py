@@ -3,11 +3,16 @@
     deepx-flow onnx inspect model.onnx       # opset, inputs, outputs, each operator supported?
     deepx-flow onnx ops                      # the ONNX operators deepx_flow converts
     deepx-flow onnx run model.onnx --input input=images.zarr --output logits=out.zarr
+    deepx-flow onnx export graph.yaml model.onnx --input w=w.npy --dynamic-axis x:0:N
 
 `run` reads each input from a Zarr array (chunk by chunk, on the workers) or a `.npy` file,
 and writes each output to a new Zarr array from the workers (without gathering it here) or to
 a `.npy` file (gathered). A model that cannot be converted, or an input that does not match
 it, is exit code 2 with one line naming the ONNX node or the input.
+
+`export` writes a YAML graph spec as an ONNX model (`dx.onnx.save`): the spec's outputs are
+the model's, inputs given as `.npy` files become initializers, the others graph inputs. A
+spec that cannot be read or exported is exit code 2 with one line naming the file or node.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from pathlib import Path
 
 
 def add_parser(sub, parents) -> None:
-    onnx = sub.add_parser("onnx", help="inspect and run ONNX models")
+    onnx = sub.add_parser("onnx", help="inspect, run and export ONNX models")
     verbs = onnx.add_subparsers(dest="onnx_command", required=True,
                                 parser_class=type(onnx))
     inspect = verbs.add_parser("inspect", help="a model's opset, inputs, outputs and operators")
@@ -36,10 +41,22 @@ def add_parser(sub, parents) -> None:
                      help="use a running Dask scheduler instead of an embedded cluster")
     run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="show a progress bar (default: on long runs in a terminal)")
+    export = verbs.add_parser("export", help="write a YAML graph as an ONNX model")
+    export.add_argument("graph", help="a YAML graph spec")
+    export.add_argument("model", help="the .onnx file to write")
+    export.add_argument("--input", "-i", action="append", metavar="NAME=PATH",
+                        help="bind an input to a .npy file: an initializer of the model "
+                             "(repeatable)")
+    export.add_argument("--opset", type=int, default=None,
+                        help="the ONNX opset to write (default 18)")
+    export.add_argument("--dynamic-axis", action="append", metavar="NAME:AXIS:SYMBOL",
+                        help="an axis of a graph input that takes any size, e.g. x:0:N "
+                             "(repeatable)")
 
 
 def run(args) -> int:
-    return {"inspect": _inspect, "ops": _ops, "run": _run}[args.onnx_command](args)
+    return {"inspect": _inspect, "ops": _ops, "run": _run,
+            "export": _export}[args.onnx_command](args)
 
 
 def _ops(args) -> int:
@@ -140,4 +157,39 @@ def _run(args) -> int:
                         progress=args.progress)
         for name, value in zip(rest, values):
             report(name, value, outputs.get(name))
+    return 0
+
+
+def _export(args) -> int:
+    import numpy as np
+
+    import deepx_flow as dx
+    from deepx_flow.cli.main import _pairs
+    from deepx_flow.errors import InputError, SpecError
+    from deepx_flow.spec.yaml_io import from_yaml
+
+    graph = from_yaml(Path(args.graph))
+    weights = {}
+    for name, path in _pairs(args.input, "input").items():
+        if not Path(path).is_file():
+            raise InputError(f"--input {name}: {path} does not exist")
+        try:
+            weights[name] = np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as err:
+            raise InputError(f"--input {name}: {path} is not a .npy file: {err}") from None
+    dynamic: dict[str, dict[int, str]] = {}
+    for value in args.dynamic_axis or []:
+        name, axis, symbol = (value.split(":") + ["", ""])[:3]
+        if not name or not axis.lstrip("-").isdigit() or not symbol:
+            raise InputError(f"--dynamic-axis expects NAME:AXIS:SYMBOL (x:0:N), got {value!r}")
+        dynamic.setdefault(name, {})[int(axis)] = symbol
+    try:
+        path = dx.onnx.save(graph, args.model, inputs=weights, opset=args.opset,
+                            dynamic_axes=dynamic or None)
+    except SpecError as err:
+        raise SpecError(f"{args.graph}: {err}") from None
+    free = [n.id for n in graph.inputs if n.id not in weights]
+    print(f"{path}: {len(graph.nodes)} nodes of {args.graph}, graph inputs "
+          f"{', '.join(free) or 'none'}, {len(weights)} initializers, outputs "
+          f"{', '.join(name for name, _ in graph.outputs)}")
     return 0

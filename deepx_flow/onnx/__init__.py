@@ -1,4 +1,5 @@
-"""ONNX models as deepx_flow graphs (`dx.onnx`): import for chunked batch inference.
+"""ONNX models as deepx_flow graphs and back (`dx.onnx`): import for chunked batch inference,
+export of the graphs built here.
 
     model = dx.onnx.load("mlp.onnx")                  # checked and shape-inferred
     x = dx.read_zarr("data/images.zarr")              # (N, 784), N larger than memory
@@ -11,13 +12,17 @@ differentiated. Its initializers (the weights) become named inputs whose arrays
 `model.inputs` holds, for `dx.run(..., inputs=model.inputs)`; small integer constants
 (shapes, axes, indices) are folded while the graph is built.
 
+`dx.onnx.save(outputs, path, inputs=weights)` is the way back: a graph built here written
+as an ONNX model, its bound inputs as initializers (`deepx_flow.onnx.export`).
+
 `SUPPORTED` (in `deepx_flow.onnx.ops`) is the table of the ONNX operators that convert, with
 the opsets they are read from; an operator, attribute or data type outside it is one
 `dx.SpecError` naming the ONNX node and its op type. Needs the `onnx` package (the `onnx`
 extra).
 """
 
+from deepx_flow.onnx.export import save
 from deepx_flow.onnx.model import OnnxModel, load
 from deepx_flow.onnx.ops import SUPPORTED
 
-__all__ = ["OnnxModel", "SUPPORTED", "load"]
+__all__ = ["OnnxModel", "SUPPORTED", "load", "save"]
