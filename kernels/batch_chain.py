@@ -16,21 +16,15 @@ import numpy as np
 
 from deepx_flow.kernels import dispatch, fused, recycled, window
 
-# Bytes of the largest activation of one block: measured on 8,192 28x28 images through
-# conv(1->8), relu, max_pool, conv(8->16), relu, max_pool, gemm (2-core EPYC, one thread),
-# blocks of 32 to 64 images (0.8 to 1.6 MB for the first conv's output) ran fastest, at
-# 0.20 s a chunk against 0.29 s for the layers as whole-chunk kernels.
-BLOCK_BYTES = 1 << 20
-
-
-def batch_chain(stages, image_bytes, pieces_per_stage, x, *operands):
+def batch_chain(stages, block, pieces_per_stage, x, *operands):
     """The chain's result for the images `x` (axis 0).
 
     `stages` holds one description per node: ("window", op, attrs), ("fused", program,
     position of the images among its operands, pool first), ("reshape", shape of one image),
     ("softmax", op, axis) or ("matmul", epilogue, dtype); `pieces_per_stage` says how many of
-    `operands` (weights, biases: whole) each stage takes after its images; `image_bytes` is
-    the largest activation of one image, which sets the block size. "pool first" is None, or
+    `operands` (weights, biases: whole) each stage takes after its images; `block` is how
+    many images go through at a time (`compiler.batch_chain.images_per_block`), on a CPU.
+    "pool first" is None, or
     says that the max_pool after that stage may run before it (`compiler.pool_first`) when
     the stage's operands at these positions are finite."""
     xp = dispatch.array_module(x, *operands)
@@ -41,7 +35,7 @@ def batch_chain(stages, image_bytes, pieces_per_stage, x, *operands):
     stages, per_stage = _pools_first(list(stages), per_stage, xp)
     n = x.shape[0]
     # On a GPU the whole chunk is one block: its kernels want all the work at once.
-    block = n if xp is not np else max(1, min(n, BLOCK_BYTES // max(1, image_bytes)))
+    block = n if xp is not np else max(1, min(n, block))
     out = None
     scratch = [{} for _ in stages]  # each stage's buffers, used again for every block
     for lo in range(0, max(n, 1), block):

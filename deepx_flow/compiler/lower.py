@@ -165,7 +165,7 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
         if node.id in batch:
             continue
         if node.id in batch_ends:
-            _lower_batch_chain(node, graph, batch, grid, name, operands, dsk)
+            _lower_batch_chain(node, part, batch, grid, name, operands, dsk)
         elif node.op == "input":
             source = sources[node.id]
             for idx in chunk_indices(grid.chunks):
@@ -320,10 +320,11 @@ def _lower_matmul_chain(node, graph, chained, grid, name, operands, dsk):
         dsk[key] = task(key, K.matmul_chain, meta, (m1 - m0, node.shape[1]), layouts, *refs)
 
 
-def _lower_batch_chain(node, graph, chained, grid, name, operands, dsk):
+def _lower_batch_chain(node, part, chained, grid, name, operands, dsk):
     """One task per chunk of images of the last node of a batch chain
     (`compiler.batch_chain`): it reads the first node's images and every other operand
     whole, and runs blocks of images through every node (`kernels.batch_chain`)."""
+    graph = part.graph
     stages = batch_chain.stages(node, graph, chained)
     first = stages[0]
     x = graph[first.inputs[batch_chain.chain_operand(first, graph)]]
@@ -341,15 +342,15 @@ def _lower_batch_chain(node, graph, chained, grid, name, operands, dsk):
         descriptions.append(description)
         counts.append(len(extras))
         extra_ids += extras
-    image_bytes = max(math.prod(s.shape[1:]) * dtypes.itemsize(s.dtype) for s in stages)
+    block = batch_chain.images_per_block(stages, graph, part)
     whole = [tuple((0, d) for d in graph[i].shape) for i in extra_ids]
     for idx in chunk_indices(grid.chunks):
         key = (name, *idx)
         batch = grid.region(idx)[0]
         region = (batch,) + tuple((0, d) for d in x.shape[1:])
         layouts, refs = operands([x.id] + extra_ids, [region] + whole)
-        dsk[key] = task(key, K.batch_chain_chunk, tuple(descriptions), image_bytes,
-                        tuple(counts), layouts, *refs)
+        dsk[key] = task(key, K.batch_chain_chunk, tuple(descriptions), block, tuple(counts),
+                        layouts, *refs)
 
 
 def _program(node) -> tuple:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from deepx_flow.compiler import batch_chain
 from deepx_flow.compiler.batch_chain import all_chains
 from deepx_flow.compiler.costs import combine_cost, main_cost, measured_task_seconds
 from deepx_flow.compiler.inline import (finished_by_reader, main_tasks,
@@ -68,16 +69,21 @@ class Plan:
         return lower_partition(self.partition, sources, to_host, inline)
 
     @property
+    def chains(self) -> tuple[dict[str, str], dict[str, str]]:
+        """(batch chains, matmul chains) (`compiler.batch_chain.all_chains`), found once per
+        plan (the stats and every run ask)."""
+        chains = self.__dict__.get("_chains")
+        if chains is None:
+            chains = all_chains(self.fused, self.partition)
+            object.__setattr__(self, "_chains", chains)  # frozen: a memo, not a field
+        return chains
+
+    @property
     def chained(self) -> dict[str, str]:
         """Nodes computed inside a later node's tasks (the layers of batch chains and matmul
-        chains: `compiler.batch_chain`), as node id -> that node, found once per plan (the
-        stats and every run ask)."""
-        chained = self.__dict__.get("_chained")
-        if chained is None:
-            batch, matmuls = all_chains(self.fused, self.partition)
-            chained = {**batch, **matmuls}
-            object.__setattr__(self, "_chained", chained)  # frozen: a memo, not a field
-        return chained
+        chains), as node id -> that node."""
+        batch, matmuls = self.chains
+        return {**batch, **matmuls}
 
     def stats(self) -> PlanStats:
         """Per-node tasks and costs, and the compute/communication estimate (worked out
@@ -102,6 +108,7 @@ class Plan:
         views = {n.id for n in graph.nodes if n.id not in outputs and (
             n.op == "transpose" or (n.op == "reshape" and _reshapes_whole_chunks(n, part)))}
         chained = self.chained  # nodes computed in a later one's tasks
+        batch_ends = set(self.chains[0].values())
         # Nothing moves to read these: they are computed where they are read.
         local = inside | set(chained) | {v for v in views if graph[v].inputs[0] in inside}
         folded: dict = {}  # node id -> (FLOPs, bytes) of the sources it reads inline
@@ -125,6 +132,9 @@ class Plan:
             if kind == REDUCE and finished_by_reader(node, graph, part, users, outputs):
                 n_tasks -= n_out  # each result chunk finished inside the task reading it
             peak = cost.working_set
+            if node.id in batch_ends:  # the chain's task: `compiler.batch_chain`
+                peak = batch_chain.working_set(batch_chain.stages(node, graph, chained),
+                                               graph, part)
             if combines:
                 peak = max(peak, combine_cost(cost.bytes_out, fanin))
             # A task's largest operand is usually where it runs; the rest may be elsewhere.
