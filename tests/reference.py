@@ -87,4 +87,44 @@ def _one(node, args, inputs):
     if op == "slice":
         return args[0][tuple(slice(a, b, c) for a, b, c in
                              zip(attrs["starts"], attrs["stops"], attrs["steps"]))]
+    if op in ("conv", "max_pool", "avg_pool"):
+        return _window(node, attrs, args)
     raise NotImplementedError(f"no reference for {op}")
+
+
+def _window(node, attrs, args):
+    """conv and the pools as sums over kernel offsets of strided slices of the padded input
+    (`ops.window`'s definitions), the conv's products per group with einsum."""
+    x = args[0]
+    n = x.ndim - 2
+    kernel = args[1].shape[2:] if node.op == "conv" else tuple(attrs["kernel"])
+    strides = attrs.get("strides") or (1,) * n
+    dil = attrs.get("dilations") or (1,) * n
+    pads = attrs.get("pads") or (0,) * (2 * n)
+    out = node.shape[2:]
+    widths = [(0, 0), (0, 0)] + [(pads[a], pads[n + a]) for a in range(n)]
+    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    source = np.pad(x, widths, constant_values=low if node.op == "max_pool" else 0)
+    inside = np.pad(np.ones(x.shape[2:]), widths[2:])
+    taps = []
+    for k in np.ndindex(*kernel):
+        index = tuple(slice(k[a] * dil[a], k[a] * dil[a] + strides[a] * (out[a] - 1) + 1,
+                            strides[a]) for a in range(n))
+        taps.append((k, source[(slice(None), slice(None)) + index], inside[index]))
+    if node.op == "max_pool":
+        stacked = np.stack([t for _, t, _ in taps])
+        return np.where(np.isnan(stacked).any(0), np.nan, stacked.max(0))
+    if node.op == "avg_pool":
+        total = sum(t for _, t, _ in taps)
+        count = len(taps) if attrs.get("count_include_pad") else sum(c for _, _, c in taps)
+        return total / count
+    w = args[1]
+    groups = attrs.get("groups", 1)
+    cg, mg = x.shape[1] // groups, w.shape[0] // groups
+    y = np.zeros(node.shape, dtype=np.result_type(x, w))
+    for k, t, _ in taps:
+        for g in range(groups):
+            y[:, g * mg:(g + 1) * mg] += np.einsum(
+                "nc...,mc->nm...", t[:, g * cg:(g + 1) * cg],
+                w[(slice(g * mg, (g + 1) * mg), slice(None)) + k])
+    return y

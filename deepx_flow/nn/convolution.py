@@ -12,9 +12,8 @@ compiler chunks along the batch axis.
 
 from __future__ import annotations
 
-import numpy as np
-
 from deepx_flow.errors import GraphError, shown
+from deepx_flow.ops.window_grad import conv_transpose as transposed_conv
 from deepx_flow.sdk import functions as F
 from deepx_flow.sdk.tensor import Tensor, apply, as_tensor
 
@@ -68,7 +67,8 @@ def conv_transpose(x, w, b=None, stride=1, padding=0, dilation=1, groups: int = 
 
     Built as a `conv` (stride 1) of the input spread out by `stride` (zeros between its
     elements) and padded by `dilation (k - 1)` less `padding` on each side, with the kernel
-    flipped and its channel axes swapped group by group."""
+    flipped and its channel axes swapped group by group: the composition `conv`'s gradient
+    rule uses (`deepx_flow.ops.window_grad.conv_transpose`)."""
     x, w = as_tensor(x), as_tensor(w)
     n = _spatial(x, "conv_transpose")
     stride, dilation = _per_axis("stride", stride, n), _per_axis("dilation", dilation, n)
@@ -76,36 +76,25 @@ def conv_transpose(x, w, b=None, stride=1, padding=0, dilation=1, groups: int = 
     if w.ndim != x.ndim or w.shape[0] != x.shape[1] or x.shape[1] % groups:
         raise GraphError(f"conv_transpose: weights must be (C, M / groups, *kernel) for input "
                          f"{x.shape} and {groups} group(s), got {w.shape}")
-    kernel = w.shape[2:]
-    for a in range(n):  # spread: stride - 1 zeros between elements
-        if stride[a] > 1:
-            axis, size = 2 + a, x.shape[2 + a]
-            cell = F.reshape(x, x.shape[:axis + 1] + (1,) + x.shape[axis + 1:])
-            zeros = F.zeros(cell.shape[:axis + 1] + (stride[a] - 1,) + cell.shape[axis + 2:],
-                            x.dtype)
-            spread = F.reshape(F.concat([cell, zeros], axis=axis + 1),
-                               x.shape[:axis] + (size * stride[a],) + x.shape[axis + 1:])
-            index = [slice(None)] * x.ndim
-            index[axis] = slice(0, (size - 1) * stride[a] + 1)
-            x = spread[tuple(index)]
-    widths, crop = [(0, 0), (0, 0)], [slice(None), slice(None)]
-    for a in range(n):
-        full_pad = dilation[a] * (kernel[a] - 1)
-        begin, end = full_pad - pads[a], full_pad - pads[n + a] + extra[a]
-        widths.append((max(begin, 0), max(end, 0)))
-        crop.append(slice(max(-begin, 0), x.shape[2 + a] - max(-end, 0)))
-    if any(s != slice(None) for s in crop):
-        x = x[tuple(crop)]
-    x = F.pad(x, widths)
-    c = w.shape[0]
-    cg = c // groups
-    flipped = w
-    for a in range(n):
-        flipped = F.take(flipped, F._index_input(np.arange(kernel[a] - 1, -1, -1)), axis=2 + a)
-    parts = [F.transpose(flipped[g * cg:(g + 1) * cg], (1, 0) + tuple(range(2, w.ndim)))
-             for g in range(groups)]
-    filters = parts[0] if groups == 1 else F.concat(parts, axis=0)  # (M, C / groups, *k)
-    return conv(x, filters, b, stride=1, padding=0, dilation=dilation, groups=groups)
+    y = transposed_conv(_TensorBuilder(), x, w, stride, pads, dilation, groups, extra)
+    if b is not None:
+        b = as_tensor(b)
+        if b.shape != (y.shape[1],):
+            raise GraphError(f"conv_transpose: the bias must be ({y.shape[1]},), one per "
+                             f"output channel, got {shown(b.shape)}")
+        y = y + F.reshape(b, (y.shape[1],) + (1,) * n)
+    return y
+
+
+class _TensorBuilder:
+    """The node builder's interface (`compiler.emit.Emitter`) over SDK tensors, so that
+    compositions written once for gradient rules build user graphs too."""
+
+    def __call__(self, op: str, *inputs: Tensor, shape=None, dtype=None, **attrs) -> Tensor:
+        return apply(op, list(inputs), shape=shape, dtype=dtype, **attrs)
+
+    def zeros(self, shape, dtype: str) -> Tensor:
+        return self("full", shape=tuple(shape), dtype=dtype, value=0)
 
 
 def _pool(op, x, kernel, stride, padding, dilation, **extra) -> Tensor:

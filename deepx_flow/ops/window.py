@@ -19,6 +19,11 @@ as in every deep-learning framework and ONNX.
 Chunking (`WINDOW` kind): along the batch axis N only; each task reads its block of images
 with the channel and spatial axes whole, and the whole weights. The CPU kernel is im2col
 and one BLAS GEMM per group (`kernels/window.py`).
+
+Gradients (`ops/window_grad.py`): conv's input gradient is a transposed convolution, its
+weight gradient a matmul per kernel offset contracting the batch and output positions;
+avg_pool spreads the cotangent over each window's count; max_pool routes it to the first
+position in window order that holds the maximum (or the first NaN).
 """
 
 from __future__ import annotations
@@ -133,15 +138,19 @@ def conv_flops(node, inputs) -> float:
 
 
 def specs() -> list[OpSpec]:
+    # the gradient rules read this module's attribute checks: imported here, not at the top
+    from deepx_flow.ops.window_grad import avg_pool_vjp, conv_vjp, max_pool_vjp
     attrs = ("strides", "pads", "dilations")
     return [
         OpSpec("conv", WINDOW, 2, _infer_conv, attrs=attrs + ("groups",),
                doc="N-D convolution (cross-correlation), NC... layout, with strides, pads, "
-                   "dilations and groups"),
+                   "dilations and groups", vjp=conv_vjp),
         OpSpec("max_pool", WINDOW, 1, _infer_pool, attrs=attrs + ("kernel",),
                required_attrs=("kernel",), doc="the largest value of each window (NaN "
-                                               "propagates); padding is skipped"),
+                                               "propagates); padding is skipped",
+               vjp=max_pool_vjp),
         OpSpec("avg_pool", WINDOW, 1, _infer_pool, attrs=attrs + ("kernel", "count_include_pad"),
                required_attrs=("kernel",), doc="the mean of each window, padding not counted "
-                                               "unless count_include_pad"),
+                                               "unless count_include_pad",
+               vjp=avg_pool_vjp),
     ]
