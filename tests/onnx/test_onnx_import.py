@@ -288,3 +288,36 @@ def test_a_malformed_node_is_a_spec_error_not_a_traceback(tmp_path):
     model = dx.onnx.load(path)
     with pytest.raises(SpecError, match="ONNX node 'neg_pow' \\(Pow\\): ValueError"):
         model({})
+
+
+def test_a_models_weights_move_to_each_worker_once(client, tmp_path):
+    """Batch inference over many chunks of images: each weight is one task, and each worker
+    fetches it at most once however many of its chunks read it (Dask keeps it there)."""
+    import zarr
+    store = zarr.create_array(str(tmp_path / "x.zarr"), shape=(4096, 1, 16, 16),
+                              chunks=(256, 1, 16, 16), dtype="float32")
+    store[:] = np.random.default_rng(6).standard_normal((4096, 1, 16, 16), dtype=np.float32)
+    path = cnn_model(tmp_path / "cnn.onnx")
+    model = dx.onnx.load(path)
+    weights = set(model.inputs)
+
+    def fetched(dask_worker):
+        return [k[0] if isinstance(k, tuple) else k
+                for entry in dask_worker.transfer_incoming_log for k in entry["keys"]]
+
+    from distributed import get_task_stream
+    before = client.run(fetched)
+    with get_task_stream(client=client) as stream:
+        got = dx.run(model(x=dx.read_zarr(str(tmp_path / "x.zarr")))["logits"],
+                     inputs=model.inputs, client=client)
+    close(got, runtime(path, {"x": store[:]})["logits"])
+    computed = [str(t["key"][0] if isinstance(t["key"], tuple) else t["key"]).split("@")[0]
+                for t in stream.data]
+    assert all(computed.count(w) == 1 for w in weights), computed  # each made once
+    logits = model(x=dx.read_zarr(str(tmp_path / "x.zarr")))["logits"]
+    chunks = dx.compile(logits, client=client).chunks[logits.node.id][0]
+    assert len(chunks) >= 2 * len(client.run(fetched))  # several tasks per worker
+    for worker, keys in client.run(fetched).items():
+        new = keys[len(before[worker]):]
+        counts = {w: sum(1 for k in new if str(k).split("@")[0] == w) for w in weights}
+        assert max(counts.values()) <= 1, (worker, counts)
