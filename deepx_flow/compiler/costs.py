@@ -60,19 +60,27 @@ def whole_axis_scratch(program, chunk) -> int:
 
 def window_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, out_chunk, out_bytes
                 ) -> TaskCost:
-    """A block of images with the channel and spatial axes whole (and its pieces, when the
-    input is split along them), the whole weights, the padded copy of the block, the
-    im2col matrix of one group (a conv's) or one window view's reduction temporaries (a
-    pool's), and the result."""
+    """A block of images with every channel and the input positions the windows of the
+    output chunk cover (and its pieces, when the input is chunked otherwise), the whole
+    weights, the padded copy of the block, the im2col matrix of one group (a conv's) or one
+    window view's reduction temporaries (a pool's), and the result."""
     x = inputs[0]
     n = out_chunk[0]
     item = dtypes.itemsize(x.dtype)
-    block = n * math.prod(x.shape[1:]) * item
-    pieces = block if tuple(chunk_of(x.id)[1:]) != tuple(x.shape[1:]) else 0
     spatial = x.ndim - 2
     pads = node.attr("pads") or (0,) * (2 * spatial)
-    padded = n * x.shape[1] * math.prod(s + pads[a] + pads[spatial + a]
-                                        for a, s in enumerate(x.shape[2:])) * item
+    kernel = node.attr("kernel") or inputs[1].shape[2:]
+    strides = node.attr("strides") or (1,) * spatial
+    dilations = node.attr("dilations") or (1,) * spatial
+    # the windows of `o` output positions span (o - 1) stride + dilation (k - 1) + 1 of
+    # the padded input, at most the whole padded axis
+    spans = [min((o - 1) * st + d * (k - 1) + 1, size + pads[a] + pads[spatial + a])
+             for a, (o, st, d, k, size) in enumerate(zip(out_chunk[2:], strides, dilations,
+                                                         kernel, x.shape[2:]))]
+    region = tuple(min(span, size) for span, size in zip(spans, x.shape[2:]))
+    block = n * x.shape[1] * math.prod(region) * item
+    pieces = block if tuple(chunk_of(x.id)[1:]) != (x.shape[1],) + region else 0
+    padded = n * x.shape[1] * math.prod(spans) * item
     out_positions = n * math.prod(out_chunk[2:])
     if node.op == "conv":
         w = inputs[1]

@@ -39,6 +39,7 @@ from deepx_flow.compiler.inline import SOURCE as INLINE_SOURCE
 from deepx_flow.compiler.inline import VIEW, inline_reads
 from deepx_flow.compiler.partition import Partition
 from deepx_flow.compiler.pool_first import commuting_operands
+from deepx_flow.ops.window import input_window, spatial_attrs
 from deepx_flow.compiler.taskspec import ref, task
 from deepx_flow.ir import Node, dtypes
 from deepx_flow.kernels import tasks as K
@@ -209,12 +210,10 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
                                          [x_region, region[axis:axis + indices.ndim]])
                 dsk[key] = task(key, K.take_chunk, axis, layouts, *refs)
         elif kind == WINDOW:
-            attrs = dict(node.attrs)
             for idx in chunk_indices(grid.chunks):
                 key = (name, *idx)
-                batch = grid.region(idx)[0]
-                regions = [(batch,) + tuple((0, s) for s in ins[0].shape[1:])] + \
-                    [tuple((0, s) for s in t.shape) for t in ins[1:]]
+                x_region, attrs = _window_region(node, ins, grid.region(idx))
+                regions = [x_region] + [tuple((0, s) for s in t.shape) for t in ins[1:]]
                 layouts, refs = operands(node.inputs, regions)
                 dsk[key] = task(key, K.window_chunk, node.op, attrs, layouts, *refs)
         elif kind == AXIS_WHOLE:
@@ -333,6 +332,27 @@ def _lower_batch_chain(node, part, chained, grid, name, operands, dsk):
         at = batch_chain.chain_operand(stage, graph)
         extras = [i for k, i in enumerate(stage.inputs) if k != at]
         description = _chain_stage(stage, at)
+def _window_region(node, ins, region) -> tuple[Region, dict]:
+    """The region of the input a task of a window node's output `region` reads (its
+    images, every channel, and the positions its windows cover), and the node's attributes
+    with the padding that task adds (`ops.window.input_window`)."""
+    x = ins[0]
+    spatial = node.ndim - 2
+    kernel = node.attr("kernel") or ins[1].shape[2:]  # a pool's, or a conv's weights'
+    strides, pads, dilations = spatial_attrs(node, spatial)
+    begins, ends, x_region = [], [], [region[0], (0, x.shape[1])]
+    for a in range(spatial):
+        (lo, hi), (before, after) = input_window(region[2 + a], x.shape[2 + a], kernel[a],
+                                                 strides[a], pads[a], dilations[a])
+        x_region.append((lo, hi))
+        begins.append(before)
+        ends.append(after)
+    attrs = dict(node.attrs)
+    if any(pads) or any(begins) or any(ends):
+        attrs["pads"] = tuple(begins + ends)
+    return tuple(x_region), attrs
+
+
         if description[0] == "fused":
             # whether a max_pool after it may run first, and which extras must be finite
             finite = commuting_operands(stage, at, graph) \

@@ -265,11 +265,11 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
             for a in range(axis + 1, x.ndim):
                 classes.union((x.id, a), (node.id, a - 1 + indices.ndim))
         elif kind == WINDOW:
-            # Chunked by batch only: a task reads its images with channels and spatial axes
-            # whole (assembled if the input is split along them) and the whole weights.
+            # Chunked by batch and spatial axes: a task reads its images' channels whole, the
+            # input positions its windows cover (a halo into the neighbouring chunks, which
+            # the lowering assembles), and the whole weights.
             classes.union((ins[0].id, 0), (node.id, 0))
-            for axis in range(1, node.ndim):
-                classes.keep_whole((node.id, axis), f"'{node.id}' ({node.op})")
+            classes.keep_whole((node.id, 1), f"'{node.id}' ({node.op}: its channels)")
         elif node.op == "transpose":
             (t,) = ins
             for i, j in enumerate(node.attr("axes")):
@@ -385,9 +385,13 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
                                       if (r := classes.whole_reason(k)) and
                                       classes.extent[classes.find(k)] > 1})
                     raise PlanError(_too_big(node, ws, budget, cluster, reasons))
-                classes.halve(max(candidates, key=classes.chunk))
+                # an image is cut into spatial pieces only when one image does not fit
+                whole_images = [k for k in candidates if classes.find(k) not in spatial]
+                classes.halve(max(whole_images or candidates, key=classes.chunk))
                 changed = True
 
+    spatial = {classes.find((n.id, a)) for n in nodes if get_op(n.op).kind == WINDOW
+               for a in range(2, n.ndim)}  # a window's spatial axes: split last (halos)
     # 3. Split large tensors further so every worker thread has work. Splitting an axis that
     # some node sums over (matmul's K, a reduced axis) adds partial results to combine and
     # move, so those classes are split for parallelism only when nothing else is left.
@@ -402,7 +406,8 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
                enumerate(store) if size < graph[i].shape[a]}
     rereads = {classes.find((i, a)) for i, store in stored.items() for a, size in
                enumerate(store) if size >= graph[i].shape[a] > 1}
-    costly = (summed - aligned) | (rereads - aligned)
+    # A window's spatial axes, split, read halos twice: a last resort too.
+    costly = (summed - aligned) | (rereads - aligned) | spatial
     # Below its stored chunk a piece decodes the whole stored chunk anyway: parallelism
     # never splits a stored axis finer than that (memory fitting still may).
     floor = {}

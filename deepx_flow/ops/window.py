@@ -16,9 +16,12 @@ Output size along a spatial axis: floor((size + pad_begin + pad_end - dilation (
 / stride) + 1, at least 1. The computation is a cross-correlation (the kernel is not flipped),
 as in every deep-learning framework and ONNX.
 
-Chunking (`WINDOW` kind): along the batch axis N only; each task reads its block of images
-with the channel and spatial axes whole, and the whole weights. The CPU kernel is im2col
-and one BLAS GEMM per group (`kernels/window.py`).
+Chunking (`WINDOW` kind): along the batch axis N and the spatial axes; the channels are
+whole, and so are the weights. A task of a block of output positions reads the input
+positions their windows cover (`input_window`): its own and a halo of the neighbouring
+chunks' (assembled from their chunks by the lowering), with the padding it adds where its
+windows pass the image's edge. So an image larger than a task's memory is computed in
+spatial pieces. The CPU kernel is im2col and one BLAS GEMM per group (`kernels/window.py`).
 
 Gradients (`ops/window_grad.py`): conv's input gradient is a transposed convolution, its
 weight gradient a matmul per kernel offset contracting the batch and output positions;
@@ -59,6 +62,22 @@ def spatial_attrs(node, spatial: int, kernel=None) -> tuple:
 
 def out_size(size: int, k: int, stride: int, pad: tuple[int, int], dilation: int) -> int:
     return (size + pad[0] + pad[1] - dilation * (k - 1) - 1) // stride + 1
+
+
+def input_window(out: tuple[int, int], size: int, k: int, stride: int, pad_begin: int,
+                 dilation: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The input positions output positions `out` (start, stop) of a spatial axis read,
+    and the padding the task adds around them: ((start, stop), (pad before, pad after)).
+    The window of the output's first position starts at `start * stride - pad_begin`; the
+    last one's ends `dilation (k - 1)` past its own start. Positions outside 0..size are
+    padding (the image's edge); those inside are the image's, a neighbour chunk's among them
+    (the halo). The task's output size with that padding is stop - start."""
+    first = out[0] * stride - pad_begin
+    end = (out[1] - 1) * stride - pad_begin + dilation * (k - 1) + 1
+    lo = min(max(first, 0), size)
+    hi = min(max(end, lo), size)
+    # (windows wholly in the padding, a conv's with pads wider than its kernel, read nothing)
+    return (lo, hi), (max(0, min(lo, end) - first), max(0, end - max(hi, first)))
 
 
 def _spatial_out(node, x_shape, kernel, strides, pads, dilations) -> tuple[int, ...]:
