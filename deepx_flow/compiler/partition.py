@@ -388,10 +388,10 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
                 # an image is cut into spatial pieces only when one image does not fit
                 whole_images = [k for k in candidates if classes.find(k) not in spatial]
                 classes.halve(max(whole_images or candidates, key=classes.chunk))
-                changed = True
-
     spatial = {classes.find((n.id, a)) for n in nodes if get_op(n.op).kind == WINDOW
                for a in range(2, n.ndim)}  # a window's spatial axes: split last (halos)
+                changed = True
+
     # 3. Split large tensors further so every worker thread has work. Splitting an axis that
     # some node sums over (matmul's K, a reduced axis) adds partial results to combine and
     # move, so those classes are split for parallelism only when nothing else is left.
@@ -449,7 +449,7 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
         sizes = [_bytes(graph[i].shape, graph[i].dtype) for i in node.inputs[:2]]
         return min(sizes) * target * 4 <= sum(sizes)
 
-    evened: set = set()  # classes `_even_out` has looked at
+    evened: set = set()  # classes `_even_out` has looked at or leaves alone
     for node in nodes:
         kind = get_op(node.op).kind
         if (kind == LAYOUT and node.op != "transpose") or (
@@ -504,6 +504,7 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
         kind = get_op(node.op).kind
         n_chunks[node.id] = tuple(
             sum(n_chunks[i][a] for i in node.inputs)
+            evened.add(classes.find(key))  # sized for parallelism (`_balance`), not memory
             if node.op == "concat" and a == node.attr("axis") else
             _count(extent, classes.chunk((node.id, a))) for a, extent in enumerate(node.shape))
         n_out = math.prod(n_chunks[node.id])
