@@ -39,12 +39,12 @@ from deepx_flow.compiler.inline import SOURCE as INLINE_SOURCE
 from deepx_flow.compiler.inline import VIEW, inline_reads
 from deepx_flow.compiler.partition import Partition
 from deepx_flow.compiler.pool_first import commuting_operands
-from deepx_flow.ops.window import input_window, spatial_attrs
 from deepx_flow.compiler.taskspec import ref, task
 from deepx_flow.ir import Node, dtypes
 from deepx_flow.kernels import tasks as K
 from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, GATHER, MATMUL, REDUCE, SOURCE, WINDOW,
                             get_op)
+from deepx_flow.ops.window import input_window, spatial_attrs
 
 Region = tuple[tuple[int, int], ...]
 
@@ -319,19 +319,6 @@ def _lower_matmul_chain(node, graph, chained, grid, name, operands, dsk):
         dsk[key] = task(key, K.matmul_chain, meta, (m1 - m0, node.shape[1]), layouts, *refs)
 
 
-def _lower_batch_chain(node, part, chained, grid, name, operands, dsk):
-    """One task per chunk of images of the last node of a batch chain
-    (`compiler.batch_chain`): it reads the first node's images and every other operand
-    whole, and runs blocks of images through every node (`kernels.batch_chain`)."""
-    graph = part.graph
-    stages = batch_chain.stages(node, graph, chained)
-    first = stages[0]
-    x = graph[first.inputs[batch_chain.chain_operand(first, graph)]]
-    descriptions, counts, extra_ids = [], [], []
-    for stage, after in zip(stages, stages[1:] + [None]):
-        at = batch_chain.chain_operand(stage, graph)
-        extras = [i for k, i in enumerate(stage.inputs) if k != at]
-        description = _chain_stage(stage, at)
 def _window_region(node, ins, region) -> tuple[Region, dict]:
     """The region of the input a task of a window node's output `region` reads (its
     images, every channel, and the positions its windows cover), and the node's attributes
@@ -353,6 +340,19 @@ def _window_region(node, ins, region) -> tuple[Region, dict]:
     return tuple(x_region), attrs
 
 
+def _lower_batch_chain(node, part, chained, grid, name, operands, dsk):
+    """One task per chunk of images of the last node of a batch chain
+    (`compiler.batch_chain`): it reads the first node's images and every other operand
+    whole, and runs blocks of images through every node (`kernels.batch_chain`)."""
+    graph = part.graph
+    stages = batch_chain.stages(node, graph, chained)
+    first = stages[0]
+    x = graph[first.inputs[batch_chain.chain_operand(first, graph)]]
+    descriptions, counts, extra_ids = [], [], []
+    for stage, after in zip(stages, stages[1:] + [None]):
+        at = batch_chain.chain_operand(stage, graph)
+        extras = [i for k, i in enumerate(stage.inputs) if k != at]
+        description = _chain_stage(stage, at)
         if description[0] == "fused":
             # whether a max_pool after it may run first, and which extras must be finite
             finite = commuting_operands(stage, at, graph) \

@@ -374,6 +374,8 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
         return ws
 
     # 2. Split until every task fits.
+    spatial = {classes.find((n.id, a)) for n in nodes if get_op(n.op).kind == WINDOW
+               for a in range(2, n.ndim)}  # a window's spatial axes: split last (halos)
     changed = True
     while changed:
         changed = False
@@ -388,8 +390,6 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
                 # an image is cut into spatial pieces only when one image does not fit
                 whole_images = [k for k in candidates if classes.find(k) not in spatial]
                 classes.halve(max(whole_images or candidates, key=classes.chunk))
-    spatial = {classes.find((n.id, a)) for n in nodes if get_op(n.op).kind == WINDOW
-               for a in range(2, n.ndim)}  # a window's spatial axes: split last (halos)
                 changed = True
 
     # 3. Split large tensors further so every worker thread has work. Splitting an axis that
@@ -490,6 +490,7 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
             key = max(free or candidates, key=classes.chunk)
             last = (key, classes.chunk(key))
             classes.halve(key)
+            evened.add(classes.find(key))  # sized for parallelism (`_balance`), not memory
         if last is not None:
             _balance(classes, *last, keys, cluster.total_threads)
         else:
@@ -504,7 +505,6 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
         kind = get_op(node.op).kind
         n_chunks[node.id] = tuple(
             sum(n_chunks[i][a] for i in node.inputs)
-            evened.add(classes.find(key))  # sized for parallelism (`_balance`), not memory
             if node.op == "concat" and a == node.attr("axis") else
             _count(extent, classes.chunk((node.id, a))) for a, extent in enumerate(node.shape))
         n_out = math.prod(n_chunks[node.id])
