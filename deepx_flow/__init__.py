@@ -25,12 +25,13 @@ from deepx_flow.sdk.build import build_graph
 from deepx_flow.sdk.grad import grad
 from deepx_flow.sdk.functions import (abs, add, arange, argmax, argmin, cast, ceil, clip,
                                       concat, concatenate, cos, cumsum, div, equal, erf, exp, floor,
-                                      full, gelu, greater, greater_equal, input, less,
-                                      less_equal, log, log_softmax, matmul, max, maximum, mean,
+                                      full, gather_nd, gelu, greater, greater_equal, input,
+                                      less, less_equal, log, log_softmax, matmul, max, maximum, mean,
                                       min, minimum, mul, neg, not_equal, ones, pad, pow, read_zarr,
-                                      reciprocal, relu, reshape, round, sigmoid, sign, sin,
-                                      softmax, softplus, sqrt, sub, sum, take, tan, tanh,
-                                      transpose, where, zeros)
+                                      reciprocal, relu, reshape, round, scatter, scatter_add,
+                                      scatter_nd, sigmoid, sign, sin, softmax, softplus, sqrt,
+                                      sub, sum, take, take_along_axis, tan, tanh, transpose,
+                                      where, zeros)
 from deepx_flow.sdk.tensor import Tensor
 from deepx_flow.registry.cluster import ClusterSpec, load_cluster_file
 from deepx_flow.runtime.recovery import Recovery
@@ -88,10 +89,10 @@ __all__ = [
     "placement", "run", "shutdown", "from_yaml", "to_yaml", "Recovery", "Fit", "train",
     "schedule",
     "abs", "add", "arange", "argmax", "argmin", "cast", "ceil", "clip", "concat",
-    "concatenate", "cos", "cumsum", "div", "equal", "erf", "exp", "floor", "full", "gelu", "greater",
-    "greater_equal", "input", "less", "less_equal", "log", "log_softmax", "matmul", "max",
-    "maximum", "mean", "min", "minimum", "mul", "neg", "not_equal", "ones", "pad", "pow",
-    "read_zarr", "reciprocal", "relu", "reshape", "round", "sigmoid", "sign", "sin",
-    "softmax", "softplus", "sqrt", "sub", "sum", "take", "tan", "tanh", "transpose", "where",
-    "zeros",
+    "concatenate", "cos", "cumsum", "div", "equal", "erf", "exp", "floor", "full", "gather_nd",
+    "gelu", "greater", "greater_equal", "input", "less", "less_equal", "log", "log_softmax",
+    "matmul", "max", "maximum", "mean", "min", "minimum", "mul", "neg", "not_equal", "ones",
+    "pad", "pow", "read_zarr", "reciprocal", "relu", "reshape", "round", "scatter",
+    "scatter_add", "scatter_nd", "sigmoid", "sign", "sin", "softmax", "softplus", "sqrt", "sub",
+    "sum", "take", "take_along_axis", "tan", "tanh", "transpose", "where", "zeros",
 ]

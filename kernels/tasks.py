@@ -108,6 +108,14 @@ def take_chunk(axis, layouts, *pieces):
     return xp.take(x, indices, axis=axis)
 
 
+def indexed_chunk(op, attrs, layouts, *pieces):
+    """A block of a scatter or an element gather (`kernels.scatter`), from the operand
+    regions its tiling gives (`ops.scatter`)."""
+    from deepx_flow.kernels import scatter
+    arrays, _ = _operands(layouts, pieces)
+    return scatter.KERNELS[op](*arrays, **attrs)
+
+
 # -- sliding windows ----------------------------------------------------------------------
 def window_chunk(op, attrs, layouts, *pieces):
     """A block of images through `conv` (with its weights) or a pooling (`kernels/window`)."""

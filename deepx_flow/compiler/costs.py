@@ -16,9 +16,8 @@ from typing import Callable
 
 from deepx_flow.ir import Node, dtypes
 from deepx_flow.ir.program import whole_axes
-from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, GATHER, LAYOUT, MATMUL, REDUCE, SOURCE,
-                            WINDOW,
-                            get_op)
+from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, GATHER, INDEXED, LAYOUT, MATMUL, REDUCE,
+                            SOURCE, WINDOW, get_op)
 
 ChunkOf = Callable[[str], tuple[int, ...]]
 
@@ -102,6 +101,32 @@ def window_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, out_chunk, ou
                     float(math.prod(out_chunk) * window), block, out_bytes)
 
 
+# Scratch per index a scatter or element gather reads (`kernels/scatter.py`): the index as
+# int64 in range, its flat position, and the sort that picks the last of duplicate writes.
+INDEX_SCRATCH_BYTES = 40
+
+
+def indexed_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, out_chunk, out_bytes
+                 ) -> TaskCost:
+    """A scatter's or an element gather's task (its regions from the operator's `Tiling`,
+    those of the first chunk, the largest of a regular grid): each operand region, twice
+    where it is assembled from pieces of another chunking, the int64 scratch per index, and
+    the result (a scatter's a copy of its block of x)."""
+    region = tuple((0, c) for c in out_chunk)
+    read = pieces = 0
+    regions = get_op(node.op).tiling.regions(node, inputs, region)
+    for at, (t, r) in enumerate(zip(inputs, regions)):
+        shape = tuple(hi - lo for lo, hi in r)
+        nbytes = _nbytes(shape, t.dtype)
+        read += nbytes
+        if any(s > c for s, c in zip(shape, chunk_of(t.id))):
+            pieces += nbytes
+        if at == 1:  # the indices
+            n_index = math.prod(shape)
+    return TaskCost(read + pieces + INDEX_SCRATCH_BYTES * n_index + out_bytes,
+                    math.prod(out_chunk) + n_index, read, out_bytes)
+
+
 def reduce_space(inputs: list[Node]) -> tuple[int, ...]:
     """Shape of the tensor a reduction reduces: its prologue's result (the broadcast of its
     inputs), or its single input."""
@@ -172,6 +197,8 @@ def main_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, space_chunk=Non
         return TaskCost(block + pieces + idx + out_bytes, n_out, block + idx, out_bytes)
     if spec.kind == WINDOW:
         return window_cost(node, inputs, chunk_of, out_chunk, out_bytes)
+    if spec.kind == INDEXED:
+        return indexed_cost(node, inputs, chunk_of, out_chunk, out_bytes)
     if spec.kind == LAYOUT:
         if node.op == "slice":
             steps = node.attr("steps")

@@ -42,8 +42,8 @@ from deepx_flow.compiler.pool_first import commuting_operands
 from deepx_flow.compiler.taskspec import ref, task
 from deepx_flow.ir import Node, dtypes
 from deepx_flow.kernels import tasks as K
-from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, GATHER, MATMUL, REDUCE, SOURCE, WINDOW,
-                            get_op)
+from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, GATHER, INDEXED, MATMUL, REDUCE, SOURCE,
+                            WINDOW, get_op)
 from deepx_flow.ops.window import input_window, spatial_attrs
 
 Region = tuple[tuple[int, int], ...]
@@ -198,6 +198,8 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
             _lower_matmul(node, ins, part, grid, name, operands, dsk)
         elif kind == REDUCE:
             _lower_reduce(node, ins, part, grid, name, operands, dsk, inlinable)
+        elif kind == INDEXED:
+            _lower_indexed(node, ins, grid, name, operands, dsk)
         elif kind == GATHER:
             x, indices = ins
             axis = node.attr("axis")
@@ -291,6 +293,17 @@ def _lower_matmul(node, ins, part, grid, name, operands, dsk):
             last = _tree(partials, fanin, name, idx, dsk, K.combine_partials, "sum")
             dsk[key] = task(key, K.finish_matmul, epilogue, shape, node.dtype, len(last),
                             extra_layouts, *[ref(k) for k in last], *extra_refs)
+
+
+def _lower_indexed(node, ins, grid, name, operands, dsk):
+    """One task per result chunk of a scatter or an element gather, reading the operand
+    regions its `Tiling` gives (`ops.scatter`)."""
+    tiling = get_op(node.op).tiling
+    attrs = dict(node.attrs)
+    for idx in chunk_indices(grid.chunks):
+        key = (name, *idx)
+        layouts, refs = operands(node.inputs, tiling.regions(node, ins, grid.region(idx)))
+        dsk[key] = task(key, K.indexed_chunk, node.op, attrs, layouts, *refs)
 
 
 def _lower_matmul_chain(node, graph, chained, grid, name, operands, dsk):

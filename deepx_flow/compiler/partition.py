@@ -52,8 +52,8 @@ from deepx_flow.config import Settings, settings
 from deepx_flow.errors import PlanError
 from deepx_flow.ir import Graph, Node, dtypes
 from deepx_flow.ir.program import speed_label, whole_axes
-from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, GATHER, LAYOUT, MATMUL, REDUCE, SOURCE,
-                            WINDOW, get_op)
+from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, GATHER, INDEXED, LAYOUT, MATMUL, REDUCE,
+                            SOURCE, WINDOW, get_op)
 from deepx_flow.registry.cluster import ClusterSpec, format_bytes
 
 Chunks = tuple[tuple[int, ...], ...]
@@ -160,6 +160,18 @@ def _align(classes: _Classes, t: Node, t_key: str, out_shape, out_key: str):
             classes.union((t_key, j), (out_key, i))
 
 
+def _join_indexed(classes: _Classes, node: Node, ins: list[Node]) -> None:
+    """A scatter's or an element gather's axes, as its `Tiling` (`ops.scatter`) says: operand
+    axes chunked like result axes where their extents agree (a shorter operand is assembled
+    by the lowering), and the result axes its tasks hold whole."""
+    tiling = get_op(node.op).tiling
+    for at, axis, out_axis in tiling.aligned(node, ins):
+        if ins[at].shape[axis] == node.shape[out_axis]:
+            classes.union((ins[at].id, axis), (node.id, out_axis))
+    for axis in tiling.whole(node, ins):
+        classes.keep_whole((node.id, axis), f"'{node.id}' ({node.op})")
+
+
 def _reshape_lead(shape) -> int | None:
     for axis, extent in enumerate(shape):
         if extent > 1:
@@ -253,6 +265,8 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
                 if axis != whole or join_whole_axes:
                     classes.union((t.id, axis), (node.id, axis))
             classes.keep_whole((node.id, whole), f"'{node.id}' ({node.op})")
+        elif kind == INDEXED:
+            _join_indexed(classes, node, ins)
         elif kind == GATHER:
             # The result's axes are x's before `axis`, the indices', then x's after it; x's
             # own `axis` is read whole by each task (assembled if x is split along it).

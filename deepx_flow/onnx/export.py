@@ -469,9 +469,19 @@ def _dims_window(node, ins):
     return (d[0],) + (None,) * (node.ndim - 1)
 
 
+def _dims_indexed(node, ins):
+    """Scatters and element gathers tie their operands' extents together (indices at most
+    as long as x, updates as long as the indices): fixed shapes only."""
+    if any(s is not None for _, d in ins for s in d):
+        raise _fixed(node, "scatters and element gathers take fixed shapes")
+    return (None,) * node.ndim
+
+
 _DIM_RULES = {"matmul": _dims_matmul, "sum": _dims_reduce, "mean": _dims_reduce,
               "max": _dims_reduce, "min": _dims_reduce, "softmax": _dims_same,
               "log_softmax": _dims_same, "transpose": _dims_transpose,
               "reshape": _dims_reshape, "concat": _dims_concat, "slice": _dims_slice,
               "take": _dims_take, "conv": _dims_window, "max_pool": _dims_window,
-              "avg_pool": _dims_window}
+              "avg_pool": _dims_window, "scatter_elements": _dims_indexed,
+              "gather_elements": _dims_indexed, "scatter_nd": _dims_indexed,
+              "gather_nd": _dims_indexed}

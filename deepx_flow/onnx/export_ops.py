@@ -340,6 +340,37 @@ def _take(b, node, args, out):
     b.add("Gather", [x.name, index], out=out, axis=node.attr("axis"))
 
 
+# Where ONNX takes each scatter reduction from.
+REDUCTION_OPSET = {"none": 13, "add": 16, "mul": 16, "max": 18, "min": 18}
+
+
+@_exporter("scatter_elements", "scatter_nd")
+def _scatter(b, node, args, out):
+    x, indices, updates = args
+    reduction = node.attr("reduction")
+    if b.opset < REDUCTION_OPSET[reduction]:
+        raise _refuse(node, f"reduction {reduction!r} comes to ONNX's scatters in opset "
+                            f"{REDUCTION_OPSET[reduction]}: export with that opset or newer")
+    index = b.cast(indices.name, indices.dtype, "int64")
+    attrs = {} if reduction == "none" else {"reduction": reduction}
+    if node.op == "scatter_elements":
+        attrs["axis"] = node.attr("axis")
+    # ONNX leaves repeated indices of reduction none undefined; deepx_flow's last-wins rule
+    # is what ONNX Runtime's CPU kernels do, but another runtime may differ.
+    b.add("ScatterElements" if node.op == "scatter_elements" else "ScatterND",
+          [x.name, index, updates.name], out=out, **attrs)
+
+
+@_exporter("gather_elements", "gather_nd")
+def _gather_indexed(b, node, args, out):
+    x, indices = args
+    index = b.cast(indices.name, indices.dtype, "int64")
+    if node.op == "gather_elements":
+        b.add("GatherElements", [x.name, index], out=out, axis=node.attr("axis"))
+    else:
+        b.add("GatherND", [x.name, index], out=out)
+
+
 # -- convolution and pooling ---------------------------------------------------------------
 def _window_attrs(node, spatial: int) -> dict:
     def get(name, default, length):

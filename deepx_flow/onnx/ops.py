@@ -862,23 +862,16 @@ def _grid(shape: tuple, axis: int) -> Tensor:
                       tuple(s if a == axis else 1 for a, s in enumerate(shape)))
 
 
-@_op("GatherElements", "gather", "np.take_along_axis, as one take of flat positions",
+@_op("GatherElements", "gather", "np.take_along_axis (an index out of range fails the run)",
      attrs=("axis",))
 def _gather_elements(ctx, node, args, attrs):
     x, index = ctx.tensor(args[0]), ctx.tensor(args[1])
     axis = _norm(ctx, int(attrs.get("axis", 0)), x.ndim)
-    if index.ndim != x.ndim:
-        raise ctx.error(f"indices of rank {index.ndim} for data of rank {x.ndim}")
-    strides = [math.prod(x.shape[a + 1:]) for a in range(x.ndim)]
-    flat = _positions(ctx, index, x.shape[axis]) * strides[axis]
-    for a in range(x.ndim):
-        if a != axis and index.shape[a] > 1:
-            flat = flat + _grid(index.shape, a) * strides[a]
-    return _t(dx.take(dx.reshape(x, (x.size,)), flat, axis=0))
+    return _t(dx.take_along_axis(x, index, axis=axis))
 
 
-@_op("GatherND", "gather", "tuples of leading indices, as one take of flat positions",
-     attrs=("batch_dims",))
+@_op("GatherND", "gather", "batch_dims 0: dx.gather_nd (an index out of range fails the run); "
+     "others: one take of flat positions", attrs=("batch_dims",))
 def _gather_nd(ctx, node, args, attrs):
     x, index = ctx.tensor(args[0]), ctx.tensor(args[1])
     b = int(attrs.get("batch_dims", 0))
@@ -886,6 +879,10 @@ def _gather_nd(ctx, node, args, attrs):
     if k < 1 or b + k > x.ndim or index.shape[:b] != x.shape[:b]:
         raise ctx.error(f"indices {index.shape} do not address data {x.shape} with "
                         f"batch_dims {b}")
+    if b == 0:
+        return _t(dx.gather_nd(x, index))
+    # With batch axes, the positions are computed and flattened: an index past its axis
+    # reads a neighbouring row instead of failing (only the flat position is checked).
     inner = math.prod(x.shape[b:b + k])
     rest = x.shape[b + k:]
     lead = index.shape[:-1]
@@ -898,3 +895,53 @@ def _gather_nd(ctx, node, args, attrs):
         flat = flat + _grid(lead, a) * (math.prod(x.shape[a + 1:b]) * inner)
     table = dx.reshape(x, (math.prod(x.shape[:b]) * inner,) + rest)
     return _t(dx.take(table, flat, axis=0))
+
+
+# -- scatters ------------------------------------------------------------------------------
+# (The deprecated Scatter is ScatterElements of opset 10 and older, which `load` refuses:
+# onnx.version_converter turns it into ScatterElements.)
+def _reduction(ctx, attrs) -> str:
+    reduction = attrs.get("reduction", "none")
+    if reduction not in ("none", "add", "mul", "max", "min"):
+        raise ctx.error(f"reduction {reduction!r} is not one of none, add, mul, max, min")
+    return reduction
+
+
+def _folded(ctx, op: str, args, **attrs) -> list[Value]:
+    """A scatter of integer or bool constants (a shape being edited), computed now with the
+    operator's own type rule and kernel."""
+    from deepx_flow.compiler.infer import new_node
+    from deepx_flow.errors import ExecutionError
+    from deepx_flow.ir import Node
+    from deepx_flow.kernels import scatter
+    arrays = [v.const for v in args]
+    operands = [Node(f"const{i}", "input", (), a.shape, a.dtype.name)
+                for i, a in enumerate(arrays)]
+    new_node(op, operands, **attrs)  # the type rule: a GraphError names what is wrong
+    try:
+        return _c(scatter.KERNELS[op](*arrays, **attrs))
+    except ExecutionError as err:
+        raise ctx.error(str(err)) from None
+
+
+@_op("ScatterElements", "scatter", "reduction none, add, mul, max, min; a repeated index "
+     "with none: the last update in C order wins", attrs=("axis", "reduction"))
+def _scatter_elements(ctx, node, args, attrs):
+    x, index, updates = args
+    axis = _norm(ctx, int(attrs.get("axis", 0)), len(x.shape))
+    reduction = _reduction(ctx, attrs)
+    if _exact(x, index, updates):
+        return _folded(ctx, "scatter_elements", args, axis=axis, reduction=reduction)
+    return _t(dx.scatter(ctx.tensor(x), ctx.tensor(index), ctx.tensor(updates), axis=axis,
+                         reduction=reduction))
+
+
+@_op("ScatterND", "scatter", "reduction none, add, mul, max, min; a repeated index row "
+     "with none: the last one in C order wins", attrs=("reduction",))
+def _scatter_nd(ctx, node, args, attrs):
+    x, index, updates = args
+    reduction = _reduction(ctx, attrs)
+    if _exact(x, index, updates):
+        return _folded(ctx, "scatter_nd", args, reduction=reduction)
+    return _t(dx.scatter_nd(ctx.tensor(x), ctx.tensor(index), ctx.tensor(updates),
+                            reduction=reduction))

@@ -24,6 +24,8 @@ AXIS_WHOLE = "axis_whole"    # needs one whole axis in each chunk (softmax, log_
 LAYOUT = "layout"            # moves elements: transpose, reshape, concat, slice
 GATHER = "gather"            # elements at indices along an axis read whole: take
 WINDOW = "window"            # sliding windows over spatial axes, chunked by batch: conv, pools
+INDEXED = "indexed"          # elements written or read at computed positions, chunked as the
+#                              operator's `Tiling` says: scatters, take_along_axis, gather_nd
 
 InferFn = Callable[[Node, list[Node]], tuple[tuple[int, ...], str]]
 # vjp(emit, node, inputs, g) -> one entry per input: a node holding the input's share of
@@ -31,6 +33,29 @@ InferFn = Callable[[Node, list[Node]], tuple[tuple[int, ...], str]]
 # input's shape and casts it to its dtype), or None where no gradient flows through that
 # input (a where's condition, a cast to an integer). `emit` is a `compiler.emit.Emitter`.
 VjpFn = Callable[..., tuple]
+Region = tuple[tuple[int, int], ...]  # per axis, [start, stop) of a block of a tensor
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """How an INDEXED operator's tasks divide the work, which no kind-wide rule gives.
+
+    Parameters
+    ----------
+    aligned : callable
+        `aligned(node, inputs) -> [(operand position, operand axis, result axis)]`: operand
+        axes chunked like result axes (the partitioner joins them where the extents agree;
+        elsewhere the lowering assembles what a task reads).
+    whole : callable
+        `whole(node, inputs) -> result axes` that every task holds whole.
+    regions : callable
+        `regions(node, inputs, region) -> [operand region]`: what the task computing
+        `region` of the result reads of each operand (possibly empty).
+    """
+
+    aligned: Callable[[Node, list[Node]], list[tuple[int, int, int]]]
+    whole: Callable[[Node, list[Node]], tuple[int, ...]]
+    regions: Callable[[Node, list[Node], Region], list[Region]]
 
 
 @dataclass(frozen=True)
@@ -67,6 +92,8 @@ class OpSpec:
     vjp : callable or None
         The vector-Jacobian rule (see `VjpFn`) the `differentiate` pass applies; None for an
         operator no gradient passes through (comparisons, sources, compiled nodes).
+    tiling : Tiling or None
+        For INDEXED operators: how their tasks divide the work.
     """
 
     name: str
@@ -84,6 +111,7 @@ class OpSpec:
     # having them derived from its inputs.
     declared: tuple[str, ...] = ()
     vjp: VjpFn | None = None
+    tiling: Tiling | None = None
 
     def check_arity(self, node: Node) -> None:
         if self.arity is not None and len(node.inputs) != self.arity:

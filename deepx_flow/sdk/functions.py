@@ -193,6 +193,82 @@ def take(x, indices, axis: int = 0) -> Tensor:
     return apply("take", [x, indices], axis=_axis("take", x, axis))
 
 
+def take_along_axis(x, indices, axis: int = 0) -> Tensor:
+    """`np.take_along_axis` (ONNX's GatherElements): `out[i, j, ...]` is `x` at the position
+    `(i, j, ...)` with its `axis` coordinate replaced by `indices[i, j, ...]`. `indices` has
+    x's rank and is at most as long along the other axes. An index outside `-n..n-1` is an
+    error at run time."""
+    x, indices = as_tensor(x), as_tensor(indices)
+    return apply("gather_elements", [x, indices], axis=_axis("gather_elements", x, axis))
+
+
+def scatter(x, indices, updates, axis: int = 0, reduction: str = "none") -> Tensor:
+    """A copy of `x` with `updates` written at `indices` along `axis` (ONNX's
+    ScatterElements; `np.put_along_axis`, or `ufunc.at` with a reduction).
+
+    Parameters
+    ----------
+    x : Tensor
+        The tensor written into.
+    indices : Tensor
+        Integers of x's rank, at most as long as `x` along every axis but `axis` (only that
+        leading region of x is written). Negative ones count from the end; one outside
+        `-n..n-1` is an ExecutionError naming it when the run meets it.
+    updates : Tensor or scalar
+        Values of the indices' shape and x's dtype (a Python scalar is broadcast to it).
+    axis : int
+        The axis the indices point along.
+    reduction : {"none", "add", "mul", "max", "min"}
+        How an update combines with what is there. With "none" and an index repeated
+        along `axis`, the last update in C order of the indices wins (ONNX leaves this
+        undefined; here it holds on every chunk grid).
+
+    Returns
+    -------
+    Tensor
+        Of x's shape and dtype. Chunked like `x` along every axis but `axis`, which each
+        task holds whole; gradients flow for "none" and "add" (`ops/scatter.py`).
+    """
+    x, indices = as_tensor(x), as_tensor(indices)
+    updates = _updates(x, updates, indices.shape)
+    return apply("scatter_elements", [x, indices, updates],
+                 axis=_axis("scatter_elements", x, axis), reduction=reduction)
+
+
+def scatter_add(x, indices, updates, axis: int = 0) -> Tensor:
+    """`scatter(x, indices, updates, axis, reduction="add")`: every update is added at its
+    position, repeated indices included (`np.add.at`)."""
+    return scatter(x, indices, updates, axis, reduction="add")
+
+
+def scatter_nd(x, indices, updates, reduction: str = "none") -> Tensor:
+    """A copy of `x` where each row of `indices` (its last axis, of length k, holds positions
+    along x's first k axes) writes its block `updates[row]` of shape `x.shape[k:]` (ONNX's
+    ScatterND). `updates` has shape `indices.shape[:-1] + x.shape[k:]` (a Python scalar is
+    broadcast to it); `reduction` and repeated rows as in `scatter`. Chunked along x's last
+    axes only: each task holds x's first k axes whole and reads every index row."""
+    x, indices = as_tensor(x), as_tensor(indices)
+    k = indices.shape[-1] if indices.ndim else 0
+    updates = _updates(x, updates, indices.shape[:-1] + x.shape[k:])
+    return apply("scatter_nd", [x, indices, updates], reduction=reduction)
+
+
+def gather_nd(x, indices) -> Tensor:
+    """The blocks of `x` at the rows of `indices` (ONNX's GatherND without batch axes): the
+    last axis of `indices` (of length k) holds positions along x's first k axes; the result
+    has shape `indices.shape[:-1] + x.shape[k:]`."""
+    return apply("gather_nd", [as_tensor(x), as_tensor(indices)])
+
+
+def _updates(x: Tensor, updates, shape) -> Tensor:
+    """A scatter's updates; a Python number becomes a constant of x's dtype and `shape`."""
+    if isinstance(updates, Tensor):
+        return updates
+    if is_number(updates) or isinstance(updates, bool):
+        return full(tuple(shape), updates, dtype=x.dtype)
+    return as_tensor(updates)
+
+
 def cumsum(x, axis: int = 0, exclusive: bool = False, reverse: bool = False) -> Tensor:
     """The running sums of `x` along `axis` (`np.cumsum`); `exclusive` leaves each element
     out of its own sum, `reverse` sums from the end. Each result is a sum over a triangular

@@ -28,6 +28,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "arange": {"start": 0, "step": 1},
     "random_normal": {"mean": 0.0, "std": 1.0},
     "random_uniform": {"low": 0.0, "high": 1.0},
+    "scatter_elements": {"reduction": "none"},
+    "scatter_nd": {"reduction": "none"},
 }
 
 # Random parameters are floats in the IR (the SDK calls float() on them); `mean: 0` in a spec
@@ -77,7 +79,7 @@ def normalize_attrs(op: str, attrs: dict[str, Any], inputs: list[Node],
         out.setdefault("keepdims", False)
     elif op in ("softmax", "log_softmax"):
         out["axis"] = normalize_axis(draft, out.get("axis", -1), ndim)
-    elif op in ("concat", "take") and inputs:
+    elif op in ("concat", "take", "scatter_elements", "gather_elements") and inputs:
         out["axis"] = normalize_axis(draft, out.get("axis", 0), inputs[0].ndim)
     elif op == "transpose":
         axes = out.get("axes")
