@@ -870,8 +870,8 @@ def _gather_elements(ctx, node, args, attrs):
     return _t(dx.take_along_axis(x, index, axis=axis))
 
 
-@_op("GatherND", "gather", "batch_dims 0: dx.gather_nd (an index out of range fails the run); "
-     "others: one take of flat positions", attrs=("batch_dims",))
+@_op("GatherND", "gather", "dx.gather_nd, batch axes as leading index columns (an index "
+     "out of range fails the run)", attrs=("batch_dims",))
 def _gather_nd(ctx, node, args, attrs):
     x, index = ctx.tensor(args[0]), ctx.tensor(args[1])
     b = int(attrs.get("batch_dims", 0))
@@ -879,22 +879,14 @@ def _gather_nd(ctx, node, args, attrs):
     if k < 1 or b + k > x.ndim or index.shape[:b] != x.shape[:b]:
         raise ctx.error(f"indices {index.shape} do not address data {x.shape} with "
                         f"batch_dims {b}")
-    if b == 0:
-        return _t(dx.gather_nd(x, index))
-    # With batch axes, the positions are computed and flattened: an index past its axis
-    # reads a neighbouring row instead of failing (only the flat position is checked).
-    inner = math.prod(x.shape[b:b + k])
-    rest = x.shape[b + k:]
-    lead = index.shape[:-1]
-    flat = None
-    for j in range(k):
-        part = _positions(ctx, dx.reshape(index[..., j], lead), x.shape[b + j]) * \
-            math.prod(x.shape[b + j + 1:b + k])
-        flat = part if flat is None else flat + part
-    for a in range(b):  # the batch position
-        flat = flat + _grid(lead, a) * (math.prod(x.shape[a + 1:b]) * inner)
-    table = dx.reshape(x, (math.prod(x.shape[:b]) * inner,) + rest)
-    return _t(dx.take(table, flat, axis=0))
+    if b:
+        # each row of indices gets its batch position as leading columns: a gather_nd
+        # without batch axes, which checks every index against its own axis
+        lead = index.shape[:-1]
+        columns = [dx.reshape(_grid(lead, a) + dx.zeros(lead, "int64"), lead + (1,))
+                   for a in range(b)]
+        index = dx.concat(columns + [index.astype("int64")], axis=index.ndim - 1)
+    return _t(dx.gather_nd(x, index))
 
 
 # -- scatters ------------------------------------------------------------------------------

@@ -114,3 +114,23 @@ def test_an_element_gathers_index_out_of_range_fails_the_run(client, tmp_path):
     with pytest.raises(dx.ExecutionError, match="gather_elements: index 3 is out of range for "
                                                 "axis 1 of size 3"):
         dx.run(y, inputs={"x": x, "i": np.array([[3], [0], [0]])}, client=client)
+
+
+def test_gather_nd_with_batch_axes_checks_every_index(client, tmp_path):
+    # With batch_dims 1, flat positions once read the next batch's row for an index past
+    # its axis; each index is now checked against its own axis.
+    path = _model(tmp_path / "gnd.onnx", [
+        helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=1, name="rows")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4]),
+         helper.make_tensor_value_info("i", TensorProto.INT64, [2, 2, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2, 4])], opset=13)
+    model = dx.onnx.load(path)
+    y = model({"x": dx.input("x", (2, 3, 4), "float32"),
+               "i": dx.input("i", (2, 2, 1), "int64")})["y"]
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    good = np.array([[[2], [0]], [[-1], [1]]])
+    np.testing.assert_array_equal(dx.run(y, inputs={"x": x, "i": good}, client=client),
+                                  runtime(path, {"x": x, "i": good})["y"])
+    with pytest.raises(dx.ExecutionError, match="index 3 is out of range for axis 1 of "
+                                                "size 3"):
+        dx.run(y, inputs={"x": x, "i": np.array([[[3], [0]], [[0], [0]]])}, client=client)
