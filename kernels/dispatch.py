@@ -24,6 +24,7 @@ from typing import Any, Literal
 import numpy as np
 
 from deepx_flow.errors import ExecutionError
+from deepx_flow.ir.dtypes import BFLOAT16
 
 Engine = Literal["numpy", "cupy"]
 ENGINES: tuple[str, ...] = ("numpy", "cupy")
@@ -106,6 +107,10 @@ def asarray_on_engine(x: Any, engine: str) -> Any:
     if engine == "numpy":
         return to_host(x)
     if engine == "cupy":
+        if getattr(x, "dtype", None) == BFLOAT16:
+            raise ExecutionError("a bfloat16 array cannot go to a GPU: CuPy has no bfloat16 "
+                                 "(the planner refuses bfloat16 on clusters with GPU workers; "
+                                 "was this one described without its GPUs?)")
         import cupy
         return cupy.asarray(x)
     raise ExecutionError(f"unknown array engine {engine!r}; use one of {', '.join(ENGINES)}")

@@ -28,6 +28,11 @@ The rules:
   both computed like the composite operators: in the result dtype, float16 in float32.
 - div is true division (integers give floats); pow follows NumPy, including its ValueError for
   integers raised to negative integer powers on the CPU.
+- bfloat16 (NumPy only: CuPy has none) computes in float32: operands are widened (exactly),
+  the operator runs as it would in float32 (or in the wider dtype its result has, a float64 sum
+  of bfloat16 and float64), and a bfloat16 result is rounded once (`kernels.bfloat16`). This
+  is what NumPy with ml_dtypes gives op by op; `where` selects bits and `cast` rounds once
+  from any dtype, float64 included.
 - Floating-point exceptions (overflow, 0/0, log of a negative) give inf or NaN silently: a
   kernel inside a Dask worker has nobody to show a warning to.
 """
@@ -42,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from deepx_flow.errors import ExecutionError
+from deepx_flow.kernels import bfloat16
 
 # op name -> ufunc name; the same names exist in NumPy and CuPy.
 UFUNCS: dict[str, str] = {
@@ -66,9 +72,10 @@ GELU_K = math.sqrt(2.0 / math.pi)
 def compute_dtype(dtype: str) -> str:
     """The dtype composite operators compute in to give a result of `dtype`.
 
-    float16 is computed in float32 and rounded once; every other dtype computes in itself.
+    float16 and bfloat16 are computed in float32 and rounded once; every other dtype computes
+    in itself.
     """
-    return "float32" if dtype == "float16" else dtype
+    return "float32" if dtype in ("float16", "bfloat16") else dtype
 
 
 def constant(value: Any, dtype: str, xp: ModuleType = np) -> Any:
@@ -86,6 +93,8 @@ def constant(value: Any, dtype: str, xp: ModuleType = np) -> Any:
     xp
         The array module, numpy or cupy.
     """
+    if dtype == "bfloat16":  # rounded once from the value (ml_dtypes rounds via float32)
+        return bfloat16.to_bfloat16(np.asarray(value, dtype=np.float64))
     return xp.asarray(value, dtype=dtype)
 
 
@@ -125,8 +134,10 @@ def apply_op(op: str, args: list, dtype: str, xp: ModuleType = np, out: Any = No
     Raises
     ------
     ExecutionError
-        For an unknown operator.
+        For an unknown operator, or bfloat16 on a GPU.
     """
+    if dtype == "bfloat16" or any(bfloat16.is_bfloat16(a) for a in args):
+        return _bfloat16_op(op, args, dtype, xp, out)
     with _quiet(xp):
         if op in UFUNCS:
             ufunc = getattr(xp, UFUNCS[op])
@@ -173,6 +184,27 @@ def apply_op(op: str, args: list, dtype: str, xp: ModuleType = np, out: Any = No
             xp.copyto(out, args[0], casting="unsafe")
             return out
     raise _unknown(op)
+
+
+def _bfloat16_op(op: str, args: list, dtype: str, xp: ModuleType, out: Any) -> Any:
+    """An operator with a bfloat16 operand or result: computed in float32 (or the wider
+    result dtype) on widened operands, a bfloat16 result rounded once."""
+    if xp is not np:
+        raise ExecutionError(f"{op}: bfloat16 runs on CPU workers only (CuPy has no "
+                             "bfloat16); cast to float32 or float16 for GPUs")
+    if op == "cast":
+        result = bfloat16.astype(np.asarray(args[0]), dtype)
+    elif op == "where" and dtype == "bfloat16":
+        # The operands are bool, int8, uint8 or bfloat16 (the promotion rule): the result
+        # is their exact bits.
+        return _select(args[0], bfloat16.to_bfloat16(args[1]), bfloat16.to_bfloat16(args[2]),
+                       dtype, out)
+    else:
+        result = apply_op(op, [bfloat16.widen(a) for a in args],
+                          compute_dtype(dtype), xp)
+    if out is None:
+        return bfloat16.astype(result, dtype)
+    return bfloat16.copyto(out, result)
 
 
 # Unsigned integers of each item size, for selecting bits (`_select`).

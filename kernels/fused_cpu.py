@@ -18,7 +18,8 @@ are two paths, and both give NumPy's results and dtypes instruction by instructi
   leading axes and runs the reference operators (`elementwise.apply_op`) on block buffers that
   are allocated once per call and reused for every block; a register allocator frees a
   temporary's buffer after its last use. It runs every program, including those numexpr
-  cannot run exactly: float16, int8/16, unsigned ints, narrowing casts and integer pow.
+  cannot run exactly: float16, bfloat16, int8/16, unsigned ints, narrowing casts and integer
+  pow.
 
 Which path: numexpr is not the faster one for most programs here. NumPy 2's SIMD loops, run on
 cache-resident blocks, beat numexpr's scalar libm calls on float32 exp/log/tanh (tanh 4 ns per
@@ -516,13 +517,15 @@ def _run_blocked(program: Program, arrays: list[np.ndarray], shape, block_elemen
     # letting apply_op allocate one per block.
     f32 = _block_buffers(["float32"], block, first=len(slot_dtypes))[0] if scratch else None
     # softmax and log_softmax of one value along one axis share (x - max, its exps, their
-    # sum): the first one of a block computes them into the value's group buffers.
+    # sum): the first one of a block computes them into the value's group buffers, in the
+    # dtype softmax computes in (float32 for bfloat16, rounded once into the result).
     groups = {}
     for op, args, dtype in program:
         if op in WHOLE_AXIS_OPS and (args[0], args[1][1]) not in groups:
             first = len(slot_dtypes) + 1 + 3 * len(groups)
+            work = softmax.value_dtype(dtype).name
             groups[(args[0], args[1][1])] = _block_buffers(
-                [dtype, dtype, accumulator(dtype)], block, first=first)
+                [work, work, accumulator(work)], block, first=first)
 
     with np.errstate(all="ignore"):
         for key in iter_blocks(shape, block):
@@ -543,7 +546,7 @@ def _run_blocked(program: Program, arrays: list[np.ndarray], shape, block_elemen
                         # The key indexes the axes before its slice one at a time, which
                         # drops them from the block.
                         axis = group[1] - (len(key) - 1 if isinstance(key, tuple) else 0)
-                        shared[group] = _normalized(operands[0], axis, dtype, m, bshape,
+                        shared[group] = _normalized(operands[0], axis, m, bshape,
                                                     groups[group])
                     softmax.finish(op, shared[group], np, out=dest)
                 else:
@@ -565,12 +568,12 @@ def _apply(op: str, operands: list, dtype: str, dest: np.ndarray, work=None) -> 
     return dest
 
 
-def _normalized(x, axis: int, dtype: str, m: int, bshape, buffers) -> softmax.Normalized:
+def _normalized(x, axis: int, m: int, bshape, buffers) -> softmax.Normalized:
     """`softmax.normalize` of one block of a value, in its group's three buffers (the first
-    holds the value cast to `dtype` first where it has another dtype)."""
+    holds the value cast to the buffers' dtype first where it has another dtype)."""
     shifted, exps, wide = (b[:m].reshape(bshape) for b in buffers)
     x = np.broadcast_to(x, bshape)
-    if x.dtype != dtype:
+    if x.dtype != shifted.dtype:
         np.copyto(shifted, x, casting="unsafe")
         x = shifted
     return softmax.normalize(x, axis, np, shifted=shifted, exps=exps,

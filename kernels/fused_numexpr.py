@@ -10,7 +10,8 @@ Exactness. Only dtypes numexpr computes as NumPy does are used (bool, int32, int
 float64). Every instruction is written with explicit conversions to the dtype NumPy's own loop
 would use, and constants are typed 0-d arrays, never literals (numexpr reads a Python float
 literal as float64, which would turn float32 programs into float64 ones). A final `cast` is
-left to numexpr's output casting, so a float64 program may end in float16.
+left to numexpr's output casting, so a float64 program may end in float16 (not in bfloat16:
+programs with bfloat16 values run on the blocked path, in float32, see `kernels.bfloat16`).
 
 Size. The generated text grows linearly with the program: an operand is written out in full
 at most once. Several operators name their operand more than once (maximum spells out NumPy's
@@ -140,8 +141,10 @@ class _Lowering:
         if whole_axes(program):
             return None  # a softmax normalizes over a whole axis, numexpr sees one element
         # A final cast is left to numexpr's output casting (NumPy's astype rules), so programs
-        # may end in any dtype, float16 and int8 included.
-        final_cast = program[-1][0] == "cast" and len(program[-1][1]) == 1
+        # may end in any dtype, float16 and int8 included; not bfloat16, which NumPy's
+        # casting rounds twice from float64 (`kernels.bfloat16`): such programs run blocked.
+        final_cast = program[-1][0] == "cast" and len(program[-1][1]) == 1 \
+            and program[-1][2] != "bfloat16"
         body = program[:-1] if final_cast else program
         result_arg = program[-1][1][0] if final_cast else ("t", len(body) - 1)
         live = _live(body, result_arg)

@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 
 from deepx_flow.errors import ExecutionError
-from deepx_flow.kernels import recycled
+from deepx_flow.ir.dtypes import is_float
+from deepx_flow.kernels import bfloat16, recycled
 from deepx_flow.kernels.fused_cpu import iter_blocks
 
 BLOCK_ELEMENTS = 1 << 16
@@ -87,7 +88,7 @@ def random_chunk(op: str, seed: int, params: Mapping[str, float], full_shape, re
     region
         One `(start, stop)` pair per axis of `full_shape`: the chunk to compute.
     dtype
-        A floating dtype name: "float16", "float32" or "float64".
+        A floating dtype name: "float16", "bfloat16", "float32" or "float64".
     xp
         The array module to compute with, numpy or cupy.
 
@@ -107,7 +108,7 @@ def random_chunk(op: str, seed: int, params: Mapping[str, float], full_shape, re
     if op not in _DEFAULTS:
         raise ExecutionError(f"unknown random operator {op!r}; use random_normal or "
                              "random_uniform")
-    if np.dtype(dtype).kind != "f":
+    if not is_float(dtype):
         raise ExecutionError(f"{op} makes floating-point values, not {dtype}")
     unknown = set(params) - set(_DEFAULTS[op])
     if unknown:
@@ -149,7 +150,7 @@ def random_chunk(op: str, seed: int, params: Mapping[str, float], full_shape, re
                 u = _uniform(idx, key, xp)
                 xp.multiply(u, np.float64(high - low), out=u)
                 xp.add(u, np.float64(low), out=u)
-                xp.copyto(target, u, casting="unsafe")
+                _round_into(target, u, xp)
                 # Rounding to the dtype may land on high (or below low): clamp inside.
                 xp.minimum(target, hi, out=target)
                 xp.maximum(target, lo, out=target)
@@ -158,11 +159,19 @@ def random_chunk(op: str, seed: int, params: Mapping[str, float], full_shape, re
                 z = _normal(idx, key, xp)
                 xp.multiply(z, np.float64(std), out=z)
                 xp.add(z, np.float64(mean), out=z)
-                xp.copyto(target, z, casting="unsafe")
+                _round_into(target, z, xp)
                 del z
             # Drop this block's arrays before the next block allocates its own.
             del idx, target
     return out
+
+
+def _round_into(target, values, xp) -> None:
+    """float64 `values` rounded into `target` (once, also to bfloat16: `kernels.bfloat16`)."""
+    if xp is np:
+        bfloat16.copyto(target, values)
+    else:
+        xp.copyto(target, values, casting="unsafe")
 
 
 def _check_region(op, full_shape, region):

@@ -10,7 +10,8 @@ normalizer to the values' dtype once:
 `normalize` computes the shared part, `finish` one of the two results from it. The softmax task
 (`tasks.softmax_chunk`) and fused programs holding softmax instructions (`fused_cpu`,
 `fused_gpu`) both call them, so a fused softmax gives the same bits as one run as its own
-task. On NumPy every step can write into a caller's buffer: the blocked evaluator keeps them
+task. bfloat16 values are normalized in float32 (`value_dtype`), the result rounded once.
+On NumPy every step can write into a caller's buffer: the blocked evaluator keeps them
 in cache-sized, reused blocks (a fresh chunk-sized temporary costs a page-faulting allocation
 on a Dask worker).
 """
@@ -21,7 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from deepx_flow.ir.dtypes import accumulator
+from deepx_flow.ir.dtypes import BFLOAT16, accumulator
 
 
 class Normalized(NamedTuple):
@@ -33,8 +34,11 @@ class Normalized(NamedTuple):
 
 
 def value_dtype(dtype) -> np.dtype:
-    """The dtype softmax computes in for an operand of `dtype` (integers become floats)."""
+    """The dtype softmax computes in for an operand of `dtype`: integers become floats, and
+    bfloat16 computes in float32 (its callers round the result to bfloat16 once)."""
     dtype = np.dtype(dtype)
+    if dtype == BFLOAT16:
+        return np.dtype(np.float32)
     return dtype if dtype.kind == "f" else np.result_type(dtype, np.float16)
 
 

@@ -6,6 +6,9 @@ with the region the task needs; `_operands` assembles those first. Device choice
 `deepx_flow.kernels.dispatch`: sources make NumPy or CuPy arrays depending on the worker, and
 every other kernel works on whatever array module its operands use. Sums (reductions, the
 softmax normalizer) add up in float64 for float operands; see the reductions section.
+bfloat16 (NumPy only) computes in float32 and rounds each node's result once
+(`kernels.bfloat16`): a matmul in float32 BLAS, its K-partial products and their sums in
+float32; softmax, convolution and pooling on values widened to float32.
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ import math
 
 import numpy as np
 
-from deepx_flow.ir.dtypes import accumulator
+from deepx_flow.ir.dtypes import accumulator, ufunc_result
 from deepx_flow.ir.program import whole_axes
-from deepx_flow.kernels import dispatch, fused, fused_cpu, recycled, softmax
+from deepx_flow.kernels import bfloat16, dispatch, fused, fused_cpu, recycled, softmax
 from deepx_flow.kernels.random import random_chunk
 
 
@@ -74,6 +77,8 @@ def source_chunk(op, attrs, full_shape, region, dtype):
     xp = _device_module()
     shape = tuple(hi - lo for lo, hi in region)
     if op == "full":
+        if dtype == "bfloat16":
+            return np.full(shape, bfloat16.to_bfloat16(np.float64(attrs["value"])))
         return xp.full(shape, attrs["value"], dtype=dtype)
     if op == "read_zarr":
         from deepx_flow.storage.readers import read_region
@@ -85,7 +90,7 @@ def source_chunk(op, attrs, full_shape, region, dtype):
         start, step = attrs.get("start", 0), attrs.get("step", 1)
         index = xp.arange(lo, hi, dtype="float64" if isinstance(step, float) or isinstance(
             start, float) else "int64")
-        return (start + step * index).astype(dtype)
+        return bfloat16.astype(start + step * index, dtype)
     names = ("mean", "std") if op == "random_normal" else ("low", "high")
     params = {k: attrs[k] for k in names if k in attrs}
     return random_chunk(op, attrs["seed"], params, full_shape, region, dtype, xp=xp)
@@ -121,6 +126,9 @@ def window_chunk(op, attrs, layouts, *pieces):
     """A block of images through `conv` (with its weights) or a pooling (`kernels/window`)."""
     from deepx_flow.kernels import window
     arrays, _ = _operands(layouts, pieces)
+    if bfloat16.is_bfloat16(arrays[0]):  # in float32, rounded once
+        return bfloat16.to_bfloat16(window_chunk(op, attrs, ((),) * len(arrays),
+                                                 *[bfloat16.widen(a) for a in arrays]))
     if op == "conv":
         return window.conv(arrays[0], arrays[1], attrs)
     return window.pool(op, arrays[0], attrs)
@@ -141,7 +149,7 @@ def fused_chunk(program, out_shape, layouts, *pieces):
 
 def cast_chunk(dtype, layouts, *pieces):
     (x,), _ = _operands(layouts, pieces)
-    return x if x.dtype == dtype else x.astype(dtype)
+    return bfloat16.astype(x, dtype)
 
 
 # -- matmul -------------------------------------------------------------------------------
@@ -149,9 +157,12 @@ def matmul_chunk(epilogue, out_shape, dtype, layouts, *pieces):
     """One tile of a matmul (or one K-partial product), with its fused epilogue."""
     (a, b, *extras), _ = _operands(layouts, pieces)
     xp = dispatch.array_module(a, b)
-    into = recycled.empty((a.shape[0], b.shape[1]), np.result_type(a, b)) \
-        if xp is np and a.ndim == b.ndim == 2 else None
-    product = xp.matmul(a, b, out=into)
+    if bfloat16.is_bfloat16(a) or bfloat16.is_bfloat16(b):
+        product = _bfloat16_matmul(a, b, partial=dtype is None and not epilogue)
+    else:
+        into = recycled.empty((a.shape[0], b.shape[1]), np.result_type(a, b)) \
+            if xp is np and a.ndim == b.ndim == 2 else None
+        product = xp.matmul(a, b, out=into)
     product = xp.broadcast_to(product, out_shape) if product.shape != tuple(out_shape) \
         else product
     if epilogue:
@@ -159,6 +170,16 @@ def matmul_chunk(epilogue, out_shape, dtype, layouts, *pieces):
         # allocation (fresh memory faults in page by page on a Dask worker, see below).
         return fused.evaluate(epilogue, [product, *extras], out_shape, out=product)
     return product if dtype is None or product.dtype == dtype else product.astype(dtype)
+
+
+def _bfloat16_matmul(a, b, partial=False):
+    """a @ b with a bfloat16 operand: in float32 BLAS (or the wider dtype of the product) on
+    operands widened exactly; a bfloat16 product is rounded once, unless it is a K-partial
+    product (`partial`), which stays float32 to be added up and rounded once by
+    `finish_matmul`."""
+    product = np.matmul(bfloat16.widen(a), bfloat16.widen(b))
+    bf16 = ufunc_result(np.matmul, a.dtype.name, b.dtype.name) == "bfloat16"
+    return bfloat16.to_bfloat16(product) if bf16 and not partial else product
 
 
 # Rows per block of a matmul chain: BLAS runs as fast on 1,024 to 4,096 rows of 256 columns as
@@ -199,7 +220,8 @@ def matmul_chain(stages, out_shape, layouts, *pieces):
         values = a[lo:hi]
         for i, (b, extras, epilogue, dtype) in enumerate(layers):
             if products[i] is None:
-                products[i] = np.empty((rows, b.shape[1]), np.result_type(values, b))
+                products[i] = np.empty((rows, b.shape[1]), ufunc_result(
+                    np.matmul, values.dtype.name, b.dtype.name))
             values = _layer(np, values, b, extras, epilogue, dtype, lo, hi,
                             products[i][:hi - lo])
         if out is None:
@@ -210,7 +232,8 @@ def matmul_chain(stages, out_shape, layouts, *pieces):
 
 def _layer(xp, values, b, extras, epilogue, dtype, lo, hi, into):
     """One matmul of a chain on rows lo:hi, its epilogue applied (into `into` if given)."""
-    product = xp.matmul(values, b, out=into)
+    product = _bfloat16_matmul(values, b) if bfloat16.is_bfloat16(values) or \
+        bfloat16.is_bfloat16(b) else xp.matmul(values, b, out=into)
     if epilogue:
         block = [_rows_of(e, 2, 0, lo, hi) for e in extras]
         product = fused.evaluate(epilogue, [product, *block], product.shape, out=product)
@@ -218,15 +241,18 @@ def _layer(xp, values, b, extras, epilogue, dtype, lo, hi, into):
 
 
 def finish_matmul(epilogue, out_shape, dtype, n_parts, layouts, *pieces):
-    """Sum the last K-partial products and apply the epilogue."""
+    """Sum the last K-partial products and apply the epilogue; `dtype` is the product's
+    (bfloat16 partial products are float32, rounded here once)."""
     parts, rest = pieces[:n_parts], pieces[n_parts:]
     total = combine_partials("sum", *parts)
+    # Overwrite the sum only when it is new (one part is the input itself, which Dask may
+    # still hold for another reader).
+    new = n_parts > 1
+    if dtype == "bfloat16":
+        total, new = bfloat16.to_bfloat16(total), True
     extras, _ = _operands(layouts, rest)
     if epilogue:
-        # Overwrite the sum only when it is new (one part is the input itself, which Dask
-        # may still hold for another reader).
-        return fused.evaluate(epilogue, [total, *extras], out_shape,
-                              out=total if n_parts > 1 else None)
+        return fused.evaluate(epilogue, [total, *extras], out_shape, out=total if new else None)
     return total if total.dtype == dtype else total.astype(dtype)
 
 
@@ -365,7 +391,7 @@ def finish_reduce(op, axes, keepdims, count, dtype, *parts):
             out = xp.true_divide(out, count) if count else out * xp.nan
     if not keepdims:
         out = out.reshape(tuple(s for i, s in enumerate(out.shape) if i not in axes))
-    return out if out.dtype == dtype else out.astype(dtype)
+    return bfloat16.astype(out, dtype)
 
 
 # -- whole-axis operators -----------------------------------------------------------------
@@ -373,6 +399,8 @@ def softmax_chunk(op, axis, layouts, *pieces):
     """softmax or log_softmax along `axis`, stabilized by subtracting the maximum (the
     arithmetic is `kernels.softmax`'s)."""
     (x,), _ = _operands(layouts, pieces)
+    if bfloat16.is_bfloat16(x):  # in float32, rounded once
+        return bfloat16.to_bfloat16(softmax_chunk(op, axis, ((),), bfloat16.widen(x)))
     xp = dispatch.array_module(x)
     x = x.astype(softmax.value_dtype(x.dtype), copy=False)
     if x.size == 0:

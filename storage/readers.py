@@ -34,7 +34,7 @@ def array_info(path: str) -> tuple[tuple[int, ...], str]:
 def zarr_info(uri: str) -> tuple[tuple[int, ...], str]:
     """(shape, dtype) of the Zarr array at `uri` (a path or fsspec URL, whatever its name),
     from its metadata only; InputError naming it when it cannot be opened as one."""
-    import zarr
+    from deepx_flow.storage.zarr_bfloat16 import zarr
     try:
         arr = zarr.open_array(uri, mode="r")
         dtype = np.dtype(arr.dtype).name
@@ -50,7 +50,7 @@ def storage_chunks(path: str) -> tuple[int, ...] | None:
     by memory map and have no chunks)."""
     if not _is_zarr(path):
         return None
-    import zarr
+    from deepx_flow.storage.zarr_bfloat16 import zarr
     try:
         return tuple(int(c) for c in zarr.open_array(path, mode="r").chunks)
     except Exception:  # array_info has already reported a bad store

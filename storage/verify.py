@@ -91,7 +91,7 @@ def _error(uri, origin, idx, what: str) -> DataError:
 
 
 def _open(uri: str, origin):
-    import zarr
+    from deepx_flow.storage.zarr_bfloat16 import zarr
     try:
         return zarr.open_array(uri, mode="r")
     except Exception as err:  # zarr raises several types for a missing or unreadable store

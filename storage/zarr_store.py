@@ -154,7 +154,7 @@ def write_persisted(persisted, uri) -> dict:
 def create_array(uri: str, shape, dtype, chunks) -> tuple[int, ...]:
     """Create the empty Zarr v3 array for a tensor with plan chunks `chunks` at a new `uri`
     (normalized); return its Zarr chunk shape. Refuses a `uri` where something exists."""
-    import zarr
+    from deepx_flow.storage.zarr_bfloat16 import zarr
     from zarr.errors import ContainsArrayError, ContainsGroupError
 
     if _exists(uri):
@@ -203,7 +203,7 @@ def zarr_chunk_regions(tensor_key: str, shape, chunks):
 def mark_complete(uri: str) -> None:
     """Write the manifest of the chunks of the array at `uri` (ExecutionError if one is
     missing), then set the marker that says every chunk was written."""
-    import zarr
+    from deepx_flow.storage.zarr_bfloat16 import zarr
     verify.write_manifest(uri)
     zarr.open_array(uri, mode="r+").update_attributes({COMPLETE_ATTR: True})
 
@@ -228,7 +228,7 @@ def _chunk_writes(persisted):
 
 def write_block(uri, region, dtype, layout, *pieces):
     """Task: assemble one Zarr chunk's region from its plan chunks and write it."""
-    import zarr
+    from deepx_flow.storage.zarr_bfloat16 import zarr
 
     from deepx_flow.kernels.dispatch import to_host
     from deepx_flow.kernels.tasks import cast_chunk
@@ -276,7 +276,7 @@ def delete_array(uri) -> bool:
 def is_complete(uri) -> bool:
     """Whether `uri` holds a Zarr array whose write finished (it has the marker attribute
     that is set only after every chunk was written)."""
-    import zarr
+    from deepx_flow.storage.zarr_bfloat16 import zarr
     try:
         arr = zarr.open_array(normalize_uri(uri), mode="r")
     except Exception:  # missing, or not a Zarr array

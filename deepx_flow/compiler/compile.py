@@ -1,5 +1,8 @@
 """The compiler pipeline: validate, infer, fuse, partition; each a pure pass.
 
+A cluster with GPU workers refuses bfloat16 tensors (`check_devices`): CuPy has no
+bfloat16, so a GPU worker could not hold them; the PlanError names the first such node.
+
 `compile_graph` runs the passes in order and returns a `Plan`. With `check=True` the fused
 graph is validated and typed again before partitioning (the compiler tests use it). A graph
 whose fused softmaxes make a plan that cannot fit is fused again with its softmaxes as nodes
@@ -28,7 +31,7 @@ def compile_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None = 
     passes themselves stay pure functions of their arguments.
     """
     config = config or settings()
-    typed = infer_types(validate_graph(graph))
+    typed = check_devices(infer_types(validate_graph(graph)), cluster)
     fused = fuse_elementwise(typed)
     if check:
         infer_types(validate_graph(fused))
@@ -43,3 +46,23 @@ def compile_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None = 
         fused = fuse_elementwise(typed, join_softmax=False)
         part = partition_graph(fused, cluster, config)
     return Plan(typed, fused, part, cluster)
+
+
+def check_devices(graph: Graph, cluster: ClusterSpec) -> Graph:
+    """`graph` unchanged when `cluster`'s workers can hold every dtype it has; a PlanError
+    naming the first bfloat16 node when some worker has a GPU (CuPy has no bfloat16, and
+    tasks run on whichever worker Dask picks).
+
+    Before: the graph is typed. After: the same graph.
+    """
+    if not cluster.has_devices:
+        return graph
+    for node in graph.nodes:
+        if node.dtype == "bfloat16":
+            gpus = sorted(w.name for w in cluster.workers if w.device)
+            raise PlanError(
+                f"node {node.id!r} ({node.op}) is bfloat16, which GPU workers cannot hold "
+                f"(CuPy has no bfloat16; GPU workers: {', '.join(gpus[:3])}"
+                f"{', ...' if len(gpus) > 3 else ''}). Give the data as float32 or float16 "
+                "(array.astype('float32')), or run on CPU workers")
+    return graph

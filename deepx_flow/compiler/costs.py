@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from deepx_flow.ir import Node, dtypes
@@ -127,6 +127,15 @@ def indexed_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, out_chunk, o
                     math.prod(out_chunk) + n_index, read, out_bytes)
 
 
+def bfloat16_widening(inputs: list[Node], in_bytes: list[int], out_bytes: int,
+                      out_dtype: str) -> int:
+    """Bytes a task adds when it computes bfloat16 in float32 (`kernels/tasks.py`: matmul and
+    softmax): a float32 copy of each bfloat16 operand, twice its bytes, and its float32
+    result before that is rounded to bfloat16."""
+    copies = sum(2 * n for t, n in zip(inputs, in_bytes) if t.dtype == "bfloat16")
+    return copies + (2 * out_bytes if out_dtype == "bfloat16" else 0)
+
+
 def reduce_space(inputs: list[Node]) -> tuple[int, ...]:
     """Shape of the tensor a reduction reduces: its prologue's result (the broadcast of its
     inputs), or its single input."""
@@ -162,8 +171,9 @@ def main_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, space_chunk=Non
         epilogue = node.attr("epilogue")
         if epilogue:
             flops += n_out * program_flops(epilogue)
-        return TaskCost(a_bytes + b_bytes + 2 * out_bytes + extra, flops, a_bytes + b_bytes,
-                        out_bytes)
+        widened = bfloat16_widening([a, b], [a_bytes, b_bytes], out_bytes, node.dtype)
+        return TaskCost(a_bytes + b_bytes + 2 * out_bytes + extra + widened, flops,
+                        a_bytes + b_bytes, out_bytes)
     if spec.kind == REDUCE:
         space = space_chunk
         n_space = math.prod(space)
@@ -183,7 +193,8 @@ def main_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, space_chunk=Non
         region = n_out * dtypes.itemsize(t.dtype)
         axis = node.attr("axis")
         pieces = region if chunk_of(t.id)[axis] < t.shape[axis] else 0
-        ws = region + pieces + out_bytes + int(n_out * spec.temp_bytes_per_element)
+        ws = region + pieces + out_bytes + int(n_out * spec.temp_bytes_per_element) + \
+            bfloat16_widening([t], [region], out_bytes, node.dtype)
         return TaskCost(ws, n_out * spec.flops_per_element, region, out_bytes)
     if spec.kind == GATHER:
         # The block of x with its axis whole (and its pieces, when x is split along it), the
@@ -196,7 +207,14 @@ def main_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, space_chunk=Non
         idx = _nbytes(chunk_of(indices.id), indices.dtype)
         return TaskCost(block + pieces + idx + out_bytes, n_out, block + idx, out_bytes)
     if spec.kind == WINDOW:
-        return window_cost(node, inputs, chunk_of, out_chunk, out_bytes)
+        if node.dtype != "bfloat16":
+            return window_cost(node, inputs, chunk_of, out_chunk, out_bytes)
+        # computed on float32 copies (`kernels/tasks.py`), the bfloat16 chunks held besides
+        wide = [replace(t, dtype="float32") if t.dtype == "bfloat16" else t for t in inputs]
+        cost = window_cost(replace(node, dtype="float32"), wide, chunk_of, out_chunk,
+                           2 * out_bytes)
+        return TaskCost(cost.working_set + in_bytes + out_bytes, cost.flops,
+                        cost.bytes_in // 2, out_bytes)
     if spec.kind == INDEXED:
         return indexed_cost(node, inputs, chunk_of, out_chunk, out_bytes)
     if spec.kind == LAYOUT:

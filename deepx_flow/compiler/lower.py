@@ -32,6 +32,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
+import numpy as np
 from dask.base import tokenize
 
 from deepx_flow.compiler import batch_chain
@@ -290,8 +291,11 @@ def _lower_matmul(node, ins, part, grid, name, operands, dsk):
             dsk[pkey] = task(pkey, K.matmul_chunk, None, shape, None, layouts, *refs)
             partials.append(pkey)
         if partials:
+            # finish_matmul is told the product's dtype (a bfloat16 product's partial
+            # products are float32, rounded once there, before any epilogue)
+            product = dtypes.ufunc_result(np.matmul, a.dtype, b.dtype)
             last = _tree(partials, fanin, name, idx, dsk, K.combine_partials, "sum")
-            dsk[key] = task(key, K.finish_matmul, epilogue, shape, node.dtype, len(last),
+            dsk[key] = task(key, K.finish_matmul, epilogue, shape, product, len(last),
                             extra_layouts, *[ref(k) for k in last], *extra_refs)
 
 

@@ -1,18 +1,30 @@
 """Element types of the IR and NumPy's rules for combining them.
 
 Dtypes are kept as NumPy names (`"float32"`), so nodes stay plain data. Result types follow
-NumPy exactly (we ask NumPy on zero-size arrays), except for Python scalars, which are "weak"
-as in NumPy 2 (NEP 50): `x_float32 + 1.0` stays float32.
+NumPy exactly (we ask NumPy on one-element arrays), except for Python scalars, which are
+"weak" as in NumPy 2 (NEP 50): `x_float32 + 1.0` stays float32.
+
+bfloat16 is a storage type: 8 exponent bits like float32, 8 significant bits. NumPy knows it
+through `ml_dtypes` (imported here, which registers the name "bfloat16" with NumPy); its dtype
+kind is "V", not "f", so nothing here asks `kind` about floats. Its promotion is NumPy's
+float16 rule with bfloat16 in float16's place, which among floats is JAX's and ml_dtypes':
+bfloat16 with bfloat16, bool, int8 or uint8 (or a Python int or float) gives bfloat16; with
+int16 or uint16 float32; with wider integers float64; with float32 float32, with float64
+float64; and with float16 (each lacks the other's range or precision) float32. Arithmetic
+on it computes in float32 and rounds once per operator result (`kernels/bfloat16.py`).
 """
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from deepx_flow.errors import GraphError, shown
 
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-          "float16", "float32", "float64")
+          "float16", "bfloat16", "float32", "float64")
+FLOATS = ("float16", "bfloat16", "float32", "float64")
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
 
 def normalize(dtype, node: str | None = None) -> str:
@@ -31,7 +43,14 @@ def itemsize(dtype: str) -> int:
 
 
 def is_float(dtype: str) -> bool:
-    return np.dtype(dtype).kind == "f"
+    """Whether `dtype` is a floating-point type (bfloat16 included, whose NumPy kind is V)."""
+    return np.dtype(dtype).name in FLOATS
+
+
+def finfo(dtype: str):
+    """Machine limits of a float dtype (`np.finfo`; ml_dtypes' for bfloat16, which NumPy's
+    finfo refuses)."""
+    return ml_dtypes.finfo(dtype) if np.dtype(dtype) == BFLOAT16 else np.finfo(dtype)
 
 
 def accumulator(dtype: str) -> str:
@@ -43,10 +62,28 @@ def accumulator(dtype: str) -> str:
 
 
 def ufunc_result(ufunc, *dtypes: str) -> str:
-    """The dtype NumPy gives when `ufunc` is applied to arrays of `dtypes`."""
-    args = [np.zeros((1,), dtype=d) for d in dtypes]
+    """The dtype NumPy gives when `ufunc` is applied to arrays of `dtypes`.
+
+    bfloat16 follows NumPy's float16 rule in float16's place (see the module docstring).
+    """
+    return numpy_result(ufunc, dtypes)
+
+
+def numpy_result(fn, dtypes, shape: tuple[int, ...] = (1,)) -> str:
+    """The dtype of `fn(*arrays)` for arrays of `shape` and `dtypes`, as NumPy computes it.
+
+    bfloat16 is asked as float16, and a float16 answer is bfloat16 again, or float32 where
+    float16 and bfloat16 meet: NumPy's float16 rule with bfloat16 in float16's place (see the
+    module docstring). ml_dtypes' own loops agree where they exist, but some give float32
+    (its matmul) and it has no promotion with float16 at all.
+    """
+    names = [np.dtype(d).name for d in dtypes]
+    args = [np.ones(shape, dtype="float16" if d == "bfloat16" else d) for d in names]
     with np.errstate(all="ignore"):
-        return np.dtype(ufunc(*args).dtype).name
+        result = np.dtype(fn(*args).dtype).name
+    if "bfloat16" in names and result == "float16":
+        return "float32" if "float16" in names else "bfloat16"
+    return result
 
 
 def scalar_dtype(value, other: str) -> str:

@@ -36,6 +36,7 @@ import numpy as np
 
 from deepx_flow.errors import InputError, SpecError, shown
 from deepx_flow.ir import Graph, Node
+from deepx_flow.onnx.export_bfloat16 import widen_bfloat16
 from deepx_flow.onnx.export_ops import EXPORTERS, REFUSED, Arg
 from deepx_flow.onnx.model import FIRST_OPSET, _onnx
 
@@ -112,6 +113,7 @@ def to_model(outputs, inputs: dict | None = None, opset: int | None = None,
     opset = _checked_opset(opset)
     graph = build_graph(outputs)
     _refuse_compiled(graph)
+    graph = widen_bfloat16(graph)  # computed in float32, as deepx_flow computes it
     bound = _bound_inputs(graph, inputs)
     dims = symbolic_dims(graph, _checked_dynamic(graph, dynamic_axes, bound))
     b = Builder(opset, dims, reserved={n.id for n in graph.inputs} | {n for n, _ in graph.outputs})

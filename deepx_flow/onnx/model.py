@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from deepx_flow.errors import GraphError, InputError, SpecError, shown
+from deepx_flow.ir import dtypes
 from deepx_flow.sdk.tensor import Tensor
 
 FIRST_OPSET = 13  # the oldest opset whose operator definitions the converters follow
@@ -141,7 +142,7 @@ class OnnxModel:
         complete before the first call (integer ones fold into shapes and indices)."""
         ctx = Context()
         for name, array in self._initializers.items():
-            if array.dtype.kind == "f" and array.ndim > 0:
+            if dtypes.is_float(array.dtype) and array.ndim > 0:
                 ctx.tensor(Value(const=array))
         self.inputs.update(ctx.bound)
 

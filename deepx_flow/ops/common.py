@@ -142,7 +142,7 @@ def check_fits(node: Node, value, dtype: str, what: str) -> None:
             and info.min <= value <= info.max
     else:
         try:
-            fits = not math.isfinite(value) or abs(float(value)) <= float(np.finfo(dtype).max)
+            fits = not math.isfinite(value) or abs(float(value)) <= float(dtypes.finfo(dtype).max)
         except OverflowError:  # an int past float64's range
             fits = False
     if not fits:
@@ -157,4 +157,4 @@ def _range(dtype: str) -> str:
     if kind in "iu":
         info = np.iinfo(dtype)
         return f" (integers {info.min}..{info.max})"
-    return f" (largest finite value {float(np.finfo(dtype).max):.6g})"
+    return f" (largest finite value {float(dtypes.finfo(dtype).max):.6g})"

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from deepx_flow.errors import GraphError, shown
+from deepx_flow.ir import dtypes
 from deepx_flow.ir.node import Node
 from deepx_flow.ops.common import broadcast, normalize_axes, normalize_axis, ufunc_dtype
 from deepx_flow.ops.programs import program_dtype
@@ -48,7 +49,7 @@ def _infer_reduce(node, inputs):
     shape = tuple(1 if i in axes else s for i, s in enumerate(a.shape) if keepdims or i not in axes)
     fn = REDUCTIONS[node.op]
     try:
-        dtype = np.dtype(fn(np.ones((1,) * a.ndim, dtype=a.dtype), axis=tuple(axes)).dtype).name
+        dtype = dtypes.numpy_result(lambda x: fn(x, axis=tuple(axes)), [a.dtype], (1,) * a.ndim)
     except TypeError:
         raise GraphError(f"{node.op} is not defined for dtype {a.dtype}", node.id) from None
     return shape, dtype
@@ -74,7 +75,7 @@ def _reduce_vjp(e, node, inputs, g):
         return (e.broadcast_to(gk, x.shape),)
     if node.op == "mean":
         count = float(math.prod(x.shape[a] for a in axes))
-        if count > float(np.finfo(g.dtype).max):  # a float16 gradient of a mean of 65,505+
+        if count > float(dtypes.finfo(g.dtype).max):  # a float16 gradient of a mean of 65,505+
             share = e("cast", e("div", e("cast", gk, dtype="float32"),
                                 e.const(count, "float32")), dtype=g.dtype)
         else:

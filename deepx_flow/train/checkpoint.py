@@ -17,6 +17,7 @@ have; a checkpoint of another configuration is never used.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
@@ -26,7 +27,7 @@ import numpy as np
 from dask.base import tokenize
 
 from deepx_flow.errors import DataError
-from deepx_flow.ir import Graph
+from deepx_flow.ir import Graph, dtypes
 from deepx_flow.meta.models import AssetMaterialization, TrainingCheckpoint
 from deepx_flow.sdk.build import build_graph
 from deepx_flow.sdk.functions import concat, input as placeholder, reshape
@@ -55,7 +56,8 @@ def packing(step: StepGraph) -> Packing:
     entries = [(name, "param", i) for name, i in step.params.items()] + \
         [(name, "state", i) for name, i in step.state.items()]
     nodes = [step.graph[i] for _, _, i in entries]
-    dtype = np.result_type(*[n.dtype for n in nodes]).name
+    dtype = functools.reduce(lambda a, b: dtypes.ufunc_result(np.add, a, b),
+                             [n.dtype for n in nodes])  # bfloat16 and float16: float32
     pieces, layout, offset = [], [], 0
     for (name, kind, input_id), node in zip(entries, nodes):
         t = placeholder(input_id, node.shape, node.dtype)

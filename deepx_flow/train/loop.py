@@ -35,6 +35,7 @@ from deepx_flow.compiler.group import ALL, GROUP_SUFFIX, group_by_shard
 from deepx_flow.compiler.lower import Lowered
 from deepx_flow.config import settings
 from deepx_flow.errors import ExecutionError, GraphError, shown
+from deepx_flow.ir import dtypes
 from deepx_flow.ir.keys import key_name, node_of
 from deepx_flow.runtime.inputs import ArraySource, KeySource
 from deepx_flow.sdk.tensor import Tensor
@@ -539,7 +540,7 @@ def _start_values(params: dict, client) -> dict[str, np.ndarray]:
         if not isinstance(name, str) or not name:
             raise GraphError(f"parameter names are non-empty strings, got {shown(name)}")
         array = computed[name] if name in computed else np.asarray(value)
-        if array.dtype.kind != "f":
+        if not dtypes.is_float(array.dtype):
             raise GraphError(f"parameter {shown(name)} is {array.dtype}; only floating-point "
                              "parameters are trained")
         out[name] = array

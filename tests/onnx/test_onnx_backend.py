@@ -20,6 +20,7 @@ onnx = pytest.importorskip("onnx")
 
 import deepx_flow as dx  # noqa: E402
 from deepx_flow.errors import PlanError, SpecError  # noqa: E402
+from deepx_flow.ir import dtypes  # noqa: E402
 from deepx_flow.onnx import conformance  # noqa: E402
 from tests.helpers import cluster_with_memory  # noqa: E402
 
@@ -48,7 +49,9 @@ def run_case(case, client, cluster=None):
         got = np.asarray(got)
         assert got.dtype == want.dtype, f"{case.name} output {name}: {got.dtype} != {want.dtype}"
         assert got.shape == want.shape, f"{case.name} output {name}: {got.shape} != {want.shape}"
-        if want.dtype.kind == "f":
+        if want.dtype.name == "bfloat16":  # NumPy kind V: compared as float64
+            got, want = got.astype(np.float64), want.astype(np.float64)
+        if dtypes.is_float(want.dtype):
             np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, equal_nan=True,
                                        err_msg=f"{case.name} output {name}")
         else:
