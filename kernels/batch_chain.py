@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from deepx_flow.kernels import dispatch, fused, recycled, window
+from deepx_flow.kernels import bfloat16, dispatch, fused, recycled, window
 
 def batch_chain(stages, block, pieces_per_stage, x, *operands):
     """The chain's result for the images `x` (axis 0).
@@ -77,12 +77,8 @@ def _through(stages, per_stage, scratch, value):
         kind = stage[0]
         if kind == "window":
             _, op, attrs = stage
-            if op == "conv":
-                value = window.conv(value, extras[0], attrs, buffers, channels_first,
-                                    out_channels_first=True)
-                channels_first = True
-            else:
-                value = window.pool(op, value, attrs, buffers)
+            value = _window(op, attrs, value, extras, buffers, channels_first)
+            channels_first = channels_first or op == "conv"
         elif kind == "fused":
             _, program, position, _ = stage
             arrays = [_channels_first(e, value.ndim, xp) for e in extras] if channels_first \
@@ -106,6 +102,19 @@ def _through(stages, per_stage, scratch, value):
                                            dtype, ((),) * (1 + len(extras)), value, *extras)
         owned = owned or kind != "reshape"  # a reshape is a view of what it reads
     return xp.ascontiguousarray(xp.moveaxis(value, 0, 1)) if channels_first else value
+
+
+def _window(op: str, attrs: dict, value, extras, buffers: dict, channels_first: bool):
+    """A conv (its result channels first) or a pooling of a block; bfloat16 in float32,
+    rounded once, as `tasks.window_chunk` computes it."""
+    if bfloat16.is_bfloat16(value):
+        wide = _window(op, attrs, bfloat16.widen(value), [bfloat16.widen(e) for e in extras],
+                       buffers, channels_first)
+        return bfloat16.to_bfloat16(wide)
+    if op == "conv":
+        return window.conv(value, extras[0], attrs, buffers, channels_first,
+                           out_channels_first=True)
+    return window.pool(op, value, attrs, buffers)
 
 
 def _channels_first(operand, ndim: int, xp):
