@@ -55,7 +55,8 @@ def _pools_first(stages: list, per_stage: list, xp) -> tuple[list, list]:
     i = 0
     while i < len(stages) - 1:
         stage = stages[i]
-        if stage[0] == "fused" and stage[3] is not None and all(
+        if stage[0] == "fused" and stage[3] is not None and \
+                stages[i + 1][:2] == ("window", "max_pool") and all(
                 bool(xp.isfinite(per_stage[i][j]).all()) for j in stage[3]):
             stages[i], stages[i + 1] = stages[i + 1], stages[i]
             per_stage[i], per_stage[i + 1] = per_stage[i + 1], per_stage[i]
@@ -77,6 +78,9 @@ def _through(stages, per_stage, scratch, value):
         kind = stage[0]
         if kind == "window":
             _, op, attrs = stage
+            if not channels_first and value.shape[1] == 1:  # one channel: the same bytes
+                value = value.reshape((1,) + value.shape[:1] + value.shape[2:])
+                channels_first = True
             value = _window(op, attrs, value, extras, buffers, channels_first)
             channels_first = channels_first or op == "conv"
         elif kind == "fused":
