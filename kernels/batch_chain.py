@@ -90,7 +90,8 @@ def _through(stages, per_stage, scratch, value):
             arrays.insert(position, value)
             # written over the activations it reads (each block is read before it is
             # written; `out` is ignored where the dtype differs)
-            value = fused.evaluate(program, arrays, value.shape, out=value if owned else None)
+            value = fused.evaluate(program, arrays, value.shape, out=value if owned else None,
+                                   scratch=buffers)
         else:
             if channels_first:
                 value = _images_first(value, buffers, xp)

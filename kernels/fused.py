@@ -17,7 +17,7 @@ from deepx_flow.kernels.dispatch import array_module
 
 
 def evaluate(program: Program, arrays: Sequence[Any], out_shape: tuple[int, ...],
-             out: Any = None, fixed: dict | None = None) -> Any:
+             out: Any = None, fixed: dict | None = None, scratch: dict | None = None) -> Any:
     """Evaluate a fused elementwise program on the device its input arrays live on.
 
     Parameters
@@ -34,6 +34,9 @@ def evaluate(program: Program, arrays: Sequence[Any], out_shape: tuple[int, ...]
         GPU engine allocates its own.
     fixed
         Values of instructions computed once already (`fused_cpu.hoisted`); CPU only.
+    scratch
+        A dict the CPU engine keeps a small program's temporaries in, to use them again on
+        the next call with the same shapes (`fused_cpu.evaluate`).
 
     Returns
     -------
@@ -44,4 +47,5 @@ def evaluate(program: Program, arrays: Sequence[Any], out_shape: tuple[int, ...]
     if array_module(*arrays) is not np:
         from deepx_flow.kernels import fused_gpu
         return fused_gpu.evaluate(program, arrays, out_shape)
-    return fused_cpu.evaluate(program, arrays, out_shape, out=out, fixed=fixed)
+    return fused_cpu.evaluate(program, arrays, out_shape, out=out, fixed=fixed,
+                              scratch=scratch)

@@ -127,7 +127,8 @@ _INT_MAXMIN_COST_NS = (3.0, 2.6, 0.7, 0.9)
 
 
 def evaluate(program: Program, arrays: Sequence[np.ndarray], out_shape: tuple[int, ...],
-             out: np.ndarray | None = None, fixed: dict | None = None) -> np.ndarray:
+             out: np.ndarray | None = None, fixed: dict | None = None,
+             scratch: dict | None = None) -> np.ndarray:
     """Evaluate a fused elementwise program on NumPy arrays in one pass over memory.
 
     Takes the numexpr path when numexpr can run the program exactly and the cost table
@@ -149,6 +150,11 @@ def evaluate(program: Program, arrays: Sequence[np.ndarray], out_shape: tuple[in
         Instruction index -> its value, computed once already (`hoisted`): a caller that
         evaluates a program block by block computes what every block shares only once. The
         blocked path uses them; numexpr computes everything.
+    scratch
+        Where a small program (`SMALL_ELEMENTS`) keeps its temporaries for the next call of
+        the same shapes: on a Dask worker, which hands freed memory back to the kernel at
+        once, new ones fault their pages in again every call (a batch chain's bias and
+        activation took twice as long).
 
     Returns
     -------
@@ -175,7 +181,7 @@ def evaluate(program: Program, arrays: Sequence[np.ndarray], out_shape: tuple[in
     if compiled is not None:
         result = _run_numexpr(src, compiled, arrays, shape, BLOCK_ELEMENTS, out)
     elif math.prod(shape) <= SMALL_ELEMENTS and not fixed and not whole_axes(program):
-        result = _run_small(program, arrays, shape, out)
+        result = _run_small(program, arrays, shape, out, scratch)
     else:
         result = _run_blocked(program, arrays, shape, BLOCK_ELEMENTS, out, fixed)
     return _widen(result, out_shape)
@@ -188,9 +194,10 @@ def evaluate(program: Program, arrays: Sequence[np.ndarray], out_shape: tuple[in
 SMALL_ELEMENTS = 1 << 16
 
 
-def _run_small(program: Program, arrays: list[np.ndarray], shape, out) -> np.ndarray:
+def _run_small(program: Program, arrays: list[np.ndarray], shape, out, scratch=None
+               ) -> np.ndarray:
     """The program on arrays of at most SMALL_ELEMENTS results, instruction by instruction
-    (what `_run_blocked` does for one block)."""
+    (what `_run_blocked` does for one block); temporaries kept in `scratch` if given."""
     values: list[Any] = []
     last = len(program) - 1
     with np.errstate(all="ignore"):
@@ -199,7 +206,14 @@ def _run_small(program: Program, arrays: list[np.ndarray], shape, out) -> np.nda
                         else constant(a[1], a[2]) for a in args]
             dest_shape = shape if j == last else np.broadcast_shapes(
                 *[np.shape(o) for o in operands])
-            dest = out if j == last and out is not None else np.empty(dest_shape, dtype)
+            if j == last and out is not None:
+                dest = out
+            elif scratch is None:
+                dest = np.empty(dest_shape, dtype)
+            else:
+                dest = scratch.get(("temp", j))
+                if dest is None or dest.shape != dest_shape or dest.dtype != dtype:
+                    dest = scratch[("temp", j)] = np.empty(dest_shape, dtype)
             values.append(_apply(op, operands, dtype, dest))
     return values[-1]
 
