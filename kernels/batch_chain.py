@@ -34,8 +34,12 @@ def batch_chain(stages, block, pieces_per_stage, x, *operands):
         at += count
     stages, per_stage = _pools_first(list(stages), per_stage, xp)
     n = x.shape[0]
-    # On a GPU the whole chunk is one block: its kernels want all the work at once.
-    block = n if xp is not np else max(1, min(n, block))
+    if xp is not np:
+        # On a GPU the whole chunk is one block (its kernels want all the work at once) and
+        # each layer frees its buffers when the next has run: the task holds what one layer
+        # as a task of its own would, which the partitioner fitted.
+        return _through(stages, per_stage, [None] * len(stages), x)
+    block = max(1, min(n, block))
     out = None
     scratch = [{} for _ in stages]  # each stage's buffers, used again for every block
     for lo in range(0, max(n, 1), block):

@@ -208,7 +208,7 @@ def _run_small(program: Program, arrays: list[np.ndarray], shape, out, scratch=N
                 *[np.shape(o) for o in operands])
             if j == last and out is not None:
                 dest = out
-            elif scratch is None:
+            elif scratch is None or j == last:  # the result is the caller's to keep
                 dest = np.empty(dest_shape, dtype)
             else:
                 dest = scratch.get(("temp", j))

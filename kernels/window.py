@@ -117,7 +117,6 @@ def conv(x, w, attrs: dict, scratch: dict | None = None, channels_first: bool = 
                  xp)
     block = max(1, min(n, BLOCK_IMAGES))
     columns = buffer(scratch, "columns", (cg, taps, block) + out_sp, x.dtype, xp)
-    product = buffer(scratch, "product", (mg, block) + out_sp, x.dtype, xp)
     for start in range(0, n, block):
         b = min(block, n - start)
         cols = columns[:, :, :b]
@@ -132,7 +131,8 @@ def conv(x, w, attrs: dict, scratch: dict | None = None, channels_first: bool = 
             if out_channels_first and groups == 1 and b == n:  # the product is the result
                 xp.matmul(weights[g], cols.reshape(cg * taps, -1), out=out.reshape(m, -1))
                 continue
-            prod = product if b == block else xp.empty((mg, b) + out_sp, dtype=x.dtype)
+            prod = buffer(scratch, "product", (mg, block) + out_sp, x.dtype, xp) \
+                if b == block else xp.empty((mg, b) + out_sp, dtype=x.dtype)
             xp.matmul(weights[g], cols.reshape(cg * taps, -1), out=prod.reshape(mg, -1))
             if out_channels_first:
                 out[filters, images] = prod

@@ -27,6 +27,7 @@ import math
 from deepx_flow.compiler.costs import main_cost
 from deepx_flow.compiler.inline import chained_matmuls
 from deepx_flow.ir import Graph, Node, dtypes
+from deepx_flow.ir.program import whole_axes
 from deepx_flow.ops import AXIS_WHOLE, ELEMENTWISE, MATMUL, WINDOW, get_op
 
 
@@ -84,20 +85,22 @@ def images_per_block(members: list[Node], graph: Graph, part) -> int | None:
 
 def working_set(members: list[Node], graph: Graph, part) -> int:
     """The bytes a chain's task holds: its images, result and weights, and one block's
-    working set."""
+    working set (of a chain that fits: `batch_chains` forms no other)."""
     held, per_image = _held_and_per_image(members, graph, part)
-    return held + (images_per_block(members, graph, part) or 1) * per_image
+    return held + images_per_block(members, graph, part) * per_image
 
 
 def _held_and_per_image(members: list[Node], graph: Graph, part) -> tuple[int, int]:
     """(the bytes a chain's task holds whatever its block: its chunk of images, its result
-    and the other operands, whole; the largest working set of one layer on one image)."""
+    and the other operands, whole; what each image of a block adds: every layer's working
+    set on one image, summed, as each layer keeps its buffers from block to block)."""
     first, last = members[0], members[-1]
     x = graph[first.inputs[chain_operand(first, graph)]]
     inside = {n.id for n in members} | {x.id}
     held = chunk_bytes(x, part) + chunk_bytes(last, part) + sum(
-        chunk_bytes(graph[i], part) for i in {i for m in members for i in m.inputs} - inside)
-    return held, max(_one_image_cost(m, graph) for m in members)
+        graph[i].size * dtypes.itemsize(graph[i].dtype)
+        for i in {i for m in members for i in m.inputs} - inside)
+    return held, sum(_one_image_cost(m, graph) for m in members)
 
 
 def chunk_bytes(node: Node, part) -> int:
@@ -109,7 +112,7 @@ def chunk_bytes(node: Node, part) -> int:
 def _one_image_cost(node: Node, graph: Graph) -> int:
     """The working set of `node` as a task of one image (its other operands whole)."""
     ins = [graph[i] for i in node.inputs]
-    batch = {node.id} | {t.id for t in ins if t.ndim and t.shape[0] == node.shape[0]}
+    batch = {node.id, node.inputs[chain_operand(node, graph)]}
 
     def chunk_of(node_id):
         shape = graph[node_id].shape
@@ -160,7 +163,9 @@ def _row_local(node: Node, graph: Graph, part) -> bool:
     if kind == WINDOW:
         return all(len(c) == 1 for t in ins[1:] for c in part.chunks[t.id])
     if kind == ELEMENTWISE:
-        return all(
+        # (a fused softmax normalizes along an axis: across images, or across channels laid
+        # out channels first; the chain's own softmax stage handles the one it can)
+        return not whole_axes(node.attr("program")) and all(
             t.ndim < node.ndim or t.shape[0] == 1 for i, t in enumerate(ins) if i != at)
     if kind == AXIS_WHOLE:
         return node.attr("axis") % node.ndim != 0

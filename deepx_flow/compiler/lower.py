@@ -42,6 +42,7 @@ from deepx_flow.compiler.partition import Partition
 from deepx_flow.compiler.pool_first import commuting_operands
 from deepx_flow.compiler.taskspec import ref, task
 from deepx_flow.ir import Node, dtypes
+from deepx_flow.ir.program import node_program
 from deepx_flow.kernels import tasks as K
 from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, GATHER, INDEXED, MATMUL, REDUCE, SOURCE,
                             WINDOW, get_op)
@@ -183,7 +184,7 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
                 dsk[key] = task(key, K.source_chunk, *args)
                 inlinable[key] = (INLINE_SOURCE, K.source_chunk, args)
         elif kind == ELEMENTWISE:
-            program = _program(node)
+            program = node_program(node)
             for idx in chunk_indices(grid.chunks):
                 key = (name, *idx)
                 region = grid.region(idx)
@@ -390,19 +391,13 @@ def _lower_batch_chain(node, part, chained, grid, name, operands, dsk):
                         layouts, *refs)
 
 
-def _program(node) -> tuple:
-    """An elementwise node's fused program (one instruction if it was not fused)."""
-    return node.attr("program") or ((node.op, tuple(("in", i) for i in range(
-        len(node.inputs))), node.dtype),)
-
-
 def _chain_stage(node, at: int) -> tuple:
     """What `kernels.batch_chain` runs for `node`, its images at operand `at`."""
     kind = get_op(node.op).kind
     if kind == WINDOW:
         return ("window", node.op, dict(node.attrs))
     if kind == ELEMENTWISE:
-        return ("fused", _program(node), at)
+        return ("fused", node_program(node), at)
     if kind == AXIS_WHOLE:
         return ("softmax", node.op, node.attr("axis"))
     if kind == MATMUL:

@@ -133,8 +133,8 @@ class Plan:
                 n_tasks -= n_out  # each result chunk finished inside the task reading it
             peak = cost.working_set
             if node.id in batch_ends:  # the chain's task: `compiler.batch_chain`
-                peak = batch_chain.working_set(batch_chain.stages(node, graph, chained),
-                                               graph, part)
+                peak = batch_chain.working_set(
+                    batch_chain.stages(node, graph, self.chains[0]), graph, part)
             if combines:
                 peak = max(peak, combine_cost(cost.bytes_out, fanin))
             # A task's largest operand is usually where it runs; the rest may be elsewhere.

@@ -2,7 +2,9 @@
 
 `max_pool(f(x, c...))` equals `f(max_pool(x), c...)` exactly, in floating point and not only
 in real numbers, when `f` is non-decreasing in `x` and can make no NaN from a value that is
-not NaN; `f` then runs on the pooled values, a quarter of them after a 2x2 pooling. A
+not NaN; `f` then runs on the pooled values, a quarter of them after a 2x2 pooling. (Equal
+as numbers: a zero's sign may differ, as max_pool's own choice between -0.0 and +0.0
+already depends on the order of its taps.) A
 convolutional layer `max_pool(relu(conv(x, w) + b))` is the common case. A batch chain
 (`kernels/batch_chain.py`) swaps the two where this says it may.
 
@@ -18,6 +20,8 @@ values that both depend on x is refused (one can overflow to +inf where the othe
 window (1 along every spatial axis: per-channel biases, scalars); padding is never a window's
 maximum (every window holds data: `ops.window`). Functions increasing in real numbers but
 not correctly rounded (exp, tanh, sigmoid) could break a tie the other way and are refused.
+Integers wrap around on overflow (int8 100 + 100 is -56), so for them only max, min, relu,
+floor, ceil and round qualify.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from __future__ import annotations
 import math
 
 from deepx_flow.ir import Graph, Node
+from deepx_flow.ir.dtypes import is_float
+from deepx_flow.ir.program import node_program
 from deepx_flow.ops import ELEMENTWISE, get_op
 
 _UNARY = ("relu", "floor", "ceil", "round")
@@ -45,9 +51,7 @@ def commuting_operands(kernel: Node, at: int, graph: Graph) -> tuple[int, ...] |
         shape = graph[src].shape
         if i != at and any(d != 1 for d in shape[max(0, len(shape) - spatial):]):
             return None  # varies inside a window
-    program = kernel.attr("program") or (
-        (kernel.op, tuple(("in", i) for i in range(len(kernel.inputs))), kernel.dtype),)
-    return _finite_needed(program, at, x.dtype)
+    return _finite_needed(node_program(kernel), at, x.dtype)
 
 
 def _finite_needed(program, at: int, dtype: str) -> tuple[int, ...] | None:
@@ -68,6 +72,8 @@ def _finite_needed(program, at: int, dtype: str) -> tuple[int, ...] | None:
         others = [a for a, r in zip(args, reads) if not r]
         if op in _UNARY or op in _EITHER_ORDER:
             continue
+        if not is_float(dtype):
+            return None  # integer arithmetic wraps around
         if len(positions) != 1 or len(others) != 1:
             return None
         (other,) = others

@@ -32,6 +32,13 @@ Instruction = tuple[str, tuple[Arg, ...], str]
 Program = tuple[Instruction, ...]
 
 
+def node_program(node) -> Program:
+    """An elementwise node's program: its fused `program`, or its one operator reading its
+    inputs in order."""
+    return node.attr("program") or ((node.op, tuple(("in", i) for i in range(
+        len(node.inputs))), node.dtype),)
+
+
 def input_ref(k: int) -> Arg:
     return ("in", k)
 

@@ -199,3 +199,23 @@ def test_layers_whose_chain_would_not_fit_a_task_are_tasks_of_their_own():
     roomy = replace(part, budget=x_bytes + out_bytes + 2**20)
     assert batch_chains(graph, roomy) == batch_chains(graph, part)
     assert batch_chain.working_set(whole, graph, roomy) <= roomy.budget
+
+
+@pytest.mark.parametrize("axis, n", [(1, 4), (0, 100)])
+def test_a_softmax_fused_into_an_elementwise_kernel_ends_the_chain(axis, n):
+    # softmax(h) * 2 is one fused kernel normalizing along an axis: across the images (axis
+    # 0), or across the channels, laid out channels first inside a chain: no chain member.
+    rng = np.random.default_rng(6)
+    xv, wv = rng.standard_normal((n, 2, 6, 6)), rng.standard_normal((3, 2, 3, 3))
+    x, w = dx.input("x", xv.shape, "float64"), dx.input("w", wv.shape, "float64")
+    out = dx.nn.max_pool(dx.softmax(dx.nn.conv(x, w), axis=axis) * 2.0, 2)
+    plan, _ = lowered(out, 2**30, {"x": xv, "w": wv})
+    fused = next(n for n in plan.fused.nodes if n.op == "fused")
+    chained = batch_chains(plan.fused, plan.partition)
+    assert fused.id not in set(chained) | set(chained.values())
+    (got,) = evaluate(out, 2**30, {"x": xv, "w": wv})
+    c = ref_conv(xv, wv, (1, 1), (0,) * 4, (1, 1), 1)
+    e = np.exp(c - c.max(axis=axis, keepdims=True))
+    want = ref_pool("max_pool", 2.0 * e / e.sum(axis=axis, keepdims=True), (2, 2), (2, 2),
+                    (0,) * 4, (1, 1))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
