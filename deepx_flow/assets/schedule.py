@@ -43,8 +43,8 @@ def schedule(cron: str, select="*", *, name: str | None = None, only_stale: bool
     ----------
     cron : str
         Five fields (minute hour day month weekday), or six with seconds as the sixth
-        (croniter's order: `"*/10 * * * * *"` is every ten seconds), or an alias such as
-        `"@daily"`.
+        (croniter's order: `"* * * * * */10"` is every ten seconds; `"*/10 * * * * *"`
+        every second of minutes 0, 10, 20, ...), or an alias such as `"@daily"`.
     select : str or list of str
         An asset selection (`deepx_flow.assets.selection`); every asset by default.
     name : str, optional

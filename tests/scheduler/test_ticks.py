@@ -258,3 +258,19 @@ def test_backlog_lets_rows_in_only_in_tick_order():
     assert b.pop().launch and not b.head().launch and b.launches == 1
     b.pop()
     assert b.drop() == [Decision(T0 + 3, True)] and b.launches == 0 and b.head() is None
+
+
+def test_seconds_are_the_sixth_field_as_the_docs_say():
+    # docs/schedules.md: "* * * * * */10" is every ten seconds; "*/10 * * * * *" is every
+    # second of minutes 0, 10, 20, ... (a reader once took it for every ten seconds)
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc).timestamp()
+
+    def ticks(cron, n=4):
+        s, out, t = dx.schedule(cron), [], start
+        for _ in range(n):
+            t = next_tick(s, t)
+            out.append(t - start)
+        return out
+    assert ticks("* * * * * */10") == [10, 20, 30, 40]
+    assert ticks("*/10 * * * * *") == [1, 2, 3, 4]
+    assert ticks("*/10 * * * * *", 60)[-2:] == [59, 600]  # 0:00:01 to 0:00:59, then 0:10:00
