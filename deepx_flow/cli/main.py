@@ -50,11 +50,22 @@ def _pairs(values, what: str) -> dict[str, str]:
     return out
 
 
+def _version() -> str:
+    """The installed distribution's version (the package's own when run from a checkout)."""
+    from importlib import metadata
+    try:
+        return metadata.version("deepx-flow")
+    except metadata.PackageNotFoundError:
+        import deepx_flow
+        return deepx_flow.__version__
+
+
 def _parser() -> argparse.ArgumentParser:
     from deepx_flow.cli import (assets_cmd, onnx_cmd, registry_cmd, runs_cmd, scheduler_cmd,
                                 ui_cmd)
 
     parser = _Parser(prog="deepx-flow", description="Run tensor graphs on Dask clusters.")
+    parser.add_argument("--version", action="version", version=f"deepx-flow {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     db = argparse.ArgumentParser(add_help=False)
     db.add_argument("--db", metavar="URL",

@@ -143,3 +143,10 @@ def test_failure_while_running_exits_1(files, scheduler):
     assert "Traceback" not in res.stderr
     assert "failed: operator random_normal (node w)" in res.stderr
     assert "RuntimeError: injected fault in a task of w" in res.stderr
+
+
+def test_version_is_the_installed_distributions(tmp_path):
+    from importlib import metadata
+    out = cli("--version", cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == \
+        f"deepx-flow {metadata.version('deepx-flow')}"
