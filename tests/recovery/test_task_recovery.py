@@ -399,6 +399,9 @@ def test_a_task_that_kills_its_workers_fails_naming_its_operator_and_chunk():
             client.register_plugin(FaultInjection([Fault("exit", node=sums)]))
             with pytest.raises(dx.ExecutionError) as info:
                 dx.run(y, client=client, cluster=SPEC)
+            # The nannies restart the killed workers; closing the cluster while one is
+            # between processes hit a Dask race ("can only join a started process")
+            client.wait_for_workers(2, timeout=120)
     assert info.value.kind == "killed-worker"
     message = str(info.value)
     assert f"(node {sums}), chunk (" in message
