@@ -35,7 +35,7 @@ def scatter_elements(x, indices, updates, axis: int, reduction: str):
     if indices.size == 0:
         return x
     xp = dispatch.array_module(x, indices, updates)
-    index = _checked(xp, indices, x.shape[axis], "scatter_elements", axis)
+    index = checked_index(xp, indices, x.shape[axis], "scatter_elements", axis)
     out = x.copy()
     _write(xp, out.reshape(-1), _element_positions(xp, x.shape, index, axis),
            updates.reshape(-1), reduction)
@@ -46,7 +46,7 @@ def gather_elements(x, indices, axis: int):
     """np.take_along_axis on a block: x's block (its `axis` whole) and the indices' block,
     of one extent along every other axis."""
     xp = dispatch.array_module(x, indices)
-    index = _checked(xp, indices, x.shape[axis], "gather_elements", axis)
+    index = checked_index(xp, indices, x.shape[axis], "gather_elements", axis)
     return xp.take_along_axis(x, index, axis=axis)
 
 
@@ -80,7 +80,7 @@ KERNELS = {"scatter_elements": scatter_elements, "gather_elements": gather_eleme
            "scatter_nd": scatter_nd, "gather_nd": gather_nd}
 
 
-def _checked(xp, index, n: int, op: str, axis: int):
+def checked_index(xp, index, n: int, op: str, axis: int):
     """`index` as int64 in 0..n-1; an ExecutionError names the first bound it passes."""
     index = index.astype(np.int64, copy=False)
     if index.size:
@@ -112,7 +112,7 @@ def _row_positions(xp, x, indices, op: str):
     positions = xp.zeros(rows.shape[0], dtype=np.int64)
     for j in range(k):
         positions *= x.shape[j]
-        positions += _checked(xp, rows[:, j], x.shape[j], op, j)
+        positions += checked_index(xp, rows[:, j], x.shape[j], op, j)
     return positions
 
 

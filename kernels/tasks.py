@@ -100,17 +100,10 @@ def source_chunk(op, attrs, full_shape, region, dtype):
 def take_chunk(axis, layouts, *pieces):
     """`np.take(x, indices, axis)` of a block of x (its axis whole) and of indices; an index
     outside -n..n-1 raises, naming it (CuPy's take would wrap it)."""
-    from deepx_flow.errors import ExecutionError
+    from deepx_flow.kernels.scatter import checked_index
     (x, indices), _ = _operands(layouts, pieces)
     xp = dispatch.array_module(x)
-    n = x.shape[axis]
-    if indices.size:
-        low, high = int(indices.min()), int(indices.max())
-        if low < -n or high >= n:
-            bad = low if low < -n else high
-            raise ExecutionError(f"take: index {bad} is out of range for axis {axis} of size "
-                                 f"{n}")
-    return xp.take(x, indices, axis=axis)
+    return xp.take(x, checked_index(xp, indices, x.shape[axis], "take", axis), axis=axis)
 
 
 def indexed_chunk(op, attrs, layouts, *pieces):

@@ -49,13 +49,7 @@ def conv(x, w, b=None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tens
     y = apply("conv", [x, w], strides=_per_axis("stride", stride, n),
               pads=_pads(padding, n), dilations=_per_axis("dilation", dilation, n),
               groups=groups)
-    if b is not None:
-        b = as_tensor(b)
-        if b.shape != (w.shape[0],):
-            raise GraphError(f"conv: the bias must be ({w.shape[0]},), one per filter, got "
-                             f"{shown(b.shape)}")
-        y = y + F.reshape(b, (w.shape[0],) + (1,) * n)
-    return y
+    return _biased(y, b, "conv", "filter")
 
 
 def conv_transpose(x, w, b=None, stride=1, padding=0, dilation=1, groups: int = 1,
@@ -77,13 +71,18 @@ def conv_transpose(x, w, b=None, stride=1, padding=0, dilation=1, groups: int = 
         raise GraphError(f"conv_transpose: weights must be (C, M / groups, *kernel) for input "
                          f"{x.shape} and {groups} group(s), got {w.shape}")
     y = transposed_conv(_TensorBuilder(), x, w, stride, pads, dilation, groups, extra)
-    if b is not None:
-        b = as_tensor(b)
-        if b.shape != (y.shape[1],):
-            raise GraphError(f"conv_transpose: the bias must be ({y.shape[1]},), one per "
-                             f"output channel, got {shown(b.shape)}")
-        y = y + F.reshape(b, (y.shape[1],) + (1,) * n)
-    return y
+    return _biased(y, b, "conv_transpose", "output channel")
+
+
+def _biased(y, b, op: str, per: str) -> Tensor:
+    """`y` (N, M, *spatial) plus the bias `b` (M,) along its channels, if given."""
+    if b is None:
+        return y
+    b = as_tensor(b)
+    if b.shape != (y.shape[1],):
+        raise GraphError(f"{op}: the bias must be ({y.shape[1]},), one per {per}, got "
+                         f"{shown(b.shape)}")
+    return y + F.reshape(b, (y.shape[1],) + (1,) * (y.ndim - 2))
 
 
 class _TensorBuilder:
