@@ -43,6 +43,8 @@ class Settings:
     # An object store (any fsspec URL, e.g. s3://bucket/deepx) the workers can write to; it
     # is registered as each worker's "object" storage tier.
     object_store: str | None = None
+    # Where the dashboard (`deepx-flow ui`) is served: runs print their page's link there.
+    dashboard_url: str = "http://127.0.0.1:5006"
 
 
 def _positive_int(env, name: str, default: int) -> int:
@@ -74,4 +76,5 @@ def settings() -> Settings:
         asset_root=env.get("DEEPX_ASSET_ROOT") or None,
         record=env.get("DEEPX_RECORD", "1").strip().lower() not in ("0", "false", "no", "off"),
         object_store=env.get("DEEPX_OBJECT_STORE") or None,
+        dashboard_url=(env.get("DEEPX_DASHBOARD_URL") or Settings.dashboard_url).rstrip("/"),
     )

@@ -20,6 +20,28 @@ def cluster_with_memory(memory: int, workers: int = 2, threads: int = 1) -> Clus
         WorkerSpec(f"w{i}", "localhost", threads, memory) for i in range(workers)))
 
 
+def without_run_headers(stderr: str) -> list[str]:
+    """The lines of a CLI command's stderr but the "deepx_flow run <id>: ..." lines it
+    prints as each run starts (`runtime/progress.py`)."""
+    return [line for line in stderr.splitlines() if not line.startswith("deepx_flow run ")]
+
+
+class faults_on:
+    """Install fault rules (`kernels/faults.py`) on every worker for a `with` block;
+    removing them releases any task they hung."""
+
+    def __init__(self, client, *rules):
+        self.client, self.rules = client, rules
+
+    def __enter__(self):
+        from deepx_flow.kernels.faults import FaultInjection
+        self.client.register_plugin(FaultInjection(self.rules))
+
+    def __exit__(self, *exc):
+        from deepx_flow.kernels.faults import FaultInjection
+        self.client.unregister_worker_plugin(FaultInjection.name)
+
+
 def threaded_memory_off():
     """Dask settings to make LocalClusters of threaded workers (processes=False) under.
 

@@ -83,7 +83,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="use a running Dask scheduler instead of an embedded cluster")
     run.add_argument("--cluster", metavar="FILE", help="plan with this cluster file")
     run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                     help="show a progress bar (default: on long runs in a terminal)")
+                     help="show a progress bar once a run has taken 2 s (default: in a "
+                          "terminal)")
 
     explain = sub.add_parser("explain", help="print the plan of a YAML graph", parents=[db])
     explain.add_argument("graph", help="YAML graph spec")
@@ -127,6 +128,7 @@ def _about(path: str):
 
 
 def _cmd_run(args) -> int:
+    from deepx_flow.runtime.progress import RunProgress, wanted
     from deepx_flow.runtime.run import run
 
     if args.db:  # the run records itself where the settings say
@@ -144,8 +146,10 @@ def _cmd_run(args) -> int:
         if not parent.is_dir():
             raise InputError(f"--output {name}: folder {parent} does not exist")
     with _about(args.graph):
+        # The run's id (and dashboard link) is printed as it starts, on stderr.
+        progress = RunProgress(show=wanted(args.progress), announce=True)
         results = run(graph, inputs=inputs, scheduler=args.scheduler, cluster=args.cluster,
-                      progress=args.progress)
+                      progress=progress)
     for name in names:
         report(name, results[name], outputs.get(name))
     return 0

@@ -40,7 +40,8 @@ def add_parser(sub, parents) -> None:
     run.add_argument("--scheduler", metavar="ADDRESS",
                      help="use a running Dask scheduler instead of an embedded cluster")
     run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                     help="show a progress bar (default: on long runs in a terminal)")
+                     help="show a progress bar once a run has taken 2 s (default: in a "
+                          "terminal)")
     export = verbs.add_parser("export", help="write a YAML graph as an ONNX model")
     export.add_argument("graph", help="a YAML graph spec")
     export.add_argument("model", help="the .onnx file to write")
@@ -153,8 +154,10 @@ def _run(args) -> int:
             print(f"{name}: shape {tuple(info['shape'])} {info['dtype']} -> {info['uri']}")
     rest = [n for n in wanted if n not in to_zarr]
     if rest:
+        from deepx_flow.runtime.progress import RunProgress
+        from deepx_flow.runtime.progress import wanted as shown
         values = dx.run([results[n] for n in rest], inputs=bound, scheduler=args.scheduler,
-                        progress=args.progress)
+                        progress=RunProgress(show=shown(args.progress), announce=True))
         for name, value in zip(rest, values):
             report(name, value, outputs.get(name))
     return 0

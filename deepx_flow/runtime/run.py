@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 import uuid
 import warnings
 from dataclasses import dataclass, replace
@@ -29,7 +28,7 @@ from deepx_flow.compiler.infer import infer_types
 from deepx_flow.compiler.inline import inlined_nodes
 from deepx_flow.compiler.validate import validate_graph
 from deepx_flow.compiler.plan import Plan
-from deepx_flow.errors import ClusterError, DeepxError, ExecutionError
+from deepx_flow.errors import ClusterError, DeepxError, ExecutionError, PlanError
 from deepx_flow.ir import Graph
 from deepx_flow.ir.keys import key_name
 from deepx_flow.registry.cluster import ClusterSpec, load_cluster_file, local_cluster_spec
@@ -39,6 +38,7 @@ from deepx_flow.runtime.failures import task_failure
 from deepx_flow.runtime.futures import blamed_key, quiet_interrupted_gathers
 from deepx_flow.runtime.inputs import bind_inputs, check_sources_on
 from deepx_flow.runtime.plan_cache import cached_compile
+from deepx_flow.runtime.progress import RunProgress
 from deepx_flow.runtime.recording import RunRecorder
 from deepx_flow.runtime.recovery import ByKey, ByNode, Recovery, task_policies
 from deepx_flow.sdk.build import build_graph
@@ -49,8 +49,6 @@ quiet_interrupted_gathers()
 
 # Gather at most this many bytes of output chunks per round trip.
 GATHER_BATCH_BYTES = 256 * 2**20
-# Show a progress bar when a run has at least this many tasks (and progress=None).
-PROGRESS_MIN_TASKS = 2000
 
 
 def cluster_spec(cluster=None, client=None) -> ClusterSpec:
@@ -129,11 +127,21 @@ class Persisted:
         return self
 
     def to_numpy(self) -> np.ndarray:
-        """Gather the chunks into one NumPy array."""
+        """Gather the chunks into one NumPy array (refused, with a PlanError, when it would
+        not fit in this process's memory: see `to_zarr`)."""
+        check_gatherable({self.name: (self.shape, self.dtype)}, "gather")
         out = _gather(self.client, self.futures, self.shape, self.dtype, self.chunks)
         if self.recorder is not None:  # recorded now: the client may close right after
             self.recorder.finish_if_done()
         return out
+
+    def to_zarr(self, uri) -> dict:
+        """Write the chunks to a new Zarr v3 array at `uri` (a path or an fsspec URL where
+        nothing exists yet), each chunk by the worker that holds it; the data never passes
+        through this process. Returns what was written (`uri`, `shape`, `dtype`, `chunks`,
+        `nbytes`, `stored_bytes`, `seconds`); read it back with `dx.read_zarr`."""
+        from deepx_flow.storage.zarr_store import write_persisted
+        return write_persisted(self, uri)
 
     def release(self) -> None:
         """Let the cluster drop the chunks (the placement table then says "released")."""
@@ -145,6 +153,41 @@ class Persisted:
             self.recorder.flush_quietly(settle_keys=keys)
 
 
+def driver_memory() -> int:
+    """The bytes this process could still take: the machine's available memory, within the
+    container's limit where there is one."""
+    import psutil
+    from distributed.system import MEMORY_LIMIT
+    return min(psutil.virtual_memory().available, MEMORY_LIMIT)
+
+
+def check_gatherable(outputs: dict, verb: str = "run", available: int | None = None) -> None:
+    """Refuse, before any work, to gather outputs that cannot fit in this process.
+
+    `outputs` maps names to (shape, dtype). Gathering holds every output whole plus one
+    batch of chunks in flight (`GATHER_BATCH_BYTES`); more than the memory available now
+    would end with the kernel killing this process (a notebook's kernel dies with no
+    message), so it is a PlanError that says what to do instead. `available`: the bytes to
+    compare with (default: `driver_memory()` now)."""
+    from deepx_flow.ir.dtypes import itemsize
+    sizes = {name: math.prod(shape) * itemsize(str(dtype))
+             for name, (shape, dtype) in outputs.items()}
+    total = sum(sizes.values())
+    available = driver_memory() if available is None else available
+    if total + min(total, GATHER_BATCH_BYTES) <= available:
+        return
+    from deepx_flow.registry.cluster import format_bytes
+    largest = sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
+    named = ", ".join(f"'{n}' of shape {tuple(outputs[n][0])} {outputs[n][1]}: "
+                      f"{format_bytes(b)}" for n, b in largest)
+    raise PlanError(
+        f"dx.{verb} would gather {format_bytes(total)} of outputs into this process "
+        f"({named}{', ...' if len(sizes) > 3 else ''}), but only {format_bytes(available)} "
+        "of memory is available here. Keep the result on the cluster with dx.persist(...) "
+        "and write it out with .to_zarr(path), store it as an asset (dx.asset), or run a "
+        "smaller result (a slice or a reduction) instead.")
+
+
 def _checked(outputs, inputs):
     """The graph of `outputs`, validated and typed, and its bound inputs: every mistake in
     the graph or the inputs is reported before a cluster is started or contacted."""
@@ -154,7 +197,7 @@ def _checked(outputs, inputs):
 
 def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, extend=None,
             db=None, recovery: Recovery | None = None, owners=None, readable=None,
-            lowered=None, placement: dict | None = None):
+            lowered=None, placement: dict | None = None, progress: RunProgress | None = None):
     """Lower and submit the plan.
 
     `hold` names the outputs whose chunk futures to return (default: all). `extend(lowered)`
@@ -168,6 +211,7 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, ext
     steps of one plan, chained: `train.loop`), in place of lowering it with `sources`.
     `placement` maps keys to the worker that should run them (loosely: Dask may run them
     elsewhere if that worker is gone), for work spread on purpose (data-parallel shards).
+    `progress` is told the run's id and size as it is submitted.
     """
     check_sources_on(sources, client)
     if lowered is None:
@@ -182,8 +226,11 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, ext
         recovery = recovery or Recovery()
         policies = task_policies(plan, recovery, owners, inlined)
         stored = readable(lowered) if readable is not None and recovery.read_back else None
-        supervise(client, recorder.run_id if recorder else uuid.uuid4().hex, lowered.dsk,
-                  policies, recovery, stored, recorder.tracking if recorder else None)
+        run_id = recorder.run_id if recorder else uuid.uuid4().hex
+        supervise(client, run_id, lowered.dsk, policies, recovery, stored,
+                  recorder.tracking if recorder else None)
+        if progress is not None:
+            progress.attach(client, run_id, len(lowered.dsk), recorder is not None)
         spread = dict(workers=ByKey(placement, sorted(set(placement.values()))),
                       allow_other_workers=True) if placement else {}
         with warnings.catch_warnings(), dask.annotate(
@@ -228,20 +275,9 @@ def supervise(client, run_id: str, dsk, policies, recovery: Recovery, readable=N
     begin_run(client, {key_name(k) for k in dsk}, watch, tracking)
 
 
-def _show_progress(futures, n_tasks: int, progress) -> None:
-    if progress is False or (progress is None and (n_tasks < PROGRESS_MIN_TASKS
-                                                   or not _interactive())):
-        return
-    from distributed import progress as dask_progress
-    dask_progress(futures)
-
-
-def _interactive() -> bool:
-    return hasattr(sys, "ps1") or "ipykernel" in sys.modules or sys.stderr.isatty()
-
-
 def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None = None,
-        cluster=None, progress: bool | None = None, recovery: Recovery | None = None):
+        cluster=None, progress: bool | RunProgress | None = None,
+        recovery: Recovery | None = None):
     """Compute `outputs` and return them as NumPy arrays.
 
     Parameters
@@ -260,13 +296,17 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
     cluster : ClusterSpec or path, optional
         Plan with this cluster description instead of the one found at run time.
     progress : bool, optional
-        Show a progress bar; by default only on long interactive runs.
+        Show the run's id, its dashboard link and a progress bar (tasks done, bytes
+        computed, time elapsed and left) once it has run for 2 s. By default when the
+        session is interactive (a terminal, IPython or a notebook).
     recovery : dx.Recovery, optional
         Retries, backups of slow tasks, timeouts and drift, and re-planning after running
         out of memory (see docs/recovery.md); by default no retries, no timeout, and a task
         running past 4 times its expected time (at least 1 s) gets a backup elsewhere.
     """
     graph, bound = _checked(outputs, inputs)
+    check_gatherable({name: (graph[node].shape, graph[node].dtype)
+                      for name, node in dict(graph.outputs).items()})
     recovery = recovery or Recovery()
     # Persisted inputs pick their own cluster unless one was named (then it must be theirs).
     with connect(client or (None if scheduler else _persisted_client(inputs)),
@@ -295,19 +335,21 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
 
 
 def _compute(plan, graph, bound, client, progress, recovery=None, note=None):
-    futures, _, recorder, _ = _submit(plan, graph, bound, client, "run", recovery=recovery)
+    progress = RunProgress.of(progress)
+    futures, _, recorder, _ = _submit(plan, graph, bound, client, "run", recovery=recovery,
+                                      progress=progress)
     flat = [f for fs in futures.values() for f in fs]
     if recorder is not None:
         if note:
             recorder.note("replan", note)
         recorder.watch()
     try:
-        _show_progress(flat, plan.stats().tasks, progress)
         out = {}
-        for name, node_id in graph.outputs:
-            node = plan.graph[node_id]
-            out[name] = _gather(client, futures[name], node.shape, node.dtype,
-                                plan.partition.chunks[node_id], plan)
+        with progress:
+            for name, node_id in graph.outputs:
+                node = plan.graph[node_id]
+                out[name] = _gather(client, futures[name], node.shape, node.dtype,
+                                    plan.partition.chunks[node_id], plan)
     except BaseException as err:
         # Release the failed run's keys now: the error's traceback keeps these futures
         # alive (a notebook keeps the last one), and a key left erred on the scheduler

@@ -18,6 +18,9 @@ scheduler's task state:
 - a task that keeps timing out, or a run with no workers left, is failed with an error
   that says why (futures of the run raise it).
 
+It also counts each run's finished tasks and the bytes they made, which the driver's progress
+bar reads (`progress.py`).
+
 A chunk of a stored asset lost with its worker is read back from storage instead of being
 computed again, where the cost model says that is cheaper (`readback.py`): the task is
 rewritten into a read of its region, without dependencies.
@@ -105,6 +108,7 @@ class Supervisor(SchedulerPlugin):
         self.backups: set = set()  # keys with a backup task (`backup_key`) on the scheduler
         self.handed_over: set = set()  # keys rewritten to take their backup's result
         self.waiting_since: dict = {}  # key -> first heartbeat that saw it wait on an idle worker
+        self.finished: dict[str, dict] = {}  # run id -> {key: bytes} of its finished tasks
         self.callback = None
 
     async def start(self, scheduler) -> None:
@@ -134,6 +138,7 @@ class Supervisor(SchedulerPlugin):
                     if ts is not None and ts.state == "memory":  # finished before we heard
                         self.written.add(write)
         self.names[run_id] = set(names)
+        self.finished.setdefault(run_id, {})
         self.events.setdefault(run_id, [])
         self.last_active[run_id] = time.time()
         for name in names:
@@ -158,7 +163,7 @@ class Supervisor(SchedulerPlugin):
         for key in [k for k in self.backups if key_name(k) in names]:
             self._release_backup(key)
         for table in (self.watches, self.events, self.restricted, self.last_active,
-                      self.store_rates):
+                      self.store_rates, self.finished):
             table.pop(run_id, None)
         for stored in self.readable.pop(run_id, {}).values():
             self.writes.difference_update(stored.writes)
@@ -187,6 +192,9 @@ class Supervisor(SchedulerPlugin):
         elif start == "processing":
             self.waiting_since.pop(key, None)
             if finish == "memory":
+                done, ts = self.finished.get(run_id), self.scheduler.tasks.get(key)
+                if done is not None:  # by key: a chunk computed again counts once
+                    done[key] = (ts.nbytes or 0) if ts is not None else 0
                 took = watch.finished(key, now)
                 if key in self.writes:
                     self._stored(run_id, key, took)
@@ -696,3 +704,9 @@ def forget(dask_scheduler, run_id) -> None:
     if plugin is not None:
         plugin.forget(run_id)
 
+
+def progress(dask_scheduler, run_id) -> tuple[int, int]:
+    """How many of the run's tasks have finished, and the bytes of their results."""
+    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
+    finished = plugin.finished.get(run_id, {}) if plugin is not None else {}
+    return len(finished), sum(finished.values())

@@ -156,7 +156,8 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
     """
     from deepx_flow.optim import Adam
     from deepx_flow.runtime.plan_cache import cached_compile
-    from deepx_flow.runtime.run import _interactive, cluster_spec, lasting_client
+    from deepx_flow.runtime.progress import interactive
+    from deepx_flow.runtime.run import cluster_spec, lasting_client
     optimizer = optimizer or Adam()
     _check_settings(epochs, steps_per_graph, eval_data, eval_every, seed, checkpoint,
                     checkpoint_every, resume)
@@ -190,7 +191,7 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
     book = Book.open(db, checkpoint, step, seed, batch_size, dataset, optimizer, epochs,
                       len(schedule), window_blocks)
     runner = None
-    show = progress if progress is not None else _interactive()
+    show = progress if progress is not None else interactive()
     from tqdm.auto import tqdm
     bar = tqdm(total=len(schedule), desc="train", unit="step", disable=not show)
     try:

@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 import zarr
 
+from tests.helpers import without_run_headers
+
 SUM_OF_INPUT = """\
 deepx: 1
 inputs:
@@ -50,7 +52,7 @@ def test_a_failure_while_running_is_one_line(tmp_path):
                           "--input", "x=x.zarr"], cwd=tmp_path, env=env(tmp_path),
                          capture_output=True, text=True, timeout=240)
     assert res.returncode == 2, res.stderr
-    assert res.stderr.splitlines() == [res.stderr.strip()], res.stderr
+    assert without_run_headers(res.stderr) == [res.stderr.splitlines()[-1]], res.stderr
     assert "chunk (3, 0) is missing" in res.stderr and "Traceback" not in res.stderr
 
 
@@ -75,7 +77,8 @@ def test_ctrl_c_is_one_line_and_the_run_says_it_was_interrupted(tmp_path):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130
-    assert err.splitlines() == ["deepx-flow: interrupted"], err
+    assert without_run_headers(err) == ["deepx-flow: interrupted"], err
     with sqlite3.connect(db) as con:
-        [(status, error)] = con.execute("SELECT status, error FROM runs").fetchall()
+        [(run_id, status, error)] = con.execute("SELECT id, status, error FROM runs").fetchall()
+    assert err.startswith(f"deepx_flow run {run_id}: ")  # named as it started
     assert status == "interrupted" and error.startswith("interrupted (KeyboardInterrupt")

@@ -21,7 +21,8 @@ import deepx_flow as dx
 from deepx_flow.kernels.faults import Fault, FaultInjection
 from deepx_flow.meta import open_db
 from deepx_flow.meta.models import Event, Run, Task
-from tests.helpers import assert_sums_close, cluster_with_memory, threaded_memory_off
+from tests.helpers import (assert_sums_close, cluster_with_memory, faults_on,
+                           threaded_memory_off)
 
 SHAPE = (2000, 256)
 
@@ -58,20 +59,6 @@ def local_cluster(n: int, processes: bool = False):
         return LocalCluster(n_workers=n, threads_per_worker=1, processes=False,
                             memory_limit="1GiB", dashboard_address="127.0.0.1:0",
                             silence_logs=logging.CRITICAL)
-
-
-class faults_on:
-    """Install fault rules on every worker for a `with` block; removing them releases any
-    task they hung."""
-
-    def __init__(self, client, *rules):
-        self.client, self.rules = client, rules
-
-    def __enter__(self):
-        self.client.register_plugin(FaultInjection(self.rules))
-
-    def __exit__(self, *exc):
-        self.client.unregister_worker_plugin(FaultInjection.name)
 
 
 def last_run(db):
