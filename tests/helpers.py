@@ -21,9 +21,11 @@ def cluster_with_memory(memory: int, workers: int = 2, threads: int = 1) -> Clus
 
 
 def without_run_headers(stderr: str) -> list[str]:
-    """The lines of a CLI command's stderr but the "deepx_flow run <id>: ..." lines it
-    prints as each run starts (`runtime/progress.py`)."""
-    return [line for line in stderr.splitlines() if not line.startswith("deepx_flow run ")]
+    """The lines of a CLI command's stderr but the "deepx_flow run <id>: ..." lines (or
+    "deepx_flow materialize <id>: ...") it prints as each run starts (`runtime/progress.py`)."""
+    import re
+    return [line for line in stderr.splitlines()
+            if not re.match(r"deepx_flow \w+ [0-9a-f]{32}: ", line)]
 
 
 class faults_on:

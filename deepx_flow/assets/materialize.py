@@ -57,16 +57,12 @@ class Materialized:
         return self.run_ids[0] if self.run_ids else None
 
     def __str__(self) -> str:
-        if not self.versions and not self.skipped:
-            return "nothing to materialize"
-        lines = []
-        for name, row in self.versions.items():
-            failed = [c.check for c in self.checks.get(name, ()) if not c.passed]
-            lines.append(f"{name}: version {row.version[:12]} {tuple(json.loads(row.shape))} "
-                         f"{row.dtype} -> {row.uri}"
-                         + (f" (failed checks: {', '.join(failed)})" if failed else ""))
-        lines += [f"{name}: not materialized: {why}" for name, why in self.skipped.items()]
-        return "\n".join(lines)
+        from deepx_flow.assets.report import materialized_text
+        return materialized_text(self)
+
+    def _repr_html_(self) -> str:
+        from deepx_flow.assets.report import materialized_html
+        return materialized_html(self)
 
 
 def asset_root() -> str:
@@ -74,7 +70,8 @@ def asset_root() -> str:
 
 
 def materialize(defs, select="*", *, partitions=None, only_stale: bool = False, client=None,
-                scheduler: str | None = None, db=None, recovery=None) -> Materialized:
+                scheduler: str | None = None, db=None, recovery=None,
+                progress=None) -> Materialized:
     """Materialize the assets `select` picks (see `deepx_flow.assets.selection`).
 
     Parameters
@@ -95,6 +92,9 @@ def materialize(defs, select="*", *, partitions=None, only_stale: bool = False, 
     recovery : dx.Recovery, optional
         Retries, timeouts and drift for the run (an asset's own `recovery=` wins for its
         tasks); see docs/recovery.md.
+    progress : bool, optional
+        Show each run's id, dashboard link and a progress bar once it has gone on for 2 s
+        (default: when the session is interactive), as `dx.run` does.
 
     Raises
     ------
@@ -128,7 +128,7 @@ def materialize(defs, select="*", *, partitions=None, only_stale: bool = False, 
                 todo.append(t)
         if todo:
             run_ids += _run_stage_mending(defs, todo, versions, written, checks, database,
-                                          active, now, recovery)
+                                          active, now, recovery, progress)
     result = Materialized({str(t): r for t, r in written.items()}, run_ids,
                           time.perf_counter() - began, {str(t): c for t, c in checks.items()},
                           {str(t): why for t, why in skipped.items()})
@@ -137,7 +137,7 @@ def materialize(defs, select="*", *, partitions=None, only_stale: bool = False, 
 
 
 def _run_stage_mending(defs, stage, versions, written, checks, db, client, now,
-                       recovery) -> list[str]:
+                       recovery, progress=None) -> list[str]:
     """`_run_stage`; when it finds a stored upstream version missing or damaged, that
     upstream target is materialized again from its lineage (a new version, as materializing
     it would make), then the stage runs again with the event in its run's record. Each
@@ -148,7 +148,7 @@ def _run_stage_mending(defs, stage, versions, written, checks, db, client, now,
     while True:
         try:
             run_id = _run_stage(defs, stage, versions, written, checks, db, client, now,
-                                recovery, notes)
+                                recovery, notes, progress)
             return run_ids + ([run_id] if run_id else [])
         except DataError as err:
             damaged = _damaged_target(defs, err, stage)
@@ -158,7 +158,8 @@ def _run_stage_mending(defs, stage, versions, written, checks, db, client, now,
             again = materialize(defs, damaged.asset,
                                 partitions=None if damaged.partition is None
                                 else [damaged.partition],
-                                client=client, db=db.url, recovery=recovery)
+                                client=client, db=db.url, recovery=recovery,
+                                progress=progress)
             row = again.versions[str(damaged)]
             if damaged in written:  # stored by an earlier stage of this materialization
                 written[damaged] = row
@@ -208,15 +209,16 @@ def _report_checks(result: Materialized) -> None:
 # --- one stage: one graph, one run -------------------------------------------------------
 
 def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
-               now, recovery=None, notes=()) -> str | None:
+               now, recovery=None, notes=(), progress=None) -> str | None:
     """Compute, write and check the targets of one stage; record their versions. Returns
     the run id (None when recording is off). `notes` ((kind, message) pairs) go into the
-    run's events.
+    run's events; `progress` is `materialize`'s.
 
     Nothing of a failed stage stays: running tasks are cancelled, then every array it
     created is deleted, and no row is written. Its rows are published in one transaction.
     """
     from deepx_flow.runtime.plan_cache import cached_compile
+    from deepx_flow.runtime.progress import RunProgress
     from deepx_flow.runtime.run import _checked, _submit, cluster_spec
     from deepx_flow.storage.engines import get_engine, streams
 
@@ -263,6 +265,7 @@ def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
         return out
 
     every, recorder = [], None
+    progress = RunProgress.of(progress, label="materialize")
     try:
         for t in streamed:
             created[t] = engines[t].create(_uri(engines[t], t, versions[t]), nodes[t].shape,
@@ -270,14 +273,16 @@ def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
         futures, keys, recorder, writes = _submit(
             plan, graph, bound, client, "materialize", hold=held, extend=add_writes, db=db,
             recovery=recovery, owners=_owners(plan, [(out_name[t], defs[t.asset].recovery)
-                                                     for t in stage]), readable=readable)
+                                                     for t in stage]), readable=readable,
+            progress=progress)
         every = [f for fs in futures.values() for f in fs] + writes
         if recorder is not None:
             recorder.labels.update(labels)  # task rows say "store[zarr]" for the writes
             for kind, message in notes:
                 recorder.note(kind, message)
             recorder.watch()
-        _wait_or_raise(client, every, plan)
+        with progress:
+            _wait_or_raise(client, every, plan)
         values = {k: _gather_scalars(client, futures, names, plan, graph)
                   for k, names in measured.items() if names is not None}
         infos = {}

@@ -61,6 +61,9 @@ def add_parsers(sub, parents) -> None:
                      help="of the selection, only assets that are stale or downstream of one")
     mat.add_argument("--scheduler", metavar="ADDRESS",
                      help="use a running Dask scheduler instead of an embedded cluster")
+    mat.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                     help="show a progress bar once a run has taken 2 s (default: in a "
+                          "terminal)")
 
 
 def _module_argument(parser) -> None:
@@ -184,6 +187,7 @@ def cmd_materialize(args) -> int:
     from deepx_flow.assets.selection import select
     from deepx_flow.errors import CheckFailed
     from deepx_flow.runtime.cluster import connect
+    from deepx_flow.runtime.progress import RunProgress, wanted
 
     if args.db:  # the run records itself where the settings say
         os.environ["DEEPX_DB_URL"] = args.db
@@ -195,10 +199,13 @@ def cmd_materialize(args) -> int:
         print("nothing to materialize: the selected assets are fresh")
         return 0
     partitions = _partitions(args.partitions)
+    # Each run's id (and dashboard link) is printed as it starts, on stderr.
+    progress = RunProgress(show=wanted(args.progress), announce=True, label="materialize")
     try:
         with connect(scheduler=args.scheduler) as client:
             done = dx.materialize(defs, selection, partitions=partitions,
-                                  only_stale=args.only_stale, client=client, db=args.db)
+                                  only_stale=args.only_stale, client=client, db=args.db,
+                                  progress=progress)
     except CheckFailed as err:  # what was stored is stored: say what, then why it stopped
         if err.materialized is not None:
             _print_materialized(err.materialized)

@@ -15,6 +15,7 @@ from deepx_flow.assets import catalog
 from deepx_flow.cli.main import main
 from deepx_flow.meta import open_db, queries
 from deepx_flow.meta.db import close_all
+from tests.helpers import without_run_headers
 
 PIPELINE = """\
 import deepx_flow as dx
@@ -171,9 +172,11 @@ def test_failed_check_says_what_was_stored_and_exits_1(project, db_url, schedule
     assert main(["materialize", "-m", str(project), "--scheduler", scheduler]) == 1
     out, err = capsys.readouterr()
     (row,) = catalog.history(open_db(db_url), "base")
-    assert f"base: version {row.version[:12]}" in out and "(failed checks: in_range)" in out
+    assert f"base: version {row.version[:12]}" in out
+    assert "checks: in_range FAILED (" in out.splitlines()[0]
     assert "scaled: not materialized" in out and "total: not materialized" in out
-    assert len(err.splitlines()) == 1 and "blocking check in_range failed" in err
+    errors = without_run_headers(err)
+    assert len(errors) == 1 and "blocking check in_range failed" in errors[0]
 
     assert main(["assets", "list", "-m", str(project)]) == 0
     assert lines_of(capsys.readouterr().out)["base"].split()[4] == "in_range"
@@ -210,3 +213,42 @@ def test_partitions(project, db_url, scheduler, capsys):
                  "--only-stale", "--scheduler", scheduler]) == 0
     assert "sales[east]: version" in capsys.readouterr().out
     assert len(catalog.history(open_db(db_url), "sales")) == 2  # west was fresh
+
+
+DAILY = """\
+import deepx_flow as dx
+
+
+@dx.asset(partitions=dx.DailyPartitions("2025-01-01", end="2025-02-10"),
+          checks=[dx.checks.all_finite, dx.checks.in_range(high=30, blocking=False)])
+def readings(partition):
+    return dx.full((4, 2), float(partition.index))
+
+
+defs = dx.Definitions(assets=[readings])
+"""
+
+
+def test_a_backfill_is_summed_up_with_its_checks(project, db_url, scheduler, capsys):
+    """40 daily partitions are one line, with each check counted over them and the
+    partitions where one failed named; a few partitions are a line each, with their
+    checks."""
+    project.write_text(DAILY)
+    with pytest.warns(UserWarning, match="check in_range failed"):
+        assert main(["materialize", "-m", str(project), "--scheduler", scheduler]) == 0
+    out = capsys.readouterr().out.splitlines()
+    rows = catalog.history(open_db(db_url), "readings")
+    assert len(rows) == 40
+    failing = sorted(r.partition for r in rows if r.partition > "2025-01-31")  # index > 30
+    assert len(failing) == 9
+    assert out[0] == (f"readings: 40 partitions 2025-01-01 ... 2025-02-09, each (4, 2) "
+                      f"float64, 2.5 KiB in all; checks: all_finite passed on all 40, "
+                      f"in_range FAILED on 9 of 40 ({', '.join(failing[:3])} and 6 more)")
+    assert len(out) == 2 and out[1].startswith("run ")
+    assert main(["materialize", "-m", str(project), "--partitions",
+                 "2025-01-02...2025-01-03", "--scheduler", scheduler]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in out[:2]] == ["readings[2025-01-02]",
+                                                         "readings[2025-01-03]"]
+    assert all(line.endswith("; checks: all_finite passed, in_range passed")
+               for line in out[:2])
