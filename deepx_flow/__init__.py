@@ -33,6 +33,8 @@ from deepx_flow.sdk.functions import (abs, add, arange, argmax, argmin, cast, ce
                                       sub, sum, take, take_along_axis, tan, tanh, transpose,
                                       where, zeros)
 from deepx_flow.sdk.tensor import Tensor
+from deepx_flow.sdk.dask_interop import from_dask, to_dask
+from deepx_flow.sdk.numpy_dispatch import NumpyInteropError
 from deepx_flow.registry.cluster import ClusterSpec, load_cluster_file
 from deepx_flow.runtime.recovery import Recovery
 from deepx_flow.runtime.cluster import shutdown
@@ -83,16 +85,17 @@ __all__ = [
     "HourlyPartitions", "MonthlyPartitions", "Partition", "StaticPartitions",
     "TimeWindowPartitions", "WeeklyPartitions", "CheckFailed", "ClusterError",
     "DatabaseError", "DataError", "DeepxError", "ExecutionError", "GraphError",
-    "InputError", "PlanError", "SpecError", "Graph", "Node", "Tensor", "build_graph", "grad",
-    "nn", "optim", "random",
+    "InputError", "NumpyInteropError", "PlanError", "SpecError", "Graph", "Node", "Tensor",
+    "build_graph", "grad", "nn", "optim", "random",
     "ClusterSpec", "load_cluster_file", "Persisted", "Placement", "compile", "persist",
     "placement", "run", "shutdown", "from_yaml", "to_yaml", "Recovery", "Fit", "train",
     "schedule",
     "abs", "add", "arange", "argmax", "argmin", "cast", "ceil", "clip", "concat",
-    "concatenate", "cos", "cumsum", "div", "equal", "erf", "exp", "floor", "full", "gather_nd",
+    "concatenate", "cos", "cumsum", "div", "equal", "erf", "exp", "floor", "from_dask", "full",
+    "gather_nd",
     "gelu", "greater", "greater_equal", "input", "less", "less_equal", "log", "log_softmax",
     "matmul", "max", "maximum", "mean", "min", "minimum", "mul", "neg", "not_equal", "ones",
     "pad", "pow", "read_zarr", "reciprocal", "relu", "reshape", "round", "scatter",
     "scatter_add", "scatter_nd", "sigmoid", "sign", "sin", "softmax", "softplus", "sqrt", "sub",
-    "sum", "take", "take_along_axis", "tan", "tanh", "transpose", "where", "zeros",
+    "sum", "take", "take_along_axis", "tan", "tanh", "to_dask", "transpose", "where", "zeros",
 ]

@@ -122,7 +122,9 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
         The chunked graph.
     sources : dict
         Input name -> an object with `task(key, region)` returning the task that loads that
-        region and `token`, which identifies the data (see `deepx_flow.runtime.inputs`).
+        region and `token`, which identifies the data (see `deepx_flow.runtime.inputs`);
+        with `inline(region)`, its reads may be computed inside their readers, and with
+        `dask_tasks()`, the tasks it returns (a dask array's) join the graph.
     to_host : bool
         Add a task per output chunk that moves it to host memory (GPU workers).
     inline : bool
@@ -231,6 +233,10 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
     keep = {(tkey[node_id], *idx) for _, node_id in graph.outputs
             for idx in chunk_indices(part.chunks[node_id])}
     dsk = inline_reads(dsk, inlinable if inline else {}, keep)
+    for source in {id(s): s for s in sources.values() if hasattr(s, "dask_tasks")}.values():
+        # a dask array's own tasks (`runtime.inputs.DaskSource`), added after the inline
+        # pass (which has nothing to inline among them), ahead of the tasks that read them
+        dsk = {**source.dask_tasks(), **dsk}
     outputs = {}
     for out_name, node_id in graph.outputs:
         key, chunks = tkey[node_id], part.chunks[node_id]

@@ -1,16 +1,25 @@
-"""Binding a run's inputs: NumPy arrays, `.npy` files and Zarr arrays, checked up front.
+"""Binding a run's inputs: NumPy arrays, `.npy` files, Zarr arrays and dask arrays, checked
+up front.
 
 Each bound input knows how to make the task that loads one region. NumPy arrays travel inside
 the task graph (one data task per chunk), so the scheduler can send a chunk again if the
 worker holding it dies; files are read by the worker that needs the region. Every problem
 (a missing input, a wrong shape or dtype, a missing file) is an InputError naming the input;
 so is a stored array a `read_zarr` node reads that is missing or not what the node states.
+
+A dask array (`dx.from_dask`, or given in `inputs=`) brings its own graph: the lowering adds
+its tasks to the run's (`DaskSource.dask_tasks`), and a region of the input is a task that
+reads the dask chunks under it (their keys are its dependencies) and cuts and joins them to
+the plan's chunk grid on the worker (`dask_region`), usually inside the task that uses the
+region (the inline pass treats it as a file read). Nothing is gathered to the driver.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +27,10 @@ from dask.base import tokenize
 
 from deepx_flow.compiler.lower import Grid
 from deepx_flow.compiler.taskspec import data_node, ref, task
-from deepx_flow.errors import InputError, shown
-from deepx_flow.ir import Graph
+from deepx_flow.errors import DataError, InputError, shown
+from deepx_flow.ir import Graph, dtypes
 from deepx_flow.kernels.tasks import cast_chunk, to_device
+from deepx_flow.sdk.bindings import Binding
 from deepx_flow.storage.readers import array_info, read_region, zarr_info
 
 
@@ -73,6 +83,134 @@ class PersistedSource(KeySource):
 
     scheduler: str  # id of the scheduler that holds the chunks
     address: str
+
+
+@dataclass(frozen=True, eq=False)
+class DaskSource:
+    """A dask array bound to an input: its tasks join the run's graph (`dask_tasks`), and a
+    region is read from the dask chunks under it (`dask_region`)."""
+
+    array: object  # a dask.array.Array, chunks of known sizes
+    dtype: str
+
+    @property
+    def token(self) -> str:
+        return self.array.name  # dask's own token of the array's graph
+
+    @cached_property
+    def grid(self) -> Grid:
+        return Grid(self.array.chunks)
+
+    def _read(self, region):
+        layout, keys = self.grid.layout(self.array.name, region)
+        shapes = tuple(_chunk_shape(self.array.chunks, k[1:]) for k in keys)
+        return (self.array.name, self.dtype, layout, shapes, *[ref(k) for k in keys])
+
+    def task(self, key, region):
+        return task(key, dask_region, *self._read(region))
+
+    def inline(self, region):
+        """(func, args) reading `region` inside the task that uses it (`compiler.inline`)."""
+        return dask_region, self._read(region)
+
+    def dask_tasks(self) -> dict:
+        """The array's tasks, optimized as dask would for computing it (culled, blockwise
+        fused), in dependency order; see `dask_graph_tasks`."""
+        array = self.array
+        return dask_graph_tasks(array.__dask_optimize__(array.__dask_graph__(),
+                                                        array.__dask_keys__()))
+
+
+def dask_graph_tasks(graph) -> dict:
+    """A dask collection's graph as tasks the run's graph can hold, in dependency order.
+
+    Dask's graphs mix legacy tuples, raw values (`da.from_array`'s chunks), `Alias`es and
+    `DataNode`s; the passes and the recorder read every task's arguments, which only a
+    `Task` has. So everything becomes a Task: legacy forms through dask's own converter, and
+    an alias or a value as a task returning its target or value."""
+    from dask._task_spec import Alias, DataNode, Task, convert_legacy_graph
+    converted = convert_legacy_graph(dict(graph))
+    out: dict = {}
+    for key in _dependency_order(converted):
+        node = converted[key]
+        if isinstance(node, Alias):
+            node = task(key, _same, ref(node.target))
+        elif isinstance(node, DataNode):
+            node = task(key, _same, data_node(None, node.value))
+        elif not isinstance(node, Task):
+            raise InputError(f"the dask graph holds a {type(node).__name__} at {key!r}, "
+                             "which deepx_flow cannot run; compute or persist the array first")
+        out[key] = node
+    return out
+
+
+def _same(value):
+    return value
+
+
+def _dependency_order(graph: dict) -> list:
+    """The keys of a dask graph, each after the keys it reads (iteratively: dask graphs can
+    be deep chains)."""
+    order, done = [], set()
+    for root in graph:
+        stack = [(root, False)]
+        while stack:
+            key, expanded = stack.pop()
+            if key in done:
+                continue
+            if expanded:
+                done.add(key)
+                order.append(key)
+                continue
+            stack.append((key, True))
+            stack.extend((d, False) for d in graph[key].dependencies
+                         if d in graph and d not in done)
+    return order
+
+
+def _chunk_shape(chunks, idx) -> tuple[int, ...]:
+    return tuple(int(c[i]) for c, i in zip(chunks, idx))
+
+
+def dask_region(name, dtype, layout, shapes, *pieces):
+    """A region of a dask array from its chunks `pieces` (C order over `layout`, as
+    `Grid.layout` gives them), each checked against the shape and dtype the array states:
+    a dask graph whose chunks are not what its metadata says (a `map_blocks` given a wrong
+    `dtype=`, say) would otherwise be cut wrongly or change dtype silently."""
+    blocks = []
+    for piece, shape in zip(pieces, shapes):
+        block = piece if hasattr(piece, "__cuda_array_interface__") else np.asarray(piece)
+        if tuple(block.shape) != shape or block.dtype.name != dtype:
+            raise DataError(f"a chunk of the dask array {name} is {block.dtype.name} of shape "
+                            f"{tuple(block.shape)}, but the array states {dtype} chunks of "
+                            f"shape {shape}; fix the dask array's dtype= or chunks (its "
+                            f"meta), or cast it with .astype() before dx.from_dask",
+                            problem="chunk does not match the array's metadata")
+        blocks.append(block)
+    return to_device(cast_chunk(dtype, (layout,), *blocks))
+
+
+def check_dask_array(array, what: str) -> tuple[tuple[int, ...], str]:
+    """(shape, dtype) of a dask array a graph can read: an InputError naming `what` for
+    chunk sizes that are not known (NaN, after boolean indexing or unknown file lengths)
+    or a dtype deepx_flow has no kernels for."""
+    for axis, sizes in enumerate(array.chunks):
+        if any(isinstance(c, float) and math.isnan(c) for c in sizes):
+            raise InputError(f"{what} has chunks of unknown size (NaN) along axis {axis} "
+                             f"(shape {array.shape}); a plan needs every chunk's size: call "
+                             "array.compute_chunk_sizes() first, or build it with known "
+                             "chunks")
+    try:
+        dtype = dtypes.normalize(array.dtype)
+    except Exception as err:
+        raise InputError(f"{what}: {err}") from None
+    return tuple(int(s) for s in array.shape), dtype
+
+
+def is_dask_array(value) -> bool:
+    """Whether `value` is a dask.array.Array (without importing dask.array for others)."""
+    return type(value).__module__.startswith("dask.array") and hasattr(value, "chunks") \
+        and hasattr(value, "__dask_graph__")
 
 
 def check_sources_on(sources: dict, client) -> None:
@@ -129,7 +267,15 @@ def bind_inputs(graph: Graph, inputs: dict | None) -> dict:
             raise InputError(f"input '{node.id}' {node.shape} {node.dtype} was not given "
                              f"(inputs given: {given})")
         value = inputs.pop(node.id)
-        if hasattr(value, "futures") and hasattr(value, "chunks"):  # a dx.Persisted
+        token = None
+        if isinstance(value, Binding):  # data a tensor carries, with its token
+            value, token = value.value, value.token
+        if is_dask_array(value):
+            shape, dtype = check_dask_array(value, f"input '{node.id}': the dask array "
+                                                   f"{value.name}")
+            source = DaskSource(value, dtype)
+            where = f"the dask array {value.name}"
+        elif hasattr(value, "futures") and hasattr(value, "chunks"):  # a dx.Persisted
             if not value.futures:
                 raise InputError(f"input '{node.id}': persisted output '{value.name}' was "
                                  f"released")
@@ -149,7 +295,7 @@ def bind_inputs(graph: Graph, inputs: dict | None) -> dict:
         else:
             array = np.asarray(value)
             shape, dtype = array.shape, array.dtype.name
-            source = ArraySource(array, tokenize(array))
+            source = ArraySource(array, token or tokenize(array))
             where = "the array given"
         if tuple(shape) != node.shape:
             raise InputError(f"input '{node.id}' must have shape {node.shape}, but {where} has "

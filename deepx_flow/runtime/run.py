@@ -190,9 +190,11 @@ def check_gatherable(outputs: dict, verb: str = "run", available: int | None = N
 
 def _checked(outputs, inputs):
     """The graph of `outputs`, validated and typed, and its bound inputs: every mistake in
-    the graph or the inputs is reported before a cluster is started or contacted."""
+    the graph or the inputs is reported before a cluster is started or contacted. Data the
+    tensors carry (`dx.from_dask` arrays, NumPy operands: `sdk/bindings.py`) is bound too."""
+    from deepx_flow.sdk.bindings import with_bound_inputs
     graph = infer_types(validate_graph(build_graph(outputs)))
-    return graph, bind_inputs(graph, inputs)
+    return graph, bind_inputs(graph, with_bound_inputs(outputs, inputs))
 
 
 def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, extend=None,

@@ -3,7 +3,15 @@
 A Tensor wraps one IR node and remembers the tensors it was built from, the way micrograd's
 `Value` does, so a graph is collected by walking back from its outputs. Shape and dtype are
 known as soon as a tensor is built: every operator's type rule runs at once, and mistakes are
-reported at the line that made them. Python operators map onto the IR operators.
+reported at the line that made them. Python operators map onto the IR operators, and NumPy's
+functions onto them too (`sdk/numpy_dispatch.py`).
+
+An input node may carry the data bound to it (`data`, a `sdk.bindings.Binding`): a NumPy
+array used as an operand (`t + array`) or a dask array (`dx.from_dask`). The node itself stays
+plain data, an ordinary input that YAML writes as one; `dx.run` binds what the tensors carry.
+A Tensor is lazy, so NumPy may never turn it into an array behind the user's back:
+`np.asarray(t)` and `list(t)` fail at once, naming `dx.run` (NumPy would otherwise iterate
+it element by element through `__getitem__`).
 """
 
 from __future__ import annotations
@@ -25,13 +33,15 @@ class Tensor:
     compute them with `dx.run` or `dx.persist`.
     """
 
-    __slots__ = ("node", "parents", "name")
+    __slots__ = ("node", "parents", "name", "data")
     __array_priority__ = 100  # so numpy_scalar + tensor defers to Tensor.__radd__
 
-    def __init__(self, node: Node, parents: tuple["Tensor", ...] = (), name: str | None = None):
+    def __init__(self, node: Node, parents: tuple["Tensor", ...] = (), name: str | None = None,
+                 data=None):
         self.node = node
         self.parents = parents
         self.name = name
+        self.data = data  # the Binding of an input node that carries its data, else None
 
     # -- description -------------------------------------------------------------------
     @property
@@ -56,11 +66,54 @@ class Tensor:
 
     def named(self, name: str) -> "Tensor":
         """The same tensor, with the name it takes as a graph output."""
-        return Tensor(self.node, self.parents, name)
+        return Tensor(self.node, self.parents, name, self.data)
 
     def __repr__(self) -> str:
         label = f" '{self.name}'" if self.name else ""
         return f"<Tensor{label} {self.node.op} shape={self.shape} dtype={self.dtype}>"
+
+    def _repr_html_(self) -> str:
+        from deepx_flow.sdk.display import tensor_html
+        return tensor_html(self)
+
+    def compute(self, **kwargs):
+        """This tensor computed, as a NumPy array: `dx.run(self, **kwargs)`, as Dask's
+        `.compute()`.
+
+        Parameters
+        ----------
+        **kwargs
+            Passed to `dx.run`: `inputs=`, `client=`, `scheduler=`, `cluster=`,
+            `progress=`, `recovery=`. Data the tensor's graph carries (`dx.from_dask`
+            arrays, NumPy operands) is bound without being named in `inputs`.
+        """
+        from deepx_flow.runtime.run import run
+        return run(self, **kwargs)
+
+    # -- NumPy's protocols --------------------------------------------------------------
+    def __array__(self, dtype=None, copy=None):
+        from deepx_flow.sdk.numpy_dispatch import refuse_conversion
+        refuse_conversion(self, "np.asarray")
+
+    def __iter__(self):
+        from deepx_flow.sdk.numpy_dispatch import refuse_conversion
+        refuse_conversion(self, "iterating over it")
+
+    def __float__(self):
+        from deepx_flow.sdk.numpy_dispatch import refuse_conversion
+        refuse_conversion(self, "float()")
+
+    def __int__(self):
+        from deepx_flow.sdk.numpy_dispatch import refuse_conversion
+        refuse_conversion(self, "int()")
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        from deepx_flow.sdk.numpy_dispatch import array_ufunc
+        return array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        from deepx_flow.sdk.numpy_dispatch import array_function
+        return array_function(func, types, args, kwargs)
 
     def __bool__(self):
         raise GraphError("a Tensor has no truth value while the graph is being built; use "
@@ -150,11 +203,13 @@ def apply(op: str, inputs: list[Tensor], shape=None, dtype=None, **attrs: Any) -
 
 
 def as_tensor(value, like: Tensor | None = None) -> Tensor:
-    """A Tensor as is; a Python or NumPy scalar as a 0-d constant typed like `like` (NEP 50)."""
+    """A Tensor as is; a Python scalar as a 0-d constant typed like `like` (NEP 50), a NumPy
+    scalar as one of its own dtype; a NumPy array as a constant input carrying the array
+    (`sdk.bindings.constant`)."""
     if isinstance(value, Tensor):
         return value
     if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value.item()
+        value = value[()]  # a NumPy scalar: of its own dtype, as NEP 50 has 0-d arrays
     if isinstance(value, np.generic):
         dtype = dtypes.normalize(value.dtype)
         return apply("full", [], shape=(), dtype=dtype, value=value.item())
@@ -164,8 +219,8 @@ def as_tensor(value, like: Tensor | None = None) -> Tensor:
             "int64" if isinstance(value, int) else "float64")
         return apply("full", [], shape=(), dtype=dtypes.scalar_dtype(value, other), value=value)
     if isinstance(value, np.ndarray):
-        raise GraphError("NumPy arrays enter a graph as named inputs: use dx.input(name, "
-                         "shape, dtype) and pass the array to dx.run(inputs=...)")
+        from deepx_flow.sdk.bindings import constant
+        return constant(value)
     raise GraphError(f"cannot use {type(value).__name__} as a tensor operand")
 
 
