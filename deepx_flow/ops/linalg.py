@@ -58,5 +58,5 @@ def _swap_last(e, x):
 
 
 def specs() -> list[OpSpec]:
-    return [OpSpec("matmul", MATMUL, None, _infer_matmul, attrs=("epilogue",),
+    return [OpSpec("matmul", MATMUL, None, _infer_matmul, compiler_attrs=("epilogue",),
                    doc="(..., M, K) @ (..., K, N)", vjp=_matmul_vjp)]

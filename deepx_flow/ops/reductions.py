@@ -97,7 +97,8 @@ def _softmax_vjp(e, node, inputs, g):
 
 
 def specs() -> list[OpSpec]:
-    out = [OpSpec(name, REDUCE, None, _infer_reduce, attrs=("axes", "keepdims", "prologue"),
+    out = [OpSpec(name, REDUCE, None, _infer_reduce, attrs=("axes", "keepdims"),
+                  compiler_attrs=("prologue",),
                   required_attrs=("axes",), doc=f"{name} over axes", vjp=_reduce_vjp)
            for name in REDUCTIONS]
     for name in ("softmax", "log_softmax"):

@@ -83,6 +83,9 @@ class OpSpec:
         Engines that implement the operator.
     attrs : tuple of str
         Attribute names the operator accepts.
+    compiler_attrs : tuple of str
+        Attributes only the compiler writes (a matmul's fused epilogue, a reduction's fused
+        prologue): accepted, as a compiled graph is still a graph, but not offered to users.
     doc : str
         One line for `deepx-flow ops`.
     required_attrs : tuple of str
@@ -105,6 +108,7 @@ class OpSpec:
     temp_bytes_per_element: float = 0.0
     engines: tuple[str, ...] = ("numpy", "cupy")
     attrs: tuple[str, ...] = ()
+    compiler_attrs: tuple[str, ...] = ()
     doc: str = ""
     required_attrs: tuple[str, ...] = field(default=())
     # Which of "shape" and "dtype" the node states (sources, reshape, cast) instead of
@@ -119,12 +123,15 @@ class OpSpec:
                              node.id)
         if self.arity is None and not node.inputs and self.name != "fused":
             raise GraphError(f"{self.name} needs at least one input", node.id)
-        known = set(self.attrs)
+        known = set(self.attrs) | set(self.compiler_attrs)
         for key, _ in node.attrs:
             if key not in known:
+                import difflib
                 allowed = ", ".join(self.attrs) or "none"
-                raise GraphError(f"{self.name} has no attribute {shown(key)} (allowed: {allowed})",
-                                 node.id)
+                close = difflib.get_close_matches(str(key), self.attrs, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise GraphError(f"{self.name} has no attribute {shown(key)} (allowed: "
+                                 f"{allowed}){hint}", node.id)
         for key in self.required_attrs:
             if node.attr(key) is None:
                 raise GraphError(f"{self.name} needs attribute {shown(key)}", node.id)

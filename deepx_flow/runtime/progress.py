@@ -72,20 +72,26 @@ class RunProgress:
 
     @classmethod
     def of(cls, progress, label: str = "run") -> "RunProgress":
-        """`progress` as a RunProgress: given one, itself; else True, False or None (shown
-        when the session is interactive)."""
+        """`progress` as a RunProgress: given one, itself; True shows it from the start,
+        None once the run has gone on for `SHOW_AFTER_S` when the session is interactive,
+        False never."""
         if isinstance(progress, RunProgress):
             return progress
-        return cls(show=wanted(progress), label=label)
+        return cls(show=wanted(progress), label=label,
+                   show_after=0.0 if progress is True else SHOW_AFTER_S)
 
     def attach(self, client, run_id: str, total: int, recorded: bool) -> None:
         self.client, self.run_id, self.total, self.recorded = client, run_id, total, recorded
-        self._stop, self._thread, self._bar = threading.Event(), None, None  # a re-planned run
+        # A re-planned run attaches the same object again.
+        self._stop, self._thread, self._bar = threading.Event(), None, None
+        self.shown = False
         if self.announce:
             print(self.header(), file=self.stream, flush=True)
 
     def __enter__(self) -> "RunProgress":
         if self.show and self.client is not None:
+            if self.show_after <= 0:
+                self._show()  # here, so that even a run quicker than a thread shows it
             self._thread = threading.Thread(target=self._follow, daemon=True,
                                             name=f"deepx-progress-{self.run_id}")
             self._thread.start()
@@ -107,15 +113,19 @@ class RunProgress:
             text += f"; dashboard {run_link(self.run_id)} (deepx-flow ui)"
         return text
 
-    def _follow(self) -> None:
-        if self._stop.wait(self.show_after):
-            return
+    def _show(self) -> None:
         if not self.announce:
             print(self.header(), file=self.stream, flush=True)
         with self._lock:
             self._bar = _bar_class()(total=self.total, unit="task", desc=self.label,
                                      file=self.stream, dynamic_ncols=True)
             self.shown = True
+
+    def _follow(self) -> None:
+        if not self.shown:
+            if self._stop.wait(self.show_after):
+                return
+            self._show()
         while not self._stop.wait(POLL_S):
             self._poll()
 

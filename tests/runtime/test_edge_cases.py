@@ -97,8 +97,10 @@ def test_progress_bar_on_request(client, capsys):
     x = dx.input("x", (300, 7), "float64")
     dx.run(x * 2.0, inputs={"x": np.ones((300, 7))}, client=client, progress=True,
            cluster=cluster_with_memory(8 * 2**10))
-    out = capsys.readouterr()
-    assert "Completed" in out.out + out.err
+    err = capsys.readouterr().err  # shown at once, however quick the run
+    assert err.startswith("deepx_flow run ") and " tasks" in err.splitlines()[0]
+    total = int(err.splitlines()[0].split(": ")[1].split()[0])
+    assert f"{total}/{total} [" in err
 
 
 def test_persisted_input_on_another_cluster_is_an_input_error(client, client3):

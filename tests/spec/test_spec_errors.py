@@ -271,3 +271,15 @@ def test_the_example_graphs_are_all_valid():
     # A guard that the fixtures the other tests rely on stay loadable.
     for path in (Path(__file__).resolve().parents[2] / "graphs").glob("*.yaml"):
         assert len(from_yaml(path).outputs) >= 1
+
+
+def test_an_unknown_attribute_lists_only_what_users_may_write():
+    """A reduction's fused prologue and a matmul's epilogue are the compiler's: a typo is
+    answered with the attributes a user writes, and the one meant."""
+    err = refused(spec("- {id: h, op: sum, args: [x], attrs: {axis: 0}}"), GraphError)
+    assert str(err) == ("node 'h': sum has no attribute 'axis' (allowed: axes, keepdims); "
+                        "did you mean 'axes'?")
+    err = refused(spec("- {id: h, op: matmul, args: [x, x], attrs: {transpose_b: true}}"),
+                  GraphError)
+    assert "matmul has no attribute 'transpose_b' (allowed: none)" in str(err)
+    assert "epilogue" not in str(err)
