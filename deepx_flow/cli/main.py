@@ -232,6 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("deepx-flow: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader left (`deepx-flow ops | head`): stop quietly, as
+        # a process killed by SIGPIPE would, without Python's complaint when it flushes.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
     except Exception as err:  # a failure while running: one line, not a traceback
         print(_one_line(f"deepx-flow: failed: {type(err).__name__}: {err}"), file=sys.stderr)
         return 1

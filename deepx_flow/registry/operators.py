@@ -120,11 +120,37 @@ def register_operators(db=None) -> list[RegisteredOperator]:
     return registered
 
 
-def operator_table(registered: list[RegisteredOperator] | None = None) -> str:
+def installed_engines() -> set[str]:
+    """The engines this machine can run: NumPy always, CuPy when it is installed (a
+    machine without it runs no GPU kernel), and every third-party engine, which is here
+    because its package registered it."""
+    import importlib.util
+    engines = {e for r in registered_operators() for e in r.spec.engines}
+    if importlib.util.find_spec("cupy") is None:
+        engines.discard("cupy")
+    return engines
+
+
+def operator_table(registered: list[RegisteredOperator] | None = None,
+                   installed: set[str] | None = None) -> str:
+    """The operators, with the engines of each that this machine has (`installed`;
+    default `installed_engines()`), and a line for each engine it has not."""
     from deepx_flow.text_table import text_table
-    rows = [(r.spec.name, r.spec.kind, ",".join(r.spec.engines),
+    registered = registered if registered is not None else registered_operators()
+    installed = installed_engines() if installed is None else installed
+    rows = [(r.spec.name, r.spec.kind,
+             ",".join(e for e in r.spec.engines if e in installed) or "none here",
              "yes" if r.spec.fusable else "no", f"{r.spec.flops_per_element:g}",
              f"{r.spec.temp_bytes_per_element:g}", r.source, r.spec.doc)
-            for r in (registered if registered is not None else registered_operators())]
-    return text_table(("operator", "kind", "engines", "fuses", "flops/elem", "scratch B/elem",
-                       "source", "description"), rows)
+            for r in registered]
+    table = text_table(("operator", "kind", "engines", "fuses", "flops/elem",
+                        "scratch B/elem", "source", "description"), rows)
+    missing = {}
+    for r in registered:
+        for engine in r.spec.engines:
+            if engine not in installed:
+                missing[engine] = missing.get(engine, 0) + 1
+    notes = [f"{engine}: {count} operators have kernels for it, but it is not installed here"
+             + (" (GPU workers need `pip install deepx-flow[gpu]`)" if engine == "cupy" else "")
+             for engine, count in sorted(missing.items())]
+    return "\n".join([table, *notes])

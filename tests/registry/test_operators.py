@@ -111,3 +111,27 @@ def test_a_broken_entry_point_warns_once_and_adds_nothing(tmp_path, monkeypatch,
     assert found["fine_op"].source == "deepx-broken-ops"
     assert found["matmul"].source == "builtin" and set(OPS) <= set(found)
     assert "fine_op" in operator_table(list(found.values()))
+
+
+def test_the_table_lists_only_engines_this_machine_has():
+    """Without CuPy no operator lists it: one line says which engine is missing."""
+    without = operator_table(installed={"numpy"}).splitlines()
+    rows = [line for line in without[2:] if line.split()[0] in {"exp", "matmul", "sum"}]
+    assert len(rows) == 3 and all(line.split()[2] == "numpy" for line in rows)
+    assert "cupy" not in "\n".join(without[:-1])
+    assert without[-1].startswith("cupy: ") and "not installed here" in without[-1]
+    with_gpu = operator_table(installed={"numpy", "cupy"}).splitlines()
+    assert any(line.split()[:3] == ["exp", "elementwise", "numpy,cupy"] for line in with_gpu)
+    assert not any("not installed" in line for line in with_gpu)
+
+
+def test_deepx_flow_ops_says_what_is_installed(capsys):
+    import importlib.util
+
+    from deepx_flow.cli.main import main
+    assert main(["ops"]) == 0
+    out = capsys.readouterr().out
+    has_cupy = importlib.util.find_spec("cupy") is not None
+    assert ("cupy: " in out and "not installed here" in out) is not has_cupy
+    exp = next(line for line in out.splitlines() if line.startswith("exp "))
+    assert exp.split()[2] == ("numpy,cupy" if has_cupy else "numpy")
