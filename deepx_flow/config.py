@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from deepx_flow.errors import PlanError, shown
+from deepx_flow.errors import InputError, PlanError, shown
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,11 @@ class Settings:
     # An object store (any fsspec URL, e.g. s3://bucket/deepx) the workers can write to; it
     # is registered as each worker's "object" storage tier.
     object_store: str | None = None
+    # How often a driver that holds a cluster it registered marks its workers seen in the
+    # registry (seconds), and how long a worker not seen counts as alive: several beats,
+    # generous for a busy machine (`registry/heartbeat.py`).
+    heartbeat_s: float = 5.0
+    heartbeat_timeout_s: float = 60.0
     # Where the dashboard (`deepx-flow ui`) is served: runs print their page's link there.
     dashboard_url: str = "http://127.0.0.1:5006"
 
@@ -61,6 +66,19 @@ def _positive_int(env, name: str, default: int) -> int:
     return value
 
 
+def _positive_seconds(env, name: str, default: float) -> float:
+    text = env.get(name)
+    if text is None or not text.strip():
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise InputError(f"{name} must be a positive number of seconds, got {shown(text)}")
+    return value
+
+
 def settings() -> Settings:
     """Read the settings from the environment (`DEEPX_*` variables)."""
     env = os.environ
@@ -76,5 +94,8 @@ def settings() -> Settings:
         asset_root=env.get("DEEPX_ASSET_ROOT") or None,
         record=env.get("DEEPX_RECORD", "1").strip().lower() not in ("0", "false", "no", "off"),
         object_store=env.get("DEEPX_OBJECT_STORE") or None,
+        heartbeat_s=_positive_seconds(env, "DEEPX_HEARTBEAT_S", Settings.heartbeat_s),
+        heartbeat_timeout_s=_positive_seconds(env, "DEEPX_HEARTBEAT_TIMEOUT_S",
+                                              Settings.heartbeat_timeout_s),
         dashboard_url=(env.get("DEEPX_DASHBOARD_URL") or Settings.dashboard_url).rstrip("/"),
     )

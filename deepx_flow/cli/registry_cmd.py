@@ -1,12 +1,16 @@
 """`deepx-flow registry`: what the registry holds, and measuring the network.
 
-    deepx-flow registry show                          # from the metadata database
+    deepx-flow registry show                          # the live clusters, from the database
+    deepx-flow registry show --all                    # closed and gone clusters too
     deepx-flow registry show --scheduler ADDRESS      # register that cluster first
     deepx-flow registry probe --scheduler ADDRESS     # measure links, store, print them
 
-`show` prints, per scheduler, the workers (memory, devices, storage tiers) and the matrices
-of measured links, then the number of registered operators (it registers this
-installation's operators, built-in and from entry points, before counting them).
+`show` prints, per live scheduler, its workers (memory, devices, storage tiers) and the
+matrices of measured links, then the number of registered operators (it registers this
+installation's operators, built-in and from entry points, before counting them). A worker
+is live while its driver's heartbeat keeps it seen (`registry/heartbeat.py`); `show` marks
+those not seen within the heartbeat timeout gone, and with `--all` lists every cluster on
+record and its gone workers.
 `probe` registers the cluster, measures every ordered pair of workers
 (`deepx_flow.registry.network`) and stores the result, which the compiler then uses for its
 communication estimate. The database is `args.db` (`--db`, from the parent parsers main.py
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 import warnings
 
 from deepx_flow.errors import ClusterError
@@ -44,6 +49,8 @@ def add_parser(subparsers, parents=()) -> None:
                           parents=list(parents))
     show.add_argument("--scheduler", metavar="ADDRESS",
                       help="register the cluster behind this scheduler first, and show only it")
+    show.add_argument("--all", action="store_true", dest="everything",
+                      help="show closed and gone clusters and workers too (the history)")
     probe = sub.add_parser("probe", help="measure bandwidth and latency between every pair "
                                          "of workers and store them", parents=list(parents))
     probe.add_argument("--scheduler", metavar="ADDRESS",
@@ -63,18 +70,31 @@ def run(args) -> int:
 
 
 def _show(args, db) -> int:
+    from deepx_flow.registry.heartbeat import mark_stale_gone
     from deepx_flow.registry.operators import register_operators
     scheduler = None
     if args.scheduler:
         scheduler = _register(args.scheduler, db)
+    mark_stale_gone(db, time.time())
     operators = register_operators(db)
+    everything = getattr(args, "everything", False)
     print(f"Metadata database: {db.display_url}")
-    schedulers = [scheduler] if scheduler else _schedulers(db)
-    if not schedulers:
+    on_record = [scheduler] if scheduler else _schedulers(db)
+    live = set(_schedulers(db, live_only=True))
+    schedulers = on_record if everything or scheduler else \
+        [s for s in on_record if s in live]
+    if not on_record:
         print("\nNo cluster registered yet (deepx-flow registry show --scheduler ADDRESS).")
+    elif not schedulers:
+        print(f"\nNo live cluster; {len(on_record)} closed or gone on record (deepx-flow "
+              f"registry show --all).")
     for address in schedulers:
         print()
-        print("\n".join(_cluster_lines(db, address)))
+        print("\n".join(_cluster_lines(db, address, everything=everything)))
+    hidden = len(on_record) - len(schedulers)
+    if hidden and schedulers:
+        print(f"\n{hidden} closed or gone cluster(s) not shown (deepx-flow registry show "
+              f"--all).")
     builtin = sum(r.source == "builtin" for r in operators)
     print(f"\nOperators: {len(operators)} registered ({builtin} built-in, "
           f"{len(operators) - builtin} from entry points; deepx-flow ops lists them)")
@@ -114,22 +134,32 @@ def _register(address: str, db) -> str:
         return str(client.scheduler.address)
 
 
-def _schedulers(db) -> list[str]:
-    """Registered schedulers, most recently seen first."""
-    from sqlmodel import func, select
+def _schedulers(db, live_only: bool = False) -> list[str]:
+    """Registered schedulers (those with a live worker, with `live_only`), most recently
+    seen first."""
+    from sqlmodel import col, func, select
 
     from deepx_flow.meta.models import Worker
-    with db.session() as session:
-        rows = session.exec(select(Worker.scheduler, func.max(Worker.last_seen))
-                            .group_by(Worker.scheduler)).all()
+    from deepx_flow.registry.heartbeat import live_since
+    query = select(Worker.scheduler, func.max(Worker.last_seen)).group_by(Worker.scheduler)
+    if live_only:
+        query = query.where(Worker.status == "running",
+                            col(Worker.last_seen) >= live_since(time.time()))
+    with db.read() as session:
+        rows = session.exec(query).all()
     return [s for s, _ in sorted(rows, key=lambda r: -r[1])]
 
 
-def _cluster_lines(db, scheduler: str, workers_too: bool = True) -> list[str]:
+def _cluster_lines(db, scheduler: str, workers_too: bool = True,
+                   everything: bool = True) -> list[str]:
+    """The lines of one cluster: a summary, its workers (only the live ones unless
+    `everything`) with their devices and storage tiers, and its measured links."""
     from sqlmodel import select
 
     from deepx_flow.meta.models import Device, Link, StorageTier, Worker
-    with db.session() as session:
+    from deepx_flow.registry.heartbeat import is_live
+    now = time.time()
+    with db.read() as session:
         workers = session.exec(select(Worker).where(Worker.scheduler == scheduler)
                                .order_by(Worker.address)).all()
         ids = [w.id for w in workers]
@@ -137,19 +167,23 @@ def _cluster_lines(db, scheduler: str, workers_too: bool = True) -> list[str]:
         tiers = session.exec(select(StorageTier).where(StorageTier.worker_id.in_(ids))
                              .order_by(StorageTier.id)).all()
         links = session.exec(select(Link).where(Link.scheduler == scheduler)).all()
-    running = [w for w in workers if w.status == "running"]
+    running = [w for w in workers if is_live(w.status, w.last_seen, now)]
     label = {w.address: str(i) for i, w in enumerate(running)}
     last = max((w.last_seen for w in workers), default=0)
     lines = [f"Scheduler {scheduler}: {len(running)} worker(s) running, "
-             f"{len(workers) - len(running)} gone; last registered {_when(last)}"]
+             f"{len(workers) - len(running)} gone; last seen {_when(last)}"]
     if workers_too:
-        lines += _worker_lines(workers, devices, tiers, label)
+        shown = workers if everything else running
+        ids = {w.id for w in shown}
+        lines += _worker_lines(shown, [d for d in devices if d.worker_id in ids],
+                               [t for t in tiers if t.worker_id in ids], label, now)
     lines += _link_lines(links, running, label)
     return lines
 
 
-def _worker_lines(workers, devices, tiers, label) -> list[str]:
+def _worker_lines(workers, devices, tiers, label, now: float) -> list[str]:
     from deepx_flow.registry.cluster import format_bytes
+    from deepx_flow.registry.heartbeat import shown_status
     by_worker = {}
     for d in devices:
         by_worker.setdefault(d.worker_id, []).append(
@@ -159,7 +193,8 @@ def _worker_lines(workers, devices, tiers, label) -> list[str]:
     for w in workers:
         rows.append((label.get(w.address, "-"), w.address, w.name, w.host, str(w.nthreads),
                      format_bytes(w.memory_limit) if w.memory_limit else "none",
-                     format_bytes(w.memory_reserved or 0), w.status,
+                     format_bytes(w.memory_reserved or 0),
+                     shown_status(w.status, w.last_seen, now),
                      "; ".join(by_worker.get(w.id, [])) or "-"))
     lines = _indent(text_table(("#", "address", "name", "host", "threads", "memory limit",
                                 "reserved", "status", "devices"), rows))

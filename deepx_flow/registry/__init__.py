@@ -5,6 +5,8 @@
 - `storage_tiers.py`: the storage tiers a worker reports (device, host, disk, object);
 - `register.py`: `register_cluster(client, db)`, the same recorded in the metadata database,
   with measured links;
+- `heartbeat.py`: which registered workers are alive (the rule readers apply), and the
+  heartbeat by which a driver keeps the cluster it holds seen, and marks it gone at its end;
 - `network.py`: `probe_network(client, db)`, bandwidth and latency between worker pairs;
 - `operators.py`: built-in operators and those of `deepx_flow.kernels` entry points.
 

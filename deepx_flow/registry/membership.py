@@ -15,6 +15,9 @@ memory (as its heartbeats tell the scheduler) moved by more than `MEMORY_TOLERAN
 limit since then is probed again. (Threaded workers share the driver's process, which the
 budget does not count, so their memory is not compared.)
 
+A cluster registered here is held (`heartbeat.hold`): its workers are marked seen every few
+seconds while the client runs, and gone when this process's own cluster closes.
+
 What other processes may change in the database is not kept: measured links are read again
 for each run here, and operator speeds by the caller (`speeds.with_speeds`).
 """
@@ -95,8 +98,10 @@ def live_spec(client, db=None) -> ClusterSpec:
         from deepx_flow.registry.live import cluster_spec_from_client
         spec = cluster_spec_from_client(client)
     else:
+        from deepx_flow.registry import heartbeat
         from deepx_flow.registry.register import register_cluster
         spec = register_cluster(client, db)
+        heartbeat.hold(client, db)  # its workers stay seen while this process holds it
     with _lock:
         registrations += 1
         # Kept with what the scheduler showed before the probe: a worker that joined during

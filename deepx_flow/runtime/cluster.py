@@ -4,8 +4,9 @@ With no client and no address, deepx_flow uses this process's embedded cluster: 
 `distributed.LocalCluster` sized to this machine (a `dask_cuda.LocalCUDACluster`, one worker
 per GPU, when dask-cuda and GPUs are there), started on first use and kept for the process
 (or notebook kernel), so ten `dx.run` calls start one cluster, not ten. It is closed at
-exit, or earlier by `dx.shutdown()`; its workers are then marked gone in the registry. A
-client the user made (`distributed.Client()`) is used first, and never closed here.
+exit, or earlier by `dx.shutdown()`; its workers are then marked gone in the registry (and
+while it runs, they are marked seen: `registry/heartbeat.py`). A client the user made
+(`distributed.Client()`) is used first, and never closed here.
 
 Worker processes are started without importing the script that started them (Python's
 `spawn` would run its top level again in every worker: a script without an
@@ -168,26 +169,23 @@ def shutdown() -> None:
 
 
 def _close(client, cluster) -> None:
-    address = str(client.scheduler.address) if cluster is not None and client.scheduler \
-        else None
+    """Close a kept client (and its cluster). The embedded cluster's workers are marked gone
+    first, in every database it was registered in: a closing cluster can take seconds, and
+    a process told to stop may not get them. A client of a scheduler elsewhere only stops
+    marking its workers seen (`registry/heartbeat.py`)."""
+    _let_go(client, gone=cluster is not None)
     try:
         client.close()
         if cluster is not None:
             cluster.close()
     except Exception as err:  # at exit: nothing left to do about it
         log.debug("deepx_flow: closing a cluster: %s", err)
-    if address is not None:
-        _mark_gone(address)
 
 
-def _mark_gone(scheduler: str) -> None:
-    """The closed embedded cluster's workers are gone: say so in the registry."""
-    if not settings().record:
-        return
+def _let_go(client, gone: bool) -> None:
+    from deepx_flow.registry import heartbeat
     try:
-        from deepx_flow.meta import open_db
-        from deepx_flow.registry.register import mark_gone
-        mark_gone(open_db(), scheduler)
+        heartbeat.release(client, gone=gone)
     except Exception as err:  # the database may be unusable; the cluster is closed anyway
         log.warning("deepx_flow: could not mark the closed cluster's workers gone: %s", err)
 
