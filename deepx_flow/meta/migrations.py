@@ -23,6 +23,8 @@ History:
 8. chunk_placements unique per run: (run_id, tensor, chunk, worker) instead of (tensor, chunk,
    worker), so a later run that computes the same chunk on the same worker adds its own row.
 9. trainings, training_metrics, training_checkpoints; runs.training_id.
+10. schedules.stopped_at (a daemon stopped cleanly says so, instead of looking alive until
+    its heartbeat goes stale).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from sqlmodel import SQLModel
 from deepx_flow.errors import DatabaseError
 from deepx_flow.meta.models import SchemaInfo
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 # An arbitrary constant: PostgreSQL sessions migrating at once take turns on this lock.
 _PG_LOCK_ID = 74_700_11
@@ -250,6 +252,10 @@ def _v9_trainings(conn: Connection) -> None:
           .c.training_id).create(conn)
 
 
+def _v10_schedule_stopped_at(conn: Connection) -> None:
+    conn.execute(text("ALTER TABLE schedules ADD COLUMN stopped_at FLOAT"))
+
+
 STEPS = {
     2: _v2_events_and_username,
     3: _v3_assets,
@@ -259,6 +265,7 @@ STEPS = {
     7: _v7_operator_speeds,
     8: _v8_placements_per_run,
     9: _v9_trainings,
+    10: _v10_schedule_stopped_at,
 }
 
 

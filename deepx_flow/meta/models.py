@@ -269,6 +269,7 @@ class Schedule(SQLModel, table=True):
     definitions: Optional[str] = None  # the module or file the daemon loaded it from
     daemon: Optional[str] = None  # host:pid of the daemon running it
     heartbeat_at: Optional[float] = None  # the daemon's last sign of life
+    stopped_at: Optional[float] = None  # when that daemon stopped cleanly (None: it runs, or died)
     updated_at: float
 
 

@@ -23,7 +23,8 @@ State, and the rules that make every decided tick run once or be recorded, never
 - on stop (SIGTERM, SIGINT, or the end of `--once`), the lanes' unwritten ticks (queued
   launches, skips behind them) are dropped, runs that are going get `STOP_GRACE_S` to
   finish, and a run still going then has its row closed as failed (a second signal stops
-  without waiting).
+  without waiting). The schedules then record the stop (`stopped_at`), so the dashboard
+  says "stopped" at once instead of "alive" until the heartbeat goes stale.
 """
 
 from __future__ import annotations
@@ -224,9 +225,11 @@ class SchedulerDaemon:
                 lane.write_skips()
             time.sleep(0.05)
 
-    def shutdown(self, grace: float = STOP_GRACE_S, hurry: threading.Event | None = None):
+    def shutdown(self, grace: float = STOP_GRACE_S, hurry: threading.Event | None = None,
+                 why: str = ""):
         """Drop the ticks that have no row (the next daemon decides them again), give runs
-        `grace` seconds, close the rows of those still going."""
+        `grace` seconds, close the rows of those still going, and record on the schedules
+        that this daemon stopped (`why`: what stopped it, for its last line)."""
         self.stopping.set()
         for lane in self.lanes.values():
             lane.drop_waiting()
@@ -241,6 +244,11 @@ class SchedulerDaemon:
                 records.finish(self.db, tick_id, status="failed", run_id=None,
                                message=message, now=self.clock())
                 self.say(f"{lane.schedule.name}: {message}")
+        try:
+            records.stopped(self.db, self.schedules, daemon=self.me, now=self.clock())
+        except DatabaseError as err:  # its heartbeat goes stale instead
+            self.say(f"could not record the stop: {_one_line(err)}")
+        self.say(f"scheduler {self.me} stopped" + (f" ({why})" if why else ""))
 
     # --- one tick ----------------------------------------------------------------------
 
@@ -277,9 +285,10 @@ class SchedulerDaemon:
         rows = records.schedule_rows(self.db, self.schedules)
         for tick in records.unfinished_ticks(self.db, self.schedules):
             row = rows.get(tick.schedule)
-            beat = row.heartbeat_at if row is not None and row.daemon == tick.daemon else None
+            same = row is not None and row.daemon == tick.daemon
             if daemon_gone(tick.daemon, me=self.me, host=self.host, pid_alive=_pid_alive,
-                           heartbeat_at=beat, now=now):
+                           heartbeat_at=row.heartbeat_at if same else None, now=now,
+                           stopped=same and row.stopped_at is not None):
                 message = f"the daemon {tick.daemon} stopped during the run; not relaunched"
                 records.finish(self.db, tick.id, status="failed", run_id=None,
                                message=message, now=now)
@@ -307,8 +316,11 @@ def serve_until_signalled(daemon: SchedulerDaemon, once: bool = False) -> int:
     """Start `daemon`, serve until SIGTERM or SIGINT (or, with `once`, until the ticks due
     now have run), stop it. Exit code 1 when a run failed in `once` mode, else 0."""
     stop, hurry = threading.Event(), threading.Event()
+    why = ["--once" if once else ""]
 
     def on_signal(signum, frame):
+        if not stop.is_set():
+            why[0] = signal.Signals(signum).name
         (hurry if stop.is_set() else stop).set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -320,7 +332,7 @@ def serve_until_signalled(daemon: SchedulerDaemon, once: bool = False) -> int:
         else:
             daemon.serve(stop)
     finally:
-        daemon.shutdown(hurry=hurry)
+        daemon.shutdown(hurry=hurry, why=why[0])
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 1 if once and daemon.failed else 0

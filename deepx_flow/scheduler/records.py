@@ -1,5 +1,6 @@
-"""The scheduler's rows in the metadata database: `schedules` (what a daemon runs, and its
-heartbeat) and `schedule_ticks` (one row per schedule and tick time).
+"""The scheduler's rows in the metadata database: `schedules` (what a daemon runs, its
+heartbeat, and when it stopped cleanly) and `schedule_ticks` (one row per schedule and tick
+time).
 
 A tick is claimed by inserting its row: the unique (schedule, tick_at) pair lets exactly
 one insert succeed, whichever daemon, or whichever life of one daemon, tries. So a run is
@@ -44,6 +45,7 @@ def _sync_one(db, s, definitions: str, daemon: str, now: float) -> float:
             row.cron, row.selection, row.timezone, row.updated_at = \
                 s.cron, s.selection, s.timezone, now
         row.definitions, row.daemon, row.heartbeat_at = definitions, daemon, now
+        row.stopped_at = None
         session.add(row)
         return row.updated_at
 
@@ -101,6 +103,15 @@ def heartbeat(db, names, *, daemon: str, now: float) -> None:
         for row in session.exec(select(Schedule).where(col(Schedule.name).in_(list(names)),
                                                        Schedule.daemon == daemon)):
             row.heartbeat_at = now
+            session.add(row)
+
+
+def stopped(db, names, *, daemon: str, now: float) -> None:
+    """Record that this daemon stopped cleanly, on the schedules it still runs."""
+    with db.session() as session:
+        for row in session.exec(select(Schedule).where(col(Schedule.name).in_(list(names)),
+                                                       Schedule.daemon == daemon)):
+            row.stopped_at = now
             session.add(row)
 
 

@@ -17,7 +17,7 @@ from deepx_flow.errors import DatabaseError
 from deepx_flow.meta.db import Database, close_all, database_url, open_db
 from deepx_flow.meta.migrations import SCHEMA_VERSION
 from deepx_flow.meta.models import (ChunkPlacement, Device, Event, GraphRecord, OperatorSpeed,
-                                    Run, SchemaInfo, ScheduleTick, Task, Worker)
+                                    Run, Schedule, SchemaInfo, ScheduleTick, Task, Worker)
 from tests.helpers import free_port
 
 SCHEMA_V1 = Path(__file__).parent / "fixtures" / "schema_v1.sql"
@@ -199,7 +199,7 @@ def test_a_version_1_database_is_migrated_with_its_rows(db_url):
     added = {"events", "asset_materializations", "asset_check_results",  # versions 2-4
              "schedules", "schedule_ticks", "operator_speeds",  # and 7
              "trainings", "training_metrics", "training_checkpoints"}  # and 9
-    assert stored_version(db_url) == 9 == SCHEMA_VERSION
+    assert stored_version(db_url) == 10 == SCHEMA_VERSION
     assert set(after) == V1_TABLES | added
     assert all(after[t] == [] for t in added)
     assert [r.pop("username") for r in after["runs"]] == ["", "", ""]
@@ -248,11 +248,17 @@ def test_placements_are_unique_per_run_once_migrated(db_url):
 
 
 def _drop_version_9(conn) -> None:
-    """Take away what version 9 added (the training tables, runs.training_id)."""
+    """Take away what versions 9 and 10 added (the training tables, runs.training_id;
+    schedules.stopped_at)."""
+    _drop_version_10(conn)
     for table in ("training_checkpoints", "training_metrics", "trainings"):
         conn.execute(text(f"DROP TABLE {table}"))
     conn.execute(text("DROP INDEX ix_runs_training_id"))
     conn.execute(text("ALTER TABLE runs DROP COLUMN training_id"))
+
+
+def _drop_version_10(conn) -> None:
+    conn.execute(text("ALTER TABLE schedules DROP COLUMN stopped_at"))
 
 
 def _without_version_9(tables: dict) -> None:
@@ -260,6 +266,7 @@ def _without_version_9(tables: dict) -> None:
     for table in ("training_checkpoints", "training_metrics", "trainings"):
         assert tables.pop(table) == []
     assert all(r.pop("training_id") is None for r in tables["runs"])
+    assert all(r.pop("stopped_at") is None for r in tables["schedules"])  # version 10
 
 
 def test_a_version_4_database_gets_the_listing_indexes_with_its_rows(db_url):
@@ -366,6 +373,36 @@ def test_a_version_6_database_gets_the_operator_speeds_table(db_url):
                             seconds=0.5, tasks=1, updated_at=3.0))
     with db.read() as s:
         assert s.exec(select(OperatorSpeed.tasks)).all() == [1]
+
+
+def test_a_version_9_database_gets_schedules_stopped_at(db_url):
+    db = open_db(db_url)
+    with db.session() as s:
+        s.add(Schedule(name="hourly", cron="0 * * * *", selection="x", daemon="h:1",
+                       heartbeat_at=5.0, updated_at=1.0))
+    close_all()
+    engine = raw_engine(db_url)  # back to version 9: without what version 10 added
+    with engine.begin() as conn:
+        _drop_version_10(conn)
+        conn.execute(text("UPDATE deepx_schema SET version = 9"))
+    engine.dispose()
+    before = snapshot(db_url)
+    assert "stopped_at" not in before["schedules"][0]
+
+    db = open_db(db_url)
+
+    assert stored_version(db_url) == SCHEMA_VERSION
+    assert columns(db_url) == model_columns()
+    assert indexes(db_url) == model_indexes()
+    after = snapshot(db_url)
+    assert [r.pop("stopped_at") for r in after["schedules"]] == [None]
+    after.pop("deepx_schema")
+    before.pop("deepx_schema")
+    assert after == before
+    with db.session() as s:  # and a stop is recorded
+        s.get(Schedule, "hourly").stopped_at = 7.0
+    with db.read() as s:
+        assert s.get(Schedule, "hourly").stopped_at == 7.0
 
 
 def test_a_newer_schema_is_refused_and_left_alone(db_url):

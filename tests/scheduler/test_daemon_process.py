@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -134,4 +135,37 @@ def test_every_tick_is_launched_once_across_a_restart(tmp_path, catchup):
         made[m.run_id] = made.get(m.run_id, 0) + 1
     assert all(made.get(r) == 1 for r in run_ids), made
     assert set(made) - set(run_ids) <= {None} and len(set(made) - set(run_ids)) <= len(cut)
+    close_all()
+
+
+@pytest.mark.timeout(150)
+def test_a_daemon_stopped_with_sigterm_is_shown_stopped_at_once(tmp_path):
+    """It said "alive" for three minutes (until its heartbeat went stale): a clean stop is
+    recorded on its schedules, and the cluster it ran on is marked gone as it exits."""
+    from deepx_flow.meta.models import Schedule, Worker
+    from deepx_flow.ui.pages.schedules import SCHEDULES
+    from tests.ui.paging import every_page
+
+    (tmp_path / "pipeline.py").write_text(textwrap.dedent(PIPELINE.format(catchup="latest")))
+    url = f"sqlite:///{(tmp_path / 'deepx.db').as_posix()}"
+    db = open_db(url)
+
+    def state() -> str:
+        [row] = every_page(SCHEDULES, db, "name", False, 10)
+        return row["state"]
+
+    daemon, log = start(tmp_path, url, 1)
+    try:
+        wait_for(lambda: any(t.run_id for t in rows(db, ScheduleTick)), "a tick's run", [log])
+        assert state() == "alive"
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(60) == 0, log.read_text()
+    me = f"{socket.gethostname()}:{daemon.pid}"
+    assert log.read_text().splitlines()[-1] == f"scheduler {me} stopped (SIGTERM)"
+    [schedule] = rows(db, Schedule)
+    assert schedule.daemon == me and schedule.stopped_at >= schedule.heartbeat_at
+    assert state() == "stopped"
+    workers = rows(db, Worker)
+    assert workers and {w.status for w in workers} == {"gone"}
     close_all()

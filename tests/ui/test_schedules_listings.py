@@ -1,7 +1,8 @@
 """The schedules page's listings over a small database: schedules with their tick counts,
-last tick and whether their daemon looks alive (the rule `liveness.daemon_gone` applies to
-a daemon on another host), and ticks with their run's status, filtered, paged and sorted in
-the database as Python sorts the expected rows."""
+last tick and their daemon's state (stopped when it recorded a clean stop, else alive or gone
+by the rule `liveness.daemon_gone` applies to a daemon on another host), and ticks with
+their run's status, filtered, paged and sorted in the database as Python sorts the expected
+rows."""
 
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ def seeded(tmp_path_factory):
             definitions=rng.choice([None, "defs.py"]),
             daemon=None if age is None else rng.choice([None, f"host{rng.randint(1, 3)}:7"]),
             heartbeat_at=None if age is None else now - age, updated_at=now))
+    # One daemon stopped cleanly, its heartbeat still fresh: "stopped", not "alive".
+    schedules[0].daemon, schedules[0].heartbeat_at, schedules[0].stopped_at = \
+        "host1:7", now - 5.0, now - 5.0
     runs = [Run(id=f"run{i}", graph_hash="g", started_at=1.7e9 + i,
                 status=rng.choice(["running", "succeeded", "failed"]), scheduler="s",
                 cluster="c", n_workers=1, n_tasks=1, n_chunks=1, host="h", pid=1,
@@ -62,10 +66,12 @@ def seeded(tmp_path_factory):
     close_all()
 
 
-def alive(s: Schedule, now: float) -> str:
+def state(s: Schedule, now: float) -> str:
+    if s.stopped_at is not None:
+        return "stopped"
     gone = daemon_gone(s.daemon, me="the dashboard", host="the dashboard's host",
                        pid_alive=lambda pid: True, heartbeat_at=s.heartbeat_at, now=now)
-    return "no" if gone else "yes"
+    return "gone" if gone else "alive"
 
 
 def schedule_rows(schedules, ticks, now):
@@ -75,7 +81,7 @@ def schedule_rows(schedules, ticks, now):
         out.append({"name": s.name, "cron": s.cron, "selection": s.selection,
                     "timezone": s.timezone, "ticks": len(mine),
                     "tick": max(mine) if mine else None, "daemon": s.daemon,
-                    "seen": s.heartbeat_at, "alive": alive(s, now),
+                    "seen": s.heartbeat_at, "state": state(s, now),
                     "definitions": s.definitions})
     return out
 
@@ -93,7 +99,8 @@ def tick_rows(ticks, run_status, schedule, status):
 def test_schedules_have_their_tick_counts_and_daemon_liveness(seeded, sort, descending, size):
     db, schedules, ticks, _ = seeded
     want = schedule_rows(schedules, ticks, time.time())
-    assert {r["alive"] for r in want} == {"yes", "no"}
+    assert sorted(r["state"] for r in want).count("stopped") == 1
+    assert {r["state"] for r in want} == {"alive", "stopped", "gone"}
     matches(SCHEDULES, db, want, sort, descending, size, "name")
 
 

@@ -1,6 +1,7 @@
-"""The schedules page: every schedule a daemon runs (its cron, selection, daemon and whether
-that daemon looks alive, how many ticks it has and its last), and the ticks, newest first,
-with the run each launched (linked to the run's page, with that run's status).
+"""The schedules page: every schedule a daemon runs (its cron, selection, daemon and that
+daemon's state: alive, stopped or gone; how many ticks it has and its last), and the ticks,
+newest first, with the run each launched (linked to the run's page, with that run's
+status).
 
 `schedules?schedule=<name>` opens the page with the ticks of that schedule only.
 """
@@ -24,11 +25,14 @@ STATUSES = ("launched", "skipped", "failed")
 MAX_NAMES = 1000  # schedules offered in the filter (schedules live in code: a handful)
 
 # The dashboard cannot see a daemon's process, so it judges a daemon as
-# `liveness.daemon_gone` judges one on another host: alive while its heartbeat is fresh.
+# `liveness.daemon_gone` judges one on another host: "stopped" once it recorded a clean
+# stop, "alive" while its heartbeat is fresh, else "gone" (it died, or hangs).
 # The time is taken when the query runs, so a page left open judges with a current clock.
 _NOW = bindparam("now", callable_=time.time, type_=Float)
-ALIVE = case((and_(col(S.daemon).is_not(None), col(S.heartbeat_at).is_not(None),
-                   col(S.heartbeat_at) >= _NOW - STALE_AFTER_S), "yes"), else_="no")
+DAEMON_STATE = case((col(S.stopped_at).is_not(None), "stopped"),
+                    (and_(col(S.daemon).is_not(None), col(S.heartbeat_at).is_not(None),
+                          col(S.heartbeat_at) >= _NOW - STALE_AFTER_S), "alive"),
+                    else_="gone")
 
 # Ticks per schedule: how many, and the newest tick time.
 _TICKS = select(T.schedule, func.count().label("ticks"),
@@ -43,7 +47,7 @@ SCHEDULES = Listing(
     columns={"name": col(S.name), "cron": col(S.cron), "selection": col(S.selection),
              "timezone": col(S.timezone), "ticks": func.coalesce(_TICKS.c.ticks, 0),
              "tick": _TICKS.c.last, "daemon": col(S.daemon), "seen": col(S.heartbeat_at),
-             "alive": ALIVE, "definitions": col(S.definitions)},
+             "state": DAEMON_STATE, "definitions": col(S.definitions)},
     default_sort="name", descending=False, source=_schedules, tie=col(S.name))
 
 
