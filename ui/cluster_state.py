@@ -84,7 +84,8 @@ def worker_rows(registered: list[dict], live: dict[str, dict] | None,
                 scheduler: str | None = None) -> list[dict]:
     """One row per worker, registered ones first (in their order), then live workers the
     registry does not know (of `scheduler`, the one read). `registered` rows: address,
-    scheduler, name, host, nthreads, memory_limit, storage (text). `live`:
+    scheduler, name, host, nthreads, memory_limit, storage (text), and `gone` when the
+    registry counts it gone (the scheduler may still report it: then it is live). `live`:
     `live_workers(...)`, or None when the scheduler was not read (the rows then show only
     what was registered)."""
     rows = []
@@ -93,8 +94,12 @@ def worker_rows(registered: list[dict], live: dict[str, dict] | None,
         address = reg["address"]
         known.add(address)
         now = (live or {}).get(address)
-        state = "registered" if live is None else (
-            "live" if now else "registered, not seen live")
+        if now:
+            state = "live"
+        elif reg.get("gone"):
+            state = "gone"
+        else:
+            state = "registered" if live is None else "registered, not seen live"
         row = _worker_row(address, reg.get("name"), reg.get("host"), reg.get("nthreads"),
                           state, now, reg.get("memory_limit"), reg.get("storage"))
         rows.append({**row, "scheduler": reg.get("scheduler") or ""})

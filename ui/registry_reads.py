@@ -1,6 +1,7 @@
 """What the registry page reads: the registered operators, the clusters (schedulers) on
-record, one cluster's measured links and storage tiers with the bytes held in each, and the
-chunk placements of one tensor.
+record (all, or the live ones: `live_since`, the heartbeat rule of
+`registry/heartbeat.py`), one cluster's measured links and storage tiers with the bytes held
+in each, and the chunk placements of one tensor.
 
 Every read is bounded (LIMIT) or aggregated in SQL. Storage use is summed in the database
 per worker and tier, over the chunks the scheduler's runs recorded as still held (in memory,
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import BigInteger, and_, cast, func
+from sqlalchemy import BigInteger, and_, case, cast, func
 from sqlmodel import col, select
 
 from deepx_flow.meta.models import ChunkPlacement, Link, Operator, Run, StorageTier, Worker
@@ -49,16 +50,22 @@ class Scheduler:
     seen_at: float | None
 
 
-def schedulers(db, limit: int = MAX_SCHEDULERS) -> list[Scheduler]:
+def schedulers(db, limit: int = MAX_SCHEDULERS,
+               live_since: float | None = None) -> list[Scheduler]:
     """The clusters with measured links or registered workers: the most recently measured
-    first, then those never measured by when their workers were last seen."""
+    first, then those never measured by when their workers were last seen. With
+    `live_since`, only the live ones: with a worker running and seen since then."""
+    seen = select(Worker.scheduler, func.max(Worker.last_seen)).group_by(Worker.scheduler)
+    if live_since is not None:
+        seen = seen.where(Worker.status == "running", col(Worker.last_seen) >= live_since)
     with db.read() as session:
-        measured = dict(session.exec(
-            select(Link.scheduler, func.max(Link.measured_at)).group_by(Link.scheduler)
-            .order_by(func.max(Link.measured_at).desc()).limit(limit)).all())
-        seen = dict(session.exec(
-            select(Worker.scheduler, func.max(Worker.last_seen)).group_by(Worker.scheduler)
-            .order_by(func.max(Worker.last_seen).desc()).limit(limit)).all())
+        seen = dict(session.exec(seen.order_by(func.max(Worker.last_seen).desc())
+                                 .limit(limit)).all())
+        measured = select(Link.scheduler, func.max(Link.measured_at)).group_by(Link.scheduler)
+        if live_since is not None:
+            measured = measured.where(col(Link.scheduler).in_(list(seen)))
+        measured = dict(session.exec(measured.order_by(func.max(Link.measured_at).desc())
+                                     .limit(limit)).all())
     found = [Scheduler(a, measured.get(a), seen.get(a)) for a in set(measured) | set(seen)]
     found.sort(key=lambda s: (s.measured_at is None, -(s.measured_at or 0.0),
                               -(s.seen_at or 0.0), s.address))
@@ -78,13 +85,18 @@ def links(db, scheduler: str, limit: int = MAX_LINKS) -> tuple[list, int]:
     return rows, int(total)
 
 
-def storage_tiers(db, scheduler: str, limit: int = MAX_TIERS) -> tuple[list[dict], int]:
+def storage_tiers(db, scheduler: str, limit: int = MAX_TIERS, live_since: float | None = None,
+                  history: bool = True) -> tuple[list[dict], int]:
     """The storage tiers of `scheduler`'s workers (by worker address, fastest tier first;
     the first `limit`), each with the bytes and chunks it holds, and how many tiers there
     are. The bytes are summed in one aggregate over the placements of that scheduler's runs
     (a worker address can come back on another cluster, so the run says which it was).
     Without an index on the placements' state this reads them all once: about 0.3 s for
-    200,000 rows."""
+    200,000 rows.
+
+    A worker's `status` is as recorded; with `live_since`, a running worker not seen since
+    then is `gone` (the heartbeat rule), and without `history` only live workers' tiers
+    are read."""
     held = (select(ChunkPlacement.worker, ChunkPlacement.tier,
                    cast(func.sum(func.coalesce(ChunkPlacement.nbytes, 0)),  # not NUMERIC
                         BigInteger).label("held"),
@@ -93,18 +105,25 @@ def storage_tiers(db, scheduler: str, limit: int = MAX_TIERS) -> tuple[list[dict
             .where(Run.scheduler == scheduler, col(ChunkPlacement.state).in_(HELD))
             .group_by(ChunkPlacement.worker, ChunkPlacement.tier)
             .subquery("held"))
+    status, where = col(Worker.status), [Worker.scheduler == scheduler]
+    if live_since is not None:
+        live = and_(Worker.status == "running", col(Worker.last_seen) >= live_since)
+        status = case((live, "running"), else_="gone")
+        if not history:
+            where.append(live)
     # One worker has one device tier (a worker per GPU), so tier alone finds its bytes.
-    query = (select(Worker.address, Worker.status, StorageTier.tier, StorageTier.location,
-                    StorageTier.capacity, func.coalesce(held.c.held, 0).label("held"),
+    query = (select(Worker.address, status.label("status"), StorageTier.tier,
+                    StorageTier.location, StorageTier.capacity,
+                    func.coalesce(held.c.held, 0).label("held"),
                     func.coalesce(held.c.chunks, 0).label("chunks"))
              .join(Worker, col(Worker.id) == col(StorageTier.worker_id))
              .outerjoin(held, and_(held.c.worker == Worker.address,
                                    held.c.tier == StorageTier.tier))
-             .where(Worker.scheduler == scheduler)
+             .where(*where)
              .order_by(col(Worker.address), col(StorageTier.id)).limit(limit))
     count = (select(func.count()).select_from(StorageTier)
              .join(Worker, col(Worker.id) == col(StorageTier.worker_id))
-             .where(Worker.scheduler == scheduler))
+             .where(*where))
     with db.read() as session:
         conn = session.connection()
         rows = [dict(r._mapping) for r in conn.execute(query)]

@@ -17,6 +17,7 @@ from deepx_flow.meta.models import Link, Operator, Run, StorageTier, Worker
 from deepx_flow.meta.queries import placements
 from deepx_flow.ui.chunk_grid import worker_colors
 from deepx_flow.ui.registry_reads import HELD, SHOWN
+from deepx_flow.ui.table import size_text
 from tests.ui.browser import page_text, screenshot, visit
 
 pytestmark = pytest.mark.slow
@@ -92,8 +93,8 @@ def test_the_registry_shows_operators_links_and_storage(seeded, dashboard, brows
                     _cells(page, "deepx-storage-tiers", "tier"),
                     _cells(page, "deepx-storage-tiers", "held")))
     assert sorted((w, t) for w, t, _ in rows) == sorted(tiers)
-    assert {(w, t): int(h.replace(",", "")) for w, t, h in rows} == \
-        {(w, t): held.get((w, t), 0) for w, t in tiers}
+    assert {(w, t): h for w, t, h in rows} == \
+        {(w, t): size_text(held.get((w, t), 0)) for w, t in tiers}  # "390.6 MiB", "0 B"
     assert sum(held.values()) > 0  # the persisted tensor is held somewhere
     assert problems == []
 

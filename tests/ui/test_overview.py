@@ -121,3 +121,47 @@ def test_a_failing_refresh_is_shown_in_the_page(tmp_path):
     page.refresh()
     assert page.refreshed.object.startswith("refresh failed at ")
     assert "no such table" in page.refreshed.object
+
+
+def test_only_live_workers_are_listed_unless_the_history_is_asked_for(tmp_path):
+    """Live: running and seen within the heartbeat timeout, or reported by the scheduler the
+    page reads now (however stale its row); the rest is counted, and listed with history."""
+    from deepx_flow.meta import open_db
+    from deepx_flow.meta.models import StorageTier, Worker
+    from deepx_flow.registry.heartbeat import TIMEOUT_S as STALE
+    from deepx_flow.ui.pages.overview import registered_cluster, workers_note
+
+    db = open_db(f"sqlite:///{tmp_path / 'deepx.db'}")
+    now = 1.8e9
+    rows = {("tcp://s:1", "tcp://a:1"): ("running", now - 1.0),  # beating
+            ("tcp://s:1", "tcp://b:1"): ("running", now - STALE - 1.0),  # its driver died
+            ("tcp://s:1", "tcp://c:1"): ("gone", now - 1.0),  # closed
+            ("tcp://t:2", "tcp://d:2"): ("running", now - STALE - 60.0)}  # ... and t's too
+    with db.session() as s:
+        for (scheduler, address), (status, seen) in rows.items():
+            worker = Worker(scheduler=scheduler, address=address, name=address, host="h",
+                            protocol="tcp", nthreads=1, memory_limit=2**30, status=status,
+                            first_seen=1.0, last_seen=seen)
+            s.add(worker)
+            s.flush()
+            s.add(StorageTier(worker_id=worker.id, tier="host", location="memory",
+                              capacity=2**30, registered_at=1.0))
+
+    def listed(**kwargs):
+        found = registered_cluster(db, now=now, **kwargs)
+        return {r["address"]: r["gone"] for r in found.workers}, found
+
+    shown, found = listed(scheduler=None)
+    assert shown == {"tcp://a:1": False} and found.hidden == 3
+    assert "3 registered workers of closed or gone clusters not shown" in \
+        workers_note(None, found)
+    shown, found = listed(scheduler="tcp://t:2", seen_live={"tcp://d:2"})  # its scheduler
+    assert shown == {"tcp://d:2": False} and found.hidden == 0
+    shown, _ = listed(scheduler="tcp://s:1", seen_live={"tcp://d:2"})  # not s's worker
+    assert shown == {"tcp://a:1": False}
+    shown, found = listed(scheduler=None, history=True)
+    assert shown == {"tcp://a:1": False, "tcp://b:1": True, "tcp://c:1": True,
+                     "tcp://d:2": True} and found.hidden == 0
+    rows = cs.worker_rows(found.workers, None)
+    assert [r["state"] for r in rows] == ["registered", "gone", "gone", "gone"]
+    assert [r["storage"] for r in rows] == ["host 1.00 GiB"] * 4

@@ -1,17 +1,21 @@
 """The registry page's shell, built without a browser over a real database with two
-clusters: a section is built when its tab is first opened; the cluster chooser shows when
-several are on record, starts on the most recently measured one, and choosing the other
-redraws the link matrix and the storage tiers for it."""
+clusters: a section is built when its tab is first opened; only live clusters are offered
+unless the history box is ticked; the cluster chooser shows when several are offered, starts
+on the most recently measured one, and choosing the other redraws the link matrix and the
+storage tiers (sizes with their unit) for it."""
 
 from __future__ import annotations
 
-import panel as pn
-from sqlmodel import delete
+import time
 
-from deepx_flow.meta.models import ChunkPlacement, Link
+import panel as pn
+from sqlmodel import col, delete, update
+
+from deepx_flow.meta.models import ChunkPlacement, Link, Worker
 from deepx_flow.ui.grid import Grid
 from deepx_flow.ui.pages.registry import registry_page
 from deepx_flow.ui.registry_reads import MAX_CELLS
+from deepx_flow.ui.table import size_text
 from deepx_flow.ui.text import Text
 from tests.ui.test_registry_reads import ADDRESSES, SCHEDULERS, db  # noqa: F401 (fixture)
 
@@ -21,7 +25,7 @@ def _widget(page, css: str, kind):
 
 
 def _tiers(page) -> list[dict]:
-    """The storage tiers table's rows as shown (bytes written with thousands commas)."""
+    """The storage tiers table's rows as shown (bytes with their unit: "4.0 KiB")."""
     grid = _widget(page, "deepx-storage-tiers", Grid)
     return [dict(zip(grid.columns, row)) for row in grid.rows]
 
@@ -34,10 +38,6 @@ def _open(page, section: str) -> pn.Column:
     [tabs] = page.select(pn.Tabs)
     tabs.active = SECTIONS.index(section)
     return tabs[tabs.active]
-
-
-def _held(row) -> int:
-    return int(row["held"].replace(",", ""))
 
 
 def _matrix(page) -> dict:
@@ -57,30 +57,64 @@ def test_choosing_a_cluster_redraws_its_links_and_tiers(db):  # noqa: F811
         s.add(Link(scheduler=SCHEDULERS[0], source=ADDRESSES[1], target=ADDRESSES[2],
                    protocol="tcp", bandwidth=2e9, latency=1e-4, measured_at=9.0))
         s.add(ChunkPlacement(run_id="run1", tensor="x@t", chunk="0,0", worker=ADDRESSES[2],
-                             tier="host", nbytes=4096, state="memory", updated_at=1.0))
+                             tier="host", nbytes=409_600_000, state="memory", updated_at=1.0))
     page = registry_page(db)
     [tabs] = page.select(pn.Tabs)
     assert tabs.active == 0 and tabs[0].objects  # the operators, built
     assert not tabs[1].objects and not tabs[2].objects  # the others when first opened
     _open(page, "network")
+    # Both clusters were last seen long ago: none is live, and the history offers them.
+    none = _widget(page, "deepx-cluster-none", Text)
+    assert none.visible and none.object.startswith("No live cluster: 2 clusters on record")
+    _widget(page, "deepx-cluster-history", pn.widgets.Checkbox).value = True
+    assert not none.visible
     chooser = _widget(page, "deepx-cluster", pn.widgets.Select)
     assert chooser.visible and chooser.value == SCHEDULERS[0]  # measured last
     assert _matrix(page)[ADDRESSES[1], ADDRESSES[2]] == "measured"
     assert {r["tier"] for r in _tiers(page)} == {"device", "host", "disk"}  # only s1: GPUs
-    assert sum(_held(r) for r in _tiers(page)) == 0
+    assert {r["held"] for r in _tiers(page)} == {"0 B"}
+    assert {r["status"] for r in _tiers(page)} == {"gone"}
+    assert {r["capacity"] for r in _tiers(page)} == {"1.0 GiB", ""}  # disk: not known
 
     chooser.value = SCHEDULERS[1]
     matrix = _matrix(page)
     assert set(matrix) == {(a, b) for a in ADDRESSES[:2] for b in ADDRESSES[:2]}
     assert matrix[ADDRESSES[0], ADDRESSES[1]] == "measured"
     assert {r["tier"] for r in _tiers(page)} == {"host", "disk"}
-    held = {(r["worker"], r["tier"]): _held(r) for r in _tiers(page)}
-    assert held[ADDRESSES[2], "host"] == 4096 and sum(held.values()) == 4096
+    held = {(r["worker"], r["tier"]): r["held"] for r in _tiers(page)}
+    assert held.pop((ADDRESSES[2], "host")) == "390.6 MiB" == size_text(409_600_000)
+    assert set(held.values()) == {"0 B"}
 
     # the chunk grid lists the tensor and draws its one chunk
     _open(page, "placement")
     tensor = _widget(page, "deepx-tensor", pn.widgets.Select)
     assert tensor.value == "x@t"
+
+
+def test_only_live_clusters_and_workers_are_offered_unless_asked(db):  # noqa: F811
+    """s2's first two workers are seen now (a driver's heartbeat): s2 alone is offered, with
+    only their tiers; the history box brings back s1 and s2's gone worker."""
+    now = time.time()
+    with db.session() as s:
+        s.exec(update(Worker).where(Worker.scheduler == SCHEDULERS[1],
+                                    col(Worker.address).in_(ADDRESSES[:2]))
+               .values(last_seen=now, status="running"))
+    try:
+        network = _open(registry_page(db), "network")
+        chooser = _widget(network, "deepx-cluster", pn.widgets.Select)
+        assert list(chooser.options.values()) == [SCHEDULERS[1]] and not chooser.visible
+        assert chooser.value == SCHEDULERS[1]
+        assert {(r["worker"], r["status"]) for r in _tiers(network)} == \
+            {(a, "running") for a in ADDRESSES[:2]}
+        _widget(network, "deepx-cluster-history", pn.widgets.Checkbox).value = True
+        assert set(chooser.options.values()) == set(SCHEDULERS) and chooser.visible
+        assert chooser.value == SCHEDULERS[1]  # kept
+        assert {(r["worker"], r["status"]) for r in _tiers(network)} == \
+            {(a, "running") for a in ADDRESSES[:2]} | {(ADDRESSES[2], "gone")}
+    finally:
+        with db.session() as s:
+            s.exec(update(Worker).where(Worker.scheduler == SCHEDULERS[1])
+                   .values(last_seen=11.0))
 
 
 def _grid_and_note(section) -> tuple[list, str]:

@@ -7,6 +7,10 @@ with the scheduler's live report when a scheduler is given (`scheduler_watch`: r
 background thread, so a slow or dead scheduler never holds up the server). Without one, or
 when it cannot be reached, the page says so and shows the registered rows only. The joining
 and formatting is pure (`ui/cluster_state.py`); this module reads and draws.
+
+Only live workers are shown: registered ones whose driver's heartbeat keeps them seen
+(`registry/heartbeat.py`), and those the scheduler read reports now. The "history" box
+(or `?history=1`) shows the gone ones too, marked gone.
 """
 
 from __future__ import annotations
@@ -16,14 +20,16 @@ import time
 from dataclasses import dataclass, replace
 
 import panel as pn
-from sqlalchemy import func
+from sqlalchemy import and_, func, not_, or_
 from sqlmodel import col, select
 
 from deepx_flow.meta.models import Device, Run, StorageTier, Task, Worker
+from deepx_flow.registry.heartbeat import live_since
 from deepx_flow.ui import cluster_state as cs
 from deepx_flow.ui.data import Listing, Rows
 from deepx_flow.ui.live import failure_text, refresh_while_open
 from deepx_flow.ui.scheduler_watch import Reading, watch
+from deepx_flow.ui.session import session_arg
 from deepx_flow.ui.table import PagedTable, utc_text
 from deepx_flow.ui.text import Text
 
@@ -33,6 +39,7 @@ RECENT_RUNS = 50  # erred tasks are looked for in the latest runs only (tasks: m
 PAGE_SIZE = 10
 NO_WORKER = "(no workers)"
 NO_GPU = "No GPU is registered for these workers or reported by them."
+HISTORY_LABEL = "show gone workers too (history)"
 
 
 @dataclass(frozen=True)
@@ -83,29 +90,41 @@ ERRED_TASKS = FirstLines(
 @dataclass(frozen=True)
 class Registered:
     """What the registry holds on the cluster: `workers` and their `gpus` (rows as
-    `cluster_state` takes them), how many workers there are in all (`total`, of which at most
-    MAX_WORKERS are read), and whether they are every scheduler's (`everywhere`)."""
+    `cluster_state` takes them; a row's `gone` says it is not live), how many workers
+    there are in all (`total`, of which at most MAX_WORKERS are read), whether they are
+    every scheduler's (`everywhere`), and how many gone ones are not shown (`hidden`)."""
 
     workers: list[dict]
     gpus: list[dict]
     total: int
     everywhere: bool
+    hidden: int = 0
 
 
-def registered_cluster(db, scheduler: str | None) -> Registered:
-    """The registered workers not gone, by address: those of `scheduler`; every scheduler's
-    when it is None or has none registered under that spelling of its address (a name where
-    the registry has an IP, say), so the page never comes up empty for that."""
+def registered_cluster(db, scheduler: str | None, history: bool = False,
+                       seen_live=(), now: float | None = None) -> Registered:
+    """The registered workers by address: those of `scheduler`; every scheduler's when it is
+    None or has none registered under that spelling of its address (a name where the
+    registry has an IP, say), so the page never comes up empty for that. Only the live ones
+    (running and seen within the heartbeat timeout at `now`, or in `seen_live`: addresses
+    the scheduler reports now), unless `history`."""
+    now = time.time() if now is None else now
+    key = cs.scheduler_key(scheduler) if scheduler else None
+    live = or_(and_(Worker.status == "running", col(Worker.last_seen) >= live_since(now)),
+               and_(Worker.scheduler == key, col(Worker.address).in_(sorted(seen_live))))
     with db.read() as session:
         everywhere = not scheduler or not session.exec(
-            select(func.count()).select_from(Worker)
-            .where(Worker.scheduler == cs.scheduler_key(scheduler))).one()
-        where = [Worker.status != "gone"]
-        if not everywhere:
-            where.append(Worker.scheduler == cs.scheduler_key(scheduler))
-        shown = select(Worker.id).where(*where).order_by(Worker.address).limit(MAX_WORKERS)
-        total = session.exec(select(func.count()).select_from(Worker).where(*where)).one()
-        workers = session.exec(select(Worker).where(col(Worker.id).in_(shown))
+            select(func.count()).select_from(Worker).where(Worker.scheduler == key)).one()
+        where = [] if everywhere else [Worker.scheduler == key]
+        shown_where = where if history else where + [live]
+        shown = select(Worker.id).where(*shown_where).order_by(Worker.address) \
+            .limit(MAX_WORKERS)
+        total = session.exec(select(func.count()).select_from(Worker)
+                             .where(*shown_where)).one()
+        hidden = 0 if history else session.exec(
+            select(func.count()).select_from(Worker).where(*where, not_(live))).one()
+        workers = session.exec(select(Worker, live.label("live"))
+                               .where(col(Worker.id).in_(shown))
                                .order_by(Worker.address, Worker.id)).all()
         tiers = session.exec(select(StorageTier.worker_id, StorageTier.tier,
                                     StorageTier.capacity)
@@ -120,10 +139,11 @@ def registered_cluster(db, scheduler: str | None) -> Registered:
         tiers_of.setdefault(worker_id, []).append((tier, capacity))
     rows = [{"address": w.address, "scheduler": w.scheduler, "name": w.name, "host": w.host,
              "nthreads": w.nthreads, "memory_limit": w.memory_limit,
-             "storage": cs.storage_text(tiers_of.get(w.id, []))} for w in workers]
+             "storage": cs.storage_text(tiers_of.get(w.id, [])), "gone": not is_live}
+            for w, is_live in workers]
     gpus = [{"worker": address, "index": d.index, "name": d.name,
              "memory_total": d.memory_total, "healthy": d.healthy} for d, address in devices]
-    return Registered(rows, gpus, int(total), bool(everywhere))
+    return Registered(rows, gpus, int(total), bool(everywhere), int(hidden))
 
 
 def workers_note(scheduler: str | None, registered: Registered) -> str:
@@ -135,6 +155,10 @@ def workers_note(scheduler: str | None, registered: Registered) -> str:
     if registered.total > len(registered.workers):
         notes.append(f"{len(registered.workers):,} of {registered.total:,} registered "
                      f"workers shown (by address).")
+    if registered.hidden:
+        notes.append(f"{registered.hidden:,} registered worker"
+                     f"{'s' * (registered.hidden != 1)} of closed or gone clusters not "
+                     f"shown (tick \"{HISTORY_LABEL}\").")
     return " ".join(notes)
 
 
@@ -176,6 +200,8 @@ class Overview(pn.viewable.Viewer):
         self.scheduler_status = Text("", css_classes=["deepx-overview-scheduler"])
         self.dask_link = pn.pane.HTML(dashboard_link_html(None),
                                       css_classes=["deepx-overview-dask"])
+        self.history = pn.widgets.Checkbox(label=HISTORY_LABEL, value=wants_history(),
+                                           css_classes=["deepx-overview-history"])
         self.workers = _table(cs.WORKER_COLUMNS, "deepx-overview-workers", "worker")
         self.workers_note = Text("", css_classes=["deepx-overview-workers-note"])
         self.gpus = _table(cs.GPU_COLUMNS, "deepx-overview-gpus", "worker")
@@ -190,10 +216,9 @@ class Overview(pn.viewable.Viewer):
         self.refreshed = Text("", css_classes=["deepx-overview-refreshed"])
         reading = self.watch.current() if self.watch else None
         self._show_cluster(reading)
-        self.chart.height = max(160, 60 + 28 * len(self.source.data["worker"]))
         self.layout = pn.Column(
             pn.pane.Markdown("## Overview"), self.scheduler_status, self.dask_link,
-            pn.pane.Markdown("### Workers"), self.workers, self.workers_note,
+            pn.pane.Markdown("### Workers"), self.history, self.workers, self.workers_note,
             pn.pane.Bokeh(self.chart, sizing_mode="stretch_width"),
             pn.pane.Markdown("### GPUs"), self.gpus, self.gpus_note,
             pn.pane.Markdown("### Runs in flight"), self.in_flight,
@@ -202,15 +227,19 @@ class Overview(pn.viewable.Viewer):
             pn.pane.Markdown(f"Failed tasks (in the latest {RECENT_RUNS} runs):"),
             self.erred_tasks, self.refreshed, sizing_mode="stretch_width",
             css_classes=["deepx-overview"])
+        self.history.param.watch(lambda _event: self._show_cluster(self._reading()), "value")
 
     def __panel__(self):
         return self.layout
+
+    def _reading(self) -> Reading | None:
+        return self.watch.latest() if self.watch else None
 
     def refresh(self) -> None:
         try:
             if self.watch:
                 self.watch.request()  # read in the background; shown at the next refresh
-            self._show_cluster(self.watch.latest() if self.watch else None)
+            self._show_cluster(self._reading())
             for table in (self.in_flight, self.failed_runs, self.erred_tasks):
                 table.refresh()
             self.refreshed.object = f"refreshed {utc_text(time.time())} UTC"
@@ -218,8 +247,9 @@ class Overview(pn.viewable.Viewer):
             self.refreshed.object = failure_text(err)
 
     def _show_cluster(self, reading: Reading | None) -> None:
-        registered = registered_cluster(self.db, self.scheduler)
         live = cs.live_workers(reading.identity) if reading and reading.identity else None
+        registered = registered_cluster(self.db, self.scheduler, self.history.value,
+                                        seen_live=live or ())
         _set(self.workers, cs.worker_rows(registered.workers, live, self.scheduler))
         gpus = cs.gpu_rows(registered.gpus, live)
         _set(self.gpus, gpus)
@@ -229,6 +259,7 @@ class Overview(pn.viewable.Viewer):
         cols = cs.memory_columns(registered.workers, live)
         if cols != dict(self.source.data):
             self.chart.y_range.factors = list(reversed(cols["worker"])) or [NO_WORKER]
+            self.chart.height = max(160, 60 + 28 * len(cols["worker"]))
             self.source.data = cols
         self.scheduler_status.object = scheduler_text(self.scheduler, reading)
         url = None
@@ -237,6 +268,11 @@ class Overview(pn.viewable.Viewer):
         link = dashboard_link_html(url)
         if link != self.dask_link.object:
             self.dask_link.object = link
+
+
+def wants_history() -> bool:
+    """Whether the page was opened with `?history=1` (gone workers shown too)."""
+    return session_arg("history").strip().lower() in ("1", "yes", "true", "on")
 
 
 def _table(columns, css_class: str, sort: str) -> PagedTable:

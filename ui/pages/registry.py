@@ -6,32 +6,38 @@ where each chunk of a tensor is. One tab each, built when first opened (`ui/sect
 `registry?section=placement` (or `registry?tensor=<key>`) the chunk grid.
 
 A cluster is a scheduler on record (the most recently measured one first); the links and the
-storage tiers follow the cluster chosen. The chunk grid shows one tensor, chosen among those
-the latest runs placed or named by the `tensor` query argument; it draws at most
-`registry_reads.MAX_CELLS` placements and says so when there are more.
+storage tiers follow the cluster chosen. Only live clusters and workers are offered (running,
+and kept seen by their driver's heartbeat: `registry/heartbeat.py`); the "history" box, or
+`registry?section=network&history=1`, offers the closed and gone ones too. The chunk grid
+shows one tensor, chosen among those the latest runs placed or named by the `tensor` query
+argument; it draws at most `registry_reads.MAX_CELLS` placements and says so when there are
+more.
 """
 
 from __future__ import annotations
 
+import time
+
 import panel as pn
 
+from deepx_flow.registry.heartbeat import live_since
 from deepx_flow.ui import chunk_grid, link_matrix
 from deepx_flow.ui import registry_reads as reads
 from deepx_flow.ui.data import Rows
 from deepx_flow.ui.sections import section_tabs
-from deepx_flow.ui.table import PagedTable, utc_text
+from deepx_flow.ui.table import PagedTable, size_text, utc_text
 from deepx_flow.ui.session import session_arg
 from deepx_flow.ui.text import Text
 
 OPERATORS_PAGE = 100  # the built-in operators and a few engines' fit one page
 TIER_COLUMNS = ("worker", "status", "tier", "location", "capacity", "held", "chunks", "used %")
+HISTORY_LABEL = "closed and gone clusters too (history)"
 
 
 def registry_page(db, scheduler=None):
     tensor = session_arg("tensor")
     sections = [("operators", "Operators", lambda: _operators(db)),
-                ("network", "Network and storage",
-                 lambda: _cluster(db, reads.schedulers(db))),
+                ("network", "Network and storage", lambda: _cluster(db, wants_history())),
                 ("placement", "Chunk placement", lambda: _placement(db, tensor))]
     wanted = session_arg("section") or ("placement" if tensor else "")
     return pn.Column(pn.pane.Markdown("## Registry"),
@@ -56,26 +62,33 @@ def _operators(db) -> list:
     return [Text(shown, css_classes=["deepx-operators-count"]), table]
 
 
-def _cluster(db, clusters: list) -> list:
-    """The cluster chooser, its link matrix and its storage tiers, kept in step."""
-    if not clusters:
-        return [Text("No cluster registered yet (deepx-flow registry register, "
-                            "deepx-flow registry probe).")]
-    options = {_cluster_label(c): c.address for c in clusters}
-    chooser = pn.widgets.Select(label="cluster (scheduler)", options=options,
-                                value=clusters[0].address, css_classes=["deepx-cluster"],
-                                visible=len(clusters) > 1, width=600)
-    chosen = Text(f"cluster: scheduler {clusters[0].address}")
+def _cluster(db, history: bool = False) -> list:
+    """The history box, the cluster chooser, its link matrix and its storage tiers, kept in
+    step."""
+    show_all = pn.widgets.Checkbox(label=HISTORY_LABEL, value=history,
+                                   css_classes=["deepx-cluster-history"])
+    none = Text("", css_classes=["deepx-cluster-none"])
+    chooser = pn.widgets.Select(label="cluster (scheduler)", options={},
+                                css_classes=["deepx-cluster"], width=600)
+    chosen = Text("")
     matrix = pn.pane.Bokeh(None)
     matrix_note = Text("")
     # A cluster's tiers are a few per worker: sent whole (up to MAX_TIERS), sorted and paged
     # in the browser, so their one aggregate over the placements runs once per cluster.
     tiers = PagedTable(Rows(TIER_COLUMNS, [], "worker"), page_size=50,
-                       formats={"capacity": _bytes, "held": _bytes},
+                       formats={"capacity": size_text, "held": size_text},
                        css_class="deepx-storage-tiers")
     tiers_note = Text("", css_classes=["deepx-storage-tiers-count"])
+    shown = pn.Column(chooser, chosen,
+                      pn.pane.Markdown("#### Network links"), matrix_note, matrix,
+                      pn.pane.Markdown("#### Storage tiers (bytes held: chunks in memory, "
+                                       "spilled or stored)"), tiers_note, tiers,
+                      sizing_mode="stretch_width")
 
-    def show(address: str) -> None:
+    def show(address: str | None) -> None:
+        if not address:
+            return
+        since = live_since(time.time())
         chosen.object = f"cluster: scheduler {address}"
         rows, total = reads.links(db, address)
         cols = link_matrix.cells(rows)
@@ -88,7 +101,8 @@ def _cluster(db, clusters: list) -> list:
             + (" (cells: GB/s, then latency)" if n <= link_matrix.LABELLED else
                " (hover over a cell for its numbers)")
             + ("" if total == len(rows) else f"; the first {len(rows):,} drawn"))
-        rows, total = reads.storage_tiers(db, address)
+        rows, total = reads.storage_tiers(db, address, live_since=since,
+                                          history=show_all.value)
         tiers.show(Rows(TIER_COLUMNS, [dict(zip(TIER_COLUMNS, (
             r["address"], r["status"], r["tier"], r["location"], r["capacity"], r["held"],
             r["chunks"], reads.used_percent(r["held"], r["capacity"])))) for r in rows],
@@ -96,16 +110,38 @@ def _cluster(db, clusters: list) -> list:
         tiers_note.object = (_count(total, "storage tier") if total == len(rows) else
                              f"the first {len(rows):,} of {total:,} storage tiers, by worker")
 
-    chooser.param.watch(lambda event: show(event.new), "value")
-    show(clusters[0].address)
-    return [chooser, chosen,
-            pn.pane.Markdown("#### Network links"), matrix_note, matrix,
-            pn.pane.Markdown("#### Storage tiers (bytes held: chunks in memory, spilled or "
-                             "stored)"), tiers_note, tiers]
+    def offer(_event=None) -> None:
+        """The clusters on offer (the live ones, or all with the history box ticked)."""
+        clusters = reads.schedulers(db, live_since=None if show_all.value
+                                    else live_since(time.time()))
+        if not clusters:
+            on_record = len(reads.schedulers(db))
+            none.object = ("No cluster registered yet (deepx-flow registry show --scheduler "
+                           "ADDRESS, deepx-flow registry probe)." if not on_record else
+                           f"No live cluster: {_count(on_record, 'cluster')} on record, "
+                           f"closed or gone (tick \"{HISTORY_LABEL}\").")
+        none.visible, shown.visible = not clusters, bool(clusters)
+        options = {_cluster_label(c): c.address for c in clusters}
+        keep = chooser.value if chooser.value in options.values() else None
+        offering[0] = True  # the chooser's own watcher stays quiet: shown once, below
+        try:
+            chooser.options = options
+            chooser.visible = len(clusters) > 1
+            chooser.value = keep or (clusters[0].address if clusters else None)
+        finally:
+            offering[0] = False
+        show(chooser.value)
+
+    offering = [False]
+    offer()
+    chooser.param.watch(lambda event: offering[0] or show(event.new), "value")
+    show_all.param.watch(offer, "value")
+    return [show_all, none, shown]
 
 
-def _bytes(n) -> str:
-    return f"{n:,.0f}"
+def wants_history() -> bool:
+    """Whether the page was opened with `?history=1` (closed and gone clusters offered)."""
+    return session_arg("history").strip().lower() in ("1", "yes", "true", "on")
 
 
 def _count(n: int, thing: str) -> str:
