@@ -166,17 +166,27 @@ def predicted_inline(graph: Graph, part=None) -> dict[str, frozenset]:
 
 def finished_by_reader(node, graph: Graph, part, users, outputs) -> bool:
     """Whether the pass computes a reduction's finish inside the one task reading each of its
-    result chunks (`users` is `graph.consumers()`): it is no output, and its one reader is
-    elementwise, reads it once, and has as many tasks as it has result chunks (more would
-    read a chunk each)."""
+    result chunks (`users` is `graph.consumers()`): it is no output, and its one reader reads
+    it once, and either is elementwise with as many tasks as it has result chunks (more
+    would read a chunk each), or is a reduction whose partials are its result chunks (its
+    reduced space has their grid: each partial reads one, the loss of a batch summed
+    into its mean, say)."""
     readers = users[node.id]
     if node.id in outputs or len(readers) != 1:
         return False
     reader = graph[readers[0]]
-    return (get_op(reader.op).kind == ELEMENTWISE
-            and list(reader.inputs).count(node.id) == 1
+    if list(reader.inputs).count(node.id) != 1:
+        return False
+    kind = get_op(reader.op).kind
+    if kind == REDUCE:
+        return _grid(part.spaces[reader.id]) == _grid(part.chunks[node.id])
+    return (kind == ELEMENTWISE
             and math.prod(len(c) for c in part.chunks[reader.id]) ==
             math.prod(len(c) for c in part.chunks[node.id]))
+
+
+def _grid(chunks) -> tuple:
+    return tuple(tuple(c) for c in chunks)
 
 
 def chained_matmuls(graph: Graph, part, exclude=frozenset()) -> dict[str, str]:

@@ -216,6 +216,30 @@ def test_a_small_reduction_is_finished_inside_the_task_that_reads_it(tmp_path):
         next(n.id for n in plan.fused.nodes if n.op == "sum")]) > 1
 
 
+@pytest.mark.parametrize("memory", MEMORIES[:3])
+@pytest.mark.parametrize("rows", [20, 3000])
+def test_sums_read_by_a_mean_are_finished_inside_it_as_the_plan_says(memory, rows):
+    """A loss: per-row sums divided, then their mean. Each sum's result chunk is read by
+    the one partial of the mean over that chunk, so it is finished inside it; the plan's
+    task count says so too (it counted the sums' finishes as tasks of their own: the
+    held-out loss of a training recorded 9 planned tasks and ran 7)."""
+    rng = np.random.default_rng(rows)
+    values = {"x": rng.standard_normal((rows, 5)), "w": rng.standard_normal((5, 2)),
+              "y": rng.standard_normal((rows, 2))}
+    x, w, y = (dx.input(k, v.shape, "float64") for k, v in values.items())
+    logits = x @ w
+    loss = (-(y * dx.log_softmax(logits, axis=1)).sum(axis=1)
+            / dx.exp(logits).sum(axis=1)).mean()
+    plan, low = lowered(loss, memory, values)
+    assert plan.stats().tasks == len(low.dsk)
+    (got,) = evaluate(loss, memory, values)
+    z = values["x"] @ values["w"]
+    log_softmax = z - z.max(axis=1, keepdims=True)
+    log_softmax -= np.log(np.exp(log_softmax).sum(axis=1, keepdims=True))
+    want = (-(values["y"] * log_softmax).sum(axis=1) / np.exp(z).sum(axis=1)).mean()
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
 def test_a_reader_of_many_reduced_chunks_does_not_compute_them_all_itself():
     """A reshape after global pooling: the reshape task reads many chunks of a mean over
     the image axes, as results. Inlining every mean into it made that task depend on, and
