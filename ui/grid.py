@@ -2,6 +2,11 @@
 of our own JavaScript (a Panel `JSComponent`), with an optional pager and headers that ask
 the server to sort.
 
+A pager's buttons show only when there is more than one page (its line of how many rows
+there are always does: "rows 1-3 of 3", "no rows"); a table that does not page has none.
+A cell too long for its column is cut with an ellipsis: hovering over it shows all of its
+text, and a click opens it in place (wrapped), a second click closes it.
+
 Why not Panel's Tabulator: on the benchmark's pages (`benchmarks/bench_ui.py`) it was
 between a third and a half of the browser's time: its script, and measuring every cell to
 fit the columns, again at each resize. The dashboard sends one page of rows at a time and
@@ -65,7 +70,8 @@ export function render({ model, el }) {
     const td = document.createElement("td")
     td.dataset.field = name
     const text = value === null || value === undefined ? "" : String(value)
-    if (typeof value === "number") td.classList.add("deepx-grid-number")
+    if (typeof value === "number" || model.numeric.includes(name))
+      td.classList.add("deepx-grid-number")
     const prefix = model.links[name]
     if (prefix !== undefined && text !== "") {
       const a = document.createElement("a")
@@ -87,11 +93,33 @@ export function render({ model, el }) {
       body.appendChild(row)
     }
     table.replaceChildren(header(), body)
+    // The buttons only where there is more than one page; the count of rows always.
+    const pages = model.pager && !(model.at_first && model.at_last)
+    for (const button of Object.values(buttons)) button.hidden = !pages
     pager.hidden = !model.pager
     status.textContent = model.status
     buttons.first.disabled = buttons.previous.disabled = model.at_first
     buttons.next.disabled = buttons.last.disabled = model.at_last
   }
+
+  // A cell cut short (ellipsis) shows its whole text on hover (its title) and opens in
+  // place on a click. Widths are measured only for the cell under the pointer.
+  const cut = (td) => td.scrollWidth > td.clientWidth
+  table.addEventListener("mouseover", (event) => {
+    const td = event.target.closest("td")
+    if (td && !td.title && cut(td)) {
+      td.title = td.textContent
+      td.classList.add("deepx-grid-cut")
+    }
+  })
+  table.addEventListener("click", (event) => {
+    const td = event.target.closest("td")
+    if (!td || event.target.closest("a")) return
+    if (td.classList.contains("deepx-grid-open") || cut(td)) {
+      td.classList.toggle("deepx-grid-open")
+      td.title = td.textContent
+    }
+  })
 
   // Several properties change together (rows, status, buttons): draw once for them.
   let queued = false
@@ -101,8 +129,8 @@ export function render({ model, el }) {
     queueMicrotask(() => { queued = false; draw() })
   }
   draw()
-  model.on(["columns", "rows", "links", "sortable", "sort", "descending", "pager", "status",
-            "at_first", "at_last"], later)
+  model.on(["columns", "rows", "links", "numeric", "sortable", "sort", "descending", "pager",
+            "status", "at_first", "at_last"], later)
   el.append(table, pager)
 }
 """
@@ -117,7 +145,10 @@ th.deepx-grid-sortable { cursor: pointer; }
 th.deepx-grid-sortable:hover { background: #e8e8e8; }
 tr.deepx-grid-row:nth-child(even) { background: #fafafa; }
 td.deepx-grid-number { text-align: right; font-variant-numeric: tabular-nums; }
+td.deepx-grid-cut { cursor: zoom-in; }
+td.deepx-grid-open { white-space: pre-wrap; overflow-wrap: anywhere; cursor: zoom-out; }
 .deepx-grid-pager { margin-top: 6px; display: flex; gap: 6px; align-items: center; }
+.deepx-grid-pager[hidden], .deepx-grid-pager button[hidden] { display: none; }
 .deepx-grid-pager button { font-size: 12px; padding: 2px 10px; }
 .deepx-grid-status { color: #555; font-size: 12px; margin-left: 6px; }
 """
@@ -137,13 +168,15 @@ def cell_value(value):
 
 class Grid(JSComponent):
     """A read-only table of `rows` (lists of values, in `columns` order). `links` maps a
-    column to the URL prefix its values link to; with `sortable`, a click on a header calls
+    column to the URL prefix its values link to; `numeric` names columns of text aligned as
+    numbers (sizes written with their unit); with `sortable`, a click on a header calls
     `on_sort(column)`; with `pager`, the First/Previous/Next/Last buttons call
-    `on_page(step)` and `status` is shown beside them."""
+    `on_page(step)` (shown when there is more than one page) and `status` beside them."""
 
     columns = param.List(default=[])
     rows = param.List(default=[])
     links = param.Dict(default={})
+    numeric = param.List(default=[])
     sortable = param.Boolean(default=False)
     sort = param.String(default="")
     descending = param.Boolean(default=False)

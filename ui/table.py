@@ -1,18 +1,25 @@
 """A table over a `data.Listing` that pages and sorts in the database (or over in-memory
 `data.Rows`, paged and sorted in Python): the browser gets one page at a time, and a click
-on a column header orders the whole listing, not the page. Drawn by `grid.Grid`."""
+on a column header orders the whole listing, not the page. Drawn by `grid.Grid`.
+
+Values are written here, once for every page: times as UTC dates, sizes in bytes with
+their unit (`size_text`, the project's `format_bytes`, as the CLI and `Plan.explain` write
+them), other numbers rounded."""
 
 from __future__ import annotations
 
 import datetime as dt
+import numbers
 
 import panel as pn
 
+from deepx_flow.registry.cluster import format_bytes
 from deepx_flow.ui.data import PAGE_SIZE
 from deepx_flow.ui.grid import Grid
 
 TIME_COLUMNS = ("started", "ended", "at", "created", "tick", "start", "stop", "seen",
                 "heartbeat", "finished")
+BYTE_COLUMNS = ("bytes", "nbytes", "bytes in", "bytes out", "size")
 
 
 def utc_text(t: float) -> str:
@@ -20,12 +27,23 @@ def utc_text(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def size_text(n) -> str:
+    """A number of bytes as every page writes it: "390.6 MiB", "512 B" ("-": unknown)."""
+    if n is None or isinstance(n, bool) or not isinstance(n, numbers.Real) or n != n:
+        return "-"
+    return format_bytes(n)
+
+
 def shown(value, column: str):
-    """A value as the table shows it: times as UTC dates, seconds rounded."""
+    """A value as the table shows it: times as UTC dates, sizes with their unit, seconds
+    rounded."""
     if value is None:
         return ""
     if column in TIME_COLUMNS and isinstance(value, (int, float)):
         return utc_text(value)
+    if column in BYTE_COLUMNS and isinstance(value, numbers.Real) \
+            and not isinstance(value, bool):
+        return size_text(value)
     if isinstance(value, float):
         return round(value, 3)
     return value
@@ -34,7 +52,12 @@ def shown(value, column: str):
 def text_table(columns, css_class: str) -> Grid:
     """A read-only table of `columns`, neither paged nor sorted, empty until `show` fills it
     (`Grid.show`, with rows of values in column order)."""
-    return Grid(columns=list(columns), css_classes=[css_class])
+    return Grid(columns=list(columns), numeric=_numeric(columns), css_classes=[css_class])
+
+
+def _numeric(columns) -> list[str]:
+    """The columns whose text is a number with its unit: aligned as numbers."""
+    return [c for c in columns if c in BYTE_COLUMNS]
 
 
 class PagedTable(pn.viewable.Viewer):
@@ -51,6 +74,7 @@ class PagedTable(pn.viewable.Viewer):
         self.offset = 0
         # The sort lives on the grid, which shows it in its header.
         self.table = Grid(columns=list(listing.columns), links=dict(links or {}),
+                          numeric=_numeric(listing.columns),
                           sortable=True, pager=True, sort=listing.default_sort,
                           descending=listing.descending, css_classes=[css_class],
                           on_sort=self._sorted, on_page=self._go)

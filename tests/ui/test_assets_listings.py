@@ -88,7 +88,7 @@ def catalogue_rows(materializations):
 
 def version_rows(materializations, asset):
     return [{"version": m.version, "partition": m.partition, "code_version": m.code_version,
-             "created": m.created_at, "seconds": m.seconds, "nbytes": m.nbytes,
+             "created": m.created_at, "seconds": m.seconds, "bytes": m.nbytes,
              "run": m.run_id, "checks": checks_text(m.checks_passed), "uri": m.uri,
              "id": m.id} for m in materializations if m.asset == asset]
 

@@ -19,7 +19,7 @@ from sqlmodel import col, select
 from deepx_flow.meta.models import AssetCheckResult, AssetMaterialization
 from deepx_flow.ui.data import Listing, Rows
 from deepx_flow.ui.session import session_arg
-from deepx_flow.ui.table import PagedTable, text_table, utc_text
+from deepx_flow.ui.table import PagedTable, size_text, text_table, utc_text
 from deepx_flow.ui.text import Text
 
 M, C = AssetMaterialization, AssetCheckResult
@@ -75,7 +75,7 @@ def _versions(asset: str):
 VERSIONS = Listing(
     columns={"version": col(M.version), "partition": col(M.partition),
              "code_version": col(M.code_version), "created": col(M.created_at),
-             "seconds": col(M.seconds), "nbytes": col(M.nbytes), "run": col(M.run_id),
+             "seconds": col(M.seconds), "bytes": col(M.nbytes), "run": col(M.run_id),
              "checks": _text_of(col(M.checks_passed)), "uri": col(M.uri)},
     default_sort="created", descending=True, source=_versions, tie=col(M.id))
 
@@ -164,7 +164,7 @@ def _facts(latest: AssetMaterialization, n_versions: int):
              ("created", f"{utc_text(latest.created_at)} UTC"),
              ("code version", latest.code_version or "-"), ("shape", latest.shape),
              ("dtype", latest.dtype), ("chunks", latest.chunks or "-"),
-             ("bytes", "-" if latest.nbytes is None else f"{latest.nbytes:,}"),
+             ("bytes", size_text(latest.nbytes)),
              ("storage", latest.storage), ("uri", latest.uri or "-"),
              ("run", latest.run_id or "-"), ("versions", f"{n_versions:,}")]
     table = text_table(["what", "value"], "deepx-asset-facts")
