@@ -63,3 +63,22 @@ def wait_for_text(page, text: str, timeout_s: float = 15) -> None:
 def shown_run_id(page) -> str:
     """The id a run page is showing (its heading's Str pane)."""
     return page.locator(".deepx-run-id pre").inner_text().strip()
+
+
+# The on-screen box of the Bokeh figure named `name` (null when it is not drawn: hidden,
+# or no such figure): Bokeh's view of the model, found among the document's views.
+FIGURE_BOX = """(name) => {
+  const model = Bokeh.documents[0].get_model_by_name(name);
+  const views = [];
+  const walk = (v) => { views.push(v); for (const c of v.child_views ?? []) walk(c); };
+  for (const v of Object.values(Bokeh.index)) walk(v);
+  const view = views.find((v) => v.model === model);
+  if (!view || !view.el.isConnected) return null;
+  const box = view.el.getBoundingClientRect();
+  return box.width > 0 && box.height > 0 ? {width: box.width, height: box.height} : null;
+}"""
+
+
+def figure_box(page, name: str) -> dict | None:
+    """Where the Bokeh figure named `name` is drawn ({width, height}), or None."""
+    return page.evaluate(FIGURE_BOX, name)

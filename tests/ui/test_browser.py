@@ -8,7 +8,7 @@ import pytest
 
 from deepx_flow.meta.queries import list_runs, measured_ratio, run_tasks, task_summary
 from deepx_flow.ui.timeline import LABELS
-from tests.ui.browser import IDLE, PAGE_TEXT, page_text, shown_run_id, visit
+from tests.ui.browser import IDLE, PAGE_TEXT, figure_box, page_text, shown_run_id, visit
 from tests.ui.paging import sql_order
 
 pytestmark = pytest.mark.slow
@@ -210,4 +210,6 @@ def test_a_plain_run_page_has_no_training_section(seeded, dashboard, browser):
     page, problems = visit(browser, dashboard, f"run?id={run.id}", "run-no-training")
     assert page.locator(".deepx-run-facts").is_visible()
     assert not page.locator(".deepx-run-training").is_visible()
+    assert figure_box(page, "loss-curve") is None  # no empty loss chart either
+    assert figure_box(page, "timeline") is not None
     assert problems == []

@@ -1,11 +1,19 @@
 """One run's page (`run?id=...`): what it was, its tasks on a timeline per worker (retries
-and drifts in their own colours), its events and errors, its plan, and the work per
-operator; for a graph of training steps, the training's loss curve. The page of a running
-run is read again every few seconds until the run ends."""
+and drifts in their own colours), its events and errors, its outputs (for a
+materialization: the assets and checks they stored), its plan, and the work per operator;
+for a graph of training steps, the training's loss curve. The page of a running run is read
+again every few seconds until the run ends.
+
+"Tasks planned" is the plan's own total, as its recorded text (`Plan.explain`) gives it,
+so the facts and the plan below them agree; "tasks submitted" is what the run gave Dask
+(`runs.n_tasks`), which also holds a materialization's writes to storage and a training
+graph's several steps, and counts an input's tasks as it was given (a file is read inside
+the tasks that use it, with no tasks of its own): the facts say which."""
 
 from __future__ import annotations
 
 import math
+import re
 from urllib.parse import quote
 
 import panel as pn
@@ -13,8 +21,10 @@ import panel as pn
 from deepx_flow.errors import InputError
 from deepx_flow.meta.queries import find_run, measured_ratio, task_summary, timeline_rows
 from deepx_flow.ui import loss_curve, timeline
-from deepx_flow.ui.data import EVENTS
+from deepx_flow.ui.data import EVENTS, Rows
 from deepx_flow.ui.live import refresh_while_open, shown_failures
+from deepx_flow.ui.run_outputs import COLUMNS as OUTPUT_COLUMNS
+from deepx_flow.ui.run_outputs import output_rows, recorded_outputs, stored_by
 from deepx_flow.ui.session import session_arg
 from deepx_flow.ui.table import PagedTable, shown, text_table, utc_text
 from deepx_flow.ui.text import Text
@@ -22,6 +32,7 @@ from deepx_flow.ui.text import Text
 MAX_BARS = 10_000  # a timeline of more tasks shows the first ones (by start) and says so
 PERIOD_MS = 3000  # how often the page of a running run is read again
 OPERATOR_COLUMNS = ["operator", "tasks", "failed", "compute s", "fetch s", "bytes out"]
+_TOTALS = re.compile(r"^Totals: ([0-9,]+) tasks", re.MULTILINE)
 
 
 def _when(t: float | None) -> str:
@@ -34,14 +45,40 @@ def _ratio(value: float | None) -> str:
     return "inf (no data moved between workers)" if math.isinf(value) else f"{value:.1f}"
 
 
+def planned_tasks(explain: str | None) -> int | None:
+    """The plan's total of tasks, from its recorded text (the "Totals:" line of
+    `Plan.explain`); None when the run recorded no plan."""
+    found = _TOTALS.search(explain or "")
+    return int(found.group(1).replace(",", "")) if found else None
+
+
+def submitted_text(run, planned: int | None) -> str:
+    """The tasks the run gave Dask, and, where the plan's total differs, why."""
+    n = f"{run.n_tasks:,}"
+    if planned is None or planned == run.n_tasks:
+        return n
+    if run.kind == "train":
+        return (f"{n} (one graph of several training steps, each shard's grouped into one "
+                f"task; the plan is one step's)")
+    if run.kind == "materialize" and run.n_tasks > planned:
+        writes = run.n_tasks - planned
+        return f"{n} (the plan's {planned:,} and {writes:,} write{'s' * (writes != 1)} to storage)"
+    return (f"{n} (the plan is made before inputs are given, with a task per chunk of "
+            f"each; how an input is given decides its tasks: a file is read inside the tasks "
+            f"that use it)")
+
+
 def facts(run, attempts: int, measured: float | None) -> list[tuple[str, str]]:
     """The run's facts table: (what, value) pairs, as text. `measured` is the ratio of its
     tasks' compute seconds to their seconds fetching inputs (None: not recorded)."""
     seconds = "-" if run.ended_at is None else f"{run.ended_at - run.started_at:.3f} s"
     planned = _ratio(math.inf if run.compute_comm_ratio is None else run.compute_comm_ratio)
+    tasks = planned_tasks(run.explain)
     rows = [("status", run.status), ("kind", run.kind), ("started", _when(run.started_at)),
-            ("duration", seconds), ("workers", run.n_workers), ("tasks planned", run.n_tasks),
-            ("task attempts recorded", attempts), ("cluster", run.cluster),
+            ("duration", seconds), ("workers", run.n_workers),
+            ("tasks planned", "-" if tasks is None else f"{tasks:,}"),
+            ("tasks submitted", submitted_text(run, tasks)),
+            ("task attempts recorded", f"{attempts:,}"), ("cluster", run.cluster),
             ("host / pid / user", f"{run.host} / {run.pid} / {run.username}"),
             ("compute/communication: planned", planned),
             ("compute/communication: measured", _ratio(measured))]
@@ -69,11 +106,18 @@ class RunView(pn.viewable.Viewer):
         self.events = PagedTable(EVENTS, db, page_size=20, css_class="deepx-run-events",
                                  run_id=run.id)  # a run can have thousands: paged in SQL
         self.per_operator = text_table(OPERATOR_COLUMNS, "deepx-run-operators")
+        self.outputs_title = pn.pane.Markdown("### Outputs")
+        self.outputs = PagedTable(Rows(OUTPUT_COLUMNS, [], "output"), page_size=20,
+                                  links={"asset": "assets?asset="},
+                                  css_class="deepx-run-outputs")
         self.plan = Text("", css_classes=["deepx-run-plan"])
         self.plan_title = pn.pane.Markdown("### Plan")
         self.training_title = pn.pane.Markdown("### Training", visible=False)
         self.training = Text("", css_classes=["deepx-run-training"], visible=False)
         self.loss = loss_curve.figure(*loss_curve.curves({}))
+        # The pane is the figure itself in the browser: hiding the pane alone left an empty
+        # chart on the page of every run that is no training's.
+        self.loss.visible = False
         self.loss_pane = pn.pane.Bokeh(self.loss, sizing_mode="stretch_width", visible=False)
         # Database text goes into Str panes and tables (shown as text), never into Markdown.
         self.layout = pn.Column(
@@ -84,7 +128,8 @@ class RunView(pn.viewable.Viewer):
             pn.pane.Markdown("### Timeline"),
             pn.pane.Bokeh(self.chart, sizing_mode="stretch_width"), self.events_title,
             self.events, pn.pane.Markdown("### Work per operator"), self.per_operator,
-            self.plan_title, self.plan, sizing_mode="stretch_width")
+            self.outputs_title, self.outputs, self.plan_title, self.plan,
+            sizing_mode="stretch_width")
         self.refresh(run)
 
     def __panel__(self):
@@ -107,10 +152,19 @@ class RunView(pn.viewable.Viewer):
         self.events_title.object = f"### Events ({self.events.total:,})"
         self.per_operator.show([[shown(v, c) for v, c in zip(r, OPERATOR_COLUMNS)]
                                 for r in per_operator])
+        self._show_outputs(run)
         self.plan.object = run.explain or ""
         self.plan.visible = self.plan_title.visible = bool(run.explain)
         self._show_training(run)
         return run.status
+
+    def _show_outputs(self, run) -> None:
+        """Its outputs by name; a materialization's, with the assets and checks they
+        stored (the names its plan uses: t0, t0_check0_0, ...)."""
+        outputs = recorded_outputs(run)
+        stored = stored_by(self.db, run.id) if run.kind == "materialize" else []
+        self.outputs.show(Rows(OUTPUT_COLUMNS, output_rows(outputs, stored), "output"))
+        self.outputs.visible = self.outputs_title.visible = bool(outputs)
 
     def _show_training(self, run) -> None:
         """The training this run is one graph of: its progress and loss curve."""
@@ -118,6 +172,7 @@ class RunView(pn.viewable.Viewer):
         training = records.training_of_run(self.db, run.id)
         shown_ = training is not None
         self.training_title.visible = self.training.visible = self.loss_pane.visible = shown_
+        self.loss.visible = shown_
         if not shown_:
             return
         self.training.object = (f"training {training.id}: {training.status}, "
