@@ -1,6 +1,6 @@
 """A compiled graph as a picture: one box per node of the graph as written, each with its
-operator, shape and chunk grid; the nodes one fused kernel computes share a colour and an
-enclosing frame named like the kernel's tasks.
+node id (as the plan's tables name it), operator, shape and chunk grid; the nodes one fused
+kernel computes share a colour and an enclosing frame named like the kernel's tasks.
 
 The boxes are the graph's nodes (what `graphs.n_nodes` counts), not the fused graph's: a
 fused group is then visible as the operators it holds. A node of the fused graph has a chunk
@@ -19,12 +19,13 @@ from deepx_flow.ui.layout import edge_lines, layout
 
 MAX_NODES = 2_000  # larger graphs draw their first nodes (closed under inputs) and say so
 LAYER_STEP, SLOT_STEP = 3.0, 2.0  # data units between layers (x) and slots (y)
-BOX_W, BOX_H = 2.3, 1.15
+BOX_W, BOX_H = 2.3, 1.5
 PAD = 0.3  # space between a fused group's frame and its boxes (its name goes there)
 GROUP_COLORS = ("#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
                 "#f7b6d2", "#dbdb8d", "#9edae5", "#c7c7c7")
 PLAIN_COLOR = "#f2f2f2"
 NAME_LIMIT = 70  # characters of a group's name drawn on the picture (hover has it all)
+ID_LIMIT = 26  # characters of a node id drawn in its box (a box's width; hover has it all)
 
 
 def fused_members(graph, fused) -> dict[str, str]:
@@ -117,7 +118,7 @@ def picture(plan, label=lambda node: node.op, limit: int = MAX_NODES) -> Picture
         nodes["x"].append(x)
         nodes["y"].append(y)
         nodes["color"].append(color.get(kernel, PLAIN_COLOR))
-        nodes["text"].append(f"{n.op}\n{shape_text(n.shape)}\n{grid}")
+        nodes["text"].append(f"{id_text(n.id)}\n{n.op}\n{shape_text(n.shape)}\n{grid}")
 
     at = {node_id: (x, y) for node_id, x, y in zip(nodes["id"], nodes["x"], nodes["y"])}
     lines = edge_lines(edges, at, BOX_W)
@@ -202,6 +203,15 @@ def _frames(kernel, cells: list, taken: dict) -> list[tuple]:
                 start = after
         out.append((start, run_layers[-1], slot, slot))
     return out
+
+
+def id_text(node_id: str, limit: int = ID_LIMIT) -> str:
+    """A node id as its box shows it: whole when it fits, else its start and its end (the
+    content hash that tells nodes of one operator apart) around an ellipsis."""
+    if len(node_id) <= limit:
+        return node_id
+    tail = (limit - 1) // 2
+    return node_id[:limit - 1 - tail] + "\u2026" + node_id[-tail:]
 
 
 def _short(text: str, limit: int = NAME_LIMIT) -> str:

@@ -15,7 +15,8 @@ in one of four states:
 - "fresh": otherwise.
 
 `asset_states` and `picture` are pure; `figure` draws with Bokeh, its node source named
-`lineage-nodes`.
+`lineage-nodes`, its edges an arrow from each upstream asset to each reader (`lineage-edges`,
+drawn by the `lineage-arrows` annotation).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from deepx_flow.ui.layout import edge_lines, layout
 FRESH, STALE, FAILED, NEVER = "fresh", "stale", "failed checks", "never materialized"
 STATE_COLORS = {FRESH: "#8fd18f", STALE: "#ffb347", FAILED: "#ef6b6b", NEVER: "#d0d0d0"}
 LAYER_STEP, SLOT_STEP, BOX_W, BOX_H = 3.0, 1.6, 2.4, 1.15
+ARROW_PX = 9  # an arrowhead's size, in pixels
 MAX_VISIBLE_LAYERS, MAX_VISIBLE_SLOTS = 7, 10
 MAX_ASSETS = 2_000  # boxes drawn; more are left out, and the picture says so
 
@@ -147,14 +149,22 @@ def picture(states: dict[str, AssetState], when=lambda t: str(t),
     return nodes, lines, "; ".join(notes)
 
 
+def arrows(edges: dict) -> dict:
+    """`edge_lines`' columns as arrows: where each starts (the upstream box's right side)
+    and ends (the reader's left side), with its source and target."""
+    return {"x_start": [xs[0] for xs in edges["xs"]], "y_start": [ys[0] for ys in edges["ys"]],
+            "x_end": [xs[-1] for xs in edges["xs"]], "y_end": [ys[-1] for ys in edges["ys"]],
+            "source": list(edges["source"]), "target": list(edges["target"])}
+
+
 def figure(nodes: dict, edges: dict, title: str = "asset lineage"):
-    """The Bokeh figure: an edge from each upstream asset to its readers, boxes coloured by
+    """The Bokeh figure: an arrow from each upstream asset to its readers, boxes coloured by
     state; hover shows the state, version or partitions, time and reasons."""
-    from bokeh.models import ColumnDataSource, HoverTool, Range1d
+    from bokeh.models import Arrow, ColumnDataSource, HoverTool, Range1d, VeeHead
     from bokeh.plotting import figure as bokeh_figure
 
     source = ColumnDataSource(nodes, name="lineage-nodes")
-    lines = ColumnDataSource(edges, name="lineage-edges")
+    lines = ColumnDataSource(arrows(edges), name="lineage-edges")
     xs, ys = nodes["x"] or [0.0], nodes["y"] or [0.0]
     # Open on the first layers and rows (as wide as MAX_VISIBLE_LAYERS layers even when
     # there are fewer, so boxes keep one size); pan and zoom reach the rest.
@@ -166,7 +176,10 @@ def figure(nodes: dict, edges: dict, title: str = "asset lineage"):
                        x_axis_location=None, y_axis_location=None, min_border_left=12,
                        x_range=Range1d(min(xs) - BOX_W, right + BOX_W),
                        y_range=Range1d(bottom - BOX_H, max(ys) + BOX_H))
-    fig.multi_line(xs="xs", ys="ys", source=lines, line_color="#777777", line_width=1.5)
+    fig.add_layout(Arrow(x_start="x_start", y_start="y_start", x_end="x_end", y_end="y_end",
+                         source=lines, line_color="#777777", line_width=1.5,
+                         end=VeeHead(size=ARROW_PX, line_color="#555555", line_width=1.5),
+                         name="lineage-arrows"))
     boxes = fig.rect(x="x", y="y", width=BOX_W, height=BOX_H, source=source,
                      fill_color="color", line_color="#555555", name="lineage-boxes")
     fig.text(x="x", y="y", text="text", source=source, text_font_size="11px",

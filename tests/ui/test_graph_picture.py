@@ -18,8 +18,8 @@ from deepx_flow.ir.program import describe
 from deepx_flow.registry.cluster import ClusterSpec, WorkerSpec
 from deepx_flow.ir.program import operator_label
 from deepx_flow.sdk.build import build_graph
-from deepx_flow.ui.graph_picture import (BOX_H, BOX_W, fused_members, grid_text, picture,
-                                         shape_text)
+from deepx_flow.ui.graph_picture import (BOX_H, BOX_W, ID_LIMIT, fused_members, grid_text,
+                                         id_text, picture, shape_text)
 
 UNARY = (dx.tanh, dx.exp, dx.relu, dx.abs)
 
@@ -192,8 +192,19 @@ def test_the_seed_runs_graph_fuses_tanh_mul_and_the_constant_into_the_sum():
     # The constant is drawn next to mul, under tanh: one frame holds the four.
     assert len(pic.frames["name"]) == 1
     by_op = dict(zip(pic.nodes["op"], pic.nodes["text"]))
-    assert by_op["random_normal"] == "random_normal\n400x64\n1x1 chunk"
-    assert by_op["sum"] == "sum\n64\n1 chunk"
+    ids = dict(zip(pic.nodes["op"], pic.nodes["id"]))
+    # Each box: its node id (as the plan's tables name it), operator, shape, chunk grid.
+    assert by_op["random_normal"] == f"{ids['random_normal']}\nrandom_normal\n400x64\n1x1 chunk"
+    assert by_op["sum"] == f"{ids['sum']}\nsum\n64\n1 chunk"
+    assert all(i in plan.explain() for i in (ids["random_normal"], ids["sum"]))
+
+
+def test_a_long_node_id_keeps_its_start_and_its_hash():
+    assert id_text("sum-ad3479f9fda1") == "sum-ad3479f9fda1"
+    long = "batch_normalization-0123456789ab"
+    shown = id_text(long)
+    assert len(shown) == ID_LIMIT and shown.endswith("456789ab") and shown.startswith("batch_")
+    assert "\u2026" in shown
 
 
 def test_a_capped_picture_draws_the_first_nodes_and_says_how_many():

@@ -16,8 +16,9 @@ from deepx_flow.assets import catalog
 from deepx_flow.meta import open_db
 from deepx_flow.meta.models import AssetCheckResult, AssetMaterialization
 from deepx_flow.ui.asset_versions import newest_versions
-from deepx_flow.ui.lineage import (FAILED, FRESH, NEVER, STALE, STATE_COLORS, Version,
-                                   asset_states, key_asset, picture, target_key)
+from deepx_flow.ui.lineage import (BOX_W, FAILED, FRESH, NEVER, STALE, STATE_COLORS, Version,
+                                   arrows, asset_states, figure, key_asset, picture,
+                                   target_key)
 
 PARTS = ("p0", "p1", "p2")
 
@@ -142,6 +143,25 @@ def test_the_picture_lays_out_every_asset_with_its_colour():
     assert nodes["color"] == [STATE_COLORS[FRESH], STATE_COLORS[STALE]]
     assert nodes["x"][0] < nodes["x"][1]
     assert list(zip(edges["source"], edges["target"])) == [("a", "b")]
+
+
+def test_edges_are_arrows_from_the_upstream_box_to_its_readers():
+    a = Version("a", None, "a1", {}, 1.0)
+    b = Version("b", None, "b1", {"a": "a1"}, 2.0)
+    c = Version("c", None, "c1", {"a": "a1", "b": "b1"}, 3.0)
+    nodes, edges, _ = picture(asset_states([a, b, c], [a, b, c]))
+    at = dict(zip(nodes["asset"], zip(nodes["x"], nodes["y"])))
+    drawn = arrows(edges)
+    assert list(zip(drawn["source"], drawn["target"])) == [("a", "b"), ("a", "c"), ("b", "c")]
+    for i, (up, reader) in enumerate(zip(drawn["source"], drawn["target"])):
+        # From the right side of the upstream's box to the left side of the reader's.
+        assert (drawn["x_start"][i], drawn["y_start"][i]) == (at[up][0] + BOX_W / 2, at[up][1])
+        assert (drawn["x_end"][i], drawn["y_end"][i]) == (at[reader][0] - BOX_W / 2,
+                                                          at[reader][1])
+    fig = figure(nodes, edges)
+    [arrow] = fig.select({"name": "lineage-arrows"})
+    assert arrow.end is not None and arrow.start is None  # the head is at the reader
+    assert arrow.source.name == "lineage-edges" and arrow.source.data == drawn
 
 
 def test_a_cycle_in_the_rows_is_drawn_without_layers():

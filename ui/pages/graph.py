@@ -22,9 +22,10 @@ from deepx_flow.ui.text import Text
 from deepx_flow.ui.table import utc_text
 
 PLAN_LINES = 200  # of a run's recorded plan text (a big graph's runs to thousands)
-LEGEND = ("Boxes: operators of the graph as written (operator, shape, chunk grid; \"fused\" "
-          "when another node's kernel computes it). A coloured frame holds the operators "
-          "one fused kernel computes, named as its tasks are.")
+LEGEND = ("Boxes: operators of the graph as written (node id, as the plan names it; "
+          "operator, shape, chunk grid; \"fused\" when another node's kernel computes it). "
+          "A coloured frame holds the operators one fused kernel computes, named as its "
+          "tasks are.")
 LINEAGE_LEGEND = ("Green: fresh. Orange: stale (an upstream has a newer version than the "
                   "one read, or a blocking check failed). Red: the newest version failed a "
                   "check. Grey: read by others but never materialized.")
