@@ -8,6 +8,13 @@ the server refuses to start, naming the address.
 
 Every script and style sheet is served by the dashboard itself (Panel's "server"
 resources), so it works on machines with no way out to a CDN.
+
+Every response carries a Content-Security-Policy (`CSP`) and `X-Frame-Options: DENY`: a
+page may load scripts, styles, images and fonts from the dashboard only, talk to the
+dashboard only (its websocket included), and be framed by no site (no clickjacking). Bokeh
+and Panel need what the policy still allows: inline scripts and styles (the page's
+bootstrap, Panel's stylesheets), `eval` (Bokeh compiles CustomJS, such as the timeline's
+hover, with `new Function`), and modules from `blob:` URLs (Panel loads our tables' code so).
 """
 
 from __future__ import annotations
@@ -21,6 +28,38 @@ from deepx_flow.errors import InputError
 
 DEFAULT_ADDRESS = "127.0.0.1"
 DEFAULT_PORT = 5006
+CSP = "; ".join([
+    "default-src 'self'",
+    "script-src 'self' 'unsafe-inline' 'unsafe-eval' blob:",
+    "style-src 'self' 'unsafe-inline'",
+    "img-src 'self' data: blob:",
+    "font-src 'self' data:",
+    # 'self' takes in ws:// and wss:// to this host (CSP level 3); Panel's module loader
+    # (es-module-shims) fetches the modules it made from blob: URLs.
+    "connect-src 'self' blob:",
+    "worker-src 'self' blob:",
+    "object-src 'none'",
+    "base-uri 'self'",
+    "form-action 'self'",  # the login form posts here
+    "frame-ancestors 'none'",
+])
+HEADERS = {"Content-Security-Policy": CSP, "X-Frame-Options": "DENY",
+           "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin"}
+
+
+def security_headers():
+    """A Tornado output transform (the class) that gives every response `HEADERS`, unless
+    the handler set its own."""
+    from tornado.web import OutputTransform
+
+    class SecurityHeaders(OutputTransform):
+        def transform_first_chunk(self, status_code, headers, chunk, finishing):
+            for name, value in HEADERS.items():
+                if name not in headers:
+                    headers[name] = value
+            return status_code, headers, chunk
+
+    return SecurityHeaders
 
 
 def is_loopback(address: str) -> bool:
@@ -101,6 +140,7 @@ def serve(db: str | None = None, address: str = DEFAULT_ADDRESS, port: int = DEF
         if oauth_provider:
             auth["oauth_provider"] = oauth_provider
     origin = [] if is_loopback(address) else websocket_origins(address, port, allow_origins)
+    transforms = [security_headers(), *panel_options.pop("transforms", ())]
     return pn.serve(pages(database.url, scheduler), address=address, port=port, show=False,
                     threaded=threaded, title="deepx_flow", websocket_origin=origin or None,
-                    **auth, **panel_options)
+                    transforms=transforms, **auth, **panel_options)

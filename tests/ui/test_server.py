@@ -13,7 +13,7 @@ import pytest
 
 from deepx_flow.cli.main import main
 from deepx_flow.errors import InputError
-from deepx_flow.ui.server import check_bind, is_loopback, serve
+from deepx_flow.ui.server import CSP, HEADERS, check_bind, is_loopback, serve
 from tests.helpers import free_port
 
 
@@ -94,8 +94,25 @@ def test_with_basic_auth_a_visitor_must_log_in(tmp_path):
         assert "user=" in cookies
         status, _, body = request(port, "GET", "/runs", headers={"Cookie": cookies})
         assert status == 200 and b"bokeh" in body.lower()
+        # The login page, its redirect and the page behind it: every response carries the
+        # Content-Security-Policy and refuses framing.
+        for method, path, cookie in (("GET", "/runs", ""), ("GET", "/login", ""),
+                                     ("GET", "/runs", cookies)):
+            _, headers, _ = request(port, method, path, headers={"Cookie": cookie})
+            assert {name: headers[name] for name in HEADERS} == HEADERS, path
     finally:
         server.stop()
+
+
+def test_the_policy_allows_only_this_server_and_no_framing():
+    policy = dict(part.split(" ", 1) for part in CSP.split("; "))
+    assert policy["default-src"] == "'self'" and policy["frame-ancestors"] == "'none'"
+    assert policy["object-src"] == "'none'" and policy["form-action"] == "'self'"
+    assert HEADERS["X-Frame-Options"] == "DENY"
+    # Nothing but this server, inline code (Bokeh's), eval (its CustomJS) and the blob:
+    # modules Panel makes; no other host, scheme or wildcard.
+    allowed = {"'self'", "'none'", "'unsafe-inline'", "'unsafe-eval'", "blob:", "data:"}
+    assert {s for sources in policy.values() for s in sources.split()} <= allowed
 
 
 def test_websocket_origins_never_allow_any_host():
