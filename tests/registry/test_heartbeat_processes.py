@@ -26,7 +26,7 @@ from deepx_flow.meta.models import Worker
 
 pytestmark = pytest.mark.slow
 
-TIMEOUT_S = 10.0  # the drivers' and the readers' heartbeat timeout: 20 beats of 0.5 s
+TIMEOUT_S = 15.0  # the drivers' and the readers' heartbeat timeout: 30 beats of 0.5 s
 
 DRIVER = """
     import os, signal, sqlite3, sys, time
@@ -62,7 +62,7 @@ DRIVER = """
 
 @pytest.fixture
 def env(tmp_path, monkeypatch):
-    """The drivers' environment (a fresh database, beats of 0.5 s, a 10 s timeout), set
+    """The drivers' environment (a fresh database, beats of 0.5 s, a 15 s timeout), set
     here too for the `registry show` this process runs."""
     db_path = tmp_path / "deepx.db"
     (tmp_path / "driver.py").write_text(textwrap.dedent(DRIVER))
