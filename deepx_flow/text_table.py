@@ -1,8 +1,10 @@
-"""Plain-text tables for the CLI and for notebook reprs."""
+"""Tables for the CLI (plain text) and for notebook reprs (plain HTML: every value escaped,
+no scripts or style sheets, so it reads the same in Jupyter, VS Code and a saved notebook)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import html
 
 
 def text_table(headers, rows, title: str | None = None) -> str:
@@ -15,6 +17,28 @@ def text_table(headers, rows, title: str | None = None) -> str:
     if title:
         lines.insert(0, title)
     return "\n".join(lines)
+
+
+def html_table(headers, rows, title: str | None = None, css_class: str = "") -> str:
+    """An HTML table with a header row; `title` (plain text) above it."""
+    esc = html.escape
+    head = "".join(f"<th style=\"text-align:left\">{esc(str(h))}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td style=\"text-align:left\">"
+                                    f"{esc('' if c is None else str(c))}</td>" for c in row)
+                   + "</tr>" for row in rows)
+    caption = f"<strong>{esc(title)}</strong>" if title else ""
+    return (f"<div class=\"{esc(css_class)}\">{caption}<table><tr>{head}</tr>{body}</table>"
+            "</div>")
+
+
+def html_facts(title: str, facts, css_class: str = "") -> str:
+    """An HTML table of (name, value) rows under a bold `title` (plain text)."""
+    esc = html.escape
+    body = "".join(f"<tr><th style=\"text-align:left\">{esc(str(k))}</th>"
+                   f"<td style=\"text-align:left\"><code>{esc(str(v))}</code></td></tr>"
+                   for k, v in facts)
+    return (f"<div class=\"{esc(css_class)}\"><strong>{esc(title)}</strong><table>{body}"
+            "</table></div>")
 
 
 def local_time(t: float | None, missing: str = "-") -> str:

@@ -5,6 +5,7 @@ workers while a block runs."""
 from __future__ import annotations
 
 import contextlib
+from html.parser import HTMLParser
 import socket
 import threading
 import time
@@ -18,6 +19,30 @@ def cluster_with_memory(memory: int, workers: int = 2, threads: int = 1) -> Clus
     """A CPU cluster description whose per-task budget is memory * fraction / threads."""
     return ClusterSpec(f"test-{memory}", tuple(
         WorkerSpec(f"w{i}", "localhost", threads, memory) for i in range(workers)))
+
+
+class Cells(HTMLParser):
+    """The text of every table cell and the tags seen, from a repr's HTML."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.cells, self.tags, self._cell = [], [], None
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        if tag in ("td", "th"):
+            self._cell = ""
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self.cells.append(self._cell)
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
 
 
 def without_run_headers(stderr: str) -> list[str]:

@@ -37,6 +37,14 @@ class AssetDef:
     takes_partition: bool = False  # the body has a `partition` parameter
     recovery: object = None  # dx.Recovery or a mapping of task settings for its tasks
 
+    def __repr__(self) -> str:
+        from deepx_flow.assets.display import asset_repr
+        return asset_repr(self)
+
+    def _repr_html_(self) -> str:
+        from deepx_flow.assets.display import asset_html
+        return asset_html(self)
+
 
 def asset(fn: Callable | None = None, *, name: str | None = None, deps=(),
           code_version: str | None = None, description: str | None = None,
@@ -128,6 +136,14 @@ class Definitions:
 
     def __getitem__(self, name: str) -> AssetDef:
         return self.assets[name]
+
+    def __repr__(self) -> str:
+        from deepx_flow.assets.display import definitions_repr
+        return definitions_repr(self)
+
+    def _repr_html_(self) -> str:
+        from deepx_flow.assets.display import definitions_html
+        return definitions_html(self)
 
 
 def reads_partition_by_partition(a: AssetDef, dep: AssetDef) -> bool:

@@ -10,7 +10,6 @@ hundreds. What was not materialized is said per asset, with why.
 
 from __future__ import annotations
 
-import html
 import json
 from collections import defaultdict
 
@@ -109,15 +108,14 @@ def materialized_text(done) -> str:
 
 
 def materialized_html(done) -> str:
+    from deepx_flow.text_table import html_table
     if not done.versions and not done.skipped:
         return "<p>nothing to materialize</p>"
-    esc = html.escape
-    rows = "".join(f"<tr><td>{esc(what)}</td><td>{esc(stored)}</td><td>{esc(checks)}</td></tr>"
-                   for what, stored, checks in lines(done))
-    runs = ", ".join(esc(r) for r in done.run_ids) or "not recorded"
-    return (f"<div class='deepx-materialized'><b>materialized</b> in {done.seconds:.2f} s; "
-            f"run{'s' if len(done.run_ids) > 1 else ''}: {runs}"
-            f"<table><tr><th>asset</th><th>stored</th><th>checks</th></tr>{rows}</table></div>")
+    runs = ", ".join(done.run_ids) or "not recorded"
+    return html_table(("asset", "stored", "checks"), lines(done),
+                      f"materialized in {done.seconds:.2f} s; "
+                      f"run{'s' if len(done.run_ids) > 1 else ''}: {runs}",
+                      css_class="deepx-materialized")
 
 
 __all__ = ["materialized_text", "materialized_html", "split_target", "SHOWN_PARTITIONS"]

@@ -42,14 +42,21 @@ class StatusTable:
                 return row
         raise KeyError(f"no asset named {asset!r} in this status table")
 
-    def __str__(self) -> str:
-        return text_table(("asset", "state", "version", "materialized", "why"), [
+    def _table(self) -> tuple[tuple, list]:
+        return (("asset", "state", "version", "materialized", "why"), [
             (r.asset, "stale" if r.stale else "fresh",
              f"{r.partitions[0]}/{r.partitions[1]} partitions" if r.partitions else
              (r.version or "-")[:12],
              local_time(r.materialized_at), "; ".join(r.reasons)) for r in self.rows])
 
+    def __str__(self) -> str:
+        return text_table(*self._table())
+
     __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        from deepx_flow.text_table import html_table
+        return html_table(*self._table(), "asset status")
 
 
 class _Latest:

@@ -8,6 +8,7 @@ tables. Lowering to a Dask graph happens when a run binds the inputs (`Plan.lowe
 
 from __future__ import annotations
 
+import html
 import math
 from dataclasses import dataclass
 
@@ -191,35 +192,54 @@ class Plan:
 
     def explain(self) -> str:
         """Tables of tensors (shape, chunk shape, chunks), task kinds and totals."""
+        title, tensors, tasks, totals = self._explained()
+        tensors = [row[:-1] for row in tensors]  # the grid is for the notebook's table
+        return "\n".join([title, ""] + _table(tensors) + [""] + _table(tasks) + [""] + totals)
+
+    def __repr__(self) -> str:
+        stats = self.stats()
+        return (f"<Plan for cluster '{self.cluster.name}': {len(self.fused.nodes)} tensors, "
+                f"{stats.tasks:,} tasks, {stats.flops / 1e9:.3f} GFLOP, task budget "
+                f"{format_bytes(self.partition.budget)}; plan.explain() prints its tables>")
+
+    def _repr_html_(self) -> str:
+        from deepx_flow.text_table import html_table
+        title, tensors, tasks, totals = self._explained()
+        return (f"<div class=\"deepx-plan\">{html_table(tensors[0], tensors[1:], title)}"
+                f"{html_table(tasks[0], tasks[1:])}<p>{'<br>'.join(map(html.escape, totals))}</p>"
+                "</div>")
+
+    def _explained(self) -> tuple[str, list, list, list[str]]:
+        """The title, the tensors' rows (with each one's chunk grid last), the tasks' rows
+        (each with its header row first) and the totals' lines of `explain`."""
         stats = self.stats()
         cluster = self.cluster
-        lines = [f"Plan for cluster '{cluster.name}': {len(cluster.workers)} worker(s), "
+        title = (f"Plan for cluster '{cluster.name}': {len(cluster.workers)} worker(s), "
                  f"{cluster.total_threads} thread(s), task budget "
-                 f"{format_bytes(self.partition.budget)}", ""]
-        rows = [("tensor", "op", "shape", "dtype", "chunk shape", "chunks")]
+                 f"{format_bytes(self.partition.budget)}")
+        tensors = [("tensor", "op", "shape", "dtype", "chunk shape", "chunks", "grid")]
         names = {node_id: name for name, node_id in self.graph.outputs}
         for node in self.fused.nodes:
             chunks = self.partition.chunks[node.id]
             label = node.id + (f" -> {names[node.id]}" if names.get(node.id, node.id) != node.id
                                else "")
-            rows.append((label, node.op, _shape(node.shape), node.dtype,
-                         _shape(tuple(max(c) for c in chunks)),
-                         str(math.prod(len(c) for c in chunks))))
-        lines += _table(rows) + [""]
-        rows = [("node", "task kind", "tasks", "peak working set", "GFLOP", "bytes in",
-                 "bytes out")]
+            tensors.append((label, node.op, _shape(node.shape), node.dtype,
+                            _shape(tuple(max(c) for c in chunks)),
+                            str(math.prod(len(c) for c in chunks)),
+                            " x ".join(str(len(c)) for c in chunks) or "1"))
+        tasks = [("node", "task kind", "tasks", "peak working set", "GFLOP", "bytes in",
+                  "bytes out")]
         for r in stats.nodes:
-            rows.append((r.node, r.op, str(r.tasks), format_bytes(r.peak_working_set),
-                         f"{r.flops / 1e9:.3f}", format_bytes(r.bytes_in),
-                         format_bytes(r.bytes_out)))
-        lines += _table(rows) + [""]
+            tasks.append((r.node, r.op, str(r.tasks), format_bytes(r.peak_working_set),
+                          f"{r.flops / 1e9:.3f}", format_bytes(r.bytes_in),
+                          format_bytes(r.bytes_out)))
         ratio = stats.compute_comm_ratio
-        lines.append(f"Totals: {stats.tasks} tasks, {stats.flops / 1e9:.3f} GFLOP, "
-                     f"{format_bytes(stats.comm_bytes)} between workers (estimated)")
-        lines.append(f"Estimated compute {stats.compute_seconds:.4f} s, communication "
-                     f"{stats.comm_seconds:.4f} s, compute/communication ratio "
-                     f"{'inf' if ratio == math.inf else f'{ratio:.1f}'}")
-        return "\n".join(lines)
+        totals = [f"Totals: {stats.tasks} tasks, {stats.flops / 1e9:.3f} GFLOP, "
+                  f"{format_bytes(stats.comm_bytes)} between workers (estimated)",
+                  f"Estimated compute {stats.compute_seconds:.4f} s, communication "
+                  f"{stats.comm_seconds:.4f} s, compute/communication ratio "
+                  f"{'inf' if ratio == math.inf else f'{ratio:.1f}'}"]
+        return title, tensors, tasks, totals
 
 
 def _reshapes_whole_chunks(node, part) -> bool:

@@ -143,6 +143,47 @@ class Persisted:
         from deepx_flow.storage.zarr_store import write_persisted
         return write_persisted(self, uri)
 
+    def where(self) -> dict:
+        """Where the chunks are now, from the scheduler: worker address -> (chunks, bytes),
+        and under "pending" / "erred" the chunks not (or never to be) computed."""
+        from collections import Counter
+        states = Counter(f.status for f in self.futures)
+        finished = [f for f in self.futures if f.status == "finished"]
+        done = [f.key for f in finished]
+        holders = self.client.who_has(finished) if done else {}  # it takes futures
+        sizes = self.client.nbytes(done, summary=False) if done else {}  # and this, keys
+        out: dict = {}
+        for key in done:
+            for worker in holders.get(key, ()):
+                chunks, nbytes = out.get(worker, (0, 0))
+                out[worker] = (chunks + 1, nbytes + sizes.get(key, 0))
+        for state in ("pending", "error", "lost", "cancelled"):
+            if states[state]:
+                out["erred" if state == "error" else state] = (states[state], 0)
+        return out
+
+    def __repr__(self) -> str:
+        if not self.futures:
+            return f"<Persisted '{self.name}' {self.shape} {self.dtype}: released>"
+        finished = sum(f.status == "finished" for f in self.futures)
+        return (f"<Persisted '{self.name}' {self.shape} {self.dtype}: {finished} of "
+                f"{len(self.futures)} chunks computed; dx.placement(p) says where>")
+
+    def _repr_html_(self) -> str:
+        from deepx_flow.registry.cluster import format_bytes
+        from deepx_flow.text_table import html_facts, html_table
+        facts = [("shape", self.shape), ("dtype", self.dtype),
+                 ("chunks", " x ".join(str(len(c)) for c in self.chunks) or "1"),
+                 ("tensor key", self.key)]
+        if self.recorder is not None:
+            facts.append(("run", self.recorder.run_id))
+        head = html_facts(f"dx.Persisted '{self.name}'", facts)
+        if not self.futures:
+            return head + "<p>released: the cluster no longer holds it</p>"
+        rows = [(where, chunks, format_bytes(nbytes) if nbytes else "-")
+                for where, (chunks, nbytes) in sorted(self.where().items())]
+        return head + html_table(("worker", "chunks", "bytes"), rows)
+
     def release(self) -> None:
         """Let the cluster drop the chunks (the placement table then says "released")."""
         keys = [f.key for f in self.futures if self.client.refcount.get(f.key, 0) <= 1]

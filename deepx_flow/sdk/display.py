@@ -8,9 +8,9 @@ a saved notebook. `repr(t)` stays the one line it was.
 
 from __future__ import annotations
 
-import html
-
+from deepx_flow.registry.cluster import format_bytes
 from deepx_flow.sdk.tensor import Tensor
+from deepx_flow.text_table import html_facts
 
 
 def graph_size(t: Tensor) -> tuple[int, int]:
@@ -29,25 +29,13 @@ def graph_size(t: Tensor) -> tuple[int, int]:
     return len(seen), len(bound)
 
 
-def _bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    raise AssertionError
-
-
 def tensor_html(t: Tensor) -> str:
     """The HTML table `Tensor._repr_html_` returns."""
     nodes, bound = graph_size(t)
     rows = [("op", t.node.op), ("shape", str(t.shape)), ("dtype", t.dtype),
-            ("bytes", _bytes(t.nbytes)),
+            ("bytes", format_bytes(t.nbytes)),
             ("graph", f"{nodes:,} node{'s' if nodes != 1 else ''}"
                       + (f", {bound} bound to data" if bound else ""))]
     if t.data is not None:
         rows.append(("data", f"{t.data.kind} {t.data.token}"))
-    title = "dx.Tensor" + (f" <code>{html.escape(t.name)}</code>" if t.name else "")
-    body = "".join(f"<tr><th style=\"text-align:left\">{html.escape(k)}</th>"
-                   f"<td style=\"text-align:left\"><code>{html.escape(v)}</code></td></tr>"
-                   for k, v in rows)
-    return f"<div><strong>{title}</strong><table>{body}</table></div>"
+    return html_facts("dx.Tensor" + (f" {t.name}" if t.name else ""), rows)

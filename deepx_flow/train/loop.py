@@ -97,6 +97,28 @@ class Fit:
     def inputs(self) -> dict[str, np.ndarray]:
         return {_input_name(name): v for name, v in self.values.items()}
 
+    def _facts(self) -> list[tuple[str, str]]:
+        losses = [h["loss"] for h in self.history if "loss" in h]
+        facts = [("steps", f"{self.steps:,}"),
+                 ("loss", f"{losses[0]:.4g} -> {losses[-1]:.4g}" if losses else "-"),
+                 ("parameters", f"{len(self.values)} tensors, "
+                                f"{sum(v.size for v in self.values.values()):,} values")]
+        if self.evaluations:
+            last = self.evaluations[-1]
+            facts.append(("held-out", ", ".join(f"{k} {v:.4g}" for k, v in last.items()
+                                                if k not in ("step", "epoch")
+                                                and isinstance(v, (int, float)))))
+        facts += [("training", self.training_id or "not recorded"),
+                  ("checkpoint", self.checkpoint or "-")]
+        return facts
+
+    def __repr__(self) -> str:
+        return "<Fit: " + "; ".join(f"{k} {v}" for k, v in self._facts()) + ">"
+
+    def _repr_html_(self) -> str:
+        from deepx_flow.text_table import html_facts
+        return html_facts("dx.train result", self._facts())
+
 
 def _input_name(name: str) -> str:
     return "trained_" + "".join(c if c.isalnum() else "_" for c in name)
