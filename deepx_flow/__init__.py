@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # what type checkers and editors see of the names imported on
     from deepx_flow.assets.schedule import schedule
     from deepx_flow.runtime.placement import Placement, placement
     from deepx_flow.runtime.run import Persisted, compile, persist, run
+    from deepx_flow.runtime.run_history import runs
 
 # name -> the module it is imported from on first use; "module:" is the module itself
 _ON_FIRST_USE = {
@@ -63,6 +64,7 @@ _ON_FIRST_USE = {
     "schedule": "deepx_flow.assets.schedule",
     "Placement": "deepx_flow.runtime.placement", "placement": "deepx_flow.runtime.placement",
     **dict.fromkeys(["Persisted", "compile", "persist", "run"], "deepx_flow.runtime.run"),
+    "runs": "deepx_flow.runtime.run_history",
 }
 
 
@@ -88,7 +90,7 @@ __all__ = [
     "InputError", "NumpyInteropError", "PlanError", "SpecError", "Graph", "Node", "Tensor",
     "build_graph", "grad", "nn", "optim", "random",
     "ClusterSpec", "load_cluster_file", "Persisted", "Placement", "compile", "persist",
-    "placement", "run", "shutdown", "from_yaml", "to_yaml", "Recovery", "Fit", "train",
+    "placement", "run", "runs", "shutdown", "from_yaml", "to_yaml", "Recovery", "Fit", "train",
     "schedule",
     "abs", "add", "arange", "argmax", "argmin", "cast", "ceil", "clip", "concat",
     "concatenate", "cos", "cumsum", "div", "equal", "erf", "exp", "floor", "from_dask", "full",

@@ -50,6 +50,9 @@ class Settings:
     heartbeat_timeout_s: float = 60.0
     # Where the dashboard (`deepx-flow ui`) is served: runs print their page's link there.
     dashboard_url: str = "http://127.0.0.1:5006"
+    # How long an interactive run goes on before its progress bar shows (seconds; 0 shows
+    # it from the start): quick cells print nothing.
+    progress_after_s: float = 2.0
 
 
 def _positive_int(env, name: str, default: int) -> int:
@@ -79,6 +82,19 @@ def _positive_seconds(env, name: str, default: float) -> float:
     return value
 
 
+def _seconds_or_zero(env, name: str, default: float) -> float:
+    text = env.get(name)
+    if text is None or not text.strip():
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise InputError(f"{name} must be a number of seconds, 0 or more, got {shown(text)}")
+    return value
+
+
 def settings() -> Settings:
     """Read the settings from the environment (`DEEPX_*` variables)."""
     env = os.environ
@@ -98,4 +114,6 @@ def settings() -> Settings:
         heartbeat_timeout_s=_positive_seconds(env, "DEEPX_HEARTBEAT_TIMEOUT_S",
                                               Settings.heartbeat_timeout_s),
         dashboard_url=(env.get("DEEPX_DASHBOARD_URL") or Settings.dashboard_url).rstrip("/"),
+        progress_after_s=_seconds_or_zero(env, "DEEPX_PROGRESS_AFTER_S",
+                                          Settings.progress_after_s),
     )

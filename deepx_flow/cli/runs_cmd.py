@@ -10,6 +10,7 @@ import math
 from deepx_flow.meta import open_db, queries
 from deepx_flow.registry.cluster import format_bytes
 from deepx_flow.runtime.placement import placement_table
+from deepx_flow.runtime.run_history import HEADERS, STATUSES, first_line, run_row, seconds
 from deepx_flow.text_table import text_table
 
 
@@ -18,7 +19,7 @@ def add_parsers(sub, parents) -> None:
                           parents=parents)
     runs_sub = runs.add_subparsers(dest="runs_command")
     runs.add_argument("--limit", type=int, default=20, help="how many (newest first)")
-    runs.add_argument("--status", choices=("running", "succeeded", "failed", "interrupted"))
+    runs.add_argument("--status", choices=STATUSES)
     show = runs_sub.add_parser("show", help="one run: plan, tasks by operator, errors")
     # `--db` may come before or after `show`; without SUPPRESS the subcommand's default
     # would overwrite a value given before it.
@@ -39,11 +40,8 @@ def cmd_runs(args) -> int:
     db = open_db(args.db)
     if getattr(args, "runs_command", None) == "show":
         return _show(db, args)
-    rows = [(r.id[:12], r.kind, r.status, _time(r.started_at), _duration(r), r.n_tasks,
-             r.n_workers, r.cluster, _first_line(r.error))
-            for r in queries.list_runs(db, args.limit, args.status)]
-    print(text_table(("run", "kind", "status", "started", "seconds", "tasks", "workers",
-                      "cluster", "error"), rows) if rows else f"no runs in {db.display_url}")
+    rows = [run_row(r) for r in queries.list_runs(db, args.limit, args.status)]
+    print(text_table(HEADERS, rows) if rows else f"no runs in {db.display_url}")
     return 0
 
 
@@ -51,7 +49,7 @@ def _show(db, args) -> int:
     run = queries.find_run(db, args.run_id)
     ratio = _ratio(math.inf if run.compute_comm_ratio is None else run.compute_comm_ratio)
     print(f"run {run.id}  {run.kind}  {run.status}\n"
-          f"  started {_time(run.started_at)}, {_duration(run)} s, by {run.username or '?'} "
+          f"  started {_time(run.started_at)}, {seconds(run)} s, by {run.username or '?'} "
           f"on {run.host} (pid {run.pid})\n"
           f"  cluster {run.cluster} ({run.n_workers} workers) at {run.scheduler}\n"
           f"  graph {run.graph_hash}; {run.n_tasks} tasks, {run.n_chunks} chunks; "
@@ -71,7 +69,7 @@ def _show(db, args) -> int:
     if failed:
         print()
         print(text_table(("key", "worker", "attempts", "error"),
-                         [(t.key, t.worker, t.attempts, _first_line(t.error)) for t in failed],
+                         [(t.key, t.worker, t.attempts, first_line(t.error)) for t in failed],
                          "failed tasks"))
     if args.tasks:
         print()
@@ -148,16 +146,8 @@ def _time(t: float | None, ms: bool = False) -> str:
         stamp.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _duration(run) -> str:
-    return f"{run.ended_at - run.started_at:.2f}" if run.ended_at else "-"
-
-
 def _size(n) -> str:
     return format_bytes(n) if n is not None else "-"
-
-
-def _first_line(text: str | None) -> str:
-    return (text or "").strip().splitlines()[0][:100] if text and text.strip() else ""
 
 
 def _ratio(value: float | None) -> str:

@@ -2,7 +2,8 @@
 computed, time elapsed and an estimate of the time left, in a terminal or a notebook.
 
 Shown by default when the session is interactive (a terminal, IPython, a notebook kernel) and
-the run is still going after `SHOW_AFTER_S`, so quick cells print nothing. When it shows, a
+the run is still going after `settings().progress_after_s` (DEEPX_PROGRESS_AFTER_S, default
+`SHOW_AFTER_S`), so quick cells print nothing. When it shows, a
 line first names the run and its dashboard page, then a bar follows (tqdm: a text bar on
 stderr, a widget in notebooks with ipywidgets). The counts come from the scheduler's
 supervisor (`supervisor.progress`), which sees every task of the run finish, not only the
@@ -15,9 +16,10 @@ import sys
 import threading
 import time
 
+from deepx_flow.config import Settings, settings
 from deepx_flow.registry.cluster import format_bytes
 
-SHOW_AFTER_S = 2.0  # runs shorter than this show nothing
+SHOW_AFTER_S = Settings.progress_after_s  # by default, runs shorter than this show nothing
 POLL_S = 0.5  # how often a shown bar asks the scheduler
 
 
@@ -33,7 +35,6 @@ def wanted(progress: bool | None) -> bool:
 
 def run_link(run_id: str) -> str:
     """The run's page on the dashboard (`deepx-flow ui`; DEEPX_DASHBOARD_URL elsewhere)."""
-    from deepx_flow.config import settings
     return f"{settings().dashboard_url}/run?id={run_id}"
 
 
@@ -58,9 +59,9 @@ class RunProgress:
     whether it has a row in the metadata database (then its dashboard link is printed)."""
 
     def __init__(self, show: bool = True, announce: bool = False, label: str = "run",
-                 show_after: float = SHOW_AFTER_S, stream=None):
+                 show_after: float | None = None, stream=None):
         self.show, self.announce, self.label = show, announce, label
-        self.show_after = show_after
+        self.show_after = settings().progress_after_s if show_after is None else show_after
         self.stream = stream if stream is not None else sys.stderr
         self.client = self.run_id = None
         self.total, self.recorded = 0, False
@@ -73,12 +74,12 @@ class RunProgress:
     @classmethod
     def of(cls, progress, label: str = "run") -> "RunProgress":
         """`progress` as a RunProgress: given one, itself; True shows it from the start,
-        None once the run has gone on for `SHOW_AFTER_S` when the session is interactive,
-        False never."""
+        None once the run has gone on for `settings().progress_after_s` when the session
+        is interactive, False never."""
         if isinstance(progress, RunProgress):
             return progress
         return cls(show=wanted(progress), label=label,
-                   show_after=0.0 if progress is True else SHOW_AFTER_S)
+                   show_after=0.0 if progress is True else None)
 
     def attach(self, client, run_id: str, total: int, recorded: bool) -> None:
         self.client, self.run_id, self.total, self.recorded = client, run_id, total, recorded

@@ -67,7 +67,14 @@ def test_explain_for_a_cluster_file_and_ops():
     assert res.returncode == 0, res.stderr
     assert "8xH100" in res.stdout and "compute/communication ratio" in res.stdout
     res = cli("ops")
-    assert res.returncode == 0 and "matmul" in res.stdout and "numpy,cupy" in res.stdout
+    assert res.returncode == 0 and "matmul" in res.stdout
+    # The engines listed are this machine's: CuPy's only where it is installed.
+    import importlib.util
+    if importlib.util.find_spec("cupy") is None:
+        assert "numpy,cupy" not in res.stdout and "cupy: " in res.stdout \
+            and "it is not installed here" in res.stdout
+    else:
+        assert "numpy,cupy" in res.stdout
 
 
 BAD_GRAPHS = {

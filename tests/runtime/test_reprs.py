@@ -6,6 +6,7 @@ with every value escaped."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import deepx_flow as dx
 from deepx_flow.kernels.faults import Fault
@@ -105,3 +106,34 @@ def test_a_training_result_is_one_line_not_its_arrays(client):
     cells = Cells(fit._repr_html_()).cells
     assert cells[cells.index("parameters") + 1] == (
         f"{len(fit.values)} tensors, {sum(v.size for v in fit.values.values()):,} values")
+
+
+def test_runs_lists_the_recorded_runs_newest_first(client, tmp_path, monkeypatch):
+    monkeypatch.setenv("DEEPX_DB_URL", f"sqlite:///{tmp_path / 'runs.db'}")
+    assert str(dx.runs()).startswith("no runs in ") and len(dx.runs()) == 0
+    x = dx.input("x", shape=(10,), dtype="float64")
+    dx.run(x * 2.0, inputs={"x": np.arange(10.0)}, client=client)
+    with faults_on(client, Fault("raise", node="exp")), pytest.raises(dx.DeepxError):
+        dx.run(dx.exp(x), inputs={"x": np.arange(10.0)}, client=client,
+               recovery=dx.Recovery(retries=0))
+    dx.run(x + 1.0, inputs={"x": np.arange(10.0)}, client=client)
+    listed = dx.runs()
+    assert len(listed) == 3 and len(dx.runs(limit=1)) == 1
+    assert [listed[i].run.status for i in range(3)] == ["succeeded", "failed", "succeeded"]
+    assert [r.run.id for r in dx.runs(status="failed")] == [listed[1].run.id]
+    assert listed[0].run.started_at >= listed[1].run.started_at >= listed[2].run.started_at
+    lines = str(listed).splitlines()
+    assert lines[0].split()[:3] == ["run", "kind", "status"]
+    assert lines[2].startswith(listed[0].run.id[:12])
+    newest = listed[0].run
+    assert repr(listed[0]) == (f"<run {newest.id} run succeeded: {newest.n_tasks:,} tasks, "
+                               f"{newest.ended_at - newest.started_at:.2f} s>")
+    assert repr(listed[1]).startswith(f"<run {listed[1].run.id} run failed: ")
+    assert "; " in repr(listed[1])  # its error's first line follows
+    cells = Cells(listed._repr_html_()).cells
+    assert cells[:3] == ["run", "kind", "status"] and listed[2].run.id[:12] in cells
+    facts = Cells(listed[1]._repr_html_()).cells
+    assert facts[facts.index("dashboard") + 1].endswith(f"/run?id={listed[1].run.id}")
+    assert facts[facts.index("error") + 1]
+    with pytest.raises(dx.DeepxError, match="status must be one of"):
+        dx.runs(status="done")
