@@ -69,20 +69,8 @@ def _positive_int(env, name: str, default: int) -> int:
     return value
 
 
-def _positive_seconds(env, name: str, default: float) -> float:
-    text = env.get(name)
-    if text is None or not text.strip():
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0 or value == float("inf"):
-        raise InputError(f"{name} must be a positive number of seconds, got {shown(text)}")
-    return value
-
-
-def _seconds_or_zero(env, name: str, default: float) -> float:
+def _seconds(env, name: str, default: float, zero_ok: bool = False) -> float:
+    """A number of seconds from `env[name]`: positive (or 0 when `zero_ok`), finite."""
     text = env.get(name)
     if text is None or not text.strip():
         return default
@@ -90,8 +78,9 @@ def _seconds_or_zero(env, name: str, default: float) -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not 0 <= value < float("inf"):
-        raise InputError(f"{name} must be a number of seconds, 0 or more, got {shown(text)}")
+    if not (0 <= value if zero_ok else 0 < value) or value == float("inf"):
+        raise InputError(f"{name} must be a {'' if zero_ok else 'positive '}number of "
+                         f"seconds{', 0 or more' if zero_ok else ''}, got {shown(text)}")
     return value
 
 
@@ -110,10 +99,10 @@ def settings() -> Settings:
         asset_root=env.get("DEEPX_ASSET_ROOT") or None,
         record=env.get("DEEPX_RECORD", "1").strip().lower() not in ("0", "false", "no", "off"),
         object_store=env.get("DEEPX_OBJECT_STORE") or None,
-        heartbeat_s=_positive_seconds(env, "DEEPX_HEARTBEAT_S", Settings.heartbeat_s),
-        heartbeat_timeout_s=_positive_seconds(env, "DEEPX_HEARTBEAT_TIMEOUT_S",
+        heartbeat_s=_seconds(env, "DEEPX_HEARTBEAT_S", Settings.heartbeat_s),
+        heartbeat_timeout_s=_seconds(env, "DEEPX_HEARTBEAT_TIMEOUT_S",
                                               Settings.heartbeat_timeout_s),
         dashboard_url=(env.get("DEEPX_DASHBOARD_URL") or Settings.dashboard_url).rstrip("/"),
-        progress_after_s=_seconds_or_zero(env, "DEEPX_PROGRESS_AFTER_S",
-                                          Settings.progress_after_s),
+        progress_after_s=_seconds(env, "DEEPX_PROGRESS_AFTER_S", Settings.progress_after_s,
+                                  zero_ok=True),
     )

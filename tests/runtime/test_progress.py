@@ -12,6 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pytest
 from sqlmodel import select
 
 import deepx_flow as dx
@@ -111,3 +112,16 @@ def test_the_cli_names_its_run_as_it_starts(tmp_path):
                             found.group(1), "--db", db], capture_output=True, text=True,
                            timeout=120, cwd=tmp_path)
     assert shown.returncode == 0 and found.group(1) in shown.stdout, shown.stderr
+
+
+def test_the_wait_before_the_bar_is_a_setting(monkeypatch):
+    from deepx_flow.config import settings
+    assert RunProgress.of(None).show_after == 2.0 == settings().progress_after_s
+    monkeypatch.setenv("DEEPX_PROGRESS_AFTER_S", "0")
+    assert RunProgress.of(None).show_after == 0.0
+    assert RunProgress.of(True).show_after == 0.0
+    for text in ("-1", "soon", "inf", "nan"):
+        monkeypatch.setenv("DEEPX_PROGRESS_AFTER_S", text)
+        with pytest.raises(dx.InputError, match="DEEPX_PROGRESS_AFTER_S must be a number of "
+                                                f"seconds, 0 or more, got '{text}'"):
+            settings()
