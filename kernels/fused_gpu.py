@@ -4,7 +4,8 @@ Each program becomes one kernel: every instruction is one C++ statement on per-e
 registers, so a chain of any length reads its inputs once and writes its output once, and the
 source grows linearly with the program (a statement reads earlier results by register name,
 however often its formula names them). Generating or compiling a kernel that fails raises
-`CodegenError`, which is never taken for the data running out of memory.
+`CodegenError`, which is never taken for the data running out of memory. `kernels/cuda_source`
+builds the whole text CuPy compiles for a kernel, and NVRTC compiles it in CI, with no GPU.
 `kernel_source` is a pure function (program, input dtypes) -> kernel source and is tested on
 machines without a GPU; `evaluate` compiles (once per program and input dtypes, cached) and
 launches. CuPy is imported only inside `evaluate`.
@@ -68,6 +69,12 @@ __device__ T dx_ipow(T b, T e) {
     return r;
 }
 """
+
+# CuPy includes its float16 type only when an argument is float16, but a program on other
+# dtypes may hold float16 values (a cast, a float16 constant): the kernel includes it always
+# (the header guards itself). What CuPy gets as the preamble: this, then the helpers.
+FLOAT16_HEADER = '#include "cupy/float16.cuh"\n'
+KERNEL_PREAMBLE = FLOAT16_HEADER + PREAMBLE
 
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
@@ -281,7 +288,7 @@ def _kernel(program: Program, in_dtypes: tuple[str, ...]):
             raise codegen_error(program, "generating", err) from err
         kernel = cupy.ElementwiseKernel(in_params, out_params, body,
                                         name=kernel_name(program, in_dtypes),
-                                        preamble=PREAMBLE)
+                                        preamble=KERNEL_PREAMBLE)
         if len(_KERNELS) >= _KERNELS_MAX:
             _KERNELS.clear()
         _KERNELS[key] = kernel
