@@ -61,8 +61,8 @@ def _version() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from deepx_flow.cli import (assets_cmd, onnx_cmd, registry_cmd, runs_cmd, scheduler_cmd,
-                                ui_cmd)
+    from deepx_flow.cli import (assets_cmd, gpu_cmd, onnx_cmd, registry_cmd, runs_cmd,
+                                scheduler_cmd, ui_cmd)
 
     parser = _Parser(prog="deepx-flow", description="Run tensor graphs on Dask clusters.")
     parser.add_argument("--version", action="version", version=f"deepx-flow {_version()}")
@@ -101,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     scheduler_cmd.add_parser(sub, [db])
     ui_cmd.add_parser(sub, [db])
     onnx_cmd.add_parser(sub, [db])
+    gpu_cmd.add_parser(sub, [db])
     return parser
 
 
@@ -215,14 +216,14 @@ def _measured_speeds(url: str | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from deepx_flow.cli import (assets_cmd, onnx_cmd, registry_cmd, runs_cmd, scheduler_cmd,
-                                ui_cmd)
+    from deepx_flow.cli import (assets_cmd, gpu_cmd, onnx_cmd, registry_cmd, runs_cmd,
+                                scheduler_cmd, ui_cmd)
     command = {"run": _cmd_run, "explain": _cmd_explain, "ops": _cmd_ops,
                "runs": runs_cmd.cmd_runs, "placement": runs_cmd.cmd_placement,
                "registry": registry_cmd.run, "assets": assets_cmd.cmd_assets,
                "materialize": assets_cmd.cmd_materialize,
                "scheduler": scheduler_cmd.run, "ui": ui_cmd.run,
-               "onnx": onnx_cmd.run}[args.command]
+               "onnx": onnx_cmd.run, "gpu": gpu_cmd.run}[args.command]
     try:
         return command(args)
     except DeepxError as err:

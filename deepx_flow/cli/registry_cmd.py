@@ -181,14 +181,22 @@ def _cluster_lines(db, scheduler: str, workers_too: bool = True,
     return lines
 
 
+def _device_text(d) -> str:
+    """A registered GPU: name, total memory, and what was free and usable when registered."""
+    from deepx_flow.registry.cluster import format_bytes
+    notes = [f"{format_bytes(n)} {what}" for n, what in ((d.memory_free, "free"),
+                                                        (d.memory_usable, "usable"))
+             if n is not None]
+    return f"{d.name} {format_bytes(d.memory_total or 0)}" + (
+        f" ({', '.join(notes)})" if notes else "")
+
+
 def _worker_lines(workers, devices, tiers, label, now: float) -> list[str]:
     from deepx_flow.registry.cluster import format_bytes
     from deepx_flow.registry.heartbeat import shown_status
     by_worker = {}
     for d in devices:
-        by_worker.setdefault(d.worker_id, []).append(
-            f"{d.name} {format_bytes(d.memory_total or 0)}"
-            + (f" ({format_bytes(d.memory_free)} free)" if d.memory_free is not None else ""))
+        by_worker.setdefault(d.worker_id, []).append(_device_text(d))
     rows = []
     for w in workers:
         rows.append((label.get(w.address, "-"), w.address, w.name, w.host, str(w.nthreads),

@@ -25,6 +25,8 @@ History:
 9. trainings, training_metrics, training_checkpoints; runs.training_id.
 10. schedules.stopped_at (a daemon stopped cleanly says so, instead of looking alive until
     its heartbeat goes stale).
+11. devices.memory_usable (a GPU's memory less what other processes and its CUDA context
+    hold: what the planner budgets).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from sqlmodel import SQLModel
 from deepx_flow.errors import DatabaseError
 from deepx_flow.meta.models import SchemaInfo
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 # An arbitrary constant: PostgreSQL sessions migrating at once take turns on this lock.
 _PG_LOCK_ID = 74_700_11
@@ -256,6 +258,10 @@ def _v10_schedule_stopped_at(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE schedules ADD COLUMN stopped_at FLOAT"))
 
 
+def _v11_device_usable(conn: Connection) -> None:
+    conn.execute(text("ALTER TABLE devices ADD COLUMN memory_usable BIGINT"))
+
+
 STEPS = {
     2: _v2_events_and_username,
     3: _v3_assets,
@@ -266,6 +272,7 @@ STEPS = {
     8: _v8_placements_per_run,
     9: _v9_trainings,
     10: _v10_schedule_stopped_at,
+    11: _v11_device_usable,
 }
 
 

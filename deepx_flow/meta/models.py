@@ -77,6 +77,7 @@ class Device(SQLModel, table=True):
     name: str
     memory_total: Optional[int] = _big()
     memory_free: Optional[int] = _big()
+    memory_usable: Optional[int] = _big()  # what the planner budgets (registry/gpu_memory.py)
     healthy: bool = True
     registered_at: float
 

@@ -19,7 +19,7 @@ Cluster file format (`deepx_cluster: 1`):
         flops: 20e9          # per thread, used when the worker has no device
         bandwidth: 10e9      # host memory bandwidth per thread, bytes/s
         device: {kind: gpu, name: NVIDIA H100 80GB HBM3, memory: 80GiB,
-                 flops: 51e12, bandwidth: 3.35e12}
+                 flops: 51e12, bandwidth: 3.35e12}   # usable: 78GiB (default: all of it)
     links:
       - {scope: host, protocol: ucx, bandwidth: 450e9, latency: 2e-6}     # NVLink
       - {scope: cluster, protocol: ucx, bandwidth: 50e9, latency: 5e-6}   # InfiniBand
@@ -83,6 +83,13 @@ class DeviceSpec:
     memory: int
     flops: float = 50e12
     bandwidth: float = 2e12
+    # What deepx_flow may use of `memory` (the total): less what other processes hold and a
+    # reserve for the CUDA context (`gpu_memory.py`); None where only the total is known.
+    usable: int | None = None
+
+    @property
+    def budget(self) -> int:
+        return self.memory if self.usable is None else min(self.usable, self.memory)
 
 
 @dataclass(frozen=True)
@@ -103,9 +110,9 @@ class WorkerSpec:
 
     @property
     def budget(self) -> int:
-        """Memory the planner divides among tasks: the GPU's when there is one, else the
-        host memory limit less what the worker process itself already holds."""
-        return self.device.memory if self.device else max(0, self.memory - self.reserved)
+        """Memory the planner divides among tasks: the GPU's usable memory when there is one,
+        else the host memory limit less what the worker process itself already holds."""
+        return self.device.budget if self.device else max(0, self.memory - self.reserved)
 
     @property
     def tasks_at_once(self) -> int:
@@ -211,7 +218,9 @@ def cluster_from_dict(data: dict, source: str = "") -> ClusterSpec:
             device = DeviceSpec(kind=str(dev.get("kind", "gpu")), name=str(dev.get("name", "gpu")),
                                 memory=parse_bytes(dev["memory"], f"{at}: device memory"),
                                 flops=_number(dev, "flops", DeviceSpec.flops, at),
-                                bandwidth=_number(dev, "bandwidth", DeviceSpec.bandwidth, at))
+                                bandwidth=_number(dev, "bandwidth", DeviceSpec.bandwidth, at),
+                                usable=parse_bytes(dev["usable"], f"{at}: device usable")
+                                if dev.get("usable") is not None else None)
         count = _number(entry, "count", 1, at, int)
         base = str(entry.get("name", f"worker{i}"))
         for k in range(count):

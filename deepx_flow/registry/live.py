@@ -1,8 +1,8 @@
 """Memory registration from a running Dask cluster.
 
 Each worker reports its thread count and memory limit through the scheduler; a probe that
-runs on the worker adds its GPU (name, total and free memory, through CuPy, imported there
-only if it is installed), the memory its process holds already, and its storage tiers
+runs on the worker adds its GPU (name, total, free and usable memory, through NVML:
+`gpu_memory.py`; only where CuPy, imported there only if it is installed, sees a device), the memory its process holds already, and its storage tiers
 (`storage_tiers.py`). The result is the `ClusterSpec` the compiler uses.
 `deepx_flow.registry.register` does the same and also records it in the metadata database.
 """
@@ -16,18 +16,24 @@ from deepx_flow.registry.cluster import ClusterSpec, DeviceSpec, WorkerSpec
 
 
 def probe_device() -> dict | None:
-    """On a worker: the GPU this process uses (CUDA index, name, total and free memory)."""
+    """On a worker: the GPU this process computes on (CUDA index, name, total, free and
+    usable memory: `gpu_memory.py`), or None when CuPy sees none (a CPU worker)."""
     if importlib.util.find_spec("cupy") is None:
         return None
+    from deepx_flow.registry.gpu_memory import context_reserve, probe_nvml
     try:
         import cupy
         if cupy.cuda.runtime.getDeviceCount() < 1:
             return None
         device = cupy.cuda.Device()
+        gpu, _ = probe_nvml()  # NVML creates no CUDA context and sees other processes
+        if gpu is not None:
+            return gpu.entry(device.id)
         free, total = device.mem_info
         props = cupy.cuda.runtime.getDeviceProperties(device.id)
         name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-        return {"index": int(device.id), "name": name, "total": int(total), "free": int(free)}
+        return {"index": int(device.id), "name": name, "total": int(total), "free": int(free),
+                "usable": max(0, int(free) - context_reserve(int(total)))}
     except Exception:  # no driver, no device, or a broken install: a CPU worker
         return None
 
@@ -90,7 +96,8 @@ def scheduler_workers(client) -> dict[str, dict]:
 def worker_spec(address: str, info: dict, probe: dict) -> WorkerSpec:
     """The WorkerSpec of one worker from the scheduler's info and its probe."""
     dev = probe.get("device")
-    device = DeviceSpec("gpu", dev["name"], dev["total"]) if dev else None
+    device = DeviceSpec("gpu", dev["name"], dev["total"], usable=dev.get("usable")) \
+        if dev else None
     limit = int(info.get("memory_limit") or 0)
     # Threaded workers share the client's process: its memory is not theirs to reserve.
     reserved = int(probe.get("rss", 0)) if limit and _separate_process(address) else 0

@@ -71,7 +71,7 @@ def _record_worker(session, scheduler: str, spec, info: dict, probe: dict,
     for dev in probe.get("devices", []):
         session.add(Device(worker_id=worker_id, index=dev.get("index", 0), kind="gpu",
                            name=dev["name"], memory_total=dev["total"],
-                           memory_free=dev.get("free"),
+                           memory_free=dev.get("free"), memory_usable=dev.get("usable"),
                            healthy=dev.get("index", 0) not in unhealthy, registered_at=now))
     for tier in probe.get("tiers", []):
         session.add(StorageTier(worker_id=worker_id, tier=tier["tier"],

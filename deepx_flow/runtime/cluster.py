@@ -58,7 +58,12 @@ def start_embedded_cluster(**kwargs):
     cpu_only = kwargs.pop("cpu", False)
     if not cpu_only and _gpu_count():
         from dask_cuda import LocalCUDACluster
+
+        from deepx_flow.registry.gpu_memory import cluster_settings, probe_all_nvml
         options = dict(dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL)
+        gpus, _ = probe_all_nvml()
+        if gpus:  # the RMM pool and spilling from the memory the planner budgets
+            options.update(cluster_settings(gpus))
         options.update(kwargs)
         with _main_not_reimported():
             return LocalCUDACluster(**options)

@@ -199,12 +199,13 @@ def test_a_version_1_database_is_migrated_with_its_rows(db_url):
     added = {"events", "asset_materializations", "asset_check_results",  # versions 2-4
              "schedules", "schedule_ticks", "operator_speeds",  # and 7
              "trainings", "training_metrics", "training_checkpoints"}  # and 9
-    assert stored_version(db_url) == 10 == SCHEMA_VERSION
+    assert stored_version(db_url) == 11 == SCHEMA_VERSION
     assert set(after) == V1_TABLES | added
     assert all(after[t] == [] for t in added)
     assert [r.pop("username") for r in after["runs"]] == ["", "", ""]
     assert [r.pop("training_id") for r in after["runs"]] == [None] * 3  # version 9
     assert [r.pop("comm_seconds") for r in after["tasks"]] == [None] * 4  # version 6
+    assert all(r.pop("memory_usable") is None for r in after["devices"])  # version 11
     assert {t: rows for t, rows in after.items() if t not in added | {"deepx_schema"}} == \
         {t: rows for t, rows in before.items() if t != "deepx_schema"}
     # The migrated schema is the one a new database gets, indexes included.
@@ -258,7 +259,12 @@ def _drop_version_9(conn) -> None:
 
 
 def _drop_version_10(conn) -> None:
+    _drop_version_11(conn)
     conn.execute(text("ALTER TABLE schedules DROP COLUMN stopped_at"))
+
+
+def _drop_version_11(conn) -> None:
+    conn.execute(text("ALTER TABLE devices DROP COLUMN memory_usable"))
 
 
 def _without_version_9(tables: dict) -> None:
@@ -267,6 +273,7 @@ def _without_version_9(tables: dict) -> None:
         assert tables.pop(table) == []
     assert all(r.pop("training_id") is None for r in tables["runs"])
     assert all(r.pop("stopped_at") is None for r in tables["schedules"])  # version 10
+    assert all(r.pop("memory_usable") is None for r in tables["devices"])  # version 11
 
 
 def test_a_version_4_database_gets_the_listing_indexes_with_its_rows(db_url):
@@ -396,6 +403,7 @@ def test_a_version_9_database_gets_schedules_stopped_at(db_url):
     assert indexes(db_url) == model_indexes()
     after = snapshot(db_url)
     assert [r.pop("stopped_at") for r in after["schedules"]] == [None]
+    assert all(r.pop("memory_usable") is None for r in after["devices"])  # version 11 too
     after.pop("deepx_schema")
     before.pop("deepx_schema")
     assert after == before
@@ -403,6 +411,39 @@ def test_a_version_9_database_gets_schedules_stopped_at(db_url):
         s.get(Schedule, "hourly").stopped_at = 7.0
     with db.read() as s:
         assert s.get(Schedule, "hourly").stopped_at == 7.0
+
+
+def test_a_version_10_database_gets_devices_usable_memory(db_url):
+    db = open_db(db_url)
+    with db.session() as s:
+        s.add(Worker(scheduler="ucx://s:8786", address="ucx://w:1", name="gpu0", host="h",
+                     protocol="ucx", nthreads=1, first_seen=1.0, last_seen=2.0))
+    with db.session() as s:
+        worker_id = s.exec(select(Worker.id)).one()
+        s.add(Device(worker_id=worker_id, name="NVIDIA H100 80GB HBM3",
+                     memory_total=80 * 2**30, memory_free=79 * 2**30, registered_at=2.0))
+    close_all()
+    engine = raw_engine(db_url)  # back to version 10: without what version 11 added
+    with engine.begin() as conn:
+        _drop_version_11(conn)
+        conn.execute(text("UPDATE deepx_schema SET version = 10"))
+    engine.dispose()
+    before = snapshot(db_url)
+    assert "memory_usable" not in before["devices"][0]
+
+    db = open_db(db_url)
+
+    assert stored_version(db_url) == SCHEMA_VERSION
+    assert columns(db_url) == model_columns()
+    after = snapshot(db_url)
+    assert [r.pop("memory_usable") for r in after["devices"]] == [None]
+    after.pop("deepx_schema")
+    before.pop("deepx_schema")
+    assert after == before
+    with db.session() as s:  # and the usable memory is recorded
+        s.exec(select(Device)).one().memory_usable = 77 * 2**30
+    with db.read() as s:
+        assert s.exec(select(Device)).one().memory_usable == 77 * 2**30
 
 
 def test_a_newer_schema_is_refused_and_left_alone(db_url):

@@ -1,0 +1,33 @@
+"""`deepx-flow gpu settings`: this node's GPUs as deepx_flow registers them (total and usable
+memory, through NVML) and the `dask cuda worker` flags that follow from them (the RMM pool
+and the device-to-host spilling threshold: `registry/gpu_memory.py`). Exit code 1 where
+there is no GPU to read, saying why."""
+
+from __future__ import annotations
+
+import sys
+
+from deepx_flow.registry.cluster import format_bytes
+from deepx_flow.registry.gpu_memory import probe_all_nvml, worker_flags
+from deepx_flow.text_table import text_table
+
+
+def add_parser(sub, parents) -> None:
+    gpu = sub.add_parser("gpu", parents=parents, help="this node's GPUs and their settings")
+    gpu_sub = gpu.add_subparsers(dest="gpu_command", required=True)
+    gpu_sub.add_parser("settings", help="registered memory and the dask cuda worker flags")
+
+
+def run(args) -> int:
+    gpus, why = probe_all_nvml()
+    if not gpus:
+        print(f"deepx-flow: no GPU to read here: {why}", file=sys.stderr)
+        return 1
+    print(text_table(("gpu", "name", "total", "held by others", "usable", "rmm pool",
+                      "device memory limit"),
+                     [(g.index, g.name, format_bytes(g.total), format_bytes(g.others),
+                       format_bytes(g.usable), format_bytes(g.settings()["rmm_pool_size"]),
+                       format_bytes(g.settings()["device_memory_limit"])) for g in gpus]))
+    print("\nStart this node's workers with:\n"
+          f"  dask cuda worker SCHEDULER_ADDRESS {worker_flags(gpus)}")
+    return 0
