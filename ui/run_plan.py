@@ -56,7 +56,8 @@ def cluster_from_rows(name: str, workers, devices: dict) -> ClusterSpec:
     specs = []
     for w in workers:
         dev = devices.get(w.id)
-        device = DeviceSpec(dev.kind, dev.name, int(dev.memory_total)) \
+        device = DeviceSpec(dev.kind, dev.name, int(dev.memory_total),
+                            usable=dev.memory_usable) \
             if dev is not None and dev.memory_total else None
         memory = w.memory_limit or _host_memory()
         specs.append(WorkerSpec(w.name, w.host, max(1, w.nthreads), memory, device,
