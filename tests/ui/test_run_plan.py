@@ -48,7 +48,8 @@ def add_run(db, text: str, n_nodes: int = 1, graph_hash: str | None = None) -> R
     return run
 
 
-def register(db, memory: int, device_memory: int | None = None, at: float = 0.0) -> None:
+def register(db, memory: int, device_memory: int | None = None, at: float = 0.0,
+             usable: int | None = None) -> None:
     with db.session() as session:
         worker = Worker(scheduler=SCHEDULER, address="tcp://10.0.0.2:1", name="w0",
                         host="10.0.0.2", protocol="tcp", nthreads=1, memory_limit=memory,
@@ -57,7 +58,7 @@ def register(db, memory: int, device_memory: int | None = None, at: float = 0.0)
         session.flush()
         if device_memory:
             session.add(Device(worker_id=worker.id, name="GPU", memory_total=device_memory,
-                               registered_at=at))
+                               memory_usable=usable, registered_at=at))
 
 
 def test_a_graph_that_cannot_fit_says_why(db):
@@ -117,6 +118,14 @@ def test_the_cluster_is_the_registered_workers_else_this_machine(db):
     assert worker.device == DeviceSpec("gpu", "GPU", 80 << 30)
     assert worker.budget == 80 << 30  # a GPU worker plans with its device's memory
     assert note == f"planned for 1 registered worker(s) of {SCHEDULER}"
+
+
+def test_a_gpu_registered_with_its_usable_memory_is_planned_with_it(db):
+    run = add_run(db, "deepx: 1\n")
+    register(db, memory=8 << 30, device_memory=80 << 30, usable=77 << 30,
+             at=run.started_at - 1)
+    (worker,) = run_cluster(db, run)[0].workers
+    assert worker.device.usable == 77 << 30 and worker.budget == 77 << 30
 
 
 def test_workers_registered_after_the_run_are_not_its_own(db):
