@@ -6,14 +6,16 @@
 #
 # On a GPU machine that reaches no package index (see ../shared/gpu/README.md): wheels in
 # .whl/ at the repository root (../shared/gpu/wheels.sh, then `pip wheel --no-deps -w .whl .`)
-# are installed first, into /tmp/site. Where $OUT is set (the device tool), the logs and the
+# are installed first, into /tmp/site, where $OUT is set (the device tool) or
+# DEEPX_INSTALL_WHL=1. Where $OUT is set (the device tool), the logs and the
 # results file are copied there too. On a machine without a GPU it says so in one line and
 # exits 1, having measured nothing.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 python=${PYTHON:-python3}
 
-if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+# The wheels go in on the device machine ($OUT set there) or when asked (DEEPX_INSTALL_WHL=1).
+if { [ -n "${OUT:-}" ] || [ "${DEEPX_INSTALL_WHL:-}" = 1 ]; } && ls .whl/*.whl >/dev/null 2>&1; then
   $python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || { echo "run_all.sh: installing .whl/ failed"; exit 2; }
   export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}

@@ -1,14 +1,15 @@
-"""`deepx-flow gpu settings`: this node's GPUs as deepx_flow registers them (total and usable
-memory, through NVML) and the `dask cuda worker` flags that follow from them (the RMM pool
-and the device-to-host spilling threshold: `registry/gpu_memory.py`). Exit code 1 where
-there is no GPU to read, saying why."""
+"""`deepx-flow gpu settings`: this node's GPUs as workers started now would register them
+(total and usable memory, through NVML) and the `dask cuda worker` flags that follow (the
+device-to-host spilling threshold, and the RMM pool where RMM is installed:
+`registry/gpu_memory.py`). Run it before starting the node's workers: memory they hold
+counts as other processes'. Exit code 1 where there is no GPU to read, saying why."""
 
 from __future__ import annotations
 
 import sys
 
 from deepx_flow.registry.cluster import format_bytes
-from deepx_flow.registry.gpu_memory import probe_all_nvml, worker_flags
+from deepx_flow.registry.gpu_memory import probe_all_nvml, rmm_installed, worker_flags
 from deepx_flow.text_table import text_table
 
 
@@ -26,7 +27,9 @@ def run(args) -> int:
     print(text_table(("gpu", "name", "total", "held by others", "usable", "rmm pool",
                       "device memory limit"),
                      [(g.index, g.name, format_bytes(g.total), format_bytes(g.others),
-                       format_bytes(g.usable), format_bytes(g.settings()["rmm_pool_size"]),
+                       format_bytes(g.usable),
+                       format_bytes(g.settings()["rmm_pool_size"]) if rmm_installed()
+                       else "- (no RMM)",
                        format_bytes(g.settings()["device_memory_limit"])) for g in gpus]))
     print("\nStart this node's workers with:\n"
           f"  dask cuda worker SCHEDULER_ADDRESS {worker_flags(gpus)}")

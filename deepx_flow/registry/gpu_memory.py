@@ -8,11 +8,16 @@ without creating a CUDA context, and sees the memory other processes hold on the
 - usable: total, less what other processes hold (their CUDA contexts and allocations; this
   worker's own, such as an RMM pool it made at start, counts as usable), less
   `context_reserve(total)` for this worker's CUDA context, cuBLAS workspaces and allocator
-  slack. The compiler's task budget is the usable memory (`WorkerSpec.budget`).
-- the settings: dask-cuda's RMM pool takes the usable memory (`rmm_pool_size`), and spills
-  Dask-held chunks to host memory beyond `device_memory_limit`, the share of it the planner
-  leaves to chunks waiting between tasks (1 - DEEPX_MEMORY_FRACTION: the other part is the
-  running task's working set). Both rounded down to 256 MiB, as RMM wants whole pages.
+  slack. The compiler's task budget is the usable memory (`WorkerSpec.budget`). What is this
+  worker's is told by NVML's process list (by pid) and by what the worker knows it holds
+  (`own_device_bytes`: CuPy's pool, RMM's pool), since in a container NVML may list the
+  host's pids, which match none of the container's.
+- the settings: dask-cuda spills Dask-held chunks to host memory beyond
+  `device_memory_limit`, the share of the usable memory the planner leaves to chunks
+  waiting between tasks (1 - DEEPX_MEMORY_FRACTION: the other part is the running task's
+  working set); where RMM is installed, its pool takes the usable memory (`rmm_pool_size`)
+  and CuPy allocates from it (`rmm_allocator_external_lib_list`: without that, CuPy would
+  allocate beside the pool, from what it left). Sizes rounded down to 256 MiB.
 
 The worker's GPU is the first entry of CUDA_VISIBLE_DEVICES (dask-cuda lists each worker's
 own GPU first), an index or a UUID; NVML numbers devices ignoring that variable.
@@ -56,7 +61,7 @@ class GpuMemory:
                 "free": self.free, "usable": self.usable}
 
     def settings(self) -> dict[str, int]:
-        """dask-cuda's `rmm_pool_size` and `device_memory_limit` for this GPU, in bytes."""
+        """The RMM pool and the spill threshold for this GPU, in bytes."""
         return spill_settings(self.usable)
 
 
@@ -69,17 +74,48 @@ def spill_settings(usable: int, memory_fraction: float | None = None) -> dict[st
             "device_memory_limit": int(pool * (1 - fraction)) // ROUND * ROUND}
 
 
-def cluster_settings(gpus) -> dict[str, int]:
-    """The settings for workers of these GPUs, one worker each (dask-cuda takes one value
-    for all its workers): those of the GPU with the least usable memory."""
-    return spill_settings(min(g.usable for g in gpus))
+def rmm_installed() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("rmm") is not None
 
 
-def worker_flags(gpus) -> str:
-    """`dask cuda worker`'s flags for these GPUs: the protocol's, and the memory settings."""
-    s = cluster_settings(gpus)
-    return (f"--enable-nvlink --enable-infiniband --rmm-pool-size {s['rmm_pool_size']} "
-            f"--device-memory-limit {s['device_memory_limit']}")
+def cluster_settings(gpus, rmm: bool | None = None) -> dict:
+    """`LocalCUDACluster`'s keyword arguments for workers of these GPUs, one worker each
+    (dask-cuda takes one value for all): from the GPU with the least usable memory. The RMM
+    pool only where RMM is installed (dask-cuda refuses a pool without it), with CuPy told
+    to allocate from it."""
+    s = spill_settings(min(g.usable for g in gpus))
+    if not (rmm_installed() if rmm is None else rmm):
+        return {"device_memory_limit": s["device_memory_limit"]}
+    return {**s, "rmm_allocator_external_lib_list": ["cupy"]}
+
+
+def worker_flags(gpus, rmm: bool | None = None) -> str:
+    """`dask cuda worker`'s flags for these GPUs: UCX's links, and the memory settings."""
+    s = cluster_settings(gpus, rmm)
+    flags = "--enable-nvlink --enable-infiniband"
+    if "rmm_pool_size" in s:
+        flags += f" --rmm-pool-size {s['rmm_pool_size']} --set-rmm-allocator-for-libs cupy"
+    return flags + f" --device-memory-limit {s['device_memory_limit']}"
+
+
+def own_device_bytes() -> int:
+    """Device memory this process knows it holds: CuPy's memory pool and RMM's pool (where
+    this process made one), 0 for what it cannot ask."""
+    total = 0
+    try:
+        import cupy
+        total += int(cupy.get_default_memory_pool().total_bytes())
+    except Exception:  # no CuPy, or no device: nothing held through it
+        pass
+    try:
+        import rmm
+        resource = rmm.mr.get_current_device_resource()
+        if hasattr(resource, "pool_size"):
+            total += int(resource.pool_size())
+    except Exception:  # no RMM, or no pool
+        pass
+    return total
 
 
 def visible_device(visible: str | None) -> str | int:
@@ -91,9 +127,12 @@ def visible_device(visible: str | None) -> str | int:
     return int(first) if first.isdigit() else first
 
 
-def read_gpu(nvml, visible: str | None = None, pid: int | None = None) -> GpuMemory:
+def read_gpu(nvml, visible: str | None = None, pid: int | None = None,
+             own: int = 0) -> GpuMemory:
     """The worker's GPU through `nvml` (an initialized pynvml module, or recorded answers
-    with the same functions); `visible` is CUDA_VISIBLE_DEVICES, `pid` this process."""
+    with the same functions); `visible` is CUDA_VISIBLE_DEVICES, `pid` this process (-1:
+    no process, to size memory for workers not started yet), `own` the device memory this
+    process knows it holds (counted as its own when NVML's pids do not show it)."""
     pid = os.getpid() if pid is None else pid
     which = visible_device(visible)
     handle = (nvml.nvmlDeviceGetHandleByIndex(which) if isinstance(which, int)
@@ -104,7 +143,7 @@ def read_gpu(nvml, visible: str | None = None, pid: int | None = None) -> GpuMem
         processes = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
     except nvml.NVMLError:  # not supported on this GPU or driver: count no process as ours
         processes = []
-    ours = sum(int(p.usedGpuMemory or 0) for p in processes if p.pid == pid)
+    ours = max(own, sum(int(p.usedGpuMemory or 0) for p in processes if p.pid == pid))
     others = max(0, used - ours)
     usable = max(0, total - others - context_reserve(total))
     return GpuMemory(int(nvml.nvmlDeviceGetIndex(handle)), _text(nvml.nvmlDeviceGetName(handle)),
@@ -115,23 +154,24 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def probe_nvml(visible: str | None = None) -> tuple[GpuMemory | None, str]:
+def probe_nvml(visible: str | None = None, own: int = 0) -> tuple[GpuMemory | None, str]:
     """This process's GPU through the real NVML: (its memory, "") or (None, why not)."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
-    found, why = _with_nvml(lambda nvml: [read_gpu(nvml, env)])
+    found, why = _with_nvml(lambda nvml: [read_gpu(nvml, env, own=own)])
     return (found[0] if found else None), why
 
 
 def probe_all_nvml() -> tuple[list[GpuMemory], str]:
     """The GPUs this machine's processes may use (CUDA_VISIBLE_DEVICES' entries, else every
-    GPU NVML sees), as `deepx-flow gpu settings` and the embedded cluster (one worker per
-    GPU) need them; or ([], why not)."""
+    GPU NVML sees), as workers not started yet would find them (`deepx-flow gpu settings`,
+    the embedded cluster: one worker per GPU; what this process holds is not theirs); or
+    ([], why not)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
 
     def read_all(nvml):
         entries = ([e for e in visible.split(",") if e.strip()] if visible is not None
                    else [str(i) for i in range(nvml.nvmlDeviceGetCount())])
-        return [read_gpu(nvml, e) for e in entries]
+        return [read_gpu(nvml, e, pid=-1) for e in entries]
     return _with_nvml(read_all)
 
 
@@ -155,5 +195,6 @@ def _with_nvml(read) -> tuple[list, str]:
         pynvml.nvmlShutdown()
 
 
-__all__ = ["GpuMemory", "context_reserve", "spill_settings", "cluster_settings", "worker_flags", "visible_device", "read_gpu",
-           "probe_nvml", "probe_all_nvml", "ROUND"]
+__all__ = ["GpuMemory", "context_reserve", "spill_settings", "cluster_settings", "worker_flags",
+           "own_device_bytes", "rmm_installed", "visible_device", "read_gpu", "probe_nvml",
+           "probe_all_nvml", "ROUND"]

@@ -1,10 +1,11 @@
 """Memory registration from a running Dask cluster.
 
 Each worker reports its thread count and memory limit through the scheduler; a probe that
-runs on the worker adds its GPU (name, total, free and usable memory, through NVML:
-`gpu_memory.py`; only where CuPy, imported there only if it is installed, sees a device), the memory its process holds already, and its storage tiers
-(`storage_tiers.py`). The result is the `ClusterSpec` the compiler uses.
-`deepx_flow.registry.register` does the same and also records it in the metadata database.
+runs on the worker adds its GPU where CuPy (imported there only if it is installed) sees one:
+name, total, free and usable memory, through NVML (`gpu_memory.py`). It adds the memory its
+process holds already, and its storage tiers (`storage_tiers.py`). The result is the
+`ClusterSpec` the compiler uses. `deepx_flow.registry.register` does the same and also
+records it in the metadata database.
 """
 
 from __future__ import annotations
@@ -20,20 +21,21 @@ def probe_device() -> dict | None:
     usable memory: `gpu_memory.py`), or None when CuPy sees none (a CPU worker)."""
     if importlib.util.find_spec("cupy") is None:
         return None
-    from deepx_flow.registry.gpu_memory import context_reserve, probe_nvml
+    from deepx_flow.registry.gpu_memory import context_reserve, own_device_bytes, probe_nvml
     try:
         import cupy
         if cupy.cuda.runtime.getDeviceCount() < 1:
             return None
         device = cupy.cuda.Device()
-        gpu, _ = probe_nvml()  # NVML creates no CUDA context and sees other processes
+        own = own_device_bytes()
+        gpu, _ = probe_nvml(own=own)  # NVML creates no CUDA context, sees other processes
         if gpu is not None:
             return gpu.entry(device.id)
         free, total = device.mem_info
         props = cupy.cuda.runtime.getDeviceProperties(device.id)
         name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
         return {"index": int(device.id), "name": name, "total": int(total), "free": int(free),
-                "usable": max(0, int(free) - context_reserve(int(total)))}
+                "usable": max(0, int(free) + own - context_reserve(int(total)))}
     except Exception:  # no driver, no device, or a broken install: a CPU worker
         return None
 

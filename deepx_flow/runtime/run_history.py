@@ -66,7 +66,10 @@ class RunList:
     def __len__(self) -> int:
         return len(self.runs)
 
-    def __getitem__(self, i: int) -> RunInfo:
+    def __getitem__(self, i):
+        """One run (`RunInfo`), or for a slice the runs it takes (`RunList`)."""
+        if isinstance(i, slice):
+            return RunList(self.runs[i], self.where)
         return RunInfo(self.runs[i])
 
     def __str__(self) -> str:

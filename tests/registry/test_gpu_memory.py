@@ -108,6 +108,16 @@ def test_memory_other_processes_hold_is_not_usable_and_the_workers_own_pool_is()
     assert read_gpu(blind, "0", pid=ME).usable == H200 - DRIVER - 120 * GiB - H200 // 50
 
 
+def test_in_a_container_the_memory_a_worker_knows_it_holds_is_its_own():
+    # NVML lists the host's pid (4242) for this worker's 100 GiB pool: no pid matches ours.
+    gpu = node([(OTHER, 20 * GiB), (4242, 100 * GiB)], total=H200)
+    assert read_gpu(gpu, "0", pid=ME).usable == H200 - DRIVER - 120 * GiB - H200 // 50
+    assert read_gpu(gpu, "0", pid=ME, own=100 * GiB).usable == \
+        H200 - DRIVER - 20 * GiB - H200 // 50
+    # Sizing workers not started yet (pid -1): everything held now is someone else's.
+    assert read_gpu(gpu, "0", pid=-1).others == DRIVER + 120 * GiB
+
+
 def test_the_workers_gpu_is_the_first_visible_one_by_index_or_uuid():
     nvml = node((), [(OTHER, 8 * GiB)], (), [(OTHER, 30 * GiB)])
     assert visible_device(None) == visible_device("") == 0
@@ -160,10 +170,19 @@ def test_the_rmm_pool_and_spilling_follow_from_the_same_numbers(monkeypatch):
     # A node's workers share one setting: the GPU with the least usable memory sets it.
     shared = node((), [(OTHER, 30 * GiB)])
     gpus = [read_gpu(shared, str(i), pid=ME) for i in range(2)]
-    assert cluster_settings(gpus) == gpus[1].settings() != gpus[0].settings()
-    assert worker_flags(gpus).endswith(
-        f"--rmm-pool-size {gpus[1].settings()['rmm_pool_size']} "
-        f"--device-memory-limit {gpus[1].settings()['device_memory_limit']}")
+    least = gpus[1].settings()
+    assert least != gpus[0].settings()
+    # With RMM, its pool, and CuPy allocating from it; without, spilling alone (dask-cuda
+    # refuses a pool it cannot make).
+    assert cluster_settings(gpus, rmm=True) == {**least,
+                                               "rmm_allocator_external_lib_list": ["cupy"]}
+    assert cluster_settings(gpus, rmm=False) == {
+        "device_memory_limit": least["device_memory_limit"]}
+    assert worker_flags(gpus, rmm=True) == (
+        f"--enable-nvlink --enable-infiniband --rmm-pool-size {least['rmm_pool_size']} "
+        f"--set-rmm-allocator-for-libs cupy --device-memory-limit "
+        f"{least['device_memory_limit']}")
+    assert "--rmm-pool-size" not in worker_flags(gpus, rmm=False)
 
 
 def test_here_nvml_says_why_it_cannot_answer():

@@ -1,7 +1,7 @@
-"""A graph runs over UCX (UCXX: `protocol="ucx"` or `"ucxx"`), with no GPU: UCX's TCP transport carries
-the transfers between two worker processes. The registry records the protocol and
-`deepx-flow registry probe` measures the links over it, as on GPU nodes where UCX takes
-NVLink and InfiniBand instead.
+"""A graph runs over UCX (UCXX: `protocol="ucx"` or `"ucxx"`), with no GPU: UCX's TCP
+transport carries the transfers between two worker processes. The registry records the
+protocol and `deepx-flow registry probe` measures the links over it, as on GPU nodes where
+UCX takes NVLink and InfiniBand instead.
 
 `distributed-ucxx` pins dask and distributed to the version dask-cuda pins (2026.7.1), so
 `.ci/run` runs this module in a virtual environment of its own with that version (which also

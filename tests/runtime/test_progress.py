@@ -116,6 +116,7 @@ def test_the_cli_names_its_run_as_it_starts(tmp_path):
 
 def test_the_wait_before_the_bar_is_a_setting(monkeypatch):
     from deepx_flow.config import settings
+    monkeypatch.delenv("DEEPX_PROGRESS_AFTER_S", raising=False)
     assert RunProgress.of(None).show_after == 2.0 == settings().progress_after_s
     monkeypatch.setenv("DEEPX_PROGRESS_AFTER_S", "0")
     assert RunProgress.of(None).show_after == 0.0

@@ -119,6 +119,8 @@ def test_runs_lists_the_recorded_runs_newest_first(client, tmp_path, monkeypatch
     dx.run(x + 1.0, inputs={"x": np.arange(10.0)}, client=client)
     listed = dx.runs()
     assert len(listed) == 3 and len(dx.runs(limit=1)) == 1
+    assert [r.run.id for r in listed[1:]] == [listed[1].run.id, listed[2].run.id]
+    assert str(listed[:1]).splitlines()[2].startswith(listed[0].run.id[:12])
     assert [listed[i].run.status for i in range(3)] == ["succeeded", "failed", "succeeded"]
     assert [r.run.id for r in dx.runs(status="failed")] == [listed[1].run.id]
     assert listed[0].run.started_at >= listed[1].run.started_at >= listed[2].run.started_at
