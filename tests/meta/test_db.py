@@ -382,30 +382,44 @@ def test_a_version_6_database_gets_the_operator_speeds_table(db_url):
         assert s.exec(select(OperatorSpeed.tasks)).all() == [1]
 
 
+def back_to(db_url: str, version: int, drop) -> dict:
+    """Turn the database back to `version` (`drop` takes away what later versions added);
+    its snapshot, without the version row."""
+    close_all()
+    engine = raw_engine(db_url)
+    with engine.begin() as conn:
+        drop(conn)
+        conn.execute(text("UPDATE deepx_schema SET version = :v"), {"v": version})
+    engine.dispose()
+    before = snapshot(db_url)
+    before.pop("deepx_schema")
+    return before
+
+
+def migrated(db_url: str):
+    """Open the database (which migrates it); check it has the current schema, indexes
+    included; return it and its snapshot, without the version row."""
+    db = open_db(db_url)
+    assert stored_version(db_url) == SCHEMA_VERSION
+    assert columns(db_url) == model_columns()
+    assert indexes(db_url) == model_indexes()
+    after = snapshot(db_url)
+    after.pop("deepx_schema")
+    return db, after
+
+
 def test_a_version_9_database_gets_schedules_stopped_at(db_url):
     db = open_db(db_url)
     with db.session() as s:
         s.add(Schedule(name="hourly", cron="0 * * * *", selection="x", daemon="h:1",
                        heartbeat_at=5.0, updated_at=1.0))
-    close_all()
-    engine = raw_engine(db_url)  # back to version 9: without what version 10 added
-    with engine.begin() as conn:
-        _drop_version_10(conn)
-        conn.execute(text("UPDATE deepx_schema SET version = 9"))
-    engine.dispose()
-    before = snapshot(db_url)
+    before = back_to(db_url, 9, _drop_version_10)
     assert "stopped_at" not in before["schedules"][0]
 
-    db = open_db(db_url)
+    db, after = migrated(db_url)
 
-    assert stored_version(db_url) == SCHEMA_VERSION
-    assert columns(db_url) == model_columns()
-    assert indexes(db_url) == model_indexes()
-    after = snapshot(db_url)
     assert [r.pop("stopped_at") for r in after["schedules"]] == [None]
     assert all(r.pop("memory_usable") is None for r in after["devices"])  # version 11 too
-    after.pop("deepx_schema")
-    before.pop("deepx_schema")
     assert after == before
     with db.session() as s:  # and a stop is recorded
         s.get(Schedule, "hourly").stopped_at = 7.0
@@ -422,23 +436,12 @@ def test_a_version_10_database_gets_devices_usable_memory(db_url):
         worker_id = s.exec(select(Worker.id)).one()
         s.add(Device(worker_id=worker_id, name="NVIDIA H100 80GB HBM3",
                      memory_total=80 * 2**30, memory_free=79 * 2**30, registered_at=2.0))
-    close_all()
-    engine = raw_engine(db_url)  # back to version 10: without what version 11 added
-    with engine.begin() as conn:
-        _drop_version_11(conn)
-        conn.execute(text("UPDATE deepx_schema SET version = 10"))
-    engine.dispose()
-    before = snapshot(db_url)
+    before = back_to(db_url, 10, _drop_version_11)
     assert "memory_usable" not in before["devices"][0]
 
-    db = open_db(db_url)
+    db, after = migrated(db_url)
 
-    assert stored_version(db_url) == SCHEMA_VERSION
-    assert columns(db_url) == model_columns()
-    after = snapshot(db_url)
     assert [r.pop("memory_usable") for r in after["devices"]] == [None]
-    after.pop("deepx_schema")
-    before.pop("deepx_schema")
     assert after == before
     with db.session() as s:  # and the usable memory is recorded
         s.exec(select(Device)).one().memory_usable = 77 * 2**30
