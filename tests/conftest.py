@@ -54,7 +54,12 @@ def _postgres_database():
             yield make_url(server).set(database=name).render_as_string(hide_password=False)
         finally:
             from deepx_flow.meta.db import close_all
+            from deepx_flow.registry.heartbeat import forget_database
 
+            # A session cluster registered there would mark itself gone at exit, in a
+            # database dropped by then.
+            forget_database(make_url(server).set(database=name).render_as_string(
+                hide_password=False))
             close_all()
             with admin.connect() as conn:
                 conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

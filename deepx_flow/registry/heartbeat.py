@@ -160,6 +160,16 @@ def release(client, gone: bool) -> bool:
     return _release(found, gone)
 
 
+def forget_database(url: str) -> None:
+    """Stop writing to the database at `url` (it is about to be dropped: a test's): holds
+    keep beating, and marking gone, in their other databases only."""
+    with _lock:  # no hold adds a database meanwhile; no beat writes to it after this
+        for found in _holds.values():
+            with found.lock:
+                for key in [k for k, db in found.dbs.items() if db.url == url]:
+                    del found.dbs[key]
+
+
 def held() -> list[str]:
     """The schedulers this process holds (for tests and diagnostics)."""
     with _lock:

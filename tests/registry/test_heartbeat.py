@@ -224,3 +224,25 @@ def test_shutdown_marks_the_embedded_cluster_gone_in_the_database_it_was_registe
     assert {w.status for w in _rows(db, scheduler)} == {"gone"}
     assert scheduler not in heartbeat.held()
     assert not (second / ".deepx").exists()
+
+
+def test_a_forgotten_database_is_not_written_when_the_cluster_goes(tmp_path):
+    """A database about to be dropped (a test's) is forgotten: the cluster is marked gone in
+    the others only (at exit, marking it in a dropped database would only fail)."""
+    from deepx_flow.meta import open_db
+    from deepx_flow.registry.register import register_cluster
+    kept, dropped = (open_db(f"sqlite:///{tmp_path / name}") for name in ("kept.db", "gone.db"))
+    with threaded_memory_off(), \
+            LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                         dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        for db in (kept, dropped):
+            register_cluster(client, db)
+            heartbeat.hold(client, db)
+        heartbeat.forget_database(dropped.url)
+        assert heartbeat.release(client, gone=True)
+    statuses = []
+    for db in (kept, dropped):
+        with db.read() as s:
+            statuses.append({w.status for w in s.exec(select(Worker))})
+    assert statuses == [{"gone"}, {"running"}]
