@@ -45,6 +45,20 @@ class Cells(HTMLParser):
             self._cell += data
 
 
+def remove_runs(db, *run_ids: str) -> None:
+    """Delete runs a test added, with their tasks and events (those first)."""
+    from sqlmodel import col, select
+
+    from deepx_flow.meta.models import Event, Run, Task
+    with db.session() as session:
+        for model in (Task, Event):
+            for row in session.exec(select(model).where(col(model.run_id).in_(run_ids))):
+                session.delete(row)
+        session.flush()
+        for run_id in run_ids:
+            session.delete(session.get(Run, run_id))
+
+
 def without_run_headers(stderr: str) -> list[str]:
     """The lines of a CLI command's stderr but the "deepx_flow run <id>: ..." lines (or
     "deepx_flow materialize <id>: ...") it prints as each run starts (`runtime/progress.py`)."""

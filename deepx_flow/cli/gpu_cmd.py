@@ -24,13 +24,16 @@ def run(args) -> int:
     if not gpus:
         print(f"deepx-flow: no GPU to read here: {why}", file=sys.stderr)
         return 1
+    rmm = rmm_installed()
+    rows = []
+    for g in gpus:
+        s = g.settings()
+        rows.append((g.index, g.name, format_bytes(g.total), format_bytes(g.others),
+                     format_bytes(g.usable),
+                     format_bytes(s["rmm_pool_size"]) if rmm else "- (no RMM)",
+                     format_bytes(s["device_memory_limit"])))
     print(text_table(("gpu", "name", "total", "held by others", "usable", "rmm pool",
-                      "device memory limit"),
-                     [(g.index, g.name, format_bytes(g.total), format_bytes(g.others),
-                       format_bytes(g.usable),
-                       format_bytes(g.settings()["rmm_pool_size"]) if rmm_installed()
-                       else "- (no RMM)",
-                       format_bytes(g.settings()["device_memory_limit"])) for g in gpus]))
+                      "device memory limit"), rows))
     print("\nStart this node's workers with:\n"
-          f"  dask cuda worker SCHEDULER_ADDRESS {worker_flags(gpus)}")
+          f"  dask cuda worker SCHEDULER_ADDRESS {worker_flags(gpus, rmm)}")
     return 0

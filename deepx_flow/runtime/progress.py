@@ -2,12 +2,12 @@
 computed, time elapsed and an estimate of the time left, in a terminal or a notebook.
 
 Shown by default when the session is interactive (a terminal, IPython, a notebook kernel) and
-the run is still going after `settings().progress_after_s` (DEEPX_PROGRESS_AFTER_S, default
-`SHOW_AFTER_S`), so quick cells print nothing. When it shows, a
-line first names the run and its dashboard page, then a bar follows (tqdm: a text bar on
-stderr, a widget in notebooks with ipywidgets). The counts come from the scheduler's
-supervisor (`supervisor.progress`), which sees every task of the run finish, not only the
-outputs the driver holds; a background thread asks for them a couple of times a second.
+the run is still going after `settings().progress_after_s` (DEEPX_PROGRESS_AFTER_S, 2 s by
+default), so quick cells print nothing. When it shows, a line first names the run and its
+dashboard page, then a bar follows (tqdm: a text bar on stderr, a widget in notebooks with
+ipywidgets). The counts come from the scheduler's supervisor (`supervisor.progress`), which
+sees every task of the run finish, not only the outputs the driver holds; a background
+thread asks for them a couple of times a second.
 """
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ import sys
 import threading
 import time
 
-from deepx_flow.config import Settings, settings
+from deepx_flow.config import settings
 from deepx_flow.registry.cluster import format_bytes
 
-SHOW_AFTER_S = Settings.progress_after_s  # by default, runs shorter than this show nothing
 POLL_S = 0.5  # how often a shown bar asks the scheduler
 
 
@@ -141,4 +140,4 @@ class RunProgress:
             self._bar.set_postfix_str(format_bytes(nbytes), refresh=True)
 
 
-__all__ = ["RunProgress", "SHOW_AFTER_S", "interactive", "wanted", "run_link"]
+__all__ = ["RunProgress", "interactive", "wanted", "run_link"]

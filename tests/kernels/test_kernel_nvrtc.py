@@ -36,6 +36,7 @@ import deepx_flow as dx
 from deepx_flow.errors import CodegenError
 from deepx_flow.kernels import cuda_source, fused
 from deepx_flow.kernels.elementwise import COMPARISONS, OPS
+from deepx_flow.ops.elementwise import BINARY
 from tests.kernels.cases import ALL_CASES, CHAIN10, DTYPES, result_dtype
 
 
@@ -54,25 +55,22 @@ def nvrtc():
 
 def compiles(program, in_dtypes, archs=cuda_source.ARCHS, **layout) -> None:
     """Compile the program's whole kernel for each architecture; fail with NVRTC's log."""
-    source = cuda_source.program_source(program, in_dtypes, **layout)
-    for arch in archs:
-        try:
-            ptx = cuda_source.compile_ptx(source, arch)
-        except CodegenError as err:
-            pytest.fail(f"{program!r} on {in_dtypes}:\n{err}")
-        assert f".target sm_{arch.split('_')[1]}" in ptx
+    compile_all([(program, in_dtypes)], archs, **layout)
 
 
-def compile_all(cases) -> None:
-    """Compile every (program, in_dtypes); fail once, naming every kernel that failed."""
+def compile_all(cases, archs=cuda_source.ARCHS, **layout) -> None:
+    """Compile every (program, in_dtypes) for each architecture; fail once, naming every
+    kernel that failed, with NVRTC's log."""
     failed = []
     for program, in_dtypes in cases:
-        source = cuda_source.program_source(program, in_dtypes)
-        for arch in cuda_source.ARCHS:
+        source = cuda_source.program_source(program, in_dtypes, **layout)
+        for arch in archs:
             try:
-                cuda_source.compile_ptx(source, arch)
+                ptx = cuda_source.compile_ptx(source, arch)
             except CodegenError as err:
                 failed.append(f"{program!r} on {in_dtypes}:\n{err}")
+                continue
+            assert f".target sm_{arch.split('_')[1]}" in ptx
     if failed:
         pytest.fail(f"{len(failed)} kernel(s) did not compile; the first:\n"
                     + "\n\n".join(failed[:3]))
@@ -154,7 +152,7 @@ def programs(draw):
             arg, dtype = draw(st.sampled_from(values))
             program.append(("cast", (arg,), draw(st.sampled_from(DTYPES))))
         else:
-            arity = 3 if op == "where" else 2 if op in COMPARISONS or _binary(op) else 1
+            arity = 3 if op == "where" else 2 if op in COMPARISONS or op in BINARY else 1
             args = []
             for _ in range(arity):
                 if draw(st.integers(0, 3)) == 0:  # a constant of some dtype
@@ -171,11 +169,6 @@ def programs(draw):
         program.append(("add", (("in", 0), ("in", 0)), result_dtype("add", in_dtypes[:1] * 2)
                         or "int64"))
     return tuple(program), in_dtypes
-
-
-def _binary(op: str) -> bool:
-    from deepx_flow.ops.elementwise import BINARY
-    return op in BINARY
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

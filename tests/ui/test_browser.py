@@ -8,6 +8,7 @@ import pytest
 
 from deepx_flow.meta.queries import list_runs, measured_ratio, run_tasks, task_summary
 from deepx_flow.ui.timeline import LABELS
+from tests.helpers import remove_runs
 from tests.ui.browser import IDLE, PAGE_TEXT, figure_box, page_text, shown_run_id, visit
 from tests.ui.paging import sql_order
 
@@ -138,7 +139,6 @@ def test_the_page_of_a_running_run_follows_it_until_it_ends(seeded, dashboard, b
     import uuid
 
     from deepx_flow.meta.models import GraphRecord, Run, Task
-    from sqlmodel import select
     run_id, now = uuid.uuid4().hex, time.time()
     graph = f"test-run-page-{run_id}"
     worker = "tcp://127.0.0.1:1"
@@ -174,12 +174,8 @@ def test_the_page_of_a_running_run_follows_it_until_it_ends(seeded, dashboard, b
         assert listed.locator("#injected").count() == 0
         assert problems == more_problems == []
     finally:
+        remove_runs(seeded.db, run_id)
         with seeded.db.session() as session:
-            for row in session.exec(select(Task).where(Task.run_id == run_id)).all():
-                session.delete(row)
-            session.flush()
-            session.delete(session.get(Run, run_id))
-            session.flush()
             session.delete(session.get(GraphRecord, graph))
 
 

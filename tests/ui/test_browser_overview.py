@@ -17,6 +17,7 @@ from deepx_flow.meta.models import GraphRecord, Run, Task, Worker
 from deepx_flow.ui import cluster_state as cs
 from deepx_flow.ui.pages.overview import overview_page
 from deepx_flow.ui.scheduler_watch import TIMEOUT_S, watch
+from tests.helpers import remove_runs
 from tests.ui.browser import page_text, screenshot, visit, wait_for_text
 
 pytestmark = pytest.mark.slow
@@ -108,13 +109,8 @@ def test_new_runs_and_failures_appear_without_reloading(seeded, dashboard, brows
         assert "RuntimeError: the overview task failed" in task_row
         assert "hidden" not in failed_row + task_row  # the first line only
     finally:
+        remove_runs(seeded.db, running, failed)
         with seeded.db.session() as session:
-            for task in session.exec(select(Task).where(Task.run_id == failed)).all():
-                session.delete(task)
-            session.flush()
-            for run_id in (running, failed):
-                session.delete(session.get(Run, run_id))
-            session.flush()
             session.delete(session.get(GraphRecord, graph))
     for run_id, table in shown.items():
         page.locator(f"{table} a:text('{run_id}')").wait_for(state="detached", timeout=15_000)

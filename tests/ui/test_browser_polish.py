@@ -24,6 +24,7 @@ from deepx_flow.spec.yaml_io import from_yaml
 from deepx_flow.ui.graph_picture import id_text
 from deepx_flow.ui.pages import PATHS
 from deepx_flow.ui.server import HEADERS
+from tests.helpers import remove_runs
 from tests.ui.browser import figure_box, page_text, visit
 from tests.ui.test_browser_graph import data, first_dx_run, recorded_graph
 
@@ -117,11 +118,7 @@ def test_a_table_of_several_pages_keeps_its_pager(seeded, dashboard, browser):
             "rows 21-25 of 25")
         assert problems == []
     finally:
-        with seeded.db.session() as session:
-            for e in session.exec(select(Event).where(Event.run_id == run_id)).all():
-                session.delete(e)
-            session.flush()
-            session.delete(session.get(Run, run_id))
+        remove_runs(seeded.db, run_id)
 
 
 # --- 3. long cells ------------------------------------------------------------------------
