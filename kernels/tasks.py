@@ -81,9 +81,10 @@ def source_chunk(op, attrs, full_shape, region, dtype):
             return np.full(shape, bfloat16.to_bfloat16(np.float64(attrs["value"])))
         return xp.full(shape, attrs["value"], dtype=dtype)
     if op == "read_zarr":
+        from deepx_flow.ops.sources import STORED_AS
         from deepx_flow.storage.readers import read_region
         block = read_region(attrs["uri"], region, attrs.get("missing", "error"),
-                            {k: attrs.get(k) for k in ("asset", "version", "partition")})
+                            {k: attrs.get(k) for k in STORED_AS})
         return xp.asarray(block).astype(dtype, copy=False)
     if op == "arange":
         (lo, hi), = region

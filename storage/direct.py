@@ -2,21 +2,30 @@
 
 Why: Zarr's own read path (an event loop, a codec pipeline, a copy into the selection) took
 about 150 ms for a 64 MiB chunk that the zstd decoder alone turns out in 40-65 ms, and for
-streaming work the store is the bottleneck. So arrays whose chunks are plain files on this
-machine, in the codecs deepx_flow writes or Zarr writes by default (`bytes`, then optionally
-`zstd`, then optionally `crc32c`), are read here: each chunk file is mapped, its CRC-32C
-checked, decompressed, and copied into place. Anything else (sharding, other codecs, object
-stores, Zarr v2) goes through Zarr.
+streaming work the store is the bottleneck. So arrays in the codecs deepx_flow writes or
+Zarr writes by default (`bytes`, then optionally `zstd`, then optionally `crc32c`) are read
+here: each chunk's stored bytes are read into a buffer (`readinto` for a file on this
+machine, one request through fsspec for object stores), their CRC-32C checked,
+decompressed, and copied into place. Anything else (sharding, other codecs, Zarr v2) goes
+through Zarr.
+
+Chunk files are read, not memory-mapped: a mapped file cut short while it is read (a
+truncation, a full disk, a network file system) kills the process with SIGBUS at the first
+page past its new end, which no `try` catches; a read just returns fewer bytes, which is
+damage like any other.
 
 The format is Zarr's, and the checks are the ones Zarr makes: a chunk whose checksum does not
 match or that does not decompress to its size is `Damaged`, a chunk file that is not there
-(or is a folder) is `Missing` unless fill values were asked for. `storage/verify.py` turns
-both into the DataError that names the array and chunk.
+(or is a folder) is `Missing` unless fill values were asked for. A stored version's reads
+also get its manifest's entries (`manifest.py`, `Layout.expected`): a chunk whose size or
+CRC-32C is not the one written at its position is `Damaged` too. With the `crc32c` codec that
+compares the chunk's stored checksum (which the bytes were just checked against) with the
+manifest's, so it costs no second pass. `storage/verify.py` turns both into the DataError
+that names the array and chunk.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import sys
 from dataclasses import dataclass
@@ -25,6 +34,10 @@ from functools import lru_cache
 import numpy as np
 
 from deepx_flow.kernels import recycled
+
+
+NOT_HERE = ("its bytes are not the ones written at this position (a chunk of another "
+            "position or version)")
 
 
 class Damaged(ValueError):
@@ -55,17 +68,25 @@ class Layout:
     crc32c: bool
     fill_value: object
     key: object  # the array's chunk key encoding (index -> "c/0/1")
+    fs: object = None  # the fsspec file system of an object store (None: local files)
+    # A stored version's manifest entries: chunk key -> (stored size, CRC-32C).
+    expected: dict | None = None
 
     def path(self, index) -> str:
-        return os.path.join(self.root, self.key.encode_chunk_key(tuple(index)))
+        key = self.key.encode_chunk_key(tuple(index))
+        return os.path.join(self.root, key) if self.fs is None else f"{self.root}/{key}"
 
 
-def layout_of(arr) -> Layout | None:
-    """The Layout of an open Zarr array when it can be read here, else None."""
+def layout_of(arr, uri: str | None = None, expected: dict | None = None) -> Layout | None:
+    """The Layout of an open Zarr array when it can be read here, else None. Arrays in an
+    object store are read here when their `uri` is given; `expected` is the manifest's
+    entries of a stored version."""
     from zarr.codecs import BytesCodec, Crc32cCodec, ZstdCodec
-    from zarr.storage import LocalStore
+    from zarr.storage import FsspecStore, LocalStore
     meta = arr.metadata
-    if getattr(meta, "zarr_format", None) != 3 or not isinstance(arr.store, LocalStore):
+    local = isinstance(arr.store, LocalStore)
+    if getattr(meta, "zarr_format", None) != 3 or not (
+            local or uri is not None and isinstance(arr.store, FsspecStore)):
         return None
     codecs = list(meta.codecs)
     if not codecs or not isinstance(codecs[0], BytesCodec):
@@ -83,9 +104,14 @@ def layout_of(arr) -> Layout | None:
     dtype = np.dtype(arr.dtype)
     if dtype.hasobject:
         return None
-    return Layout(str(arr.store.root / arr.path) if arr.path else str(arr.store.root),
-                  tuple(arr.shape), tuple(int(c) for c in meta.chunk_grid.chunk_shape),
-                  dtype, zstd, crc, meta.fill_value, meta.chunk_key_encoding)
+    if local:
+        root, fs = str(arr.store.root / arr.path) if arr.path else str(arr.store.root), None
+    else:
+        import fsspec
+        fs, root = fsspec.core.url_to_fs(uri)
+        root = root.rstrip("/")
+    return Layout(root, tuple(arr.shape), tuple(int(c) for c in meta.chunk_grid.chunk_shape),
+                  dtype, zstd, crc, meta.fill_value, meta.chunk_key_encoding, fs, expected)
 
 
 def chunk_region(idx, shape, grid) -> tuple[tuple[int, int], ...]:
@@ -124,28 +150,23 @@ def read_block(layout: Layout, region, indices, missing: str) -> np.ndarray:
     return out
 
 
+def check_chunk(layout: Layout, index) -> None:
+    """Read and decode chunk `index` and drop it: Missing or Damaged when it is not whole
+    (`verify_array` checks a whole version this way)."""
+    _decode(layout, index, int(np.prod(layout.chunks)) * layout.dtype.itemsize, "error")
+
+
 def _decode(layout: Layout, index, nbytes: int, missing: str, into=None
             ) -> np.ndarray | None:
     """Chunk `index` as an array of the chunk shape (`into`, a C-contiguous array of that
     shape, when given); None for a missing file with `missing="fill"`."""
-    try:
-        with open(layout.path(index), "rb") as file:
-            stored = os.fstat(file.fileno()).st_size
-            data = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) if stored else b""
-    except (FileNotFoundError, IsADirectoryError):  # Zarr reads a folder as the fill too
-        if missing == "fill":
-            return None
-        raise Missing(index) from None
-    # The map is closed when the last view of it goes (with the exception, on an error).
-    view = memoryview(data)
+    stored = _read(layout, index, missing)
+    if stored is None:
+        return None
+    view = memoryview(stored)
+    _check(layout, index, stored)
     if layout.crc32c:
-        import google_crc32c
-        # (as a NumPy array: google_crc32c takes no memoryview of a map)
-        body = np.frombuffer(view[:-4], np.uint8) if stored >= 4 else None
-        if body is None or google_crc32c.value(body) != int.from_bytes(view[-4:], "little"):
-            raise Damaged(index, "its checksum does not match its bytes (changed or "
-                                 "truncated)")
-        view, body = view[:-4], None
+        view = view[:-4]
     out = into if into is not None else recycled.empty(layout.chunks, layout.dtype)
     flat = out.reshape(-1).view(np.uint8)
     if layout.zstd:
@@ -169,6 +190,55 @@ def _decode(layout: Layout, index, nbytes: int, missing: str, into=None
                                  f"chunk")
         flat[:] = np.frombuffer(view, np.uint8)
     return out
+
+
+def _read(layout: Layout, index, missing: str) -> np.ndarray | bytes | None:
+    """The stored bytes of chunk `index`; None for a missing one with `missing="fill"`.
+
+    A local file is read into a (recycled) buffer of the size it had when opened; one cut
+    short meanwhile gives fewer bytes, which is Damaged."""
+    path = layout.path(index)
+    try:
+        if layout.fs is not None:
+            return layout.fs.cat_file(path)
+        with open(path, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            data = recycled.empty((size,), np.uint8)
+            got = file.readinto(memoryview(data)) if size else 0
+    except (FileNotFoundError, IsADirectoryError):  # Zarr reads a folder as the fill too
+        if missing == "fill":
+            return None
+        raise Missing(index) from None
+    if got != size:
+        raise Damaged(index, f"it was cut short while it was read ({got:,} of {size:,} "
+                             f"bytes)")
+    return data
+
+
+def _check(layout: Layout, index, stored) -> None:
+    """Damaged when the stored bytes are not the ones written: a checksum that does not
+    match them, or (for a stored version) not the size and CRC-32C its manifest records
+    for this position. The trailer was checked first, so comparing it with the manifest's
+    CRC checks the bytes themselves."""
+    import google_crc32c
+    want = None
+    if layout.expected is not None:
+        want = layout.expected.get(layout.key.encode_chunk_key(tuple(index)))
+        if want is None:
+            raise Damaged(index, "the manifest has no such chunk")
+        if len(stored) != want[0]:
+            raise Damaged(index, f"it is {len(stored):,} bytes where {want[0]:,} were "
+                                 f"written")
+    if layout.crc32c:
+        if len(stored) < 4 or google_crc32c.value(stored[:-4]) != int.from_bytes(
+                bytes(stored[-4:]), "little"):
+            raise Damaged(index, "its checksum does not match its bytes (changed or "
+                                 "truncated)")
+        crc = int.from_bytes(bytes(stored[-4:]), "little")
+    else:
+        crc = google_crc32c.value(stored) if want is not None else None
+    if want is not None and crc != want[1]:
+        raise Damaged(index, NOT_HERE)
 
 
 def frame_content_size(data) -> int | None:

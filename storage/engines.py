@@ -17,7 +17,10 @@ marks the target complete once they all finished (returning what `write` returns
 Engines without these get `write` after the tensor is computed and held on the cluster.
 An engine may also check what it stored: `verify(uri, deep, origin) -> list[DataError]`
 (empty when whole; `deep` reads every chunk, else a listing only), used by `dx.load`, by
-materializations before they read a version, and by `deepx-flow assets verify`.
+materializations before they read a version, and by `deepx-flow assets verify`. `write` and
+`commit` may return a `manifest_digest`, which the version's row records and `origin`
+carries back (`origin["manifest"]`) to `verify` and to the reads; an engine that checks
+versions recorded without one can bind them with `upgrade(uri, origin) -> digest`.
 
 Built in: "zarr" (Zarr v3 arrays on local disk or any fsspec URL, written by the workers)
 and "memory" (the chunks stay on the cluster, kept alive in a process-wide table under URIs
@@ -85,8 +88,9 @@ class ZarrEngine:
         return zarr_store.write_tasks(uri, tensor_key, shape, dtype, chunks, name)
 
     def commit(self, uri: str, shape, dtype, chunks, began: float) -> dict:
-        zarr_store.mark_complete(uri)
-        return zarr_store.written(uri, shape, dtype, zarr_store.chunk_shape(chunks), began)
+        digest = zarr_store.mark_complete(uri)
+        return zarr_store.written(uri, shape, dtype, zarr_store.chunk_shape(chunks), began,
+                                  digest)
 
     def reader_uri(self, uri: str) -> str:
         return zarr_store.reader_uri(uri)
@@ -99,6 +103,9 @@ class ZarrEngine:
 
     def verify(self, uri: str, deep: bool = True, origin: dict | None = None) -> list:
         return verify.verify_array(zarr_store.normalize_uri(uri), deep, origin)
+
+    def upgrade(self, uri: str, origin: dict | None = None) -> str:
+        return verify.upgrade(zarr_store.normalize_uri(uri), origin)
 
 
 # The memory engine's table: uri -> Persisted, for the whole process (assets written in one

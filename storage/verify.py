@@ -9,14 +9,18 @@ writes its arrays so that both are caught, with what Zarr v3 gives:
   emptied one fails to decode;
 - every chunk written, empty ones too (`WRITE_CONFIG`): a chunk that is not there was lost,
   never skipped;
-- a manifest written when the version is complete (`deepx_manifest.json` beside `zarr.json`):
-  the key and stored size of each chunk, so a version can be checked from a listing alone.
+- a manifest written when the version is complete (`manifest.py`): the array's metadata, and
+  the stored size and CRC-32C of each chunk by position, its digest recorded in the
+  version's database row; so an edited `zarr.json`, a chunk moved or copied from another
+  version, and a manifest edited or deleted are found too.
 
 `read_region` reads a region with its chunks checked: a chunk the region needs that is not
 there raises DataError (unless `missing="fill"`, for arrays written by tools that skip empty
-chunks), and so does a chunk that fails to decode; the error names the chunk. `verify_array`
-checks a whole stored array without computing anything: the listing against the manifest,
-then (`deep`) every chunk decoded.
+chunks), and so does a chunk that fails to decode; the error names the chunk. A read of a
+stored version (`origin` with the `manifest` digest its row records) also checks the
+manifest, the metadata against it, and each chunk against its entry. `verify_array` checks a
+whole stored array without computing anything: the manifest and metadata, the listing
+against the manifest, then (`deep`) every chunk decoded and compared with its entry.
 """
 
 from __future__ import annotations
@@ -28,10 +32,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from deepx_flow.errors import DataError, ExecutionError
-from deepx_flow.storage import direct
+from deepx_flow.storage import direct, manifest as manifests
 from deepx_flow.storage.direct import chunk_region
 
-MANIFEST = "deepx_manifest.json"
+MANIFEST = manifests.NAME
 WRITE_CONFIG = {"write_empty_chunks": True}
 FILL_HINT = ("; if the array was written without its empty chunks, read it in the graph "
              "with dx.read_zarr(path, missing='fill') (in YAML: op read_zarr, attrs "
@@ -103,12 +107,15 @@ def read_region(uri: str, region, missing: str = "error", origin: dict | None = 
                 ) -> np.ndarray:
     """The block `region` ((start, stop) per axis) of the Zarr array at `uri`, its chunks
     checked: DataError for a chunk that is not there (with `missing="error"`) or that does
-    not decode (a checksum that does not match, a truncated chunk)."""
+    not decode (a checksum that does not match, a truncated chunk). For a stored version
+    (`origin["manifest"]`, the digest its row records), DataError too for a manifest that
+    is not that one, metadata other than it records, and a chunk other than its entry."""
     arr = _open(uri, origin)
     shape, grid = tuple(arr.shape), _grid(arr)
+    bound = _bound(uri, arr, origin)
     indices = chunk_indices(shape, grid, region)
-    layout = direct.layout_of(arr)
-    if layout is not None:  # chunks in local files: read without Zarr's pipeline
+    layout = direct.layout_of(arr, uri, bound.chunks if bound is not None else None)
+    if layout is not None:  # chunks read without Zarr's pipeline
         try:
             return direct.read_block(layout, region, indices, missing)
         except direct.Missing as err:
@@ -116,13 +123,17 @@ def read_region(uri: str, region, missing: str = "error", origin: dict | None = 
                          + ("" if (origin or {}).get("asset") else FILL_HINT)) from None
         except direct.Damaged as err:
             raise _error(uri, origin, err.index, f"is damaged: {err}") from err
+    fs, root = _fs(uri)
     if missing == "error" and indices:
-        fs, root = _fs(uri)
         for idx in indices:
             # A file: Zarr reads a folder in a chunk's place as the fill value too.
             if not fs.isfile(f"{root}/{arr.metadata.encode_chunk_key(idx)}"):
                 raise _error(uri, origin, idx, "is missing (deleted, or never written)"
                              + ("" if (origin or {}).get("asset") else FILL_HINT))
+    if bound is not None:  # (a byte order read by Zarr alone) each chunk's entry first
+        problems = _entries_problems(fs, root, arr, bound, indices)
+        if problems:
+            raise _error(uri, origin, *problems[0])
     try:
         return np.asarray(arr[tuple(slice(lo, hi) for lo, hi in region)])
     except Exception as err:
@@ -133,6 +144,41 @@ def read_region(uri: str, region, missing: str = "error", origin: dict | None = 
             raise
         idx, cause = bad
         raise _error(uri, origin, idx, f"is damaged: {_cause(cause)}") from err
+
+
+def _bound(uri: str, arr, origin, fresh: bool = False) -> manifests.Manifest | None:
+    """The manifest of a stored version whose row records its digest (`origin["manifest"]`),
+    its metadata checked against the array's; None for other arrays. DataError when the
+    manifest is missing or another, or the metadata differs. `fresh`: read it again rather
+    than take the one this process checked before."""
+    expected = (origin or {}).get("manifest")
+    if not expected:
+        return None
+    fs, root = _fs(uri)
+    try:
+        found = (manifests.bound if fresh else manifests.load)(fs, root, expected)
+        problem = manifests.metadata_problem(arr, found)
+    except manifests.Problem as err:
+        raise _error(uri, origin, None, str(err)) from None
+    except OSError as err:  # not the data: reported as it is
+        raise _error(uri, origin, None, f"has a manifest that cannot be read: {err}") \
+            from None
+    if problem:
+        raise _error(uri, origin, None, problem)
+    return found
+
+
+def _entries_problems(fs, root, arr, found: manifests.Manifest, indices) -> list:
+    """(index, problem) for each chunk of `indices` whose stored bytes are not the ones the
+    manifest records at its position (read apart from decoding: for arrays Zarr decodes)."""
+    keys = {arr.metadata.encode_chunk_key(idx): idx for idx in indices}
+    try:
+        now = manifests.crcs(fs, root, list(keys), found.sizes(),
+                             manifests.has_crc_trailer(found.metadata))
+    except manifests.Problem as err:
+        return [(keys.get(err.index), str(err))]
+    return [(idx, f"is damaged: {direct.NOT_HERE}") for key, idx in keys.items()
+            if now[key] != found.chunks[key][1]]
 
 
 def is_damage(err: BaseException) -> bool:
@@ -169,23 +215,63 @@ def _first_undecodable(arr, shape, grid, indices):
 
 # -- a whole stored array -------------------------------------------------------------------
 
-def write_manifest(uri: str) -> dict:
-    """Record the chunks the array at `uri` holds (their keys and stored sizes) in its
-    manifest; ExecutionError naming a chunk of its grid that was not written. Called when
-    every write has finished, before the array is marked complete."""
+def write_manifest(uri: str) -> str:
+    """Record the array at `uri` in its manifest (`manifest.py`: its metadata, and each
+    chunk's stored size and CRC-32C by position); return the manifest's digest, for the
+    version's row. ExecutionError naming a chunk of its grid that was not written. Called
+    when every write has finished, before the array is marked complete."""
     arr = _open(uri, None)
     fs, root = _fs(uri)
     sizes = _listing(fs, root)
-    chunks = {}
+    keys, missing = _keys(arr, sizes)
+    if missing is not None:
+        raise ExecutionError(f"{uri}: chunk {missing} was not written; the version is not "
+                             f"published")
+    try:
+        return manifests.write(fs, root, arr, sizes, keys)
+    except manifests.Problem as err:
+        raise ExecutionError(f"{uri}: chunk {_index(arr, err.index)} {err}; the version "
+                             f"is not published") from None
+
+
+def upgrade(uri: str, origin: dict | None = None) -> str:
+    """Bind a version stored before manifests bound its chunks: write its format-2 manifest
+    from the chunks as they are now, and return the digest to record in its row. DataError
+    (nothing written) when a chunk of its grid is missing, or of another size than its
+    older manifest says."""
+    arr = _open(uri, origin)
+    fs, root = _fs(uri)
+    sizes = _listing(fs, root)
+    old = manifests.read(fs, root)
+    keys, missing = _keys(arr, sizes)
+    if missing is not None:
+        raise _error(uri, origin, missing, "is missing (deleted, or never written)"
+                     if old is not None else LEGACY_MISSING)
+    for key in keys:
+        if old is not None and key in old.chunks and old.chunks[key][0] != sizes[key]:
+            raise _error(uri, origin, _index(arr, key), f"is {sizes[key]:,} bytes where "
+                                                        f"{old.chunks[key][0]:,} were written")
+    try:
+        return manifests.write(fs, root, arr, sizes, keys)
+    except manifests.Problem as err:
+        raise _error(uri, origin, _index(arr, err.index), str(err)) from None
+
+
+def _keys(arr, sizes) -> tuple[list[str], tuple | None]:
+    """The keys of the array's chunks in C order, and the first one not in `sizes` (None
+    when all are stored)."""
+    keys = []
     for idx in chunk_indices(tuple(arr.shape), _grid(arr)):
         key = arr.metadata.encode_chunk_key(idx)
         if key not in sizes:
-            raise ExecutionError(f"{uri}: chunk {idx} was not written; the version is not "
-                                 f"published")
-        chunks[key] = sizes[key]
-    manifest = {"format": 1, "checksum": "crc32c", "chunks": chunks}
-    fs.pipe_file(f"{root}/{MANIFEST}", json.dumps(manifest, separators=(",", ":")).encode())
-    return manifest
+            return keys, idx
+        keys.append(key)
+    return keys, None
+
+
+def _index(arr, key):
+    return None if key is None else \
+        tuple(int(i) for i in arr.metadata.chunk_key_encoding.decode_chunk_key(key))
 
 
 def _listing(fs, root: str) -> dict[str, int]:
@@ -197,8 +283,8 @@ def _listing(fs, root: str) -> dict[str, int]:
 
 
 def read_manifest(uri: str) -> dict | None:
-    """The array's manifest, or None when it has none (written before manifests, or by
-    another tool)."""
+    """The array's manifest as JSON, or None when it has none (written before manifests,
+    or by another tool)."""
     fs, root = _fs(uri)
     try:
         return json.loads(fs.cat_file(f"{root}/{MANIFEST}"))
@@ -207,45 +293,79 @@ def read_manifest(uri: str) -> dict | None:
 
 
 def verify_array(uri: str, deep: bool = True, origin: dict | None = None) -> list[DataError]:
-    """Every problem of the stored array at `uri`, without computing anything: a chunk of
-    its grid missing from storage, a size other than the manifest's, and (`deep`) a chunk
-    that does not decode (checksum). An empty list when it is whole."""
+    """Every problem of the stored array at `uri`, without computing anything: its manifest
+    not the one its row records (`origin["manifest"]`), its metadata other than the
+    manifest's, a chunk of its grid missing from storage, a size other than the manifest's,
+    and (`deep`) a chunk that does not decode (checksum) or is not the one written at its
+    position. An empty list when it is whole."""
     try:
         arr = _open(uri, origin)
         fs, root = _fs(uri)
         sizes = _listing(fs, root)
-        manifest = read_manifest(uri)
+        found = _bound(uri, arr, origin, fresh=True)
+        if found is None:  # not bound by a row: whatever manifest it has
+            found = manifests.read(fs, root)
+            problem = found and manifests.metadata_problem(arr, found)
+            if problem:
+                return [_error(uri, origin, None, problem)]
     except DataError as err:
         return [err]
+    except manifests.Problem as err:
+        return [_error(uri, origin, None, str(err))]
     except Exception as err:  # the listing or the manifest cannot be read
         return [_error(uri, origin, None, f"cannot be listed: {type(err).__name__}: {err}")]
     shape, grid = tuple(arr.shape), _grid(arr)
-    expected = (manifest or {}).get("chunks", {})
+    expected = found.chunks if found is not None else {}
     problems, readable = [], []
     for idx in chunk_indices(shape, grid):
         key = arr.metadata.encode_chunk_key(idx)
         if key not in sizes:
             problems.append(_error(uri, origin, idx, "is missing (deleted, or never written)"
-                                   if manifest is not None else LEGACY_MISSING))
-        elif key in expected and sizes[key] != expected[key]:
+                                   if found is not None else LEGACY_MISSING))
+        elif key in expected and sizes[key] != expected[key][0]:
             problems.append(_error(uri, origin, idx, f"is {sizes[key]:,} bytes where "
-                                                     f"{expected[key]:,} were written"))
+                                                     f"{expected[key][0]:,} were written"))
         else:
             readable.append(idx)
     if deep and readable:
-        def decode(idx):
-            try:
-                arr[tuple(slice(lo, hi) for lo, hi in chunk_region(idx, shape, grid))]
-                return None
-            except Exception as err:
-                what = f"is damaged: {_cause(err)}" if is_damage(err) else \
-                    f"cannot be read: {_cause(err)}"
-                return _error(uri, origin, idx, what)
-        with ThreadPoolExecutor(min(VERIFY_THREADS, len(readable))) as pool:
-            problems += [p for p in pool.map(decode, readable) if p is not None]
+        entries = found if found is not None and found.format >= 2 else None
+        problems += _decode_all(uri, origin, arr, entries, readable)
     problems.sort(key=lambda p: (p.chunk is not None, p.chunk or ()))
     return problems
 
 
-__all__ = ["read_region", "verify_array", "write_manifest", "read_manifest", "array_codecs",
+def _decode_all(uri, origin, arr, found, indices) -> list[DataError]:
+    """A DataError for each chunk of `indices` that does not decode, or (with a format-2
+    manifest `found`) is not the one written at its position."""
+    shape, grid = tuple(arr.shape), _grid(arr)
+    layout = direct.layout_of(arr, uri, found.chunks if found is not None else None)
+
+    def decode(idx):
+        try:
+            if layout is not None:
+                direct.check_chunk(layout, idx)
+            else:
+                arr[tuple(slice(lo, hi) for lo, hi in chunk_region(idx, shape, grid))]
+            return None
+        except direct.Missing:
+            return _error(uri, origin, idx, "is missing (deleted, or never written)")
+        except direct.Damaged as err:
+            return _error(uri, origin, idx, f"is damaged: {err}")
+        except Exception as err:
+            what = f"is damaged: {_cause(err)}" if is_damage(err) else \
+                f"cannot be read: {_cause(err)}"
+            return _error(uri, origin, idx, what)
+
+    with ThreadPoolExecutor(min(VERIFY_THREADS, len(indices))) as pool:
+        problems = [p for p in pool.map(decode, indices) if p is not None]
+    if layout is None and found is not None:  # decoded by Zarr: the entries apart
+        bad = {p.chunk for p in problems}
+        fs, root = _fs(uri)
+        problems += [_error(uri, origin, idx, what) for idx, what in _entries_problems(
+            fs, root, arr, found, [i for i in indices if i not in bad])]
+    return problems
+
+
+__all__ = ["read_region", "verify_array", "write_manifest", "read_manifest", "upgrade",
+           "array_codecs",
            "describe", "chunk_indices", "chunk_region", "MANIFEST", "WRITE_CONFIG"]

@@ -11,8 +11,9 @@ chunk, and its task depends on that chunk alone and is sent to the worker holdin
 irregular grid each task assembles its region from the plan chunks it overlaps.
 
 Every chunk is written, empty ones too, each with a CRC-32C checksum (`verify.py`). Only
-when every chunk is written does the driver write the manifest of the chunks (their keys and
-stored sizes) and then set the attribute `deepx_complete`, so a reader can tell a complete
+when every chunk is written does the driver write the manifest (`manifest.py`: the array's
+metadata, each chunk's stored size and CRC-32C by position; its digest is returned for the
+version's row) and then set the attribute `deepx_complete`, so a reader can tell a complete
 array from what a crashed write left (`is_complete`), and a damaged chunk from a whole one. A write
 that fails deletes what it wrote, best effort, and raises ExecutionError naming the chunk.
 
@@ -91,7 +92,8 @@ def write_persisted(persisted, uri) -> dict:
     dict
         `uri` (normalized: local paths absolute), `shape`, `dtype`, `chunks` (the Zarr
         chunk shape), `nbytes` (uncompressed), `stored_bytes` (on storage; None if it cannot
-        be measured) and `seconds` (the whole write).
+        be measured), `seconds` (the whole write) and `manifest_digest` (what a stored
+        version's row records, `verify.read_region`'s `origin["manifest"]`).
 
     Raises
     ------
@@ -136,7 +138,7 @@ def write_persisted(persisted, uri) -> dict:
             raise ExecutionError(f"writing {uri}: chunk {idx}{more} failed: {cause}; "
                                  f"{_delete_quietly(uri)}")
         try:
-            mark_complete(uri)
+            digest = mark_complete(uri)
         except DeepxError as err:  # a chunk not there: publish nothing
             raise ExecutionError(f"{err}; {_delete_quietly(uri)}") from None
     except DeepxError:
@@ -148,7 +150,7 @@ def write_persisted(persisted, uri) -> dict:
             raise
         raise ExecutionError(f"writing {uri} failed: {type(err).__name__}: {err}; "
                              f"{cleanup}") from err
-    return written(uri, shape, dtype, zchunks, began)
+    return written(uri, shape, dtype, zchunks, began, digest)
 
 
 def create_array(uri: str, shape, dtype, chunks) -> tuple[int, ...]:
@@ -200,20 +202,21 @@ def zarr_chunk_regions(tensor_key: str, shape, chunks):
         yield (idx, region, *grid.layout(tensor_key, region))
 
 
-def mark_complete(uri: str) -> None:
-    """Write the manifest of the chunks of the array at `uri` (ExecutionError if one is
-    missing), then set the marker that says every chunk was written."""
+def mark_complete(uri: str) -> str:
+    """Write the manifest of the array at `uri` (ExecutionError if a chunk is missing), then
+    set the marker that says every chunk was written; return the manifest's digest."""
     from deepx_flow.storage.zarr_bfloat16 import zarr
-    verify.write_manifest(uri)
+    digest = verify.write_manifest(uri)
     zarr.open_array(uri, mode="r+").update_attributes({COMPLETE_ATTR: True})
+    return digest
 
 
-def written(uri: str, shape, dtype, zchunks, began: float) -> dict:
+def written(uri: str, shape, dtype, zchunks, began: float, digest: str | None) -> dict:
     """What a finished write reports (see `write_persisted`)."""
     dtype = np.dtype(dtype)
     return {"uri": uri, "shape": tuple(shape), "dtype": dtype.name, "chunks": zchunks,
             "nbytes": math.prod(shape) * dtype.itemsize, "stored_bytes": _stored_bytes(uri),
-            "seconds": time.perf_counter() - began}
+            "seconds": time.perf_counter() - began, "manifest_digest": digest}
 
 
 def _chunk_writes(persisted):

@@ -80,6 +80,19 @@ def record_all(db: Database, versions: list[tuple[AssetMaterialization,
                 session.add(check)
 
 
+def bind_manifest(db: Database, row: AssetMaterialization, digest: str) -> str:
+    """Record the manifest digest of a version stored before rows recorded one (`row`);
+    return the digest the row holds after: `digest`, or the one another process recorded
+    first (whose manifest is then the one in storage)."""
+    from sqlalchemy import update
+    with db.session() as session:
+        session.exec(update(AssetMaterialization)
+                     .where(AssetMaterialization.id == row.id,
+                            col(AssetMaterialization.manifest_digest).is_(None))
+                     .values(manifest_digest=digest))
+        return session.get(AssetMaterialization, row.id).manifest_digest
+
+
 def upstream_versions(row: AssetMaterialization) -> dict[str, str]:
     """Upstream asset (or "asset[partition]") -> the version this one read."""
     return json.loads(row.upstream_versions or "{}")

@@ -63,7 +63,7 @@ def _one(t: Target, up: Target, tensors, versions, written, db) -> tuple[Tensor,
             db, up.asset, up.partition, usable=False) else "has never been materialized"
         raise InputError(f"asset {t} reads {up}, which {why}: select it too "
                          f"(e.g. '+{t.asset}')")
-    return stored_tensor(row), row.version
+    return stored_tensor(row, db), row.version
 
 
 __all__ = ["compose"]

@@ -347,7 +347,8 @@ def _row(a, t: Target, version, used, node, storage, info, run_id, seconds,
         version=version, asset=t.asset, partition=t.partition, code_version=a.code_version,
         upstream_versions=json.dumps(used, sort_keys=True), shape=json.dumps(list(node.shape)),
         dtype=node.dtype, chunks=json.dumps(list(info.get("chunks") or ())),
-        nbytes=info.get("nbytes"), storage=storage, uri=info.get("uri"), run_id=run_id,
+        nbytes=info.get("nbytes"), storage=storage, uri=info.get("uri"),
+        manifest_digest=info.get("manifest_digest"), run_id=run_id,
         seconds=seconds, checks_passed=all(r.passed for r in results) if results else None,
         created_at=time.time())
 

@@ -4,12 +4,20 @@ read when their upstream is not made in the same materialization.
 A stored version becomes a `read_zarr` tensor, so a graph reads only the chunks it needs.
 A partitioned asset with a partition axis reads whole as the concatenation, in key order,
 of the newest usable version of every partition.
+
+The tensor carries the digest of the version's manifest that its row records, and every
+read checks the manifest, the metadata and each chunk against it (`storage/verify.py`). A
+version recorded before rows held that digest is bound on its first read: its manifest is
+written anew from its chunks as they are (`upgrade`), and the row records its digest, once.
 """
 
 from __future__ import annotations
 
+import json
+import warnings
+
 from deepx_flow.assets import catalog
-from deepx_flow.errors import InputError
+from deepx_flow.errors import DatabaseError, DataError, InputError
 from deepx_flow.meta import open_db
 from deepx_flow.meta.models import AssetMaterialization
 from deepx_flow.sdk.tensor import Tensor
@@ -29,7 +37,7 @@ def load(asset, version: str | None = None, partition: str | None = None, db=Non
         if row is None:
             raise InputError(f"asset {name!r} has no version {version!r} in "
                              f"{database.display_url}")
-        return stored_tensor(row)
+        return stored_tensor(row, database)
     if partition is None and isinstance(asset, AssetDef) and asset.partitions is not None:
         return whole(asset, {}, database)[0]
     row = catalog.latest(database, name, partition)
@@ -40,7 +48,7 @@ def load(asset, version: str | None = None, partition: str | None = None, db=Non
         what = f"partition {partition!r} of asset {name!r}" if partition else f"asset {name!r}"
         raise InputError(f"{what} has no stored version (or none whose blocking checks "
                          f"passed) in {database.display_url}")
-    return stored_tensor(row)
+    return stored_tensor(row, database)
 
 
 def whole(asset, made: dict, db, now=None) -> tuple[Tensor, dict[str, str]]:
@@ -60,15 +68,16 @@ def whole(asset, made: dict, db, now=None) -> tuple[Tensor, dict[str, str]]:
             else "have never been materialized"
         raise InputError(f"asset {asset.name} is read whole, but partitions {shown} {why}: "
                          f"backfill them first")
-    parts = [made[k] if k in made else stored_tensor(stored[k]) for k in keys]
+    parts = [made[k] if k in made else stored_tensor(stored[k], db) for k in keys]
     used = {f"{asset.name}[{k}]": stored[k].version for k in keys if k not in made}
     return (parts[0] if len(parts) == 1 else concat(parts, axis=asset.partition_axis)), used
 
 
-def stored_tensor(row: AssetMaterialization) -> Tensor:
-    """The stored version `row` as a lazy tensor whose reads check every chunk, after a check
-    from a listing that every chunk the version wrote is there at the size written (a
-    DataError naming the version and the first bad chunk otherwise)."""
+def stored_tensor(row: AssetMaterialization, db) -> Tensor:
+    """The stored version `row` (recorded in `db`) as a lazy tensor whose reads check every
+    chunk, after a check from a listing that its manifest is the one written, its metadata
+    the one the manifest and the row record, and every chunk there at the size written (a
+    DataError naming the version and what is wrong otherwise)."""
     from deepx_flow.sdk.functions import _read_zarr
     from deepx_flow.storage.engines import get_engine
     if not row.uri:
@@ -77,16 +86,49 @@ def stored_tensor(row: AssetMaterialization) -> Tensor:
     engine = get_engine(row.storage)
     origin = stored_as(row)
     if callable(getattr(engine, "verify", None)):
+        if origin["manifest"] is None and callable(getattr(engine, "upgrade", None)):
+            origin["manifest"] = _bind(engine, row, origin, db)
         problems = engine.verify(row.uri, deep=False, origin=origin)
         if problems:
             raise problems[0]
     # Engines that keep files give a URI read_zarr reads chunk by chunk; others refuse.
-    return _read_zarr(engine.reader_uri(row.uri), **origin)
+    tensor = _read_zarr(engine.reader_uri(row.uri), **origin)
+    recorded = (tuple(json.loads(row.shape)), row.dtype)
+    if (tensor.shape, tensor.dtype) != recorded:
+        from deepx_flow.storage.verify import describe
+        raise DataError(f"{describe(row.uri, origin)}: its metadata (zarr.json) says shape "
+                        f"{tensor.shape} {tensor.dtype}, but shape {recorded[0]} "
+                        f"{recorded[1]} was written ({row.uri}); materialize {row.asset} "
+                        f"again to replace it", uri=row.uri, asset=row.asset,
+                        version=row.version, partition=row.partition,
+                        problem="metadata other than was written")
+    return tensor
+
+
+def _bind(engine, row: AssetMaterialization, origin: dict, db) -> str | None:
+    """The manifest digest of a version recorded without one, once its chunks are checked
+    from a listing and its manifest is written anew (`engine.upgrade`) and recorded; None
+    (read unbound, with a warning) where the storage or the database cannot be written."""
+    problems = engine.verify(row.uri, deep=False, origin=origin)
+    if problems:
+        raise problems[0]
+    try:
+        return catalog.bind_manifest(db, row, engine.upgrade(row.uri, origin))
+    except (OSError, DatabaseError) as err:
+        warnings.warn(f"asset {row.asset} version {row.version[:12]} was stored before "
+                      f"versions recorded their manifest's digest, and it could not be "
+                      f"recorded now ({type(err).__name__}: {err}): it is read with each "
+                      f"chunk's checksum checked, but not whether each chunk is in its place; "
+                      f"run deepx-flow assets verify --upgrade where it can be written",
+                      RuntimeWarning, stacklevel=3)
+        return None
 
 
 def stored_as(row: AssetMaterialization) -> dict:
-    """Which stored version a read is of (read_zarr's `asset`, `version`, `partition`)."""
-    return {"asset": row.asset, "version": row.version, "partition": row.partition}
+    """Which stored version a read is of (read_zarr's `asset`, `version`, `partition`), and
+    the digest of its manifest (`manifest`)."""
+    return {"asset": row.asset, "version": row.version, "partition": row.partition,
+            "manifest": row.manifest_digest}
 
 
 __all__ = ["load", "whole", "stored_tensor", "stored_as"]

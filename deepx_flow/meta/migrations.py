@@ -27,6 +27,13 @@ History:
     its heartbeat goes stale).
 11. devices.memory_usable (a GPU's memory less what other processes and its CUDA context
     hold: what the planner budgets).
+12. asset_materializations.manifest_digest (the digest of a stored version's manifest,
+    which binds its metadata and each chunk to its position).
+
+Every step can run on a database that already has what it adds (columns are added, tables
+and indexes created, only where missing): a database whose version row says less than its
+tables hold (an older copy of the row put back, a version set by hand) is brought to this
+version, not refused with a duplicate column.
 """
 
 from __future__ import annotations
@@ -39,10 +46,16 @@ from sqlmodel import SQLModel
 from deepx_flow.errors import DatabaseError
 from deepx_flow.meta.models import SchemaInfo
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 # An arbitrary constant: PostgreSQL sessions migrating at once take turns on this lock.
 _PG_LOCK_ID = 74_700_11
+
+
+def _add_column(conn: Connection, table: str, column: str, sql_type: str) -> None:
+    """ALTER TABLE ADD COLUMN, unless the table has the column already."""
+    if column not in {c["name"] for c in inspect(conn).get_columns(table)}:
+        conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
 
 
 def _v2_events_and_username(conn: Connection) -> None:
@@ -60,7 +73,7 @@ def _v2_events_and_username(conn: Connection) -> None:
         Column("key", String, nullable=True),
         Column("message", Text, nullable=True))
     events.create(conn, checkfirst=True)
-    conn.execute(text("ALTER TABLE runs ADD COLUMN username VARCHAR NOT NULL DEFAULT ''"))
+    _add_column(conn, "runs", "username", "VARCHAR NOT NULL DEFAULT ''")
 
 
 def _v3_assets(conn: Connection) -> None:
@@ -140,7 +153,7 @@ def _v5_listing_indexes(conn: Connection) -> None:
 def _v6_comm_seconds(conn: Connection) -> None:
     # The run page's measured compute/communication ratio, and the graph page's lineage
     # (the newest version per asset and partition) without a scan of every version.
-    conn.execute(text("ALTER TABLE tasks ADD COLUMN comm_seconds FLOAT"))
+    _add_column(conn, "tasks", "comm_seconds", "FLOAT")
     frozen = MetaData()
     versions = Table("asset_materializations", frozen, Column("asset", String),
                      Column("partition", String), Column("created_at", Float))
@@ -180,6 +193,9 @@ def _v8_placements_per_run(conn: Connection) -> None:
                               "chunk_placements_run_id_tensor_chunk_worker_key "
                               "UNIQUE (run_id, tensor, chunk, worker)"))
         return
+    if any(unique["column_names"] == ["run_id", "tensor", "chunk", "worker"]
+           for unique in inspect(conn).get_unique_constraints("chunk_placements")):
+        return  # unique per run already
     # SQLite cannot change a table's constraints: the table is made anew and its rows copied
     # (SQLite's documented way), as it was at version 8 (frozen, as in step 2).
     frozen = MetaData()
@@ -249,17 +265,21 @@ def _v9_trainings(conn: Connection) -> None:
           Column("layout", Text, nullable=True),
           Column("created_at", Float, nullable=False))
     frozen.create_all(conn, checkfirst=True)
-    conn.execute(text("ALTER TABLE runs ADD COLUMN training_id VARCHAR"))
+    _add_column(conn, "runs", "training_id", "VARCHAR")
     Index("ix_runs_training_id", Table("runs", MetaData(), Column("training_id", String))
-          .c.training_id).create(conn)
+          .c.training_id).create(conn, checkfirst=True)
 
 
 def _v10_schedule_stopped_at(conn: Connection) -> None:
-    conn.execute(text("ALTER TABLE schedules ADD COLUMN stopped_at FLOAT"))
+    _add_column(conn, "schedules", "stopped_at", "FLOAT")
 
 
 def _v11_device_usable(conn: Connection) -> None:
-    conn.execute(text("ALTER TABLE devices ADD COLUMN memory_usable BIGINT"))
+    _add_column(conn, "devices", "memory_usable", "BIGINT")
+
+
+def _v12_manifest_digest(conn: Connection) -> None:
+    _add_column(conn, "asset_materializations", "manifest_digest", "VARCHAR")
 
 
 STEPS = {
@@ -273,6 +293,7 @@ STEPS = {
     9: _v9_trainings,
     10: _v10_schedule_stopped_at,
     11: _v11_device_usable,
+    12: _v12_manifest_digest,
 }
 
 

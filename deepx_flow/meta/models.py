@@ -240,6 +240,10 @@ class AssetMaterialization(SQLModel, table=True):
     nbytes: Optional[int] = _big()
     storage: str  # storage engine name
     uri: Optional[str] = _text()
+    # The digest of the version's manifest (storage/manifest.py), which binds its metadata
+    # and each chunk to its position; None for versions stored before, or by engines that
+    # keep none.
+    manifest_digest: Optional[str] = None
     run_id: Optional[str] = Field(default=None, foreign_key="runs.id")
     seconds: Optional[float] = None  # compute and write time of the materialization
     checks_passed: Optional[bool] = None

@@ -14,7 +14,9 @@ from deepx_flow.ops.common import check_fits, check_shape, declared_dtype, is_nu
 from deepx_flow.ops.spec import SOURCE, OpSpec
 
 MISSING = ("error", "fill")  # read_zarr: what a chunk that is not stored reads as
-STORED_AS = ("asset", "version", "partition")  # read_zarr attributes of a stored version
+# read_zarr attributes of a stored version: which one (named by its errors), and the digest
+# of its manifest, which its reads check (storage/manifest.py).
+STORED_AS = ("asset", "version", "partition", "manifest")
 
 
 def _infer_declared(node, inputs):
@@ -127,7 +129,7 @@ def specs() -> list[OpSpec]:
                required_attrs=("seed",), doc="uniform values in [low, high) from (seed, index)"),
         # Tasks read just their region, on the worker: a stored tensor is never loaded whole.
         # `missing`: "error" (default) or "fill" for a chunk that is not stored; `asset`,
-        # `version`, `partition`: which stored asset version it is, named by its errors.
+        # `version`, `partition`, `manifest`: which stored asset version it is (STORED_AS).
         OpSpec("read_zarr", SOURCE, 0, _infer_read_zarr, declared=declared, flops_per_element=0,
                attrs=("uri", "storage_chunks", "missing") + STORED_AS,
                required_attrs=("uri",),

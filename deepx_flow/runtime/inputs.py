@@ -236,7 +236,9 @@ def check_stored_arrays(graph: Graph) -> Graph:
 
     Only the arrays' metadata is read, on the driver, so a missing or mismatched store is an
     InputError naming the node before any cluster is started or contacted, instead of a
-    failure on the workers that read it. Returns the graph.
+    failure on the workers that read it; for a stored asset version (a node with `asset`,
+    from `dx.load`) it is a DataError naming the version, since the version was written
+    with the node's shape and dtype and what is stored now is damage. Returns the graph.
     """
     for node in graph.nodes:
         if node.op != "read_zarr":
@@ -245,14 +247,27 @@ def check_stored_arrays(graph: Graph) -> Graph:
         try:
             shape, dtype = zarr_info(uri)
         except InputError as err:
-            raise InputError(f"node {shown(node.id)}: {err}; read_zarr needs an existing "
-                             "array (a path or URL the driver and workers can read)") from None
+            raise _stored_error(node, f"node {shown(node.id)}: {err}; read_zarr needs an "
+                                      "existing array (a path or URL the driver and workers "
+                                      "can read)") from None
         for what, stored, stated in (("shape", shape, node.shape), ("dtype", dtype, node.dtype)):
             if stored != stated:
-                raise InputError(f"node {shown(node.id)}: the Zarr array {uri} has {what} "
-                                 f"{stored}, but the node states {stated}; state what is "
-                                 "stored, or point at the right array")
+                raise _stored_error(node, f"node {shown(node.id)}: the Zarr array {uri} has "
+                                          f"{what} {stored}, but the node states {stated}; "
+                                          "state what is stored, or point at the right array")
     return graph
+
+
+def _stored_error(node, message: str) -> InputError:
+    """InputError, or for the read of a stored asset version a DataError naming it."""
+    from deepx_flow.storage.verify import describe
+    origin = {k: node.attr(k) for k in ("asset", "version", "partition")}
+    if not origin["asset"]:
+        return InputError(message)
+    uri = node.attr("uri")
+    return DataError(f"{describe(uri, origin)}: {message}; materialize {origin['asset']} "
+                     f"again to replace it", uri=uri, problem="not what was written",
+                     **origin)
 
 
 def bind_inputs(graph: Graph, inputs: dict | None) -> dict:

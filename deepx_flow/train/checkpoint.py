@@ -94,7 +94,8 @@ def write(db, client, plan, pack: Packing, sources: dict, asset: str, training_i
         version=version, asset=asset, code_version=None, upstream_versions="{}",
         shape=json.dumps(list(node.shape)), dtype=node.dtype,
         chunks=json.dumps(list(info.get("chunks") or ())), nbytes=info.get("nbytes"),
-        storage="zarr", uri=info.get("uri"), run_id=recorder.run_id if recorder else None,
+        storage="zarr", uri=info.get("uri"), manifest_digest=info.get("manifest_digest"),
+        run_id=recorder.run_id if recorder else None,
         seconds=time.time() - began, created_at=time.time())
     catalog.record_all(db, [(row, [])])
     from deepx_flow.train import records
@@ -107,6 +108,7 @@ def write(db, client, plan, pack: Packing, sources: dict, asset: str, training_i
 def read(db, checkpoint: TrainingCheckpoint) -> dict[str, np.ndarray]:
     """Input id -> the array a checkpoint holds for it, read and checked."""
     from deepx_flow.assets import catalog
+    from deepx_flow.assets.stored import stored_as
     from deepx_flow.storage.verify import read_region
     row = next((r for r in catalog.history(db, checkpoint.asset)
                 if r.version == checkpoint.version), None)
@@ -115,8 +117,7 @@ def read(db, checkpoint: TrainingCheckpoint) -> dict[str, np.ndarray]:
                         "has no stored version (was it deleted?)")
     shape = tuple(json.loads(row.shape))
     flat = np.asarray(read_region(row.uri, tuple((0, s) for s in shape),
-                                  origin={"asset": checkpoint.asset,
-                                          "version": checkpoint.version}))
+                                  origin=stored_as(row)))
     out = {}
     for entry in json.loads(checkpoint.layout):
         size = int(np.prod(entry["shape"], dtype=np.int64))

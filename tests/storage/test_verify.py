@@ -140,15 +140,24 @@ def test_a_write_that_left_a_chunk_out_is_not_marked_complete(tmp_path):
     assert not zarr_store.is_complete(uri)
 
 
-def test_every_chunk_is_in_the_manifest_with_its_stored_size(tmp_path):
+def test_every_chunk_is_in_the_manifest_with_its_stored_size_and_checksum(tmp_path):
+    import json
+
+    import google_crc32c
     uri = str(tmp_path / "m.zarr")
     values = np.zeros((5, 3), dtype="float32")  # all chunks empty: all written anyway
     write_checked(uri, values, grid((5, 3), (2, 2)))
     manifest = verify.read_manifest(uri)
     keys = {f"c/{i}/{j}" for i, j in itertools.product(range(3), range(2))}
     assert set(manifest["chunks"]) == keys and manifest["checksum"] == "crc32c"
-    for key, size in manifest["chunks"].items():
-        assert (tmp_path / "m.zarr" / key).stat().st_size == size
+    assert manifest["format"] == 2
+    for key, (size, crc) in manifest["chunks"].items():
+        stored = (tmp_path / "m.zarr" / key).read_bytes()
+        assert len(stored) == size
+        assert crc == google_crc32c.value(stored[:-4]) == int.from_bytes(stored[-4:], "little")
+    metadata = json.loads((tmp_path / "m.zarr" / "zarr.json").read_text())
+    assert metadata.pop("attributes") == {"deepx_complete": True}
+    assert manifest["metadata"] == metadata
 
 
 
