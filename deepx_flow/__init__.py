@@ -17,7 +17,8 @@ import importlib
 from typing import TYPE_CHECKING
 
 from deepx_flow.errors import (CheckFailed, ClusterError, DatabaseError, DataError, DeepxError,
-                               ExecutionError, GraphError, InputError, PlanError, SpecError)
+                               ExecutionError, GraphError, InputError, PlanError, SettingsError,
+                               SpecError)
 from deepx_flow.ir import Graph, Node
 from deepx_flow import nn, optim
 from deepx_flow.sdk import random
@@ -87,8 +88,8 @@ __all__ = [
     "HourlyPartitions", "MonthlyPartitions", "Partition", "StaticPartitions",
     "TimeWindowPartitions", "WeeklyPartitions", "CheckFailed", "ClusterError",
     "DatabaseError", "DataError", "DeepxError", "ExecutionError", "GraphError",
-    "InputError", "NumpyInteropError", "PlanError", "SpecError", "Graph", "Node", "Tensor",
-    "build_graph", "grad", "nn", "optim", "random",
+    "InputError", "NumpyInteropError", "PlanError", "SettingsError", "SpecError", "Graph",
+    "Node", "Tensor", "build_graph", "grad", "nn", "optim", "random",
     "ClusterSpec", "load_cluster_file", "Persisted", "Placement", "compile", "persist",
     "placement", "run", "runs", "shutdown", "from_yaml", "to_yaml", "Recovery", "Fit", "train",
     "schedule",

@@ -6,10 +6,11 @@ default that suits a single machine.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
-from deepx_flow.errors import InputError, PlanError, shown
+from deepx_flow.errors import SettingsError, shown
 
 
 @dataclass(frozen=True)
@@ -53,56 +54,130 @@ class Settings:
     # How long an interactive run goes on before its progress bar shows (seconds; 0 shows
     # it from the start): quick cells print nothing.
     progress_after_s: float = 2.0
+    # Bytes of free chunk-sized buffers a worker keeps for reuse (`kernels/recycled.py`; 0
+    # turns the pool off); None: a tenth of the worker's memory limit.
+    buffer_pool_bytes: int | None = None
 
 
-def _positive_int(env, name: str, default: int) -> int:
-    text = env.get(name)
-    if text is None or not text.strip():
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise PlanError(f"{name} must be a positive integer (a number of tasks), got "
-                        f"{shown(text)}")
-    return value
+# -- reading them: one row per variable --------------------------------------------------------
+#
+# Each variable is parsed by its kind, which also says in words what it allows; a value outside
+# that is one SettingsError naming the variable. An unset or empty variable means the default.
+
+LARGEST_INT = 2**63 - 1  # what a count or a size may reach: an int64, as NumPy and Dask hold it
+WEEK_S = 7 * 24 * 3600.0  # the longest time a setting may give: longer is no longer a timing,
+# and waits far longer overflow the timers they go to (threading's limit is about 292 years)
 
 
-def _seconds(env, name: str, default: float, zero_ok: bool = False) -> float:
-    """A number of seconds from `env[name]`: positive (or 0 when `zero_ok`), finite."""
-    text = env.get(name)
-    if text is None or not text.strip():
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not (0 <= value if zero_ok else 0 < value) or value == float("inf"):
-        raise InputError(f"{name} must be a {'' if zero_ok else 'positive '}number of "
-                         f"seconds{', 0 or more' if zero_ok else ''}, got {shown(text)}")
-    return value
+@dataclass(frozen=True)
+class Number:
+    """A finite int or float from `low` (excluded when `above`) to `high`."""
+
+    kind: type
+    low: float
+    high: float = LARGEST_INT
+    above: bool = False
+    unit: str = ""
+
+    def parse(self, text: str):
+        value = self.kind(text)  # ValueError for text that is not such a number
+        if not (math.isfinite(value) and (value > self.low if self.above else value >= self.low)
+                and value <= self.high):
+            raise ValueError(text)
+        return value
+
+    @property
+    def allowed(self) -> str:
+        what = "a whole number" if self.kind is int else "a number"
+        what += f" of {self.unit}" if self.unit else ""
+        low = f"above {self.low:g}" if self.above else f"{self.low:g} or more"
+        high = "" if self.high == LARGEST_INT else f" and at most {self.high:,g}"
+        return f"{what}, {low}{high}"
+
+
+@dataclass(frozen=True)
+class Text:
+    """Text that is `what` (a path, URL or address: checked where it is used, which names
+    the variable); with `prefixes`, it must start with one of them (a trailing / is
+    dropped)."""
+
+    what: str
+    prefixes: tuple[str, ...] = ()
+
+    def parse(self, text: str) -> str:
+        text = text.strip()
+        if self.prefixes and not text.startswith(self.prefixes):
+            raise ValueError(text)
+        return text.rstrip("/") if self.prefixes else text
+
+    @property
+    def allowed(self) -> str:
+        starts = f" starting with {' or '.join(self.prefixes)}" if self.prefixes else ""
+        return f"{self.what}{starts}"
+
+
+@dataclass(frozen=True)
+class Flag:
+    """On or off, in the words people write for it."""
+
+    words = {"1": True, "true": True, "yes": True, "on": True,
+             "0": False, "false": False, "no": False, "off": False}
+
+    def parse(self, text: str) -> bool:
+        return self.words[text.strip().lower()]  # KeyError for anything else
+
+    allowed = "1, true, yes or on, or 0, false, no or off"
+
+
+@dataclass(frozen=True)
+class Reader:
+    """How the variable `variable` becomes the field `field` of Settings."""
+
+    variable: str
+    field: str
+    kind: Number | Text | Flag
+
+
+SECONDS = dict(unit="seconds", high=WEEK_S)
+
+READERS = (
+    Reader("DEEPX_MEMORY_FRACTION", "memory_fraction", Number(float, 0, 1, above=True)),
+    Reader("DEEPX_MIN_CHUNK_BYTES", "min_chunk_bytes", Number(int, 1, unit="bytes")),
+    Reader("DEEPX_CHUNKS_PER_THREAD", "chunks_per_thread", Number(int, 1)),
+    Reader("DEEPX_MIN_TASK_SECONDS", "min_task_seconds", Number(float, 0, **SECONDS)),
+    Reader("DEEPX_REDUCE_FANIN", "reduce_fanin", Number(int, 2)),
+    Reader("DEEPX_MAX_TASKS", "max_tasks", Number(int, 1, unit="tasks")),
+    Reader("DEEPX_SCHEDULER", "scheduler_address", Text("a Dask scheduler address")),
+    Reader("DEEPX_DB_URL", "db_url", Text("a SQLAlchemy URL")),
+    Reader("DEEPX_RECORD", "record", Flag()),
+    Reader("DEEPX_ASSET_ROOT", "asset_root", Text("a path or fsspec URL")),
+    Reader("DEEPX_OBJECT_STORE", "object_store", Text("an fsspec URL")),
+    Reader("DEEPX_HEARTBEAT_S", "heartbeat_s", Number(float, 0, above=True, **SECONDS)),
+    Reader("DEEPX_HEARTBEAT_TIMEOUT_S", "heartbeat_timeout_s",
+           Number(float, 0, above=True, **SECONDS)),
+    Reader("DEEPX_DASHBOARD_URL", "dashboard_url", Text("a URL", ("http://", "https://"))),
+    Reader("DEEPX_PROGRESS_AFTER_S", "progress_after_s", Number(float, 0, **SECONDS)),
+    Reader("DEEPX_BUFFER_POOL_BYTES", "buffer_pool_bytes", Number(int, 0, unit="bytes")),
+)
 
 
 def settings() -> Settings:
-    """Read the settings from the environment (`DEEPX_*` variables)."""
-    env = os.environ
-    return Settings(
-        memory_fraction=float(env.get("DEEPX_MEMORY_FRACTION", Settings.memory_fraction)),
-        min_chunk_bytes=int(env.get("DEEPX_MIN_CHUNK_BYTES", Settings.min_chunk_bytes)),
-        chunks_per_thread=int(env.get("DEEPX_CHUNKS_PER_THREAD", Settings.chunks_per_thread)),
-        min_task_seconds=float(env.get("DEEPX_MIN_TASK_SECONDS", Settings.min_task_seconds)),
-        reduce_fanin=int(env.get("DEEPX_REDUCE_FANIN", Settings.reduce_fanin)),
-        max_tasks=_positive_int(env, "DEEPX_MAX_TASKS", Settings.max_tasks),
-        scheduler_address=env.get("DEEPX_SCHEDULER") or None,
-        db_url=env.get("DEEPX_DB_URL") or None,
-        asset_root=env.get("DEEPX_ASSET_ROOT") or None,
-        record=env.get("DEEPX_RECORD", "1").strip().lower() not in ("0", "false", "no", "off"),
-        object_store=env.get("DEEPX_OBJECT_STORE") or None,
-        heartbeat_s=_seconds(env, "DEEPX_HEARTBEAT_S", Settings.heartbeat_s),
-        heartbeat_timeout_s=_seconds(env, "DEEPX_HEARTBEAT_TIMEOUT_S",
-                                              Settings.heartbeat_timeout_s),
-        dashboard_url=(env.get("DEEPX_DASHBOARD_URL") or Settings.dashboard_url).rstrip("/"),
-        progress_after_s=_seconds(env, "DEEPX_PROGRESS_AFTER_S", Settings.progress_after_s,
-                                  zero_ok=True),
-    )
+    """Read the settings from the environment (`DEEPX_*` variables, `READERS`).
+
+    Raises
+    ------
+    SettingsError
+        A variable holds a value its setting does not allow: the message names it and says
+        what is allowed.
+    """
+    values = {}
+    for reader in READERS:
+        text = os.environ.get(reader.variable, "")
+        if not text.strip():
+            continue  # unset or empty: the default
+        try:
+            values[reader.field] = reader.kind.parse(text)
+        except (ValueError, KeyError, OverflowError):
+            raise SettingsError(f"{reader.variable} must be {reader.kind.allowed}, got "
+                                f"{shown(text)}") from None
+    return Settings(**values)

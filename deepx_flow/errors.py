@@ -75,6 +75,13 @@ class DataError(InputError):
         self.asset, self.version, self.partition = asset, version, partition
 
 
+class SettingsError(DeepxError):
+    """A `DEEPX_*` environment variable holds a value its setting does not allow
+    (`deepx_flow/config.py`)."""
+
+    exit_code = 2
+
+
 class ClusterError(DeepxError):
     """A cluster description (file or live cluster) cannot be used."""
 

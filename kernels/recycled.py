@@ -29,7 +29,6 @@ import weakref
 
 import numpy as np
 
-from deepx_flow.errors import ExecutionError
 
 MIN_BYTES = 4 << 20  # smaller arrays come from malloc's own free lists
 PAGE = 4096
@@ -198,15 +197,9 @@ def _trim_while_held(pool_ref) -> None:
 def default_limit() -> int:
     """DEEPX_BUFFER_POOL_BYTES, else a tenth of this worker's memory limit (of the machine's
     memory outside a worker or for a worker without a limit)."""
-    setting = os.environ.get("DEEPX_BUFFER_POOL_BYTES")
-    if setting is not None:
-        try:
-            limit = int(setting)
-        except ValueError:
-            limit = -1
-        if limit < 0:
-            raise ExecutionError(f"DEEPX_BUFFER_POOL_BYTES must be a number of bytes (0 "
-                                 f"turns the buffer pool off), got {setting!r}")
+    from deepx_flow.config import settings
+    limit = settings().buffer_pool_bytes
+    if limit is not None:
         return limit
     memory_limit = None
     try:

@@ -17,8 +17,8 @@
 
 `--db URL` (or DEEPX_DB_URL) picks the metadata database; the default is `.deepx/deepx.db`.
 
-Exit codes: 0 success; 2 a bad graph, input file, cluster file or option (one line, no
-traceback); 1 a failure while running.
+Exit codes: 0 success; 2 a bad graph, input file, cluster file, option or `DEEPX_*` setting
+(one line, no traceback); 1 a failure while running.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import os
 import sys
 from pathlib import Path
 
+from deepx_flow.config import settings
 from deepx_flow.errors import DeepxError, InputError, PlanError
 
 # The longest error line the command prints.
@@ -225,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                "scheduler": scheduler_cmd.run, "ui": ui_cmd.run,
                "onnx": onnx_cmd.run, "gpu": gpu_cmd.run}[args.command]
     try:
+        settings()  # every DEEPX_* variable checked, whatever the command reads
         return command(args)
     except DeepxError as err:
         print(_one_line(f"deepx-flow: {'error' if err.exit_code == 2 else 'failed'}: {err}"),

@@ -19,7 +19,7 @@ def add_parser(sub, parents) -> None:
                         f"authentication)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT,
                    help=f"port (default {DEFAULT_PORT})")
-    p.add_argument("--scheduler", metavar="ADDRESS", default=os.environ.get("DEEPX_SCHEDULER"),
+    p.add_argument("--scheduler", metavar="ADDRESS",
                    help="a Dask scheduler to show live (default DEEPX_SCHEDULER)")
     p.add_argument("--basic-auth", metavar="PASSWORD|FILE",
                    default=os.environ.get("PANEL_BASIC_AUTH"),
@@ -37,8 +37,10 @@ def add_parser(sub, parents) -> None:
 
 
 def run(args) -> int:
+    from deepx_flow.config import settings
     from deepx_flow.ui.server import serve
-    serve(db=args.db, address=args.address, port=args.port, scheduler=args.scheduler,
+    serve(db=args.db, address=args.address, port=args.port,
+          scheduler=args.scheduler or settings().scheduler_address,
           basic_auth=args.basic_auth, oauth_provider=args.oauth_provider,
           cookie_secret=args.cookie_secret, allow_origins=args.allow_websocket_origin)
     return 0

@@ -11,7 +11,7 @@ import pytest
 import deepx_flow as dx
 from deepx_flow.compiler.compile import compile_graph
 from deepx_flow.config import Settings, settings
-from deepx_flow.errors import PlanError
+from deepx_flow.errors import PlanError, SettingsError
 from deepx_flow.spec.yaml_io import from_yaml
 from tests.helpers import cluster_with_memory
 
@@ -72,6 +72,6 @@ def test_the_default_limit_is_a_million_and_read_from_the_environment(monkeypatc
 @pytest.mark.parametrize("value", ["abc", "0", "-5", "1.5"])
 def test_a_bad_setting_is_refused_with_its_name(monkeypatch, value):
     monkeypatch.setenv("DEEPX_MAX_TASKS", value)
-    with pytest.raises(PlanError, match="DEEPX_MAX_TASKS"):
+    with pytest.raises(SettingsError, match="DEEPX_MAX_TASKS"):
         settings()
 

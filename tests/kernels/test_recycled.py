@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from deepx_flow.errors import ExecutionError
+from deepx_flow.errors import SettingsError
 from deepx_flow.kernels import recycled
 from deepx_flow.kernels.recycled import MIN_BYTES, BufferPool
 
@@ -109,7 +109,7 @@ def test_subarray_dtypes_get_numpy_shapes():
 
 def test_a_bad_limit_setting_is_named(monkeypatch):
     monkeypatch.setenv("DEEPX_BUFFER_POOL_BYTES", "lots")
-    with pytest.raises(ExecutionError, match="DEEPX_BUFFER_POOL_BYTES"):
+    with pytest.raises(SettingsError, match="DEEPX_BUFFER_POOL_BYTES"):
         recycled.default_limit()
     monkeypatch.setenv("DEEPX_BUFFER_POOL_BYTES", "12345")
     assert recycled.default_limit() == 12345

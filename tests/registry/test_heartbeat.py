@@ -17,7 +17,7 @@ from sqlmodel import select
 
 import deepx_flow as dx
 from deepx_flow.config import settings
-from deepx_flow.errors import InputError
+from deepx_flow.errors import SettingsError
 from deepx_flow.meta.models import Worker
 from deepx_flow.registry import heartbeat
 from deepx_flow.registry.heartbeat import (beat_step, is_live, live_since, mark_stale_gone,
@@ -55,8 +55,8 @@ def test_the_timeout_and_the_beat_come_from_the_settings(monkeypatch):
 def test_a_setting_that_is_not_a_positive_number_of_seconds_is_refused(monkeypatch, name,
                                                                         text):
     monkeypatch.setenv(name, text)
-    with pytest.raises(InputError, match=f"{name} must be a positive number of seconds, "
-                                         f"got '{text}'"):
+    with pytest.raises(SettingsError, match=f"{name} must be a number of seconds, above 0 "
+                                            f"and at most 604,800, got '{text}'"):
         settings()
 
 

@@ -123,6 +123,7 @@ def test_the_wait_before_the_bar_is_a_setting(monkeypatch):
     assert RunProgress.of(True).show_after == 0.0
     for text in ("-1", "soon", "inf", "nan"):
         monkeypatch.setenv("DEEPX_PROGRESS_AFTER_S", text)
-        with pytest.raises(dx.InputError, match="DEEPX_PROGRESS_AFTER_S must be a number of "
-                                                f"seconds, 0 or more, got '{text}'"):
+        with pytest.raises(dx.SettingsError, match="DEEPX_PROGRESS_AFTER_S must be a number "
+                                                   f"of seconds, 0 or more and at most "
+                                                   f"604,800, got '{text}'"):
             settings()
