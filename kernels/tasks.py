@@ -5,7 +5,7 @@ layout (the grid of pieces and the slice of each) when the operand's chunks do n
 with the region the task needs; `_operands` assembles those first. Device choice goes through
 `deepx_flow.kernels.dispatch`: sources make NumPy or CuPy arrays depending on the worker, and
 every other kernel works on whatever array module its operands use. Sums (reductions, the
-softmax normalizer) add up in float64 for float operands; see the reductions section.
+softmax normalizer, scans) add up in float64 for float operands; see the reductions section.
 bfloat16 (NumPy only) computes in float32 and rounds each node's result once
 (`kernels.bfloat16`): a matmul in float32 BLAS, its K-partial products and their sums in
 float32; softmax, convolution and pooling on values widened to float32.
@@ -386,6 +386,22 @@ def finish_reduce(op, axes, keepdims, count, dtype, *parts):
     if not keepdims:
         out = out.reshape(tuple(s for i, s in enumerate(out.shape) if i not in axes))
     return bfloat16.astype(out, dtype)
+
+
+# -- scans -------------------------------------------------------------------------------
+def scan_total(axis, acc_dtype, layouts, *pieces):
+    """A chunk's sum along a scan's axis (kept as 1), in `acc_dtype`: what it adds to the
+    carry of the chunks after it (`compiler.lower`)."""
+    (x,), _ = _operands(layouts, pieces)
+    return _sum(dispatch.array_module(x), x, (axis,), acc_dtype)
+
+
+def scan_chunk(axis, exclusive, reverse, dtype, layouts, *pieces):
+    """A chunk of a scan (`kernels.scan`): its running sums plus its carry, the piece after
+    the operand's where the chunk has chunks before it in scan order."""
+    from deepx_flow.kernels import scan
+    (x,), rest = _operands(layouts, pieces)
+    return scan.scan(x, axis, exclusive, reverse, dtype, rest[0] if rest else None)
 
 
 # -- whole-axis operators -----------------------------------------------------------------

@@ -89,7 +89,23 @@ def _one(node, args, inputs):
                              zip(attrs["starts"], attrs["stops"], attrs["steps"]))]
     if op in ("conv", "max_pool", "avg_pool"):
         return _window(node, attrs, args)
+    if op == "cumsum":
+        return cumsum(args[0], attrs["axis"], attrs["exclusive"], attrs["reverse"], node.dtype)
     raise NotImplementedError(f"no reference for {op}")
+
+
+def cumsum(x, axis: int, exclusive: bool = False, reverse: bool = False,
+           dtype=np.float64) -> np.ndarray:
+    """The running sums of `x` along `axis` by `np.cumsum` in `dtype`: from the end for
+    `reverse`, each element left out of its own sum for `exclusive`."""
+    v = np.asarray(x).astype(dtype)
+    if reverse:
+        v = np.flip(v, axis)
+    out = np.cumsum(v, axis=axis, dtype=v.dtype)
+    if exclusive and out.shape[axis]:
+        zero = np.zeros_like(np.take(out, [0], axis=axis))
+        out = np.concatenate([zero, np.delete(out, -1, axis=axis)], axis=axis)
+    return np.flip(out, axis) if reverse else out
 
 
 def _window(node, attrs, args):

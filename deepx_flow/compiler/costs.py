@@ -16,8 +16,9 @@ from typing import Callable
 
 from deepx_flow.ir import Node, dtypes
 from deepx_flow.ir.program import whole_axes
+from deepx_flow.kernels.scan import scratch_elements
 from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, GATHER, INDEXED, LAYOUT, MATMUL, REDUCE,
-                            SOURCE, WINDOW, get_op)
+                            SCAN, SOURCE, WINDOW, get_op)
 
 ChunkOf = Callable[[str], tuple[int, ...]]
 
@@ -127,6 +128,24 @@ def indexed_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, out_chunk, o
                     math.prod(out_chunk) + n_index, read, out_bytes)
 
 
+def scan_cost(node: Node, x: Node, chunk_of: ChunkOf, out_chunk, out_bytes) -> TaskCost:
+    """A scan's task (`kernels/scan.py`): its chunk of x (and the pieces it is assembled
+    from, where x is chunked otherwise), the carry (a cross-section of the chunk in the
+    accumulator dtype), the accumulator block it scans in unless the result is in the
+    accumulator's dtype already, and the result. The total of a chunk, its other task along
+    a split axis, holds less: the chunk and a cross-section."""
+    axis = node.attr("axis")
+    acc = dtypes.accumulator(node.dtype)
+    block = _nbytes(out_chunk, x.dtype)
+    pieces = block if tuple(chunk_of(x.id)) != tuple(out_chunk) else 0
+    carry = _nbytes(out_chunk[:axis] + out_chunk[axis + 1:], acc)
+    scratch = 0 if acc == node.dtype else \
+        scratch_elements(out_chunk, axis) * dtypes.itemsize(acc)
+    n = math.prod(out_chunk)
+    return TaskCost(block + pieces + carry + scratch + out_bytes,
+                    n * get_op(node.op).flops_per_element, block + carry, out_bytes)
+
+
 def bfloat16_widening(inputs: list[Node], in_bytes: list[int], out_bytes: int,
                       out_dtype: str) -> int:
     """Bytes a task adds when it computes bfloat16 in float32 (`kernels/tasks.py`: matmul and
@@ -217,6 +236,8 @@ def main_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, space_chunk=Non
                         cost.bytes_in // 2, out_bytes)
     if spec.kind == INDEXED:
         return indexed_cost(node, inputs, chunk_of, out_chunk, out_bytes)
+    if spec.kind == SCAN:
+        return scan_cost(node, inputs[0], chunk_of, out_chunk, out_bytes)
     if spec.kind == LAYOUT:
         if node.op == "slice":
             steps = node.attr("steps")

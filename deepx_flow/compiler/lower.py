@@ -5,8 +5,9 @@ After: a `Lowered` holding a Dask graph (`dask._task_spec` tasks) and, for every
 keys of its chunks in grid order. Every key is `(tensor key, *chunk index)`: the tensor key is
 the node id, with a token of the bound input data for nodes that depend on inputs, so the
 same computation gets the same keys in every process and different data never shares a key.
-Internal steps of a node (matmul partial products, tree-reduction levels) get keys
-`(tensor key + ".partial" | ".level<L>", ...)`.
+Internal steps of a node (matmul partial products, tree-reduction levels, a scan's chunk
+totals and carries) get keys `(tensor key + ".partial" | ".level<L>" | ".total" | ".carry",
+...)`.
 
 Sums and means add up in `dtypes.accumulator` of their result dtype (float64 for float16 and
 float32): their partials and tree levels hold float64, and only the last step rounds to the
@@ -44,8 +45,8 @@ from deepx_flow.compiler.taskspec import ref, task
 from deepx_flow.ir import Node, dtypes
 from deepx_flow.ir.program import node_program
 from deepx_flow.kernels import tasks as K
-from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, GATHER, INDEXED, MATMUL, REDUCE, SOURCE,
-                            WINDOW, get_op)
+from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, GATHER, INDEXED, MATMUL, REDUCE, SCAN,
+                            SOURCE, WINDOW, get_op)
 from deepx_flow.ops.window import input_window, spatial_attrs
 
 Region = tuple[tuple[int, int], ...]
@@ -204,6 +205,8 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
             _lower_reduce(node, ins, part, grid, name, operands, dsk, inlinable)
         elif kind == INDEXED:
             _lower_indexed(node, ins, grid, name, operands, dsk)
+        elif kind == SCAN:
+            _lower_scan(node, grid, name, operands, dsk)
         elif kind == GATHER:
             x, indices = ins
             axis = node.attr("axis")
@@ -315,6 +318,39 @@ def _lower_indexed(node, ins, grid, name, operands, dsk):
         key = (name, *idx)
         layouts, refs = operands(node.inputs, tiling.regions(node, ins, grid.region(idx)))
         dsk[key] = task(key, K.indexed_chunk, node.op, attrs, layouts, *refs)
+
+
+def _lower_scan(node, grid, name, operands, dsk):
+    """A scan's tasks, line by line of chunks along its axis, in scan order (from the end for
+    `reverse`): each chunk's task scans it with its carry added in (`kernels.scan`); each
+    chunk but the last has a total task (its sum along the axis, in the accumulator dtype);
+    the carry of the second chunk is the first one's total, and each later carry is one
+    task adding the chunk before's total to that chunk's carry. The totals run in parallel;
+    only the carries, a cross-section each, are a chain."""
+    axis = node.attr("axis")
+    exclusive, reverse = node.attr("exclusive"), node.attr("reverse")
+    acc = dtypes.accumulator(node.dtype)
+    n = len(grid.chunks[axis])
+    order = range(n - 1, -1, -1) if reverse else range(n)
+    lines = [range(len(c)) if a != axis else (0,) for a, c in enumerate(grid.chunks)]
+    for line in itertools.product(*lines):
+        carry = None  # the key holding the sum of the chunks before, in scan order
+        for step, i in enumerate(order):
+            idx = line[:axis] + (i,) + line[axis + 1:]
+            key = (name, *idx)
+            layouts, refs = operands(node.inputs, [grid.region(idx)])
+            dsk[key] = task(key, K.scan_chunk, axis, exclusive, reverse, node.dtype, layouts,
+                            *refs, *([ref(carry)] if carry is not None else []))
+            if step == n - 1:
+                break
+            total = (f"{name}.total", *idx)
+            dsk[total] = task(total, K.scan_total, axis, acc, layouts, *refs)
+            if carry is None:
+                carry = total
+            else:
+                after = (f"{name}.carry", *idx)  # the sum up to and including this chunk
+                dsk[after] = task(after, K.combine_partials, "sum", ref(carry), ref(total))
+                carry = after
 
 
 def _lower_matmul_chain(node, graph, chained, grid, name, operands, dsk):

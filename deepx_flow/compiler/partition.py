@@ -10,8 +10,8 @@ cannot fit, or the one with the most tasks.
 How it chooses:
 1. Axes that must be chunked alike are joined into classes (union-find): the operands of an
    elementwise node and its result, matmul's M with its left operand and K on both operands,
-   the kept axes of a reduction, a transpose's permuted axes. So aligned operands need no
-   copying. Reshape, slice and the concat axis read whatever grid their operand has (the
+   the kept axes of a reduction, a transpose's permuted axes, every axis of a scan with its
+   operand's. So aligned operands need no copying. Reshape, slice and the concat axis read whatever grid their operand has (the
    lowering assembles the region a task needs); so does softmax's axis when joining it with
    the operand's would not fit.
 2. Every class starts whole (one chunk per axis: chunks as large as possible). While some
@@ -23,9 +23,9 @@ How it chooses:
    per worker thread (a matmul half as many: each extra tile reads a block of the other
    operand again), never below `min_chunk_bytes`, and, where the registry has measured
    the operator's speed on every worker, never below tasks of `min_task_seconds`. Axes
-   that are summed over (matmul's K, reduced axes) are split for this only as a last
-   resort, and (where speeds are measured) only while moving the extra partial result over
-   the cluster's measured link takes under a tenth of a task's time. Sources follow the
+   that are summed over (matmul's K, reduced axes, a scan's axis) are split for this only
+   as a last resort, and (where speeds are measured) only while moving the extra partial
+   result over the cluster's measured link takes under a tenth of a task's time. Sources follow the
    grids of users that share their axes.
 4. A stored array (`read_zarr` with `storage_chunks`) prefers chunk sizes that are multiples
    of its stored chunks, and for parallelism is split along its stored chunks first (even
@@ -53,7 +53,7 @@ from deepx_flow.errors import PlanError
 from deepx_flow.ir import Graph, Node, dtypes
 from deepx_flow.ir.program import speed_label, whole_axes
 from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, GATHER, INDEXED, LAYOUT, MATMUL, REDUCE,
-                            SOURCE, WINDOW, get_op)
+                            SCAN, SOURCE, WINDOW, get_op)
 from deepx_flow.registry.cluster import ClusterSpec, format_bytes
 
 Chunks = tuple[tuple[int, ...], ...]
@@ -267,6 +267,12 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
             classes.keep_whole((node.id, whole), f"'{node.id}' ({node.op})")
         elif kind == INDEXED:
             _join_indexed(classes, node, ins)
+        elif kind == SCAN:
+            # Chunked like its operand on every axis; along the scanned one each chunk takes
+            # the carry of those before it (`lower`).
+            (t,) = ins
+            for axis in range(node.ndim):
+                classes.union((t.id, axis), (node.id, axis))
         elif kind == GATHER:
             # The result's axes are x's before `axis`, the indices', then x's after it; x's
             # own `axis` is read whole by each task (assembled if x is split along it).
@@ -413,6 +419,10 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
     for n in nodes:
         if get_op(n.op).kind == REDUCE:
             summed |= {classes.find((n.id + "#in", a)) for a in n.attr("axes")}
+        elif get_op(n.op).kind == SCAN:
+            # a scanned axis split once more adds a total and a carry per line of chunks,
+            # and has its chunks read twice (their totals, then their scans)
+            summed.add(classes.find((n.id, n.attr("axis"))))
     # Splitting a stored array across its stored chunks costs nothing extra; splitting it
     # where a stored chunk spans the axis reads each stored chunk again per piece. So for
     # parallelism the first are preferred (even when summed over) and the second avoided.
@@ -522,6 +532,7 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
             if node.op == "concat" and a == node.attr("axis") else
             _count(extent, classes.chunk((node.id, a))) for a, extent in enumerate(node.shape))
         n_out = math.prod(n_chunks[node.id])
+        along = n_chunks[node.id][node.attr("axis")] if kind == SCAN else 1
         if kind == REDUCE:
             partial = main_cost(node, [graph[i] for i in node.inputs], chunk_of,
                                 space_chunk(node)).bytes_out
@@ -534,7 +545,7 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
             n_main = n_out * _count(k, classes.chunk((node.id + "#k", 0)))
         else:
             n_main = n_out
-        counts[node.id] = task_count(kind, n_main, n_out, fanin.get(node.id, 2))
+        counts[node.id] = task_count(kind, n_main, n_out, fanin.get(node.id, 2), along)
     if sum(counts.values()) > config.max_tasks:
         raise _TooManyTasks(_too_many(graph, counts, config.max_tasks, cluster))
 
@@ -561,12 +572,16 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
     return Partition(graph, chunks, spaces, k_chunks, budget, fanin)
 
 
-def task_count(kind: str, n_main: int, n_out: int, fanin: int) -> int:
+def task_count(kind: str, n_main: int, n_out: int, fanin: int, along: int = 1) -> int:
     """Tasks of one node: its `n_main` main tasks (one per chunk of the result; per chunk of
     the reduced space for a reduction; per tile and K chunk for a matmul), and for
     reductions and matmuls whose main tasks leave several partials per result chunk, the
     tree that combines them (`fanin` at a time) and one finishing task per result chunk (a
-    reduction's only partial of a result chunk is computed inside its finish: one task)."""
+    reduction's only partial of a result chunk is computed inside its finish: one task).
+    A scan with `along` chunks along its axis has, per line of them, a total of each chunk
+    but the last in scan order and a carry of each from the third on (`lower`)."""
+    if kind == SCAN:
+        return n_out + n_out // along * (max(0, along - 1) + max(0, along - 2))
     tasks = n_main
     if kind == REDUCE and n_main == n_out:
         return n_out

@@ -21,7 +21,7 @@ from deepx_flow.compiler.lower import Lowered, lower_partition
 from deepx_flow.compiler.partition import Partition, task_count
 from deepx_flow.ir import Graph, dtypes
 from deepx_flow.ir.program import describe, speed_label
-from deepx_flow.ops import MATMUL, REDUCE, get_op
+from deepx_flow.ops import MATMUL, REDUCE, SCAN, get_op
 from deepx_flow.registry.cluster import ClusterSpec, format_bytes
 
 
@@ -129,7 +129,8 @@ class Plan:
             n_out = math.prod(len(c) for c in chunks)
             combines = max(0, n_main - n_out) if kind in (REDUCE, MATMUL) else 0
             fanin = part.fanin.get(node.id, 2)
-            n_tasks = task_count(kind, n_main, n_out, fanin)
+            along = len(chunks[node.attr("axis")]) if kind == SCAN else 1
+            n_tasks = task_count(kind, n_main, n_out, fanin, along)
             if kind == REDUCE and finished_by_reader(node, graph, part, users, outputs):
                 n_tasks -= n_out  # each result chunk finished inside the task reading it
             peak = cost.working_set

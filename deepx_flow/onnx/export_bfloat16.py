@@ -6,10 +6,10 @@ that applied ONNX's bfloat16 operators directly would compute otherwise where a 
 them, and would not run where it lacks them (ONNX Runtime's CPU kernels have no bfloat16
 Add, Relu or MatMul). So `widen_bfloat16` rewrites the graph before it is exported: an
 operator with a bfloat16 operand or result reads its bfloat16 operands through Casts to
-float32 (float64 for `sum` and `mean`), computes there, and its bfloat16 result is a Cast of
-that. Graph inputs, initializers, constants (`full`, `arange`), the graph's own casts and its
-outputs keep their dtypes, so the model's signature is the graph's, and it computes what
-deepx_flow computes, to the runtime's float32 arithmetic.
+float32 (float64 for `sum`, `mean` and `cumsum`), computes there, and its bfloat16 result
+is a Cast of that. Graph inputs, initializers, constants (`full`, `arange`), the graph's
+own casts and its outputs keep their dtypes, so the model's signature is the graph's, and it
+computes what deepx_flow computes, to the runtime's float32 arithmetic.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from deepx_flow.ir import Graph, Node
 # Operators that make or convert bfloat16 values themselves: kept as they are.
 KEPT = frozenset({"input", "full", "arange", "cast"})
 # Operators whose bfloat16 operands are widened to float64, the dtype sums add up in.
-SUMS = frozenset({"sum", "mean"})
+SUMS = frozenset({"sum", "mean", "cumsum"})
 
 
 def widen_bfloat16(graph: Graph) -> Graph:

@@ -279,6 +279,24 @@ def _reduce(b, node, args, out):
     b.cast(reduced, work, node.dtype, out=out)
 
 
+# ONNX Runtime's CPU CumSum kernels (ONNX's own list adds uint32, uint64, float16, bfloat16).
+CUMSUM_TYPES = ("int32", "int64", "float32", "float64")
+
+
+@_exporter("cumsum")
+def _cumsum(b, node, args, out):
+    """CumSum with its axis as a constant, on the operand cast to the result's type (NumPy
+    sums bools and small integers in int64, which ONNX's CumSum, keeping its input's type,
+    would not); float16 adds up in float32, uint64 in int64 (the same sums modulo 2**64)."""
+    (x,) = args
+    work = "float32" if node.dtype == "float16" else _widened(node.dtype, CUMSUM_TYPES)
+    value = b.cast(x.name, x.dtype, work)
+    axis = b.const(np.array(node.attr("axis"), dtype=np.int64), f"{node.id}/axis")
+    summed = b.add("CumSum", [value, axis], exclusive=int(node.attr("exclusive")),
+                   reverse=int(node.attr("reverse")))
+    b.cast(summed, work, node.dtype, out=out)
+
+
 @_exporter("softmax", "log_softmax")
 def _softmax(b, node, args, out):
     (x,) = args

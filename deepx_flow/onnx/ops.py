@@ -727,13 +727,21 @@ def _pad(ctx, node, args, attrs):
 
 
 # -- cumulative sums -----------------------------------------------------------------------
-@_op("CumSum", "cumulative", "exclusive, reverse; as sums over a triangular mask",
+@_op("CumSum", "cumulative", "exclusive, reverse; a scan (dx.cumsum), in the input's type",
      attrs=("exclusive", "reverse"))
 def _cumsum(ctx, node, args, attrs):
+    """ONNX keeps the input's type where NumPy widens small integers: the int64 sums cast
+    back wrap exactly as sums in that type do."""
     x = ctx.tensor(args[0])
     axis = _norm(ctx, int(_const(ctx, args[1], "axis").reshape(-1)[0]), x.ndim)
-    return _t(dx.cumsum(x, axis, exclusive=bool(attrs.get("exclusive", 0)),
-                        reverse=bool(attrs.get("reverse", 0))))
+    flags = {}
+    for name in ("exclusive", "reverse"):
+        value = attrs.get(name, 0)
+        if value not in (0, 1):
+            raise ctx.error(f"{name} must be 0 or 1, got {value}")
+        flags[name] = bool(value)
+    y = dx.cumsum(x, axis, **flags)
+    return _t(y if y.dtype == x.dtype else dx.cast(y, x.dtype))
 
 
 @_op("ConvTranspose", "convolution", "output_shape, output_padding, auto_pad, groups",

@@ -7,14 +7,14 @@ engines add operators through the registry (`deepx_flow.registry.operators`).
 from __future__ import annotations
 
 from deepx_flow.errors import GraphError, shown
-from deepx_flow.ops import (elementwise, gather, layout, linalg, reductions, scatter, sources,
-                            window)
+from deepx_flow.ops import (elementwise, gather, layout, linalg, reductions, scan, scatter,
+                            sources, window)
 from deepx_flow.ops.spec import (AXIS_WHOLE, ELEMENTWISE, GATHER, INDEXED, LAYOUT, MATMUL,
-                                 REDUCE, SOURCE, WINDOW, OpSpec)
+                                 REDUCE, SCAN, SOURCE, WINDOW, OpSpec)
 
 OPS: dict[str, OpSpec] = {
     spec.name: spec
-    for module in (sources, elementwise, linalg, reductions, layout, gather, window,
+    for module in (sources, elementwise, linalg, reductions, scan, layout, gather, window,
                    scatter)
     for spec in module.specs()
 }
@@ -29,4 +29,4 @@ def get_op(name: str, node: str | None = None) -> OpSpec:
 
 
 __all__ = ["OPS", "OpSpec", "get_op", "SOURCE", "ELEMENTWISE", "MATMUL", "REDUCE", "AXIS_WHOLE",
-           "LAYOUT", "GATHER", "WINDOW", "INDEXED"]
+           "LAYOUT", "GATHER", "WINDOW", "INDEXED", "SCAN"]

@@ -26,6 +26,8 @@ GATHER = "gather"            # elements at indices along an axis read whole: tak
 WINDOW = "window"            # sliding windows over spatial axes, chunked by batch: conv, pools
 INDEXED = "indexed"          # elements written or read at computed positions, chunked as the
 #                              operator's `Tiling` says: scatters, take_along_axis, gather_nd
+SCAN = "scan"                # running sums along an axis: chunked like the operand, each
+#                              chunk scanned with the carry of those before it (cumsum)
 
 InferFn = Callable[[Node, list[Node]], tuple[tuple[int, ...], str]]
 # vjp(emit, node, inputs, g) -> one entry per input: a node holding the input's share of

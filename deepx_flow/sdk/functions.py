@@ -269,28 +269,35 @@ def _updates(x: Tensor, updates, shape) -> Tensor:
     return as_tensor(updates)
 
 
-def cumsum(x, axis: int = 0, exclusive: bool = False, reverse: bool = False) -> Tensor:
-    """The running sums of `x` along `axis` (`np.cumsum`); `exclusive` leaves each element
-    out of its own sum, `reverse` sums from the end. Each result is a sum over a triangular
-    mask of the axis (n x n work per line of n values, so for axes of up to a few thousand):
-    an ordinary reduction, chunked like one, whose float sums add up in float64. Integer
-    sums keep the dtype, bools count as int64 (NumPy's rules)."""
+def cumsum(x, axis: int | None = 0, exclusive: bool = False, reverse: bool = False) -> Tensor:
+    """The running sums of `x` along `axis` (`np.cumsum`; ONNX's CumSum).
+
+    Parameters
+    ----------
+    x : Tensor
+        The tensor to scan.
+    axis : int or None
+        The axis to sum along (negative counts from the end); None scans the flattened
+        tensor, as NumPy does.
+    exclusive : bool
+        Leave each element out of its own sum (the first result is 0).
+    reverse : bool
+        Sum from the end of the axis instead.
+
+    Returns
+    -------
+    Tensor
+        Of x's shape and NumPy's dtype for `np.cumsum` (bools and narrower integers sum in
+        int64 or uint64, wrapping as NumPy's do; floats keep their dtype). Float sums add
+        up in float64 and are rounded once, as `sum`'s do. One operator (`ops/scan.py`),
+        chunked like x: each chunk is scanned with the carry of the chunks before it, so
+        the work is linear in the elements on any chunk grid.
+    """
     x = as_tensor(x)
-    axis = _axis("cumsum", x, axis)
-    n = x.shape[axis]
-    # the summed positions j of each result position i, on two new axes at `axis`
-    i = reshape(arange(n, dtype="int64"), (n, 1))
-    j = reshape(arange(n, dtype="int64"), (1, n))
-    keep = (j >= i if not exclusive else j > i) if reverse else (j <= i if not exclusive
-                                                                 else j < i)
-    lead = x.shape[:axis]
-    rows = reshape(x, lead + (1,) + x.shape[axis:])          # (..., 1, n, ...)
-    mask = reshape(keep, (n, n) + (1,) * (x.ndim - axis - 1))  # (n, n, 1...)
-    dtype = "int64" if x.dtype == "bool" else x.dtype
-    zero = full((), 0, dtype=dtype)
-    total = sum(where(mask, rows.astype(dtype) if x.dtype == "bool" else rows, zero),
-                axis=axis + 1)
-    return total if total.dtype == dtype else cast(total, dtype)
+    if axis is None:
+        x, axis = reshape(x, (x.size,)), 0
+    return apply("cumsum", [x], axis=_axis("cumsum", x, axis), exclusive=exclusive,
+                 reverse=reverse)
 
 
 def argmax(x, axis=None, keepdims=False) -> Tensor:

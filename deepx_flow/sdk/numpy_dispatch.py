@@ -262,12 +262,10 @@ def _arg(fn, dx_fn):
 def _cumsum(a, axis=None, dtype=None, out=None):
     _no("numpy.cumsum", out=out)
     x = as_tensor(a)
-    if axis is None:
-        x, axis = F.reshape(x, (x.size,)), 0
-    # NumPy sums small integers (and bools) in the platform integer: widening first gives
-    # exactly its answer (dx.cumsum keeps an integer dtype)
-    want = dtype if dtype is not None else dtypes.numpy_result(np.cumsum, [x.dtype])
-    return F.cumsum(_as_dtype(x, want), axis)
+    if dtype is None:  # dx.cumsum's dtype is NumPy's
+        return F.cumsum(x, axis)
+    # NumPy sums in `dtype`: a small integer one wraps as the int64 sums cast back to it do
+    return _as_dtype(F.cumsum(_as_dtype(x, dtype), axis), dtype)
 
 
 def _dot(a, b, out=None):

@@ -30,6 +30,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "random_uniform": {"low": 0.0, "high": 1.0},
     "scatter_elements": {"reduction": "none"},
     "scatter_nd": {"reduction": "none"},
+    "cumsum": {"exclusive": False, "reverse": False},
 }
 
 # Random parameters are floats in the IR (the SDK calls float() on them); `mean: 0` in a spec
@@ -79,7 +80,7 @@ def normalize_attrs(op: str, attrs: dict[str, Any], inputs: list[Node],
         out.setdefault("keepdims", False)
     elif op in ("softmax", "log_softmax"):
         out["axis"] = normalize_axis(draft, out.get("axis", -1), ndim)
-    elif op in ("concat", "take", "scatter_elements", "gather_elements") and inputs:
+    elif op in ("concat", "take", "scatter_elements", "gather_elements", "cumsum") and inputs:
         out["axis"] = normalize_axis(draft, out.get("axis", 0), inputs[0].ndim)
     elif op == "transpose":
         axes = out.get("axes")

@@ -20,14 +20,16 @@ from deepx_flow.runtime.inputs import bind_inputs
 from tests.helpers import assert_sums_close, cluster_with_memory
 
 
-def lowered(outputs, memory, inputs=None, inline=True):
-    plan = compile_graph(dx.build_graph(outputs), cluster_with_memory(memory), check=True)
+def lowered(outputs, memory, inputs=None, inline=True, workers=2):
+    plan = compile_graph(dx.build_graph(outputs), cluster_with_memory(memory, workers),
+                         check=True)
     return plan, plan.lower(bind_inputs(plan.graph, inputs), inline=inline)
 
 
-def evaluate(outputs, memory, inputs=None, inline=True) -> list:
-    """Every output of the lowered graph, assembled from its chunks."""
-    plan, low = lowered(outputs, memory, inputs, inline)
+def evaluate(outputs, memory, inputs=None, inline=True, workers=2) -> list:
+    """Every output of the lowered graph (planned for `workers` workers), assembled from its
+    chunks."""
+    plan, low = lowered(outputs, memory, inputs, inline, workers)
     results = []
     for name, _ in plan.graph.outputs:
         _, chunks = low.outputs[name]
