@@ -99,10 +99,10 @@ def operator_label(node) -> str:
     speeds and error messages name operators this way."""
     attrs = dict(node.attrs)
     if node.op == "fused":
-        return _short(f"fused[{describe(attrs['program'])}]")
+        return short_label(f"fused[{describe(attrs['program'])}]")
     for part in ("prologue", "epilogue"):
         if attrs.get(part):
-            return _short(f"{node.op}+{part}[{describe(attrs[part])}]")
+            return short_label(f"{node.op}+{part}[{describe(attrs[part])}]")
     return node.op
 
 
@@ -114,5 +114,5 @@ def speed_label(node, inlined=()) -> str:
     return operator_label(node) + (" <- " + ", ".join(inner) if inner else "")
 
 
-def _short(label: str, limit: int = 160) -> str:
+def short_label(label: str, limit: int = 160) -> str:
     return label if len(label) <= limit else label[:limit - 3] + "..."

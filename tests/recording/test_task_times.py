@@ -4,7 +4,8 @@ A worker keeps a key's state while it holds the key, and Dask appends each compu
 it to that state's `startstops`; a key that a later graph computes again on the same worker
 (the constant learning rate that every graph of a `dx.train` reads, content-addressed to one
 key) reported every earlier computation too. Recorded from the first to the last, an input
-of 0.1 ms was credited seconds of compute, and started before its run did.
+of 0.1 ms was credited seconds of compute, and started before its run did. And a task
+that runs a training step's grouped members names them (it was "?").
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ def test_every_task_of_a_training_lies_within_its_run(client, record_db):
     for run in runs:
         tasks = [t for t in queries.run_tasks(record_db, run.id) if t.start is not None]
         assert tasks
+        # Every task names what it ran: a grouped step by the operators in it (it was "?").
+        operators = {t.operator for t in tasks}
+        assert "?" not in operators
+        assert any(o.startswith("group[") and "matmul" in o for o in operators), operators
         for t in tasks:
             # One clock here (threaded workers in this process): no margin is needed. (A
             # run of dx.train ends when its losses are back, before the last tasks taking
