@@ -84,7 +84,7 @@ def describe(program: Program, max_chars: int = DESCRIBE_CHARS) -> str:
         parts = []
         for a in args:
             parts.append(f"in{a[1]}" if a[0] == "in" else exprs[a[1]] if a[0] == "t" else
-                         repr(a[1]))
+                         constant_text(a[1], a[2]))
         text = f"{op}({', '.join(parts)})"
         cut = len(text) > max_chars
         exprs.append(text[:max_chars - 3] + "..." if cut else text)
@@ -112,6 +112,27 @@ def speed_label(node, inlined=()) -> str:
     of their time."""
     inner = sorted({operator_label(i) for i in inlined})
     return operator_label(node) + (" <- " + ", ".join(inner) if inner else "")
+
+
+def constant_text(value, dtype: str) -> str:
+    """A program's constant as formulas show it: the shortest text that reads back as the
+    same value of `dtype`, so `1 - 0.9` folded into a float32 program reads "0.1", the
+    number the kernel computes with, not 0.09999999999999998 (NumPy's shortest repr; for
+    bfloat16, whose text has six digits whatever its value, the fewest digits that read back
+    as it). A value that is not one of `dtype` is shown as Python writes it."""
+    import numpy as np
+    try:
+        typed = np.dtype(dtype).type(value)
+    except (TypeError, ValueError, OverflowError):
+        return repr(value)
+    if np.dtype(dtype).kind != "V":  # a NumPy type: its str is the shortest repr
+        return str(typed)
+    exact = float(typed)
+    for digits in range(1, 18):  # 17 significant digits round-trip any float64
+        text = f"{exact:.{digits}g}"
+        if np.dtype(dtype).type(float(text)) == typed:
+            return repr(float(text))  # "300.0", not "3e+02"
+    return repr(exact)
 
 
 def short_label(label: str, limit: int = 160) -> str:
