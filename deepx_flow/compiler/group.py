@@ -145,3 +145,24 @@ def _homes(dsk, reads, readers, roots, keep) -> dict:
         else:
             homes[key] = [(step, shard)]
     return homes
+
+
+def group_labels(dsk: dict, labels: dict) -> dict:
+    """Node id of each group's task in `dsk` (its key's name) -> what the task runs, as the
+    run's task rows name it: "group[matmul, mean+prologue, sum]", the kinds of operator
+    (`labels`: node id -> operator label, `ir.program.operator_label`) of its members, without
+    their formulas (a step's group holds dozens). A group is named after no node of the plan,
+    so it has no label of its own."""
+    from deepx_flow.ir.keys import key_name, node_of
+    from deepx_flow.ir.program import short_label
+    found = {}
+    for key, node in dsk.items():
+        name = key_name(key)
+        if not name.endswith(GROUP_SUFFIX) or name in found:
+            continue
+        args = getattr(node, "args", ())
+        if len(args) < 2 or args[0] is not run_group:
+            continue
+        kinds = sorted({labels.get(node_of(m.key), "?").split("[")[0] for m in args[1].value})
+        found[name] = short_label(f"group[{', '.join(kinds)}]")
+    return found

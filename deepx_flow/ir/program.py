@@ -84,7 +84,7 @@ def describe(program: Program, max_chars: int = DESCRIBE_CHARS) -> str:
         parts = []
         for a in args:
             parts.append(f"in{a[1]}" if a[0] == "in" else exprs[a[1]] if a[0] == "t" else
-                         repr(a[1]))
+                         constant_text(a[1], a[2]))
         text = f"{op}({', '.join(parts)})"
         cut = len(text) > max_chars
         exprs.append(text[:max_chars - 3] + "..." if cut else text)
@@ -99,10 +99,10 @@ def operator_label(node) -> str:
     speeds and error messages name operators this way."""
     attrs = dict(node.attrs)
     if node.op == "fused":
-        return _short(f"fused[{describe(attrs['program'])}]")
+        return short_label(f"fused[{describe(attrs['program'])}]")
     for part in ("prologue", "epilogue"):
         if attrs.get(part):
-            return _short(f"{node.op}+{part}[{describe(attrs[part])}]")
+            return short_label(f"{node.op}+{part}[{describe(attrs[part])}]")
     return node.op
 
 
@@ -114,5 +114,26 @@ def speed_label(node, inlined=()) -> str:
     return operator_label(node) + (" <- " + ", ".join(inner) if inner else "")
 
 
-def _short(label: str, limit: int = 160) -> str:
+def constant_text(value, dtype: str) -> str:
+    """A program's constant as formulas show it: the shortest text that reads back as the
+    same value of `dtype`, so `1 - 0.9` folded into a float32 program reads "0.1", the
+    number the kernel computes with, not 0.09999999999999998 (NumPy's shortest repr; for
+    bfloat16, whose text has six digits whatever its value, the fewest digits that read back
+    as it). A value that is not one of `dtype` is shown as Python writes it."""
+    import numpy as np
+    try:
+        typed = np.dtype(dtype).type(value)
+    except (TypeError, ValueError, OverflowError):
+        return repr(value)
+    if np.dtype(dtype).kind != "V":  # a NumPy type: its str is the shortest repr
+        return str(typed)
+    exact = float(typed)
+    for digits in range(1, 18):  # 17 significant digits round-trip any float64
+        text = f"{exact:.{digits}g}"
+        if np.dtype(dtype).type(float(text)) == typed:
+            return repr(float(text))  # "300.0", not "3e+02"
+    return repr(exact)
+
+
+def short_label(label: str, limit: int = 160) -> str:
     return label if len(label) <= limit else label[:limit - 3] + "..."

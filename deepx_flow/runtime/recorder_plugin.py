@@ -238,7 +238,7 @@ class RecorderPlugin(SchedulerPlugin):
     # -- internals ----------------------------------------------------------------------------
 
     def _task_done(self, run_id, key, finish, kw) -> None:
-        startstops = kw.get("startstops") or ()
+        startstops = this_attempt(kw.get("startstops") or ())
         compute = [s for s in startstops if s.get("action") == "compute"]
         # The worker reports each input it fetched from another worker as a "transfer".
         fetched = [s["stop"] - s["start"] for s in startstops if s.get("action") == "transfer"]
@@ -283,6 +283,16 @@ class RecorderPlugin(SchedulerPlugin):
             for w in known - now:
                 self._place(run_id, key, w, "released", None)
             self.holders[key] = now
+
+
+def this_attempt(startstops) -> list:
+    """The entries of a finished task's `startstops` that belong to the attempt that just
+    finished: those after the computation before it. A worker keeps a key's state (and that
+    list) while it holds the key, and appends every computation of it: a key that a later
+    graph computes again on that worker (the constant learning rate every graph of a
+    `dx.train` reads) lists the earlier ones too, whose span is not this attempt's work."""
+    computed = [i for i, s in enumerate(startstops) if s.get("action") == "compute"]
+    return list(startstops[computed[-2] + 1:] if len(computed) > 1 else startstops)
 
 
 async def drain(dask_scheduler, run_ids, settle_keys=(), client_id=None, final=False,

@@ -29,6 +29,7 @@ import time
 import uuid
 import weakref
 
+from deepx_flow.compiler.group import group_labels
 from deepx_flow.config import settings
 from deepx_flow.ir.keys import chunk_index, key_name, node_of
 from deepx_flow.ir.program import operator_label
@@ -110,6 +111,7 @@ class RunRecorder:
             host=socket.gethostname(), pid=os.getpid(), username=_user())
         store.begin_run(db, run, graph_yaml, len(plan.graph.nodes))
         labels = {node.id: operator_label(node) for node in plan.fused.nodes}
+        labels.update(group_labels(lowered.dsk, labels))  # a training step's grouped tasks
         places = {w.address: (("device", w.device.name) if w.device and plan.cluster.has_devices
                               else ("host", None)) for w in plan.cluster.workers if w.address}
         recorder = cls(db, client, run.id, labels, places)

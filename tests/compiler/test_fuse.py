@@ -109,6 +109,38 @@ def test_explain_stays_short_for_long_programs_and_values_read_twice():
                      ("relu", (("t", 0),), "float64"))) == "relu(add(in0, 1.0))"
 
 
+def test_a_constant_is_shown_as_the_shortest_text_of_its_value_in_its_dtype():
+    """Adam's `1 - beta1` folded into a float32 program is float32 0.1, and its label said
+    mul(0.09999999999999998, ...): the float64 it was computed in."""
+    from deepx_flow.ir.program import operator_label
+    p = dx.input("p", (4, 3), "float32")
+    g = dx.input("g", (4, 3), "float32")
+    moment = 0.9 * p + (1 - 0.9) * g
+    plan = dx.compile(moment, cluster=cluster_with_memory(2**30))
+    (kernel,) = [n for n in plan.fused.nodes if n.op == "fused"]
+    assert operator_label(kernel) == "fused[add(mul(0.9, in0), mul(0.1, in1))]"
+    assert "mul(0.1, in1)" in plan.explain() and "0.0999" not in plan.explain()
+    # In float64 that constant is not 0.1, and is shown as it is.
+    double = dx.input("d", (4,), "float64") * (1 - 0.9)
+    (kernel,) = dx.compile(double, cluster=cluster_with_memory(2**30)).fused.nodes[-1:]
+    assert "0.09999999999999998" in operator_label(kernel)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(allow_nan=False, width=64),
+       st.sampled_from(["float16", "bfloat16", "float32", "float64"]))
+def test_a_constant_text_reads_back_as_the_same_value_of_its_dtype(value, dtype):
+    from deepx_flow.ir.dtypes import BFLOAT16
+    from deepx_flow.ir.program import constant_text
+    kind = BFLOAT16.type if dtype == "bfloat16" else np.dtype(dtype).type
+    with np.errstate(over="ignore"):
+        typed = kind(value)
+        text = constant_text(value, dtype)
+        assert kind(float(text)) == typed or (np.isnan(typed) and text == "nan")
+    # Never longer than the float64 text it was given (the dtype has fewer digits).
+    assert len(text) <= max(len(repr(float(typed))), len(repr(value)))
+
+
 def standardize(x):
     """A third moment: `x - mean` is read by two reductions' kernels."""
     centered = x - x.mean(axis=0)

@@ -9,7 +9,7 @@ from dask.base import tokenize
 
 import deepx_flow as dx
 from deepx_flow.compiler.compile import compile_graph
-from deepx_flow.compiler.group import ALL, GROUP_SUFFIX, group_by_shard
+from deepx_flow.compiler.group import ALL, GROUP_SUFFIX, group_by_shard, group_labels
 from deepx_flow.ir.keys import key_name, node_of
 from deepx_flow.kernels.grouped import run_group
 from deepx_flow.runtime.inputs import ArraySource
@@ -76,6 +76,23 @@ def test_a_single_shard_is_one_group_and_nothing_is_left_over():
     fewer = dask.get(grouped, sorted(keep, key=repr))
     for a, b in zip(plain, fewer):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_group_is_named_by_the_kinds_of_operator_it_runs():
+    """A group's task is no node of the plan: the run's task rows name it by its members'
+    operators (a single shard: every task of the step is in the one group)."""
+    from deepx_flow.ir.program import operator_label
+    step = _step()
+    plan, lowered = _lowered(step, 2**30)
+    roots = {k: (0, k[1]) for k in lowered.dsk if node_of(key_name(k)) == step.batch[0]}
+    keep = {k for name in lowered.outputs for k in lowered.output_keys(name)}
+    grouped = group_by_shard(lowered.dsk, roots, keep, "step")
+    labels = {n.id: operator_label(n) for n in plan.fused.nodes}
+    computed = {node_of(key_name(k)) for k in lowered.dsk}
+    kinds = sorted({labels[n].split("[")[0] for n in computed})
+    assert {"input", "fused", "sum"} <= set(kinds)
+    assert group_labels(grouped, labels) == {"step" + GROUP_SUFFIX: f"group[{', '.join(kinds)}]"}
+    assert group_labels(lowered.dsk, labels) == {}  # no group before the pass
 
 
 def _two_steps(memory):
