@@ -304,9 +304,11 @@ def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
                         infos[t], run_id, seconds, results[t]) for t in stage}
         catalog.record_all(db, [(rows[t], results[t]) for t in stage])
     except BaseException as err:
-        _discard(client, every, engines, created)
-        if recorder is not None:
-            recorder.fail(err)
+        try:
+            _discard(client, every, engines, created)
+        finally:  # the run ends with the call, also when the cleanup is interrupted
+            if recorder is not None:
+                recorder.fail(err)
         if isinstance(err, DeepxError) or not isinstance(err, Exception):
             raise
         raise ExecutionError(f"materializing {', '.join(map(str, stage))} failed: "

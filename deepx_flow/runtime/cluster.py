@@ -13,6 +13,15 @@ Worker processes are started without importing the script that started them (Pyt
 `if __name__ == "__main__":` guard would print its output once per worker and then fail to
 start the cluster). The worker processes of a script that is imported anyway (a worker that
 restarts later) stop with one line saying to add the guard.
+
+The worker processes never take SIGINT. A terminal's Ctrl-C and a notebook's "interrupt
+kernel" signal the whole process group, the workers too: each printed its KeyboardInterrupt
+traceback after the driver's own clean line, and died with the chunks it held (its nanny
+then started another). The driver alone is interrupted; it closes the cluster, and the
+nannies stop the workers. So the cluster starts with SIGINT blocked in the starting thread:
+the cluster's threads, which start (and restart) the worker processes, are made then and
+keep that mask, and so does every process they start (a mask survives fork and exec, and
+Python leaves it alone). A Ctrl-C while the cluster starts reaches the driver once it is up.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import contextlib
 import importlib.machinery
 import importlib.util
 import logging
+import signal
 import sys
 import threading
 
@@ -65,15 +75,34 @@ def start_embedded_cluster(**kwargs):
         if gpus:  # the RMM pool and spilling from the memory the planner budgets
             options.update(cluster_settings(gpus))
         options.update(kwargs)
-        with _main_not_reimported():
+        with _main_not_reimported(), _interrupts_held():
             return LocalCUDACluster(**options)
     from distributed import LocalCluster
     n_workers, threads = local_layout()
     options = dict(n_workers=n_workers, threads_per_worker=threads, processes=True,
                    dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL)
     options.update(kwargs)
-    with _main_not_reimported():
+    with _main_not_reimported(), _interrupts_held():
         return LocalCluster(**options)
+
+
+@contextlib.contextmanager
+def _interrupts_held():
+    """Block SIGINT in this thread while the cluster starts, so that the threads it makes
+    and the worker processes they start never take it (see the module docstring); this
+    thread gets a pending one afterwards."""
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no process groups to signal
+        yield
+        return
+    # Python's resource tracker, started with the first worker process, unblocks SIGINT in
+    # the thread that starts it (Python 3.11's `ensure_running`): start it before.
+    from multiprocessing import resource_tracker
+    resource_tracker.ensure_running()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 @contextlib.contextmanager

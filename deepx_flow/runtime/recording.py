@@ -17,6 +17,7 @@ Recording is on unless `DEEPX_RECORD=0`.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import getpass
 import hashlib
 import json
@@ -293,6 +294,22 @@ class RunRecorder:
             self.flush(settle_keys, final)
         except Exception as err:
             log.warning("deepx_flow: could not record run %s: %s", self.run_id, err)
+
+
+@contextlib.contextmanager
+def ended_by(recorder: RunRecorder | None):
+    """End the run `recorder` records with the block: failed with the error it raises
+    (interrupted for Ctrl-C), else succeeded. Nothing when recording is off (None). For the
+    calls that start a run and return only once it is done: every run a call starts is
+    finished by that call, so none is left `running` for the next process to find."""
+    try:
+        yield
+    except BaseException as err:
+        if recorder is not None:
+            recorder.fail(err)
+        raise
+    if recorder is not None:
+        recorder.finish()
 
 
 # Recorders of runs not yet finished: at interpreter exit they are marked interrupted.

@@ -377,10 +377,13 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
     return [results[name] for name, _ in graph.outputs]
 
 
-def _compute(plan, graph, bound, client, progress, recovery=None, note=None):
+def _compute(plan, graph, bound, client, progress, recovery=None, note=None,
+             kind: str = "run", db=None) -> dict:
+    """Run the plan and gather every output (by name); its run, recorded as `kind` in `db`
+    (default the configured database), ends with the call."""
     progress = RunProgress.of(progress)
-    futures, _, recorder, _ = _submit(plan, graph, bound, client, "run", recovery=recovery,
-                                      progress=progress)
+    futures, _, recorder, _ = _submit(plan, graph, bound, client, kind, recovery=recovery,
+                                      progress=progress, db=db)
     flat = [f for fs in futures.values() for f in fs]
     if recorder is not None:
         if note:

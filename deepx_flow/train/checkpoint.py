@@ -75,33 +75,37 @@ def write(db, client, plan, pack: Packing, sources: dict, asset: str, training_i
     record it; returns the version."""
     from deepx_flow.assets import catalog
     from deepx_flow.assets.materialize import asset_root
+    from deepx_flow.runtime.recording import ended_by
     from deepx_flow.runtime.run import Persisted, _submit
     from deepx_flow.storage.engines import get_engine
+    from deepx_flow.train import records
     began = time.time()
     futures, keys, recorder, _ = _submit(plan, pack.graph, sources, client, "checkpoint",
                                          db=db)
+    if recorder is not None:
+        recorder.watch()  # drained while the chunks are written; ended below
     node = plan.graph[dict(pack.graph.outputs)["packed"]]
-    persisted = Persisted("packed", node.shape, node.dtype,
-                          plan.partition.chunks[node.id], futures["packed"], client,
-                          keys["packed"], recorder)
-    version = uuid.uuid4().hex
-    uri = f"{asset_root().rstrip('/')}/{asset}/{version}.zarr"
-    try:
-        info = get_engine("zarr").write(persisted, uri)
-    finally:
-        persisted.release()
-    row = AssetMaterialization(
-        version=version, asset=asset, code_version=None, upstream_versions="{}",
-        shape=json.dumps(list(node.shape)), dtype=node.dtype,
-        chunks=json.dumps(list(info.get("chunks") or ())), nbytes=info.get("nbytes"),
-        storage="zarr", uri=info.get("uri"), manifest_digest=info.get("manifest_digest"),
-        run_id=recorder.run_id if recorder else None,
-        seconds=time.time() - began, created_at=time.time())
-    catalog.record_all(db, [(row, [])])
-    from deepx_flow.train import records
-    records.add_checkpoint(db, TrainingCheckpoint(
-        training_id=training_id, asset=asset, version=version, step=step, epoch=epoch,
-        config_hash=config, layout=json.dumps(pack.layout), created_at=time.time()))
+    with ended_by(recorder):  # the checkpoint's run ends with it
+        persisted = Persisted("packed", node.shape, node.dtype,
+                              plan.partition.chunks[node.id], futures["packed"], client,
+                              keys["packed"], recorder)
+        version = uuid.uuid4().hex
+        uri = f"{asset_root().rstrip('/')}/{asset}/{version}.zarr"
+        try:
+            info = get_engine("zarr").write(persisted, uri)
+        finally:
+            persisted.release()
+        row = AssetMaterialization(
+            version=version, asset=asset, code_version=None, upstream_versions="{}",
+            shape=json.dumps(list(node.shape)), dtype=node.dtype,
+            chunks=json.dumps(list(info.get("chunks") or ())), nbytes=info.get("nbytes"),
+            storage="zarr", uri=info.get("uri"), manifest_digest=info.get("manifest_digest"),
+                run_id=recorder.run_id if recorder else None,
+            seconds=time.time() - began, created_at=time.time())
+        catalog.record_all(db, [(row, [])])
+        records.add_checkpoint(db, TrainingCheckpoint(
+            training_id=training_id, asset=asset, version=version, step=step, epoch=epoch,
+            config_hash=config, layout=json.dumps(pack.layout), created_at=time.time()))
     return version
 
 

@@ -15,7 +15,6 @@ from deepx_flow.train.step import takes_step
 def evaluator(loss_fn, values, eval_data, client, spec, db=None):
     """A function of the current parameter sources giving the held-out loss."""
     from deepx_flow.runtime.plan_cache import cached_compile
-    from deepx_flow.runtime.run import _gather
     from deepx_flow.sdk.build import build_graph
     from deepx_flow.sdk.functions import input as placeholder
     columns = dataset_of(eval_data).columns
@@ -40,15 +39,10 @@ def evaluator(loss_fn, values, eval_data, client, spec, db=None):
 
     def evaluate(current) -> dict[str, float]:
         """The held-out loss and metrics of the parameters `current` (sources)."""
-        from deepx_flow.runtime.run import _submit
+        from deepx_flow.runtime.run import _compute
         sources = {**fixed, **{params[name].node.id: src for name, src in current.items()
                                if params[name].node.id in {n.id for n in graph.inputs}}}
-        futures, _, recorder, _ = _submit(plan, graph, sources, client, "evaluate", db=db)
-        if recorder is not None:
-            recorder.watch([f for fs in futures.values() for f in fs])
-        out = {}
-        for name, node_id in graph.outputs:
-            out[name] = float(_gather(client, futures[name], (), graph[node_id].dtype,
-                                      plan.partition.chunks[node_id], plan))
-        return out
+        # Ended by the call, as a `dx.run` is: succeeded, or failed with its error.
+        values = _compute(plan, graph, sources, client, False, kind="evaluate", db=db)
+        return {name: float(value) for name, value in values.items()}
     return evaluate

@@ -263,7 +263,7 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
         fit.steps = len(schedule)
     except BaseException as err:
         if runner is not None:
-            runner.release()
+            runner.release(err)
         book.end("failed", f"{type(err).__name__}: {err}")
         raise
     finally:
@@ -348,6 +348,7 @@ class _Runner:
         self.rewinds = 0
         self._bind(start, done)
         self.held: dict = {}  # key -> future: the last step's outputs
+        self.recorders: list = []  # of the graphs submitted whose runs may not have ended
         # Columns held in memory go to every worker once; stored ones are read there.
         self.scope = uuid.uuid4().hex
         self.data = self._send_columns()
@@ -403,7 +404,9 @@ class _Runner:
             f.release()
         if recorder is not None:
             book.link(recorder.run_id)
-            recorder.watch(extra)
+            recorder.watch(extra)  # ends once its losses are computed
+            self.recorders = [r for r in self.recorders if r.status == "running"]
+            self.recorders.append(recorder)
         n = len(planned)
         by_name = {name: extra[i * n:(i + 1) * n] for i, name in enumerate(reported)}
         return planned, by_name, self.optimizer
@@ -497,7 +500,18 @@ class _Runner:
         values = self._values(self.step.params.values())
         return {name: values[input_id] for name, input_id in self.step.params.items()}
 
-    def release(self):
+    def release(self, err: BaseException | None = None) -> None:
+        """Let go of what the cluster holds for the training, and end the run of every
+        graph it submitted: each has ended once its losses are computed (a graph whose
+        futures were cancelled, as interrupted); those still going when the training stops
+        with `err` fail with it (interrupted, for Ctrl-C). None is left `running`."""
+        for recorder in self.recorders:
+            if err is not None:
+                recorder.fail(err)  # a run that has ended already keeps its outcome
+            elif not recorder.finish_if_done():
+                recorder.finish("the training ended before this graph's steps were done",
+                                status="interrupted")
+        self.recorders = []
         for f in list(self.held.values()) + [d for d in self.data if d is not None]:
             f.release()
         self.held, self.data = {}, []

@@ -5,6 +5,8 @@ Python process, as a user's script runs."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -145,3 +147,51 @@ def test_cpu_only_embedded_cluster_takes_its_option():
             Client(cluster) as client:
         assert client.submit(sum, [1, 2, 3]).result() == 6
         assert len(client.scheduler_info(n_workers=-1)["workers"]) == 1
+
+
+@pytest.mark.timeout(300)
+def test_an_interrupt_of_the_process_group_leaves_the_workers_alone(tmp_path):
+    """A notebook's "interrupt kernel" (and a terminal's Ctrl-C) signals the whole process
+    group. The interrupted cell raises KeyboardInterrupt; the embedded cluster's workers,
+    in the same group, took it too: each printed a traceback and died, losing what it held,
+    and the nanny started another. They now never take it."""
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent("""
+        import os, signal, threading, time
+        import psutil
+        import deepx_flow as dx
+
+        def workers():
+            return sorted(p.pid for p in psutil.Process().children(recursive=True)
+                          if "spawn_main" in " ".join(p.cmdline()))
+
+        if __name__ == "__main__":
+            assert dx.run(dx.arange(4.0).sum()) == 6.0
+            before = workers()
+            x = dx.random.normal((2000, 2000), seed=1)
+            threading.Timer(1.0, os.killpg, (os.getpgid(0), signal.SIGINT)).start()
+            try:
+                for _ in range(100):  # a cell that runs for a while, interrupted
+                    dx.run((x @ x).sum())
+                print("not interrupted")
+            except KeyboardInterrupt:
+                print("interrupted")
+            time.sleep(2)  # a worker that took the signal is gone, or restarting, by now
+            print("same workers", len(before) > 0 and workers() == before)
+            print("right", dx.run(dx.arange(5.0).sum()) == 10.0)
+    """))
+    env = {"DEEPX_DB_URL": f"sqlite:///{tmp_path / 'deepx.db'}", "PATH": "/usr/bin:/bin",
+           "HOME": str(tmp_path)}
+    # Its own process group, as a notebook kernel has: the signal reaches nothing else.
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, err[-3000:]
+    assert out.splitlines() == ["interrupted", "same workers True", "right True"], out + err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]

@@ -34,7 +34,8 @@ defs = dx.Definitions(assets=[doubled], schedules=[
 """
 
 
-def start(tmp_path: Path, url: str, life: int) -> tuple[subprocess.Popen, Path]:
+def start(tmp_path: Path, url: str, life: int,
+          new_group: bool = False) -> tuple[subprocess.Popen, Path]:
     log = tmp_path / f"life{life}.log"
     env = {**os.environ, "DEEPX_ASSET_ROOT": str(tmp_path / "assets"), "DEEPX_DB_URL": url,
            "PYTHONUNBUFFERED": "1"}
@@ -42,7 +43,8 @@ def start(tmp_path: Path, url: str, life: int) -> tuple[subprocess.Popen, Path]:
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "deepx_flow.cli.main", "scheduler",
                                  "-m", str(tmp_path / "pipeline.py"), "--db", url],
-                                cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+                                cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=new_group)
     return proc, log
 
 
@@ -168,4 +170,35 @@ def test_a_daemon_stopped_with_sigterm_is_shown_stopped_at_once(tmp_path):
     assert state() == "stopped"
     workers = rows(db, Worker)
     assert workers and {w.status for w in workers} == {"gone"}
+    close_all()
+
+
+@pytest.mark.timeout(150)
+def test_ctrl_c_stops_the_daemon_and_its_workers_without_a_traceback(tmp_path):
+    """A terminal's Ctrl-C signals the whole process group: the daemon and its embedded
+    cluster's worker processes. The daemon stops cleanly; each worker printed its own
+    KeyboardInterrupt traceback after the daemon's last line (60+ lines in all)."""
+    import psutil
+
+    (tmp_path / "pipeline.py").write_text(textwrap.dedent(PIPELINE.format(catchup="latest")))
+    url = f"sqlite:///{(tmp_path / 'deepx.db').as_posix()}"
+    db = open_db(url)
+    daemon, log = start(tmp_path, url, 1, new_group=True)
+    try:
+        wait_for(lambda: any(t.run_id for t in rows(db, ScheduleTick)), "a tick's run", [log])
+        workers = [p for p in psutil.Process(daemon.pid).children(recursive=True)
+                   if "spawn_main" in " ".join(p.cmdline())]
+        assert workers, "no worker processes: the embedded cluster is not the real one"
+        os.killpg(daemon.pid, signal.SIGINT)  # as the terminal does
+        assert daemon.wait(60) == 0, log.read_text()  # a signal stops it: status 0
+    finally:
+        if daemon.poll() is None:
+            os.killpg(daemon.pid, signal.SIGKILL)
+            daemon.wait(30)
+    _, alive = psutil.wait_procs(workers, timeout=30)
+    text = log.read_text()
+    me = f"{socket.gethostname()}:{daemon.pid}"
+    assert text.splitlines()[-1] == f"scheduler {me} stopped (SIGINT)", text
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
+    assert not alive, f"worker processes left: {alive}"
     close_all()
