@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from deepx_flow.errors import (CheckFailed, ClusterError, DatabaseError, DataError, DeepxError,
                                ExecutionError, GraphError, InputError, PlanError, SettingsError,
-                               SpecError)
+                               SpecError, UnknownNameError, no_attribute)
 from deepx_flow.ir import Graph, Node
 from deepx_flow import nn, optim
 from deepx_flow.sdk import random
@@ -72,7 +72,7 @@ _ON_FIRST_USE = {
 def __getattr__(name: str):
     module = _ON_FIRST_USE.get(name)
     if module is None:
-        raise AttributeError(f"module 'deepx_flow' has no attribute {name!r}")
+        raise no_attribute("dx", name, set(__all__) | set(_ON_FIRST_USE))
     value = importlib.import_module(module.rstrip(":"))
     if not module.endswith(":"):
         value = getattr(value, name)
@@ -88,8 +88,9 @@ __all__ = [
     "HourlyPartitions", "MonthlyPartitions", "Partition", "StaticPartitions",
     "TimeWindowPartitions", "WeeklyPartitions", "CheckFailed", "ClusterError",
     "DatabaseError", "DataError", "DeepxError", "ExecutionError", "GraphError",
-    "InputError", "NumpyInteropError", "PlanError", "SettingsError", "SpecError", "Graph",
-    "Node", "Tensor", "build_graph", "grad", "nn", "optim", "random",
+    "InputError", "NumpyInteropError", "PlanError", "SettingsError", "SpecError",
+    "UnknownNameError", "Graph", "Node", "Tensor", "build_graph", "grad", "nn", "optim",
+    "random",
     "ClusterSpec", "load_cluster_file", "Persisted", "Placement", "compile", "persist",
     "placement", "run", "runs", "shutdown", "from_yaml", "to_yaml", "Recovery", "Fit", "train",
     "schedule",

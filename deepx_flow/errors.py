@@ -34,6 +34,23 @@ def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
     return text
 
 
+def closest(word: Any, choices) -> str | None:
+    """The choice spelled most like `word`, ignoring case (difflib's ratio, at least 0.6), or
+    None: the "did you mean" of messages."""
+    import difflib
+    lowered = {}
+    for choice in map(str, choices):
+        lowered.setdefault(choice.lower(), choice)
+    close = difflib.get_close_matches(str(word).lower(), list(lowered), n=1)
+    return lowered[close[0]] if close else None
+
+
+def did_you_mean(word: Any, choices) -> str:
+    """`" (did you mean 'relu'?)"` for the choice closest to `word`, or "" when none is."""
+    close = closest(word, choices)
+    return f" (did you mean {close!r}?)" if close is not None else ""
+
+
 class DeepxError(Exception):
     """Base of every deepx_flow error."""
 
@@ -126,3 +143,21 @@ class CheckFailed(DeepxError):
     def __init__(self, message: str, materialized=None):
         super().__init__(message)
         self.materialized = materialized
+
+
+class UnknownNameError(DeepxError, AttributeError):
+    """A name that `dx`, `dx.nn`, `dx.random`, `dx.optim` or a Tensor does not have. It is
+    an AttributeError too, so `hasattr` and `getattr(obj, name, default)` work as ever."""
+
+    exit_code = 2
+
+
+def no_attribute(owner: str, name: Any, choices) -> UnknownNameError:
+    """The error for `owner.name` that does not exist, saying which public name of
+    `choices` was meant: `dx has no attribute 'reul'; did you mean dx.relu?`."""
+    message = f"{owner} has no attribute {shown(name)}"
+    if isinstance(name, str) and not name.startswith("_"):  # hasattr's probes of dunders
+        close = closest(name, [c for c in choices if not str(c).startswith("_")])
+        if close is not None:
+            message += f"; did you mean {owner}.{close}?"
+    return UnknownNameError(message)

@@ -7,8 +7,16 @@ parameter tensors; `dx.train` runs forward, backward and the Adam update on the 
 local cluster, several steps per Dask graph; inference is the same model, forward only.
 """
 
+import sys
+
 import numpy as np
-from sklearn.datasets import load_digits
+
+try:
+    from sklearn.datasets import load_digits
+except ImportError:  # the `examples` extra is not installed: say so, without a traceback
+    print('train_digits.py needs scikit-learn, for its bundled digits: pip install -e '
+          '".[examples]"', file=sys.stderr)
+    sys.exit(2)
 
 import deepx_flow as dx
 

@@ -11,12 +11,11 @@ that is not an upstream asset: the partition being built.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
-from deepx_flow.errors import DeepxError, GraphError
+from deepx_flow.errors import DeepxError, GraphError, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -119,10 +118,8 @@ class Definitions:
         for a in self.assets.values():
             for dep in a.deps:
                 if dep not in self.assets:
-                    hint = difflib.get_close_matches(dep, self.assets, n=1)
                     raise GraphError(f"asset {a.name} depends on {dep!r}, which is not "
-                                     f"defined" + (f" (did you mean {hint[0]!r}?)" if hint
-                                                   else ""))
+                                     f"defined{did_you_mean(dep, self.assets)}")
         self.order = _topological(self.assets)
         for a in self.assets.values():
             for dep in a.deps:

@@ -9,10 +9,9 @@ The result is in topological order (upstream first).
 
 from __future__ import annotations
 
-import difflib
 import re
 
-from deepx_flow.errors import InputError
+from deepx_flow.errors import InputError, did_you_mean
 
 _TERM = re.compile(r"^(\*|\+*)([A-Za-z_][A-Za-z0-9_]*)(\*|\+*)$")
 
@@ -32,9 +31,7 @@ def select(defs, selection) -> list[str]:
                              f"name+, *name or name*)")
         up, name, down = match.groups()
         if name not in defs.assets:
-            hint = difflib.get_close_matches(name, defs.assets, n=1)
-            raise InputError(f"no asset named {name!r}" +
-                             (f" (did you mean {hint[0]!r}?)" if hint else ""))
+            raise InputError(f"no asset named {name!r}{did_you_mean(name, defs.assets)}")
         chosen.add(name)
         chosen |= _walk(name, up, lambda n: defs.assets[n].deps)
         chosen |= _walk(name, down, defs.downstream)

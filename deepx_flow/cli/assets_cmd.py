@@ -13,11 +13,10 @@ first. A blocking check that fails still prints what was stored before the one-l
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import os
 
-from deepx_flow.errors import InputError
+from deepx_flow.errors import InputError, did_you_mean
 from deepx_flow.registry.cluster import format_bytes
 from deepx_flow.text_table import local_time, text_table
 
@@ -119,9 +118,8 @@ def _history(args) -> int:
     rows = catalog.history(db, args.name)
     if not rows:
         known = _stored_assets(db)
-        hint = difflib.get_close_matches(args.name, known, n=1)
         raise InputError(f"asset {args.name!r} has no stored versions in {db.display_url}"
-                         + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+                         f"{did_you_mean(args.name, known)}")
     partitioned = any(r.partition is not None for r in rows)
     print(text_table(("version", *(("partition",) if partitioned else ()), "created", "shape",
                       "dtype", "bytes", "run", "seconds", "checks", "uri"),

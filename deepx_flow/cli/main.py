@@ -2,7 +2,7 @@
 
     deepx-flow run graphs/mlp_forward.yaml --input x=x.npy --output y=y.npy
     deepx-flow explain graphs/mlp_forward.yaml --cluster graphs/clusters/8xH100.yaml
-    deepx-flow ops                       # operators, and their speeds measured per worker
+    deepx-flow ops                       # operators, functions, speeds measured per worker
     deepx-flow runs                      # recorded runs, newest first
     deepx-flow runs show RUN_ID          # one run: tasks by operator, errors, its plan
     deepx-flow placement RUN_ID          # which worker holds each chunk
@@ -94,7 +94,8 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--scheduler", metavar="ADDRESS",
                          help="plan for the cluster behind this scheduler")
 
-    sub.add_parser("ops", help="list the operators, their engines and their measured speeds",
+    sub.add_parser("ops", help="list the operators, their engines and their measured speeds, "
+                          "and the functions built from them",
                    parents=[db])
     runs_cmd.add_parsers(sub, [db])
     registry_cmd.add_parser(sub, [db])
@@ -190,7 +191,9 @@ def _cmd_explain(args) -> int:
 
 def _cmd_ops(args) -> int:
     from deepx_flow.registry.operators import operator_table
+    from deepx_flow.sdk.catalog import function_table
     print(operator_table())
+    print("\n" + function_table())
     print("\n" + _measured_speeds(args.db))
     return 0
 

@@ -11,7 +11,8 @@ a `.npy` file (gathered). A model that cannot be converted, or an input that doe
 it, is exit code 2 with one line naming the ONNX node or the input.
 
 `export` writes a YAML graph spec as an ONNX model (`dx.onnx.save`): the spec's outputs are
-the model's, inputs given as `.npy` files become initializers, the others graph inputs. A
+the model's, inputs given as `.npy` files become initializers, the others graph inputs, and
+random sources (`random_normal` weights) initializers holding their values. A
 spec that cannot be read or exported is exit code 2 with one line naming the file or node.
 """
 
@@ -192,7 +193,9 @@ def _export(args) -> int:
     except SpecError as err:
         raise SpecError(f"{args.graph}: {err}") from None
     free = [n.id for n in graph.inputs if n.id not in weights]
+    drawn = [n.id for n in graph.nodes if n.op in ("random_normal", "random_uniform")]
     print(f"{path}: {len(graph.nodes)} nodes of {args.graph}, graph inputs "
-          f"{', '.join(free) or 'none'}, {len(weights)} initializers, outputs "
+          f"{', '.join(free) or 'none'}, {len(weights) + len(drawn)} initializers"
+          f"{f' ({len(drawn)} random)' if drawn else ''}, outputs "
           f"{', '.join(name for name, _ in graph.outputs)}")
     return 0

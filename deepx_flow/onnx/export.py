@@ -11,7 +11,9 @@ or a YAML spec), before compilation: the compiler's `fused` nodes, epilogues and
 have no ONNX form, and a compiled graph is refused. Each node becomes one ONNX node or a few
 (`export_ops`); its value is named by the node's id, an output by its name (as `dx.run`
 names them). `dx.input`s bound in `inputs` become initializers under their names; the
-others become graph inputs with their shape and dtype.
+others become graph inputs with their shape and dtype. A random source (`dx.random.normal`
+weights) becomes an initializer holding its values: they depend only on (seed, element
+index), which ONNX's RandomNormal cannot reproduce, so the model holds what deepx_flow computes.
 
 Dynamic axes: an axis of a graph input named in `dynamic_axes` is written as a symbolic
 dimension, and every value computed from it carries the symbol (`symbolic_dims`). The graph
@@ -77,7 +79,7 @@ def save(outputs, path, inputs: dict | None = None, opset: int | None = None,
     Raises
     ------
     SpecError
-        An operator with no ONNX form (a random source, a compiled `fused` node), a node
+        An operator with no ONNX form (`read_zarr`, a compiled `fused` node), a node
         that would fix a dynamic axis, an opset outside the range, or a model ONNX's checker
         refuses; the message names the node and its op. Nothing is written.
     InputError
@@ -196,6 +198,12 @@ class Builder:
         """An initializer holding `array`; returns its name."""
         from onnx import numpy_helper
         name = self.fresh(hint)
+        self.initializers.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def initializer(self, array: np.ndarray, name: str) -> str:
+        """An initializer holding `array` under `name`, a value name this node was given."""
+        from onnx import numpy_helper
         self.initializers.append(numpy_helper.from_array(np.asarray(array), name))
         return name
 

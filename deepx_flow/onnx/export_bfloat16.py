@@ -19,8 +19,9 @@ from dataclasses import replace
 from deepx_flow.compiler.infer import infer_node
 from deepx_flow.ir import Graph, Node
 
-# Operators that make or convert bfloat16 values themselves: kept as they are.
-KEPT = frozenset({"input", "full", "arange", "cast"})
+# Operators that make or convert bfloat16 values themselves: kept as they are (a random
+# source's values are an initializer, rounded once from float64 as the kernel rounds them).
+KEPT = frozenset({"input", "full", "arange", "random_normal", "random_uniform", "cast"})
 # Operators whose bfloat16 operands are widened to float64, the dtype sums add up in.
 SUMS = frozenset({"sum", "mean", "cumsum"})
 

@@ -47,12 +47,6 @@ Exporter = Callable[..., None]  # (b, node, args, out) -> None
 EXPORTERS: dict[str, Exporter] = {}
 
 REFUSED = {
-    "random_normal": "random tensors are counter-based (seed, element index) and ONNX's "
-                     "RandomNormal is not: compute the tensor and bind it (an input given "
-                     "in `inputs` becomes an initializer)",
-    "random_uniform": "random tensors are counter-based (seed, element index) and ONNX's "
-                      "RandomUniform is not: compute the tensor and bind it (an input given "
-                      "in `inputs` becomes an initializer)",
     "read_zarr": "a stored array is read by the engine, not by the model: use dx.input in its "
                  "place (a graph input of the model), or bind its data as an initializer",
     "fused": "it is made by the compiler: export the graph as built (the tensors, or "
@@ -117,6 +111,25 @@ def _full(b, node, args, out):
         return
     shape = b.const(np.array(node.shape, dtype=np.int64), f"{node.id}/shape")
     b.add("ConstantOfShape", [shape], out=out, value=b.tensor(value.reshape(1)))
+
+
+@_exporter("random_normal", "random_uniform")
+def _random(b, node, args, out):
+    """An initializer holding the tensor's values, computed here by the kernel the workers
+    run. ONNX's RandomNormal and RandomUniform draw other values on every run, from a
+    generator of their own; deepx_flow's depend only on (seed, element index), so the
+    values are what the model must hold to compute what deepx_flow computes."""
+    from deepx_flow.kernels.random import random_chunk
+    from deepx_flow.onnx.export import MAX_MODEL_BYTES
+    from deepx_flow.ops.sources import RANDOM_PARAMS
+    nbytes = node.size * dtypes.itemsize(node.dtype)
+    if nbytes > MAX_MODEL_BYTES:  # refused before the values are computed
+        raise _refuse(node, f"its values would be an initializer of {nbytes / 2**30:.1f} GiB, "
+                            "past protobuf's 2 GiB limit for one file")
+    params = {k: node.attr(k, default) for k, default in RANDOM_PARAMS[node.op].items()}
+    values = random_chunk(node.op, node.attr("seed"), params, node.shape,
+                          [(0, n) for n in node.shape], node.dtype)
+    b.initializer(np.array(values), out)
 
 
 @_exporter("arange")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from deepx_flow.errors import GraphError, shown
+from deepx_flow.errors import GraphError, closest, shown
 from deepx_flow.ir.node import Node
 
 # Kinds, which decide how the partitioner chunks and the lowering tiles an operator.
@@ -128,10 +128,9 @@ class OpSpec:
         known = set(self.attrs) | set(self.compiler_attrs)
         for key, _ in node.attrs:
             if key not in known:
-                import difflib
                 allowed = ", ".join(self.attrs) or "none"
-                close = difflib.get_close_matches(str(key), self.attrs, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
+                close = closest(key, self.attrs)
+                hint = f"; did you mean {close!r}?" if close is not None else ""
                 raise GraphError(f"{self.name} has no attribute {shown(key)} (allowed: "
                                  f"{allowed}){hint}", node.id)
         for key in self.required_attrs:

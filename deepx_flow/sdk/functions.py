@@ -74,10 +74,12 @@ def full(shape, value, dtype=None) -> Tensor:
 
 
 def zeros(shape, dtype="float32") -> Tensor:
+    """A tensor of `shape` filled with zeros (False for bool): `full(shape, 0, dtype)`."""
     return full(shape, False if dtypes.normalize(dtype) == "bool" else 0, dtype)
 
 
 def ones(shape, dtype="float32") -> Tensor:
+    """A tensor of `shape` filled with ones (True for bool): `full(shape, 1, dtype)`."""
     return full(shape, True if dtypes.normalize(dtype) == "bool" else 1, dtype)
 
 

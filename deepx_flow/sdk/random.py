@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from deepx_flow.errors import no_attribute
 from deepx_flow.ir import dtypes
 from deepx_flow.sdk.functions import _shape
 from deepx_flow.sdk.tensor import Tensor, apply
+
+__all__ = ["normal", "uniform", "derive_seed"]
 
 
 def normal(shape, seed: int = 0, mean: float = 0.0, std: float = 1.0,
@@ -55,3 +58,7 @@ def _float(value):
         except OverflowError:
             return value
     return value
+
+
+def __getattr__(name: str):
+    raise no_attribute("dx.random", name, __all__)

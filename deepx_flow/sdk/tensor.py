@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from deepx_flow.compiler.infer import new_node
-from deepx_flow.errors import GraphError
+from deepx_flow.errors import GraphError, no_attribute
 from deepx_flow.ir import dtypes
 from deepx_flow.ir.node import Node
 
@@ -42,6 +42,10 @@ class Tensor:
         self.parents = parents
         self.name = name
         self.data = data  # the Binding of an input node that carries its data, else None
+
+    def __getattr__(self, name: str):
+        # Python calls this only for a name the tensor does not have: say which was meant.
+        raise no_attribute("Tensor", name, dir(type(self)))
 
     # -- description -------------------------------------------------------------------
     @property

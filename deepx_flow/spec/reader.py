@@ -20,14 +20,13 @@ the order, then types the nodes in it, making each node's literals just before t
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from deepx_flow.compiler.infer import infer_node, infer_types
 from deepx_flow.compiler.validate import validate_graph
-from deepx_flow.errors import GraphError, SpecError, shown
+from deepx_flow.errors import GraphError, SpecError, did_you_mean, shown
 from deepx_flow.ir import Graph, Node, dtypes
 from deepx_flow.ir.node import make_attrs
 from deepx_flow.ops import OPS
@@ -103,7 +102,7 @@ def _check_top(doc: Any) -> None:
                         f"{_kind(doc)}")
     for key in doc:
         if key not in TOP_KEYS:
-            raise SpecError(f"unknown top-level key {shown(key)}{_suggest(key, TOP_KEYS)}; "
+            raise SpecError(f"unknown top-level key {shown(key)}{did_you_mean(key, TOP_KEYS)}; "
                             f"allowed: {', '.join(TOP_KEYS)}")
     if "deepx" not in doc:
         raise SpecError(f"missing the version key: start the spec with `deepx: {VERSION}`")
@@ -180,12 +179,12 @@ def _parse_node(position: int, fields: Any) -> Entry:
         raise SpecError("missing 'op' (the operator name)" if op is None else
                         f"'op' must be an operator name, not {shown(op)}", node_id)
     if op not in OPS:
-        raise GraphError(f"unknown operator {shown(op)}{_suggest(op, OPS)} (see docs/graph-spec.md "
-                         "or `deepx-flow ops` for the list)", node_id)
+        raise GraphError(f"unknown operator {shown(op)}{did_you_mean(op, OPS)} (see "
+                         "docs/graph-spec.md or `deepx-flow ops` for the list)", node_id)
     for key in fields:
         if key not in NODE_KEYS:
             hint = (f"; {shown(key)} is an attribute of {op}: put it under attrs"
-                    if key in OPS[op].attrs else _suggest(key, NODE_KEYS))
+                    if key in OPS[op].attrs else did_you_mean(key, NODE_KEYS))
             raise SpecError(f"unknown key {shown(key)}{hint}; a node has {', '.join(NODE_KEYS)}",
                             node_id)
     args = fields.get("args") or []
@@ -277,7 +276,7 @@ def _parse_outputs(outputs: Any, entries: dict[str, Entry]) -> list[tuple[str, s
             named = (f"{shown(name)} names node {shown(node_id)}, which" if name != node_id
                      else shown(name))
             raise SpecError(f"output {named} is not defined as an input or a node"
-                            f"{_suggest(node_id, entries)}")
+                            f"{did_you_mean(node_id, entries)}")
         pairs.append((name, node_id))
     return pairs
 
@@ -312,7 +311,7 @@ def _walk(entries: dict[str, Entry], roots: list[str]) -> list[tuple]:
                 order.append(("literal", node_id, i))
             elif arg not in entries:
                 raise SpecError(f"missing input {shown(arg)}: no input or node has this id"
-                                f"{_suggest(arg, entries)}", node_id)
+                                f"{did_you_mean(arg, entries)}", node_id)
             elif state.get(arg) == 1:
                 path = [f[0] for f in stack]
                 cycle = path[path.index(arg):] + [arg]
@@ -374,9 +373,6 @@ def _cycle_path(cycle: list[str]) -> str:
     return " -> ".join(ids)
 
 
-def _suggest(word: str, choices) -> str:
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def _kind(value: Any) -> str:

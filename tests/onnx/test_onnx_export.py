@@ -459,20 +459,37 @@ def test_every_operator_is_exported_or_refused_by_name():
     assert set(OPS) - {"input"} <= set(EXPORTERS) | set(REFUSED)
 
 
-def test_a_random_source_is_refused_by_name_and_nothing_is_written(tmp_path):
+def test_random_sources_are_initializers_holding_deepx_flows_values(client, tmp_path):
+    """ONNX's RandomNormal would draw other values: the model holds the tensor deepx_flow
+    computes, bit for bit, in its dtype (bfloat16 too), and computes what dx.run does."""
     x = dx.input("x", (4, 3), "float32")
-    noise = dx.random.normal((4, 3), seed=1)
+    noise = dx.random.normal((4, 3), seed=1, std=0.5)
+    scale = dx.random.uniform((3,), seed=2, low=1.0, high=2.0)
+    half = dx.random.normal((2, 5), seed=3, dtype="bfloat16")
+    # ONNX Runtime hands no bfloat16 back to NumPy: that output is widened (exactly).
+    outputs = {"y": (x + noise) * scale, "half": (half * 2.0).astype("float32")}
     path = tmp_path / "model.onnx"
-    with pytest.raises(SpecError, match=rf"node '{noise.node.id}': random_normal cannot be "
-                                        "exported to ONNX"):
-        dx.onnx.save(x + noise, path)
+    dx.onnx.save(outputs, path)
+    model = onnx.load(str(path))
+    assert [i.name for i in model.graph.input] == ["x"]
+    held = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    drawn = dx.run([noise, scale, half], client=client)
+    for value in drawn:
+        [same] = [a for a in held.values() if a.shape == value.shape and a.dtype == value.dtype]
+        np.testing.assert_array_equal(same.view(np.uint8), value.view(np.uint8))
+    xs = RNG.standard_normal((4, 3)).astype(np.float32)
+    got = runtime(path, {"x": xs})
+    ours = dx.run(outputs, inputs={"x": xs}, client=client)
+    np.testing.assert_array_equal(got["y"], ours["y"])  # one add and one multiply: exact
+    np.testing.assert_array_equal(got["half"], ours["half"])
+
+
+def test_a_random_source_past_two_gib_is_refused_before_it_is_drawn(tmp_path):
+    huge = dx.random.normal((2**16, 2**14), seed=1)  # 4 GiB of float32
+    with pytest.raises(SpecError, match=rf"node '{huge.node.id}': random_normal has no ONNX "
+                                        r"export here: .* 4\.0 GiB"):
+        dx.onnx.save(huge.sum(), tmp_path / "model.onnx")
     assert list(tmp_path.iterdir()) == []
-    # a file already there is left as it was
-    path.write_bytes(b"an older model")
-    with pytest.raises(SpecError, match="random_uniform"):
-        dx.onnx.save({"y": x * dx.random.uniform((3,), seed=2)}, path)
-    assert path.read_bytes() == b"an older model"
-    assert list(tmp_path.iterdir()) == [path]
 
 
 def test_other_refusals_are_named(tmp_path):
@@ -541,17 +558,43 @@ def test_the_export_command(tmp_path, capsys):
     close(got["probs"], np.exp(h) / np.exp(h).sum(1, keepdims=True))
 
 
+def test_the_mlp_spec_with_random_weights_exports_and_computes_as_here(client, tmp_path,
+                                                                      capsys):
+    """`deepx-flow onnx export graphs/mlp_forward.yaml` (its weights are random_normal
+    nodes): ONNX Runtime's outputs equal deepx_flow's run of the spec. The batch axis is
+    dynamic, so both run 64 rows (the spec's copy with 64 rows has the same weights: they
+    depend on the seed and the element's index only)."""
+    from pathlib import Path
+
+    from deepx_flow.cli.main import main
+    spec = Path(__file__).resolve().parents[2] / "graphs" / "mlp_forward.yaml"
+    out = tmp_path / "mlp.onnx"
+    assert main(["onnx", "export", str(spec), str(out), "--dynamic-axis", "x:0:N"]) == 0
+    assert "2 initializers (2 random), outputs y, probs" in capsys.readouterr().out
+    rows = 64
+    small = tmp_path / "mlp64.yaml"
+    small.write_text(spec.read_text().replace("200000", str(rows)))
+    x = RNG.standard_normal((rows, 512)).astype(np.float32)
+    got = runtime(out, {"x": x})
+    ours = dx.run(dx.from_yaml(small), inputs={"x": x}, client=client)
+    w = dx.run(dx.random.normal((512, 1024), seed=0), client=client).astype(np.float64)
+    size = (np.abs(x.astype(np.float64)) @ np.abs(w) + 1.0).sum(axis=1)  # float32 sums:
+    np.testing.assert_allclose(got["y"], ours["y"], rtol=0, atol=1e-5 * size.max())
+    np.testing.assert_allclose(got["probs"], ours["probs"], rtol=0, atol=1e-5)
+    assert got["probs"].shape == (rows, 10) and got["y"].shape == (rows,)
+
+
 def test_the_export_command_refuses_bad_input_with_exit_code_2(tmp_path, capsys):
     from deepx_flow.cli.main import main
     bad = SPEC.replace("{id: xw, op: matmul, args: [x, w]}",
-                       "{id: noise, op: random_normal, shape: [10, 4], dtype: float32, "
-                       "attrs: {seed: 1}}\n  - {id: xn, op: add, args: [x, noise]}\n"
+                       "{id: stored, op: read_zarr, shape: [10, 4], dtype: float32, "
+                       "attrs: {uri: data.zarr}}\n  - {id: xn, op: add, args: [x, stored]}\n"
                        "  - {id: xw, op: matmul, args: [xn, w]}")
     (tmp_path / "bad.yaml").write_text(bad)
     out = tmp_path / "bad.onnx"
     assert main(["onnx", "export", str(tmp_path / "bad.yaml"), str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "node 'noise': random_normal cannot be exported" in err
+    assert err.count("\n") == 1 and "node 'stored': read_zarr cannot be exported" in err
     assert not out.exists()
     assert main(["onnx", "export", str(tmp_path / "missing.yaml"), str(out)]) == 2
     assert "no such graph spec file" in capsys.readouterr().err
