@@ -24,14 +24,15 @@ from deepx_flow.storage.readers import read_region
 DAMAGES = ("delete", "truncate", "flip")
 
 
-def write_checked(uri: str, values: np.ndarray, chunks) -> None:
+def write_checked(uri: str, values: np.ndarray, chunks) -> str:
     """Write `values` as a plan with chunk grid `chunks` would be stored: create, one
-    write_block per Zarr chunk (the task materializations run), then the manifest."""
+    write_block per Zarr chunk (the task materializations run), then the manifest; return
+    the manifest's digest (what the version's row records)."""
     zarr_store.create_array(uri, values.shape, values.dtype, chunks)
     for _, region, _, _ in zarr_store.zarr_chunk_regions("t", values.shape, chunks):
         block = values[tuple(slice(lo, hi) for lo, hi in region)]
         zarr_store.write_block(uri, region, values.dtype.name, (), block)
-    zarr_store.mark_complete(uri)
+    return zarr_store.mark_complete(uri)
 
 
 def damage(path, how: str, at: int, bit: int) -> None:
