@@ -127,6 +127,24 @@ def test_a_missing_chunk_of_an_input_array_is_an_error_unless_fill_is_asked(tmp_
         dx.read_zarr(str(path), missing="zeros")
 
 
+@pytest.mark.parametrize("store", ["local files", "memory"])
+def test_a_zarr_array_given_as_an_input_is_checked_as_its_path_is(tmp_path, client, store):
+    """One rule for every way in: a chunk that is not stored is a DataError whether the
+    array is given by path or as a zarr.Array (which np.asarray would read as the fill)."""
+    import zarr
+    where = str(tmp_path / "sparse.zarr") if store == "local files" else \
+        zarr.storage.MemoryStore()
+    arr = zarr.create_array(where, shape=(6,), chunks=(2,), dtype="float64", fill_value=-1.0,
+                            zarr_format=3, **verify.array_codecs())
+    arr[:] = np.array([1.0, 2.0, -1.0, -1.0, 5.0, 6.0])  # chunk (1,) is not written
+    x = dx.input("x", (6,), "float64")
+    with pytest.raises(dx.DataError, match=r"chunk \(1,\) is missing"):
+        dx.run(x * 2, inputs={"x": arr}, client=client)
+    arr[2:4] = np.array([3.0, 4.0])
+    np.testing.assert_array_equal(dx.run(x * 2, inputs={"x": arr}, client=client),
+                                  np.arange(1.0, 7.0) * 2)
+
+
 def test_a_write_that_left_a_chunk_out_is_not_marked_complete(tmp_path):
     uri = str(tmp_path / "partial.zarr")
     values = np.arange(12.0).reshape(6, 2)
