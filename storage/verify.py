@@ -146,6 +146,33 @@ def read_region(uri: str, region, missing: str = "error", origin: dict | None = 
         raise _error(uri, origin, idx, f"is damaged: {_cause(cause)}") from err
 
 
+def read_opened(arr, what: str) -> np.ndarray:
+    """The whole of a Zarr array opened by the caller in a store with no path workers can
+    read (a `zarr.Array` given as an input, in memory, say), checked as `read_region`
+    checks a path: DataError for a chunk that is not stored or does not decode, where
+    `np.asarray(arr)` would give the fill value."""
+    from zarr.core.sync import sync
+    shape, grid = tuple(arr.shape), _grid(arr)
+    indices = chunk_indices(shape, grid)
+    for idx in indices:
+        key = arr.metadata.encode_chunk_key(idx)
+        if not sync(arr.store.exists(f"{arr.path}/{key}" if arr.path else key)):
+            raise DataError(f"{what}: chunk {idx} is missing (deleted, or never written); if "
+                            f"the array was written without its empty chunks, pass "
+                            f"np.asarray(array) to read them as its fill value",
+                            chunk=idx, problem=f"chunk {idx} is missing")
+    try:
+        return np.asarray(arr[...])
+    except Exception as err:
+        if not is_damage(err):
+            raise
+        bad = _first_undecodable(arr, shape, grid, indices)
+        if bad is None:
+            raise
+        raise DataError(f"{what}: chunk {bad[0]} is damaged: {_cause(bad[1])}", chunk=bad[0],
+                        problem=f"chunk {bad[0]} is damaged") from err
+
+
 def _bound(uri: str, arr, origin, fresh: bool = False) -> manifests.Manifest | None:
     """The manifest of a stored version whose row records its digest (`origin["manifest"]`),
     its metadata checked against the array's; None for other arrays. DataError when the

@@ -44,8 +44,13 @@ def add_parsers(sub, parents) -> None:
     check.add_argument("--latest", action="store_true",
                        help="only the newest version of each asset or partition")
     check.add_argument("--quick", action="store_true",
-                       help="list the chunks and compare their sizes with the manifest, "
-                            "without reading them (no checksums)")
+                       help="check the manifest and metadata, list the chunks and compare "
+                            "their sizes with the manifest, without reading them (no "
+                            "checksums)")
+    check.add_argument("--upgrade", action="store_true",
+                       help="bind versions stored before manifests recorded each chunk's "
+                            "position: once they check whole, write their manifest anew and "
+                            "record its digest")
 
     mat = sub.add_parser("materialize", help="compute and store a selection of assets",
                          parents=parents)
@@ -137,10 +142,8 @@ def _history(args) -> int:
 def _verify(args) -> int:
     """Check stored versions; exit 2 (a DataError) when any is damaged."""
     from deepx_flow.assets import catalog
-    from deepx_flow.assets.stored import stored_as
     from deepx_flow.errors import DataError
     from deepx_flow.meta import open_db
-    from deepx_flow.storage.engines import get_engine
 
     db = open_db(args.db)
     names = [args.name] if args.name else _stored_assets(db)
@@ -152,31 +155,55 @@ def _verify(args) -> int:
         for r in rows:  # newest first
             newest.setdefault((r.asset, r.partition), r)
         rows = list(newest.values())
-    table, damaged = [], []
+    table, damaged, older = [], [], 0
     for r in rows:
-        engine = get_engine(r.storage)
-        if not r.uri or not callable(getattr(engine, "verify", None)):
-            result = f"not checked: storage {r.storage!r} cannot be verified"
-        else:
-            problems = engine.verify(r.uri, deep=not args.quick, origin=stored_as(r))
-            if problems:
-                damaged.append(problems[0])
-                more = f" (and {len(problems) - 1} more chunks)" if len(problems) > 1 else ""
-                result = f"DAMAGED: {problems[0].problem}{more}"
-            else:
-                result = "ok" + (" (sizes only)" if args.quick else "")
+        result = _verify_one(db, r, args.quick, args.upgrade, damaged)
+        older += result.startswith("ok, older format")
         table.append((r.asset, r.partition or "-", r.version[:12], _time(r.created_at),
                       result))
     print(text_table(("asset", "partition", "version", "created", "result"), table,
                      f"{len(rows)} stored version{'s' * (len(rows) != 1)} checked")
           if table else
           f"no stored versions in {db.display_url}")
+    if older:
+        print(f"{older} version{'s were' if older != 1 else ' was'} stored before manifests "
+              f"recorded where each chunk goes: {'their' if older != 1 else 'its'} chunks "
+              f"are checked, not their positions; deepx-flow assets verify --upgrade binds "
+              f"{'them' if older != 1 else 'it'} (a first read does too)")
     if damaged:
         first = damaged[0]
         raise DataError(f"{len(damaged)} of {len(rows)} stored versions are damaged; the "
                         f"first: {first}", uri=first.uri, chunk=first.chunk,
                         asset=first.asset, version=first.version, partition=first.partition)
     return 0
+
+
+def _verify_one(db, row, quick: bool, upgrade: bool, damaged: list) -> str:
+    """Check one stored version (and with `upgrade` bind it if it is of the older format);
+    its result column. A damaged version's first problem is added to `damaged`."""
+    from deepx_flow.assets import catalog
+    from deepx_flow.assets.stored import stored_as
+    from deepx_flow.errors import DataError
+    from deepx_flow.storage.engines import get_engine
+
+    engine = get_engine(row.storage)
+    if not row.uri or not callable(getattr(engine, "verify", None)):
+        return f"not checked: storage {row.storage!r} cannot be verified"
+    origin = stored_as(row)
+    problems = engine.verify(row.uri, deep=not quick, origin=origin)
+    older = origin["manifest"] is None and callable(getattr(engine, "upgrade", None))
+    if not problems and older and upgrade:
+        try:
+            catalog.bind_manifest(db, row, engine.upgrade(row.uri, origin))
+            return "ok, upgraded: its manifest now binds each chunk to its position"
+        except DataError as err:  # changed since it was checked
+            problems = [err]
+    if problems:
+        damaged.append(problems[0])
+        more = f" (and {len(problems) - 1} more chunks)" if len(problems) > 1 else ""
+        return f"DAMAGED: {problems[0].problem}{more}"
+    sizes = " (sizes only)" if quick else ""
+    return f"ok, older format{sizes}: chunk positions not bound" if older else f"ok{sizes}"
 
 
 def cmd_materialize(args) -> int:

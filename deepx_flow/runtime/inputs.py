@@ -213,6 +213,27 @@ def is_dask_array(value) -> bool:
         and hasattr(value, "__dask_graph__")
 
 
+def is_zarr_array(value) -> bool:
+    """Whether `value` is a zarr.Array (without importing zarr for others)."""
+    return type(value).__module__.startswith("zarr.") and hasattr(value, "metadata") \
+        and hasattr(value, "store")
+
+
+def zarr_input(array, what: str):
+    """What a run binds for a zarr.Array input: the path of one in local files (its chunks
+    are then read by the workers, checked, exactly as when the path is given), else the
+    whole array read here with the same checks (`verify.read_opened`): a chunk that is not
+    stored is a DataError either way, never the fill value."""
+    from zarr.storage import LocalStore
+
+    from deepx_flow.storage.verify import read_opened
+    from deepx_flow.storage.zarr_store import reader_uri
+    if isinstance(array.store, LocalStore):
+        root = array.store.root
+        return reader_uri(root / array.path if array.path else root)
+    return read_opened(array, what)
+
+
 def check_sources_on(sources: dict, client) -> None:
     """Persisted inputs can only be read on the cluster that holds them."""
     persisted = {n: s for n, s in sources.items() if isinstance(s, PersistedSource)}
@@ -285,6 +306,8 @@ def bind_inputs(graph: Graph, inputs: dict | None) -> dict:
         token = None
         if isinstance(value, Binding):  # data a tensor carries, with its token
             value, token = value.value, value.token
+        if is_zarr_array(value):  # read as its path is, or checked as that would be
+            value = zarr_input(value, f"input '{node.id}': the Zarr array given")
         if is_dask_array(value):
             shape, dtype = check_dask_array(value, f"input '{node.id}': the dask array "
                                                    f"{value.name}")

@@ -569,13 +569,17 @@ def _start_values(params: dict, client) -> dict[str, np.ndarray]:
     if not isinstance(params, dict) or not params:
         raise GraphError(f"params must be a dict of named tensors or arrays, got "
                          f"{shown(params)}")
+    from deepx_flow.runtime.inputs import is_zarr_array
     from deepx_flow.runtime.run import run
+    from deepx_flow.storage.verify import read_opened
     names = [k for k, v in params.items() if isinstance(v, Tensor)]
     computed = dict(zip(names, run([params[k] for k in names], client=client))) if names else {}
     out = {}
     for name, value in params.items():
         if not isinstance(name, str) or not name:
             raise GraphError(f"parameter names are non-empty strings, got {shown(name)}")
+        if is_zarr_array(value):  # a chunk not stored is an error, as for any input
+            value = read_opened(value, f"parameter {shown(name)}: the Zarr array given")
         array = computed[name] if name in computed else np.asarray(value)
         if not dtypes.is_float(array.dtype):
             raise GraphError(f"parameter {shown(name)} is {array.dtype}; only floating-point "

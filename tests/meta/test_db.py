@@ -16,8 +16,9 @@ from sqlmodel import SQLModel, select
 from deepx_flow.errors import DatabaseError
 from deepx_flow.meta.db import Database, close_all, database_url, open_db
 from deepx_flow.meta.migrations import SCHEMA_VERSION
-from deepx_flow.meta.models import (ChunkPlacement, Device, Event, GraphRecord, OperatorSpeed,
-                                    Run, Schedule, SchemaInfo, ScheduleTick, Task, Worker)
+from deepx_flow.meta.models import (AssetMaterialization, ChunkPlacement, Device, Event,
+                                    GraphRecord, OperatorSpeed, Run, Schedule, SchemaInfo,
+                                    ScheduleTick, Task, Worker)
 from tests.helpers import free_port
 
 SCHEMA_V1 = Path(__file__).parent / "fixtures" / "schema_v1.sql"
@@ -199,7 +200,7 @@ def test_a_version_1_database_is_migrated_with_its_rows(db_url):
     added = {"events", "asset_materializations", "asset_check_results",  # versions 2-4
              "schedules", "schedule_ticks", "operator_speeds",  # and 7
              "trainings", "training_metrics", "training_checkpoints"}  # and 9
-    assert stored_version(db_url) == 11 == SCHEMA_VERSION
+    assert stored_version(db_url) == 12 == SCHEMA_VERSION
     assert set(after) == V1_TABLES | added
     assert all(after[t] == [] for t in added)
     assert [r.pop("username") for r in after["runs"]] == ["", "", ""]
@@ -264,7 +265,12 @@ def _drop_version_10(conn) -> None:
 
 
 def _drop_version_11(conn) -> None:
+    _drop_version_12(conn)
     conn.execute(text("ALTER TABLE devices DROP COLUMN memory_usable"))
+
+
+def _drop_version_12(conn) -> None:
+    conn.execute(text("ALTER TABLE asset_materializations DROP COLUMN manifest_digest"))
 
 
 def _without_version_9(tables: dict) -> None:
@@ -447,6 +453,48 @@ def test_a_version_10_database_gets_devices_usable_memory(db_url):
         s.exec(select(Device)).one().memory_usable = 77 * 2**30
     with db.read() as s:
         assert s.exec(select(Device)).one().memory_usable == 77 * 2**30
+
+
+def test_a_version_11_database_gets_the_manifest_digest(db_url):
+    db = open_db(db_url)
+    with db.session() as s:
+        s.add(AssetMaterialization(version="0123abcd", asset="features", shape="[4, 2]",
+                                   dtype="float32", storage="zarr", uri="/data/v.zarr",
+                                   created_at=1.0))
+    before = back_to(db_url, 11, _drop_version_12)
+    assert "manifest_digest" not in before["asset_materializations"][0]
+
+    db, after = migrated(db_url)
+
+    assert [r.pop("manifest_digest") for r in after["asset_materializations"]] == [None]
+    assert after == before
+    with db.session() as s:  # and a digest is recorded
+        s.exec(select(AssetMaterialization)).one().manifest_digest = "9f" * 16
+    with db.read() as s:
+        assert s.exec(select(AssetMaterialization)).one().manifest_digest == "9f" * 16
+
+
+@pytest.mark.parametrize("stamped", [1, 5, SCHEMA_VERSION - 1])
+def test_a_version_row_set_back_is_migrated_to_the_tables_it_has(db_url, stamped):
+    """A database whose version row says less than its tables hold (an older copy of the
+    row put back, a version set by hand) is brought to this version with its rows: each
+    step adds only what is missing, where it failed with 'duplicate column name'."""
+    db = open_db(db_url)
+    with db.session() as s:
+        s.add(GraphRecord(hash="g1", yaml="nodes: []", n_nodes=0, created_at=1.0))
+        s.add(new_run("r1", "g1"))
+    with db.session() as s:
+        s.add(Task(run_id="r1", key="('x', 0)", tensor="x", operator="add", comm_seconds=0.5))
+        s.add(AssetMaterialization(version="0123abcd", asset="features", shape="[4]",
+                                   dtype="float32", storage="zarr", uri="/data/v.zarr",
+                                   manifest_digest="9f" * 16, created_at=1.0))
+    before = back_to(db_url, stamped, lambda conn: None)
+
+    db, after = migrated(db_url)
+
+    assert after == before
+    with db.read() as s:
+        assert s.exec(select(Task.comm_seconds)).all() == [0.5]
 
 
 def test_a_newer_schema_is_refused_and_left_alone(db_url):

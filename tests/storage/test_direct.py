@@ -105,3 +105,70 @@ def test_arrays_the_direct_path_cannot_read_go_through_zarr(tmp_path):
     arr[...] = data[0]
     assert direct.layout_of(zarr.open_array(uri, mode="r")) is None
     np.testing.assert_array_equal(read_region(uri, ((2, 8),)), data[0, 2:8])
+
+
+# Reads a region again and again, counting what each read gave: the values written, a
+# DataError, or anything else.
+READER = """
+import json, sys
+import numpy as np
+from deepx_flow.errors import DataError
+from deepx_flow.storage.readers import read_region
+uri, reads, expected = sys.argv[1], int(sys.argv[2]), np.load(sys.argv[3])
+counts = {"same": 0, "error": 0, "wrong": 0}
+print("reading", flush=True)
+for _ in range(reads):
+    try:
+        got = read_region(uri, tuple((0, n) for n in expected.shape))
+    except DataError:
+        counts["error"] += 1
+        continue
+    counts["same" if np.array_equal(got, expected) else "wrong"] += 1
+print(json.dumps(counts), flush=True)
+"""
+
+
+def test_a_chunk_cut_short_while_it_is_read_is_damage_not_a_signal(tmp_path):
+    """Chunk files cut to a third of their size and written back, over and over, while
+    another process reads them: every read gives the values written or a DataError. Chunk
+    files were memory-mapped, and touching a mapped page past a file's new end killed the
+    reading process with SIGBUS."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    uri = str(tmp_path / "a.zarr")
+    values = np.random.default_rng(5).standard_normal((512, 2048)).astype("float32")
+    arr = zarr.create_array(uri, shape=values.shape, chunks=(128, 2048), dtype="float32",
+                            **verify.array_codecs())
+    arr[...] = values  # 4 chunks of 1 MiB
+    np.save(tmp_path / "expected.npy", values)
+    files = sorted(p for p in Path(uri, "c").rglob("*") if p.is_file())
+    saved = {f: f.read_bytes() for f in files}
+    reader = subprocess.Popen([sys.executable, "-c", READER, uri, "40",
+                               str(tmp_path / "expected.npy")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline().strip() == "reading"
+        while reader.poll() is None:
+            for f in files:
+                os.truncate(f, len(saved[f]) // 3)
+            time.sleep(0.002)
+            for f in files:
+                with open(f, "r+b") as out:
+                    out.write(saved[f])
+            time.sleep(0.002)
+        out = reader.stdout.read()
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+        reader.wait()
+    assert reader.returncode == 0, (
+        f"the reader died of {signal.Signals(-reader.returncode).name}"
+        if reader.returncode < 0 else f"the reader exited with {reader.returncode}")
+    counts = json.loads(out.splitlines()[-1])
+    assert counts["wrong"] == 0 and counts["error"] > 0, counts

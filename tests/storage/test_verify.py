@@ -24,14 +24,15 @@ from deepx_flow.storage.readers import read_region
 DAMAGES = ("delete", "truncate", "flip")
 
 
-def write_checked(uri: str, values: np.ndarray, chunks) -> None:
+def write_checked(uri: str, values: np.ndarray, chunks) -> str:
     """Write `values` as a plan with chunk grid `chunks` would be stored: create, one
-    write_block per Zarr chunk (the task materializations run), then the manifest."""
+    write_block per Zarr chunk (the task materializations run), then the manifest; return
+    the manifest's digest (what the version's row records)."""
     zarr_store.create_array(uri, values.shape, values.dtype, chunks)
     for _, region, _, _ in zarr_store.zarr_chunk_regions("t", values.shape, chunks):
         block = values[tuple(slice(lo, hi) for lo, hi in region)]
         zarr_store.write_block(uri, region, values.dtype.name, (), block)
-    zarr_store.mark_complete(uri)
+    return zarr_store.mark_complete(uri)
 
 
 def damage(path, how: str, at: int, bit: int) -> None:
@@ -124,6 +125,24 @@ def test_a_missing_chunk_of_an_input_array_is_an_error_unless_fill_is_asked(tmp_
     assert np.array_equal(out, np.array([2.0, 4.0, -2.0, -2.0, 10.0, 12.0]))
     with pytest.raises(dx.GraphError, match="missing must be one of error, fill"):
         dx.read_zarr(str(path), missing="zeros")
+
+
+@pytest.mark.parametrize("store", ["local files", "memory"])
+def test_a_zarr_array_given_as_an_input_is_checked_as_its_path_is(tmp_path, client, store):
+    """One rule for every way in: a chunk that is not stored is a DataError whether the
+    array is given by path or as a zarr.Array (which np.asarray would read as the fill)."""
+    import zarr
+    where = str(tmp_path / "sparse.zarr") if store == "local files" else \
+        zarr.storage.MemoryStore()
+    arr = zarr.create_array(where, shape=(6,), chunks=(2,), dtype="float64", fill_value=-1.0,
+                            zarr_format=3, **verify.array_codecs())
+    arr[:] = np.array([1.0, 2.0, -1.0, -1.0, 5.0, 6.0])  # chunk (1,) is not written
+    x = dx.input("x", (6,), "float64")
+    with pytest.raises(dx.DataError, match=r"chunk \(1,\) is missing"):
+        dx.run(x * 2, inputs={"x": arr}, client=client)
+    arr[2:4] = np.array([3.0, 4.0])
+    np.testing.assert_array_equal(dx.run(x * 2, inputs={"x": arr}, client=client),
+                                  np.arange(1.0, 7.0) * 2)
 
 
 def test_a_write_that_left_a_chunk_out_is_not_marked_complete(tmp_path):
