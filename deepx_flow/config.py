@@ -1,7 +1,8 @@
 """Settings read from the environment, in one place.
 
 Only this module reads environment variables; everything else asks it. Each setting has a
-default that suits a single machine.
+default that suits a single machine, and a row in `READERS`: the variable that sets it and
+what that may hold, checked whenever the settings are read.
 """
 
 from __future__ import annotations
@@ -130,12 +131,44 @@ class Flag:
 
 
 @dataclass(frozen=True)
+class Address:
+    """A Dask scheduler address (`address_problem`)."""
+
+    allowed = "a Dask scheduler address such as tcp://10.0.0.1:8786"
+
+    def parse(self, text: str) -> str:
+        text = text.strip()
+        if address_problem(text):
+            raise ValueError(text)
+        return text
+
+
+def address_problem(address) -> str | None:
+    """What keeps `address` from being a Dask scheduler address (scheme://host:port, or
+    host:port for TCP), None when nothing does: found by Dask's own parser, imported only
+    for an address to check."""
+    if not isinstance(address, str):
+        return "not a string"
+    from distributed.comm.addressing import parse_address, parse_host_port
+    from distributed.comm.registry import get_backend
+    try:
+        scheme, location = parse_address(address)
+        get_backend(scheme)  # a protocol Dask knows
+        if scheme == "inproc":  # the one protocol that is not host:port
+            return None
+        _, port = parse_host_port(location)
+    except (ValueError, TypeError) as err:
+        return str(err)
+    return None if 0 < port < 2**16 else f"port {port} is not in 1 to 65535"
+
+
+@dataclass(frozen=True)
 class Reader:
     """How the variable `variable` becomes the field `field` of Settings."""
 
     variable: str
     field: str
-    kind: Number | Text | Flag
+    kind: Number | Text | Flag | Address
 
 
 SECONDS = dict(unit="seconds", high=WEEK_S)
@@ -147,7 +180,7 @@ READERS = (
     Reader("DEEPX_MIN_TASK_SECONDS", "min_task_seconds", Number(float, 0, **SECONDS)),
     Reader("DEEPX_REDUCE_FANIN", "reduce_fanin", Number(int, 2)),
     Reader("DEEPX_MAX_TASKS", "max_tasks", Number(int, 1, unit="tasks")),
-    Reader("DEEPX_SCHEDULER", "scheduler_address", Text("a Dask scheduler address")),
+    Reader("DEEPX_SCHEDULER", "scheduler_address", Address()),
     Reader("DEEPX_DB_URL", "db_url", Text("a SQLAlchemy URL")),
     Reader("DEEPX_RECORD", "record", Flag()),
     Reader("DEEPX_ASSET_ROOT", "asset_root", Text("a path or fsspec URL")),

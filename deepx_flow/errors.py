@@ -20,7 +20,8 @@ def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
 
     A spec can hold a mapping of a million entries or an id of a million characters where
     a number belongs; a message that printed them whole would be megabytes long. Long
-    strings keep their start and end (`'nnn...nnn'`), containers their first items.
+    strings keep their start and end (`'nnn...nnn'`), containers their first items; an
+    object printed on several lines is printed on one.
     """
     short = reprlib.Repr()
     short.maxlevel, short.maxstring, short.maxother, short.maxlong = 3, limit, limit, limit
@@ -29,6 +30,8 @@ def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
         text = short.repr(value)
     except ValueError:  # an int too long for Python to print
         return f"<an integer of {value.bit_length():,} bits>"
+    if "\n" in text:  # an object printed on several lines (a NumPy array): a message is one
+        text = " ".join(line.strip() for line in text.splitlines())
     if len(text) > limit + 10:  # items that are long themselves
         text = text[:limit // 2] + "..." + text[-(limit // 2):]
     return text
@@ -72,7 +75,8 @@ class SpecError(GraphError):
 
 
 class InputError(DeepxError):
-    """A run was given inputs that do not match the graph: missing, wrong shape, unreadable."""
+    """A run was given inputs that do not match the graph (missing, wrong shape, unreadable),
+    or a call an argument it cannot use (a wrong type, a value out of range)."""
 
     exit_code = 2
 

@@ -22,12 +22,20 @@ def array_info(path: str) -> tuple[tuple[int, ...], str]:
     """(shape, dtype) of the array at `path`, or InputError naming the file."""
     if _is_zarr(path):
         return zarr_info(path)
-    if not Path(path).is_file():
+    if not Path(path).exists():
         raise InputError(f"input file {path} does not exist")
+    if not Path(path).is_file():
+        what = "a folder" if Path(path).is_dir() else "a device or other special file"
+        raise InputError(f"input file {path} is not a regular file ({what}); give a .npy "
+                         "file, or a Zarr array by its path")
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except Exception as err:
         raise InputError(f"cannot read {path} as a .npy array: {err}") from None
+    if not isinstance(arr, np.ndarray):  # np.load opens a .npz archive whatever its name
+        arr.close()
+        raise InputError(f"{path} is a .npz archive of arrays, not a .npy array; save the "
+                         "array with np.save, or give np.load(path)[name]")
     return tuple(arr.shape), arr.dtype.name
 
 

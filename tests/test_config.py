@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import deepx_flow as dx
-from deepx_flow.config import LARGEST_INT, READERS, Flag, Number, Settings, Text, settings
+from deepx_flow.config import (LARGEST_INT, READERS, Address, Flag, Number, Settings, Text,
+                               settings)
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BY_VARIABLE = {r.variable: r for r in READERS}
@@ -24,6 +25,8 @@ def bad_values(kind) -> list[str]:
         return ["maybe", "2", "-1", "nan"]
     if isinstance(kind, Text):
         return ["localhost:5006", "ftp://x"] if kind.prefixes else []
+    if isinstance(kind, Address):
+        return ["abc", "tcp://10.0.0.1", "tcp://h:0", "tcp://h:99999", "foo://h:1", "h:port"]
     out = ["abc", "nan", "inf", "-inf", "1e400", "-1", "1 2", "0x10"]
     if kind.above:  # its lowest end, excluded
         out.append(f"{kind.low:g}")

@@ -240,8 +240,10 @@ def main_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, space_chunk=Non
         return scan_cost(node, inputs[0], chunk_of, out_chunk, out_bytes)
     if spec.kind == LAYOUT:
         if node.op == "slice":
+            # A chunk of c elements along an axis of step s reads (c - 1) s + 1 of them: the
+            # first and then one every s (a step past the input's end reads one).
             steps = node.attr("steps")
-            region = math.prod(c * s for c, s in zip(out_chunk, steps))
+            region = math.prod((c - 1) * s + 1 if c else 0 for c, s in zip(out_chunk, steps))
             read = region * dtypes.itemsize(inputs[0].dtype)
             return TaskCost(read + 2 * out_bytes, 0, read, out_bytes)
         extra = 0

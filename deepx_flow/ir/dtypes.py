@@ -31,8 +31,8 @@ def normalize(dtype, node: str | None = None) -> str:
     """Return the canonical name of `dtype`, or raise GraphError for an unsupported one."""
     try:
         name = np.dtype(dtype).name
-    except TypeError:
-        name = str(dtype)
+    except Exception:  # NumPy raises TypeError, ValueError, KeyError... for what is no dtype
+        name = None
     if name not in DTYPES:
         raise GraphError(f"unsupported dtype {shown(dtype)}; use one of {', '.join(DTYPES)}", node)
     return name

@@ -23,6 +23,8 @@ def freeze_attr(value: Any) -> Any:
     """Turn lists into tuples (recursively) so an attribute value is hashable."""
     if isinstance(value, (list, tuple)):
         return tuple(freeze_attr(v) for v in value)
+    if getattr(value, "ndim", 0) and hasattr(value, "tolist"):
+        return freeze_attr(value.tolist())  # a NumPy array, as the list it holds
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         return value.item()  # NumPy scalars become Python scalars
     return value

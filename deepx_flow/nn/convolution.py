@@ -13,23 +13,28 @@ compiler chunks along the batch axis.
 from __future__ import annotations
 
 from deepx_flow.errors import GraphError, shown
+from deepx_flow.ops.common import is_integer
 from deepx_flow.ops.window_grad import conv_transpose as transposed_conv
 from deepx_flow.sdk import functions as F
 from deepx_flow.sdk.tensor import Tensor, apply, as_tensor
 
 
 def _per_axis(name: str, value, spatial: int) -> tuple[int, ...]:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return (value,) * spatial
-    value = tuple(value) if isinstance(value, (tuple, list)) else None
-    if value is None or len(value) != spatial:
-        raise GraphError(f"{name} must be an int or {spatial} ints (one per spatial axis)")
-    return value
+    """An int for every spatial axis, or one per axis (their ranges are the operator's to
+    check)."""
+    if is_integer(value):
+        return (int(value),) * spatial
+    if not isinstance(value, (tuple, list)) or len(value) != spatial \
+            or not all(is_integer(v) for v in value):
+        raise GraphError(f"{name} must be an int or {spatial} ints (one per spatial axis), "
+                         f"got {shown(value)}")
+    return tuple(int(v) for v in value)
 
 
 def _pads(padding, spatial: int) -> tuple[int, ...]:
-    if isinstance(padding, (tuple, list)) and len(padding) == 2 * spatial and spatial > 0:
-        return tuple(padding)
+    if isinstance(padding, (tuple, list)) and len(padding) == 2 * spatial and spatial > 0 \
+            and all(is_integer(v) for v in padding):
+        return tuple(int(v) for v in padding)
     per = _per_axis("padding", padding, spatial)
     return per + per
 

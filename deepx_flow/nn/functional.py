@@ -135,7 +135,7 @@ def leaky_relu(x, alpha: float = 0.01) -> Tensor:
 
 
 def _check_reduction(reduction: str) -> None:
-    if reduction not in REDUCTIONS:
+    if not isinstance(reduction, str) or reduction not in REDUCTIONS:
         raise GraphError(f"reduction must be one of {', '.join(REDUCTIONS)}, got "
                          f"{shown(reduction)}")
 

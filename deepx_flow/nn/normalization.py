@@ -68,9 +68,7 @@ def layer_norm(x, scale=None, bias=None, axis: int = -1, eps: float = 1e-5) -> T
     """Normalized over the axes from `axis` to the last; scale and bias have those axes'
     shape (or broadcast to it)."""
     x = as_tensor(x)
-    axis = axis % x.ndim if -x.ndim <= axis < x.ndim else None
-    if axis is None:
-        raise GraphError(f"layer_norm: axis is out of range for shape {x.shape}")
+    axis = F._axis("layer_norm", x, axis)
     y = _normalized(x, tuple(range(axis, x.ndim)), eps)
     if scale is not None:
         y = y * as_tensor(scale, x)

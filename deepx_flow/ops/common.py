@@ -29,10 +29,12 @@ def check_bounds(node: Node, shape: tuple[int, ...]) -> tuple[int, ...]:
     if len(shape) > MAX_DIMS:
         raise GraphError(f"{node.op}: a shape of {len(shape)} dimensions; tensors have at most "
                          f"{MAX_DIMS}", node.id)
-    if math.prod(shape) > MAX_ELEMENTS:
-        raise GraphError(f"{node.op}: shape {_shape_text(shape)} has {math.prod(shape):.3g} "
-                         "elements, more than an int64 counts (2**63 - 1); no chunked plan "
-                         "can index it", node.id)
+    count = math.prod(shape)
+    if count > MAX_ELEMENTS:
+        many = f"{count:.3g}" if count < 10**300 else f"about 10**{len(str(count)) - 1}"
+        raise GraphError(f"{node.op}: shape {_shape_text(shape)} has {many} elements, more "
+                         "than an int64 counts (2**63 - 1); no chunked plan can index it",
+                         node.id)
     return shape
 
 
@@ -112,6 +114,15 @@ def ufunc_dtype(node: Node, ufunc, in_dtypes: list[str]) -> str:
 def is_integer(value) -> bool:
     """A Python or NumPy integer, not a bool (the SDK's test for shapes and indices)."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def flag(value, what: str) -> bool:
+    """`value` as a bool when it is True or False (NumPy's included); a GraphError naming
+    `what` otherwise (a truth value read from "no", an empty array or None would be a
+    guess)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise GraphError(f"{what} must be True or False, got {shown(value)}")
+    return bool(value)
 
 
 def is_number(value) -> bool:

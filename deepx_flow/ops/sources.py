@@ -40,7 +40,7 @@ def _infer_arange(node, inputs):
     for key, value in (("start", start), ("step", step)):
         if not is_number(value):
             raise GraphError(f"arange: {key} must be a number, got {shown(value)}", node.id)
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):
             raise GraphError(f"arange: {key} must be finite, got {value}", node.id)
     if step == 0:
         raise GraphError("arange: step must not be zero", node.id)

@@ -28,7 +28,8 @@ from typing import Mapping
 
 from deepx_flow.errors import GraphError, shown
 from deepx_flow.ir import dtypes
-from deepx_flow.optim.schedules import Constant
+from deepx_flow.ops.common import flag
+from deepx_flow.optim.schedules import Constant, check_number
 from deepx_flow.sdk import functions as F
 from deepx_flow.sdk.tensor import Tensor
 
@@ -76,16 +77,14 @@ class Optimizer:
                 new_state[slot][name] = value
         return Update(new_params, new_state, norm)
 
-    def _check_common(self):
-        for name in ("lr", "weight_decay"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                raise GraphError(f"{type(self).__name__}: {name} must be a number >= 0, got "
-                                 f"{shown(value)}")
-        if self.clip_norm is not None and not (isinstance(self.clip_norm, (int, float))
-                                               and self.clip_norm > 0):
-            raise GraphError(f"{type(self).__name__}: clip_norm must be a positive number or "
-                             f"None, got {shown(self.clip_norm)}")
+    def _check_common(self, **ranges):
+        """The hyperparameters every optimizer has, and those of `ranges` (name -> the
+        keyword arguments of `check_number`; default: a number >= 0)."""
+        owner = type(self).__name__
+        for name in ("lr", "weight_decay", *ranges):
+            check_number(owner, name, getattr(self, name), **ranges.get(name, {}))
+        if self.clip_norm is not None:
+            check_number(owner, "clip_norm (or None)", self.clip_norm, above=True)
         if not hasattr(self.schedule, "factor"):
             raise GraphError(f"{type(self).__name__}: schedule must be a schedule "
                              f"(dx.optim.Cosine, ...), got {shown(self.schedule)}")
@@ -101,8 +100,8 @@ class SGD(Optimizer):
     schedule: object = field(default_factory=Constant)
 
     def __post_init__(self):
-        self._check_common()
-        if self.nesterov and self.momentum <= 0:
+        self._check_common(momentum={})
+        if flag(self.nesterov, "SGD: nesterov") and self.momentum <= 0:
             raise GraphError("SGD: Nesterov momentum needs momentum > 0")
 
     @property
@@ -131,11 +130,12 @@ class Adam(Optimizer):
     slots = ("m", "v")
 
     def __post_init__(self):
-        self._check_common()
-        b1, b2 = self.betas
-        if not (0 <= b1 < 1 and 0 <= b2 < 1):
-            raise GraphError(f"{type(self).__name__}: betas must be in [0, 1), got "
+        self._check_common(eps={})
+        if not isinstance(self.betas, (tuple, list)) or len(self.betas) != 2:
+            raise GraphError(f"{type(self).__name__}: betas must be a pair (b1, b2), got "
                              f"{shown(self.betas)}")
+        for name, value in zip(("betas[0]", "betas[1]"), self.betas):
+            check_number(type(self).__name__, name, value, 0, 1, below=True)
 
     def scalars(self, step: int) -> dict[str, float]:
         b1, b2 = self.betas
@@ -172,7 +172,7 @@ class RMSProp(Optimizer):
     schedule: object = field(default_factory=Constant)
 
     def __post_init__(self):
-        self._check_common()
+        self._check_common(alpha=dict(high=1), eps={}, momentum={})
 
     @property
     def slots(self):

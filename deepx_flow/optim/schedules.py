@@ -18,6 +18,24 @@ def _positive_int(owner: str, name: str, value) -> None:
         raise GraphError(f"{owner}: {name} must be a positive integer, got {shown(value)}")
 
 
+def check_number(owner: str, name: str, value, low: float = 0.0, high: float = math.inf, *,
+                 above: bool = False, below: bool = False) -> None:
+    """A GraphError naming `owner`'s `name` unless `value` is a finite number (an int or a
+    float, not a bool) from `low` to `high` (excluded when `above` / `below`): what an
+    optimizer's or a schedule's hyperparameter may be."""
+    try:
+        number = float(value) if isinstance(value, (int, float)) and \
+            not isinstance(value, bool) else math.nan
+    except OverflowError:  # an int past any float
+        number = math.inf
+    if not (math.isfinite(number) and (number > low if above else number >= low)
+            and (number < high if below else number <= high)):
+        ends = f"{'>' if above else '>='} {low:g}" if high == math.inf else \
+            f"in {'(' if above else '['}{low:g}, {high:g}{')' if below else ']'}"
+        raise GraphError(f"{owner}: {name} must be a finite number {ends}, got "
+                         f"{shown(value)}")
+
+
 @dataclass(frozen=True)
 class Constant:
     """The base learning rate at every step."""
@@ -35,6 +53,7 @@ class StepDecay:
 
     def __post_init__(self):
         _positive_int("StepDecay", "every", self.every)
+        check_number("StepDecay", "gamma", self.gamma)
 
     def factor(self, step: int) -> float:
         return self.gamma ** ((step - 1) // self.every)
@@ -50,6 +69,7 @@ class Cosine:
 
     def __post_init__(self):
         _positive_int("Cosine", "total", self.total)
+        check_number("Cosine", "floor", self.floor)
 
     def factor(self, step: int) -> float:
         done = min(step - 1, self.total)

@@ -27,6 +27,7 @@ Cluster file format (`deepx_cluster: 1`):
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Mapping
 import yaml
 
 from deepx_flow.config import Settings, settings
-from deepx_flow.errors import ClusterError
+from deepx_flow.errors import ClusterError, InputError, shown
 
 if TYPE_CHECKING:
     from deepx_flow.registry.speeds import OperatorSpeed
@@ -68,9 +69,12 @@ def parse_bytes(value, where: str = "memory") -> int:
 
 
 def format_bytes(n: float) -> str:
+    if isinstance(n, int) and abs(n) >= 10**300:  # past what a float holds
+        return f"about 10**{len(str(abs(n))) - 1} B"
     for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= size:
-            return f"{n / size:.1f} {unit}"
+            value = n / size
+            return f"{value:.1f} {unit}" if abs(value) < 1e6 else f"{value:.3g} {unit}"
     return f"{int(n)} B"
 
 
@@ -247,20 +251,26 @@ def cluster_from_dict(data: dict, source: str = "") -> ClusterSpec:
 
 
 def load_cluster_file(path) -> ClusterSpec:
-    """Read a cluster file (see the module docstring); ClusterError names the file."""
+    """Read a cluster file (see the module docstring); ClusterError names the file, and
+    InputError says what `cluster=` takes when `path` is no path."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise InputError(f"cluster must be a dx.ClusterSpec or the path of a cluster file "
+                         f"(graphs/clusters/*.yaml), got {type(path).__name__} {shown(path)}")
     path = Path(path)
     try:
+        if not path.is_file():  # a folder or a device would be read as text, or forever
+            raise ClusterError(f"cluster file {path} "
+                               f"{'is not a regular file' if path.exists() else 'does not exist'}")
         data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ClusterError(f"cluster file {path} does not exist") from None
     except yaml.YAMLError as err:
         raise ClusterError(f"{path}: not valid YAML: {err}") from None
+    except (OSError, ValueError) as err:  # unreadable, not text, a NUL in the path
+        raise ClusterError(f"cannot read cluster file {shown(str(path))}: {err}") from None
     return cluster_from_dict(data, str(path))
 
 
 def local_layout(cores: int | None = None) -> tuple[int, int]:
     """(workers, threads per worker) for an embedded cluster on this machine."""
-    import os
     cores = cores or os.cpu_count() or 1
     n_workers = max(1, min(cores, 4 if cores >= 8 else cores))
     return n_workers, max(1, cores // n_workers)

@@ -35,8 +35,8 @@ import signal
 import sys
 import threading
 
-from deepx_flow.config import settings
-from deepx_flow.errors import ClusterError
+from deepx_flow.config import Address, address_problem, settings
+from deepx_flow.errors import ClusterError, InputError, shown
 from deepx_flow.registry.cluster import local_layout
 
 log = logging.getLogger(__name__)
@@ -224,11 +224,36 @@ def _let_go(client, gone: bool) -> None:
         log.warning("deepx_flow: could not mark the closed cluster's workers gone: %s", err)
 
 
+def chosen_address(client=None, scheduler=None) -> str | None:
+    """The scheduler address a call names: `scheduler`, else DEEPX_SCHEDULER's (None for
+    neither), after checking the `client=` and `scheduler=` arguments. Anything that cannot
+    name a cluster is an InputError naming the argument (or variable) and what it takes,
+    before any cluster is started or contacted: a `client` that is not a
+    `distributed.Client`, a `scheduler` that is not an address; a closed client is a
+    ClusterError."""
+    if client is not None:
+        from distributed import Client
+        if not isinstance(client, Client):
+            raise InputError(f"client must be a distributed.Client (or None), got "
+                             f"{type(client).__name__} {shown(client)}")
+        if client.status in ("closing", "closed"):
+            raise ClusterError("the client given is closed: make a new distributed.Client, "
+                               "or leave client=None to use the embedded cluster")
+    if scheduler is None:
+        return settings().scheduler_address  # checked as it is read
+    problem = address_problem(scheduler)
+    if problem:
+        raise InputError(f"scheduler must be {Address.allowed} (or None), got "
+                         f"{shown(scheduler)}: {problem}")
+    return scheduler
+
+
 @contextlib.contextmanager
 def connect(client=None, scheduler: str | None = None):
     """Yield a `distributed.Client`: the one given, this process's one for `scheduler` (or
-    `DEEPX_SCHEDULER`), the process's current client, or the embedded cluster's."""
-    address = scheduler or settings().scheduler_address
+    `DEEPX_SCHEDULER`), the process's current client, or the embedded cluster's. The
+    arguments are checked first (`chosen_address`)."""
+    address = chosen_address(client, scheduler)
     if client is None and not address:
         client = current_client()
     yield client if client is not None else shared_client(address)

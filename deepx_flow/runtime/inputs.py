@@ -252,6 +252,38 @@ def load_region(path, region):
     return to_device(read_region(path, region))
 
 
+def _file_source(name: str, value) -> tuple[FileSource, tuple[int, ...], str]:
+    """The source, shape and dtype of the file (or URL) `value` given for input `name`: an
+    InputError naming the input when it is not an array that can be read."""
+    try:
+        # Workers may run in another folder: local paths are made absolute here.
+        path = str(value) if "://" in str(value) else str(Path(value).resolve())
+        shape, dtype = array_info(path)
+        stat = Path(path).stat() if "://" not in path else None
+    except InputError as err:
+        given = "" if path == str(value) else f" (given as {shown(str(value), 300)})"
+        raise InputError(f"input '{name}'{given}: {err}") from None
+    except (OSError, ValueError) as err:  # a path the system refuses (a NUL byte, too long)
+        raise InputError(f"input '{name}': cannot use the path {shown(str(value), 300)}: "
+                         f"{err}") from None
+    return (FileSource(path, tokenize(path, stat and (stat.st_mtime_ns, stat.st_size))),
+            shape, dtype)
+
+
+def _array(name: str, value) -> np.ndarray:
+    """`value` given for input `name` as a NumPy array; an InputError when it is none (a
+    ragged list, an object that cannot be converted)."""
+    try:
+        array = np.asarray(value)
+    except Exception as err:  # NumPy raises ValueError, TypeError and others for such data
+        raise InputError(f"input '{name}': {type(value).__name__} {shown(value)} is not an "
+                         f"array, a file path or a persisted output: {err}") from None
+    if array.dtype.hasobject:
+        raise InputError(f"input '{name}': {type(value).__name__} {shown(value)} is not an "
+                         f"array of numbers, a file path or a persisted output")
+    return array
+
+
 def check_stored_arrays(graph: Graph) -> Graph:
     """Check that every `read_zarr` node's array exists with the node's shape and dtype.
 
@@ -323,15 +355,10 @@ def bind_inputs(graph: Graph, inputs: dict | None) -> dict:
                                      value.client.scheduler.address)
             where = f"persisted output '{value.name}'"
         elif isinstance(value, (str, os.PathLike)):
-            # Workers may run in another folder: local paths are made absolute here.
-            path = str(value) if "://" in str(value) else str(Path(value).resolve())
-            shape, dtype = array_info(path)
-            stat = Path(path).stat() if Path(path).exists() else None
-            source = FileSource(path, tokenize(path, stat and (stat.st_mtime_ns,
-                                                                stat.st_size)))
-            where = f"file {path}"
+            source, shape, dtype = _file_source(node.id, value)
+            where = f"file {source.path}"
         else:
-            array = np.asarray(value)
+            array = _array(node.id, value)
             shape, dtype = array.shape, array.dtype.name
             source = ArraySource(array, token or tokenize(array))
             where = "the array given"

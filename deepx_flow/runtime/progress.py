@@ -17,6 +17,7 @@ import threading
 import time
 
 from deepx_flow.config import settings
+from deepx_flow.errors import InputError, shown
 from deepx_flow.registry.cluster import format_bytes
 
 POLL_S = 0.5  # how often a shown bar asks the scheduler
@@ -27,9 +28,19 @@ def interactive() -> bool:
     return hasattr(sys, "ps1") or "ipykernel" in sys.modules or sys.stderr.isatty()
 
 
+def checked_progress(progress):
+    """The `progress=` argument of a run as given, if it is True, False, None or a
+    RunProgress; an InputError saying so otherwise."""
+    if progress is None or isinstance(progress, (bool, RunProgress)):
+        return progress
+    raise InputError(f"progress must be True, False or None (None: when the session is "
+                     f"interactive), got {type(progress).__name__} {shown(progress)}")
+
+
 def wanted(progress: bool | None) -> bool:
-    """`progress` as given, else whether the session is interactive."""
-    return interactive() if progress is None else bool(progress)
+    """`progress` as given (True, False: `checked_progress`), else whether the session is
+    interactive."""
+    return interactive() if checked_progress(progress) is None else bool(progress)
 
 
 def run_link(run_id: str) -> str:
@@ -140,4 +151,4 @@ class RunProgress:
             self._bar.set_postfix_str(format_bytes(nbytes), refresh=True)
 
 
-__all__ = ["RunProgress", "interactive", "wanted", "run_link"]
+__all__ = ["RunProgress", "checked_progress", "interactive", "wanted", "run_link"]

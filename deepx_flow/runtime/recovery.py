@@ -32,11 +32,17 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Mapping
 
-from deepx_flow.errors import PlanError
+from deepx_flow.config import WEEK_S
+from deepx_flow.errors import InputError, shown
 from deepx_flow.ir.keys import node_of
 
 TASK_FIELDS = ("retries", "backoff", "backoff_max", "timeout", "speculate",
                "speculation_factor", "speculation_min")
+FLAGS = ("read_back", "recompute_damaged", "speculate")
+COUNTS = ("retries", "exclude_after", "replan_on_oom")
+SECONDS = ("backoff", "backoff_max", "timeout", "speculation_min", "worker_wait")
+# The most a count may be: far more than any run needs, and within what Dask's messages carry.
+MAX_COUNT = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -93,8 +99,27 @@ class Recovery:
 
     def __post_init__(self):
         _check(self.__dict__, "recovery settings")
+        if not isinstance(self.operators, Mapping):
+            raise InputError(f"recovery settings: operators={shown(self.operators)} is not a "
+                             f"mapping of operator name -> settings, e.g. "
+                             f"{{'matmul': {{'retries': 3}}}}")
         for op, overrides in self.operators.items():
-            _overridden(self, overrides, f"recovery settings of operator {op!r}")
+            if not isinstance(overrides, Mapping):
+                raise InputError(f"recovery settings of operator {shown(op)}: "
+                                 f"{shown(overrides)} is not a mapping of settings, e.g. "
+                                 f"{{'retries': 3}}")
+            _overridden(self, overrides, f"recovery settings of operator {shown(op)}")
+
+    @classmethod
+    def of(cls, recovery) -> "Recovery":
+        """The `recovery=` argument of a run: a Recovery as given, None the defaults;
+        anything else is an InputError saying what it takes."""
+        if recovery is None:
+            return cls()
+        if not isinstance(recovery, Recovery):
+            raise InputError(f"recovery must be a dx.Recovery (e.g. dx.Recovery(retries=2)) "
+                             f"or None, got {type(recovery).__name__} {shown(recovery)}")
+        return recovery
 
     def merged(self, overrides) -> "Recovery":
         """These settings with `overrides` (a Recovery, or a mapping of task fields) on top."""
@@ -180,10 +205,11 @@ def expected_seconds(node, stats, cluster, inlined=()) -> tuple[float, bool]:
 
 
 def _overridden(base: Recovery, overrides: Mapping, where: str) -> Recovery:
-    unknown = set(overrides) - set(TASK_FIELDS)
+    unknown = [name for name in overrides if name not in TASK_FIELDS]
     if unknown:
-        raise PlanError(f"{where}: unknown recovery setting(s) {sorted(unknown)}; per "
-                        f"operator or asset these can be set: {', '.join(TASK_FIELDS)}")
+        raise InputError(f"{where}: unknown recovery setting(s) "
+                         f"{shown(sorted(map(str, unknown)))}; per operator or asset these "
+                         f"can be set: {', '.join(TASK_FIELDS)}")
     _check(dict(overrides), where)
     return replace(base, operators={}, **dict(overrides))
 
@@ -191,7 +217,7 @@ def _overridden(base: Recovery, overrides: Mapping, where: str) -> Recovery:
 def _check(values: Mapping, where: str) -> None:
     """Refuse settings (all or some of Recovery's fields) that cannot mean anything."""
     def bad(name, why):
-        raise PlanError(f"{where}: {name}={values[name]!r} {why}")
+        raise InputError(f"{where}: {name}={shown(values[name])} {why}")
     for f in fields(Recovery):
         if f.name == "operators" or f.name not in values:
             continue
@@ -200,16 +226,28 @@ def _check(values: Mapping, where: str) -> None:
             if f.name != "timeout":  # the one setting that can be left unset
                 bad(f.name, "must be set (only timeout may be None)")
             continue
-        if f.name in ("read_back", "recompute_damaged", "speculate"):
+        if f.name in FLAGS:
             if not isinstance(value, bool):
                 bad(f.name, "is not True or False")
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or isinstance(value, float) and math.isnan(value):
             bad(f.name, "is not a number")
         if value < 0:
             bad(f.name, "is negative")
-        if f.name in ("retries", "exclude_after", "replan_on_oom") and not isinstance(value, int):
+        if f.name in COUNTS and not isinstance(value, int):
             bad(f.name, "is not a whole number")
+        if f.name in COUNTS and value > MAX_COUNT:
+            bad(f.name, f"is more than {MAX_COUNT:,}")
+        if f.name in SECONDS and not value <= WEEK_S:
+            bad(f.name, f"is more than a week ({WEEK_S:,.0f} s)" +
+                ("; None means no limit" if f.name == "timeout" else ""))
+        try:
+            finite = math.isfinite(float(value))
+        except OverflowError:  # an int past any float
+            finite = False
+        if not finite:
+            bad(f.name, "is not finite")
     if values.get("timeout") == 0:
         bad("timeout", "must be positive (None: no absolute limit)")
     if values.get("speculation_factor", 1) < 1:

@@ -33,12 +33,12 @@ from deepx_flow.ir import Graph
 from deepx_flow.ir.keys import key_name
 from deepx_flow.registry.cluster import ClusterSpec, load_cluster_file, local_cluster_spec
 from deepx_flow.config import settings
-from deepx_flow.runtime.cluster import connect, current_client, shared_client
+from deepx_flow.runtime.cluster import chosen_address, connect, current_client, shared_client
 from deepx_flow.runtime.failures import task_failure
 from deepx_flow.runtime.futures import blamed_key, quiet_interrupted_gathers
 from deepx_flow.runtime.inputs import bind_inputs, check_sources_on
 from deepx_flow.runtime.plan_cache import cached_compile
-from deepx_flow.runtime.progress import RunProgress
+from deepx_flow.runtime.progress import RunProgress, checked_progress
 from deepx_flow.runtime.recording import RunRecorder
 from deepx_flow.runtime.recovery import ByKey, ByNode, Recovery, task_policies
 from deepx_flow.sdk.build import build_graph
@@ -101,7 +101,9 @@ def compile(outputs, cluster=None, client=None) -> Plan:  # noqa: A001
     Plan
         `plan.explain()` prints chunk grids, task costs and the compute/communication ratio.
     """
-    return cached_compile(build_graph(outputs), cluster_spec(cluster, client))
+    graph = build_graph(outputs)
+    chosen_address(client)
+    return cached_compile(graph, cluster_spec(cluster, client))
 
 
 @dataclass
@@ -350,11 +352,13 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
     graph, bound = _checked(outputs, inputs)
     check_gatherable({name: (graph[node].shape, graph[node].dtype)
                       for name, node in dict(graph.outputs).items()})
-    recovery = recovery or Recovery()
+    recovery, progress = Recovery.of(recovery), RunProgress.of(checked_progress(progress))
+    chosen_address(client, scheduler)  # the arguments as given: `client or ...` below
+    planned = cluster_spec(cluster) if cluster is not None else None
     # Persisted inputs pick their own cluster unless one was named (then it must be theirs).
     with connect(client or (None if scheduler else _persisted_client(inputs)),
                  scheduler) as active:
-        spec = cluster_spec(cluster, active)
+        spec = planned or cluster_spec(None, active)
         config = settings()
         replanned = None
         for replan in range(recovery.replan_on_oom + 1):
@@ -457,7 +461,7 @@ def lasting_client(client=None, scheduler: str | None = None, inputs=None):
     """The client for work whose results outlive the call (persisted handles, stored
     assets): the one given, else one for `scheduler` (or DEEPX_SCHEDULER), else the cluster
     holding a persisted input, the process's default client, or the shared embedded one."""
-    address = scheduler or settings().scheduler_address
+    address = chosen_address(client, scheduler)
     return (client or (shared_client(address) if address else None)
             or _persisted_client(inputs) or current_client() or shared_client())
 
@@ -470,8 +474,10 @@ def persist(outputs, inputs: dict | None = None, client=None, scheduler: str | N
     cluster is used, as by `run`.
     """
     graph, bound = _checked(outputs, inputs)
+    recovery = Recovery.of(recovery)
+    planned = cluster_spec(cluster) if cluster is not None else None
     active = lasting_client(client, scheduler, inputs)
-    plan = cached_compile(graph, cluster_spec(cluster, active))
+    plan = cached_compile(graph, planned or cluster_spec(None, active))
     futures, keys, recorder, _ = _submit(plan, graph, bound, active, "persist",
                                          recovery=recovery)
     if recorder is not None:

@@ -19,13 +19,14 @@ Written as YAML, both are ordinary inputs: the data is supplied again at run tim
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from deepx_flow.compiler.infer import infer_node
-from deepx_flow.errors import GraphError
+from deepx_flow.errors import GraphError, InputError, shown
 from deepx_flow.ir import dtypes
 from deepx_flow.ir.node import Node
 from deepx_flow.sdk.tensor import Tensor
@@ -90,5 +91,22 @@ def with_bound_inputs(outputs, inputs: dict | None) -> dict:
     binds. Bindings stay `Binding`s, which `runtime.inputs.bind_inputs` takes with their
     tokens (no second hash of the data)."""
     merged: dict = dict(bound_inputs(outputs))
-    merged.update(inputs or {})
+    merged.update(checked_inputs(inputs))
     return merged
+
+
+def checked_inputs(inputs) -> dict:
+    """The `inputs=` argument of a run as a dict, or an InputError saying what it takes: a
+    mapping (or None) of input names (strings) to data. The data are checked as they are
+    bound, against the graph (`runtime.inputs.bind_inputs`)."""
+    if inputs is None:
+        return {}
+    if not isinstance(inputs, Mapping):
+        raise InputError(f"inputs must be a dict of input name -> array, file path or "
+                         f"persisted output, e.g. inputs={{'x': array}}; got "
+                         f"{type(inputs).__name__} {shown(inputs)}")
+    names = [name for name in inputs if not isinstance(name, str)]
+    if names:
+        raise InputError(f"inputs must be named by strings (the names of the graph's "
+                         f"inputs), got the key {shown(names[0])} ({type(names[0]).__name__})")
+    return dict(inputs)

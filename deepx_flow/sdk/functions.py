@@ -18,7 +18,7 @@ from deepx_flow.compiler.infer import infer_node
 from deepx_flow.errors import GraphError, shown
 from deepx_flow.ir import dtypes
 from deepx_flow.ir.node import Node
-from deepx_flow.ops.common import is_integer, is_number, normalize_axis
+from deepx_flow.ops.common import flag, is_integer, is_number, normalize_axis
 from deepx_flow.sdk.tensor import Tensor, apply, as_tensor, binary, reduce_
 
 
@@ -88,13 +88,23 @@ def arange(start, stop=None, step=1, dtype=None) -> Tensor:
     if stop is None:
         start, stop = 0, start
     start, stop, step = (v.item() if isinstance(v, np.generic) else v for v in (start, stop, step))
+    # With a float among them, all are computed with as floats (NumPy's rule).
+    floats = any(isinstance(v, float) for v in (start, stop, step))
     for name, value in (("start", start), ("stop", stop), ("step", step)):
-        if not is_number(value) or not math.isfinite(value):
+        try:
+            finite = is_number(value) and (not floats or math.isfinite(float(value)))
+        except OverflowError:  # an int past any float
+            finite = False
+        if not finite:
             raise GraphError(f"arange: {name} must be a finite number, got {shown(value)}")
     if step == 0:
         raise GraphError("arange: step must not be zero")
-    n = builtins.max(0, math.ceil((stop - start) / step)) if isinstance(
-        start + stop + step, float) else builtins.max(0, -(-(stop - start) // step))
+    try:
+        n = builtins.max(0, math.ceil((stop - start) / step)) if floats \
+            else builtins.max(0, -(-(stop - start) // step))
+    except OverflowError:  # a count past any float
+        raise GraphError(f"arange({shown(start)}, {shown(stop)}, {shown(step)}) has too many "
+                         f"elements for a tensor") from None
     if dtype is None:
         dtype = "float64" if any(isinstance(v, float) for v in (start, stop, step)) else "int64"
     return apply("arange", [], shape=(int(n),), dtype=dtypes.normalize(dtype),
@@ -298,6 +308,7 @@ def cumsum(x, axis: int | None = 0, exclusive: bool = False, reverse: bool = Fal
     x = as_tensor(x)
     if axis is None:
         x, axis = reshape(x, (x.size,)), 0
+    exclusive, reverse = flag(exclusive, "cumsum: exclusive"), flag(reverse, "cumsum: reverse")
     return apply("cumsum", [x], axis=_axis("cumsum", x, axis), exclusive=exclusive,
                  reverse=reverse)
 
@@ -318,7 +329,7 @@ def _arg_extreme(op: str, x: Tensor, axis, keepdims: bool) -> Tensor:
     axis, then the smallest index holding it (or holding a NaN, which NumPy reports first),
     so the axis may be split over chunks like any reduction's."""
     if axis is None:
-        if keepdims:
+        if flag(keepdims, f"{op}: keepdims"):
             raise GraphError(f"{op}: keepdims needs an axis")
         return _arg_extreme(op, reshape(x, (x.size,)), 0, False)
     axis = _axis(op, x, axis)
@@ -355,6 +366,9 @@ def log_softmax(x, axis=-1) -> Tensor:
 # -- layout -------------------------------------------------------------------------------
 def transpose(x, axes=None) -> Tensor:
     x = as_tensor(x)
+    if axes is not None and not isinstance(axes, (tuple, list)):
+        raise GraphError(f"transpose: axes must be a list of the {x.ndim} axes in their new "
+                         f"order (or None), got {shown(axes)} (operand: {x.node.id}{x.shape})")
     axes = tuple(reversed(range(x.ndim))) if axes is None else \
         tuple(_axis("transpose", x, a) for a in axes)
     return apply("transpose", [x], axes=axes)
@@ -374,11 +388,15 @@ def pad(x, widths, mode: str = "constant", value=0) -> Tensor:
     repeating the edge) or "wrap". Built from `concat` (constant) and `take` with the index
     pattern NumPy's own pad gives (the others), so it chunks like them."""
     x = as_tensor(x)
-    if mode not in PAD_MODES:
+    if not isinstance(mode, str) or mode not in PAD_MODES:
         raise GraphError(f"pad: mode {shown(mode)} is not one of {', '.join(PAD_MODES)}")
-    pairs = np.broadcast_to(np.asarray(widths, dtype=object), (x.ndim, 2)) \
-        if np.ndim(widths) <= 1 else np.asarray(widths, dtype=object)
-    if pairs.shape != (x.ndim, 2) or not all(is_integer(w) and w >= 0 for w in pairs.flat):
+    try:  # NumPy's forms: w, (w,), (before, after), ((before, after),), one pair per axis
+        pairs = np.broadcast_to(np.asarray(widths, dtype=object), (x.ndim, 2)) \
+            if np.ndim(widths) <= 1 else np.asarray(widths, dtype=object)
+    except (ValueError, TypeError):  # ragged, or not of a shape that broadcasts
+        pairs = None
+    if pairs is None or pairs.shape != (x.ndim, 2) or \
+            not all(is_integer(w) and w >= 0 for w in pairs.flat):
         raise GraphError(f"pad: widths must be (before, after) non-negative integers for each "
                          f"of the {x.ndim} axes, got {shown(widths)}")
     for axis, (before, after) in enumerate(pairs.tolist()):

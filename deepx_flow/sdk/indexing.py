@@ -48,8 +48,10 @@ def getitem(x: Tensor, index) -> Tensor:
             if step < 1:
                 raise GraphError(f"axis {axis}: negative or zero slice steps are not supported",
                                  x.node.id)
-            hi = max(lo, hi)
-            out_shape.append(-(-(hi - lo) // step))
+            count = max(0, -(-(hi - lo) // step))
+            if count <= 1:  # the step moves past the end at once (x[::2**70]): unit steps
+                hi, step = lo + count, 1
+            out_shape.append(count)
         else:
             item = operator.index(item)
             if not -dim <= item < dim:

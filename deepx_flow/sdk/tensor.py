@@ -187,8 +187,8 @@ class Tensor:
 
     def transpose(self, *axes) -> "Tensor":
         from deepx_flow.sdk.functions import transpose
-        return transpose(self, axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list))
-                         else (axes or None))
+        return transpose(self, axes[0] if len(axes) == 1 and (
+            axes[0] is None or isinstance(axes[0], (tuple, list))) else (axes or None))
 
     @property
     def T(self) -> "Tensor":
@@ -234,9 +234,10 @@ def binary(op: str, a, b) -> Tensor:
 
 
 def reduce_(op: str, x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
-    from deepx_flow.ops.common import normalize_axes
+    from deepx_flow.ops.common import flag, normalize_axes
     try:
         axes = normalize_axes(Node(f"new {op}", op, (), x.shape, x.dtype), axis, x.ndim)
+        keepdims = flag(keepdims, f"{op}: keepdims")
     except GraphError as err:
         raise GraphError(f"{err} (operand: {x.node.id}{x.shape})") from None
-    return apply(op, [x], axes=axes, keepdims=bool(keepdims))
+    return apply(op, [x], axes=axes, keepdims=keepdims)

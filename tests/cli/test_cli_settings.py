@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from deepx_flow.cli.main import main
-from deepx_flow.config import READERS, Number, Text
+from deepx_flow.config import READERS, Address, Flag, Number, Text
 
 IN_A_PROCESS = [
     ("DEEPX_MEMORY_FRACTION", "abc"),
@@ -39,6 +39,7 @@ CASES = [
     ("DEEPX_BUFFER_POOL_BYTES", "-1"),
     ("DEEPX_RECORD", "maybe"),
     ("DEEPX_DASHBOARD_URL", "localhost:5006"),
+    ("DEEPX_SCHEDULER", "tcp://10.0.0.1"),
 ]
 
 
@@ -54,6 +55,7 @@ def refused(code: int, out: str, err: str, variable: str, text: str) -> None:
 def test_every_setting_with_a_range_or_a_form_is_tried():
     assert {r.variable for r in READERS if not isinstance(r.kind, Text) or r.kind.prefixes} \
         == {variable for variable, _ in CASES}
+    assert not [r for r in READERS if not isinstance(r.kind, (Number, Text, Flag, Address))]
 
 
 @pytest.mark.parametrize("variable, text", CASES)

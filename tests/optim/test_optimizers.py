@@ -142,12 +142,22 @@ def test_schedules():
 
 
 @pytest.mark.parametrize("make,match", [
-    (lambda: optim.SGD(lr=-1), "lr must be a number >= 0"),
+    (lambda: optim.SGD(lr=-1), "lr must be a finite number >= 0, got -1"),
     (lambda: optim.SGD(nesterov=True), "Nesterov momentum needs momentum"),
-    (lambda: optim.Adam(betas=(1.0, 0.9)), "betas must be in"),
-    (lambda: optim.Adam(clip_norm=0), "clip_norm must be a positive"),
+    (lambda: optim.Adam(betas=(1.0, 0.9)), r"betas\[0\] must be a finite number in \[0, 1\)"),
+    (lambda: optim.Adam(clip_norm=0), r"clip_norm \(or None\) must be a finite number > 0"),
     (lambda: optim.Cosine(0), "total must be a positive integer"),
     (lambda: optim.SGD(schedule=0.5), "schedule must be a schedule"),
+    # issue 30, item 6: taken before, and then NaN or inf in every parameter
+    (lambda: optim.SGD(lr=float("nan")), "SGD: lr must be a finite number >= 0, got nan"),
+    (lambda: optim.Adam(eps=float("inf")), "Adam: eps must be a finite number >= 0, got inf"),
+    (lambda: optim.RMSProp(alpha=2), r"RMSProp: alpha must be a finite number in \[0, 1\]"),
+    (lambda: optim.SGD(momentum=-0.5), "SGD: momentum must be a finite number >= 0"),
+    (lambda: optim.SGD(momentum=0.9, nesterov="yes"), "SGD: nesterov must be True or False"),
+    (lambda: optim.Adam(betas=0.9), r"Adam: betas must be a pair \(b1, b2\), got 0.9"),
+    (lambda: optim.AdamW(weight_decay=10**400), "AdamW: weight_decay must be a finite number"),
+    (lambda: optim.StepDecay(2, float("nan")), "StepDecay: gamma must be a finite number"),
+    (lambda: optim.Cosine(10, floor=-1.0), "Cosine: floor must be a finite number >= 0"),
 ])
 def test_bad_settings_are_refused_by_name(make, match):
     with pytest.raises(dx.GraphError, match=match):

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import deepx_flow as dx
-from deepx_flow.errors import PlanError
+from deepx_flow.errors import InputError
 from deepx_flow.runtime.drift import MEASURED_AFTER, RunWatch
 from deepx_flow.runtime.readback import (DEFAULT_STORE_RATE, READ_OPEN_S, StoreRate, decide,
                                         lost_lineage, stored_chunks)
@@ -178,5 +178,5 @@ def test_expected_time_is_the_estimate_then_the_measured_mean_then_the_median():
 
 def test_read_back_must_be_true_or_false():
     assert dx.Recovery().read_back is True
-    with pytest.raises(PlanError, match="read_back='yes' is not True or False"):
+    with pytest.raises(InputError, match="read_back='yes' is not True or False"):
         dx.Recovery(read_back="yes")

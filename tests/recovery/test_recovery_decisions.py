@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import deepx_flow as dx
-from deepx_flow.errors import PlanError
+from deepx_flow.errors import InputError
 from deepx_flow.kernels import faults
 from deepx_flow.kernels.attempt import backoff_seconds, classify
 from deepx_flow.runtime.drift import (MAX_TIMEOUTS, MEASURED_AFTER, Drift, Exclude, FailTask,
@@ -265,9 +265,19 @@ def test_operator_and_asset_settings_override_the_runs():
     ({"speculate": None}, "speculate=None must be set (only timeout may be None)"),
     ({"speculation_min": None}, "speculation_min=None must be set"),
     ({"speculation_factor": 0.5}, "speculation_factor=0.5 must be at least 1"),
+    # issue 30, item 6: accepted before, and then waited forever or overflowed a timer
+    ({"backoff": float("inf")}, "backoff=inf is more than a week"),
+    ({"timeout": float("inf")}, "timeout=inf is more than a week (604,800 s); None means "
+                                "no limit"),
+    ({"speculation_factor": float("inf")}, "speculation_factor=inf is not finite"),
+    ({"worker_wait": float("nan")}, "worker_wait=nan is not a number"),
+    ({"retries": 2**70}, "retries=1180591620717411303424 is more than 1,000,000"),
+    ({"operators": 5}, "operators=5 is not a mapping"),
+    ({"operators": {"matmul": 3}}, "operator 'matmul': 3 is not a mapping"),
+    ({"operators": {"matmul": {1: 2}}}, "unknown recovery setting(s) ['1']"),
 ])
 def test_bad_settings_are_refused_with_the_setting_named(kwargs, words):
-    with pytest.raises(PlanError) as info:
+    with pytest.raises(InputError) as info:
         Recovery(**kwargs)
     assert words in str(info.value)
 
