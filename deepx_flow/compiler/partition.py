@@ -431,8 +431,9 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
                enumerate(store) if size < graph[i].shape[a]}
     rereads = {classes.find((i, a)) for i, store in stored.items() for a, size in
                enumerate(store) if size >= graph[i].shape[a] > 1}
-    # A window's spatial axes, split, read halos twice: a last resort too.
-    costly = (summed - aligned) | (rereads - aligned) | spatial
+    # A window's spatial axes, split, read halos twice: a last resort too; so is a scanned
+    # axis, stored chunks or not (its other axes split along their stored chunks for free).
+    costly = (summed - aligned) | (rereads - aligned) | spatial | scanned
     # Below its stored chunk a piece decodes the whole stored chunk anyway: parallelism
     # never splits a stored axis finer than that (memory fitting still may).
     floor = {}

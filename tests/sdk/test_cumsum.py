@@ -264,3 +264,20 @@ def test_memory_is_fitted_by_splitting_the_other_axes_first():
     plan = compile_graph(dx.build_graph(dx.cumsum(x, axis=1)), cluster_with_memory(2**20))
     chunks = plan.chunks[plan.graph.outputs[0][1]]
     assert len(chunks[0]) > 1 and len(chunks[1]) == 1
+
+
+def test_a_stored_array_is_split_along_its_other_axis_first(tmp_path):
+    """Both axes split along stored chunks for free, but a scanned one adds totals and
+    carries: parallelism takes the rows' stored chunks first, then cuts the lines."""
+    import zarr
+    data = np.random.default_rng(4).standard_normal((256, 32768)).astype(np.float32)
+    store = zarr.create_array(tmp_path / "x.zarr", shape=data.shape, chunks=(64, 4096),
+                              dtype="float32")
+    store[...] = data
+    y = dx.cumsum(dx.read_zarr(str(tmp_path / "x.zarr")), axis=1)
+    plan = compile_graph(dx.build_graph(y), cluster_with_memory(2**30, workers=4, threads=2))
+    rows, lines = plan.chunks[y.node.id]
+    assert rows == (64,) * 4 and len(lines) > 1
+    (got,) = evaluate(y, 2**30, workers=4)
+    assert_sums_close(got, np.cumsum(data.astype(np.float64), axis=1),
+                      np.cumsum(np.abs(data.astype(np.float64)), axis=1), rtol=2.0**-23)
