@@ -34,7 +34,8 @@ from deepx_flow.kernels import bfloat16, dispatch, recycled
 
 BLOCK_ELEMENTS = 1 << 18
 GPU_BLOCK_ELEMENTS = 1 << 22
-# A row this long is scanned by one vector add per row rather than by `np.cumsum`.
+# Rows (the axes after the scanned one) this long are scanned by one vector add per row
+# rather than by `np.cumsum`.
 ROW_ADD_ELEMENTS = 32
 
 
@@ -155,8 +156,9 @@ def _scan_blocks(xp, src, dst, carry, acc: str) -> None:
 
 
 def _scan_in_place(work: np.ndarray) -> None:
-    """Running sums along axis 1 of a (P, N, Q) NumPy block, in place."""
-    if work.shape[0] * work.shape[2] >= ROW_ADD_ELEMENTS:
+    """Running sums along axis 1 of a (P, N, Q) NumPy block, in place: a vector add per row
+    where rows are contiguous runs of Q, else NumPy's loop (along the last axis, Q is 1)."""
+    if work.shape[2] >= ROW_ADD_ELEMENTS:
         with np.errstate(over="ignore", invalid="ignore"):
             for i in range(1, work.shape[1]):
                 np.add(work[:, i - 1], work[:, i], out=work[:, i])

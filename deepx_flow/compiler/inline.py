@@ -36,7 +36,7 @@ from collections import Counter
 from deepx_flow.compiler.taskspec import inline_task, inlined_chunks, refs_of, substitute
 from deepx_flow.ir import Graph
 from deepx_flow.ir.keys import key_name, node_of
-from deepx_flow.ops import ELEMENTWISE, MATMUL, REDUCE, get_op
+from deepx_flow.ops import ELEMENTWISE, MATMUL, REDUCE, SCAN, get_op
 from deepx_flow.ops import SOURCE as SOURCE_KIND
 
 VIEW, SOURCE = "view", "source"
@@ -143,7 +143,8 @@ def predicted_inline(graph: Graph, part=None) -> dict[str, frozenset]:
     """Node id -> the source nodes its tasks are expected to read inline: each source that
     is not an output and that exactly one node reads once, directly or through transposes
     only it reads; given the partition, also only where that node has one task per chunk
-    of the source (a matmul tiled along N reads each block of A once per tile)."""
+    of the source (a matmul tiled along N reads each block of A once per tile; a scan split
+along its axis reads each chunk for its total and its scan)."""
     users = graph.consumers()
     outputs = {node_id for _, node_id in graph.outputs}
     out: dict = {}
@@ -157,11 +158,18 @@ def predicted_inline(graph: Graph, part=None) -> dict[str, frozenset]:
         if len(users[reader]) != 1:
             continue
         consumer = users[reader][0]
-        if part is not None and main_tasks(graph[consumer], part) != math.prod(
-                len(c) for c in part.chunks[node.id]):
+        if part is not None and (main_tasks(graph[consumer], part) != math.prod(
+                len(c) for c in part.chunks[node.id]) or _reads_twice(graph[consumer], part)):
             continue
         out[consumer] = out.get(consumer, frozenset()) | {node.id}
     return out
+
+
+def _reads_twice(node, part) -> bool:
+    """Whether `node`'s tasks read each chunk of its operand twice: a scan split along its
+    axis reads a chunk for its total and again for its scan (the last chunk of each line,
+    whose total nothing needs, once: it alone is read inline)."""
+    return get_op(node.op).kind == SCAN and len(part.chunks[node.id][node.attr("axis")]) > 1
 
 
 def finished_by_reader(node, graph: Graph, part, users, outputs) -> bool:

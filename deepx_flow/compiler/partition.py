@@ -396,6 +396,9 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
     # 2. Split until every task fits.
     spatial = {classes.find((n.id, a)) for n in nodes if get_op(n.op).kind == WINDOW
                for a in range(2, n.ndim)}  # a window's spatial axes: split last (halos)
+    # A scanned axis split adds a total and a carry per line of chunks, and has its chunks
+    # read twice (their totals, then their scans): split last too.
+    scanned = {classes.find((n.id, n.attr("axis"))) for n in nodes if get_op(n.op).kind == SCAN}
     changed = True
     while changed:
         changed = False
@@ -407,22 +410,20 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
                                       if (r := classes.whole_reason(k)) and
                                       classes.extent[classes.find(k)] > 1})
                     raise PlanError(_too_big(node, ws, budget, cluster, reasons))
-                # an image is cut into spatial pieces only when one image does not fit
-                whole_images = [k for k in candidates if classes.find(k) not in spatial]
-                classes.halve(max(whole_images or candidates, key=classes.chunk))
+                # an image is cut into spatial pieces, a scanned line into pieces, only when
+                # one image, one line does not fit
+                cheap = [k for k in candidates if classes.find(k) not in spatial | scanned]
+                classes.halve(max(cheap or candidates, key=classes.chunk))
                 changed = True
 
     # 3. Split large tensors further so every worker thread has work. Splitting an axis that
     # some node sums over (matmul's K, a reduced axis) adds partial results to combine and
     # move, so those classes are split for parallelism only when nothing else is left.
     summed = {classes.find((n.id + "#k", 0)) for n in nodes if get_op(n.op).kind == MATMUL}
+    summed |= scanned
     for n in nodes:
         if get_op(n.op).kind == REDUCE:
             summed |= {classes.find((n.id + "#in", a)) for a in n.attr("axes")}
-        elif get_op(n.op).kind == SCAN:
-            # a scanned axis split once more adds a total and a carry per line of chunks,
-            # and has its chunks read twice (their totals, then their scans)
-            summed.add(classes.find((n.id, n.attr("axis"))))
     # Splitting a stored array across its stored chunks costs nothing extra; splitting it
     # where a stored chunk spans the axis reads each stored chunk again per piece. So for
     # parallelism the first are preferred (even when summed over) and the second avoided.
@@ -430,8 +431,9 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
                enumerate(store) if size < graph[i].shape[a]}
     rereads = {classes.find((i, a)) for i, store in stored.items() for a, size in
                enumerate(store) if size >= graph[i].shape[a] > 1}
-    # A window's spatial axes, split, read halos twice: a last resort too.
-    costly = (summed - aligned) | (rereads - aligned) | spatial
+    # A window's spatial axes, split, read halos twice: a last resort too; so is a scanned
+    # axis, stored chunks or not (its other axes split along their stored chunks for free).
+    costly = (summed - aligned) | (rereads - aligned) | spatial | scanned
     # Below its stored chunk a piece decodes the whole stored chunk anyway: parallelism
     # never splits a stored axis finer than that (memory fitting still may).
     floor = {}

@@ -2,9 +2,9 @@
 
 The GPU engine's one code generator is `fused_gpu.kernel_source`: every fused elementwise
 chain, matmul epilogue and reduction prologue becomes a CuPy `ElementwiseKernel` from it
-(random sources, windows, scatters and softmax run CuPy's own kernels). Here the whole source
-CuPy would give NVRTC for each (its headers and its wrapper, from the installed CuPy:
-`kernels/cuda_source.py`) is compiled by NVRTC for A100 (compute_80) and H100/H200
+(random sources, windows, scatters, softmax and scans run CuPy's own kernels). Here the
+whole source CuPy would give NVRTC for each (its headers and its wrapper, from the installed
+CuPy: `kernels/cuda_source.py`) is compiled by NVRTC for A100 (compute_80) and H100/H200
 (compute_90), for:
 
 - every operator on every dtype it takes (the same cases the CPU engines are checked on),
