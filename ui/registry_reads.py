@@ -1,5 +1,6 @@
-"""What the registry page reads: the registered operators, the clusters (schedulers) on
-record (all, or the live ones: `live_since`, the heartbeat rule of
+"""What the registry page reads: the operators (the installed code's, as `deepx-flow ops`
+lists them, and any others the database has registered) and their measured speeds, the
+clusters (schedulers) on record (all, or the live ones: `live_since`, the heartbeat rule of
 `registry/heartbeat.py`), one cluster's measured links and storage tiers with the bytes held
 in each, and the chunk placements of one tensor.
 
@@ -15,12 +16,14 @@ from dataclasses import dataclass
 from sqlalchemy import BigInteger, and_, case, cast, func
 from sqlmodel import col, select
 
-from deepx_flow.meta.models import ChunkPlacement, Link, Operator, Run, StorageTier, Worker
+from deepx_flow.meta.models import (ChunkPlacement, Link, Operator, OperatorSpeed, Run,
+                                    StorageTier, Worker)
 from deepx_flow.meta.queries import plain_rows
 
 HELD = ("memory", "spilled", "stored")  # states whose bytes occupy a tier
 SHOWN = HELD + ("lost",)  # states drawn in the chunk grid (released chunks are gone)
 MAX_OPERATORS = 2_000
+MAX_SPEEDS = 5_000  # measured speeds: an (operator label, worker) each
 MAX_SCHEDULERS = 50
 MAX_LINKS = 10_000  # about 100 workers: a matrix larger than that is not readable anyway
 MAX_TIERS = 5_000  # a cluster's tiers: a few per worker
@@ -29,15 +32,55 @@ MAX_TENSORS = 200
 MAX_CELLS = 4_000  # cells drawn of one tensor (each is sent to the browser: 5,000 took 3 s)
 
 
-def operators(db, limit: int = MAX_OPERATORS) -> list[Operator]:
-    """The registered operators by name (the first `limit`)."""
+OPERATOR_COLUMNS = ("name", "kind", "engines", "fusable", "flops/element",
+                    "temp bytes/element", "source", "doc")
+
+
+def operator_rows(registered, installed: set[str], recorded=()) -> list[dict]:
+    """The operators as the page lists them (OPERATOR_COLUMNS): those of the installed code
+    (`registered`: `registry.operators.registered_operators()`, what `deepx-flow ops` lists,
+    with the engines of each this machine has, `installed`), then the rows `recorded` in
+    the database (`Operator`) of operators this installation lacks (registered by another
+    machine's, with an entry point not installed here), with no engine here. The database
+    alone is not the list: a fresh project has registered nothing yet."""
+    from deepx_flow.registry.operators import engines_here
+    rows = [dict(zip(OPERATOR_COLUMNS, (
+        r.spec.name, r.spec.kind, engines_here(r.spec, installed),
+        str(r.spec.fusable).lower(), r.spec.flops_per_element,
+        r.spec.temp_bytes_per_element, r.source, _first_line(r.spec.doc)))) for r in registered]
+    here = {r.spec.name for r in registered}
+    rows += [dict(zip(OPERATOR_COLUMNS, (
+        o.name, o.kind, "none here", str(o.fusable).lower(), o.flops_per_element,
+        o.temp_bytes_per_element, f"{o.source} (registered by another installation)",
+        _first_line(o.doc)))) for o in recorded if o.name not in here]
+    return rows
+
+
+def _first_line(doc: str | None) -> str:
+    return (doc or "").strip().split("\n")[0]
+
+
+def recorded_operators(db, limit: int = MAX_OPERATORS) -> list[Operator]:
+    """The operators registered in the database, by name (the first `limit`)."""
     with db.read() as session:
         return list(session.exec(select(Operator).order_by(col(Operator.name)).limit(limit)))
 
 
-def operator_count(db) -> int:
+def speed_rows(db, limit: int = MAX_SPEEDS) -> tuple[list[dict], int]:
+    """The measured operator speeds (`registry.speeds.measured_speeds`, what `deepx-flow
+    ops` lists under them) as rows of SPEED_COLUMNS (the first `limit`; GFLOP/s is "-" for
+    an operator measured by bytes), and how many there are."""
+    from deepx_flow.registry.speeds import measured_speeds
+    rows = measured_speeds(db, limit)
     with db.read() as session:
-        return session.exec(select(func.count()).select_from(Operator)).one()
+        total = session.exec(select(func.count()).select_from(OperatorSpeed)).one()
+    return [dict(zip(SPEED_COLUMNS, (
+        r.operator, r.host, r.worker, r.tasks,
+        "-" if r.flops_per_s is None else r.flops_per_s / 1e9, r.bytes_per_s / 1e9,
+        r.updated_at))) for r in rows], int(total)
+
+
+SPEED_COLUMNS = ("operator", "host", "worker", "tasks", "GFLOP/s", "GB/s", "updated")
 
 
 @dataclass(frozen=True)

@@ -131,6 +131,24 @@ def installed_engines() -> set[str]:
     return engines
 
 
+def engines_here(spec: OpSpec, installed: set[str]) -> str:
+    """The engines of `spec` this machine has, as `deepx-flow ops` and the dashboard list
+    them ("none here" when it has none of them)."""
+    return ",".join(e for e in spec.engines if e in installed) or "none here"
+
+
+def engine_notes(registered: list[RegisteredOperator], installed: set[str]) -> list[str]:
+    """A line for each engine that operators have kernels for but this machine has not."""
+    missing: dict[str, int] = {}
+    for r in registered:
+        for engine in r.spec.engines:
+            if engine not in installed:
+                missing[engine] = missing.get(engine, 0) + 1
+    return [f"{engine}: {count} operators have kernels for it, but it is not installed here"
+            + (" (GPU workers need `pip install deepx-flow[gpu]`)" if engine == "cupy" else "")
+            for engine, count in sorted(missing.items())]
+
+
 def operator_table(registered: list[RegisteredOperator] | None = None,
                    installed: set[str] | None = None) -> str:
     """The operators, with the engines of each that this machine has (`installed`;
@@ -138,19 +156,10 @@ def operator_table(registered: list[RegisteredOperator] | None = None,
     from deepx_flow.text_table import text_table
     registered = registered if registered is not None else registered_operators()
     installed = installed_engines() if installed is None else installed
-    rows = [(r.spec.name, r.spec.kind,
-             ",".join(e for e in r.spec.engines if e in installed) or "none here",
+    rows = [(r.spec.name, r.spec.kind, engines_here(r.spec, installed),
              "yes" if r.spec.fusable else "no", f"{r.spec.flops_per_element:g}",
              f"{r.spec.temp_bytes_per_element:g}", r.source, r.spec.doc)
             for r in registered]
     table = text_table(("operator", "kind", "engines", "fuses", "flops/elem",
                         "scratch B/elem", "source", "description"), rows)
-    missing = {}
-    for r in registered:
-        for engine in r.spec.engines:
-            if engine not in installed:
-                missing[engine] = missing.get(engine, 0) + 1
-    notes = [f"{engine}: {count} operators have kernels for it, but it is not installed here"
-             + (" (GPU workers need `pip install deepx-flow[gpu]`)" if engine == "cupy" else "")
-             for engine, count in sorted(missing.items())]
-    return "\n".join([table, *notes])
+    return "\n".join([table, *engine_notes(registered, installed)])

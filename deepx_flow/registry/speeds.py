@@ -178,23 +178,48 @@ def with_speeds(spec, db):
     return replace(spec, workers=workers)
 
 
+@dataclass(frozen=True)
+class MeasuredSpeed:
+    """One row of the registry's measured speeds, as `deepx-flow ops` and the dashboard
+    list them: an operator label on a worker, its tasks, its speed (FLOP/s is None for an
+    operator that computes none, which is measured by bytes), and when it was updated."""
+
+    operator: str
+    host: str
+    worker: str
+    tasks: int
+    flops_per_s: float | None
+    bytes_per_s: float
+    updated_at: float
+
+
+def measured_speeds(db, limit: int | None = None) -> list[MeasuredSpeed]:
+    """The measured speeds by operator label, host and worker (the first `limit`; all
+    without one)."""
+    query = select(SpeedRow).order_by(SpeedRow.operator, SpeedRow.host, SpeedRow.worker)
+    with db.read() as session:
+        rows = session.exec(query if limit is None else query.limit(limit)).all()
+    out = []
+    for r in rows:
+        speed = speed_of(r)
+        out.append(MeasuredSpeed(r.operator, r.host, r.worker, r.tasks,
+                                 speed.flops_per_s if r.flops else None, speed.bytes_per_s,
+                                 r.updated_at))
+    return out
+
+
 def speed_table(db) -> str | None:
     """The measured speeds for `deepx-flow ops` (None when nothing is measured yet)."""
     from deepx_flow.text_table import local_time, text_table
-    with db.read() as session:
-        rows = session.exec(select(SpeedRow).order_by(SpeedRow.operator, SpeedRow.host,
-                                                      SpeedRow.worker)).all()
+    rows = measured_speeds(db)
     if not rows:
         return None
-    shown = []
-    for r in rows:
-        speed = speed_of(r)
-        shown.append((r.operator, r.host, r.worker, r.tasks,
-                       f"{speed.flops_per_s / 1e9:.3g}" if r.flops else "-",
-                       f"{speed.bytes_per_s / 1e9:.3g}", local_time(r.updated_at)))
+    shown = [(r.operator, r.host, r.worker, r.tasks,
+              "-" if r.flops_per_s is None else f"{r.flops_per_s / 1e9:.3g}",
+              f"{r.bytes_per_s / 1e9:.3g}", local_time(r.updated_at)) for r in rows]
     return text_table(("operator", "host", "worker", "tasks", "GFLOP/s", "GB/s", "updated"),
                       shown, "Measured on this database's workers (from finished tasks)")
 
 
 __all__ = ["OperatorSpeed", "SpeedSamples", "worker_speeds", "with_speeds", "speed_table",
-           "DECAY"]
+           "MeasuredSpeed", "measured_speeds", "DECAY"]

@@ -13,8 +13,8 @@ import pytest
 
 from deepx_flow.meta.models import GraphRecord, Run, Task
 from deepx_flow.ui import cluster_state as cs
-from deepx_flow.ui.pages.overview import (ERRED_TASKS, FAILED_RUNS, IN_FLIGHT, RECENT_RUNS,
-                                          Overview, overview_page)
+from deepx_flow.ui.pages.overview import (ERRED_TASKS, FAILED_RUNS, IN_FLIGHT, LATEST_RUNS,
+                                          RECENT_RUNS, Overview, overview_page)
 from deepx_flow.ui.scheduler_watch import TIMEOUT_S, watch
 from tests.ui.paging import every_page
 
@@ -55,6 +55,11 @@ def test_the_listings_hold_what_the_database_holds(db):
     in_flight = every_page(IN_FLIGHT, db, "started", True, 7)
     assert [r["id"] for r in in_flight] == [r.id for r in reversed(runs)
                                             if r.status == "running"]
+    latest = every_page(LATEST_RUNS, db, "started", True, 7)
+    assert [(r["id"], r["status"]) for r in latest] == [(r.id, r.status)
+                                                        for r in reversed(runs)]
+    assert all(r["error"] == (f"ValueError: bad {int(r['id'][3:])}"
+                              if r["status"] == "failed" else "") for r in latest)
     failed = every_page(FAILED_RUNS, db, "started", True, 7)
     assert [r["id"] for r in failed] == [r.id for r in reversed(runs) if r.status == "failed"]
     assert all(r["error"] == f"ValueError: bad {int(r['id'][3:])}" for r in failed)
@@ -165,3 +170,42 @@ def test_only_live_workers_are_listed_unless_the_history_is_asked_for(tmp_path):
     rows = cs.worker_rows(found.workers, None)
     assert [r["state"] for r in rows] == ["registered", "gone", "gone", "gone"]
     assert [r["storage"] for r in rows] == ["host 1.00 GiB"] * 4
+
+
+def test_with_nothing_live_the_last_cluster_on_record_is_shown(tmp_path):
+    """A script's embedded cluster is gone when the script exits: without a scheduler to
+    read, the overview showed no worker at all. It shows the cluster seen last, marked
+    gone, and says so; a live worker, or the history box, shows what it did before."""
+    from deepx_flow.meta import open_db
+    from deepx_flow.meta.models import Worker
+    from deepx_flow.registry.heartbeat import TIMEOUT_S as STALE
+    from deepx_flow.ui.pages.overview import shown_cluster, workers_note
+    from deepx_flow.ui.table import utc_text
+
+    db = open_db(f"sqlite:///{tmp_path / 'deepx.db'}")
+    now = 1.8e9
+    assert shown_cluster(db, None, now=now).workers == []  # nothing registered: nothing
+    seen = {("tcp://old:1", "tcp://o1:1"): now - 7200.0,
+            ("tcp://last:2", "tcp://l1:2"): now - 600.0,
+            ("tcp://last:2", "tcp://l2:2"): now - 650.0}
+    with db.session() as s:
+        for (scheduler, address), at in seen.items():
+            s.add(Worker(scheduler=scheduler, address=address, name=address, host="h",
+                         protocol="tcp", nthreads=1, memory_limit=2**30, status="running",
+                         first_seen=1.0, last_seen=at))
+    found = shown_cluster(db, None, now=now)
+    assert {r["address"]: r["gone"] for r in found.workers} == {"tcp://l1:2": True,
+                                                                "tcp://l2:2": True}
+    assert found.last_known == ("tcp://last:2", now - 600.0)
+    assert workers_note(None, found) == (
+        f"No live workers: the last cluster on record is shown, tcp://last:2 (its workers "
+        f"last seen {utc_text(now - 600.0)} UTC; the history box lists every cluster's).")
+    assert [r["state"] for r in cs.worker_rows(found.workers, None)] == ["gone", "gone"]
+    every = shown_cluster(db, None, history=True, now=now)
+    assert len(every.workers) == 3 and every.last_known is None
+    with db.session() as s:  # a driver beating for the old cluster again: it is live
+        s.add(Worker(scheduler="tcp://old:1", address="tcp://o2:1", name="o2", host="h",
+                     protocol="tcp", nthreads=1, status="running", first_seen=1.0,
+                     last_seen=now - STALE / 2))
+    found = shown_cluster(db, None, now=now)
+    assert [r["address"] for r in found.workers] == ["tcp://o2:1"] and not found.last_known

@@ -154,3 +154,56 @@ def test_a_tensor_with_more_placements_than_drawn_says_how_many(db):  # noqa: F8
     chunks, note = _grid_and_note(_open(registry_page(db), "placement"))
     assert len(chunks) == MAX_CELLS
     assert f"only the first {MAX_CELLS:,} of {MAX_CELLS + 5:,} placements are read" in note
+
+
+def test_a_fresh_project_lists_the_installed_operators_as_deepx_flow_ops_does(tmp_path):
+    """Nothing registered in the database yet (it said "0 operators"): the operators are
+    the installed code's, with the engines this machine has, as `deepx-flow ops` lists
+    them; one another installation registered is listed too; measured speeds are shown."""
+    from deepx_flow.meta import open_db
+    from deepx_flow.meta.db import close_all
+    from deepx_flow.meta.models import Operator, OperatorSpeed
+    from deepx_flow.registry.operators import (engines_here, installed_engines,
+                                               registered_operators)
+    from deepx_flow.registry.speeds import speed_table
+    db = open_db(f"sqlite:///{tmp_path / 'deepx.db'}")
+    try:
+        page = registry_page(db)
+        registered, installed = registered_operators(), installed_engines()
+        assert len(registered) >= 60
+        grid = _widget(page, "deepx-operators", Grid)
+        rows = [dict(zip(grid.columns, row)) for row in grid.rows]
+        by_name = {r.spec.name: r for r in registered}
+        assert {r["name"] for r in rows} == set(sorted(by_name)[:len(rows)])  # a page by name
+        for row in rows:
+            spec = by_name[row["name"]].spec
+            assert (row["kind"], row["engines"]) == (spec.kind, engines_here(spec, installed))
+        counts = [t.object for t in page.select(Text)
+                  if "deepx-operators-count" in t.css_classes]
+        assert counts == [f"{len(registered):,} operators"]
+        assert any("No operator speeds measured yet" in t.object for t in page.select(Text))
+        assert speed_table(db) is None
+
+        with db.session() as s:
+            s.add(Operator(name="softplus_elsewhere", kind="elementwise", engines="their_gpu",
+                           fusable=True, flops_per_element=4, temp_bytes_per_element=0,
+                           source="their-engine", doc="log(1 + exp(x))", registered_at=0.0))
+            s.add(OperatorSpeed(operator="matmul", host="h", worker="0", flops=4e9,
+                                bytes=1e6, seconds=2.0, tasks=3, updated_at=0.0))
+        page = registry_page(db)
+        counts = [t.object for t in page.select(Text)
+                  if "deepx-operators-count" in t.css_classes]
+        assert counts == [f"{len(registered) + 1:,} operators ({len(registered):,} "
+                          f"installed here)"]
+        grid = _widget(page, "deepx-operators", Grid)
+        elsewhere = [dict(zip(grid.columns, r)) for r in grid.rows
+                     if r[0] == "softplus_elsewhere"]
+        assert [(r["engines"], r["source"]) for r in elsewhere] == [
+            ("none here", "their-engine (registered by another installation)")]
+        speeds = _widget(page, "deepx-operator-speeds", Grid)
+        assert [dict(zip(speeds.columns, r)) for r in speeds.rows] == [
+            {"operator": "matmul", "host": "h", "worker": "0", "tasks": 3, "GFLOP/s": "2",
+             "GB/s": "0.0005", "updated": "1970-01-01 00:00:00 UTC"}]
+        assert "matmul" in speed_table(db)  # what deepx-flow ops lists under the operators
+    finally:
+        close_all()

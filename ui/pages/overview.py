@@ -1,6 +1,6 @@
 """The overview page (the dashboard's home): the cluster's workers and GPUs with the memory
-they use against what they registered, the runs in flight, recent failures, and a link to
-Dask's own dashboard; refreshed every two seconds while the page is open.
+they use against what they registered, the latest runs, the runs in flight, recent failures,
+and a link to Dask's own dashboard; refreshed every two seconds while the page is open.
 
 The workers come from the registry (tables `workers`, `devices`, `storage_tiers`) joined
 with the scheduler's live report when a scheduler is given (`scheduler_watch`: read in a
@@ -10,7 +10,10 @@ and formatting is pure (`ui/cluster_state.py`); this module reads and draws.
 
 Only live workers are shown: registered ones whose driver's heartbeat keeps them seen
 (`registry/heartbeat.py`), and those the scheduler read reports now. The "history" box
-(or `?history=1`) shows the gone ones too, marked gone.
+(or `?history=1`) shows the gone ones too, marked gone. When nothing is live (no scheduler
+given, and the driver that used the cluster has exited: a script's embedded cluster), the
+last cluster on record is shown, its workers marked gone, so the page is never empty for a
+project that has run something.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from sqlmodel import col, select
 from deepx_flow.meta.models import Device, Run, StorageTier, Task, Worker
 from deepx_flow.registry.heartbeat import live_since
 from deepx_flow.ui import cluster_state as cs
-from deepx_flow.ui.data import Listing, Rows
+from deepx_flow.ui.data import RUNS, Listing, Rows
 from deepx_flow.ui.live import failure_text, refresh_while_open
 from deepx_flow.ui.scheduler_watch import Reading, watch
 from deepx_flow.ui.session import session_arg
@@ -79,6 +82,10 @@ def _erred_tasks():
     return select(Task).where(Task.status == "erred", col(Task.run_id).in_(recent))
 
 
+LATEST_RUNS = FirstLines(**{f: getattr(RUNS, f) for f in ("columns", "default_sort",
+                                                            "descending", "source", "tie")},
+                         first_line=("error",))  # the runs page's listing, errors in a line
+
 ERRED_TASKS = FirstLines(
     columns={"at": col(Task.stop), "run": col(Task.run_id), "operator": col(Task.operator),
              "worker": col(Task.worker), "key": col(Task.key), "attempts": col(Task.attempts),
@@ -92,13 +99,16 @@ class Registered:
     """What the registry holds on the cluster: `workers` and their `gpus` (rows as
     `cluster_state` takes them; a row's `gone` says it is not live), how many workers
     there are in all (`total`, of which at most MAX_WORKERS are read), whether they are
-    every scheduler's (`everywhere`), and how many gone ones are not shown (`hidden`)."""
+    every scheduler's (`everywhere`), how many gone ones are not shown (`hidden`), and,
+    when they are the last cluster on record shown for want of a live one, its scheduler
+    and when its workers were last seen (`last_known`)."""
 
     workers: list[dict]
     gpus: list[dict]
     total: int
     everywhere: bool
     hidden: int = 0
+    last_known: tuple[str, float] | None = None  # (scheduler, last seen): see shown_cluster
 
 
 def registered_cluster(db, scheduler: str | None, history: bool = False,
@@ -146,8 +156,38 @@ def registered_cluster(db, scheduler: str | None, history: bool = False,
     return Registered(rows, gpus, int(total), bool(everywhere), int(hidden))
 
 
+def last_cluster(db) -> tuple[str, float] | None:
+    """The scheduler whose registered workers were seen last, and when (None: none
+    registered)."""
+    seen = func.max(Worker.last_seen)
+    with db.read() as session:
+        found = session.exec(select(Worker.scheduler, seen).group_by(Worker.scheduler)
+                             .order_by(seen.desc(), Worker.scheduler).limit(1)).first()
+    return (found[0], float(found[1])) if found else None
+
+
+def shown_cluster(db, scheduler: str | None, history: bool = False, seen_live=(),
+                  now: float | None = None) -> Registered:
+    """`registered_cluster`; when it finds no live worker and the scheduler reports none,
+    the last cluster on record instead (all its workers, marked gone: `last_known` says
+    which it is), so a project whose driver has exited still shows where it ran."""
+    found = registered_cluster(db, scheduler, history, seen_live, now)
+    if found.workers or seen_live or history:
+        return found
+    last = last_cluster(db)
+    if last is None:
+        return found
+    shown = registered_cluster(db, last[0], True, (), now)
+    return replace(shown, last_known=last)
+
+
 def workers_note(scheduler: str | None, registered: Registered) -> str:
     """What the workers table holds, when that is not simply the scheduler's workers."""
+    if registered.last_known:
+        address, seen = registered.last_known
+        return (f"No live workers: the last cluster on record is shown, {address} (its "
+                f"workers last seen {utc_text(seen)} UTC; the history box lists every "
+                f"cluster's).")
     notes = []
     if scheduler and registered.everywhere:
         notes.append(f"No worker is registered under {scheduler}: every scheduler's "
@@ -207,6 +247,8 @@ class Overview(pn.viewable.Viewer):
         self.gpus = _table(cs.GPU_COLUMNS, "deepx-overview-gpus", "worker")
         self.gpus_note = Text("", css_classes=["deepx-overview-gpus-note"])
         self.chart, self.source = _memory_chart()
+        self.latest_runs = PagedTable(LATEST_RUNS, db, PAGE_SIZE, links={"id": "run?id="},
+                                      css_class="deepx-overview-latest-runs")
         self.in_flight = PagedTable(IN_FLIGHT, db, PAGE_SIZE, links={"id": "run?id="},
                                     css_class="deepx-overview-inflight")
         self.failed_runs = PagedTable(FAILED_RUNS, db, PAGE_SIZE, links={"id": "run?id="},
@@ -221,6 +263,7 @@ class Overview(pn.viewable.Viewer):
             pn.pane.Markdown("### Workers"), self.history, self.workers, self.workers_note,
             pn.pane.Bokeh(self.chart, sizing_mode="stretch_width"),
             pn.pane.Markdown("### GPUs"), self.gpus, self.gpus_note,
+            pn.pane.Markdown("### Latest runs"), self.latest_runs,
             pn.pane.Markdown("### Runs in flight"), self.in_flight,
             pn.pane.Markdown("### Recent failures"), pn.pane.Markdown("Failed runs:"),
             self.failed_runs,
@@ -240,7 +283,8 @@ class Overview(pn.viewable.Viewer):
             if self.watch:
                 self.watch.request()  # read in the background; shown at the next refresh
             self._show_cluster(self._reading())
-            for table in (self.in_flight, self.failed_runs, self.erred_tasks):
+            for table in (self.latest_runs, self.in_flight, self.failed_runs,
+                          self.erred_tasks):
                 table.refresh()
             self.refreshed.object = f"refreshed {utc_text(time.time())} UTC"
         except Exception as err:  # a page that stops refreshing must say why, not vanish
@@ -248,8 +292,8 @@ class Overview(pn.viewable.Viewer):
 
     def _show_cluster(self, reading: Reading | None) -> None:
         live = cs.live_workers(reading.identity) if reading and reading.identity else None
-        registered = registered_cluster(self.db, self.scheduler, self.history.value,
-                                        seen_live=live or ())
+        registered = shown_cluster(self.db, self.scheduler, self.history.value,
+                                   seen_live=live or ())
         _set(self.workers, cs.worker_rows(registered.workers, live, self.scheduler))
         gpus = cs.gpu_rows(registered.gpus, live)
         _set(self.gpus, gpus)

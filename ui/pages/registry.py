@@ -1,4 +1,6 @@
-"""The registry page: the registered operators and their engines; a cluster's network links
+"""The registry page: the operators and their engines, as `deepx-flow ops` lists them (the
+installed code's, whether or not the database has registered them yet, and any others it
+has), with the speeds measured of them; a cluster's network links
 as a matrix of bandwidths, with its workers' storage tiers and the bytes each holds; and
 where each chunk of a tensor is. One tab each, built when first opened (`ui/sections.py`).
 
@@ -46,20 +48,42 @@ def registry_page(db, scheduler=None):
 
 
 def _operators(db) -> list:
-    rows = reads.operators(db)
-    total = reads.operator_count(db)
-    columns = ("name", "kind", "engines", "fusable", "flops/element", "temp bytes/element",
-               "source", "doc")
-    listed = [dict(zip(columns, (o.name, o.kind, o.engines, str(o.fusable).lower(),
-                                 o.flops_per_element, o.temp_bytes_per_element, o.source,
-                                 (o.doc or "").strip().split("\n")[0])))
-              for o in rows]
-    # Few enough to hold in memory (MAX_OPERATORS at most): sorted and paged there.
-    table = PagedTable(Rows(columns, listed, "name"), page_size=OPERATORS_PAGE,
+    """The operators of the installed code (and any others the database registered), as
+    `deepx-flow ops` lists them, and the speeds measured of them."""
+    from deepx_flow.registry.operators import (engine_notes, installed_engines,
+                                               registered_operators)
+    registered, installed = registered_operators(), installed_engines()
+    rows = reads.operator_rows(registered, installed, reads.recorded_operators(db))
+    # Few enough to hold in memory: sorted and paged there.
+    table = PagedTable(Rows(reads.OPERATOR_COLUMNS, rows, "name"), page_size=OPERATORS_PAGE,
                        css_class="deepx-operators")
-    shown = _count(total, "operator") if total == len(rows) \
-        else f"the first {len(rows):,} of {total:,} operators, by name"
-    return [Text(shown, css_classes=["deepx-operators-count"]), table]
+    here = len(registered)
+    shown = _count(len(rows), "operator") + ("" if len(rows) == here else
+                                              f" ({here:,} installed here)")
+    notes = engine_notes(registered, installed)
+    speeds, total = reads.speed_rows(db)
+    speed_table = PagedTable(Rows(reads.SPEED_COLUMNS, speeds, "operator"), page_size=50,
+                             formats={"updated": _utc, "GFLOP/s": _speed, "GB/s": _speed},
+                             css_class="deepx-operator-speeds")
+    speed_table.visible = bool(speeds)
+    measured = (
+        "No operator speeds measured yet: they are recorded as runs finish." if not total
+        else _count(total, "measured speed") + " (an operator label on a worker, from its "
+        "finished tasks)" + ("" if total == len(speeds) else
+                             f"; the first {len(speeds):,} by operator"))
+    return [Text(shown, css_classes=["deepx-operators-count"]),
+            *([Text("\n".join(notes), css_classes=["deepx-operators-notes"])] if notes else []),
+            table, pn.pane.Markdown("#### Measured speeds"),
+            Text(measured, css_classes=["deepx-operator-speeds-count"]), speed_table]
+
+
+def _utc(t) -> str:
+    return "" if t is None else f"{utc_text(t)} UTC"
+
+
+def _speed(value) -> str:
+    """GFLOP/s or GB/s as `deepx-flow ops` writes them (text, "-", as it is)."""
+    return value if isinstance(value, str) else f"{value:.3g}"
 
 
 def _cluster(db, history: bool = False) -> list:
