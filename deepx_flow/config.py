@@ -40,6 +40,9 @@ class Settings:
     record: bool = True
     # Where assets' stored versions go (a path or fsspec URL); default .deepx/assets here.
     asset_root: str | None = None
+    # How old an unpublished version folder whose writer cannot be seen from this host must
+    # be before it is collected (seconds): the run's row is written just after the folder.
+    gc_grace_s: float = 3600.0
     # An object store (any fsspec URL, e.g. s3://bucket/deepx) the workers can write to; it
     # is registered as each worker's "object" storage tier.
     object_store: str | None = None
@@ -97,6 +100,7 @@ def settings() -> Settings:
         scheduler_address=env.get("DEEPX_SCHEDULER") or None,
         db_url=env.get("DEEPX_DB_URL") or None,
         asset_root=env.get("DEEPX_ASSET_ROOT") or None,
+        gc_grace_s=_seconds(env, "DEEPX_GC_GRACE_S", Settings.gc_grace_s, zero_ok=True),
         record=env.get("DEEPX_RECORD", "1").strip().lower() not in ("0", "false", "no", "off"),
         object_store=env.get("DEEPX_OBJECT_STORE") or None,
         heartbeat_s=_seconds(env, "DEEPX_HEARTBEAT_S", Settings.heartbeat_s),
