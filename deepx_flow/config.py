@@ -42,6 +42,9 @@ class Settings:
     record: bool = True
     # Where assets' stored versions go (a path or fsspec URL); default .deepx/assets here.
     asset_root: str | None = None
+    # How old an unpublished version folder whose writer cannot be seen from this host must
+    # be before it is collected (seconds): the run's row is written just after the folder.
+    gc_grace_s: float = 3600.0
     # An object store (any fsspec URL, e.g. s3://bucket/deepx) the workers can write to; it
     # is registered as each worker's "object" storage tier.
     object_store: str | None = None
@@ -184,6 +187,7 @@ READERS = (
     Reader("DEEPX_DB_URL", "db_url", Text("a SQLAlchemy URL")),
     Reader("DEEPX_RECORD", "record", Flag()),
     Reader("DEEPX_ASSET_ROOT", "asset_root", Text("a path or fsspec URL")),
+    Reader("DEEPX_GC_GRACE_S", "gc_grace_s", Number(float, 0, unit="seconds")),
     Reader("DEEPX_OBJECT_STORE", "object_store", Text("an fsspec URL")),
     Reader("DEEPX_HEARTBEAT_S", "heartbeat_s", Number(float, 0, above=True, **SECONDS)),
     Reader("DEEPX_HEARTBEAT_TIMEOUT_S", "heartbeat_timeout_s",

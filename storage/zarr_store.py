@@ -10,6 +10,9 @@ regular grid (all chunks equal but a shorter last one per axis) each Zarr chunk 
 chunk, and its task depends on that chunk alone and is sent to the worker holding it. On an
 irregular grid each task assembles its region from the plan chunks it overlaps.
 
+The array's attributes say who made it (`WRITER_ATTR`: host, pid and time), so that what a
+killed writer left can be told from what a live one is writing (`assets/gc.py`).
+
 Every chunk is written, empty ones too, each with a CRC-32C checksum (`verify.py`). Only
 when every chunk is written does the driver write the manifest (`manifest.py`: the array's
 metadata, each chunk's stored size and CRC-32C by position; its digest is returned for the
@@ -25,6 +28,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+import socket
 import time
 import uuid
 from pathlib import Path
@@ -35,6 +40,7 @@ from deepx_flow.errors import DeepxError, ExecutionError, InputError
 from deepx_flow.storage import verify
 
 COMPLETE_ATTR = "deepx_complete"
+WRITER_ATTR = "deepx_writer"  # {"host", "pid", "at"}: the process that created the array
 
 
 def normalize_uri(uri) -> str:
@@ -165,7 +171,8 @@ def create_array(uri: str, shape, dtype, chunks) -> tuple[int, ...]:
     zchunks = chunk_shape(chunks)
     try:
         zarr.create_array(store=uri, shape=tuple(shape), dtype=np.dtype(dtype), chunks=zchunks,
-                          zarr_format=3, overwrite=False, **verify.array_codecs())
+                          zarr_format=3, overwrite=False, attributes={WRITER_ATTR: writer()},
+                          **verify.array_codecs())
     except (ContainsArrayError, ContainsGroupError):  # another writer got there first
         raise InputError(f"{uri} already exists; each version is written to a new "
                          f"location, never over an old one") from None
@@ -173,6 +180,11 @@ def create_array(uri: str, shape, dtype, chunks) -> tuple[int, ...]:
         raise ExecutionError(f"cannot create the Zarr array {uri}: {type(err).__name__}: "
                              f"{err}; {_delete_quietly(uri)}") from err
     return zchunks
+
+
+def writer() -> dict:
+    """This process, as `WRITER_ATTR` records it: the host, the pid and the time."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "at": time.time()}
 
 
 def write_tasks(uri: str, tensor_key: str, shape, dtype, chunks, name: str) -> dict:
@@ -289,4 +301,4 @@ def is_complete(uri) -> bool:
 
 __all__ = ["write_persisted", "create_array", "write_tasks", "mark_complete", "written",
            "delete_array", "is_complete", "reader_uri", "normalize_uri",
-           "chunk_shape", "is_regular", "COMPLETE_ATTR"]
+           "chunk_shape", "is_regular", "COMPLETE_ATTR", "WRITER_ATTR", "writer"]

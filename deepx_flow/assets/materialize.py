@@ -26,6 +26,7 @@ from pathlib import Path
 
 from deepx_flow.assets import catalog
 from deepx_flow.assets.compose import compose
+from deepx_flow.assets.gc import collect_before_writing
 from deepx_flow.assets.selection import select as select_assets
 from deepx_flow.assets.status import stale_targets
 from deepx_flow.assets.targets import Target, reads, stages, targets_for
@@ -111,6 +112,7 @@ def materialize(defs, select="*", *, partitions=None, only_stale: bool = False, 
         targets = stale_targets(defs, targets, database, now)
     if not targets:
         return Materialized({}, [], 0.0)
+    collect_before_writing(database, sorted({t.asset for t in targets}))
     began = time.perf_counter()
     active = lasting_client(client, scheduler)
     versions = {t: uuid.uuid4().hex for t in targets}

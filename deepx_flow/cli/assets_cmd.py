@@ -1,6 +1,6 @@
-"""`deepx-flow assets list|status|history|verify` and `deepx-flow materialize`: a project's
-assets, their stored versions and staleness, checking what is stored, and materializing a
-selection of them from a shell.
+"""`deepx-flow assets list|status|history|verify|gc` and `deepx-flow materialize`: a
+project's assets, their stored versions and staleness, checking what is stored, removing
+what killed writes left, and materializing a selection of them from a shell.
 
 `-m` names the project's `dx.Definitions` as `load_definitions` reads it: a module, a `.py`
 file, either one followed by `:ATTRIBUTE`. `history` and `verify` read the database (and the
@@ -33,9 +33,15 @@ def add_parsers(sub, parents) -> None:
     history = assets_sub.add_parser("history", help="the stored versions of one asset")
     check = assets_sub.add_parser("verify", help="check stored versions without computing: "
                                                  "every chunk there, whole, its checksum")
-    for p in (listing, status, history, check):
+    gc = assets_sub.add_parser("gc", help="remove the partial version folders that killed "
+                                          "writes left (never one being written)")
+    for p in (listing, status, history, check, gc):
         p.add_argument("--db", metavar="URL", default=argparse.SUPPRESS,
                        help="metadata database URL")
+    gc.add_argument("name", nargs="*", help="asset names (default: every asset under the "
+                                            "asset root)")
+    gc.add_argument("--dry-run", action="store_true",
+                    help="say what would be removed, and remove nothing")
     for p in (listing, status):
         _module_argument(p)
     history.add_argument("name", help="an asset name")
@@ -77,7 +83,7 @@ def _module_argument(parser) -> None:
 
 def cmd_assets(args) -> int:
     return {"list": _list, "status": _status, "history": _history,
-            "verify": _verify}[args.assets_command](args)
+            "verify": _verify, "gc": _gc}[args.assets_command](args)
 
 
 def _list(args) -> int:
@@ -204,6 +210,26 @@ def _verify_one(db, row, quick: bool, upgrade: bool, damaged: list) -> str:
         return f"DAMAGED: {problems[0].problem}{more}"
     sizes = " (sizes only)" if quick else ""
     return f"ok, older format{sizes}: chunk positions not bound" if older else f"ok{sizes}"
+
+
+def _gc(args) -> int:
+    """Remove (or with --dry-run, list) partial version folders; say what was kept, and
+    why, of the folders that no row publishes."""
+    from deepx_flow.assets.gc import collect
+    from deepx_flow.assets.materialize import asset_root
+    from deepx_flow.meta import open_db
+
+    verdicts = collect(open_db(args.db), args.name or None, dry_run=args.dry_run)
+    removed = [v for v in verdicts if v.remove]
+    verb = "would remove" if args.dry_run else "removed"
+    rows = [(verb if v.remove else "kept", v.folder.asset, v.folder.version[:12], v.why,
+             v.folder.uri) for v in verdicts]
+    where = f"under {asset_root()}"
+    print(text_table(("action", "asset", "version", "why", "folder"), rows,
+                     f"{len(removed)} partial version folder{'s' * (len(removed) != 1)} "
+                     f"{verb}, {len(verdicts) - len(removed)} kept, {where}")
+          if rows else f"no unpublished version folders {where}")
+    return 0
 
 
 def cmd_materialize(args) -> int:

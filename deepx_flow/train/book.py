@@ -90,9 +90,11 @@ class Saver:
     """Writes checkpoints: the packing graph compiled once, run on the latest values."""
 
     def __init__(self, book, step, spec, client):
+        from deepx_flow.assets.gc import collect_before_writing
         from deepx_flow.runtime.plan_cache import cached_compile
         from deepx_flow.train import checkpoint as ckpt
         self.book, self.client = book, client
+        collect_before_writing(book.db, [book.asset])  # what killed checkpoints left
         self.pack = ckpt.packing(step)
         self.plan = cached_compile(self.pack.graph, spec, settings())
 
