@@ -31,6 +31,14 @@ class Settings:
     # takes about 14 us per task here (281,088 tasks in 3.9 s), so a million tasks is a large
     # but workable graph; billions would exhaust the driver and the scheduler.
     max_tasks: int = 1_000_000
+    # The largest graph spec file read (bytes), checked before it is parsed: a spec takes
+    # about 100 bytes a node, so 16 MiB holds well over the node limit below, and a larger
+    # file is refused at once instead of parsed for minutes.
+    max_spec_bytes: int = 16 * 2**20
+    # The most nodes a graph may have, counted while a spec is read and while a graph is
+    # built in Python: compiling takes about 0.1 ms a node here, so a hundred thousand
+    # nodes compile in seconds.
+    max_nodes: int = 100_000
     # Scheduler address to use instead of starting an embedded cluster.
     scheduler_address: str | None = None
     # Metadata database: any SQLAlchemy URL; by default a SQLite file `.deepx/deepx.db` in
@@ -55,7 +63,8 @@ class Settings:
     progress_after_s: float = 2.0
 
 
-def _positive_int(env, name: str, default: int) -> int:
+def _positive_int(env, name: str, default: int, unit: str = "tasks") -> int:
+    """A positive integer from `env[name]` (a number of `unit`), or `default` when unset."""
     text = env.get(name)
     if text is None or not text.strip():
         return default
@@ -64,7 +73,7 @@ def _positive_int(env, name: str, default: int) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise PlanError(f"{name} must be a positive integer (a number of tasks), got "
+        raise PlanError(f"{name} must be a positive integer (a number of {unit}), got "
                         f"{shown(text)}")
     return value
 
@@ -94,6 +103,9 @@ def settings() -> Settings:
         min_task_seconds=float(env.get("DEEPX_MIN_TASK_SECONDS", Settings.min_task_seconds)),
         reduce_fanin=int(env.get("DEEPX_REDUCE_FANIN", Settings.reduce_fanin)),
         max_tasks=_positive_int(env, "DEEPX_MAX_TASKS", Settings.max_tasks),
+        max_spec_bytes=_positive_int(env, "DEEPX_MAX_SPEC_BYTES", Settings.max_spec_bytes,
+                                     "bytes"),
+        max_nodes=_positive_int(env, "DEEPX_MAX_NODES", Settings.max_nodes, "nodes"),
         scheduler_address=env.get("DEEPX_SCHEDULER") or None,
         db_url=env.get("DEEPX_DB_URL") or None,
         asset_root=env.get("DEEPX_ASSET_ROOT") or None,
