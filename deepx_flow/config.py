@@ -33,6 +33,14 @@ class Settings:
     # takes about 14 us per task here (281,088 tasks in 3.9 s), so a million tasks is a large
     # but workable graph; billions would exhaust the driver and the scheduler.
     max_tasks: int = 1_000_000
+    # The largest graph spec file read (bytes), checked before it is parsed: a spec takes
+    # about 100 bytes a node, so 16 MiB holds well over the node limit below, and a larger
+    # file is refused at once instead of parsed for minutes.
+    max_spec_bytes: int = 16 * 2**20
+    # The most nodes a graph may have, counted while a spec is read and while a graph is
+    # built in Python: compiling takes about 0.1 ms a node here, so a hundred thousand
+    # nodes compile in seconds.
+    max_nodes: int = 100_000
     # Scheduler address to use instead of starting an embedded cluster.
     scheduler_address: str | None = None
     # Metadata database: any SQLAlchemy URL; by default a SQLite file `.deepx/deepx.db` in
@@ -183,6 +191,8 @@ READERS = (
     Reader("DEEPX_MIN_TASK_SECONDS", "min_task_seconds", Number(float, 0, **SECONDS)),
     Reader("DEEPX_REDUCE_FANIN", "reduce_fanin", Number(int, 2)),
     Reader("DEEPX_MAX_TASKS", "max_tasks", Number(int, 1, unit="tasks")),
+    Reader("DEEPX_MAX_SPEC_BYTES", "max_spec_bytes", Number(int, 1, unit="bytes")),
+    Reader("DEEPX_MAX_NODES", "max_nodes", Number(int, 1, unit="nodes")),
     Reader("DEEPX_SCHEDULER", "scheduler_address", Address()),
     Reader("DEEPX_DB_URL", "db_url", Text("a SQLAlchemy URL")),
     Reader("DEEPX_RECORD", "record", Flag()),

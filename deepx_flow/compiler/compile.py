@@ -19,6 +19,7 @@ from deepx_flow.compiler.validate import validate_graph
 from deepx_flow.config import Settings, settings
 from deepx_flow.errors import PlanError
 from deepx_flow.ir import Graph
+from deepx_flow.ir.graph import too_many_nodes
 from deepx_flow.ir.program import whole_axes
 from deepx_flow.registry.cluster import ClusterSpec
 
@@ -31,6 +32,8 @@ def compile_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None = 
     passes themselves stay pure functions of their arguments.
     """
     config = config or settings()
+    if len(graph.nodes) > config.max_nodes:  # e.g. a training graph, twice its model's size
+        raise too_many_nodes("the graph", config.max_nodes, len(graph.nodes))
     typed = check_devices(infer_types(validate_graph(graph)), cluster)
     fused = fuse_elementwise(typed)
     if check:

@@ -57,3 +57,11 @@ class Graph:
 
     def replace(self, nodes, outputs=None) -> "Graph":
         return Graph(tuple(nodes), self.outputs if outputs is None else tuple(outputs))
+
+
+def too_many_nodes(what: str, max_nodes: int, count: int | None = None) -> GraphError:
+    """The error for a graph past the node limit (`Settings.max_nodes`, DEEPX_MAX_NODES):
+    `what` has `count` nodes (or more than `max_nodes`, when the count stopped there)."""
+    held = f"has {count:,} nodes, more than" if count is not None else "has more nodes than"
+    return GraphError(f"{what} {held} the {max_nodes:,} a graph may have "
+                      f"(DEEPX_MAX_NODES={max_nodes}: raise it to compile larger graphs)")

@@ -1,15 +1,19 @@
 """Collect the graph behind a set of output tensors.
 
 `build_graph` walks back from the outputs (iteratively, so deep chains do not hit Python's
-recursion limit) and returns a `Graph` with nodes in topological order and named outputs.
+recursion limit) and returns a `Graph` with nodes in topological order and named outputs. A
+graph of more than `Settings.max_nodes` nodes (DEEPX_MAX_NODES) is refused as the walk
+reaches that many, before any of the work it would take to compile.
 """
 
 from __future__ import annotations
 
 from typing import Mapping, Sequence, Union
 
+from deepx_flow.config import settings
 from deepx_flow.errors import GraphError, shown
 from deepx_flow.ir import Graph, Node
+from deepx_flow.ir.graph import too_many_nodes
 from deepx_flow.sdk.tensor import Tensor
 
 Outputs = Union[Tensor, Sequence[Tensor], Mapping[str, Tensor], Graph]
@@ -71,6 +75,7 @@ def build_graph(outputs: Outputs) -> Graph:
     if isinstance(outputs, Graph):
         return outputs
     pairs = output_pairs(outputs)
+    max_nodes = settings().max_nodes
     order: list[Node] = []
     seen: dict[str, Node] = {}
     for _, root in pairs:
@@ -86,6 +91,8 @@ def build_graph(outputs: Outputs) -> Graph:
             if expanded:
                 seen[node.id] = node
                 order.append(node)
+                if len(order) > max_nodes:
+                    raise too_many_nodes(f"the graph behind {shown(pairs[0][0])}", max_nodes)
                 continue
             stack.append((tensor, True))
             for parent in reversed(tensor.parents):

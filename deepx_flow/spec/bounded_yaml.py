@@ -8,43 +8,65 @@ list that contains itself, and five thousand `[` make a structure too deep for P
 recursion limit. The reader walks and prints what it loads, so such documents used to run
 for minutes, fill gigabytes, or end in a RecursionError.
 
-`load` refuses them while composing, before anything is built, with a SpecError that gives
-the line and column:
+`load` composes the document (YAML's node graph, in which an alias is its anchor's node
+again, not a copy, so composing costs what the text holds), checks the node graph, and only
+then builds Python values from it. It refuses, with a SpecError that gives the line and
+column:
 
+* more than `max_nodes` entries under the document's `inputs` and `nodes` (the graph's size,
+  `DEEPX_MAX_NODES`);
 * nesting deeper than `MAX_DEPTH` levels (a spec needs about ten);
-* more than `MAX_NODES` YAML values in all, counting each alias as the values it repeats
-  (aliases that only name a shared value, as in `y: *spec`, cost what that value holds);
+* more than `VALUES_PER_NODE` values a node in all, counting each alias as the values it
+  repeats (aliases that only name a shared value, as in `y: *spec`, cost what that value
+  holds);
 * an alias used inside the value of its own anchor;
 * integers longer than `MAX_INT_CHARS` characters, which no dtype can hold and which Python
   refuses to print.
+
+Composing is libyaml's (PyYAML's C parser, `yaml.CSafeLoader`'s) where PyYAML was built with
+it; libyaml refuses nesting past 1,000 levels itself. Without it PyYAML's Python parser
+composes, and a document nested past Python's recursion limit is refused as too deep. The
+cyclic garbage collector is paused while a document is loaded: every value is a new object
+that lives on, so each collection it would run finds nothing to free but walks all of them
+again (the loader built a 20,000-node spec in about half the time without them); nothing a
+spec builds is cyclic, as an alias inside its own value is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from typing import Any
 
 import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from deepx_flow.errors import SpecError
 
 # A graph spec nests about ten levels (document, nodes, node, attrs, program, instruction,
 # argument); fused programs written out by hand need no more.
 MAX_DEPTH = 64
-# Values in the whole document once aliases are expanded: a spec of tens of thousands of
-# nodes fits; a billion laughs does not.
-MAX_NODES = 1_000_000
+# Values a node may take, on average over the document once aliases are expanded: a node
+# written out takes about fifteen (its mapping, keys, arguments, shape, dtype), one with a
+# few attributes thirty; a billion laughs takes billions.
+VALUES_PER_NODE = 32
 # The longest integer literal, in characters: 2**64 needs 20 digits, float64's largest
 # value 309; binary and hexadecimal forms of those fit too.
 MAX_INT_CHARS = 400
+# The top-level keys whose entries are the graph's inputs and nodes.
+GRAPH_SECTIONS = ("inputs", "nodes")
 
 
-def load(text: str) -> Any:
+def load(text: str, max_nodes: int) -> Any:
     """Parse one YAML document within the bounds of the module docstring.
 
     Parameters
     ----------
     text : str
         The document.
+    max_nodes : int
+        The most entries its `inputs` and `nodes` may hold (`Settings.max_nodes`); the
+        document may hold `VALUES_PER_NODE` values for each.
 
     Returns
     -------
@@ -58,11 +80,97 @@ def load(text: str) -> Any:
     yaml.YAMLError
         The text is not YAML.
     """
-    loader = _BoundedLoader(text)
+    loader = _Loader(text)
     try:
-        return loader.get_single_data()
+        with _collector_paused():
+            try:
+                root = loader.get_single_node()
+            except RecursionError:  # PyYAML's Python composer recurses once a level
+                raise _too_deep(None) from None
+            except yaml.MarkedYAMLError as err:
+                # libyaml's own bound on nesting (1,000 levels): the same refusal.
+                if err.problem and "maximum nesting depth" in err.problem:
+                    raise _too_deep(err.problem_mark) from None
+                raise
+            if root is None:
+                return None
+            _check_entries(root, max_nodes)
+            _check_values(root, max_nodes)
+            return loader.construct_document(root)
     finally:
         loader.dispose()
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """The cyclic garbage collector off for the block, as it was after it."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
+def _check_entries(root: Node, max_nodes: int) -> None:
+    """At most `max_nodes` inputs and nodes (an input is a mapping entry, a node a list
+    item), before anything is built from them."""
+    if not isinstance(root, MappingNode):
+        return
+    entries = [entry for key, value in root.value
+               if isinstance(key, ScalarNode) and key.value in GRAPH_SECTIONS
+               and isinstance(value, (MappingNode, SequenceNode))
+               for entry in value.value]
+    if len(entries) > max_nodes:
+        first_past = entries[max_nodes]
+        mark = (first_past[0] if isinstance(first_past, tuple) else first_past).start_mark
+        raise _refused(mark, f"the spec has {len(entries):,} inputs and nodes, more than the "
+                       f"{max_nodes:,} a graph may have (DEEPX_MAX_NODES={max_nodes}: raise "
+                       "it to read larger graphs)")
+
+
+def _check_values(root: Node, max_nodes: int) -> None:
+    """Depth, self-containing aliases and the values the document expands into, by one walk
+    of its node graph that visits each collection once (one reached again through an alias
+    counts the values it holds, known from the first visit; a scalar is one value)."""
+    max_values = VALUES_PER_NODE * max_nodes
+    sizes: dict[int, int] = {}  # id(collection) -> values it stands for, aliases expanded
+    on_path: set[int] = set()   # the collections being walked into (the current one's
+    aliased = False             # ancestors)
+    stack: list[tuple[Node, int, bool]] = [(root, 1, False)]  # node, depth, leaving it
+    while stack:
+        node, depth, leaving = stack.pop()
+        key = id(node)
+        if leaving:
+            on_path.discard(key)
+            size = 1 + sum(sizes.get(id(child), 1) for child in _children(node))
+            sizes[key] = size
+            if size > max_values:
+                raise _too_many_values(node.start_mark, max_values, max_nodes, aliased)
+            continue
+        if key in sizes:  # reached again: an alias
+            aliased = True
+            continue
+        if key in on_path:
+            raise _refused(node.start_mark, "an alias (*name) is used inside the value of its "
+                           "own anchor (&name) here, which would make a structure that "
+                           "contains itself; repeat the value instead")
+        children = _children(node)
+        if children and depth >= MAX_DEPTH:  # its children would be past the bound
+            raise _too_deep(children[0].start_mark)
+        on_path.add(key)
+        stack.append((node, depth, True))
+        stack.extend((child, depth + 1, False) for child in children
+                     if child.__class__ is not ScalarNode)
+
+
+def _children(node: Node) -> list[Node]:
+    if node.__class__ is SequenceNode:
+        return node.value
+    if node.__class__ is MappingNode:
+        return [part for pair in node.value for part in pair]
+    return []
 
 
 def _refused(mark, message: str) -> SpecError:
@@ -70,51 +178,27 @@ def _refused(mark, message: str) -> SpecError:
     return SpecError(where + message)
 
 
-class _BoundedLoader(yaml.SafeLoader):
-    """SafeLoader that counts depth and expanded values while it composes."""
+def _too_deep(mark) -> SpecError:
+    return _refused(mark, f"the document is nested more than {MAX_DEPTH} levels deep; a "
+                    "graph spec needs about ten")
 
-    def __init__(self, stream):
-        super().__init__(stream)
-        self._depth = 0
-        self._values = 0                 # values so far, aliases counted as what they repeat
-        self._sizes: dict[str, int] = {}  # anchor -> values its node stands for
-        self._open: set[str] = set()     # anchors whose value is being composed
 
-    def compose_node(self, parent, index):
-        event = self.peek_event()
-        if isinstance(event, yaml.AliasEvent):
-            anchor = event.anchor
-            if anchor in self._open:
-                raise _refused(event.start_mark, f"the alias *{anchor} is used inside the value "
-                               f"of its own anchor &{anchor}, which would make a structure that "
-                               "contains itself; repeat the value instead")
-            # An undefined alias is the composer's own error, raised below.
-            self._grow(self._sizes.get(anchor, 0), event)
-            return super().compose_node(parent, index)
-        if self._depth >= MAX_DEPTH:
-            raise _refused(event.start_mark, f"the document is nested more than {MAX_DEPTH} "
-                           "levels deep; a graph spec needs about ten")
-        anchor = event.anchor
-        before = self._values
-        self._grow(1, event)
-        self._depth += 1
-        if anchor is not None:
-            self._open.add(anchor)
-        try:
-            node = super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-            self._open.discard(anchor)
-        if anchor is not None:
-            self._sizes[anchor] = self._values - before
-        return node
+def _too_many_values(mark, max_values: int, max_nodes: int, aliased: bool) -> SpecError:
+    if aliased:
+        return _refused(mark, f"the document expands to more than {max_values:,} values once "
+                        "its aliases (*name) are repeated; a graph spec is far smaller: use "
+                        "fewer aliases")
+    return _refused(mark, f"the document holds more than {max_values:,} values, more than "
+                    f"{VALUES_PER_NODE} for each of the {max_nodes:,} nodes a graph may have "
+                    f"(DEEPX_MAX_NODES={max_nodes}: raise it to read larger graphs)")
 
-    def _grow(self, values: int, event) -> None:
-        self._values += values
-        if self._values > MAX_NODES:
-            raise _refused(event.start_mark, f"the document expands to more than "
-                           f"{MAX_NODES:,} values once its aliases (*name) are repeated; a "
-                           "graph spec is far smaller: use fewer aliases")
+
+# libyaml's parser and composer where PyYAML has them (`yaml.CSafeLoader`), else PyYAML's.
+_SafeLoader = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
+
+
+class _Loader(_SafeLoader):
+    """The safe loader, refusing integers too long to be a number of any dtype."""
 
     def construct_yaml_int(self, node):
         digits = node.value.replace("_", "").lstrip("+-")
@@ -124,4 +208,4 @@ class _BoundedLoader(yaml.SafeLoader):
         return super().construct_yaml_int(node)
 
 
-_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from deepx_flow.compiler.infer import infer_node, infer_types
+from deepx_flow.compiler.infer import infer_node
 from deepx_flow.compiler.validate import validate_graph
 from deepx_flow.errors import GraphError, SpecError, did_you_mean, shown
 from deepx_flow.ir import Graph, Node, dtypes
@@ -89,8 +89,8 @@ def document_to_graph(doc: Any) -> Graph:
     entries = _parse_entries(doc)
     outputs = _parse_outputs(doc["outputs"], entries)
     order = _walk(entries, [node_id for _, node_id in outputs])
-    graph = Graph(_type_nodes(entries, order), tuple(outputs))
-    return infer_types(validate_graph(graph))
+    # Each node was typed as it was made (`_type_node`), its operands before it.
+    return validate_graph(Graph(_type_nodes(entries, order), tuple(outputs)))
 
 
 # -- the document's structure --------------------------------------------------------------

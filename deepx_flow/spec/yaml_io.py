@@ -21,9 +21,11 @@ from typing import Any
 
 import yaml
 
+from deepx_flow.config import settings
 from deepx_flow.errors import GraphError, SpecError
 from deepx_flow.ir import Graph, Node
 from deepx_flow.ir.node import make_attrs, make_id
+from deepx_flow.registry.cluster import format_bytes
 from deepx_flow.sdk.build import Outputs, build_graph
 from deepx_flow.spec import bounded_yaml
 from deepx_flow.spec.normalize import is_literal, literal_dtype
@@ -69,9 +71,10 @@ def from_yaml(source: str | os.PathLike) -> Graph:
     >>> g.outputs
     (('x', 'x'),)
     """
-    text, path = _read_source(source)
+    limits = settings()
+    text, path = _read_source(source, limits.max_spec_bytes)
     try:
-        return document_to_graph(_parse_yaml(text))
+        return document_to_graph(_parse_yaml(text, limits.max_nodes))
     except GraphError as err:
         if path is None:
             raise
@@ -220,20 +223,41 @@ def _thaw(value: Any) -> Any:
 
 
 # -- reading -------------------------------------------------------------------------------
-def _read_source(source: str | os.PathLike) -> tuple[str, str | None]:
-    """The spec's text, and the file it came from (None for text)."""
+def _read_source(source: str | os.PathLike, max_bytes: int) -> tuple[str, str | None]:
+    """The spec's text, and the file it came from (None for text); a SpecError for one of
+    more than `max_bytes` bytes, found before it is parsed."""
     if isinstance(source, str) and not _is_file_name(source):
+        # Checked without encoding a text far below the limit (UTF-8 takes up to 4 bytes).
+        if len(source) * 4 > max_bytes and len(source.encode("utf-8", "replace")) > max_bytes:
+            raise _too_large("the spec text", len(source.encode("utf-8", "replace")),
+                             max_bytes)
         return source, None
     if not isinstance(source, (str, os.PathLike)):
         raise SpecError(f"from_yaml takes a file path or YAML text, not a "
                         f"{type(source).__name__}")
     path = os.fspath(source)
     try:
-        return Path(path).read_text(encoding="utf-8"), path
+        with open(path, "rb") as file:
+            # Read one byte past the limit: a file's stated size may be 0 (a pipe, /proc)
+            # or change while it is read.
+            size = os.fstat(file.fileno()).st_size
+            if size > max_bytes:
+                raise _too_large(path, size, max_bytes)
+            data = file.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise _too_large(path, None, max_bytes)
+        return data.decode("utf-8"), path
     except FileNotFoundError:
         raise SpecError(f"{path}: no such graph spec file") from None
     except (OSError, UnicodeDecodeError) as err:
         raise SpecError(f"{path}: cannot read the graph spec: {err}") from None
+
+
+def _too_large(what: str, size: int | None, max_bytes: int) -> SpecError:
+    held = f"is {format_bytes(size)} ({size:,} bytes)" if size is not None else "holds more"
+    return SpecError(f"{what}: {held}, more than the {format_bytes(max_bytes)} a graph spec "
+                     f"may be (DEEPX_MAX_SPEC_BYTES={max_bytes}: raise it to read larger "
+                     "specs)")
 
 
 def _is_file_name(text: str) -> bool:
@@ -242,9 +266,9 @@ def _is_file_name(text: str) -> bool:
     return text.strip().endswith(SUFFIXES) or os.path.isfile(text)
 
 
-def _parse_yaml(text: str) -> Any:
+def _parse_yaml(text: str, max_nodes: int) -> Any:
     try:
-        return bounded_yaml.load(text)
+        return bounded_yaml.load(text, max_nodes)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
