@@ -1,6 +1,13 @@
 """A compiled graph as a picture: one box per node of the graph as written, each with its
-node id (as the plan's tables name it), operator, shape and chunk grid; the nodes one fused
-kernel computes share a colour and an enclosing frame named like the kernel's tasks.
+name, operator, shape and chunk grid; the nodes one fused kernel computes share a colour and
+an enclosing frame named like the kernel's tasks. A box is named as the user named its node
+(an input's name, a spec's node id, the name of an output it is), and by its content-hash
+id, as the plan's tables name it, only when the user gave it no name.
+
+The figure is drawn at a readable scale, the whole graph in it, inside a frame that scrolls
+both ways (`figure`'s `px_per_unit`): a wide graph is reached by scrolling, not cut off at
+the page's edge. A graph too big for that canvas (`MAX_CANVAS_PX`) is drawn smaller to fit,
+and zoomed into with the mouse wheel.
 
 The boxes are the graph's nodes (what `graphs.n_nodes` counts), not the fused graph's: a
 fused group is then visible as the operators it holds. A node of the fused graph has a chunk
@@ -13,6 +20,7 @@ the columns with Bokeh. Data sources are named `graph-nodes`, `graph-edges` and
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from deepx_flow.ui.layout import edge_lines, layout
@@ -26,6 +34,11 @@ GROUP_COLORS = ("#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94"
 PLAIN_COLOR = "#f2f2f2"
 NAME_LIMIT = 70  # characters of a group's name drawn on the picture (hover has it all)
 ID_LIMIT = 26  # characters of a node id drawn in its box (a box's width; hover has it all)
+# Pixels per data unit: a box (BOX_W x BOX_H units) is 138 x 60 pixels, room for its text.
+PX_X, PX_Y = 60.0, 40.0
+MAX_CANVAS_PX = (6000, 3000)  # larger is drawn smaller (a canvas's memory is its area)
+# An id `make_id` gave a node the user did not name: its operator, "-", a content hash.
+ANONYMOUS_ID = re.compile(r"[A-Za-z0-9_]+-[0-9a-f]{12}\Z")
 
 
 def fused_members(graph, fused) -> dict[str, str]:
@@ -76,10 +89,13 @@ class Picture:
     total: int
 
 
-def picture(plan, label=lambda node: node.op, limit: int = MAX_NODES) -> Picture:
+def picture(plan, label=lambda node: node.op, limit: int = MAX_NODES,
+            names: dict[str, str | None] | None = None) -> Picture:
     """The columns of `plan` (a compiled `Plan`): its graph's first `limit` nodes, laid out
     left to right; `label(fused node)` names a fused group (e.g. the recorder's operator
-    label, as the run's task rows show it). Nodes come in the graph's order, which puts
+    label, as the run's task rows show it). `names` maps an output's name to the name the
+    user knows it by (None: a name made up for it, not shown; by default every output name
+    is the user's; `run_outputs.user_names`). Nodes come in the graph's order, which puts
     operands before their users, so the first `limit` include every input they read."""
     graph, fused, chunks = plan.graph, plan.fused, plan.partition.chunks
     drawn = list(graph.nodes[:limit])
@@ -96,29 +112,34 @@ def picture(plan, label=lambda node: node.op, limit: int = MAX_NODES) -> Picture
     # A group worth a frame: a kernel computing more than one drawn node.
     grouped = [k for k in members if len(members[k]) > 1]
     color = {k: GROUP_COLORS[i % len(GROUP_COLORS)] for i, k in enumerate(grouped)}
-    names = {k: label(kernels[k]) for k in grouped}
-    outputs = {}
+    group_names = {k: label(kernels[k]) for k in grouped}
+    outputs, given = {}, {}
     for out, node_id in graph.outputs:
         outputs.setdefault(node_id, []).append(out)
+        shown = out if names is None else names.get(out, out)
+        if shown is not None:
+            given.setdefault(node_id, []).append(shown)
 
-    nodes = {c: [] for c in ("id", "op", "shape", "dtype", "chunks", "group", "outputs",
-                             "x", "y", "color", "text")}
+    nodes = {c: [] for c in ("id", "name", "op", "shape", "dtype", "chunks", "group",
+                             "outputs", "x", "y", "color", "text")}
     for n in drawn:
         x, y = place[n.id][0] * LAYER_STEP, -place[n.id][1] * SLOT_STEP
         kernel = owner.get(n.id)
         grid = grid_text(chunks[n.id]) if n.id in chunks else \
             "fused" if kernel is not None else "not computed"
+        name = box_name(n.id, given.get(n.id, []))
         nodes["id"].append(n.id)
+        nodes["name"].append(name)
         nodes["op"].append(n.op)
         nodes["shape"].append(shape_text(n.shape))
         nodes["dtype"].append(n.dtype or "")
         nodes["chunks"].append(grid)
-        nodes["group"].append(names.get(kernel, ""))
+        nodes["group"].append(group_names.get(kernel, ""))
         nodes["outputs"].append(", ".join(outputs.get(n.id, [])))
         nodes["x"].append(x)
         nodes["y"].append(y)
         nodes["color"].append(color.get(kernel, PLAIN_COLOR))
-        nodes["text"].append(f"{id_text(n.id)}\n{n.op}\n{shape_text(n.shape)}\n{grid}")
+        nodes["text"].append(f"{id_text(name)}\n{n.op}\n{shape_text(n.shape)}\n{grid}")
 
     at = {node_id: (x, y) for node_id, x, y in zip(nodes["id"], nodes["x"], nodes["y"])}
     lines = edge_lines(edges, at, BOX_W)
@@ -139,11 +160,11 @@ def picture(plan, label=lambda node: node.op, limit: int = MAX_NODES) -> Picture
             frames["bottom"].append(bottom)
             frames["top"].append(top)
             frames["color"].append(color[k])
-            frames["name"].append(names[k])
+            frames["name"].append(group_names[k])
         # The name sits on the top-left frame.
         left, _, _, top = min(boxes, key=lambda b: (-b[3], b[0]))
-        groups["name"].append(names[k])
-        groups["label"].append(_short(names[k]))
+        groups["name"].append(group_names[k])
+        groups["label"].append(_short(group_names[k]))
         groups["color"].append(color[k])
         groups["members"].append(len(members[k]))
         groups["x"].append(left)
@@ -205,6 +226,13 @@ def _frames(kernel, cells: list, taken: dict) -> list[tuple]:
     return out
 
 
+def box_name(node_id: str, outputs: list[str]) -> str:
+    """What a node's box is called: the names the user gave it as outputs when its id is
+    anonymous (a content hash: `dx.run({"loss": ...})`, a training's loss), else its id,
+    which the user chose (an input's name, a spec's node id) or which is all it has."""
+    return ", ".join(outputs) if outputs and ANONYMOUS_ID.match(node_id) else node_id
+
+
 def id_text(node_id: str, limit: int = ID_LIMIT) -> str:
     """A node id as its box shows it: whole when it fits, else its start and its end (the
     content hash that tells nodes of one operator apart) around an ellipsis."""
@@ -218,11 +246,31 @@ def _short(text: str, limit: int = NAME_LIMIT) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def figure(pic: Picture, title: str = "compiled graph", visible_layers: int = 7,
-           visible_slots: int = 10):
+def extent(pic: Picture) -> tuple[float, float, float, float]:
+    """(left, right, bottom, top) in data units: every box and frame, and room for the
+    frames' names above them."""
+    xs, ys = pic.nodes["x"] or [0.0], pic.nodes["y"] or [0.0]
+    left = min([min(xs) - BOX_W / 2 - 2 * PAD, *pic.frames["left"]])
+    right = max([max(xs) + BOX_W / 2 + 2 * PAD, *pic.frames["right"]])
+    bottom = min([min(ys) - BOX_H / 2 - 2 * PAD, *pic.frames["bottom"]])
+    top = max([max(ys) + BOX_H / 2 + 3 * PAD, *(t + 2 * PAD for t in pic.frames["top"])])
+    return left, right, bottom, top
+
+
+def canvas_size(pic: Picture, px_per_unit: tuple[float, float] = (PX_X, PX_Y),
+                limit: tuple[int, int] = MAX_CANVAS_PX) -> tuple[int, int]:
+    """The figure's (width, height) in pixels: the whole graph at `px_per_unit`, scaled
+    down (both ways alike) to fit `limit`."""
+    left, right, bottom, top = extent(pic)
+    width, height = (right - left) * px_per_unit[0], (top - bottom) * px_per_unit[1]
+    shrink = min(1.0, limit[0] / width, limit[1] / height)
+    return max(240, math.ceil(width * shrink)), max(160, math.ceil(height * shrink))
+
+
+def figure(pic: Picture, title: str = "compiled graph"):
     """The Bokeh figure: group frames behind, edges, boxes with their text; hover on a box
-    names its node, kernel and chunk grid. It opens on the top-left `visible_layers` x
-    `visible_slots` places of the graph; pan and zoom reach the rest."""
+    names its node, kernel and chunk grid. The whole graph, at `canvas_size`: put it in a
+    frame that scrolls (the graph page does) to reach what the window does not show."""
     from bokeh.models import ColumnDataSource, HoverTool, Range1d
     from bokeh.plotting import figure as bokeh_figure
 
@@ -230,17 +278,13 @@ def figure(pic: Picture, title: str = "compiled graph", visible_layers: int = 7,
     edges = ColumnDataSource(pic.edges, name="graph-edges")
     groups = ColumnDataSource(pic.groups, name="graph-groups")
     frames = ColumnDataSource(pic.frames, name="graph-frames")
-    xs, ys = pic.nodes["x"] or [0.0], pic.nodes["y"] or [0.0]
-    left = min(xs) - BOX_W / 2 - 2 * PAD
-    top = max(ys) + BOX_H / 2 + 3 * PAD
-    # As wide as `visible_layers` layers even when there are fewer: boxes keep one size.
-    right = min(xs) + (visible_layers - 1) * LAYER_STEP + BOX_W / 2 + 2 * PAD
-    bottom = max(min(ys), max(ys) - (visible_slots - 1) * SLOT_STEP) - BOX_H / 2 - 2 * PAD
-    rows = round((top - bottom) / SLOT_STEP)
+    left, right, bottom, top = extent(pic)
+    width, height = canvas_size(pic)
     fig = bokeh_figure(x_range=Range1d(left, right), y_range=Range1d(bottom, top),
-                       height=max(240, 60 + 80 * rows), sizing_mode="stretch_width",
-                       title=title, name="graph", tools="pan,wheel_zoom,box_zoom,reset",
-                       x_axis_location=None, y_axis_location=None, min_border_left=12)
+                       width=width, height=height, sizing_mode="fixed", title=title,
+                       name="graph", tools="pan,wheel_zoom,box_zoom,reset",
+                       x_axis_location=None, y_axis_location=None, min_border=0,
+                       toolbar_location="left")
     fig.quad(left="left", right="right", bottom="bottom", top="top", source=frames,
              fill_color="color", fill_alpha=0.35, line_color="color", line_width=2,
              name="graph-frame-quads")

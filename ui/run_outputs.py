@@ -8,6 +8,7 @@ that order in one transaction (`assets.catalog.record_all`), each row followed b
 results in the order of the asset's checks. So the run's i-th materialization (by id) is
 what `t<i>` stored, and its j-th check result is check j. `output_rows` pairs them up; a
 name the rows do not account for (a failed stage stores nothing) keeps only its tensor.
+`user_names` says which names are the user's (the graph page labels nodes by them).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from deepx_flow.meta.models import AssetCheckResult, AssetMaterialization
 COLUMNS = ("output", "asset", "partition", "check", "result", "version", "bytes", "tensor")
 _TARGET = re.compile(r"t(\d+)")
 _CHECK = re.compile(r"t(\d+)_check(\d+)_(\d+)")
+# The names `dx.run` and friends give outputs the user did not name (`sdk/build.py`).
+_GENERATED = re.compile(r"out\d+(_\d+)?")
 
 
 def recorded_outputs(run) -> dict[str, str]:
@@ -76,3 +79,21 @@ def output_rows(outputs: dict[str, str], stored: list) -> list[dict]:
                            "passed" if result.passed else "failed")
         rows.append(row)
     return rows
+
+
+def user_names(rows: list[dict]) -> dict[str, str | None]:
+    """Output name -> the name the user knows that output by (`output_rows`' rows): a
+    materialization's the asset it stored ("daily[2026-01-02]") or the check it measured
+    ("features: all_finite"), a name the user gave it as is; None for a name made for it
+    by position (`out0`, and `t<i>` that no stored version accounts for)."""
+    names: dict[str, str | None] = {}
+    for row in rows:
+        name = row["output"]
+        if row["asset"]:
+            shown = row["asset"] + (f"[{row['partition']}]" if row["partition"] else "")
+            names[name] = f"{shown}: {row['check']}" if row["check"] else shown
+        elif _GENERATED.fullmatch(name) or _TARGET.fullmatch(name) or _CHECK.fullmatch(name):
+            names[name] = None
+        else:
+            names[name] = name
+    return names

@@ -18,8 +18,9 @@ from deepx_flow.ir.program import describe
 from deepx_flow.registry.cluster import ClusterSpec, WorkerSpec
 from deepx_flow.ir.program import operator_label
 from deepx_flow.sdk.build import build_graph
-from deepx_flow.ui.graph_picture import (BOX_H, BOX_W, ID_LIMIT, fused_members, grid_text,
-                                         id_text, picture, shape_text)
+from deepx_flow.ui.graph_picture import (BOX_H, BOX_W, ID_LIMIT, box_name, canvas_size,
+                                         extent, fused_members, grid_text, id_text, picture,
+                                         shape_text)
 
 UNARY = (dx.tanh, dx.exp, dx.relu, dx.abs)
 
@@ -193,9 +194,10 @@ def test_the_seed_runs_graph_fuses_tanh_mul_and_the_constant_into_the_sum():
     assert len(pic.frames["name"]) == 1
     by_op = dict(zip(pic.nodes["op"], pic.nodes["text"]))
     ids = dict(zip(pic.nodes["op"], pic.nodes["id"]))
-    # Each box: its node id (as the plan's tables name it), operator, shape, chunk grid.
+    # Each box: its name (the output's, else its id as the plan's tables name it), operator,
+    # shape, chunk grid.
     assert by_op["random_normal"] == f"{ids['random_normal']}\nrandom_normal\n400x64\n1x1 chunk"
-    assert by_op["sum"] == f"{ids['sum']}\nsum\n64\n1 chunk"
+    assert by_op["sum"] == "out0\nsum\n64\n1 chunk"  # names=None: every output's is shown
     assert all(i in plan.explain() for i in (ids["random_normal"], ids["sum"]))
 
 
@@ -256,3 +258,48 @@ def test_two_kernels_that_compute_the_same_thing_are_two_frames_of_one_name():
     members = members_of(fused_members(plan.graph, plan.fused))
     assert sorted(pic.groups["members"]) == sorted(len(m) for m in members.values()
                                                    if len(m) > 1)
+
+
+def test_a_box_is_named_as_the_user_named_its_node():
+    """By an input's name, a spec's node id, an output's name; by its content-hash id only
+    when the user gave it no name (boxes said "mean-79ebfcb84f8b" for a training's loss)."""
+    x = dx.input("pixels", (64, 8), "float32")
+    w = dx.random.normal((8, 4), seed=1, dtype="float32")
+    hidden = dx.relu(x @ w)
+    plan = compile_graph(build_graph({"loss": hidden.mean(), "scores": hidden,
+                                      "out0": hidden.sum()}), cluster(1 << 30))
+    pic = picture(plan, label=operator_label, names={"loss": "loss", "scores": "scores",
+                                                      "out0": None})
+    first_line = {i: t.split("\n")[0] for i, t in zip(pic.nodes["id"], pic.nodes["text"])}
+    by_output = {out: node for out, node in plan.graph.outputs}
+    assert first_line["pixels"] == "pixels"
+    assert first_line[by_output["loss"]] == "loss"
+    assert first_line[by_output["scores"]] == "scores"
+    assert first_line[by_output["out0"]] == id_text(by_output["out0"])  # made up: its id
+    assert first_line[w.node.id] == id_text(w.node.id)  # anonymous: its hash
+    assert dict(zip(pic.nodes["id"], pic.nodes["name"]))[by_output["loss"]] == "loss"
+    assert box_name("sum-ad3479f9fda1", ["a", "b"]) == "a, b"
+    assert box_name("h", ["y"]) == "h"  # a spec's id is the user's own
+    assert box_name("sum-ad3479f9fda1", []) == "sum-ad3479f9fda1"
+
+
+def test_the_figure_holds_the_whole_graph_at_a_readable_scale_or_smaller_to_fit():
+    x = dx.random.normal((64, 8), seed=1)
+    for _ in range(12):  # a long chain: far wider than a window
+        x = dx.tanh(x @ dx.random.normal((8, 8), seed=2))
+    plan = compile_graph(build_graph(x), cluster(1 << 30))
+    pic = picture(plan, label=operator_label)
+    left, right, bottom, top = extent(pic)
+    assert left < min(pic.nodes["x"]) - BOX_W / 2 and max(pic.nodes["x"]) + BOX_W / 2 < right
+    assert bottom < min(pic.nodes["y"]) - BOX_H / 2 and max(pic.nodes["y"]) + BOX_H / 2 < top
+    assert all(left <= f <= right for f in pic.frames["left"] + pic.frames["right"])
+    width, height = canvas_size(pic)
+    assert width == pytest.approx((right - left) * 60, abs=1)  # 60 pixels per unit
+    assert width > 3000
+    fig = picture_figure(plan)
+    assert (fig.x_range.start, fig.x_range.end) == (left, right)
+    assert (fig.y_range.start, fig.y_range.end) == (bottom, top)
+    assert (fig.width, fig.height) == (width, height)
+    half = (width // 2, height)  # too big for that canvas: drawn at half the scale
+    small = canvas_size(pic, limit=half)
+    assert small[0] == half[0] and small[1] == pytest.approx(max(160, height / 2), abs=1)

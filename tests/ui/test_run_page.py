@@ -12,7 +12,7 @@ import deepx_flow as dx
 from deepx_flow.meta.models import AssetCheckResult, AssetMaterialization
 from deepx_flow.registry.cluster import format_bytes
 from deepx_flow.ui.pages.run import planned_tasks, submitted_text
-from deepx_flow.ui.run_outputs import output_rows, recorded_outputs
+from deepx_flow.ui.run_outputs import output_rows, recorded_outputs, user_names
 from deepx_flow.ui.table import shown, size_text
 
 
@@ -70,6 +70,18 @@ def test_a_materializations_outputs_are_named_by_what_they_stored():
     assert rows["t1_check0_0"]["check"] == "shape"
     assert rows["t1"]["partition"] == "2026-01-01"
     assert all(rows[n]["tensor"] == t for n, t in outputs.items())
+
+
+def test_the_names_the_user_knows_outputs_by():
+    outputs = {"t0": "sum@a", "t0_check0_0": "all@c", "t1": "mean@d"}
+    stored = [(version(1, "features"), [check(1, "all_finite")]),
+              (version(2, "daily", "2026-01-01"), [])]
+    assert user_names(output_rows(outputs, stored)) == {
+        "t0": "features", "t0_check0_0": "features: all_finite", "t1": "daily[2026-01-01]"}
+    # Names made up by position are no one's; a name the user gave is kept.
+    assert user_names(output_rows({"t0": "x@a", "out0": "y@b", "out2_1": "z@c",
+                                   "loss": "mean@d", "outer": "e@f"}, [])) == {
+        "t0": None, "out0": None, "out2_1": None, "loss": "loss", "outer": "outer"}
 
 
 def test_outputs_the_records_do_not_account_for_keep_only_their_tensor():

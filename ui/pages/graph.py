@@ -15,6 +15,7 @@ from deepx_flow.errors import InputError
 from deepx_flow.meta.queries import find_run, list_runs
 from deepx_flow.ui import graph_picture, lineage
 from deepx_flow.ui.asset_versions import MAX_TARGETS, newest_versions
+from deepx_flow.ui.run_outputs import output_rows, recorded_outputs, stored_by, user_names
 from deepx_flow.ui.run_plan import rebuild
 from deepx_flow.ui.sections import section_tabs
 from deepx_flow.ui.session import session_arg
@@ -22,10 +23,13 @@ from deepx_flow.ui.text import Text
 from deepx_flow.ui.table import utc_text
 
 PLAN_LINES = 200  # of a run's recorded plan text (a big graph's runs to thousands)
-LEGEND = ("Boxes: operators of the graph as written (node id, as the plan names it; "
-          "operator, shape, chunk grid; \"fused\" when another node's kernel computes it). "
-          "A coloured frame holds the operators one fused kernel computes, named as its "
-          "tasks are.")
+LEGEND = ("Boxes: operators of the graph as written (the name the user gave the node: an "
+          "input's, a spec's node id, an output's; for a node given none, its id as the plan "
+          "names it; then its operator, shape, chunk grid, \"fused\" when another node's "
+          "kernel computes it). A coloured frame holds the operators one fused kernel "
+          "computes, named as its tasks are. Scroll the picture to see all of it; hover over a "
+          "box for its node id.")
+VIEW_PX = 800  # the picture's frame is at most this tall; it scrolls to show the rest
 LINEAGE_LEGEND = ("Green: fresh. Orange: stale (an upstream has a newer version than the "
                   "one read, or a blocking check failed). Red: the newest version failed a "
                   "check. Grey: read by others but never materialized.")
@@ -57,7 +61,10 @@ def _compiled(db) -> list:
     if rebuilt.plan is None:
         parts.append(Text(rebuilt.problem, css_classes=["deepx-graph-problem"]))
     else:
-        pic = graph_picture.picture(rebuilt.plan, label=_operator_label)
+        rows = output_rows(recorded_outputs(run),
+                           stored_by(db, run.id) if run.kind == "materialize" else [])
+        pic = graph_picture.picture(rebuilt.plan, label=_operator_label,
+                                    names=user_names(rows))
         shown = f"{pic.total:,} nodes" if pic.shown == pic.total else \
             f"the first {pic.shown:,} of {pic.total:,} nodes"
         kernels = len(rebuilt.plan.fused.nodes)
@@ -70,11 +77,22 @@ def _compiled(db) -> list:
                          f"its plan below is what ran")
         parts += [pn.pane.Markdown(LEGEND),
                   Text("; ".join(notes), css_classes=["deepx-graph-notes"]),
-                  pn.pane.Bokeh(graph_picture.figure(pic, title), sizing_mode="stretch_width")]
+                  _scrolled(graph_picture.figure(pic, title))]
     if run.explain:
         parts += [pn.pane.Markdown("### The plan the run recorded"),
                   Text(_first_lines(run.explain, PLAN_LINES))]
     return parts
+
+
+def _scrolled(fig) -> pn.Column:
+    """The picture in a frame as wide as the page and at most VIEW_PX tall, which scrolls
+    both ways when the picture is larger: the whole graph is reached, nothing is cut off."""
+    # A frame that stretches takes its content's width as its least (Bokeh's layout passes
+    # it up to the page, which then grew as wide as the picture): a fixed frame, made as
+    # wide as the page by its style, does not.
+    return pn.Column(pn.pane.Bokeh(fig), scroll="both-auto", sizing_mode="fixed", width=320,
+                     height=min(VIEW_PX, fig.height + 24), css_classes=["deepx-graph-view"],
+                     stylesheets=[":host { width: 100% !important; }"])
 
 
 def _first_lines(text: str, n: int) -> str:
