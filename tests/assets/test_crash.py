@@ -4,7 +4,8 @@ previous version readable and published, and the next materialization succeeds.
 Version 1 is stored by this process. A second process, the `deepx-flow materialize` command
 with its own embedded cluster, stores a 128 MB version 2 in many chunks; when its Zarr
 folder holds some but not all of its chunk files, the driver's whole process group (its Dask
-workers too) gets SIGKILL: no `finally`, no atexit, no cleanup runs.
+workers too) gets SIGKILL: no `finally`, no atexit, no cleanup runs. Or it gets SIGINT, as
+a terminal's Ctrl-C sends, and stops cleanly.
 """
 
 from __future__ import annotations
@@ -125,3 +126,50 @@ def test_killed_driver_leaves_the_previous_version(client, db_url, tmp_path, mon
     assert Path(second.uri) != partial and is_complete(second.uri)
     np.testing.assert_allclose(dx.run(dx.load("big"), client=client), expected(2, *LARGE),
                                rtol=1e-6)
+
+
+@pytest.mark.timeout(180)
+def test_ctrl_c_stops_a_materialization_cleanly(db_url, tmp_path, monkeypatch):
+    """Ctrl-C in a terminal signals the whole process group, the embedded cluster's workers
+    too: the command says one line and exits 130, its partial version is deleted and its
+    run is interrupted; the workers print nothing (each printed a KeyboardInterrupt
+    traceback) and none is left."""
+    import psutil
+
+    root = tmp_path / "assets"
+    monkeypatch.setenv("DEEPX_DB_URL", db_url)
+    monkeypatch.setenv("DEEPX_ASSET_ROOT", str(root))
+    path = tmp_path / "pipeline.py"
+    path.write_text(PIPELINE.format(version=2, rows=LARGE[0], cols=LARGE[1]))
+    log = tmp_path / "driver.log"
+    with log.open("w") as out:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "deepx_flow.cli.main", "materialize", "-m", str(path)],
+            cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "DEEPX_CHUNKS_PER_THREAD": "16"})
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert driver.poll() is None, f"it ended before its write began:\n{log.read_text()}"
+            assert time.monotonic() < deadline, "no write seen in 120 s"
+            progress = [write_progress(f) for f in root.glob("big/*.zarr")]
+            if any(p and 0 < p[0] < p[1] for p in progress):
+                break
+            time.sleep(0.005)
+        workers = [p for p in psutil.Process(driver.pid).children(recursive=True)
+                   if "spawn_main" in " ".join(p.cmdline())]
+        os.killpg(driver.pid, signal.SIGINT)  # as the terminal does
+        assert driver.wait(timeout=60) == 130, log.read_text()
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(timeout=30)
+    _, alive = psutil.wait_procs(workers, timeout=30)
+    text = log.read_text()
+    assert workers and not alive, f"worker processes left: {alive}"
+    assert text.splitlines()[-1] == "deepx-flow: interrupted", text
+    assert "Traceback" not in text and "KeyboardInterrupt\n" not in text, text
+    assert list(root.glob("big/*")) == []  # the partial version was deleted
+    close_all()
+    [run] = queries.list_runs(open_db(db_url), 10)
+    assert run.pid == driver.pid and run.status == "interrupted"

@@ -177,3 +177,48 @@ def test_what_is_kept_and_what_is_removed():
     assert not judge(folder(None, age=59.0), **keep).remove
     assert judge(folder(None, age=61.0), **keep).remove
     assert not judge(folder(None, age=None), **keep).remove
+
+
+def test_a_writer_on_another_host_is_judged_by_its_runs_and_the_grace_period(env, tmp_path,
+                                                                            monkeypatch):
+    """Another host's processes cannot be seen from here: its folder is kept while the
+    database has a run of its writer running, or while it is younger than the grace
+    period; a folder that records no writer is judged by its age alone."""
+    import json
+    import time as clock
+    import uuid
+
+    from deepx_flow.assets.gc import collect
+    from deepx_flow.meta import store
+    from deepx_flow.meta.models import Run
+    from deepx_flow.storage.zarr_store import WRITER_ATTR, create_array
+
+    monkeypatch.setenv("DEEPX_GC_GRACE_S", "60")
+    now = clock.time()
+    folders = {}
+    for name in ("running", "ended", "young", "no_writer"):
+        uri = str(tmp_path / "assets" / "x" / f"{uuid.uuid4().hex}.zarr")
+        create_array(uri, (4,), "float32", ((4,),))
+        meta = json.loads(Path(uri, "zarr.json").read_text())
+        pid = {"running": 11, "ended": 12, "young": 13}.get(name)
+        at = now - (10 if name == "young" else 3600)
+        meta["attributes"][WRITER_ATTR] = {"host": "elsewhere", "pid": pid, "at": at}
+        if name == "no_writer":
+            del meta["attributes"][WRITER_ATTR]
+        Path(uri, "zarr.json").write_text(json.dumps(meta))
+        os.utime(uri, (at, at))  # the folder's time, for the one that records no writer
+        folders[name] = Path(uri)
+    for pid, status in ((11, "running"), (12, "failed")):
+        store.begin_run(env, Run(id=uuid.uuid4().hex, graph_hash="g", status=status,
+                                 started_at=now - 3000, scheduler="tcp://elsewhere:1",
+                                 cluster="c", n_workers=1, n_tasks=1, n_chunks=1,
+                                 host="elsewhere", pid=pid, username="u"), "", 0)
+
+    verdicts = {Path(v.folder.uri): v for v in collect(env, ["x"], dry_run=True, now=now)}
+    remove = {name for name, p in folders.items() if verdicts[p].remove}
+    assert remove == {"ended", "no_writer"}, {n: verdicts[p].why for n, p in folders.items()}
+    assert "of its writer elsewhere:11 is running" in verdicts[folders["running"]].why
+    assert "grace period of 60 s" in verdicts[folders["young"]].why
+    assert all(p.exists() for p in folders.values())  # a dry run removes nothing
+    collect(env, ["x"], now=now)
+    assert {name for name, p in folders.items() if not p.exists()} == {"ended", "no_writer"}
