@@ -87,7 +87,8 @@ def _run(chunk_key, func, args):
     started = time.time()
     try:
         if faults.installed():
-            return faults.inject(worker, key if chunk_key is None else chunk_key, func, args)
+            return faults.inject(worker, key if chunk_key is None else chunk_key, func, args,
+                                 task=key)
         return func(*args)
     except Exception as err:
         _report(worker, key, started, err)

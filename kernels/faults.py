@@ -6,6 +6,9 @@ their worker, on chosen workers and nodes, to test recovery without breaking rea
     ...
     client.unregister_worker_plugin(FaultInjection.name)   # releases hung tasks
 
+`fired` lists the faults that fired in a worker's process (which task, which worker), so a
+test asserts about the task a fault hit rather than guessing it from timing.
+
 Every task runs through `kernels.attempt`, which hands it to `inject` while a
 `FaultInjection` plugin is installed on its worker. The errors raised are the ones real
 hardware gives, by type name and message (CuPy's `OutOfMemoryError`, CUDA runtime error
@@ -27,6 +30,7 @@ KINDS = ("hang", "slow", "raise", "device-lost", "oom", "exit")
 
 _rules: list = []
 _counts: dict = {}  # rule index -> times it fired in this process
+fired: list = []  # the faults that fired in this process (`Fired`), since the plugin came
 _release = threading.Event()  # set when the plugin goes: hung tasks return
 _lock = threading.Lock()
 
@@ -69,6 +73,16 @@ class Fault:
             raise ValueError(f"a slow fault's factor must be at least 1, not {self.factor}")
 
 
+@dataclass(frozen=True)
+class Fired:
+    """A fault that fired: so a test knows which task it hit (not guessed from timing)."""
+
+    kind: str
+    task: str  # the key of the task it fired in, as text: "('sum-...@...', 9, 1)"
+    chunk: str  # the key of the chunk it aimed at (an inlined source's, or the task's own)
+    worker: str | None  # the worker's address
+
+
 class FaultInjection(WorkerPlugin):
     """Installs `faults` on every worker (and on workers that join later)."""
 
@@ -81,6 +95,7 @@ class FaultInjection(WorkerPlugin):
         with _lock:
             _release.clear()
             _counts.clear()
+            fired.clear()
             _rules[:] = self.faults
 
     def teardown(self, worker) -> None:
@@ -93,18 +108,21 @@ def installed() -> bool:
     return bool(_rules)
 
 
-def inject(worker, key, func, args):
-    """Run `func(*args)` with the faults that match this task."""
+def inject(worker, key, func, args, task=None):
+    """Run `func(*args)` with the faults that match this chunk (`key`; of the task `task`,
+    default the chunk's own)."""
     node = node_of(key)
+    where = (str(key if task is None else task), str(key),
+             getattr(worker, "address", None))
     matching = [(i, f) for i, f in enumerate(_rules) if _matches(f, worker, node)]
-    slow = [f for i, f in matching if f.kind == "slow" and _fire(i, f)]
+    slow = [f for i, f in matching if f.kind == "slow" and _fire(i, f, where)]
     matching = [(i, f) for i, f in matching if f.kind != "slow"]
     for i, fault in matching:
-        if fault.over_bytes == 0 and _fire(i, fault):
+        if fault.over_bytes == 0 and _fire(i, fault, where):
             _fail(fault, node, 0)
     inputs = sum(getattr(a, "nbytes", 0) for a in args if hasattr(a, "dtype"))
     for i, fault in matching:
-        if fault.over_bytes and inputs > fault.over_bytes and _fire(i, fault):
+        if fault.over_bytes and inputs > fault.over_bytes and _fire(i, fault, where):
             _fail(fault, node, inputs)
     began = time.perf_counter()
     result = func(*args)
@@ -112,7 +130,7 @@ def inject(worker, key, func, args):
         _release.wait((fault.factor - 1) * (time.perf_counter() - began))
     size = getattr(result, "nbytes", 0)
     for i, fault in matching:
-        if fault.over_bytes and size > fault.over_bytes and _fire(i, fault):
+        if fault.over_bytes and size > fault.over_bytes and _fire(i, fault, where):
             _fail(fault, node, size)
     return result
 
@@ -125,11 +143,12 @@ def _matches(fault: Fault, worker, node: str) -> bool:
     return True
 
 
-def _fire(i: int, fault: Fault) -> bool:
+def _fire(i: int, fault: Fault, where: tuple) -> bool:
     with _lock:
         if fault.times is not None and _counts.get(i, 0) >= fault.times:
             return False
         _counts[i] = _counts.get(i, 0) + 1
+        fired.append(Fired(fault.kind, *where))
         return True
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from distributed import Client, LocalCluster
 from sqlmodel import select
 
 import deepx_flow as dx
+from deepx_flow.kernels import faults
 from deepx_flow.kernels.faults import Fault, FaultInjection
 from deepx_flow.meta import open_db
 from deepx_flow.meta.models import Event, Run, Task
@@ -157,15 +159,17 @@ def test_a_task_hung_on_one_worker_drifts_and_the_run_finishes():
     run = last_run(db)
     assert run.status == "succeeded"
     events = rows(db, Event, run.id)
+    # Every task that ran past 1.0 s drifted: the hung ones, and on a busy machine perhaps a
+    # slow one of a healthy worker.
     drifts = [e for e in events if e.kind == "drift"]
-    assert drifts and all(e.worker == victim and "over its limit of 1.0 s" in e.message
-                          for e in drifts)
-    assert any(e.kind == "suspect" and e.worker == victim for e in events)
+    assert all("over its limit of 1.0 s" in e.message for e in drifts)
+    drifted_away = [e for e in drifts if e.worker == victim]
+    assert drifted_away and any(e.kind == "suspect" and e.worker == victim for e in events)
     # A second offence (exclude_after=2) excludes it from the run: a drift away from it, or
     # a backup of a task waiting behind a hung attempt there that finished first.
     excluded = any(e.kind == "exclude" and e.worker == victim for e in events)
     beaten = [e for e in events if e.kind == "backup-won" and e.worker == victim]
-    assert excluded == (len(drifts) + len(beaten) >= 2)
+    assert excluded == (len(drifted_away) + len(beaten) >= 2)
     tasks = rows(db, Task, run.id)
     assert {t.key for t in tasks if t.status == "drifted"} == {e.key for e in drifts}
     assert not [t for t in tasks if t.worker == victim and t.status == "memory"]
@@ -177,39 +181,65 @@ def test_a_task_hung_on_one_worker_drifts_and_the_run_finishes():
 def test_a_task_hung_on_one_worker_gets_a_backup_by_default_and_the_run_finishes(three):
     """No timeout is set: the hung attempt is not abandoned nor failed, it gets a backup on
     another worker once it runs far past its finished peers, and the backup's result is
-    used. The run's result is right, and the hung attempt is recorded as superseded."""
+    used. The run's result is right, and the hung attempt is recorded as superseded.
+
+    Only what the fault decides is asserted of particular tasks: on a busy machine a
+    healthy worker's task can run long enough to get a backup too, and lose or win."""
     db = open_db()
     _, y = graph()
     want = expected(three)
     source = node_id(y, "random_normal", SPEC)
     victim = sorted(three.scheduler_info()["workers"])[0]
     with faults_on(three, Fault("hang", node=source, worker=victim, times=1)):
-        began = time.time()
         out = dx.run(y, client=three, cluster=SPEC)  # default dx.Recovery()
-        took = time.time() - began
+        # The hang lasts until the faults are removed: the run finished without it.
+        [hung] = [f for f in faults.fired if f.kind == "hang"]
     want.check(out)
+    assert hung.worker == victim
     run = last_run(db)
     assert run.status == "succeeded"
     events = rows(db, Event, run.id)
-    # The hung task, and any task queued behind it on the victim (whose only thread the
-    # hung attempt still holds), get backups elsewhere.
-    backups = [e for e in events if e.kind == "backup"]
-    assert backups and all(e.worker == victim for e in backups)
-    backups.sort(key=lambda e: e.at)
-    assert "past 1.0 s" in backups[0].message  # speculation_min
-    # Once beaten, the worker is suspect: its tasks are backed up past half the floor.
-    assert all("past 0.5 s" in e.message for e in backups[1:])
-    won = {e.key for e in events if e.kind == "backup-won"}
-    assert won <= {e.key for e in backups} and won
-    assert not [e for e in events if e.kind in ("drift", "timed-out")]
+    backups = {e.key: e for e in events if e.kind == "backup"}
+    won = {e.key: e for e in events if e.kind == "backup-won"}
+    # The hung task got a backup elsewhere, which finished first, and its result was used.
+    assert backups[hung.task].worker == victim and won[hung.task].worker == victim
+    assert set(won) <= set(backups)
+    # The worker's first backup came past the default floor (speculation_min, 1.0 s): it was
+    # not suspect yet (once beaten, its tasks are backed up past half of it).
+    first = min((e for e in backups.values() if e.worker == victim), key=lambda e: e.at)
+    assert "past 1.0 s" in first.message
+    assert not [e for e in events if e.kind in ("drift", "timed-out")]  # no timeout was set
     tasks = rows(db, Task, run.id)
-    superseded = [t for t in tasks if t.status == "superseded"]
-    assert {t.key for t in superseded} == won and {t.worker for t in superseded} == {victim}
-    backup_rows = [t for t in tasks if t.tensor.endswith("~backup") and t.status == "memory"]
-    assert len(backup_rows) == len(won) and victim not in {t.worker for t in backup_rows}
-    assert took < 60  # the backup, not a timeout, ended the wait
-    # Nothing of the backups is left on the scheduler, nor wanted by the supervisor.
-    assert three.run_on_scheduler(_backups_left) == []
+    [slow] = [t for t in tasks if t.key == hung.task and t.worker == victim]
+    assert slow.status == "superseded"
+    backup_rows = {(t.tensor.removesuffix("~backup"), chunk_of(t.key)): t for t in tasks
+                   if t.tensor.endswith("~backup") and t.status == "memory"}
+    backup = backup_rows[(slow.tensor, chunk_of(slow.key))]
+    assert backup.worker != victim
+    # The task took the backup's result, on the worker that holds it.
+    assert [t.worker for t in tasks if t.key == hung.task and t.status == "memory"] == \
+        [backup.worker]
+    # Every attempt superseded because its backup finished first had a backup that did.
+    originals = [t for t in tasks if t.status == "superseded" and "~backup" not in t.tensor]
+    assert {t.key for t in originals} == set(won)
+    assert all((t.tensor, chunk_of(t.key)) in backup_rows for t in originals)
+    # Nothing of the backups is left on the scheduler, nor wanted by the supervisor (a backup
+    # dropped as the run finished is released a moment later).
+    assert wait_for(lambda: three.run_on_scheduler(_backups_left) == [], 60)
+
+
+def chunk_of(key: str) -> str:
+    """The chunk index of a task key as the database writes it: "('x@t', 9, 1)" -> "9, 1"."""
+    return key.partition(",")[2].rstrip(")").strip()
+
+
+def wait_for(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def _backups_left(dask_scheduler=None) -> list:
@@ -236,11 +266,12 @@ def test_a_slow_worker_loses_races_to_backups_and_is_excluded():
                          recovery=dx.Recovery(speculation_min=0.5, speculation_factor=2))
     want.check(out)
     events = rows(db, Event, last_run(db).id)
-    won = [e for e in events if e.kind == "backup-won"]
-    assert won and all(e.worker == victim for e in won)
-    excluded = [e for e in events if e.kind == "exclude"]
-    assert [e.worker for e in excluded] == ([victim] if len(won) >= 2 else [])
-    assert all(e.worker == victim for e in events if e.kind == "backup")
+    # The slow worker lost a race; on a busy machine a healthy one may lose one too. Each
+    # worker beaten twice (exclude_after=2), and only such a worker, is excluded.
+    beaten = Counter(e.worker for e in events if e.kind == "backup-won")
+    assert beaten[victim] >= 1
+    excluded = [e.worker for e in events if e.kind == "exclude"]
+    assert sorted(excluded) == sorted(w for w, n in beaten.items() if n >= 2)
 
 
 # -- GPU loss ----------------------------------------------------------------------------------
