@@ -103,8 +103,13 @@ def materialize(defs, select="*", *, partitions=None, only_stale: bool = False, 
         A blocking check failed; everything else was stored and recorded, and the error's
         `materialized` says what.
     """
+    from deepx_flow.runtime.cluster import chosen_address
+    from deepx_flow.runtime.progress import checked_progress
+    from deepx_flow.runtime.recovery import Recovery
     from deepx_flow.runtime.run import lasting_client
 
+    recovery, progress = Recovery.of(recovery), checked_progress(progress)
+    chosen_address(client, scheduler)
     database = open_db(db)
     now = dt.datetime.now(dt.timezone.utc)
     targets = targets_for(defs, select_assets(defs, select), partitions, now)

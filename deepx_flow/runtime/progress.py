@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 
 from deepx_flow.config import settings
 from deepx_flow.errors import InputError, shown

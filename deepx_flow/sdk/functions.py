@@ -19,6 +19,7 @@ from deepx_flow.errors import GraphError, shown
 from deepx_flow.ir import dtypes
 from deepx_flow.ir.node import Node
 from deepx_flow.ops.common import flag, is_integer, is_number, normalize_axis
+from deepx_flow.ops.sources import MISSING
 from deepx_flow.sdk.tensor import Tensor, apply, as_tensor, binary, reduce_
 
 
@@ -53,6 +54,9 @@ def read_zarr(uri: str, missing: str = "error") -> Tensor:
     `missing="fill"`: then it reads as the array's fill value, as Zarr itself does (for
     arrays written by tools that skip chunks equal to the fill value).
     """
+    if not isinstance(missing, str) or missing not in MISSING:
+        raise GraphError(f"read_zarr: missing must be one of {', '.join(MISSING)}, got "
+                         f"{shown(missing)}")
     return _read_zarr(uri, missing=missing)
 
 

@@ -33,7 +33,7 @@ from distributed.client import FutureCancelledError
 
 from deepx_flow.compiler.group import ALL, GROUP_SUFFIX, group_by_shard
 from deepx_flow.compiler.lower import Lowered
-from deepx_flow.config import settings
+from deepx_flow.config import LARGEST_INT, settings
 from deepx_flow.errors import ExecutionError, GraphError, shown
 from deepx_flow.ir import dtypes
 from deepx_flow.ir.keys import key_name, node_of
@@ -176,17 +176,26 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
         The metadata database (default the configured one): the training, its metrics per
         step and its checkpoints are recorded there.
     """
-    from deepx_flow.optim import Adam
+    from deepx_flow.optim import Adam, Optimizer
     from deepx_flow.runtime.plan_cache import cached_compile
-    from deepx_flow.runtime.progress import interactive
+    from deepx_flow.runtime.progress import wanted
     from deepx_flow.runtime.run import cluster_spec, lasting_client
-    optimizer = optimizer or Adam()
+    optimizer = Adam() if optimizer is None else optimizer
+    if not isinstance(optimizer, Optimizer):
+        raise GraphError(f"optimizer must be a dx.optim optimizer (dx.optim.Adam(), ...), got "
+                         f"{type(optimizer).__name__} {shown(optimizer)}")
+    if not callable(loss_fn):
+        raise GraphError(f"loss_fn must be a function of (params, *columns), got "
+                         f"{type(loss_fn).__name__} {shown(loss_fn)}")
     _check_settings(epochs, steps_per_graph, eval_data, eval_every, seed, checkpoint,
                     checkpoint_every, resume)
+    show = wanted(progress)
     dataset = dataset_of(data)
     check_batch_size(dataset, batch_size)
+    schedule = _schedule(dataset, batch_size, epochs)
+    planned = cluster_spec(cluster) if cluster is not None else None
     active = lasting_client(client, scheduler)
-    spec = cluster_spec(cluster, active)
+    spec = planned or cluster_spec(None, active)
     values = _start_values(params, active)
     shapes = {k: (v.shape, v.dtype.name) for k, v in values.items()}
     columns = [((batch_size,) + c.shape[1:], c.dtype) for c in dataset.columns]
@@ -209,11 +218,9 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
     if window_blocks is None:
         limit = min((w.memory for w in spec.workers), default=2**30)
         window_blocks = window_blocks_for(dataset, limit)
-    schedule = _schedule(dataset, batch_size, epochs)
     book = Book.open(db, checkpoint, step, seed, batch_size, dataset, optimizer, epochs,
                       len(schedule), window_blocks)
     runner = None
-    show = progress if progress is not None else interactive()
     from tqdm.auto import tqdm
     bar = tqdm(total=len(schedule), desc="train", unit="step", disable=not show)
     try:
@@ -309,11 +316,32 @@ class _Planned:
     batch: int
 
 
-def _schedule(dataset, batch_size, epochs) -> list[_Planned]:
-    """Every step of the run: each epoch is `rows // batch_size` full batches."""
+@dataclass(frozen=True)
+class _Schedule:
+    """Every step of the run, each epoch `per_epoch` full batches: a sequence whose steps are
+    made when asked for (a training may have more steps than memory holds)."""
+
+    per_epoch: int
+    epochs: int
+
+    def __len__(self) -> int:
+        return self.per_epoch * self.epochs
+
+    def __getitem__(self, i: int) -> _Planned:
+        i = i + len(self) if i < 0 else i
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return _Planned(i + 1, i // self.per_epoch, i % self.per_epoch)
+
+
+def _schedule(dataset, batch_size, epochs) -> _Schedule:
+    """Every step of the run: each epoch is `rows // batch_size` full batches. Steps are
+    numbered in the metadata database's 64-bit integers: more is a GraphError."""
     per_epoch = dataset.rows // batch_size
-    return [_Planned(e * per_epoch + b + 1, e, b) for e in range(epochs)
-            for b in range(per_epoch)]
+    if per_epoch * epochs > LARGEST_INT:
+        raise GraphError(f"epochs={shown(epochs)} of {per_epoch:,} steps each is more steps "
+                         f"than the metadata database numbers (2**63 - 1)")
+    return _Schedule(per_epoch, epochs)
 
 
 def _segments(start: int, n: int, per_graph: int, marks: list[int]):
@@ -606,5 +634,6 @@ def _check_settings(epochs, steps_per_graph, eval_data, eval_every, seed, checkp
                                    or not checkpoint.isidentifier()):
         raise GraphError(f"checkpoint must be an asset name (an identifier), got "
                          f"{shown(checkpoint)}")
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise GraphError(f"seed must be a non-negative integer, got {shown(seed)}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= LARGEST_INT:
+        raise GraphError(f"seed must be an integer from 0 to 2**63 - 1 (the metadata "
+                         f"database records it), got {shown(seed)}")

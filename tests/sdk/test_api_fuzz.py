@@ -10,6 +10,7 @@ The reported cases are tested by name beside the fuzz (`test_reported_*`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from pathlib import Path
@@ -62,6 +63,19 @@ def only_deepx_errors(call, *args, **kwargs):
         except DeepxError:
             pass
     return result
+
+
+@contextlib.contextmanager
+def no_cluster():
+    """Fail if a cluster is started or looked for: an argument error comes before that."""
+    from deepx_flow.runtime import cluster as runtime_cluster
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a cluster was started or looked for")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(runtime_cluster, "shared_client", refuse)
+        patch.setattr(runtime_cluster, "current_client", refuse)
+        yield
 
 
 X = dx.input("x", shape=(4, 6), dtype="float32")
@@ -178,3 +192,87 @@ def test_recovery_fields_raise_only_deepx_errors(field, value):
             assert 0 <= value and math.isfinite(float(value))
             assert value <= 7 * 24 * 3600 or field not in SECONDS
             assert value <= 10**6 or field not in ("retries", "exclude_after", "replan_on_oom")
+
+
+# -- reading stored arrays ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    import zarr
+    path = tmp_path_factory.mktemp("fuzz") / "a.zarr"
+    array = zarr.create_array(path, shape=(4, 6), chunks=(2, 3), dtype="float32")
+    array[:] = np.arange(24, dtype="float32").reshape(4, 6)
+    return str(path)
+
+
+@FUZZ
+@given(BAD)
+def test_read_zarr_missing_raises_only_deepx_errors(stored, missing):
+    taken = only_deepx_errors(dx.read_zarr, stored, missing=missing)
+    assert taken is None or missing in ("error", "fill")
+
+
+# -- training: the arguments checked before anything runs --------------------------------------
+def _not_valid(valid):
+    return BAD.filter(lambda v: not valid(v))
+
+
+def _count(low, high):
+    """Whether a value is a count a training takes (so the fuzz leaves it out: it would run)."""
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
+
+
+TRAIN_ARGS = {
+    "batch_size": _not_valid(_count(1, 8)),
+    "epochs": _not_valid(_count(1, 2**62)),
+    "seed": _not_valid(_count(0, 2**63 - 1)),
+    "steps_per_graph": _not_valid(_count(1, 2**70)),
+    "eval_every": _not_valid(lambda v: v is None or _count(1, 2**70)(v)),
+    "checkpoint_every": _not_valid(lambda v: v is None),
+    "progress": _not_valid(lambda v: v is None or isinstance(v, bool)),
+    "optimizer": _not_valid(lambda v: v is None),
+}
+
+
+@FUZZ
+@given(st.sampled_from(sorted(TRAIN_ARGS)), st.data())
+def test_train_arguments_raise_only_deepx_errors_before_running(name, data):
+    value = data.draw(TRAIN_ARGS[name], label=name)
+    features, labels = np.zeros((8, 3), "float32"), np.zeros((8, 1), "float32")
+    params = {"w": np.zeros((3, 1), "float32")}
+    with no_cluster(), pytest.raises(DeepxError):  # every value drawn is refused, at once
+        dx.train(lambda p, x, y: dx.nn.mse(x @ p["w"], y), params, (features, labels),
+                 **{"batch_size": 4, **{name: value}})
+
+
+# -- runs: on the session's cluster, where an argument that is valid after all runs ---------------
+RUN_ARGS = ("inputs", "client", "scheduler", "cluster", "recovery", "progress")
+RUN_FUZZ = settings(FUZZ, max_examples=int(os.environ.get("FUZZ_N", 40)))
+A = np.arange(24, dtype="float32").reshape(4, 6)
+
+
+@RUN_FUZZ
+@given(st.sampled_from(RUN_ARGS), BAD, st.sampled_from(["run", "persist", "compile"]))
+def test_run_arguments_raise_only_deepx_errors(client, name, value, verb):
+    kwargs = {"inputs": {"x": A}, "client": client, name: value}
+    if verb == "compile":
+        kwargs = {k: v for k, v in kwargs.items() if k in ("client", "cluster")}
+        if name not in kwargs:
+            return
+    if verb == "persist":
+        kwargs.pop("progress", None)
+        if name == "progress":
+            return
+    if name == "client" and value is None:
+        return  # the embedded cluster: not started in this test
+    result = only_deepx_errors(getattr(dx, verb), X + 1, **kwargs)
+    if verb == "run" and result is not None:
+        np.testing.assert_array_equal(result, A + 1)
+    if verb == "persist" and result is not None:
+        np.testing.assert_array_equal(result.to_numpy(), A + 1)
+        result.release()
+
+
+@FUZZ
+@given(BAD)
+def test_outputs_raise_only_deepx_errors(outputs):
+    only_deepx_errors(dx.compile, outputs, cluster=CLUSTER)
