@@ -142,8 +142,8 @@ def test_the_result_does_not_depend_on_the_number_of_workers():
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_low_precision_floats_add_up_in_float64_and_round_once(dtype):
     """float16 values are multiples of 2**-24 below 2**16: float64 holds their prefix sums
-    exactly (up to 2**29 terms), so the result is the exact prefix sum rounded once, on every
-    grid; bfloat16 likewise. float32 sums are float64's, rounded once."""
+    exactly (up to 2**13 terms), so the result is the exact prefix sum rounded once, on every
+    grid; bfloat16 values of one scale likewise. float32 sums are float64's, rounded once."""
     rng = np.random.default_rng(5)
     x = (rng.standard_normal((6, 3000)) * 30).astype(dtype)
     t = dx.input("x", x.shape, dtype)
