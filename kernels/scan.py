@@ -122,46 +122,47 @@ def _scan_blocks(xp, src, dst, carry, acc: str) -> None:
     in_place = xp is np and dst.dtype == acc  # the result itself is the accumulator
     if n * q <= limit:
         lines = min(p, max(1, limit // max(1, n * q)))
-        blocks = [((p0, min(p, p0 + lines)), (0, n)) for p0 in range(0, p, lines)]
+        blocks = [(slice(p0, min(p, p0 + lines)), slice(0, n)) for p0 in range(0, p, lines)]
         largest = (lines, n, q)
     else:
         rows = min(n, max(1, limit // q))
-        blocks = [((p0, p0 + 1), (n0, min(n, n0 + rows))) for p0 in range(p)
+        blocks = [(slice(p0, p0 + 1), slice(n0, min(n, n0 + rows))) for p0 in range(p)
                   for n0 in range(0, n, rows)]
         largest = (1, rows, q)
-    scratch = None  # made at the first block that needs it (none where in place)
+    scratch = np.empty(largest, acc) if xp is np and not in_place else None
     running = None
-    for (p0, p1), (n0, n1) in blocks:
-        if n0 == 0:
-            running = None if carry is None else carry[p0:p1]
-        block = (slice(p0, p1), slice(n0, n1))
-        if xp is not np:
-            work = xp.cumsum(src[block], axis=1, dtype=acc)
-            if running is not None:
-                work += running
-        else:
-            if in_place:
-                work = dst[block]
-            else:
-                if scratch is None:
-                    scratch = np.empty(largest, acc)
-                work = scratch[:p1 - p0, :n1 - n0]
-            np.copyto(work, src[block], casting="unsafe")
-            if running is not None:
-                work[:, :1] += running
-            _scan_in_place(work)
-        if not in_place:
-            _round_into(xp, dst[block], work)
-        running = work[:, -1:].copy()
+    with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN are values here
+        for block in blocks:
+            if block[1].start == 0:  # a block of new lines: their carry
+                running = None if carry is None else carry[block[0]]
+            running = _scan_block(xp, src, dst, running, acc, block, scratch)
+
+
+def _scan_block(xp, src, dst, running, acc: str, block, scratch):
+    """One block of `_scan_blocks`: its sums, `running` (what comes before it, or None)
+    added to its first row, rounded into `dst` (computed there where `scratch` is None on
+    NumPy); returns its last row of sums, the running sum of the block after it."""
+    if xp is not np:
+        work = xp.cumsum(src[block], axis=1, dtype=acc)
+        if running is not None:
+            work += running
+    else:
+        work = dst[block] if scratch is None else \
+            scratch[:block[0].stop - block[0].start, :block[1].stop - block[1].start]
+        np.copyto(work, src[block], casting="unsafe")
+        if running is not None:
+            work[:, :1] += running
+        _scan_in_place(work)
+    if xp is not np or scratch is not None:
+        _round_into(xp, dst[block], work)
+    return work[:, -1:].copy()
 
 
 def _scan_in_place(work: np.ndarray) -> None:
     """Running sums along axis 1 of a (P, N, Q) NumPy block, in place: a vector add per row
     where rows are contiguous runs of Q, else NumPy's loop (along the last axis, Q is 1)."""
     if work.shape[2] >= ROW_ADD_ELEMENTS:
-        with np.errstate(over="ignore", invalid="ignore"):
-            for i in range(1, work.shape[1]):
-                np.add(work[:, i - 1], work[:, i], out=work[:, i])
-        return
-    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(1, work.shape[1]):
+            np.add(work[:, i - 1], work[:, i], out=work[:, i])
+    else:
         np.cumsum(work, axis=1, out=work)

@@ -11,13 +11,14 @@ How it chooses:
 1. Axes that must be chunked alike are joined into classes (union-find): the operands of an
    elementwise node and its result, matmul's M with its left operand and K on both operands,
    the kept axes of a reduction, a transpose's permuted axes, every axis of a scan with its
-   operand's. So aligned operands need no copying. Reshape, slice and the concat axis read whatever grid their operand has (the
-   lowering assembles the region a task needs); so does softmax's axis when joining it with
-   the operand's would not fit.
+   operand's. So aligned operands need no copying. Reshape, slice and the concat axis read
+   whatever grid their operand has (the lowering assembles the region a task needs); so
+   does softmax's axis when joining it with the operand's would not fit.
 2. Every class starts whole (one chunk per axis: chunks as large as possible). While some
-   node's task does not fit, the largest splittable class it touches is halved. An axis that
-   must stay whole (softmax's axis, a reshape's trailing axes) is never split; when nothing
-   is left to split the graph cannot fit.
+   node's task does not fit, the largest splittable class it touches is halved (a window's
+   spatial axes and a scanned axis only when nothing else is left). An axis that must stay
+   whole (softmax's axis, a reshape's trailing axes) is never split; when nothing is left
+   to split the graph cannot fit.
 3. Memory fitting alone can leave a big tensor in one chunk and the cluster idle, so classes
    of large tensors are halved further until each large node has `chunks_per_thread` tasks
    per worker thread (a matmul half as many: each extra tile reads a block of the other
@@ -25,15 +26,15 @@ How it chooses:
    the operator's speed on every worker, never below tasks of `min_task_seconds`. Axes
    that are summed over (matmul's K, reduced axes, a scan's axis) are split for this only
    as a last resort, and (where speeds are measured) only while moving the extra partial
-   result over the cluster's measured link takes under a tenth of a task's time. Sources follow the
-   grids of users that share their axes.
+   result over the cluster's measured link takes under a tenth of a task's time. Sources
+   follow the grids of users that share their axes.
 4. A stored array (`read_zarr` with `storage_chunks`) prefers chunk sizes that are multiples
    of its stored chunks, and for parallelism is split along its stored chunks first (even
-   an axis that is summed over), never below a stored chunk (each piece would decode the
-   whole stored chunk again), and last along an axis a stored chunk spans. Sizes rounded
-   to stored chunks make uneven task counts, so the class last halved for parallelism then
-   grows back, a stored chunk at a time, to the size whose tasks end soonest on the
-   cluster's threads (`_balance`).
+   an axis that is summed over, though not a scanned one), never below a stored chunk
+   (each piece would decode the whole stored chunk again), and last along an axis a stored
+   chunk spans. Sizes rounded to stored chunks make uneven task counts, so the class last
+   halved for parallelism then grows back, a stored chunk at a time, to the size whose
+   tasks end soonest on the cluster's threads (`_balance`).
 5. The plan's tasks (`task_count`, the figure `Plan.stats` reports) are counted from the
    chunk sizes before any list of chunks is built, so a grid of billions of chunks is refused
    at once instead of filling the driver's memory.

@@ -6,8 +6,9 @@ first is 0); with `reverse` the sums run from the end instead. Result dtypes are
 (`np.cumsum`: bools and integers narrower than 64 bits sum in int64 or uint64, floats keep
 their dtype). Float sums add up in float64 (`ir.dtypes.accumulator`) and are rounded to the
 result's dtype once, as `sum` does: a float16, bfloat16 or float32 result is the float64
-prefix sum rounded once, the same whatever the chunk grid (float16's and bfloat16's prefix
-sums of up to 8,192 terms are exact in float64, so the result is the exact one rounded).
+prefix sum rounded once, the same whatever the chunk grid (float16's prefix sums of up to
+8,192 terms are exact in float64, so the result is the exact one rounded; bfloat16's too
+where the terms' magnitudes span less than float64's precision, as data of one scale do).
 
 Chunking (kind SCAN): the result is chunked like x on every axis, the scanned one included.
 Along that axis the lowering (`compiler.lower`) gives each chunk its local prefix sums plus

@@ -23,7 +23,7 @@ from tests.helpers import assert_sums_close, cluster_with_memory  # noqa: E402
 
 TYPES = {"float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE,
          "int32": TensorProto.INT32, "int64": TensorProto.INT64}
-SMALL = cluster_with_memory(64 * 2**10)  # tasks of a few KiB: many chunks along every axis
+SMALL = cluster_with_memory(8 * 2**10)  # tasks of a few KiB: lines cut into many chunks
 
 
 def cumsum_model(path, shape, dtype, axis, exclusive, reverse, axis_type=np.int64):
