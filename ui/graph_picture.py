@@ -36,7 +36,10 @@ NAME_LIMIT = 70  # characters of a group's name drawn on the picture (hover has 
 ID_LIMIT = 26  # characters of a node id drawn in its box (a box's width; hover has it all)
 # Pixels per data unit: a box (BOX_W x BOX_H units) is 138 x 60 pixels, room for its text.
 PX_X, PX_Y = 60.0, 40.0
-MAX_CANVAS_PX = (6000, 3000)  # larger is drawn smaller (a canvas's memory is its area)
+MAX_CANVAS_PX = (4800, 2400)  # larger is drawn smaller (a canvas's memory is its area)
+# Past this many pixels a canvas is drawn at one device pixel per pixel: at a HiDPI
+# display's two, a 4800 x 2400 canvas would hold 46 million, 180 MB per layer.
+HIDPI_PX = 4_000_000
 # An id `make_id` gave a node the user did not name: its operator, "-", a content hash.
 ANONYMOUS_ID = re.compile(r"[A-Za-z0-9_]+-[0-9a-f]{12}\Z")
 
@@ -282,6 +285,7 @@ def figure(pic: Picture, title: str = "compiled graph"):
     width, height = canvas_size(pic)
     fig = bokeh_figure(x_range=Range1d(left, right), y_range=Range1d(bottom, top),
                        width=width, height=height, sizing_mode="fixed", title=title,
+                       hidpi=width * height <= HIDPI_PX,
                        name="graph", tools="pan,wheel_zoom,box_zoom,reset",
                        x_axis_location=None, y_axis_location=None, min_border=0,
                        toolbar_location="left")

@@ -2,9 +2,10 @@
 
 `curves` and `legend` are pure (metric rows in, plotting columns and the legend's entries
 out); `figure` draws them. The data sources are named `loss-source` and
-`eval-loss-source`, so a browser test can count the points. Steps are x, the loss y (a log
-axis: losses fall by orders of magnitude). A curve without points (a training given no
-held-out data) is neither drawn nor in the legend.
+`eval-loss-source`, and the legend `loss-legend`, so a browser test can count the points and
+read what is listed. Steps are x, the loss y (a log axis: losses fall by orders of
+magnitude). A curve without points (a training given no held-out data) is neither drawn nor
+in the legend.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def figure(train: dict, held_out: dict):
                 name="eval-loss-points")
     fig.add_tools(HoverTool(tooltips=[("step", "@step"), ("loss", "@loss{0.0000}")]))
     fig.legend.location = "top_right"
+    fig.legend[0].name = "loss-legend"
     show(fig, train, held_out)
     return fig
 

@@ -79,6 +79,11 @@ class RecorderPlugin(SchedulerPlugin):
         # run -> the database its driver records it in (`Database.identity`): one cluster
         # may serve drivers writing different databases, and records go to their own.
         self.store_of: dict[str, str] = {}
+        # run -> what its tasks run, by node id (the driver's operator labels): the records
+        # of a run that has ended are written by whichever driver drains next, which may
+        # have started other runs, of other graphs (a training's graph ends when its
+        # losses are back, while tasks taking out its parameters may still run).
+        self.labels_of: dict[str, dict] = {}
         self.client_of: dict[str, str] = {}  # run -> the client of the driver recording it
         self.hook_seconds = 0.0  # CPU seconds in `transition` for tracked keys (benchmarks)
 
@@ -87,12 +92,14 @@ class RecorderPlugin(SchedulerPlugin):
 
     # -- called by the driver through run_on_scheduler ---------------------------------------
 
-    def begin_run(self, run_id: str, names, store: str, client: str | None = None) -> None:
+    def begin_run(self, run_id: str, names, store: str, client: str | None = None,
+                  labels: dict | None = None) -> None:
         """A driver (its Dask client `client`) starts run `run_id` of the keys named
-        `names`, recorded in `store`."""
+        `names`, recorded in `store`; `labels` names what its tasks run, by node id."""
         self.track(run_id, names)
         self.active.add(run_id)
         self.store_of[run_id] = store
+        self.labels_of[run_id] = labels or {}
         if client is not None:
             self.client_of[run_id] = client
 
@@ -111,7 +118,8 @@ class RecorderPlugin(SchedulerPlugin):
     async def drain(self, run_ids, settle_keys=(), client_id: str | None = None,
                     final: bool = False, store: str | None = None) -> dict:
         """Pop everything buffered for `run_ids`, and for runs recorded in `store` that were
-        already drained for the last time, by run id. With `settle_keys`, first wait
+        already drained for the last time (with their `labels`), by run id. With
+        `settle_keys`, first wait
         (bounded) until the scheduler has processed `client_id`'s release of them, so the
         drain sees them released. `final`: the driver drains `run_ids` for the last time
         (their runs have ended)."""
@@ -134,6 +142,8 @@ class RecorderPlugin(SchedulerPlugin):
             out[run_id] = {"tasks": self.tasks.pop(run_id, []),
                            "placements": list(self.placements.pop(run_id, {}).values()),
                            "events": sorted(events, key=lambda e: e[0])}
+            if run_id not in run_ids:
+                out[run_id]["labels"] = self.labels_of.get(run_id, {})
         if final:
             self.active.difference_update(run_ids)
             owning = set(self.owner.values())  # runs whose chunks may still be recorded later
@@ -141,6 +151,7 @@ class RecorderPlugin(SchedulerPlugin):
                 self.client_of.pop(run_id, None)
                 if run_id not in owning:
                     self.store_of.pop(run_id, None)
+                    self.labels_of.pop(run_id, None)
         return out
 
     def attempt_ended(self, key, worker, start, status: str, error: str) -> None:
@@ -311,11 +322,11 @@ def hook_seconds(dask_scheduler) -> float:
     return plugin.hook_seconds if plugin is not None else 0.0
 
 
-def track(dask_scheduler, run_id, names, store, client=None) -> None:
+def track(dask_scheduler, run_id, names, store, client=None, labels=None) -> None:
     """Run on the scheduler, where the plugin is installed (`begin.begin` checks): a run
     starts, recorded in `store` by the driver whose client is `client`; record the keys named
-    `names` under `run_id`."""
-    dask_scheduler.plugins[PLUGIN_NAME].begin_run(run_id, names, store, client)
+    `names` under `run_id` (`labels`: what its tasks run, by node id)."""
+    dask_scheduler.plugins[PLUGIN_NAME].begin_run(run_id, names, store, client, labels)
 
 
 class SpillReporter(WorkerPlugin):

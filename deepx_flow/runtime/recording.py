@@ -71,7 +71,8 @@ class RunRecorder:
     @property
     def tracking(self) -> dict:
         """The arguments of `recorder_plugin.track` but the key names."""
-        return dict(run_id=self.run_id, store=self.db.identity, client=self.client.id)
+        return dict(run_id=self.run_id, store=self.db.identity, client=self.client.id,
+                    labels=self.labels)
 
     @classmethod
     def start(cls, plan, lowered, client, inlined: dict, kind: str = "run",
@@ -185,7 +186,9 @@ class RunRecorder:
 
     def _rows(self, run_id: str, records: dict) -> tuple[list, list, list]:
         """Plugin tuples (recorder_plugin.*_FIELDS) -> table rows (store.*_COLUMNS)."""
-        labels, places = self.labels, self.places
+        # Another run's records (it ended before all its tasks did) come with its labels.
+        labels = self.labels if run_id == self.run_id else records.get("labels", {})
+        places = self.places
         speeds = self.speeds if run_id == self.run_id else None
         tasks = []
         for key, *rest in records["tasks"]:

@@ -10,6 +10,8 @@ that runs a training step's grouped members names them (it was "?").
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -55,3 +57,35 @@ def test_every_task_of_a_training_lies_within_its_run(client, record_db):
                 # A 0-d array handed over: far under the run's own length.
                 assert t.stop - t.start < 0.5 * (run.ended_at - run.started_at), t.key
     assert inputs_seen >= len(runs) - 1
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_task_that_ends_after_its_run_is_named_by_that_runs_operators(client, record_db):
+    """A run can end before all its tasks do (a training's graph ends when its losses are
+    back, while the tasks taking out its parameters may still run); their records are then
+    written by whichever run drains next, of another graph: they named no operator ("?")."""
+    from distributed import wait
+
+    from deepx_flow.ir.program import operator_label
+    from deepx_flow.runtime.run import _submit
+    x = dx.random.normal((1500, 1500), seed=4, dtype="float64")
+    slow = dx.tanh(x @ x) @ x  # seconds of work on two threads
+    plan = dx.compile(slow, cluster=None)
+    futures, _, recorder, _ = _submit(plan, plan.graph, {}, client, "run", db=record_db)
+
+    def holds_a_chunk(dask_scheduler, run_id):
+        plugin = dask_scheduler.plugins["deepx-recorder"]
+        return run_id in set(plugin.owner.values())
+    deadline = time.monotonic() + 60  # as a training's graph holds its earlier steps' chunks
+    while not client.run_on_scheduler(holds_a_chunk, run_id=recorder.run_id):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    recorder.finish()  # ends now, its tasks still running
+    (run,) = queries.list_runs(record_db)
+    assert run.status == "succeeded"
+    early = len(queries.run_tasks(record_db, run.id))
+    wait([f for fs in futures.values() for f in fs])
+    dx.run(dx.arange(5) * 2.0, client=client)  # another graph's run drains what came since
+    tasks = queries.run_tasks(record_db, run.id)
+    labels = {operator_label(n) for n in plan.fused.nodes}
+    assert len(tasks) > early and {t.operator for t in tasks} <= labels
