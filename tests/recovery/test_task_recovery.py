@@ -9,6 +9,7 @@ float64, and what happened is read back from the metadata database."""
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections import Counter
@@ -301,8 +302,10 @@ def test_a_lost_device_excludes_its_worker_and_its_task_runs_elsewhere():
     assert len(failed) == 1 and failed[0].worker == victim
     redo = [t for t in tasks if t.key == failed[0].key and t.status == "memory"]
     assert len(redo) == 1 and redo[0].worker != victim
-    # Tasks already sent to the worker may finish there; none starts there a moment later.
-    assert not [t for t in tasks if t.worker == victim and t.start > lost[0].at + 0.5]
+    # Tasks already sent to the worker may finish there; none starts there once the
+    # exclusion has reached it (seconds later at most, however busy the machine).
+    [excluded] = [e for e in events if e.kind == "exclude" and e.worker == victim]
+    assert not [t for t in tasks if t.worker == victim and t.start > excluded.at + 5.0]
     assert any(e.kind == "exclude" and e.worker == victim for e in rows(db, Event, second.id))
     assert not [t for t in rows(db, Task, second.id) if t.worker == victim]
 
@@ -406,7 +409,7 @@ def test_running_out_of_memory_plans_the_run_again_with_smaller_chunks(monkeypat
 
 # -- a task that kills its workers; no workers at all -------------------------------------------
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_a_task_that_kills_its_workers_fails_naming_its_operator_and_chunk():
     import dask
     _, y = graph()
@@ -418,8 +421,10 @@ def test_a_task_that_kills_its_workers_fails_naming_its_operator_and_chunk():
             with pytest.raises(dx.ExecutionError) as info:
                 dx.run(y, client=client, cluster=SPEC)
             # The nannies restart the killed workers; closing the cluster while one is
-            # between processes hit a Dask race ("can only join a started process")
-            client.wait_for_workers(2, timeout=120)
+            # between processes hit a Dask race ("can only join a started process"). A
+            # worker process takes minutes to start on a machine as busy as CI's can be
+            # (120 s was too little there with 20 processes on 2 cores).
+            client.wait_for_workers(2, timeout=420)
     assert info.value.kind == "killed-worker"
     message = str(info.value)
     assert f"(node {sums}), chunk (" in message
@@ -444,7 +449,10 @@ def test_a_run_with_no_workers_left_fails_after_its_bounded_wait():
                 closer.join()
             waited = time.monotonic() - began
     assert info.value.kind == "no-workers"
-    assert "no workers for 2 s (waited 2 s for a replacement)" in str(info.value)
+    # How long past the 2 s it noticed is the machine's business (a busy one ticks later).
+    gone = re.search(r"no workers for (\d+) s \(waited 2 s for a replacement\)",
+                     str(info.value))
+    assert gone and int(gone.group(1)) >= 2, str(info.value)
     assert waited >= 3.0  # it did wait for a replacement
     run = last_run(db)
     assert run.status == "failed" and "NoWorkers" in run.error
@@ -465,7 +473,9 @@ def test_a_run_started_with_no_workers_gives_up_cleanly(caplog):
                 dx.run(y, client=client, cluster=SPEC, recovery=dx.Recovery(worker_wait=1.0))
             states = client.run_on_scheduler(_states_of, names={
                 n.id for n in dx.compile(y, cluster=SPEC).fused.nodes})
-    assert info.value.kind == "no-workers" and "no workers for 1 s" in str(info.value)
+    assert info.value.kind == "no-workers"
+    gone = re.search(r"no workers for (\d+) s \(waited 1 s", str(info.value))
+    assert gone and int(gone.group(1)) >= 1, str(info.value)
     assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
     assert not set(states) & {"no-worker", "queued", "processing"}, states
 
