@@ -108,8 +108,10 @@ def layout_of(arr, uri: str | None = None, expected: dict | None = None) -> Layo
         root, fs = str(arr.store.root / arr.path) if arr.path else str(arr.store.root), None
     else:
         import fsspec
+        from fsspec.implementations.local import LocalFileSystem
         fs, root = fsspec.core.url_to_fs(uri)
         root = root.rstrip("/")
+        fs = None if isinstance(fs, LocalFileSystem) else fs  # a file:// URL: local files
     return Layout(root, tuple(arr.shape), tuple(int(c) for c in meta.chunk_grid.chunk_shape),
                   dtype, zstd, crc, meta.fill_value, meta.chunk_key_encoding, fs, expected)
 
@@ -218,8 +220,8 @@ def _read(layout: Layout, index, missing: str) -> np.ndarray | bytes | None:
 def _check(layout: Layout, index, stored) -> None:
     """Damaged when the stored bytes are not the ones written: a checksum that does not
     match them, or (for a stored version) not the size and CRC-32C its manifest records
-    for this position. The trailer was checked first, so comparing it with the manifest's
-    CRC checks the bytes themselves."""
+    for this position. The bytes are checked against their trailer first, so comparing
+    the trailer with the manifest's CRC checks the bytes themselves."""
     import google_crc32c
     want = None
     if layout.expected is not None:

@@ -187,9 +187,6 @@ def _bound(uri: str, arr, origin, fresh: bool = False) -> manifests.Manifest | N
         problem = manifests.metadata_problem(arr, found)
     except manifests.Problem as err:
         raise _error(uri, origin, None, str(err)) from None
-    except OSError as err:  # not the data: reported as it is
-        raise _error(uri, origin, None, f"has a manifest that cannot be read: {err}") \
-            from None
     if problem:
         raise _error(uri, origin, None, problem)
     return found
@@ -393,6 +390,6 @@ def _decode_all(uri, origin, arr, found, indices) -> list[DataError]:
     return problems
 
 
-__all__ = ["read_region", "verify_array", "write_manifest", "read_manifest", "upgrade",
-           "array_codecs",
-           "describe", "chunk_indices", "chunk_region", "MANIFEST", "WRITE_CONFIG"]
+__all__ = ["read_region", "read_opened", "verify_array", "write_manifest", "read_manifest",
+           "upgrade", "array_codecs", "describe", "chunk_indices", "chunk_region", "MANIFEST",
+           "WRITE_CONFIG"]

@@ -253,3 +253,24 @@ def test_an_array_without_checksums_is_bound_by_the_crc_of_its_chunks(tmp_path):
     with pytest.raises(dx.DataError, match=r"chunk \(0, 0\).*not the ones written"):
         verify.read_region(uri, whole(values), origin=origin)
     assert [p.chunk for p in verify.verify_array(uri, origin=origin)] == [(0, 0)]
+
+
+def test_a_version_in_an_object_store_is_checked_the_same(tmp_path):
+    """fsspec's in-memory file system stands for object storage: its chunks are read
+    through fsspec, and checked against the manifest as local files are."""
+    import fsspec
+    uri = f"memory://deepx-tests/{uuid.uuid4().hex}.zarr"
+    values = np.arange(48.0).reshape(12, 4)
+    origin = {"asset": "a", "version": "v", "manifest": write_checked(
+        uri, values, grid(values.shape, (4, 4)))}
+    fs, root = fsspec.core.url_to_fs(uri)
+    try:
+        assert np.array_equal(verify.read_region(uri, whole(values), origin=origin), values)
+        a, b = fs.cat_file(f"{root}/c/0/0"), fs.cat_file(f"{root}/c/2/0")
+        fs.pipe_file(f"{root}/c/0/0", b)
+        fs.pipe_file(f"{root}/c/2/0", a)
+        with pytest.raises(dx.DataError, match=MOVED):
+            verify.read_region(uri, whole(values), origin=origin)
+        assert [p.chunk for p in verify.verify_array(uri, origin=origin)] == [(0, 0), (2, 0)]
+    finally:
+        fs.rm(root, recursive=True)
