@@ -227,10 +227,10 @@ def _let_go(client, gone: bool) -> None:
 def chosen_address(client=None, scheduler=None) -> str | None:
     """The scheduler address a call names: `scheduler`, else DEEPX_SCHEDULER's (None for
     neither), after checking the `client=` and `scheduler=` arguments. Anything that cannot
-    name a cluster is an InputError naming the argument (or variable) and what it takes,
-    before any cluster is started or contacted: a `client` that is not a
-    `distributed.Client`, a `scheduler` that is not an address; a closed client is a
-    ClusterError."""
+    name a cluster is an InputError naming the argument and what it takes, before any
+    cluster is started or contacted: a `client` that is not a `distributed.Client`, a
+    `scheduler` that is not an address (a bad DEEPX_SCHEDULER is a SettingsError, as every
+    setting); a closed client is a ClusterError."""
     if client is not None:
         from distributed import Client
         if not isinstance(client, Client):
