@@ -112,6 +112,8 @@ def test_the_readme_in_a_jupyter_kernel(tmp_path, monkeypatch):
     cells += [new("import json"), new(readme_block("## Assets")), new(ASSET_CHECKS)]
     cells += [new(expr) for expr in ["defs", "embeddings", "dx.status(defs)",
                                      "dx.runs(limit=5)"]]
+    typo = len(cells)  # a misspelt name, as a new user types one
+    cells += [new("try:\n    dx.reul\nexcept dx.UnknownNameError as err:\n    print(err)")]
     nb = nbformat.v4.new_notebook(cells=cells)
     client = nbclient.NotebookClient(nb, timeout=480, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
@@ -152,6 +154,8 @@ def test_the_readme_in_a_jupyter_kernel(tmp_path, monkeypatch):
     assert "dx.asset &#x27;embeddings&#x27;" in asset_reprs["embeddings"]
     assert "fresh" in asset_reprs["dx.status(defs)"]
     assert "newest first" in asset_reprs["dx.runs(limit=5)"]
+    said = "".join(o.get("text", "") for o in outputs_of(nb, typo))
+    assert said.strip() == "dx has no attribute 'reul'; did you mean dx.relu?"
 
     # One cluster for every cell: every run the kernel recorded went to one scheduler.
     printed = "".join(o.get("text", "") for o in outputs_of(nb, first_asset + 1))

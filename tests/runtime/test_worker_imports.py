@@ -52,4 +52,4 @@ def test_every_public_name_resolves_to_what_it_names():
         except AttributeError as err:
             print(err)
     """)
-    assert out.strip() == "module 'deepx_flow' has no attribute 'no_such_name'"
+    assert out.strip() == "dx has no attribute 'no_such_name'"
