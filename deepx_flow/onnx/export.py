@@ -31,7 +31,7 @@ input that does not fit is a `dx.InputError`). Needs the `onnx` package (the `on
 from __future__ import annotations
 
 import os
-import tempfile
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -92,9 +92,11 @@ def save(outputs, path, inputs: dict | None = None, opset: int | None = None,
         raise InputError(f"cannot write {target}: folder {folder} does not exist")
     model = to_model(outputs, inputs=inputs, opset=opset, dynamic_axes=dynamic_axes)
     data = model.SerializeToString()
-    fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
+    # A new file under a unique name ("x": never one that exists), with the mode the user's
+    # umask gives (mkstemp's would be 0600), renamed over the target once whole.
+    temp = folder / f".{target.name}.{uuid.uuid4().hex}.tmp"
     try:
-        with os.fdopen(fd, "wb") as f:
+        with open(temp, "xb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

@@ -5,6 +5,9 @@ as initializers; what has no ONNX form is one SpecError naming the node, and no 
 
 from __future__ import annotations
 
+import os
+import stat
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -259,6 +262,16 @@ def test_the_newest_opset_is_written_and_checked(tmp_path):
     model = onnx.load(path)
     assert model.opset_import[0].version == newest
     onnx.checker.check_model(model, full_check=True)
+
+
+def test_the_model_file_gets_the_mode_the_umask_gives(tmp_path):
+    old = os.umask(0o022)
+    try:
+        path = dx.onnx.save(layout("float32"), tmp_path / "shared.onnx")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644  # readable by others, as files are
+    assert [p.name for p in tmp_path.iterdir()] == ["shared.onnx"]  # no temporary left
 
 
 @pytest.mark.parametrize("opset", [13, 18, 21])
