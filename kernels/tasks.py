@@ -149,7 +149,7 @@ def concat_chunk(dtype, axis, layouts, *pieces):
     """A chunk of a concat that joins pieces of several operands, each cast to `dtype`."""
     arrays, _ = _operands(layouts, pieces)
     xp = dispatch.array_module(*arrays)
-    return xp.concatenate([xp.asarray(bfloat16.astype(a, dtype)) for a in arrays], axis=axis)
+    return _concatenate(xp, [xp.asarray(bfloat16.astype(a, dtype)) for a in arrays], axis)
 
 
 # -- matmul -------------------------------------------------------------------------------
