@@ -146,6 +146,13 @@ def cast_chunk(dtype, layouts, *pieces):
     return bfloat16.astype(x, dtype)
 
 
+def concat_chunk(dtype, axis, layouts, *pieces):
+    """A chunk of a concat that joins pieces of several operands, each cast to `dtype`."""
+    arrays, _ = _operands(layouts, pieces)
+    xp = dispatch.array_module(*arrays)
+    return _concatenate(xp, [xp.asarray(bfloat16.astype(a, dtype)) for a in arrays], axis)
+
+
 # -- matmul -------------------------------------------------------------------------------
 def matmul_chunk(epilogue, out_shape, dtype, layouts, *pieces):
     """One tile of a matmul (or one K-partial product), with its fused epilogue."""

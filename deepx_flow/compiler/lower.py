@@ -496,6 +496,9 @@ def _lower_layout(node, ins, grid, name, operands, dsk, inlinable):
     transpose, a reshape of a whole chunk, a slice with step 1, a concat of its own dtype) is
     also a view that its readers may compute themselves."""
     (t, *_) = ins
+    if node.op == "concat":  # where each operand starts along the axis, found by bisection
+        axis = node.attr("axis")
+        starts = list(itertools.accumulate((s.shape[axis] for s in ins), initial=0))
     for idx in chunk_indices(grid.chunks):
         key = (name, *idx)
         region = grid.region(idx)
@@ -523,22 +526,35 @@ def _lower_layout(node, ins, grid, name, operands, dsk, inlinable):
             if _one_piece(layouts) and all(s == 1 for s in steps):
                 inlinable[key] = (VIEW, K.slice_chunk, (steps, layouts, *refs))
         elif node.op == "concat":
-            axis = node.attr("axis")
-            lo, hi = region[axis]
-            offset = 0
-            for src_node in ins:
-                size = src_node.shape[axis]
-                if offset <= lo < offset + size or (size == hi - lo == 0):
-                    src = tuple((lo - offset, hi - offset) if i == axis else region[i]
-                                for i in range(len(region)))
-                    layouts, refs = operands([src_node.id], [src])
-                    dsk[key] = task(key, K.cast_chunk, node.dtype, layouts, *refs)
-                    if _one_piece(layouts) and src_node.dtype == node.dtype:
-                        inlinable[key] = (VIEW, K.cast_chunk, (node.dtype, layouts, *refs))
-                    break
-                offset += size
+            sources, regions = _concat_sources(ins, starts, axis, region)
+            layouts, refs = operands([t.id for t in sources], regions)
+            if len(sources) > 1:  # a chunk joining pieces of several operands (`join_pieces`)
+                dsk[key] = task(key, K.concat_chunk, node.dtype, axis, layouts, *refs)
+                continue
+            dsk[key] = task(key, K.cast_chunk, node.dtype, layouts, *refs)
+            if _one_piece(layouts) and sources[0].dtype == node.dtype:
+                inlinable[key] = (VIEW, K.cast_chunk, (node.dtype, layouts, *refs))
         else:
             raise AssertionError(f"no lowering for {node.op}")
+
+
+def _concat_sources(ins, starts, axis: int, region) -> tuple[list[Node], list]:
+    """The operands a concat's chunk `region` reads and the region of each: from the one
+    holding its first row (the last starting at or before it, found by bisection: an empty
+    operand starts where the next one does) to the one holding its last. An empty chunk
+    (an empty axis) reads that first operand's empty region."""
+    lo, hi = region[axis]
+    first = bisect.bisect_right(starts, lo, hi=len(ins)) - 1
+    sources, regions = [], []
+    for j in range(first, len(ins)):
+        start, stop = starts[j], starts[j + 1]
+        if start >= hi and sources:
+            break
+        if stop > start or not sources:
+            piece = (max(lo, start) - start, min(hi, stop) - start)
+            sources.append(ins[j])
+            regions.append(tuple(region[:axis]) + (piece,) + tuple(region[axis + 1:]))
+    return sources, regions
 
 
 def _one_piece(layouts) -> bool:

@@ -13,7 +13,9 @@ How it chooses:
    the kept axes of a reduction, a transpose's permuted axes, every axis of a scan with its
    operand's. So aligned operands need no copying. Reshape, slice and the concat axis read
    whatever grid their operand has (the lowering assembles the region a task needs); so
-   does softmax's axis when joining it with the operand's would not fit.
+   does softmax's axis when joining it with the operand's would not fit. A concat's chunks
+   along its axis are its operands' chunks, runs of small ones joined (`join_pieces`, up to
+   `min_chunk_bytes`).
 2. Every class starts whole (one chunk per axis: chunks as large as possible). While some
    node's task does not fit, the largest splittable class it touches is halved (a window's
    spatial axes and a scanned axis only when nothing else is left). An axis that must stay
@@ -334,19 +336,29 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
         node = graph[node_id]
         if node.op == "concat":
             axis = node.attr("axis")
-            return tuple(concat_chunk(node, axis) if a == axis else classes.chunk((node_id, a))
-                         for a in range(node.ndim))
+            return tuple(max(concat_chunk(node, axis), merge_limit(node, axis)) if a == axis
+                         else classes.chunk((node_id, a)) for a in range(node.ndim))
         return tuple(classes.chunk((node_id, a)) for a in range(node.ndim))
+
+    def merge_limit(node: Node, axis: int) -> int:
+        """How long a run of small pieces one chunk of a concat may join along its axis:
+        what the smallest chunk made for parallelism holds (`min_chunk_bytes`, the other
+        axes at their chunk sizes), and no more than the concat's own class allows (memory
+        fitting halves it). A chunk never splits a piece, so a longer piece is a chunk."""
+        row = dtypes.itemsize(node.dtype) * math.prod(
+            classes.chunk((node.id, a)) for a in range(node.ndim) if a != axis)
+        return max(1, min(classes.chunk((node.id, axis)), config.min_chunk_bytes // max(1, row)))
 
     measured: dict = {}  # (concat id, axis) -> concat_chunk, while no chunk size changes
     measured_at = [0]
 
     def concat_chunk(node: Node, axis: int) -> int:
-        """A concat's largest chunk along its axis: the largest of the pieces it joins, seen
-        through concats along the same axis. The walk keeps its own stack (a chain of
-        thousands of concats is deeper than Python's recursion limit) and stops at concats
-        already measured since chunk sizes last changed, so the passes below, which visit
-        operands before users, measure a chain of n concats in O(n), not O(n^2)."""
+        """The largest piece a concat joins along its axis: its operands' chunks, seen
+        through concats along the same axis (whose chunks may join pieces up to their
+        `merge_limit`). The walk keeps its own stack (a chain of thousands of concats is
+        deeper than Python's recursion limit) and stops at concats already measured since
+        chunk sizes last changed, so the passes below, which visit operands before users,
+        measure a chain of n concats in O(n), not O(n^2)."""
         if measured_at[0] != classes.halvings:
             measured.clear()
             measured_at[0] = classes.halvings
@@ -363,6 +375,7 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
                 elif i not in seen:
                     seen.add(i)
                     stack.append(src)
+                    largest = max(largest, merge_limit(src, axis))
         measured[(node.id, axis)] = largest
         return largest
 
@@ -531,7 +544,7 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
     for node in nodes:
         kind = get_op(node.op).kind
         n_chunks[node.id] = tuple(
-            sum(n_chunks[i][a] for i in node.inputs)
+            _joined_count(extent, merge_limit(node, a), [n_chunks[i][a] for i in node.inputs])
             if node.op == "concat" and a == node.attr("axis") else
             _count(extent, classes.chunk((node.id, a))) for a, extent in enumerate(node.shape))
         n_out = math.prod(n_chunks[node.id])
@@ -556,7 +569,8 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
     for node in nodes:
         if node.op == "concat":
             axis = node.attr("axis")
-            along = sum((chunks[i][axis] for i in node.inputs), ())
+            along = join_pieces(sum((chunks[i][axis] for i in node.inputs), ()),
+                                merge_limit(node, axis))
             chunks[node.id] = tuple(along if a == axis else
                                     regular_chunks(e, classes.chunk((node.id, a)))
                                     for a, e in enumerate(node.shape))
@@ -573,6 +587,30 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
             k_chunks[node.id] = regular_chunks(graph[node.inputs[0]].shape[-1],
                                                classes.chunk((node.id + "#k", 0)))
     return Partition(graph, chunks, spaces, k_chunks, budget, fanin)
+
+
+def join_pieces(pieces: tuple[int, ...], limit: int) -> tuple[int, ...]:
+    """A concat's chunks along its axis: its operands' chunks (`pieces`) in order, each run
+    of pieces that together hold at most `limit` joined into one chunk (one task reads
+    them all), empty pieces dropped (an empty axis is one empty chunk). A 5,000-way concat
+    of rows is then a few tasks, not 5,000, each a scheduler round trip."""
+    out: list[int] = []
+    run = 0
+    for piece in pieces:
+        if run and run + piece > limit:
+            out.append(run)
+            run = 0
+        run += piece
+    if run or not out:
+        out.append(run)
+    return tuple(out)
+
+
+def _joined_count(extent: int, limit: int, pieces: list[int]) -> int:
+    """At most how many chunks `join_pieces` makes of `pieces` (each operand's chunk count)
+    along an axis of `extent`: no more than the pieces, and, since two neighbouring chunks
+    together always hold more than `limit`, no more than 2 * (extent // (limit + 1)) + 1."""
+    return min(sum(pieces), 2 * (extent // (limit + 1)) + 1)
 
 
 def task_count(kind: str, n_main: int, n_out: int, fanin: int, along: int = 1) -> int:

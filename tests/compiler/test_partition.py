@@ -176,12 +176,12 @@ def test_parallelism_never_splits_below_a_stored_chunk(tmp_path):
     assert max(plan.chunks[x.node.id][0]) < 65_536
 
 
-def test_a_chain_of_thousands_of_concats_plans(monkeypatch):
+def test_a_chain_of_thousands_of_concats_plans():
     # the largest chunk along a concat's axis was found by recursing through the concats it
-    # joins: 3,000 of them overflowed Python's recursion limit. Each concat keeps its pieces'
-    # chunks, so the plan has 4.5 million tasks: over the default task limit, which is not
-    # what this test is about.
-    monkeypatch.setenv("DEEPX_MAX_TASKS", str(10**7))
+    # joins: 3,000 of them overflowed Python's recursion limit. Each concat kept its pieces'
+    # chunks, 4.5 million tasks in all; small pieces are now joined (`join_pieces`), and the
+    # task count before the grids are built bounds each concat's chunks by what joining
+    # leaves, so the plan has about one task a node.
     x = dx.input("x", (64, 2), "float64")
     z = x
     for i in range(3000):
@@ -190,6 +190,7 @@ def test_a_chain_of_thousands_of_concats_plans(monkeypatch):
     chunks = plan.chunks[z.node.id]
     assert sum(chunks[1]) == 3002 and sum(chunks[0]) == 64
     assert all(r.peak_working_set <= plan.partition.budget for r in plan.stats().nodes)
+    assert plan.stats().tasks <= 2 * len(plan.fused.nodes)
 
 
 def test_nested_concats_along_two_axes_fit_a_small_budget():
