@@ -312,7 +312,6 @@ def cumsum(x, axis: int | None = 0, exclusive: bool = False, reverse: bool = Fal
     x = as_tensor(x)
     if axis is None:
         x, axis = reshape(x, (x.size,)), 0
-    exclusive, reverse = flag(exclusive, "cumsum: exclusive"), flag(reverse, "cumsum: reverse")
     return apply("cumsum", [x], axis=_axis("cumsum", x, axis), exclusive=exclusive,
                  reverse=reverse)
 
