@@ -115,7 +115,10 @@ def _lost_chunk_back_s(client, rows: int, read_back: bool) -> float:
     client.register_plugin(FaultInjection([Fault("hang", node="sum", times=1)]))
     run = threading.Thread(target=dx.materialize, args=(dx.Definitions([a, b]),),
                            kwargs={"client": client,
-                                   "recovery": dx.Recovery(read_back=read_back)})
+                                   # no backup of the hung task: it would take the chunks
+                                   # it waits for elsewhere and finish, releasing them
+                                   "recovery": dx.Recovery(read_back=read_back,
+                                                           speculate=False)})
     run.start()
     try:
         deadline, back = time.monotonic() + 120, None
@@ -126,6 +129,9 @@ def _lost_chunk_back_s(client, rows: int, read_back: bool) -> float:
             if needed:
                 break
             time.sleep(0.02)
+        if not needed:
+            raise RuntimeError("no written chunk of asset a was held for a waiting task "
+                               "within 120 s: the scenario did not set up")
         key, _, (victim,), _ = needed[0]
         pid = client.run(_pid, workers=[victim])[victim]
         killed = time.time()
