@@ -7,6 +7,7 @@ form."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -71,9 +72,9 @@ def test_explain_shows_names_escaped():
     assert f"{SHOWN}2 -> {SHOWN}out" in text
 
 
-def cli(*args, timeout=300):
+def cli(*args, timeout=300, env=None):
     res = subprocess.run([sys.executable, "-m", "deepx_flow.cli.main", *args],
-                         capture_output=True, text=True, timeout=timeout)
+                         capture_output=True, text=True, timeout=timeout, env=env)
     assert_clean(res.stdout)
     assert_clean(res.stderr)
     return res
@@ -124,3 +125,26 @@ def test_registry_shows_worker_names_escaped(db_url):
                   db_url)
     assert res.returncode == 0, res.stderr
     assert SHOWN in res.stdout
+
+
+PIPELINE = """\
+import deepx_flow as dx
+
+
+@dx.asset(partitions=dx.StaticPartitions({keys!r}))
+def sales(partition):
+    return dx.arange(4, dtype="float64") * 2.0
+
+
+defs = dx.Definitions(assets=[sales])
+"""
+
+
+def test_asset_tables_show_partition_keys_escaped(tmp_path, db_url):
+    (tmp_path / "pipeline.py").write_text(PIPELINE.format(keys=[EVIL.replace("/", ""), "b"]))
+    env = {**os.environ, "DEEPX_DB_URL": db_url, "DEEPX_ASSET_ROOT": str(tmp_path / "assets")}
+    listing = cli("assets", "list", "-m", str(tmp_path / "pipeline.py"), env=env)
+    assert listing.returncode == 0, listing.stderr
+    status = cli("assets", "status", "-m", str(tmp_path / "pipeline.py"), env=env)
+    assert status.returncode == 0, status.stderr
+    assert f"[{SHOWN.replace('/', '')}] never materialized" in status.stdout
