@@ -1,21 +1,27 @@
 """Tables for the CLI (plain text) and for notebook reprs (plain HTML: every value escaped,
-no scripts or style sheets, so it reads the same in Jupyter, VS Code and a saved notebook)."""
+no scripts or style sheets, so it reads the same in Jupyter, VS Code and a saved notebook).
+
+Text tables show control characters in names as escapes (`terminal_text.escaped`): a cell
+is one line, and a name cannot act on the terminal it is printed to."""
 
 from __future__ import annotations
 
 import datetime as dt
 import html
 
+from deepx_flow.terminal_text import escaped
+
 
 def text_table(headers, rows, title: str | None = None) -> str:
-    """Columns padded to their widest cell, a rule under the headers."""
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r]
-                                           for r in rows]
+    """Columns padded to their widest cell, a rule under the headers; control characters
+    in cells and the title escaped (before padding, so that columns line up)."""
+    cells = [[escaped(str(h)) for h in headers]] + [
+        ["" if c is None else escaped(str(c)) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     if title:
-        lines.insert(0, title)
+        lines.insert(0, escaped(title))
     return "\n".join(lines)
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from deepx_flow.config import settings
 from deepx_flow.errors import DeepxError, InputError, PlanError
+from deepx_flow.terminal_text import escaped, escaping_output
 
 # The longest error line the command prints.
 MESSAGE_CHARS = 1000
@@ -219,6 +220,13 @@ def _measured_speeds(url: str | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Whatever the command prints, control characters in names and messages are shown as
+    # escapes, not acted on by the terminal (`terminal_text`).
+    with escaping_output():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     from deepx_flow.cli import (assets_cmd, gpu_cmd, onnx_cmd, registry_cmd, runs_cmd,
                                 scheduler_cmd, ui_cmd)
@@ -248,9 +256,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _one_line(message: str) -> str:
-    """The first line of a message, at most MESSAGE_CHARS long: messages show values
-    shortened, and this bounds what any message can print."""
-    line = message.splitlines()[0] if message else message
+    """The first line of a message, its control characters escaped (a carriage return in a
+    name neither ends the line nor overwrites it), at most MESSAGE_CHARS long: messages show
+    values shortened, and this bounds what any message can print."""
+    line = escaped(message.split("\n", 1)[0])
     if len(line) > MESSAGE_CHARS:
         line = f"{line[:MESSAGE_CHARS - 40]}... ({len(line):,} characters in all)"
     return line

@@ -23,6 +23,8 @@ from deepx_flow.ir import Graph, dtypes
 from deepx_flow.ir.program import describe, speed_label
 from deepx_flow.ops import MATMUL, REDUCE, SCAN, get_op
 from deepx_flow.registry.cluster import ClusterSpec, format_bytes
+from deepx_flow.terminal_text import escaped
+from deepx_flow.text_table import html_table, text_table
 
 
 @dataclass(frozen=True)
@@ -195,16 +197,18 @@ class Plan:
         """Tables of tensors (shape, chunk shape, chunks), task kinds and totals."""
         title, tensors, tasks, totals = self._explained()
         tensors = [row[:-1] for row in tensors]  # the grid is for the notebook's table
-        return "\n".join([title, ""] + _table(tensors) + [""] + _table(tasks) + [""] + totals)
+        # Names are shown with their control characters escaped (`terminal_text`).
+        return "\n".join([escaped(title), "", text_table(tensors[0], tensors[1:]), "",
+                          text_table(tasks[0], tasks[1:]), ""] + totals)
 
     def __repr__(self) -> str:
         stats = self.stats()
-        return (f"<Plan for cluster '{self.cluster.name}': {len(self.fused.nodes)} tensors, "
+        return (f"<Plan for cluster '{escaped(self.cluster.name)}': "
+                f"{len(self.fused.nodes)} tensors, "
                 f"{stats.tasks:,} tasks, {stats.flops / 1e9:.3f} GFLOP, task budget "
                 f"{format_bytes(self.partition.budget)}; plan.explain() prints its tables>")
 
     def _repr_html_(self) -> str:
-        from deepx_flow.text_table import html_table
         title, tensors, tasks, totals = self._explained()
         return (f"<div class=\"deepx-plan\">{html_table(tensors[0], tensors[1:], title)}"
                 f"{html_table(tasks[0], tasks[1:])}<p>{'<br>'.join(map(html.escape, totals))}</p>"
@@ -267,16 +271,6 @@ def _label(node) -> str:
 
 def _shape(shape) -> str:
     return str(tuple(shape))
-
-
-def _table(rows) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    out = []
-    for n, row in enumerate(rows):
-        out.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return out
 
 
 def _measured_task_seconds(node, stats, cluster, inlined=()) -> float | None:

@@ -18,6 +18,7 @@ import threading
 from deepx_flow.config import settings
 from deepx_flow.errors import InputError, shown
 from deepx_flow.registry.cluster import format_bytes
+from deepx_flow.terminal_text import raw_stream
 
 POLL_S = 0.5  # how often a shown bar asks the scheduler
 
@@ -127,8 +128,10 @@ class RunProgress:
         if not self.announce:
             print(self.header(), file=self.stream, flush=True)
         with self._lock:
+            # The bar moves the cursor on purpose, and its text is its own: it writes
+            # beneath the command line's escaping of control characters.
             self._bar = _bar_class()(total=self.total, unit="task", desc=self.label,
-                                     file=self.stream, dynamic_ncols=True)
+                                     file=raw_stream(self.stream), dynamic_ncols=True)
             self.shown = True
 
     def _follow(self) -> None:

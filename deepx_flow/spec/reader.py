@@ -328,9 +328,10 @@ def _type_nodes(entries: dict[str, Entry], order: list[tuple]) -> tuple[Node, ..
     """Make and type every node in `order`; literal nodes are made just before their user."""
     done: dict[str, Node] = {}
     literals: dict[tuple[str, int], Node] = {}
+    made: dict[tuple, Node] = {}  # (type, repr, dtype) -> its node: one per constant
     for item in order:
         if item[0] == "node":
-            done[item[1]] = _type_node(entries[item[1]], done, literals)
+            done[item[1]] = _type_node(entries[item[1]], done, literals, made)
     nodes: dict[str, Node] = {}
     for item in order:
         node = done[item[1]] if item[0] == "node" else literals[(item[1], item[2])]
@@ -345,14 +346,20 @@ def _type_nodes(entries: dict[str, Entry], order: list[tuple]) -> tuple[Node, ..
     return tuple(nodes.values())
 
 
-def _type_node(entry: Entry, done: dict[str, Node],
-               literals: dict[tuple[str, int], Node]) -> Node:
+def _type_node(entry: Entry, done: dict[str, Node], literals: dict[tuple[str, int], Node],
+               made: dict[tuple, Node]) -> Node:
     arg_dtypes = [None if isinstance(a, Literal) else done[a].dtype for a in entry.args]
     operands: list[Node] = []
     for position, arg in enumerate(entry.args):
         if isinstance(arg, Literal):
             dtype = literal_dtype(arg.value, position, entry.op, arg_dtypes)
-            literal = infer_node(literal_node(arg.value, dtype), [])
+            # The same constant is the same node (its id is a content hash), made once: a
+            # chain of 20,000 `+ 0.5` spent a third of its typing remaking it. Its repr
+            # tells 0.0 from -0.0 and 1 from 1.0 and True, which compare equal.
+            key = (type(arg.value), repr(arg.value), dtype)
+            literal = made.get(key)
+            if literal is None:
+                literal = made[key] = infer_node(literal_node(arg.value, dtype), [])
             literals[(entry.id, position)] = literal
             operands.append(literal)
         else:
