@@ -127,13 +127,15 @@ def write_persisted(persisted, uri) -> dict:
         # On a regular grid each task needs one chunk: run it where that chunk is.
         holders = client.who_has(persisted.futures) if is_regular(chunks) else {}
         # Fresh keys: a retried write must not get the result of an earlier attempt.
-        token = uuid.uuid4().hex[:16]
+        name = f"dx-store-{uuid.uuid4().hex[:16]}"
+        if persisted.recorder is not None:  # the writes are tasks of the run that goes
+            persisted.recorder.add_tasks(name, "store[zarr]")
         for idx, region, layout, pieces in tasks:
             holder = holders.get(pieces[0].key) if len(pieces) == 1 else None
             where = {"workers": list(holder), "allow_other_workers": True} if holder else {}
             futures.append(client.submit(
                 write_block, uri, region, persisted.dtype, layout, *pieces,
-                key=f"dx-store-{token}-" + "-".join(map(str, idx)), **where))
+                key=(name, *idx), **where))
         with client.as_current():  # wait() uses the current client, not the futures'
             wait(futures)
         failed = [(idx, f) for (idx, *_), f in zip(tasks, futures) if f.status != "finished"]
