@@ -163,6 +163,28 @@ def holds_no_chunk(dask_scheduler, run_id) -> bool:
     return run_id not in set(plugin.owner.values())
 
 
+def test_a_run_known_to_succeed_before_its_last_tasks_ends_after_them(client, record_db):
+    """A run's outcome is known from some of its outputs (a training's graph: its losses)
+    while its other tasks still run: it ends once they have, after the last of them (it
+    ended seconds before them)."""
+    from distributed import wait
+
+    from deepx_flow.runtime.run import _submit
+    plan = dx.compile({"slow": slow_graph(6), "quick": dx.arange(3) * 2.0}, cluster=None)
+    futures, _, recorder, _ = _submit(plan, plan.graph, {}, client, "run", db=record_db)
+    recorder.watch(futures["quick"])  # succeeded once this is computed
+    wait(futures["slow"])
+    recorder.finish()  # as dx.train ends its runs when it returns: waits for the end
+    dx.run(dx.arange(5) * 2.0, client=client)  # another run drains what came since
+    finished = client.run_on_scheduler(_take_finished)
+    runs = assert_every_task_recorded_within_its_run(record_db, finished)
+    assert {r.status for r in runs} == {"succeeded"}
+    run = next(r for r in runs if r.id == recorder.run_id)
+    last = max(t.stop for t in queries.run_tasks(record_db, run.id))
+    # It ended when its last task did (its outcome was known long before), not a drain later.
+    assert run.ended_at - last < 0.5 * (run.ended_at - run.started_at)
+
+
 def test_tasks_that_finish_after_their_run_ended_are_written(client, record_db):
     """A run ended (interrupted) while its tasks wait, holding no chunk: the tasks finishing
     afterwards are written in it by the next drain, of any run in the database (they were
