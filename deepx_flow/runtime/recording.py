@@ -53,6 +53,7 @@ FLUSH_INTERVAL_S = 1.0
 # How long a run that succeeded waits for its tasks still running before it is ended anyway
 # (their rows are then written in it later, as a failed run's are).
 LAND_TIMEOUT_S = 30.0
+LAND_POLL_S = 0.25  # each drain waits this long at most (the scheduler wakes it sooner)
 # CPU seconds this process's threads have spent draining and writing records (the
 # benchmark reads it; CPU time, so time spent waiting for the scheduler is not counted).
 seconds_spent = 0.0
@@ -308,8 +309,7 @@ class RunRecorder:
                 force = self.status != "succeeded" or self._force.is_set() or left <= 0
                 with self._lock:
                     ended, going = self._drain(settle_keys, final=True, force=force,
-                                               land_s=0.0 if force else
-                                               min(FLUSH_INTERVAL_S, left))
+                                               land_s=0.0 if force else min(LAND_POLL_S, left))
                     settle_keys = ()
                     if ended:
                         store.finish_run(self.db, self.run_id, self.status, error,
