@@ -127,7 +127,7 @@ def write_persisted(persisted, uri) -> dict:
         # On a regular grid each task needs one chunk: run it where that chunk is.
         holders = client.who_has(persisted.futures) if is_regular(chunks) else {}
         # Fresh keys: a retried write must not get the result of an earlier attempt.
-        name = f"dx-store-{uuid.uuid4().hex[:16]}"
+        name = f"dx-store@{uuid.uuid4().hex[:16]}"  # node "dx-store": one label for all
         if persisted.recorder is not None:  # the writes are tasks of the run that goes
             persisted.recorder.add_tasks(name, "store[zarr]")
         for idx, region, layout, pieces in tasks:

@@ -385,8 +385,8 @@ def ended_by(recorder: RunRecorder | None):
 # Recorders of runs not yet ended: at interpreter exit they are marked interrupted (or, with
 # their outcome known, ended at once).
 _live: "weakref.WeakSet[RunRecorder]" = weakref.WeakSet()
-# (client id, database) -> a recorder whose run ended with tasks still running: at exit, the
-# records of what they did since are drained (any drain in that database takes them).
+# (client id, database) -> a recorder whose run was ended while tasks of it may still run:
+# at exit, what they did since is drained (any drain in that database takes it).
 _late: dict = {}
 
 

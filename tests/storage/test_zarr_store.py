@@ -49,7 +49,7 @@ def test_regular_grid_one_zarr_chunk_per_plan_chunk(client, x_np, tmp_path):
     # holding their chunk, but may be moved by work stealing, so where they ran is not
     # checked.)
     writes = [tuple(t["key"][1:]) for t in stream.data
-              if isinstance(t["key"], tuple) and t["key"][0].startswith("dx-store-")]
+              if isinstance(t["key"], tuple) and t["key"][0].startswith("dx-store@")]
     assert sorted(writes) == sorted(f.key[1:] for f in p.futures)
 
     assert info["uri"] == uri and info["shape"] == SHAPE and info["dtype"] == "float64"
