@@ -300,8 +300,7 @@ def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
             else:
                 infos[t] = engines[t].write(
                     Persisted(str(t), nodes[t].shape, nodes[t].dtype, chunks[t],
-                              list(futures[out_name[t]]), client, keys[out_name[t]],
-                              recorder),  # its writes are tasks of this run
+                              list(futures[out_name[t]]), client, keys[out_name[t]]),
                     _uri(engines[t], t, versions[t]))
                 created[t] = infos[t]["uri"]
         run_id = recorder.run_id if recorder is not None else None

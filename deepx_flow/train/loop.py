@@ -173,8 +173,9 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
     client, scheduler, cluster
         Where to run and what to plan for, as in `dx.run`.
     db : str or Database, optional
-        The metadata database (default the configured one): the training, its metrics per
-        step and its checkpoints are recorded there.
+        The metadata database (default the configured one): the training, its runs (the
+        one computing random initial parameters too), its metrics per step and its
+        checkpoints are recorded there.
     """
     from deepx_flow.optim import Adam, Optimizer
     from deepx_flow.runtime.plan_cache import cached_compile
