@@ -76,8 +76,8 @@ class ZarrEngine:
 
     name = "zarr"
 
-    def write(self, persisted, uri: str) -> dict:
-        return zarr_store.write_persisted(persisted, uri)
+    def write(self, persisted, uri: str, run=None) -> dict:
+        return zarr_store.write_persisted(persisted, uri, run)
 
     def create(self, uri: str, shape, dtype, chunks) -> str:
         uri = zarr_store.normalize_uri(uri)

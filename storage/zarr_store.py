@@ -83,7 +83,7 @@ def is_regular(chunks) -> bool:
     return all(all(s == c[0] for s in c[:-1]) and (not c or c[-1] <= c[0]) for c in chunks)
 
 
-def write_persisted(persisted, uri) -> dict:
+def write_persisted(persisted, uri, run=None) -> dict:
     """Write `persisted` (a `dx.persist` output) to a new Zarr v3 array at `uri`.
 
     Parameters
@@ -92,6 +92,9 @@ def write_persisted(persisted, uri) -> dict:
         The tensor, still on the cluster; its client runs the write tasks.
     uri : str or path
         A local path or an fsspec URL where nothing exists yet.
+    run : RunRecorder, optional
+        The recorder of the run the write is part of (a checkpoint's): the write tasks are
+        recorded as its tasks, `store[zarr]`.
 
     Returns
     -------
@@ -127,13 +130,15 @@ def write_persisted(persisted, uri) -> dict:
         # On a regular grid each task needs one chunk: run it where that chunk is.
         holders = client.who_has(persisted.futures) if is_regular(chunks) else {}
         # Fresh keys: a retried write must not get the result of an earlier attempt.
-        token = uuid.uuid4().hex[:16]
+        name = f"dx-store@{uuid.uuid4().hex[:16]}"  # node "dx-store": one label for all
+        if run is not None:
+            run.add_tasks(name, "store[zarr]")
         for idx, region, layout, pieces in tasks:
             holder = holders.get(pieces[0].key) if len(pieces) == 1 else None
             where = {"workers": list(holder), "allow_other_workers": True} if holder else {}
             futures.append(client.submit(
                 write_block, uri, region, persisted.dtype, layout, *pieces,
-                key=f"dx-store-{token}-" + "-".join(map(str, idx)), **where))
+                key=(name, *idx), **where))
         with client.as_current():  # wait() uses the current client, not the futures'
             wait(futures)
         failed = [(idx, f) for (idx, *_), f in zip(tasks, futures) if f.status != "finished"]

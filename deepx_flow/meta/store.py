@@ -35,25 +35,28 @@ def begin_run(db: Database, run: Run, graph_yaml: str, n_nodes: int) -> None:
         conn.execute(insert(Run), run.model_dump())  # a constant statement: compiled once
 
 
-def end_run(db: Database, run_id: str, status: str, error: str | None = None) -> None:
-    """Set the outcome of a run that is still running (a run is ended once)."""
+def end_run(db: Database, run_id: str, status: str, error: str | None = None,
+            ended_at: float | None = None) -> None:
+    """Set the outcome of a run that is still running (a run is ended once), and its end
+    (`ended_at`, default now)."""
     with db.begin() as conn:
-        _end_run(conn, run_id, status, error)
+        _end_run(conn, run_id, status, error, ended_at)
 
 
-def _end_run(conn, run_id: str, status: str, error: str | None) -> None:
+def _end_run(conn, run_id: str, status: str, error: str | None,
+             ended_at: float | None = None) -> None:
     conn.execute(update(Run).where(Run.id == run_id, Run.status == "running")
-                 .values(status=status, ended_at=time.time(), error=error))
+                 .values(status=status, ended_at=ended_at or time.time(), error=error))
 
 
 def finish_run(db: Database, run_id: str, status: str, error: str | None, batches: dict,
-               also=None) -> None:
+               also=None, ended_at: float | None = None) -> None:
     """`write_run_records(db, batches)`, then `end_run`, and `also(conn)` if given, all in
     one transaction: how a small run's driver ends it (each transaction also reads the
     schema version, and on SQLite waits for the write lock)."""
     with db.begin() as conn:
         _write_batches(conn, batches)
-        _end_run(conn, run_id, status, error)
+        _end_run(conn, run_id, status, error, ended_at)
         if also is not None:
             also(conn)
 

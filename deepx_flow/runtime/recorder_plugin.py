@@ -20,16 +20,27 @@ error comes from the task wrapper's report, `kernels/attempt.py`), one the super
 abandoned after its time limit is "drifted", the last is "memory" or "erred". The
 supervisor's events (drifts, excluded workers, lost devices) are drained with the run's own.
 
+A task's attempt belongs to the run it is computed for: the run tracking its key when it
+is given to the scheduler (it enters a state of `GOING`), until it leaves those states
+(finished, failed, or let go). The plugin counts each run's tasks in flight, so that its
+driver ends the run only once none is left (`drain(final=True, land_s=...)` waits for them):
+a run's end comes after every task of it, also those computed after its outputs (a
+training's graph is done when its losses are back, while the tasks taking out its parameters
+may still run).
+
 A run is going from `track` until its driver's final drain. A worker that leaves the
 cluster is a "worker-lost" event of every run going then, and of every run whose chunks it
-held. Records of runs that have ended (a persisted chunk released or lost later) are handed
-to whichever driver recording in the same database drains next, so they are written even if
-nobody looks at that run again.
+held. Records of runs that have ended (a persisted chunk released or lost later, a task
+still running when a failed run was ended, a lost chunk computed again) are handed to
+whichever driver recording in the same database drains next, so they are written even if
+nobody looks at that run again: the plugin keeps where each run is recorded, and what its
+tasks run (one copy for all the runs of a graph), for as long as it runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import defaultdict
 
@@ -49,6 +60,8 @@ SPILL_TOPIC = "deepx-spill"
 # How long a drain waits for the scheduler to process a client's release of keys.
 SETTLE_TIMEOUT_S = 5.0
 SETTLE_POLL_S = 0.001
+# The states of a task given to the scheduler and not yet finished, failed or let go.
+GOING = frozenset({"waiting", "queued", "no-worker", "processing"})
 
 
 class RecorderPlugin(SchedulerPlugin):
@@ -81,10 +94,15 @@ class RecorderPlugin(SchedulerPlugin):
         self.store_of: dict[str, str] = {}
         # run -> what its tasks run, by node id (the driver's operator labels): the records
         # of a run that has ended are written by whichever driver drains next, which may
-        # have started other runs, of other graphs (a training's graph ends when its
-        # losses are back, while tasks taking out its parameters may still run).
+        # have started other runs, of other graphs. Both are kept after the run ends: a
+        # chunk of it may be computed again later. Equal label tables are one object
+        # (`_shared`): the runs of one graph (a training's graphs of steps) share it.
         self.labels_of: dict[str, dict] = {}
+        self._shared: dict = {}
         self.client_of: dict[str, str] = {}  # run -> the client of the driver recording it
+        self.flying: dict = {}  # key in a state of GOING -> the run it is computed for
+        self.unlanded: dict[str, int] = {}  # run -> how many of its tasks are in flight
+        self.landed: dict[str, asyncio.Event] = {}  # run -> set once none is (drains wait)
         self.hook_seconds = 0.0  # CPU seconds in `transition` for tracked keys (benchmarks)
 
     async def start(self, scheduler) -> None:
@@ -98,8 +116,9 @@ class RecorderPlugin(SchedulerPlugin):
         `names`, recorded in `store`; `labels` names what its tasks run, by node id."""
         self.track(run_id, names)
         self.active.add(run_id)
-        self.store_of[run_id] = store
-        self.labels_of[run_id] = labels or {}
+        self.store_of[run_id] = self._shared.setdefault(store, store)
+        labels = labels or {}
+        self.labels_of[run_id] = self._shared.setdefault(tuple(sorted(labels.items())), labels)
         if client is not None:
             self.client_of[run_id] = client
 
@@ -115,20 +134,33 @@ class RecorderPlugin(SchedulerPlugin):
         for name in names:
             self.run_of[name] = run_id
 
+    def add_tasks(self, run_id: str, names, labels: dict) -> None:
+        """Tasks named `names` that the driver of run `run_id` submits besides its graph
+        (the writes of its chunks) are its too; `labels` names what they run."""
+        self.track(run_id, names)
+        merged = {**self.labels_of.get(run_id, {}), **labels}
+        self.labels_of[run_id] = self._shared.setdefault(tuple(sorted(merged.items())), merged)
+
     async def drain(self, run_ids, settle_keys=(), client_id: str | None = None,
-                    final: bool = False, store: str | None = None) -> dict:
+                    final: bool = False, store: str | None = None, land_s: float = 0.0,
+                    force: bool = False) -> dict:
         """Pop everything buffered for `run_ids`, and for runs recorded in `store` that were
-        already drained for the last time (with their `labels`), by run id. With
-        `settle_keys`, first wait
-        (bounded) until the scheduler has processed `client_id`'s release of them, so the
-        drain sees them released. `final`: the driver drains `run_ids` for the last time
-        (their runs have ended)."""
+        already drained for the last time (with their `labels`), by run id; each of
+        `run_ids` says how many of its tasks are still in flight (`going`). With
+        `settle_keys`, first wait (bounded) until the scheduler has processed `client_id`'s
+        release of them, so the drain sees them released.
+
+        `final`: the driver ends `run_ids`: first wait up to `land_s` seconds for their
+        tasks in flight to finish; a run with none left (or any, with `force`) has ended
+        (`ended`: this was its last drain); the others are drained again later."""
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
         while settle_keys and time.monotonic() < deadline and any(
                 self._wanted_by(k, client_id) for k in settle_keys):
             # The release comes on the client's batched stream, usually within a few ms of
             # this call: a small run's driver waits for its last drain on this loop.
             await asyncio.sleep(SETTLE_POLL_S)
+        if final and not force and land_s > 0:
+            await self._landing(run_ids, land_s)
         self._sync_replicas()
         supervisor = self.scheduler.plugins.get("deepx-supervisor")
         ended = {r for r in (*self.tasks, *self.placements, *self.events)
@@ -144,21 +176,28 @@ class RecorderPlugin(SchedulerPlugin):
                            "events": sorted(events, key=lambda e: e[0])}
             if run_id not in run_ids:
                 out[run_id]["labels"] = self.labels_of.get(run_id, {})
-        if final:
-            self.active.difference_update(run_ids)
-            owning = set(self.owner.values())  # runs whose chunks may still be recorded later
-            for run_id in run_ids:
+        for run_id in run_ids:
+            going = self.unlanded.get(run_id, 0)
+            out[run_id]["going"] = going
+            out[run_id]["ended"] = final and (force or not going)
+            if out[run_id]["ended"]:
+                self.active.discard(run_id)
                 self.client_of.pop(run_id, None)
-                if run_id not in owning:
-                    self.store_of.pop(run_id, None)
-                    self.labels_of.pop(run_id, None)
         return out
+
+    async def _landing(self, run_ids, timeout: float) -> None:
+        """Wait until none of `run_ids` has a task in flight, or `timeout` seconds."""
+        waits = [self.landed.setdefault(r, asyncio.Event()).wait()
+                 for r in run_ids if self.unlanded.get(r)]
+        if waits:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*waits), timeout)
 
     def attempt_ended(self, key, worker, start, status: str, error: str) -> None:
         """Record an attempt that ended without Dask knowing: drifted (abandoned after its
         timeout) or superseded (a backup attempt finished first, or its backup was not
         needed)."""
-        run_id = self.run_of.get(key_name(key))
+        run_id = self.flying.get(key, self.run_of.get(key_name(key)))
         if run_id is not None:
             self.tasks[run_id].append((key, worker, start, time.time(), None, None,
                                        max(1, self.attempts.get(key, 1)), status, error,
@@ -179,6 +218,9 @@ class RecorderPlugin(SchedulerPlugin):
         self.hook_seconds += time.thread_time() - began
 
     def _transition(self, run_id, key, start, finish, kwargs) -> None:
+        going = finish in GOING
+        if going != (start in GOING):  # given to the scheduler, or done with
+            run_id = self._take_off(key, run_id) if going else self._land(key, run_id)
         if finish == "processing":
             self.attempts[key] += 1
         elif start == "processing" and finish in ("memory", "erred"):
@@ -248,6 +290,29 @@ class RecorderPlugin(SchedulerPlugin):
 
     # -- internals ----------------------------------------------------------------------------
 
+    def _take_off(self, key, run_id: str) -> str:
+        """`key` is to be computed, for `run_id`: in flight until it lands."""
+        if key in self.flying:  # not expected: count it once
+            self._land(key, run_id)
+        self.flying[key] = run_id
+        self.unlanded[run_id] = self.unlanded.get(run_id, 0) + 1
+        return run_id
+
+    def _land(self, key, run_id: str) -> str:
+        """`key` is done with (finished, failed or let go): the run it was computed for."""
+        flew = self.flying.pop(key, None)
+        if flew is None:  # in flight before its run was tracked
+            return run_id
+        left = self.unlanded[flew] - 1
+        if left:
+            self.unlanded[flew] = left
+        else:
+            del self.unlanded[flew]
+            waiting = self.landed.pop(flew, None)
+            if waiting is not None:
+                waiting.set()
+        return flew
+
     def _task_done(self, run_id, key, finish, kw) -> None:
         startstops = this_attempt(kw.get("startstops") or ())
         compute = [s for s in startstops if s.get("action") == "compute"]
@@ -307,19 +372,25 @@ def this_attempt(startstops) -> list:
 
 
 async def drain(dask_scheduler, run_ids, settle_keys=(), client_id=None, final=False,
-                store=None) -> dict:
+                store=None, land_s=0.0, force=False) -> dict:
     """Run on the scheduler: the recorder plugin's buffered records for `run_ids` (and for
-    runs in `store` that have ended), by run id."""
+    runs in `store` that have ended), by run id (see `RecorderPlugin.drain`)."""
     plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
     if plugin is None:
-        return {run_id: {"tasks": [], "placements": [], "events": []} for run_id in run_ids}
-    return await plugin.drain(run_ids, settle_keys, client_id, final, store)
+        return {run_id: {"tasks": [], "placements": [], "events": [], "going": 0,
+                         "ended": final} for run_id in run_ids}
+    return await plugin.drain(run_ids, settle_keys, client_id, final, store, land_s, force)
 
 
 def hook_seconds(dask_scheduler) -> float:
     """Run on the scheduler: CPU seconds the recorder's transition hook has taken so far."""
     plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
     return plugin.hook_seconds if plugin is not None else 0.0
+
+
+def add_tasks(dask_scheduler, run_id, names, labels) -> None:
+    """Run on the scheduler: `RecorderPlugin.add_tasks`."""
+    dask_scheduler.plugins[PLUGIN_NAME].add_tasks(run_id, names, labels)
 
 
 def track(dask_scheduler, run_id, names, store, client=None, labels=None) -> None:

@@ -5,11 +5,20 @@
 round trip that starts the run there (`begin.py`). While the run goes, a
 thread drains the plugin's buffer every `FLUSH_INTERVAL_S` and writes it in one
 transaction, so recording costs the run a few batched writes, not one per task. `finish`
-drains the rest for the last time and sets the status, in one transaction with the run's
-operator speeds (a small run is then two transactions in all: its row, and its end); if
-that fails, each part is written on its own, so what can be recorded is. A persist is finished as soon as its
-last chunk is done (a callback on each future wakes the thread), so its outcome and its last
-records are written while its client is still there to read them from.
+sets the outcome, drains the rest for the last time and ends the run, in one transaction
+with the run's operator speeds (a small run is then two transactions in all: its row, and
+its end); if that fails, each part is written on its own, so what can be recorded is. A
+persist is finished as soon as its last chunk is done (a callback on each future wakes the
+thread), so its outcome and its last records are written while its client is still there
+to read them from.
+
+A run ends after every task of it: one that succeeded, with tasks still running (a
+training's graph of steps has its outcome when its losses are back, while the tasks taking
+out its parameters may still run), is drained until they are done (up to
+`LAND_TIMEOUT_S`), and its end is when its outcome was known or its last task ended,
+whichever is later. A run that failed or was interrupted ends at once; tasks of it that
+finish later are written in it by the next drain of any run recorded in the same database,
+or as this process exits.
 
 Recording is on unless `DEEPX_RECORD=0`.
 """
@@ -41,6 +50,10 @@ from deepx_flow.runtime import recorder_plugin
 from deepx_flow.runtime.futures import describe_error, why_not_finished
 
 FLUSH_INTERVAL_S = 1.0
+# How long a run that succeeded waits for its tasks still running before it is ended anyway
+# (their rows are then written in it later, as a failed run's are).
+LAND_TIMEOUT_S = 30.0
+LAND_POLL_S = 0.25  # each drain waits this long at most (the scheduler wakes it sooner)
 # CPU seconds this process's threads have spent draining and writing records (the
 # benchmark reads it; CPU time, so time spent waiting for the scheduler is not counted).
 seconds_spent = 0.0
@@ -58,7 +71,8 @@ class RunRecorder:
         self._lock = threading.Lock()
         self._done = threading.Event()  # stop the background drains
         self._wake = threading.Event()  # stop, or every future `watch` was given is done
-        self._ended = threading.Event()  # the run's outcome is written
+        self._ended = threading.Event()  # the run's outcome and end are written
+        self._force = threading.Event()  # end it without waiting for its tasks
         # run id -> (tasks, placements, events) a failed write left for the next flush
         self._pending: dict[str, tuple[list, list, list]] = {}
         self._thread = None
@@ -66,6 +80,8 @@ class RunRecorder:
         self._unfinished = 0  # futures `watch` was given that are not done yet
         self._counting = threading.Lock()  # for _unfinished (callbacks come from a pool)
         self.status = "running"
+        self.decided_at: float | None = None  # when its outcome was known
+        self.last_stop = 0.0  # the latest end of its tasks drained so far
         self.speeds: SpeedSamples | None = None  # finished tasks, for the registry's speeds
 
     @property
@@ -153,6 +169,23 @@ class RunRecorder:
             if self._unfinished <= 0:
                 self._wake.set()
 
+    def add_tasks(self, name: str, label: str) -> None:
+        """Record the tasks whose keys are named `name` (a key's first element) as this
+        run's, each running `label`: work its driver submits besides the run's graph (the
+        writes of its chunks), while the run goes. One round trip, before they are
+        submitted; nothing once the run has ended, or when recording fails (a warning)."""
+        if self.status != "running":
+            return
+        labels = {node_of(name): label}
+        try:
+            self.client.run_on_scheduler(recorder_plugin.add_tasks, run_id=self.run_id,
+                                         names=[name], labels=labels)
+        except Exception as err:
+            log.warning("deepx_flow: tasks %s of run %s are not recorded: %s", name,
+                        self.run_id, err)
+            return
+        self.labels.update(labels)
+
     def note(self, kind: str, message: str) -> None:
         """Add an event to the run (with the next drain's rows)."""
         with self._lock:
@@ -163,26 +196,32 @@ class RunRecorder:
     def flush(self, settle_keys=(), final: bool = False) -> None:
         """Write what the scheduler has buffered for this run (and for runs that have ended
         since). With `settle_keys` (keys this client just released), first let the scheduler
-        process the release; `final`: the last drain of this run."""
+        process the release; `final`: the last drain of this run (it ends now)."""
         global seconds_spent
         began = time.thread_time()
         with self._lock:
-            self._drain(settle_keys, final)
+            self._drain(settle_keys, final, force=final)
             store.write_run_records(self.db, self._pending)
             self._pending = {}
             seconds_spent += time.thread_time() - began
 
-    def _drain(self, settle_keys, final: bool) -> None:
-        """Take what the scheduler buffered into `_pending` (under `_lock`)."""
+    def _drain(self, settle_keys, final: bool, land_s: float = 0.0,
+               force: bool = False) -> tuple[bool, int]:
+        """Take what the scheduler buffered into `_pending` (under `_lock`); whether the run
+        has ended there (`final`: its last drain, once its tasks are done or with `force`;
+        see `RecorderPlugin.drain`), and how many of its tasks are still running."""
         out = self.client.run_on_scheduler(
             recorder_plugin.drain, run_ids=[self.run_id], settle_keys=list(settle_keys),
-            client_id=self.client.id, final=final, store=self.db.identity)
+            client_id=self.client.id, final=final, store=self.db.identity, land_s=land_s,
+            force=force)
         # The plugin forgot these rows when it handed them over: keep them until written.
         pending = self._pending
         for run_id, records in out.items():
             tasks, placements, events = self._rows(run_id, records)
             before = pending.get(run_id, ([], [], []))
             pending[run_id] = (before[0] + tasks, before[1] + placements, before[2] + events)
+        mine = out.get(self.run_id, {})
+        return bool(mine.get("ended")), mine.get("going", 0)
 
     def _rows(self, run_id: str, records: dict) -> tuple[list, list, list]:
         """Plugin tuples (recorder_plugin.*_FIELDS) -> table rows (store.*_COLUMNS)."""
@@ -191,12 +230,17 @@ class RunRecorder:
         places = self.places
         speeds = self.speeds if run_id == self.run_id else None
         tasks = []
+        last = 0.0
         for key, *rest in records["tasks"]:
             tensor = key_name(key)
             tasks.append((str(key), tensor, labels.get(node_of(key), "?"), *rest))
             worker, start, stop, status = rest[0], rest[1], rest[2], rest[6]
+            if stop is not None and stop > last:
+                last = stop
             if status == "memory" and speeds is not None:
                 speeds.add(node_of(key), worker, start, stop)
+        if run_id == self.run_id:
+            self.last_stop = max(self.last_stop, last)
         placements = []
         for key, worker, state, nbytes, at in records["placements"]:
             name = key_name(key)
@@ -209,19 +253,19 @@ class RunRecorder:
 
     def finish(self, error: str | None = None, settle_keys=(), status: str | None = None,
                drain: bool = True) -> None:
-        """Drain the rest and set the run's status: `status`, else failed when `error` is
-        given, else succeeded. Once: a second caller waits until the first has written it."""
+        """Set the run's outcome: `status`, else failed when `error` is given, else
+        succeeded; drain the rest and end the run, once every task of a run that succeeded
+        is done (see the module docstring). Once: a second caller waits until the first has
+        ended it."""
         with self._lock:
-            if self.status != "running":
-                first = False
-            else:
-                first = True
+            first = self.status == "running"
+            if first:
                 self.status = status or ("failed" if error else "succeeded")
+                self.decided_at = time.time()
         if not first:
             if self._thread is not threading.current_thread():
-                self._ended.wait(timeout=60)
+                self._ended.wait(timeout=LAND_TIMEOUT_S + 30)
             return
-        _live.discard(self)
         self._done.set()
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
@@ -234,7 +278,7 @@ class RunRecorder:
             if drain:
                 self.flush_quietly(settle_keys, final=True)
             try:
-                store.end_run(self.db, self.run_id, self.status, error)
+                store.end_run(self.db, self.run_id, self.status, error, self._ended_at())
             except Exception as err:
                 log.warning("deepx_flow: could not record the end of run %s: %s",
                             self.run_id, err)
@@ -245,31 +289,54 @@ class RunRecorder:
                     log.warning("deepx_flow: could not record the operator speeds of run "
                                 "%s: %s", self.run_id, err)
         finally:
+            _live.discard(self)
             self._ended.set()
 
     def _finish_at_once(self, settle_keys, error: str | None) -> bool:
-        """The last drain, the run's outcome and its operator speeds in one transaction
-        (`store.finish_run`); False, having written nothing, if any of it failed. The
+        """The last drain, the run's end and its operator speeds in one transaction
+        (`store.finish_run`), once its tasks are done (a run that succeeded waits for them,
+        drained meanwhile); False, having written nothing more, if any of it failed. The
         drained rows stay in `_pending` until written, so `finish` can go step by step."""
         global seconds_spent
         if self.client.status in ("closing", "closed"):
             return False
         began = time.thread_time()
         speeds = self.speeds if self.status == "succeeded" else None
+        deadline = time.monotonic() + LAND_TIMEOUT_S
         try:
-            with self._lock:
-                self._drain(settle_keys, final=True)
-                store.finish_run(self.db, self.run_id, self.status, error, self._pending,
-                                 also=speeds.record_on if speeds is not None else None)
-                self._pending = {}
+            while True:
+                left = deadline - time.monotonic()
+                force = self.status != "succeeded" or self._force.is_set() or left <= 0
+                with self._lock:
+                    ended, going = self._drain(settle_keys, final=True, force=force,
+                                               land_s=0.0 if force else min(LAND_POLL_S, left))
+                    settle_keys = ()
+                    if ended:
+                        store.finish_run(self.db, self.run_id, self.status, error,
+                                         self._pending, ended_at=self._ended_at(),
+                                         also=speeds.record_on if speeds is not None
+                                         else None)
+                        self._pending = {}
+                        break
+                    store.write_run_records(self.db, self._pending)  # while it waits
+                    self._pending = {}
         except Exception:
             return False
         finally:
             seconds_spent += time.thread_time() - began
+        if going or force:  # tasks of it may still finish: what they do is written later
+            _late[(self.client.id, self.db.identity)] = self
         return True
 
+    def _ended_at(self) -> float:
+        """When the run ended: its outcome was known, and its last task had ended (as its
+        worker reported it: a worker's clock may run a little ahead of this one)."""
+        return max(self.decided_at or time.time(), self.last_stop)
+
     def fail(self, err: BaseException) -> None:
-        """Finish after the driver saw `err`: interrupted for Ctrl-C, else failed."""
+        """Finish after the driver saw `err`, at once: interrupted for Ctrl-C, else
+        failed (a run whose outcome was known already keeps it, and ends now)."""
+        self._force.set()
         self.finish(error=describe_error(err),
                     status="interrupted" if isinstance(err, KeyboardInterrupt) else None)
 
@@ -315,15 +382,23 @@ def ended_by(recorder: RunRecorder | None):
         recorder.finish()
 
 
-# Recorders of runs not yet finished: at interpreter exit they are marked interrupted.
+# Recorders of runs not yet ended: at interpreter exit they are marked interrupted (or, with
+# their outcome known, ended at once).
 _live: "weakref.WeakSet[RunRecorder]" = weakref.WeakSet()
+# (client id, database) -> a recorder whose run was ended while tasks of it may still run:
+# at exit, what they did since is drained (any drain in that database takes it).
+_late: dict = {}
 
 
 @atexit.register
 def _interrupt_live_runs() -> None:
     for recorder in list(_live):
+        recorder._force.set()
         recorder.finish("the process that started the run exited before it finished",
                         status="interrupted", drain=False)
+    for recorder in list(_late.values()):
+        recorder.flush_quietly()
+    _late.clear()
 
 
 # The YAML text and hash of the graphs recorded last, by the graph object: a plan from the

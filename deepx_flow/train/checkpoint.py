@@ -92,7 +92,7 @@ def write(db, client, plan, pack: Packing, sources: dict, asset: str, training_i
         version = uuid.uuid4().hex
         uri = f"{asset_root().rstrip('/')}/{asset}/{version}.zarr"
         try:
-            info = get_engine("zarr").write(persisted, uri)
+            info = get_engine("zarr").write(persisted, uri, run=recorder)  # its tasks too
         finally:
             persisted.release()
         row = AssetMaterialization(

@@ -173,12 +173,14 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
     client, scheduler, cluster
         Where to run and what to plan for, as in `dx.run`.
     db : str or Database, optional
-        The metadata database (default the configured one): the training, its metrics per
-        step and its checkpoints are recorded there.
+        The metadata database (default the configured one): the training, its runs (the
+        one computing random initial parameters too), its metrics per step and its
+        checkpoints are recorded there.
     """
     from deepx_flow.optim import Adam, Optimizer
     from deepx_flow.runtime.plan_cache import cached_compile
     from deepx_flow.runtime.progress import wanted
+    from deepx_flow.meta import open_db
     from deepx_flow.runtime.run import cluster_spec, lasting_client
     optimizer = Adam() if optimizer is None else optimizer
     if not isinstance(optimizer, Optimizer):
@@ -196,7 +198,7 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
     planned = cluster_spec(cluster) if cluster is not None else None
     active = lasting_client(client, scheduler)
     spec = planned or cluster_spec(None, active)
-    values = _start_values(params, active)
+    values = _start_values(params, active, spec, open_db(db) if settings().record else None)
     shapes = {k: (v.shape, v.dtype.name) for k, v in values.items()}
     columns = [((batch_size,) + c.shape[1:], c.dtype) for c in dataset.columns]
     stepped = takes_step(loss_fn)
@@ -592,16 +594,17 @@ def _record_eval(fit: Fit, scores: dict, planned, book) -> None:
                   for name, value in scores.items()])
 
 
-def _start_values(params: dict, client) -> dict[str, np.ndarray]:
-    """The starting parameters as arrays: tensors (random initializers) are computed."""
+def _start_values(params: dict, client, spec, db=None) -> dict[str, np.ndarray]:
+    """The starting parameters as arrays: tensors (random initializers) are computed on
+    `client` (planned for `spec`), in a run recorded in `db` (the training's database)."""
     if not isinstance(params, dict) or not params:
         raise GraphError(f"params must be a dict of named tensors or arrays, got "
                          f"{shown(params)}")
     from deepx_flow.runtime.inputs import is_zarr_array
-    from deepx_flow.runtime.run import run
     from deepx_flow.storage.verify import read_opened
     names = [k for k, v in params.items() if isinstance(v, Tensor)]
-    computed = dict(zip(names, run([params[k] for k in names], client=client))) if names else {}
+    computed = dict(zip(names, _computed([params[k] for k in names], client, spec, db))) \
+        if names else {}
     out = {}
     for name, value in params.items():
         if not isinstance(name, str) or not name:
@@ -614,6 +617,17 @@ def _start_values(params: dict, client) -> dict[str, np.ndarray]:
                              "parameters are trained")
         out[name] = array
     return out
+
+
+def _computed(tensors: list, client, spec, db) -> list[np.ndarray]:
+    """`dx.run(tensors)`, its run recorded in `db` (default: the configured database)."""
+    from deepx_flow.runtime.plan_cache import cached_compile
+    from deepx_flow.runtime.run import _checked, _compute, check_gatherable
+    graph, bound = _checked(tensors, None)
+    check_gatherable({name: (graph[node].shape, graph[node].dtype)
+                      for name, node in graph.outputs})
+    out = _compute(cached_compile(graph, spec), graph, bound, client, False, db=db)
+    return [out[name] for name, _ in graph.outputs]
 
 
 def _check_settings(epochs, steps_per_graph, eval_data, eval_every, seed, checkpoint,

@@ -49,9 +49,9 @@ def test_every_task_of_a_training_lies_within_its_run(client, record_db):
         assert any(o.startswith("group[") and "matmul" in o for o in operators), operators
         for t in tasks:
             # One clock here (threaded workers in this process): no margin is needed. (A
-            # run of dx.train ends when its losses are back, before the last tasks taking
-            # out its parameters may have: the task's end is not bounded by the run's.)
-            assert run.started_at <= t.start <= t.stop, (run.id, t.key)
+            # run of dx.train has its outcome when its losses are back, and ends once the
+            # tasks taking out its parameters have too.)
+            assert run.started_at <= t.start <= t.stop <= run.ended_at, (run.id, t.key)
             if t.operator == "input":
                 inputs_seen += 1
                 # A 0-d array handed over: far under the run's own length.
@@ -61,9 +61,9 @@ def test_every_task_of_a_training_lies_within_its_run(client, record_db):
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_a_task_that_ends_after_its_run_is_named_by_that_runs_operators(client, record_db):
-    """A run can end before all its tasks do (a training's graph ends when its losses are
-    back, while the tasks taking out its parameters may still run); their records are then
-    written by whichever run drains next, of another graph: they named no operator ("?")."""
+    """A run can end before all its tasks do (one interrupted while its tasks run, that
+    holds a chunk already); their records are then written by whichever run drains next, of
+    another graph: they named no operator ("?")."""
     from distributed import wait
 
     from deepx_flow.ir.program import operator_label
@@ -80,9 +80,9 @@ def test_a_task_that_ends_after_its_run_is_named_by_that_runs_operators(client, 
     while not client.run_on_scheduler(holds_a_chunk, run_id=recorder.run_id):
         assert time.monotonic() < deadline
         time.sleep(0.01)
-    recorder.finish()  # ends now, its tasks still running
+    recorder.finish("stopped by the test", status="interrupted")  # its tasks still running
     (run,) = queries.list_runs(record_db)
-    assert run.status == "succeeded"
+    assert run.status == "interrupted"
     early = len(queries.run_tasks(record_db, run.id))
     wait([f for fs in futures.values() for f in fs])
     dx.run(dx.arange(5) * 2.0, client=client)  # another graph's run drains what came since

@@ -50,7 +50,8 @@ def test_every_run_is_finished_when_the_training_returns(client, tmp_path, monke
     db = open_db(url)
     runs = runs_of(db)
     assert fit.checkpoint is not None and fit.steps == 12
-    assert {r.kind for r in runs} == {"train", "evaluate", "checkpoint"}
+    # "run": the random initial parameters, computed by a run in the training's database
+    assert {r.kind for r in runs} == {"run", "train", "evaluate", "checkpoint"}
     assert sum(r.kind == "checkpoint" for r in runs) == 3  # steps 4, 8 and 12
     assert {r.status for r in runs} == {"succeeded"} and all(r.ended_at for r in runs)
     assert_nothing_left_running(db)
