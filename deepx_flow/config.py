@@ -197,7 +197,7 @@ READERS = (
     Reader("DEEPX_DB_URL", "db_url", Text("a SQLAlchemy URL")),
     Reader("DEEPX_RECORD", "record", Flag()),
     Reader("DEEPX_ASSET_ROOT", "asset_root", Text("a path or fsspec URL")),
-    Reader("DEEPX_GC_GRACE_S", "gc_grace_s", Number(float, 0, unit="seconds")),
+    Reader("DEEPX_GC_GRACE_S", "gc_grace_s", Number(float, 0, **SECONDS)),
     Reader("DEEPX_OBJECT_STORE", "object_store", Text("an fsspec URL")),
     Reader("DEEPX_HEARTBEAT_S", "heartbeat_s", Number(float, 0, above=True, **SECONDS)),
     Reader("DEEPX_HEARTBEAT_TIMEOUT_S", "heartbeat_timeout_s",
