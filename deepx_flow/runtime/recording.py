@@ -397,7 +397,8 @@ def _interrupt_live_runs() -> None:
         recorder.finish("the process that started the run exited before it finished",
                         status="interrupted", drain=False)
     for recorder in list(_late.values()):
-        recorder.flush_quietly()
+        if recorder.client.status == "running":  # not while it reconnects to a lost one
+            recorder.flush_quietly()
     _late.clear()
 
 
