@@ -33,10 +33,13 @@ hypothesis.settings.load_profile("deepx")
 
 @pytest.fixture(scope="session", autouse=True)
 def _session_db_url(tmp_path_factory):
-    """Point DEEPX_DB_URL at a session-wide SQLite file, so runs are not recorded in the repo."""
-    path = tmp_path_factory.mktemp("deepx-db") / "deepx.db"
+    """Point DEEPX_DB_URL at a session-wide SQLite file, and DEEPX_ASSET_ROOT at a folder
+    beside it, so runs are not recorded, and checkpoints and asset versions not stored, in
+    the repo (a test that needs its own sets them again)."""
+    folder = tmp_path_factory.mktemp("deepx-db")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DEEPX_DB_URL", f"sqlite:///{path.as_posix()}")
+        mp.setenv("DEEPX_DB_URL", f"sqlite:///{(folder / 'deepx.db').as_posix()}")
+        mp.setenv("DEEPX_ASSET_ROOT", str(folder / "assets"))
         yield
 
 

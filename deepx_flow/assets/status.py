@@ -92,7 +92,7 @@ def target_reasons(defs, t: Target, latest: _Latest, now=None) -> list[str]:
 
 def status(defs, db=None, now=None) -> StatusTable:
     """Fresh or stale, and why, for every asset of `defs`."""
-    database = db if db is not None and not isinstance(db, str) else open_db(db)
+    database = open_db(db)
     latest = _Latest(database)
     now = now or dt.datetime.now(dt.timezone.utc)  # one "now" for every partition asked
     rows = []

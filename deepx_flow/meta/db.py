@@ -132,8 +132,11 @@ _open: dict[tuple[int, str], Database] = {}
 _lock = threading.Lock()
 
 
-def open_db(url: str | None = None) -> Database:
-    """The metadata database at `url` (see `database_url`), opened once per process."""
+def open_db(url: str | Database | None = None) -> Database:
+    """The metadata database at `url` (see `database_url`), opened once per process; a
+    Database given is used as it is (so every `db=` argument takes either)."""
+    if isinstance(url, Database):
+        return url
     url = database_url(url)
     key = (os.getpid(), url)  # a forked child must not share its parent's connections
     with _lock:

@@ -132,6 +132,16 @@ def test_opening_twice_is_fine(db_url):
     assert stored_version(db_url) == SCHEMA_VERSION
 
 
+def test_a_database_given_where_a_url_may_be_is_used_as_it_is(db_url):
+    """Every `db=` argument (dx.train, dx.status, dx.runs, ...) takes a URL or a Database."""
+    own = Database(db_url)
+    try:
+        assert open_db(own) is own
+        assert open_db(db_url) is not own  # a URL opens the process's own engine
+    finally:
+        own.dispose()
+
+
 def test_rows_written_in_one_session_are_read_in_another(db, db_url):
     with db.session() as s:
         s.add(Worker(scheduler="tcp://s:8786", address="tcp://w:1", name="w0", host="h",
