@@ -177,20 +177,14 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
         one computing random initial parameters too), its metrics per step and its
         checkpoints are recorded there.
     """
-    from deepx_flow.optim import Adam, Optimizer
+    from deepx_flow.optim import Adam
     from deepx_flow.runtime.plan_cache import cached_compile
     from deepx_flow.runtime.progress import wanted
     from deepx_flow.meta import open_db
     from deepx_flow.runtime.run import cluster_spec, lasting_client
     optimizer = Adam() if optimizer is None else optimizer
-    if not isinstance(optimizer, Optimizer):
-        raise GraphError(f"optimizer must be a dx.optim optimizer (dx.optim.Adam(), ...), got "
-                         f"{type(optimizer).__name__} {shown(optimizer)}")
-    if not callable(loss_fn):
-        raise GraphError(f"loss_fn must be a function of (params, *columns), got "
-                         f"{type(loss_fn).__name__} {shown(loss_fn)}")
-    _check_settings(epochs, steps_per_graph, eval_data, eval_every, seed, checkpoint,
-                    checkpoint_every, resume)
+    _check_arguments(loss_fn, optimizer, epochs, steps_per_graph, eval_data, eval_every, seed,
+                     checkpoint, checkpoint_every, resume)
     show = wanted(progress)
     dataset = dataset_of(data)
     check_batch_size(dataset, batch_size)
@@ -630,8 +624,16 @@ def _computed(tensors: list, client, spec, db) -> list[np.ndarray]:
     return [out[name] for name, _ in graph.outputs]
 
 
-def _check_settings(epochs, steps_per_graph, eval_data, eval_every, seed, checkpoint,
-                    checkpoint_every, resume) -> None:
+def _check_arguments(loss_fn, optimizer, epochs, steps_per_graph, eval_data, eval_every, seed,
+                     checkpoint, checkpoint_every, resume) -> None:
+    """GraphError naming the first argument of `train` that it cannot take."""
+    from deepx_flow.optim import Optimizer
+    if not isinstance(optimizer, Optimizer):
+        raise GraphError(f"optimizer must be a dx.optim optimizer (dx.optim.Adam(), ...), got "
+                         f"{type(optimizer).__name__} {shown(optimizer)}")
+    if not callable(loss_fn):
+        raise GraphError(f"loss_fn must be a function of (params, *columns), got "
+                         f"{type(loss_fn).__name__} {shown(loss_fn)}")
     for name, value in (("epochs", epochs), ("steps_per_graph", steps_per_graph)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise GraphError(f"{name} must be a positive integer, got {shown(value)}")
