@@ -54,7 +54,8 @@ def only_deepx_errors(call, *args, **kwargs):
     try:
         result = call(*args, **kwargs)
     except DeepxError as err:
-        assert str(err) and "\n" not in str(err).strip() or isinstance(err, DeepxError)
+        message = str(err).strip()
+        assert message and "\n" not in message and len(message) < 1000, repr(message[:2000])
         return None
     if isinstance(result, dx.Tensor):
         assert all(isinstance(s, int) and s >= 0 for s in result.shape), result.shape
