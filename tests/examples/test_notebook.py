@@ -51,6 +51,37 @@ NOTEBOOK_CHECKS = cell("""
 
 REPRS = ["y", "plan", "kept", "dx.placement(kept)"]
 
+# The README's training block reads x_train, y_train and x_test: scikit-learn's digits, as
+# examples/train_digits.py splits them.
+TRAINING_DATA = cell("""
+    from sklearn.datasets import load_digits
+    digits = load_digits()
+    x_all, y_all = (digits.data / 16).astype("float32"), digits.target.astype("int64")
+    x_train, y_train, x_test, y_test = x_all[:1437], y_all[:1437], x_all[1437:], y_all[1437:]
+""")
+
+# The trained model's predictions are its parameters' in float64 (argmax, where the top two
+# logits are not within float32 rounding of each other), and it learnt.
+TRAINING_CHECKS = cell("""
+    v = {k: a.astype(np.float64) for k, a in fit.values.items()}
+    logits = np.maximum(x_test @ v["0.weight"] + v["0.bias"], 0) @ v["2.weight"] + v["2.bias"]
+    top2 = np.sort(logits, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 1e-4 * (1 + np.abs(logits).max(axis=1))
+    assert (pred[clear] == logits.argmax(axis=1)[clear]).all() and clear.mean() > 0.9
+    assert (pred == y_test).mean() > 0.85
+    print("checkpoint:", fit.checkpoint)
+""")
+
+# A cumsum as a new user writes one (issue 30, item 11: it was quadratic, 117 s), against
+# NumPy's float64 running sums, within roundings of the running sums of |terms|.
+CUMSUM = cell("""
+    c_np = np.random.default_rng(1).standard_normal((100, 8000), dtype="float32")
+    c = dx.run(dx.cumsum(dx.input("c", c_np.shape, "float32"), axis=1), inputs={"c": c_np})
+    c64 = np.cumsum(c_np.astype(np.float64), axis=1)
+    assert c.dtype == np.float32 and c.shape == c_np.shape
+    assert (np.abs(c - c64) <= np.finfo(np.float32).eps * np.cumsum(np.abs(c_np), axis=1)).all()
+""")
+
 ASSET_CHECKS = cell("""
     import zarr
     features_np = zarr.open_array("data/features.zarr", mode="r")[:]  # the README wrote it
@@ -114,6 +145,9 @@ def test_the_readme_in_a_jupyter_kernel(tmp_path, monkeypatch):
                                      "dx.runs(limit=5)"]]
     typo = len(cells)  # a misspelt name, as a new user types one
     cells += [new("try:\n    dx.reul\nexcept dx.UnknownNameError as err:\n    print(err)")]
+    training = len(cells) + 1
+    cells += [new(TRAINING_DATA), new(readme_block("## Training")), new(TRAINING_CHECKS),
+              new(CUMSUM)]
     nb = nbformat.v4.new_notebook(cells=cells)
     client = nbclient.NotebookClient(nb, timeout=480, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
@@ -157,6 +191,22 @@ def test_the_readme_in_a_jupyter_kernel(tmp_path, monkeypatch):
     said = "".join(o.get("text", "") for o in outputs_of(nb, typo))
     assert said.strip() == "dx has no attribute 'reul'; did you mean dx.relu?"
 
+    assert "Traceback" not in stderr_of(nb, training)
+    assert re.search(r"checkpoint: [0-9a-f]{32}", "".join(
+        o.get("text", "") for o in outputs_of(nb, training + 1)))
+
+    # Every run a cell started was finished by that cell: none is left running, to be
+    # marked interrupted ("driver process died") by the next process (issue 30, item 10).
+    from deepx_flow.meta import open_db
+    from deepx_flow.meta.models import Run
+    from sqlmodel import select
+    with open_db(db_url).session() as session:
+        runs = session.exec(select(Run)).all()
+    assert {r.kind for r in runs} >= {"run", "persist", "materialize", "train", "checkpoint"}
+    assert {r.status for r in runs} == {"succeeded"}, \
+        sorted((r.kind, r.status, r.error) for r in runs if r.status != "succeeded")
+    assert all(r.ended_at is not None for r in runs)
+
     # One cluster for every cell: every run the kernel recorded went to one scheduler.
     printed = "".join(o.get("text", "") for o in outputs_of(nb, first_asset + 1))
     [schedulers] = re.findall(r"schedulers: (\[.*\])", printed)
@@ -165,7 +215,6 @@ def test_the_readme_in_a_jupyter_kernel(tmp_path, monkeypatch):
 
     # The kernel has stopped (nbclient shut it down): its cluster is gone from the
     # registry's listing and from the overview, and both still have it in the history.
-    from deepx_flow.meta import open_db
     from deepx_flow.ui.pages.overview import registered_cluster
     db = open_db(db_url)
     overview = registered_cluster(db, None)
