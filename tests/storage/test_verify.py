@@ -175,7 +175,9 @@ def test_every_chunk_is_in_the_manifest_with_its_stored_size_and_checksum(tmp_pa
         assert len(stored) == size
         assert crc == google_crc32c.value(stored[:-4]) == int.from_bytes(stored[-4:], "little")
     metadata = json.loads((tmp_path / "m.zarr" / "zarr.json").read_text())
-    assert metadata.pop("attributes") == {"deepx_complete": True}
+    attributes = metadata.pop("attributes")  # complete, and who wrote it (assets/gc.py)
+    assert attributes.pop(zarr_store.COMPLETE_ATTR) is True
+    assert set(attributes) == {zarr_store.WRITER_ATTR}
     assert manifest["metadata"] == metadata
 
 

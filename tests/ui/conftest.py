@@ -151,10 +151,20 @@ def dashboard(seeded):
 
 
 @pytest.fixture(scope="package")
-def browser(dashboard):
+def chromium():
+    """The one headless Chromium of the browser tests. Playwright's sync API runs its event
+    loop on this thread while it is open, so a second `sync_playwright()` beside it fails
+    ("Sync API inside the asyncio loop"): every module shares this one."""
+    browser_or_skip()
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+        launched = p.chromium.launch(executable_path=CHROMIUM, headless=True,
                                      args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="package")
+def browser(dashboard, chromium):
+    """The browser, once the seeded dashboard serves."""
+    return chromium

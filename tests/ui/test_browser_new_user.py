@@ -34,7 +34,7 @@ from deepx_flow.spec.yaml_io import from_yaml
 from deepx_flow.ui.graph_picture import ANONYMOUS_ID
 from tests.helpers import free_port
 from tests.ui.browser import page_text, screenshot, visit
-from tests.ui.conftest import CHROMIUM, browser_or_skip
+from tests.ui.conftest import browser_or_skip
 from tests.ui.test_browser_graph import data
 
 pytestmark = pytest.mark.slow
@@ -74,13 +74,9 @@ def project(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser(project):
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                     args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
+def browser(project, chromium):
+    """The shared browser (`conftest.chromium`), without the seeded dashboard."""
+    return chromium
 
 
 def cells(page, css: str, field: str) -> list[str]:
