@@ -78,10 +78,12 @@ LIMIT = 160 * 2**20
 def test_an_mlp_on_an_input_three_times_a_workers_memory(tmp_path):
     """Two workers of 160 MiB read 480 MiB of features from Zarr chunk by chunk; the
     results equal ONNX Runtime's on the whole array, and no worker's memory passed its
-    limit."""
+    limit. A worker's imports alone take about 120 MiB of the 160, so the stored chunks
+    are 6 MiB (2,048 rows): a chunk is decoded whole, and 25 MiB ones (8,192 rows) left a
+    worker no room for a second while the first was in use."""
     import zarr
     rows = 3 * LIMIT // (784 * 4)
-    store = zarr.create_array(str(tmp_path / "x.zarr"), shape=(rows, 784), chunks=(8192, 784),
+    store = zarr.create_array(str(tmp_path / "x.zarr"), shape=(rows, 784), chunks=(2048, 784),
                               dtype="float32")
     rng = np.random.default_rng(2)
     for start in range(0, rows, 32768):
