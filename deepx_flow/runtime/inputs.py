@@ -265,9 +265,11 @@ def _file_source(name: str, value) -> tuple[FileSource, tuple[int, ...], str]:
         # Workers may run in another folder: local paths are made absolute here.
         path = str(value) if "://" in str(value) else str(Path(value).resolve())
         shape, dtype = array_info(path)
-    except InputError as err:
+    except InputError as err:  # a DataError (a file cut short) stays one
         given = "" if path == str(value) else f" (given as {shown(str(value), 300)})"
-        raise InputError(f"input '{name}'{given}: {err}") from None
+        message = f"input '{name}'{given}: {err}"
+        raise (DataError(message, uri=err.uri, problem=err.problem)
+               if isinstance(err, DataError) else InputError(message)) from None
     except (OSError, ValueError) as err:  # a path the system refuses (a NUL byte, too long)
         raise InputError(f"input '{name}': cannot use the path {shown(str(value), 300)}: "
                          f"{err}") from None
