@@ -64,32 +64,33 @@ def data_token(uri: str) -> str:
 
 def _local(path: str) -> list | None:
     """(name, device, inode, size, mtime_ns, ctime_ns) of the file at `path`, or of every
-    file under the folder at `path`; None when one changed too recently to be told apart
-    from a change to come."""
+    file under the folder at `path` (named by its path below it); None when one changed too
+    recently to be told apart from a change to come."""
     stat = os.stat(path)
-    if os.path.isdir(path):
-        entries = [(os.path.relpath(p, path), s) for p, s in _files(path)]
-    else:
-        entries = [("", stat)]
+    entries = _files(path, len(path.rstrip(os.sep)) + 1) if os.path.isdir(path) else \
+        [("", stat)]
     racy = time.time_ns() - int(RACY_SECONDS * 1e9)
     listing = []
-    for name, s in sorted(entries, key=lambda e: e[0]):
-        if max(s.st_mtime_ns, s.st_ctime_ns) > racy:
+    for name, s in entries:
+        if s.st_mtime_ns > racy or s.st_ctime_ns > racy:
             return None
         listing.append((name, s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns))
+    listing.sort()
     return listing
 
 
-def _files(folder: str):
-    """(path, stat) of every file under `folder`, following links as a read would."""
-    stack = [folder]
+def _files(folder: str, cut: int) -> list:
+    """(path below the root, stat) of every file under `folder`, following links as a read
+    would; `cut` is the length of the root's path and its separator."""
+    found, stack = [], [folder]
     while stack:
         with os.scandir(stack.pop()) as entries:
             for entry in entries:
                 if entry.is_dir():
                     stack.append(entry.path)
                 else:
-                    yield entry.path, entry.stat()
+                    found.append((entry.path[cut:], entry.stat()))
+    return found
 
 
 def _remote(uri: str) -> list | None:
