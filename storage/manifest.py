@@ -214,12 +214,21 @@ def crcs(fs, root: str, keys: list[str], sizes: dict[str, int], trailer: bool) -
                           index=short[0])
         tails = fs.cat_ranges(paths, [sizes[k] - 4 for k in keys], [sizes[k] for k in keys])
         for k, tail in zip(keys, tails):
-            if isinstance(tail, Exception) or len(tail) != 4:  # gone or cut since listed
-                raise Problem(f"cannot be read: {tail}" if isinstance(tail, Exception) else
-                              "changed while it was read", index=k)
+            if isinstance(tail, FileNotFoundError):  # gone since it was listed
+                raise Problem("is missing (deleted while it was checked)", index=k)
+            if isinstance(tail, Exception):  # not the data: a permission, the network
+                raise tail
+            if len(tail) != 4:  # cut since it was listed
+                raise Problem("changed while it was read", index=k)
         return {k: int.from_bytes(t, "little") for k, t in zip(keys, tails)}
     import google_crc32c
-    return {k: google_crc32c.value(fs.cat_file(p)) for k, p in zip(keys, paths)}
+    found = {}
+    for k, p in zip(keys, paths):
+        try:
+            found[k] = google_crc32c.value(fs.cat_file(p))
+        except FileNotFoundError:  # gone since it was listed (another OSError: not the data)
+            raise Problem("is missing (deleted while it was checked)", index=k) from None
+    return found
 
 
 def write(fs, root: str, arr, sizes: dict[str, int], keys: list[str]) -> str:

@@ -67,8 +67,7 @@ def _local(path: str) -> list | None:
     file under the folder at `path` (named by its path below it); None when one changed too
     recently to be told apart from a change to come."""
     stat = os.stat(path)
-    entries = _files(path, len(path.rstrip(os.sep)) + 1) if os.path.isdir(path) else \
-        [("", stat)]
+    entries = local_files(path) if os.path.isdir(path) else [("", stat)]
     racy = time.time_ns() - int(RACY_SECONDS * 1e9)
     listing = []
     for name, s in entries:
@@ -79,17 +78,30 @@ def _local(path: str) -> list | None:
     return listing
 
 
-def _files(folder: str, cut: int) -> list:
-    """(path below the root, stat) of every file under `folder`, following links as a read
-    would; `cut` is the length of the root's path and its separator."""
+def local_files(folder: str) -> list[tuple[str, os.stat_result]]:
+    """(path below `folder` with "/" between its parts, stat) of every file under `folder`,
+    following links as a read would (a link to nothing, or a file or folder gone since its
+    folder was read, is left out). A folder that cannot be read raises its OSError (left
+    out, its files would look deleted), as does `folder` itself not being there."""
+    cut = len(folder.rstrip(os.sep)) + 1
     found, stack = [], [folder]
     while stack:
-        with os.scandir(stack.pop()) as entries:
+        below = stack.pop()
+        try:
+            entries = os.scandir(below)
+        except FileNotFoundError:
+            if below == folder:
+                raise
+            continue  # removed since its parent was read
+        with entries:
             for entry in entries:
-                if entry.is_dir():
-                    stack.append(entry.path)
-                else:
-                    found.append((entry.path[cut:], entry.stat()))
+                try:
+                    if entry.is_dir():
+                        stack.append(entry.path)
+                    else:
+                        found.append((entry.path[cut:].replace(os.sep, "/"), entry.stat()))
+                except FileNotFoundError:
+                    pass
     return found
 
 
@@ -110,4 +122,4 @@ def _remote(uri: str) -> list | None:
     return listing
 
 
-__all__ = ["data_token", "RACY_SECONDS"]
+__all__ = ["data_token", "local_files", "RACY_SECONDS"]

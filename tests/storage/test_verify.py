@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import deepx_flow as dx
 from deepx_flow.storage import verify, zarr_store
 from deepx_flow.storage.readers import read_region
+from tests.helpers import unreadable
 
 DAMAGES = ("delete", "truncate", "flip")
 
@@ -206,6 +207,49 @@ def test_what_a_failed_read_says_decides_whether_it_is_damage(tmp_path):
     for io in (PermissionError(13, "Permission denied"), TimeoutError("read timed out"),
                ConnectionResetError(104, "Connection reset by peer")):
         assert not verify.is_damage(io)
+
+
+@pytest.mark.parametrize("what", ["manifest", "chunk folder"])
+def test_a_store_that_cannot_be_read_is_not_reported_as_damage(tmp_path, what):
+    """A permission error reading the manifest or listing the chunks says nothing of the
+    data: an ExecutionError saying the store could not be read, not a DataError that would
+    have the version called damaged (and a materialization compute it again)."""
+    uri = str(tmp_path / "p.zarr")
+    digest = write_checked(uri, np.arange(12.0).reshape(6, 2), grid((6, 2), (2, 2)))
+    origin = {"asset": "a", "version": uuid.uuid4().hex, "partition": None,
+              "manifest": digest}
+    target = Path(uri, verify.MANIFEST) if what == "manifest" else Path(uri, "c")
+    with unreadable(target):
+        for given in (origin, None):  # bound by a row, or whatever manifest it has
+            for deep in (True, False):
+                with pytest.raises(dx.ExecutionError, match="could not be read") as info:
+                    verify.verify_array(uri, deep=deep, origin=given)
+                assert not isinstance(info.value, dx.DataError)
+                assert "PermissionError" in str(info.value)
+    assert verify.verify_array(uri, origin=origin) == []
+
+
+@pytest.mark.parametrize("lost", ["zarr.json", "the folder"])
+def test_a_version_whose_array_is_gone_is_damage_not_an_unreadable_store(tmp_path, lost):
+    """A deleted zarr.json or version folder is a FileNotFoundError, an OSError as a
+    permission error is, but it says the data is lost: a DataError naming the version,
+    from a read and from `verify_array`, never "could not be read"."""
+    import shutil
+    uri = str(tmp_path / "g.zarr")
+    digest = write_checked(uri, np.arange(12.0).reshape(6, 2), grid((6, 2), (2, 2)))
+    origin = {"asset": "a", "version": uuid.uuid4().hex, "partition": None,
+              "manifest": digest}
+    if lost == "zarr.json":
+        Path(uri, "zarr.json").unlink()
+    else:
+        shutil.rmtree(uri)
+    for given in (origin, None):
+        for deep in (True, False):
+            problems = verify.verify_array(uri, deep=deep, origin=given)
+            assert len(problems) == 1 and problems[0].chunk is None, problems
+            assert "cannot be opened" in str(problems[0])
+    with pytest.raises(dx.DataError, match="^asset a version .*cannot be opened"):
+        read_region(uri, ((0, 6), (0, 2)), origin=origin)
 
 
 def test_a_version_written_before_manifests_says_why_a_chunk_may_be_missing(tmp_path):
