@@ -7,7 +7,11 @@ way. A read returns fewer bytes instead, which is a DataError naming the file (a
 chunks are read: `direct.py`).
 
 The header is parsed with NumPy's own reader (`numpy.lib.format`: format versions 1 and
-2), and the file must be as long as the header says. A region ((start, stop) per axis) is
+2), and the file must be as long as the header says, and the same (size, modification and
+change times) after the region is read as before: a file changed while it is read may give
+bytes of neither version, and is a DataError too (a change is seen as far as the file
+system's clock tells two times apart: a truncation and rewrite within one tick of it, both
+during the read, is not). A region ((start, stop) per axis) is
 read with `readinto` straight into the block returned:
 
 - one read when it is one contiguous run of the file: it spans whole trailing axes, and
@@ -113,14 +117,15 @@ def read_region(path: str, region) -> np.ndarray:
     """The block `region` ((start, stop) per axis) of the `.npy` file at `path`, as a
     C-contiguous array in native byte order. DataError naming the file when it is not the
     array the region was planned on (another header, shorter than its header says, or cut
-    short while it is read)."""
+    short or changed while it is read)."""
     region = tuple((int(lo), int(hi)) for lo, hi in region)
     with open(path, "rb", buffering=0) as file:
+        before = _version(file)
         try:
             head = read_header(file)
         except NotNpy as err:
             raise _damaged(path, str(err)) from None
-        problem = head.length_problem(os.fstat(file.fileno()).st_size)
+        problem = head.length_problem(before[0])
         if problem:
             raise _damaged(path, problem)
         if len(region) != len(head.shape) or any(
@@ -133,12 +138,22 @@ def read_region(path: str, region) -> np.ndarray:
         out = recycled.empty(tuple(hi - lo for lo, hi in stored_region), head.dtype)
         if out.size:
             _read_into(file, path, head.offset, shape, stored_region, out)
+        if _version(file) != before:
+            raise _damaged(path, "changed while it was read")
     if head.fortran_order:
         out = np.ascontiguousarray(out.T)
     if not head.dtype.isnative:
         out.byteswap(inplace=True)
         out = out.view(head.dtype.newbyteorder("="))
     return out
+
+
+def _version(file) -> tuple[int, int, int]:
+    """The size and modification and change times of the open file: a read whose bytes may
+    mix two versions of the file (one truncated meanwhile has the tail of its last page
+    zeroed, which a read copying that page may take) ends with other ones."""
+    stat = os.fstat(file.fileno())
+    return stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
 
 
 def _read_into(file, path: str, offset: int, shape, region, out: np.ndarray) -> None:
