@@ -47,6 +47,9 @@ LEGACY_MISSING = ("is not stored, and this version has no manifest to say whethe
                   "written (older versions skipped chunks equal to the fill value): it may "
                   "have been empty, or lost")
 VERIFY_THREADS = 8  # chunks decoded at once by `verify_array` (I/O bound)
+# What to do about a damaged array that is not a stored asset version (one a user gave):
+# nothing records how to compute it again.
+REWRITE = "write the array again from its source, or restore it from a copy"
 
 
 def array_codecs() -> dict:
@@ -87,7 +90,7 @@ def chunk_indices(shape, grid, region=None) -> list[tuple[int, ...]]:
 def _error(uri, origin, idx, what: str) -> DataError:
     origin = origin or {}
     todo = (f"; materialize {origin['asset']} again to replace it" if origin.get("asset")
-            else "")
+            else f"; {REWRITE}")
     problem = f"chunk {tuple(idx)} {what}" if idx is not None else f"the array {what}"
     return DataError(f"{describe(uri, origin)}: {problem} ({uri}){todo}", uri=uri,
                      chunk=None if idx is None else tuple(idx), problem=problem,
@@ -175,7 +178,8 @@ def read_opened(arr, what: str) -> np.ndarray:
         if not sync(arr.store.exists(f"{arr.path}/{key}" if arr.path else key)):
             raise DataError(f"{what}: chunk {idx} is missing (deleted, or never written); if "
                             f"the array was written without its empty chunks, pass "
-                            f"np.asarray(array) to read them as its fill value",
+                            f"np.asarray(array) to read them as its fill value; else "
+                            f"{REWRITE}",
                             chunk=idx, problem=f"chunk {idx} is missing")
     try:
         return np.asarray(arr[...])
@@ -185,7 +189,8 @@ def read_opened(arr, what: str) -> np.ndarray:
         bad = _first_undecodable(arr, shape, grid, indices)
         if bad is None:
             raise
-        raise DataError(f"{what}: chunk {bad[0]} is damaged: {_cause(bad[1])}", chunk=bad[0],
+        raise DataError(f"{what}: chunk {bad[0]} is damaged: {_cause(bad[1])}; {REWRITE}",
+                        chunk=bad[0],
                         problem=f"chunk {bad[0]} is damaged") from err
 
 

@@ -146,6 +146,30 @@ def test_a_zarr_array_given_as_an_input_is_checked_as_its_path_is(tmp_path, clie
                                   np.arange(1.0, 7.0) * 2)
 
 
+@pytest.mark.parametrize("how", DAMAGES)
+def test_a_damaged_array_that_is_no_stored_version_says_what_to_do(tmp_path, how):
+    """A Zarr array that is not a stored asset version (one a user gave) has no lineage to
+    compute it from again: its damage says to write it again from its source or restore a
+    copy, as a stored version's says to materialize it again; by path, by `verify_array`,
+    and given as a zarr.Array."""
+    import zarr
+    uri = str(tmp_path / "plain.zarr")
+    write_checked(uri, np.arange(12.0).reshape(6, 2), grid((6, 2), (2, 2)))
+    damage(Path(uri, "c", "1", "0"), how, 5, 3)
+    with pytest.raises(dx.DataError) as by_path:
+        read_region(uri, ((0, 6), (0, 2)))
+    errors = [by_path.value, *verify.verify_array(uri)]
+    with pytest.raises(dx.DataError) as given:
+        verify.read_opened(zarr.open_array(uri, mode="r"), "input 'x'")
+    errors.append(given.value)
+    assert len(errors) == 3
+    for err in errors:
+        assert err.chunk == (1, 0), err
+        assert re.search(r"write the array again from its source, or restore it from a "
+                         r"copy$", str(err)), str(err)
+        assert len(str(err).splitlines()) == 1
+
+
 def test_a_write_that_left_a_chunk_out_is_not_marked_complete(tmp_path):
     uri = str(tmp_path / "partial.zarr")
     values = np.arange(12.0).reshape(6, 2)
