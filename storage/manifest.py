@@ -105,13 +105,18 @@ def _path(root: str) -> str:
     return f"{root.rstrip('/')}/{NAME}"
 
 
-def read(fs, root: str) -> Manifest | None:
-    """The array's manifest as stored now (not cached); None when it has none."""
+def stored(fs, root: str) -> bytes | None:
+    """The bytes of the array's manifest as stored now; None when it has none."""
     try:
-        data = fs.cat_file(_path(root))
+        return fs.cat_file(_path(root))
     except FileNotFoundError:
         return None
-    return parse(data)
+
+
+def read(fs, root: str) -> Manifest | None:
+    """The array's manifest as stored now (not cached); None when it has none."""
+    data = stored(fs, root)
+    return None if data is None else parse(data)
 
 
 _cache: OrderedDict = OrderedDict()
@@ -262,5 +267,5 @@ def _put(fs, path: str, data: bytes) -> None:
             os.unlink(temporary)
 
 
-__all__ = ["NAME", "FORMAT", "Manifest", "Problem", "digest", "metadata_of", "parse", "read",
-           "load", "bound", "metadata_problem", "crcs", "write", "has_crc_trailer"]
+__all__ = ["NAME", "FORMAT", "Manifest", "Problem", "digest", "metadata_of", "parse", "stored",
+           "read", "load", "bound", "metadata_problem", "crcs", "write", "has_crc_trailer"]

@@ -336,13 +336,10 @@ def _listing(fs, root: str) -> dict[str, int]:
 
 
 def read_manifest(uri: str) -> dict | None:
-    """The array's manifest as JSON, or None when it has none (written before manifests,
-    or by another tool)."""
-    fs, root = _fs(uri)
-    try:
-        return json.loads(fs.cat_file(f"{root}/{MANIFEST}"))
-    except FileNotFoundError:
-        return None
+    """The array's manifest as JSON (`manifest.stored`), or None when it has none (written
+    before manifests, or by another tool)."""
+    data = manifests.stored(*_fs(uri))
+    return None if data is None else json.loads(data)
 
 
 def verify_array(uri: str, deep: bool = True, origin: dict | None = None) -> list[DataError]:

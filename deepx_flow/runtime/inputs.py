@@ -321,8 +321,9 @@ def check_stored_arrays(graph: Graph) -> Graph:
 
 def _stored_error(node, message: str) -> InputError:
     """InputError, or for the read of a stored asset version a DataError naming it."""
+    from deepx_flow.ops.sources import NAMED_BY
     from deepx_flow.storage.verify import describe
-    origin = {k: node.attr(k) for k in ("asset", "version", "partition")}
+    origin = {k: node.attr(k) for k in NAMED_BY}
     if not origin["asset"]:
         return InputError(message)
     uri = node.attr("uri")
