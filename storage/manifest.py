@@ -17,8 +17,9 @@ is written, before the array is marked complete. Its format 2 records:
 
 The manifest's digest (BLAKE2b-128 of its bytes, `digest`) is recorded in the version's
 database row, so a manifest edited, replaced or deleted is damage too. Reads of a version
-are given that digest (`load`); a manifest that matched it once is kept for the process
-(what it says stays true whatever later happens to the file).
+are given that digest (`load`); a manifest that matched it once is kept for the process,
+the `CACHED` used last (what it says stays true whatever later happens to the file; one let
+go is read and checked again).
 
 Format 1, written before this one, held the keys and sizes only; versions stored before
 manifests have none. `upgrade` writes format 2 for them from the chunks as they are now.
