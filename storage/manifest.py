@@ -17,8 +17,9 @@ is written, before the array is marked complete. Its format 2 records:
 
 The manifest's digest (BLAKE2b-128 of its bytes, `digest`) is recorded in the version's
 database row, so a manifest edited, replaced or deleted is damage too. Reads of a version
-are given that digest (`load`); a manifest that matched it once is kept for the process
-(what it says stays true whatever later happens to the file).
+are given that digest (`load`); a manifest that matched it once is kept for the process,
+the `CACHED` used last (what it says stays true whatever later happens to the file; one let
+go is read and checked again).
 
 Format 1, written before this one, held the keys and sizes only; versions stored before
 manifests have none. `upgrade` writes format 2 for them from the chunks as they are now.
@@ -105,13 +106,18 @@ def _path(root: str) -> str:
     return f"{root.rstrip('/')}/{NAME}"
 
 
-def read(fs, root: str) -> Manifest | None:
-    """The array's manifest as stored now (not cached); None when it has none."""
+def stored(fs, root: str) -> bytes | None:
+    """The bytes of the array's manifest as stored now; None when it has none."""
     try:
-        data = fs.cat_file(_path(root))
+        return fs.cat_file(_path(root))
     except FileNotFoundError:
         return None
-    return parse(data)
+
+
+def read(fs, root: str) -> Manifest | None:
+    """The array's manifest as stored now (not cached); None when it has none."""
+    data = stored(fs, root)
+    return None if data is None else parse(data)
 
 
 _cache: OrderedDict = OrderedDict()
@@ -214,12 +220,21 @@ def crcs(fs, root: str, keys: list[str], sizes: dict[str, int], trailer: bool) -
                           index=short[0])
         tails = fs.cat_ranges(paths, [sizes[k] - 4 for k in keys], [sizes[k] for k in keys])
         for k, tail in zip(keys, tails):
-            if isinstance(tail, Exception) or len(tail) != 4:  # gone or cut since listed
-                raise Problem(f"cannot be read: {tail}" if isinstance(tail, Exception) else
-                              "changed while it was read", index=k)
+            if isinstance(tail, FileNotFoundError):  # gone since it was listed
+                raise Problem("is missing (deleted while it was checked)", index=k)
+            if isinstance(tail, Exception):  # not the data: a permission, the network
+                raise tail
+            if len(tail) != 4:  # cut since it was listed
+                raise Problem("changed while it was read", index=k)
         return {k: int.from_bytes(t, "little") for k, t in zip(keys, tails)}
     import google_crc32c
-    return {k: google_crc32c.value(fs.cat_file(p)) for k, p in zip(keys, paths)}
+    found = {}
+    for k, p in zip(keys, paths):
+        try:
+            found[k] = google_crc32c.value(fs.cat_file(p))
+        except FileNotFoundError:  # gone since it was listed (another OSError: not the data)
+            raise Problem("is missing (deleted while it was checked)", index=k) from None
+    return found
 
 
 def write(fs, root: str, arr, sizes: dict[str, int], keys: list[str]) -> str:
@@ -253,5 +268,5 @@ def _put(fs, path: str, data: bytes) -> None:
             os.unlink(temporary)
 
 
-__all__ = ["NAME", "FORMAT", "Manifest", "Problem", "digest", "metadata_of", "parse", "read",
-           "load", "bound", "metadata_problem", "crcs", "write", "has_crc_trailer"]
+__all__ = ["NAME", "FORMAT", "Manifest", "Problem", "digest", "metadata_of", "parse", "stored",
+           "read", "load", "bound", "metadata_problem", "crcs", "write", "has_crc_trailer"]

@@ -1,4 +1,5 @@
-"""Read regions of arrays kept in files: `.npy` (memory-mapped) and Zarr (any fsspec URL).
+"""Read regions of arrays kept in files: `.npy` (`npy.py`: plain reads, no memory map) and Zarr
+(any fsspec URL).
 
 Tasks call these on workers, so a run reads each chunk where it is computed and the driver
 never holds the whole input. `array_info` lets the driver check shape and dtype up front.
@@ -11,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from deepx_flow.errors import InputError
-from deepx_flow.storage import verify
+from deepx_flow.storage import npy, verify
 
 
 def _is_zarr(path: str) -> bool:
@@ -28,15 +29,7 @@ def array_info(path: str) -> tuple[tuple[int, ...], str]:
         what = "a folder" if Path(path).is_dir() else "a device or other special file"
         raise InputError(f"input file {path} is not a regular file ({what}); give a .npy "
                          "file, or a Zarr array by its path")
-    try:
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
-    except Exception as err:
-        raise InputError(f"cannot read {path} as a .npy array: {err}") from None
-    if not isinstance(arr, np.ndarray):  # np.load opens a .npz archive whatever its name
-        arr.close()
-        raise InputError(f"{path} is a .npz archive of arrays, not a .npy array; save the "
-                         "array with np.save, or give np.load(path)[name]")
-    return tuple(arr.shape), arr.dtype.name
+    return npy.array_info(path)
 
 
 def zarr_info(uri: str) -> tuple[tuple[int, ...], str]:
@@ -54,8 +47,8 @@ def zarr_info(uri: str) -> tuple[tuple[int, ...], str]:
 
 
 def storage_chunks(path: str) -> tuple[int, ...] | None:
-    """The chunk shape of the Zarr array at `path` (None for `.npy` files, which are read
-    by memory map and have no chunks)."""
+    """The chunk shape of the Zarr array at `path` (None for `.npy` files, which have no
+    chunks)."""
     if not _is_zarr(path):
         return None
     from deepx_flow.storage.zarr_bfloat16 import zarr
@@ -70,8 +63,8 @@ def read_region(path: str, region, missing: str = "error", origin: dict | None =
     """The block `region` ((start, stop) per axis) of the array at `path`, as a NumPy array.
     Zarr chunks are checked as they are read (`storage/verify.py`): one that is missing
     (unless `missing="fill"`) or damaged raises DataError; `origin` names the stored asset
-    version the array is, for that message."""
+    version the array is, for that message. A `.npy` file that is not the array it was
+    (shorter than its header says, or cut short while it is read) raises DataError too."""
     if _is_zarr(path):
         return verify.read_region(path, region, missing, origin)
-    index = tuple(slice(lo, hi) for lo, hi in region)
-    return np.array(np.load(path, mmap_mode="r", allow_pickle=False)[index])
+    return npy.read_region(path, region)

@@ -34,6 +34,7 @@ import numpy as np
 from deepx_flow.errors import DataError, ExecutionError
 from deepx_flow.storage import direct, manifest as manifests
 from deepx_flow.storage.direct import chunk_region
+from deepx_flow.storage.tokens import local_files
 
 MANIFEST = manifests.NAME
 WRITE_CONFIG = {"write_empty_chunks": True}
@@ -46,6 +47,9 @@ LEGACY_MISSING = ("is not stored, and this version has no manifest to say whethe
                   "written (older versions skipped chunks equal to the fill value): it may "
                   "have been empty, or lost")
 VERIFY_THREADS = 8  # chunks decoded at once by `verify_array` (I/O bound)
+# What to do about a damaged array that is not a stored asset version (one a user gave):
+# nothing records how to compute it again.
+REWRITE = "write the array again from its source, or restore it from a copy"
 
 
 def array_codecs() -> dict:
@@ -86,7 +90,7 @@ def chunk_indices(shape, grid, region=None) -> list[tuple[int, ...]]:
 def _error(uri, origin, idx, what: str) -> DataError:
     origin = origin or {}
     todo = (f"; materialize {origin['asset']} again to replace it" if origin.get("asset")
-            else "")
+            else f"; {REWRITE}")
     problem = f"chunk {tuple(idx)} {what}" if idx is not None else f"the array {what}"
     return DataError(f"{describe(uri, origin)}: {problem} ({uri}){todo}", uri=uri,
                      chunk=None if idx is None else tuple(idx), problem=problem,
@@ -94,11 +98,26 @@ def _error(uri, origin, idx, what: str) -> DataError:
                      version=origin.get("version"), partition=origin.get("partition"))
 
 
+def _unreadable(uri: str, origin, err: OSError) -> ExecutionError:
+    """The error for a store that could not be read (a permission, the network, a timeout):
+    not damage, since nothing was found wrong with the data, so nothing is to be written
+    again; reading it once the failure is mended finds out."""
+    return ExecutionError(f"{describe(uri, origin)}: its store could not be read ({uri}): "
+                          f"{type(err).__name__}: {err}; this says nothing of the data: "
+                          f"make the store readable (its permissions, the network) and try "
+                          f"again")
+
+
 def _open(uri: str, origin):
     from deepx_flow.storage.zarr_bfloat16 import zarr
     try:
         return zarr.open_array(uri, mode="r")
-    except Exception as err:  # zarr raises several types for a missing or unreadable store
+    except FileNotFoundError as err:  # (Zarr's ArrayNotFoundError too) lost: damage
+        raise _error(uri, origin, None, f"cannot be opened: {type(err).__name__}: {err}") \
+            from None
+    except OSError:  # not the data: a permission, the network
+        raise
+    except Exception as err:  # zarr raises several types for a store that is not an array
         raise _error(uri, origin, None, f"cannot be opened: {type(err).__name__}: {err}") \
             from None
 
@@ -159,7 +178,8 @@ def read_opened(arr, what: str) -> np.ndarray:
         if not sync(arr.store.exists(f"{arr.path}/{key}" if arr.path else key)):
             raise DataError(f"{what}: chunk {idx} is missing (deleted, or never written); if "
                             f"the array was written without its empty chunks, pass "
-                            f"np.asarray(array) to read them as its fill value",
+                            f"np.asarray(array) to read them as its fill value; else "
+                            f"{REWRITE}",
                             chunk=idx, problem=f"chunk {idx} is missing")
     try:
         return np.asarray(arr[...])
@@ -169,7 +189,8 @@ def read_opened(arr, what: str) -> np.ndarray:
         bad = _first_undecodable(arr, shape, grid, indices)
         if bad is None:
             raise
-        raise DataError(f"{what}: chunk {bad[0]} is damaged: {_cause(bad[1])}", chunk=bad[0],
+        raise DataError(f"{what}: chunk {bad[0]} is damaged: {_cause(bad[1])}; {REWRITE}",
+                        chunk=bad[0],
                         problem=f"chunk {bad[0]} is damaged") from err
 
 
@@ -299,7 +320,15 @@ def _index(arr, key):
 
 
 def _listing(fs, root: str) -> dict[str, int]:
-    """Key (path under `root`) -> size, for every file of the array."""
+    """Key (path under `root`) -> size, for every file of the array. A folder of a local
+    array that cannot be read raises its OSError (`tokens.local_files`): fsspec's walk
+    leaves such a folder out, and its chunks would have read as deleted."""
+    from fsspec.implementations.local import LocalFileSystem
+    if isinstance(fs, LocalFileSystem):
+        try:
+            return {key: stat.st_size for key, stat in local_files(root)}
+        except FileNotFoundError:  # the whole array gone: each chunk is missing
+            return {}
     prefix = root.rstrip("/") + "/"
     found = fs.find(root, detail=True)
     return {path[len(prefix):] if path.startswith(prefix) else path: int(info.get("size") or 0)
@@ -307,13 +336,10 @@ def _listing(fs, root: str) -> dict[str, int]:
 
 
 def read_manifest(uri: str) -> dict | None:
-    """The array's manifest as JSON, or None when it has none (written before manifests,
-    or by another tool)."""
-    fs, root = _fs(uri)
-    try:
-        return json.loads(fs.cat_file(f"{root}/{MANIFEST}"))
-    except FileNotFoundError:
-        return None
+    """The array's manifest as JSON (`manifest.stored`), or None when it has none (written
+    before manifests, or by another tool)."""
+    data = manifests.stored(*_fs(uri))
+    return None if data is None else json.loads(data)
 
 
 def verify_array(uri: str, deep: bool = True, origin: dict | None = None) -> list[DataError]:
@@ -321,7 +347,18 @@ def verify_array(uri: str, deep: bool = True, origin: dict | None = None) -> lis
     not the one its row records (`origin["manifest"]`), its metadata other than the
     manifest's, a chunk of its grid missing from storage, a size other than the manifest's,
     and (`deep`) a chunk that does not decode (checksum) or is not the one written at its
-    position. An empty list when it is whole."""
+    position. An empty list when it is whole.
+
+    A store that cannot be read (an OSError: a permission, the network, a timeout) is not
+    damage: ExecutionError saying so, as reads report it (`is_damage`)."""
+    try:
+        return _problems(uri, deep, origin)
+    except OSError as err:
+        raise _unreadable(uri, origin, err) from err
+
+
+def _problems(uri: str, deep: bool, origin: dict | None) -> list[DataError]:
+    """`verify_array`, an OSError raised as it is."""
     try:
         arr = _open(uri, origin)
         fs, root = _fs(uri)
@@ -336,8 +373,6 @@ def verify_array(uri: str, deep: bool = True, origin: dict | None = None) -> lis
         return [err]
     except manifests.Problem as err:
         return [_error(uri, origin, None, str(err))]
-    except Exception as err:  # the listing or the manifest cannot be read
-        return [_error(uri, origin, None, f"cannot be listed: {type(err).__name__}: {err}")]
     shape, grid = tuple(arr.shape), _grid(arr)
     expected = found.chunks if found is not None else {}
     problems, readable = [], []
@@ -375,6 +410,8 @@ def _decode_all(uri, origin, arr, found, indices) -> list[DataError]:
             return _error(uri, origin, idx, "is missing (deleted, or never written)")
         except direct.Damaged as err:
             return _error(uri, origin, idx, f"is damaged: {err}")
+        except OSError:  # not the data (`verify_array` says so)
+            raise
         except Exception as err:
             what = f"is damaged: {_cause(err)}" if is_damage(err) else \
                 f"cannot be read: {_cause(err)}"

@@ -1,6 +1,6 @@
 """Helpers shared by the tests: small cluster specs that force chunk grids, a free port,
-comparing sums within the precision their terms allow, and the peak memory of a cluster's
-workers while a block runs."""
+comparing sums within the precision their terms allow, the peak memory of a cluster's
+workers while a block runs, and a file made unreadable for real."""
 
 from __future__ import annotations
 
@@ -93,6 +93,50 @@ def threaded_memory_off():
     import dask
     return dask.config.set({f"distributed.worker.memory.{k}": False
                             for k in ("target", "spill", "pause", "terminate")})
+
+
+@contextlib.contextmanager
+def unreadable(path):
+    """`path` made unreadable (mode 000) to this thread while the block runs: a real
+    permission error from the file system. Root reads anything through its capabilities
+    CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH, so as root they are dropped from this
+    thread's effective set (capset, per thread) and given back after; the test is skipped
+    where that cannot be done. Other threads (Zarr's I/O, threaded workers) keep them."""
+    import ctypes
+    import os
+
+    import pytest
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+
+    version_3, dac = 0x20080522, (1 << 1) | (1 << 2)  # linux/capability.h
+    saved = None
+    if os.geteuid() == 0:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            saved = (Data * 2)()
+            if libc.capget(ctypes.byref(Header(version_3, 0)), saved) != 0:
+                raise OSError(ctypes.get_errno(), "capget")
+            dropped = (Data * 2)(*[Data(d.effective, d.permitted, d.inheritable)
+                                   for d in saved])
+            dropped[0].effective &= ~dac
+            if libc.capset(ctypes.byref(Header(version_3, 0)), dropped) != 0:
+                raise OSError(ctypes.get_errno(), "capset")
+        except (OSError, AttributeError) as err:
+            pytest.skip(f"running as root, and its file capabilities cannot be dropped: {err}")
+    mode = os.stat(path).st_mode
+    os.chmod(path, 0)
+    try:
+        yield
+    finally:
+        os.chmod(path, mode)
+        if saved is not None:
+            libc.capset(ctypes.byref(Header(version_3, 0)), saved)
 
 
 def free_port() -> int:

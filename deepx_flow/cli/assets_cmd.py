@@ -146,9 +146,10 @@ def _history(args) -> int:
 
 
 def _verify(args) -> int:
-    """Check stored versions; exit 2 (a DataError) when any is damaged."""
+    """Check stored versions; exit 2 (a DataError) when any is damaged, else 1 (an
+    ExecutionError) when the store of any could not be read (that is not damage)."""
     from deepx_flow.assets import catalog
-    from deepx_flow.errors import DataError
+    from deepx_flow.errors import DataError, ExecutionError
     from deepx_flow.meta import open_db
 
     db = open_db(args.db)
@@ -161,9 +162,13 @@ def _verify(args) -> int:
         for r in rows:  # newest first
             newest.setdefault((r.asset, r.partition), r)
         rows = list(newest.values())
-    table, damaged, older = [], [], 0
+    table, damaged, unread, older = [], [], [], 0
     for r in rows:
-        result = _verify_one(db, r, args.quick, args.upgrade, damaged)
+        try:
+            result = _verify_one(db, r, args.quick, args.upgrade, damaged)
+        except ExecutionError as err:  # its store could not be read: not checked
+            unread.append(err)
+            result = f"NOT CHECKED: {err}"
         older += result.startswith("ok, older format")
         table.append((r.asset, r.partition or "-", r.version[:12], _time(r.created_at),
                       result))
@@ -176,11 +181,17 @@ def _verify(args) -> int:
               f"recorded where each chunk goes: {'their' if older != 1 else 'its'} chunks "
               f"are checked, not their positions; deepx-flow assets verify --upgrade binds "
               f"{'them' if older != 1 else 'it'} (a first read does too)")
+    unchecked = (f"; {len(unread)} could not be read (not damage), the first: {unread[0]}"
+                 if unread else "")
     if damaged:
         first = damaged[0]
         raise DataError(f"{len(damaged)} of {len(rows)} stored versions are damaged; the "
-                        f"first: {first}", uri=first.uri, chunk=first.chunk,
+                        f"first: {first}{unchecked}", uri=first.uri, chunk=first.chunk,
                         asset=first.asset, version=first.version, partition=first.partition)
+    if unread:
+        raise ExecutionError(f"{len(unread)} of {len(rows)} stored versions could not be "
+                             f"checked, their stores not read (not damage); the first: "
+                             f"{unread[0]}")
     return 0
 
 

@@ -110,12 +110,11 @@ def _inspect(args) -> int:
 
 
 def _run(args) -> int:
-    import numpy as np
-
     import deepx_flow as dx
     from deepx_flow.cli.main import _pairs, report
     from deepx_flow.errors import InputError
     from deepx_flow.onnx.model import identifier
+    from deepx_flow.storage.readers import array_info as npy_info
 
     if args.db:
         os.environ["DEEPX_DB_URL"] = args.db
@@ -137,9 +136,10 @@ def _run(args) -> int:
         else:
             if not Path(path).is_file():
                 raise InputError(f"--input {name}: {path} does not exist")
-            array = np.load(path, mmap_mode="r", allow_pickle=False)
+            shape, dtype = npy_info(path)  # its header, read (a map of a file cut short
+            # while it is read is a SIGBUS)
             key = identifier(name)
-            given[name] = dx.input(key, array.shape, array.dtype.name)
+            given[name] = dx.input(key, shape, dtype)
             feed[key] = path
     results = model(given)
     wanted = [n for n in model.output_names if n in outputs] or model.output_names

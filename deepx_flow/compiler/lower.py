@@ -3,8 +3,10 @@
 Before: a `Partition` and the sources bound to the graph's inputs.
 After: a `Lowered` holding a Dask graph (`dask._task_spec` tasks) and, for every output, the
 keys of its chunks in grid order. Every key is `(tensor key, *chunk index)`: the tensor key is
-the node id, with a token of the bound input data for nodes that depend on inputs, so the
-same computation gets the same keys in every process and different data never shares a key.
+the node id, with a token of the bound input data for nodes that depend on inputs (and of the
+stored array a `read_zarr` node reads, from a listing of its files: `storage/tokens.py`), so
+the same computation gets the same keys in every process and different data never shares a
+key.
 Internal steps of a node (matmul partial products, tree-reduction levels, a scan's chunk
 totals and carries) get keys `(tensor key + ".partial" | ".level<L>" | ".total" | ".carry",
 ...)`.
@@ -109,6 +111,17 @@ class Grid:
         return (shape, tuple(slices)), keys
 
 
+def _stored_token(node: Node) -> str | None:
+    """The token of the data a `read_zarr` node reads now (None for other nodes): a stored
+    asset version is named by its manifest's digest, one of its attributes already; any
+    other array by a listing of its files (`storage.tokens.data_token`), so a run after the
+    array was written again never takes chunks computed from what it held before."""
+    if node.op != "read_zarr" or node.attr("manifest"):
+        return None
+    from deepx_flow.storage.tokens import data_token
+    return data_token(node.attr("uri"))
+
+
 def chunk_indices(chunks):
     return itertools.product(*(range(len(c)) for c in chunks))
 
@@ -138,7 +151,7 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
         # Keys are content addresses: the operator, its attributes, its chunking and the keys
         # of its operands (for an input, the token of the data bound to it). The same
         # computation gets the same keys in every process; anything else never shares one.
-        data = sources[node.id].token if node.op == "input" else None
+        data = sources[node.id].token if node.op == "input" else _stored_token(node)
         static = part.node_tokens.get(node.id)
         if static is None:  # once per plan: a fused program's attributes are slow to tokenize
             static = part.node_tokens[node.id] = tokenize(

@@ -14,9 +14,10 @@ from deepx_flow.ops.common import check_fits, check_shape, declared_dtype, is_nu
 from deepx_flow.ops.spec import SOURCE, OpSpec
 
 MISSING = ("error", "fill")  # read_zarr: what a chunk that is not stored reads as
-# read_zarr attributes of a stored version: which one (named by its errors), and the digest
-# of its manifest, which its reads check (storage/manifest.py).
-STORED_AS = ("asset", "version", "partition", "manifest")
+# read_zarr attributes of a stored version: which one (NAMED_BY: what its errors name), and
+# the digest of its manifest, which its reads check (storage/manifest.py).
+NAMED_BY = ("asset", "version", "partition")
+STORED_AS = NAMED_BY + ("manifest",)
 
 
 def _infer_declared(node, inputs):

@@ -7,6 +7,11 @@ worker holding it dies; files are read by the worker that needs the region. Ever
 (a missing input, a wrong shape or dtype, a missing file) is an InputError naming the input;
 so is a stored array a `read_zarr` node reads that is missing or not what the node states.
 
+Each source has a `token` naming its data, which the lowering puts in the task keys: an
+array's content token, a dask array's name, a persisted output's key, and for files and Zarr
+arrays a token of their listing that changes whenever they are written (`storage/tokens.py`),
+so a run never takes chunks that a persisted output computed from data since rewritten.
+
 A dask array (`dx.from_dask`, or given in `inputs=`) brings its own graph: the lowering adds
 its tasks to the run's (`DaskSource.dask_tasks`), and a region of the input is a task that
 reads the dask chunks under it (their keys are its dependencies) and cuts and joins them to
@@ -32,6 +37,7 @@ from deepx_flow.ir import Graph, dtypes
 from deepx_flow.kernels.tasks import cast_chunk, to_device
 from deepx_flow.sdk.bindings import Binding
 from deepx_flow.storage.readers import array_info, read_region, zarr_info
+from deepx_flow.storage.tokens import data_token
 
 
 @dataclass(frozen=True)
@@ -259,15 +265,17 @@ def _file_source(name: str, value) -> tuple[FileSource, tuple[int, ...], str]:
         # Workers may run in another folder: local paths are made absolute here.
         path = str(value) if "://" in str(value) else str(Path(value).resolve())
         shape, dtype = array_info(path)
-        stat = Path(path).stat() if "://" not in path else None
-    except InputError as err:
+    except InputError as err:  # a DataError (a file cut short) stays one
         given = "" if path == str(value) else f" (given as {shown(str(value), 300)})"
-        raise InputError(f"input '{name}'{given}: {err}") from None
+        message = f"input '{name}'{given}: {err}"
+        raise (DataError(message, uri=err.uri, problem=err.problem)
+               if isinstance(err, DataError) else InputError(message)) from None
     except (OSError, ValueError) as err:  # a path the system refuses (a NUL byte, too long)
         raise InputError(f"input '{name}': cannot use the path {shown(str(value), 300)}: "
                          f"{err}") from None
-    return (FileSource(path, tokenize(path, stat and (stat.st_mtime_ns, stat.st_size))),
-            shape, dtype)
+    # The token changes with the data (`storage/tokens.py`): chunks a persisted output of an
+    # earlier run holds are taken for this run's only when the files are as they were.
+    return FileSource(path, data_token(path)), shape, dtype
 
 
 def _array(name: str, value) -> np.ndarray:
@@ -313,8 +321,9 @@ def check_stored_arrays(graph: Graph) -> Graph:
 
 def _stored_error(node, message: str) -> InputError:
     """InputError, or for the read of a stored asset version a DataError naming it."""
+    from deepx_flow.ops.sources import NAMED_BY
     from deepx_flow.storage.verify import describe
-    origin = {k: node.attr(k) for k in ("asset", "version", "partition")}
+    origin = {k: node.attr(k) for k in NAMED_BY}
     if not origin["asset"]:
         return InputError(message)
     uri = node.attr("uri")

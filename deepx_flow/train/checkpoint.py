@@ -100,7 +100,7 @@ def write(db, client, plan, pack: Packing, sources: dict, asset: str, training_i
             shape=json.dumps(list(node.shape)), dtype=node.dtype,
             chunks=json.dumps(list(info.get("chunks") or ())), nbytes=info.get("nbytes"),
             storage="zarr", uri=info.get("uri"), manifest_digest=info.get("manifest_digest"),
-                run_id=recorder.run_id if recorder else None,
+            run_id=recorder.run_id if recorder else None,
             seconds=time.time() - began, created_at=time.time())
         catalog.record_all(db, [(row, [])])
         records.add_checkpoint(db, TrainingCheckpoint(

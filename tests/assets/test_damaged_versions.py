@@ -21,6 +21,7 @@ import deepx_flow as dx
 from deepx_flow.assets import catalog
 from deepx_flow.cli.main import main
 from deepx_flow.meta.models import Event
+from tests.helpers import unreadable
 
 DAMAGES = ("delete", "truncate", "flip")
 PARTS = dx.StaticPartitions(["p0", "p1", "p2"])
@@ -128,3 +129,26 @@ def test_a_damaged_chunk_is_found_and_mended_from_lineage(client, env, capsys, h
                                                   Event.kind == "recompute")).all()
     assert len(events) == 1 and all(n in events[0].message for n in named)
     assert main(["assets", "verify", downstream, "--latest", "--db", env.url]) == 0
+
+
+def test_a_version_whose_store_cannot_be_read_is_not_called_damaged(client, env, capsys):
+    """A permission error reading a version's manifest is reported as what it is: dx.load
+    and a materialization that reads the version raise an ExecutionError saying the store
+    could not be read, `assets verify` says NOT CHECKED and exits 1, and nothing is
+    computed again. It read as damage: DAMAGED, exit 2, and the version recomputed."""
+    defs = pipeline()
+    dx.materialize(defs, "base", client=client)
+    row = catalog.latest(env, "base")
+    with unreadable(Path(row.uri, "deepx_manifest.json")):
+        with pytest.raises(dx.ExecutionError, match="could not be read") as err:
+            dx.load("base")
+        assert not isinstance(err.value, dx.DataError) and "PermissionError" in str(err.value)
+        assert main(["assets", "verify", "--db", env.url]) == 1
+        out, errors = capsys.readouterr()
+        assert "DAMAGED" not in out and "NOT CHECKED" in out
+        assert "could not be read" in errors and "not damage" in errors
+        with pytest.raises(dx.ExecutionError, match="could not be read"):
+            dx.materialize(defs, "base_rows", client=client)
+    assert [r.version for r in catalog.history(env, "base")] == [row.version]
+    assert catalog.history(env, "base_rows") == []
+    assert main(["assets", "verify", "--db", env.url]) == 0

@@ -186,6 +186,33 @@ def test_a_manifest_a_process_checked_stays_what_it_reads_by(tmp_path):
         verify.read_region(uri, whole(values), origin=origin)
 
 
+def test_a_process_keeps_the_manifests_it_used_last_as_the_docs_say(tmp_path):
+    """docs/assets.md: a process keeps the manifests that matched, the CACHED it used last;
+    one let go is read and checked again, so a change to it is found then, while a change
+    to one kept is not seen."""
+    import fsspec
+    page = " ".join((Path(__file__).resolve().parents[2] / "docs" / "assets.md").read_text()
+                    .split())
+    assert f"the manifests that matched their recorded digests, the {manifests.CACHED} it " \
+           f"used last" in page
+    fs = fsspec.filesystem("file")
+    roots, digests = [], []
+    for i in range(manifests.CACHED + 1):
+        root = tmp_path / f"v{i}"
+        root.mkdir()
+        data = json.dumps({"format": 2, "metadata": {"i": i}, "chunks": {}}).encode()
+        (root / manifests.NAME).write_bytes(data)
+        roots.append(str(root))
+        digests.append(manifests.digest(data))
+        assert manifests.load(fs, roots[-1], digests[-1]).metadata == {"i": i}
+    for root in (roots[0], roots[-1]):
+        Path(root, manifests.NAME).write_text(json.dumps(  # edited after it was checked
+            {"format": 2, "metadata": {"i": -1}, "chunks": {}}))
+    assert manifests.load(fs, roots[-1], digests[-1]).metadata == {"i": manifests.CACHED}
+    with pytest.raises(manifests.Problem, match="other than the one written"):
+        manifests.load(fs, roots[0], digests[0])  # the oldest was let go
+
+
 def test_a_plain_array_is_read_as_before(tmp_path):
     """Arrays that are not a stored version (no recorded digest) are read with their chunks'
     own checksums, as Zarr would: the manifest is not asked for."""

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import deepx_flow as dx
 from deepx_flow.storage import verify, zarr_store
 from deepx_flow.storage.readers import read_region
+from tests.helpers import unreadable
 
 DAMAGES = ("delete", "truncate", "flip")
 
@@ -145,6 +146,30 @@ def test_a_zarr_array_given_as_an_input_is_checked_as_its_path_is(tmp_path, clie
                                   np.arange(1.0, 7.0) * 2)
 
 
+@pytest.mark.parametrize("how", DAMAGES)
+def test_a_damaged_array_that_is_no_stored_version_says_what_to_do(tmp_path, how):
+    """A Zarr array that is not a stored asset version (one a user gave) has no lineage to
+    compute it from again: its damage says to write it again from its source or restore a
+    copy, as a stored version's says to materialize it again; by path, by `verify_array`,
+    and given as a zarr.Array."""
+    import zarr
+    uri = str(tmp_path / "plain.zarr")
+    write_checked(uri, np.arange(12.0).reshape(6, 2), grid((6, 2), (2, 2)))
+    damage(Path(uri, "c", "1", "0"), how, 5, 3)
+    with pytest.raises(dx.DataError) as by_path:
+        read_region(uri, ((0, 6), (0, 2)))
+    errors = [by_path.value, *verify.verify_array(uri)]
+    with pytest.raises(dx.DataError) as given:
+        verify.read_opened(zarr.open_array(uri, mode="r"), "input 'x'")
+    errors.append(given.value)
+    assert len(errors) == 3
+    for err in errors:
+        assert err.chunk == (1, 0), err
+        assert re.search(r"write the array again from its source, or restore it from a "
+                         r"copy$", str(err)), str(err)
+        assert len(str(err).splitlines()) == 1
+
+
 def test_a_write_that_left_a_chunk_out_is_not_marked_complete(tmp_path):
     uri = str(tmp_path / "partial.zarr")
     values = np.arange(12.0).reshape(6, 2)
@@ -208,6 +233,49 @@ def test_what_a_failed_read_says_decides_whether_it_is_damage(tmp_path):
     for io in (PermissionError(13, "Permission denied"), TimeoutError("read timed out"),
                ConnectionResetError(104, "Connection reset by peer")):
         assert not verify.is_damage(io)
+
+
+@pytest.mark.parametrize("what", ["manifest", "chunk folder"])
+def test_a_store_that_cannot_be_read_is_not_reported_as_damage(tmp_path, what):
+    """A permission error reading the manifest or listing the chunks says nothing of the
+    data: an ExecutionError saying the store could not be read, not a DataError that would
+    have the version called damaged (and a materialization compute it again)."""
+    uri = str(tmp_path / "p.zarr")
+    digest = write_checked(uri, np.arange(12.0).reshape(6, 2), grid((6, 2), (2, 2)))
+    origin = {"asset": "a", "version": uuid.uuid4().hex, "partition": None,
+              "manifest": digest}
+    target = Path(uri, verify.MANIFEST) if what == "manifest" else Path(uri, "c")
+    with unreadable(target):
+        for given in (origin, None):  # bound by a row, or whatever manifest it has
+            for deep in (True, False):
+                with pytest.raises(dx.ExecutionError, match="could not be read") as info:
+                    verify.verify_array(uri, deep=deep, origin=given)
+                assert not isinstance(info.value, dx.DataError)
+                assert "PermissionError" in str(info.value)
+    assert verify.verify_array(uri, origin=origin) == []
+
+
+@pytest.mark.parametrize("lost", ["zarr.json", "the folder"])
+def test_a_version_whose_array_is_gone_is_damage_not_an_unreadable_store(tmp_path, lost):
+    """A deleted zarr.json or version folder is a FileNotFoundError, an OSError as a
+    permission error is, but it says the data is lost: a DataError naming the version,
+    from a read and from `verify_array`, never "could not be read"."""
+    import shutil
+    uri = str(tmp_path / "g.zarr")
+    digest = write_checked(uri, np.arange(12.0).reshape(6, 2), grid((6, 2), (2, 2)))
+    origin = {"asset": "a", "version": uuid.uuid4().hex, "partition": None,
+              "manifest": digest}
+    if lost == "zarr.json":
+        Path(uri, "zarr.json").unlink()
+    else:
+        shutil.rmtree(uri)
+    for given in (origin, None):
+        for deep in (True, False):
+            problems = verify.verify_array(uri, deep=deep, origin=given)
+            assert len(problems) == 1 and problems[0].chunk is None, problems
+            assert "cannot be opened" in str(problems[0])
+    with pytest.raises(dx.DataError, match="^asset a version .*cannot be opened"):
+        read_region(uri, ((0, 6), (0, 2)), origin=origin)
 
 
 def test_a_version_written_before_manifests_says_why_a_chunk_may_be_missing(tmp_path):
