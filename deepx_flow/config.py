@@ -38,8 +38,9 @@ class Settings:
     # file is refused at once instead of parsed for minutes.
     max_spec_bytes: int = 16 * 2**20
     # The most nodes a graph may have, counted while a spec is read and while a graph is
-    # built in Python: compiling takes about 0.1 ms a node here, so a hundred thousand
-    # nodes compile in seconds.
+    # built in Python: reading a spec takes about 0.2 ms a node here and compiling a
+    # twentieth of that (benchmarks/bench_graph_size.py), so a graph at the limit is read
+    # in tens of seconds; far larger ones are more often a mistake than a model.
     max_nodes: int = 100_000
     # Scheduler address to use instead of starting an embedded cluster.
     scheduler_address: str | None = None

@@ -7,9 +7,7 @@ import argparse
 import datetime as dt
 import math
 
-from deepx_flow.meta import open_db, queries
 from deepx_flow.registry.cluster import format_bytes
-from deepx_flow.runtime.placement import placement_table
 from deepx_flow.runtime.run_history import HEADERS, STATUSES, first_line, run_row, seconds
 from deepx_flow.text_table import text_table
 
@@ -37,6 +35,9 @@ def add_parsers(sub, parents) -> None:
 
 
 def cmd_runs(args) -> int:
+    # The database's modules (SQLAlchemy, SQLModel: a second to import here) are imported by
+    # the commands that read it, not by every command's parser.
+    from deepx_flow.meta import open_db, queries
     db = open_db(args.db)
     if getattr(args, "runs_command", None) == "show":
         return _show(db, args)
@@ -46,6 +47,7 @@ def cmd_runs(args) -> int:
 
 
 def _show(db, args) -> int:
+    from deepx_flow.meta import queries
     run = queries.find_run(db, args.run_id)
     ratio = _ratio(math.inf if run.compute_comm_ratio is None else run.compute_comm_ratio)
     print(f"run {run.id}  {run.kind}  {run.status}\n"
@@ -130,6 +132,8 @@ def _metric(value) -> str:
 
 
 def cmd_placement(args) -> int:
+    from deepx_flow.meta import open_db, queries
+    from deepx_flow.runtime.placement import placement_table
     db = open_db(args.db)
     run = queries.find_run(db, args.run_id)
     rows = queries.placements(db, run_id=run.id, tensor=args.tensor, current=not args.all)

@@ -20,6 +20,7 @@ import math
 import uuid
 import warnings
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import dask
 import numpy as np
@@ -39,10 +40,12 @@ from deepx_flow.runtime.futures import blamed_key, quiet_interrupted_gathers
 from deepx_flow.runtime.inputs import bind_inputs, check_sources_on
 from deepx_flow.runtime.plan_cache import cached_compile
 from deepx_flow.runtime.progress import RunProgress, checked_progress
-from deepx_flow.runtime.recording import RunRecorder
 from deepx_flow.runtime.recovery import ByKey, ByNode, Recovery, task_policies
 from deepx_flow.sdk.build import build_graph
 from deepx_flow.sdk.tensor import Tensor
+
+if TYPE_CHECKING:
+    from deepx_flow.runtime.recording import RunRecorder
 
 log = logging.getLogger(__name__)
 quiet_interrupted_gathers()
@@ -266,6 +269,9 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, ext
     extra = list(extend(lowered)) if extend is not None else []
     flat = [k for ks in keys.values() for k in ks] + extra
     inlined = inlined_nodes(lowered.dsk, plan.fused, plan.chained)
+    # Imported here: recording needs the database's modules, which planning alone (explain)
+    # does not.
+    from deepx_flow.runtime.recording import RunRecorder
     recorder = RunRecorder.start(plan, lowered, client, inlined, kind, db)
     try:
         recovery = recovery or Recovery()

@@ -28,7 +28,7 @@ it; libyaml refuses nesting past 1,000 levels itself. Without it PyYAML's Python
 composes, and a document nested past Python's recursion limit is refused as too deep. The
 cyclic garbage collector is paused while a document is loaded: every value is a new object
 that lives on, so each collection it would run finds nothing to free but walks all of them
-again (the loader built a 20,000-node spec in about half the time without them); nothing a
+again (a 20,000-node spec loads in 60% of the time without them); nothing a
 spec builds is cyclic, as an alias inside its own value is refused.
 """
 
