@@ -6,8 +6,8 @@ folder `<asset root>/<asset>/[<partition>/]<version>.zarr` exists from the start
 write, and the row that makes it visible is added once every chunk is there. A write that
 fails deletes its folder; a driver killed outright (SIGKILL, the OOM killer, a lost machine)
 cannot, and its partial folder was never read nor deleted by anything. These are collected
-at the next materialization of the asset (and at the next checkpoint of a training), and by
-`deepx-flow assets gc`.
+at the next materialization of the asset (and when a training with checkpoints starts, once
+for its checkpoint asset: `train.book.Saver`), and by `deepx-flow assets gc`.
 
 What is collected is decided by `judge` (pure) from what the folder, the database and this
 host say. A folder is a candidate when its version has no row and its write did not finish
