@@ -52,8 +52,9 @@ class Settings:
     record: bool = True
     # Where assets' stored versions go (a path or fsspec URL); default .deepx/assets here.
     asset_root: str | None = None
-    # How old an unpublished version folder whose writer cannot be seen from this host must
-    # be before it is collected (seconds): the run's row is written just after the folder.
+    # How old an unpublished version folder whose writer cannot be seen from this process
+    # (another host, boot or PID namespace: `processes.py`) must be before it is collected
+    # (seconds): the run's row is written just after the folder.
     gc_grace_s: float = 3600.0
     # An object store (any fsspec URL, e.g. s3://bucket/deepx) the workers can write to; it
     # is registered as each worker's "object" storage tier.
