@@ -2,7 +2,9 @@
 
 Only this module reads environment variables; everything else asks it. Each setting has a
 default that suits a single machine, and a row in `READERS`: the variable that sets it and
-what that may hold, checked whenever the settings are read.
+what that may hold, checked whenever the settings are read; then `CHECKS` looks at values
+that each setting allows but that do not go together (a heartbeat timeout shorter than the
+beat).
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ class Settings:
     record: bool = True
     # Where assets' stored versions go (a path or fsspec URL); default .deepx/assets here.
     asset_root: str | None = None
-    # How old an unpublished version folder whose writer cannot be seen from this host must
-    # be before it is collected (seconds): the run's row is written just after the folder.
+    # How old an unpublished version folder whose writer cannot be seen from this process
+    # (another host, boot or PID namespace: `processes.py`) must be before it is collected
+    # (seconds): the run's row is written just after the folder.
     gc_grace_s: float = 3600.0
     # An object store (any fsspec URL, e.g. s3://bucket/deepx) the workers can write to; it
     # is registered as each worker's "object" storage tier.
@@ -216,7 +219,7 @@ def settings() -> Settings:
     ------
     SettingsError
         A variable holds a value its setting does not allow: the message names it and says
-        what is allowed.
+        what is allowed; or values allowed alone are not together (`CHECKS`), named both.
     """
     values = {}
     for reader in READERS:
@@ -228,4 +231,24 @@ def settings() -> Settings:
         except (ValueError, KeyError, OverflowError):
             raise SettingsError(f"{reader.variable} must be {reader.kind.allowed}, got "
                                 f"{shown(text)}") from None
-    return Settings(**values)
+    found = Settings(**values)
+    for check in CHECKS:
+        problem = check(found)
+        if problem:
+            raise SettingsError(problem)
+    return found
+
+
+# -- checks across settings: values each allowed alone, but not together ----------------------
+
+def _heartbeat_problem(found: Settings) -> str | None:
+    # A worker is marked seen once a beat, so one not seen for less than a beat and a bit (the
+    # mark's own round trip) is alive: a shorter timeout counts live workers gone between beats.
+    if found.heartbeat_timeout_s > found.heartbeat_s:
+        return None
+    return (f"DEEPX_HEARTBEAT_TIMEOUT_S ({found.heartbeat_timeout_s:g} s) must be more than "
+            f"DEEPX_HEARTBEAT_S ({found.heartbeat_s:g} s): workers are marked seen once a "
+            f"beat, so live ones would count as gone between beats")
+
+
+CHECKS = (_heartbeat_problem,)  # each: the settings -> what is wrong with them, or None

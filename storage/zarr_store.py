@@ -10,8 +10,8 @@ regular grid (all chunks equal but a shorter last one per axis) each Zarr chunk 
 chunk, and its task depends on that chunk alone and is sent to the worker holding it. On an
 irregular grid each task assembles its region from the plan chunks it overlaps.
 
-The array's attributes say who made it (`WRITER_ATTR`: host, pid and time), so that what a
-killed writer left can be told from what a live one is writing (`assets/gc.py`).
+The array's attributes say who made it (`WRITER_ATTR`: host, PID space, pid and time), so
+that what a killed writer left can be told from what a live one is writing (`assets/gc.py`).
 
 Every chunk is written, empty ones too, each with a CRC-32C checksum (`verify.py`). Only
 when every chunk is written does the driver write the manifest (`manifest.py`: the array's
@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
-import socket
 import time
 import uuid
 from pathlib import Path
@@ -40,7 +38,7 @@ from deepx_flow.errors import DeepxError, ExecutionError, InputError
 from deepx_flow.storage import verify
 
 COMPLETE_ATTR = "deepx_complete"
-WRITER_ATTR = "deepx_writer"  # {"host", "pid", "at"}: the process that created the array
+WRITER_ATTR = "deepx_writer"  # {"host", "space", "pid", "at"}: the process that created it
 
 
 def normalize_uri(uri) -> str:
@@ -188,8 +186,12 @@ def create_array(uri: str, shape, dtype, chunks) -> tuple[int, ...]:
 
 
 def writer() -> dict:
-    """This process, as `WRITER_ATTR` records it: the host, the pid and the time."""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "at": time.time()}
+    """This process, as `WRITER_ATTR` records it: the host, the PID space (`processes`:
+    where its pid names it), the pid and the time."""
+    from deepx_flow.processes import this_process
+
+    me = this_process()
+    return {"host": me.host, "space": me.space, "pid": me.pid, "at": time.time()}
 
 
 def write_tasks(uri: str, tensor_key: str, shape, dtype, chunks, name: str) -> dict:

@@ -72,8 +72,47 @@ def test_the_ends_of_a_range_are_allowed(monkeypatch, reader):
     for end in ends:
         text = str(int(end)) if kind.kind is int else repr(float(end))
         monkeypatch.setenv(reader.variable, f" {text} ")
+        if reader.variable == "DEEPX_HEARTBEAT_S" and end == kind.high:
+            # Allowed alone; no timeout can be longer (the checks across settings).
+            assert kind.parse(text) == end
+            with pytest.raises(dx.SettingsError, match="must be more than DEEPX_HEARTBEAT_S"):
+                settings()
+            continue
         value = getattr(settings(), reader.field)
         assert type(value) is kind.kind and value == end
+
+
+@pytest.mark.parametrize("beat, timeout", [("5", "3"), ("5", "5"), ("60", None),
+                                           (None, "4.5"), ("0.5", "0.25")])
+def test_a_heartbeat_timeout_not_longer_than_the_beat_is_refused(monkeypatch, beat, timeout):
+    """Workers are marked seen once a beat: a timeout of a beat or less counts live workers
+    gone between beats. Each value is allowed alone, so the line names both variables."""
+    for variable, text in (("DEEPX_HEARTBEAT_S", beat), ("DEEPX_HEARTBEAT_TIMEOUT_S", timeout)):
+        if text is None:
+            monkeypatch.delenv(variable, raising=False)
+        else:
+            monkeypatch.setenv(variable, text)
+    with pytest.raises(dx.SettingsError) as info:
+        settings()
+    message = str(info.value)
+    shown_beat, shown_timeout = float(beat or Settings.heartbeat_s), \
+        float(timeout or Settings.heartbeat_timeout_s)
+    assert message.startswith(f"DEEPX_HEARTBEAT_TIMEOUT_S ({shown_timeout:g} s) must be more "
+                              f"than DEEPX_HEARTBEAT_S ({shown_beat:g} s)"), message
+    assert "\n" not in message and info.value.exit_code == 2
+
+
+@pytest.mark.parametrize("beat, timeout", [("5", "5.5"), ("0.25", "7.5"), (None, "5.01"),
+                                           ("59", None)])
+def test_a_heartbeat_timeout_longer_than_the_beat_is_read(monkeypatch, beat, timeout):
+    for variable, text in (("DEEPX_HEARTBEAT_S", beat), ("DEEPX_HEARTBEAT_TIMEOUT_S", timeout)):
+        if text is None:
+            monkeypatch.delenv(variable, raising=False)
+        else:
+            monkeypatch.setenv(variable, text)
+    got = settings()
+    assert (got.heartbeat_s, got.heartbeat_timeout_s) == (
+        float(beat or Settings.heartbeat_s), float(timeout or Settings.heartbeat_timeout_s))
 
 
 @pytest.mark.parametrize("reader", READERS, ids=lambda r: r.variable)

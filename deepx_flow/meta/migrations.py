@@ -29,6 +29,8 @@ History:
     hold: what the planner budgets).
 12. asset_materializations.manifest_digest (the digest of a stored version's manifest,
     which binds its metadata and each chunk to its position).
+13. runs.pid_space (the driver's boot id and PID namespace: a run's pid is looked up only
+    from a process that shares them, not from any of the same host name).
 
 Every step can run on a database that already has what it adds (columns are added, tables
 and indexes created, only where missing): a database whose version row says less than its
@@ -46,7 +48,7 @@ from sqlmodel import SQLModel
 from deepx_flow.errors import DatabaseError
 from deepx_flow.meta.models import SchemaInfo
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 # An arbitrary constant: PostgreSQL sessions migrating at once take turns on this lock.
 _PG_LOCK_ID = 74_700_11
@@ -282,6 +284,10 @@ def _v12_manifest_digest(conn: Connection) -> None:
     _add_column(conn, "asset_materializations", "manifest_digest", "VARCHAR")
 
 
+def _v13_runs_pid_space(conn: Connection) -> None:
+    _add_column(conn, "runs", "pid_space", "VARCHAR")
+
+
 STEPS = {
     2: _v2_events_and_username,
     3: _v3_assets,
@@ -294,6 +300,7 @@ STEPS = {
     10: _v10_schedule_stopped_at,
     11: _v11_device_usable,
     12: _v12_manifest_digest,
+    13: _v13_runs_pid_space,
 }
 
 

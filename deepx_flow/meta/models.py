@@ -165,6 +165,9 @@ class Run(SQLModel, table=True):
     pid: int
     username: str
     training_id: Optional[str] = Field(default=None, index=True)  # a dx.train's graphs
+    # The driver's PID space (`processes.pid_space`: boot id and PID namespace): its pid is
+    # looked up only from a process of the same host and space. None: not recorded.
+    pid_space: Optional[str] = None
 
 
 class Task(SQLModel, table=True):

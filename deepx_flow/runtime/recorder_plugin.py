@@ -34,7 +34,19 @@ held. Records of runs that have ended (a persisted chunk released or lost later,
 still running when a failed run was ended, a lost chunk computed again) are handed to
 whichever driver recording in the same database drains next, so they are written even if
 nobody looks at that run again: the plugin keeps where each run is recorded, and what its
-tasks run (one copy for all the runs of a graph), for as long as it runs.
+tasks run (one copy for all the runs of a graph), while records of it may still come.
+
+A run is forgotten (`_forget_over`: its keys, database, labels, client) once none can: it
+has ended (its last drain, or its driver's client left), every graph its driver announced
+has reached the scheduler (`pending`: a driver's graph comes on its client's stream, not
+with the calls that track and drain the run, so a run ended at once may be drained before
+its graph arrives), none of its tasks is in flight, it holds no chunk (a chunk's copies,
+release or loss are its records), no worker it lost chunks on is still to be removed (its
+"worker-lost" event), and everything buffered for it has been handed over. A `deepx-flow
+scheduler` daemon serves runs for weeks: what the plugin holds is for the runs going and the
+few ended ones that still hold chunks or records. Forgetting a run gives its keys back to
+the run that tracked them before it, if that one is not forgotten (`run_of`): a persist's
+chunks released after a later run of the same keys has ended are still the persist's.
 """
 
 from __future__ import annotations
@@ -72,7 +84,11 @@ class RecorderPlugin(SchedulerPlugin):
 
     def __init__(self):
         self.scheduler = None
-        self.run_of: dict[str, str] = {}  # key name -> run id (the latest run to track it)
+        # key name -> the runs tracking it, the latest last (`_run_of`): runs of one graph
+        # track the same (content) keys, and a run forgotten gives them back to the one
+        # before it (a persist's chunks, released after a later run of them has ended).
+        self.run_of: dict[str, list] = {}
+        self.names_of: dict[str, list] = {}  # run -> the key names it tracked (to forget)
         self.attempts: dict = defaultdict(int)
         self.failed: dict = {}  # key -> (worker, start, stop, error) of its last failed attempt
         self.tasks: dict[str, list] = defaultdict(list)
@@ -84,6 +100,7 @@ class RecorderPlugin(SchedulerPlugin):
         # key -> the run that computed the chunk held now: its later copies, release or
         # loss belong to that run, even if a later run tracked the same (content) key.
         self.owner: dict = {}
+        self.owned: dict[str, int] = {}  # run -> how many chunks held now it owns
         self.lost_runs: dict = defaultdict(set)  # dead worker -> runs that lost chunks on it
         # Runs whose driver has not drained them for the last time: they are going, so a
         # worker lost now is lost to them. What is buffered for any other run (a persisted
@@ -94,15 +111,21 @@ class RecorderPlugin(SchedulerPlugin):
         self.store_of: dict[str, str] = {}
         # run -> what its tasks run, by node id (the driver's operator labels): the records
         # of a run that has ended are written by whichever driver drains next, which may
-        # have started other runs, of other graphs. Both are kept after the run ends: a
-        # chunk of it may be computed again later. Equal label tables are one object
-        # (`_shared`): the runs of one graph (a training's graphs of steps) share it.
+        # have started other runs, of other graphs. Both are kept after the run ends, until
+        # it is forgotten (a chunk of it may be lost and computed again while it is held).
+        # Equal values are one object (`_shared`): the runs of one graph (a training's
+        # graphs of steps) share its labels.
         self.labels_of: dict[str, dict] = {}
         self._shared: dict = {}
         self.client_of: dict[str, str] = {}  # run -> the client of the driver recording it
+        # run -> how many graphs its driver has announced (`begin_run`, `add_tasks`) that
+        # have not reached the scheduler yet (`update_graph`), while its client is there to
+        # send them; in the order they were announced.
+        self.pending: dict[str, int] = {}
         self.flying: dict = {}  # key in a state of GOING -> the run it is computed for
         self.unlanded: dict[str, int] = {}  # run -> how many of its tasks are in flight
         self.landed: dict[str, asyncio.Event] = {}  # run -> set once none is (drains wait)
+        self.over: set = set()  # runs that have ended, not forgotten yet (`_forget_over`)
         self.hook_seconds = 0.0  # CPU seconds in `transition` for tracked keys (benchmarks)
 
     async def start(self, scheduler) -> None:
@@ -121,23 +144,64 @@ class RecorderPlugin(SchedulerPlugin):
         self.labels_of[run_id] = self._shared.setdefault(tuple(sorted(labels.items())), labels)
         if client is not None:
             self.client_of[run_id] = client
+        self._announce(run_id)
+
+    def update_graph(self, scheduler, *, client: str, keys, **kwargs) -> None:
+        """A client's graph reached the scheduler (its transitions come after this): it is
+        the graph announced first, of the runs that this client records and that track its
+        keys. A client's graphs arrive in the order it sent them, each after its run was
+        announced; runs of the same (content) keys, such as a persist and a run of it, may
+        both be waiting for theirs."""
+        if not self.pending:
+            return
+        runs = {r for key in keys for r in self.run_of.get(key_name(key), ())
+                if r in self.pending and self.client_of.get(r, client) == client}
+        if runs:
+            run_id = next(r for r in self.pending if r in runs)
+            left = self.pending[run_id] - 1
+            if left:
+                self.pending[run_id] = left  # in its place: announced before the others
+            else:
+                del self.pending[run_id]
+
+    def _announce(self, run_id: str) -> None:
+        """The driver of `run_id` sends a graph of it next, on its client's stream."""
+        self.pending[run_id] = self.pending.get(run_id, 0) + 1
 
     def remove_client(self, scheduler, client: str, **kwargs) -> None:
-        """A driver's client left: its runs are over (it cannot drain them any more), and
-        their records have no one to go to."""
+        """A driver's client left: its runs are over (it cannot drain them any more); what
+        is buffered for them goes with the next drain in their database."""
         gone = [r for r, c in self.client_of.items() if c == client]
         for run_id in gone:
             del self.client_of[run_id]
             self.active.discard(run_id)
+            self.pending.pop(run_id, None)  # its stream is closed: nothing more comes on it
+            self.over.add(run_id)
+        self._forget_over()  # its keys were released just before this is called
 
     def track(self, run_id: str, names) -> None:
+        """The keys named `names` are run `run_id`'s: the latest run tracking them."""
+        names = list(names)
         for name in names:
-            self.run_of[name] = run_id
+            runs = self.run_of.get(name)
+            if runs is None:
+                self.run_of[name] = [run_id]
+            elif runs[-1] != run_id:
+                if run_id in runs:  # a few runs at most: those going or holding chunks
+                    runs.remove(run_id)
+                runs.append(run_id)
+        self.names_of.setdefault(run_id, []).extend(names)
+
+    def _run_of(self, key) -> str | None:
+        """The latest run tracking `key` that is not forgotten."""
+        runs = self.run_of.get(key_name(key))
+        return runs[-1] if runs else None
 
     def add_tasks(self, run_id: str, names, labels: dict) -> None:
         """Tasks named `names` that the driver of run `run_id` submits besides its graph
         (the writes of its chunks) are its too; `labels` names what they run."""
         self.track(run_id, names)
+        self._announce(run_id)  # submitted next
         merged = {**self.labels_of.get(run_id, {}), **labels}
         self.labels_of[run_id] = self._shared.setdefault(tuple(sorted(merged.items())), merged)
 
@@ -182,8 +246,34 @@ class RecorderPlugin(SchedulerPlugin):
             out[run_id]["ended"] = final and (force or not going)
             if out[run_id]["ended"]:
                 self.active.discard(run_id)
-                self.client_of.pop(run_id, None)
+                self.over.add(run_id)
+        self._forget_over()
         return out
+
+    def _forget_over(self) -> None:
+        """Forget the runs that have ended and from which no record can come any more: no
+        graph on the way, none of their tasks in flight, no chunk held, nothing buffered
+        (handed over)."""
+        if not self.over:
+            return
+        buffered = self.tasks.keys() | self.placements.keys() | self.events.keys()
+        losing = set().union(*self.lost_runs.values())  # their worker-lost event comes next
+        done = [r for r in self.over if r not in self.active and r not in self.pending
+                and not self.unlanded.get(r) and not self.owned.get(r) and r not in buffered
+                and r not in losing]
+        for run_id in done:
+            self.over.discard(run_id)
+            for name in set(self.names_of.pop(run_id, ())):
+                runs = self.run_of.get(name)
+                if runs is not None and run_id in runs:
+                    runs.remove(run_id)
+                    if not runs:
+                        del self.run_of[name]
+            for table in (self.store_of, self.labels_of, self.client_of, self.landed):
+                table.pop(run_id, None)
+        if done:  # the shared values no run uses any more
+            used = {id(v) for v in (*self.store_of.values(), *self.labels_of.values())}
+            self._shared = {k: v for k, v in self._shared.items() if id(v) in used}
 
     async def _landing(self, run_ids, timeout: float) -> None:
         """Wait until none of `run_ids` has a task in flight, or `timeout` seconds."""
@@ -197,7 +287,7 @@ class RecorderPlugin(SchedulerPlugin):
         """Record an attempt that ended without Dask knowing: drifted (abandoned after its
         timeout) or superseded (a backup attempt finished first, or its backup was not
         needed)."""
-        run_id = self.flying.get(key, self.run_of.get(key_name(key)))
+        run_id = self.flying.get(key) or self._run_of(key)
         if run_id is not None:
             self.tasks[run_id].append((key, worker, start, time.time(), None, None,
                                        max(1, self.attempts.get(key, 1)), status, error,
@@ -210,11 +300,14 @@ class RecorderPlugin(SchedulerPlugin):
     # -- scheduler hooks ----------------------------------------------------------------------
 
     def transition(self, key, start, finish, *args, stimulus_id=None, **kwargs) -> None:
-        run_id = self.run_of.get(key_name(key))
-        if run_id is None:
+        runs = self.run_of.get(key_name(key))
+        if not runs:
+            if finish == "forgotten":  # a key of a run forgotten since it was computed
+                self.attempts.pop(key, None)
+                self.failed.pop(key, None)
             return
         began = time.thread_time()  # CPU time: waiting for the GIL is not the hook's cost
-        self._transition(run_id, key, start, finish, kwargs)
+        self._transition(runs[-1], key, start, finish, kwargs)
         self.hook_seconds += time.thread_time() - began
 
     def _transition(self, run_id, key, start, finish, kwargs) -> None:
@@ -239,10 +332,10 @@ class RecorderPlugin(SchedulerPlugin):
                 self._place(run_id, key, w, "memory", kwargs.get("nbytes")
                             or (ts.nbytes if ts else None))
             self.holders[key] = workers
-            self.owner[key] = run_id
+            self._own(key, run_id)
         elif start == "memory" and finish != "memory":
             alive = self.scheduler.workers
-            run_id = self.owner.pop(key, run_id)
+            run_id = self._disown(key, run_id)
             for w in self.holders.pop(key, ()):
                 if w in alive:
                     self._place(run_id, key, w, "released", None)
@@ -312,6 +405,24 @@ class RecorderPlugin(SchedulerPlugin):
             if waiting is not None:
                 waiting.set()
         return flew
+
+    def _own(self, key, run_id: str) -> None:
+        """The chunk of `key`, now held, was computed by `run_id`."""
+        self._disown(key, None)
+        self.owner[key] = run_id
+        self.owned[run_id] = self.owned.get(run_id, 0) + 1
+
+    def _disown(self, key, default):
+        """The chunk of `key` is held no more: the run that owned it (else `default`)."""
+        run_id = self.owner.pop(key, None)
+        if run_id is None:
+            return default
+        left = self.owned[run_id] - 1
+        if left:
+            self.owned[run_id] = left
+        else:
+            del self.owned[run_id]
+        return run_id
 
     def _task_done(self, run_id, key, finish, kw) -> None:
         startstops = this_attempt(kw.get("startstops") or ())

@@ -33,7 +33,6 @@ import json
 import logging
 import math
 import os
-import socket
 import threading
 import time
 import uuid
@@ -46,6 +45,7 @@ from deepx_flow.ir.program import operator_label
 from deepx_flow.meta import open_db, store
 from deepx_flow.registry.speeds import SpeedSamples
 from deepx_flow.meta.models import Run
+from deepx_flow.processes import this_process
 from deepx_flow.runtime import recorder_plugin
 from deepx_flow.runtime.futures import describe_error, why_not_finished
 
@@ -116,6 +116,7 @@ class RunRecorder:
         graph_yaml, graph_hash = _graph_text(plan)
         stats = plan.stats()
         ratio = stats.compute_comm_ratio
+        me = this_process()
         run = Run(
             id=run_id, kind=kind, status="running", started_at=time.time(),
             graph_hash=graph_hash,
@@ -126,7 +127,7 @@ class RunRecorder:
             compute_comm_ratio=None if ratio == float("inf") else ratio,
             explain=plan.explain(),
             outputs=json.dumps({name: key for name, (key, _) in lowered.outputs.items()}),
-            host=socket.gethostname(), pid=os.getpid(), username=_user())
+            host=me.host, pid=me.pid, pid_space=me.space, username=_user())
         store.begin_run(db, run, graph_yaml, len(plan.graph.nodes))
         labels = {node.id: operator_label(node) for node in plan.fused.nodes}
         labels.update(group_labels(lowered.dsk, labels))  # a training step's grouped tasks

@@ -80,3 +80,14 @@ def test_a_bad_setting_is_one_line_and_exit_2_from_the_process():
     for variable, text, process in started:
         out, err = process.communicate(timeout=300)
         refused(process.returncode, out, err, variable, text)
+
+
+def test_a_heartbeat_timeout_below_the_beat_is_refused_by_the_command(monkeypatch, capsys):
+    monkeypatch.setenv("DEEPX_HEARTBEAT_S", "10")
+    monkeypatch.setenv("DEEPX_HEARTBEAT_TIMEOUT_S", "5")
+    code = main(["ops"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == "" and "Traceback" not in captured.err
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith("deepx-flow: error: DEEPX_HEARTBEAT_TIMEOUT_S (5 s) must be more "
+                           "than DEEPX_HEARTBEAT_S (10 s)")

@@ -210,11 +210,12 @@ def test_a_version_1_database_is_migrated_with_its_rows(db_url):
     added = {"events", "asset_materializations", "asset_check_results",  # versions 2-4
              "schedules", "schedule_ticks", "operator_speeds",  # and 7
              "trainings", "training_metrics", "training_checkpoints"}  # and 9
-    assert stored_version(db_url) == 12 == SCHEMA_VERSION
+    assert stored_version(db_url) == 13 == SCHEMA_VERSION
     assert set(after) == V1_TABLES | added
     assert all(after[t] == [] for t in added)
     assert [r.pop("username") for r in after["runs"]] == ["", "", ""]
     assert [r.pop("training_id") for r in after["runs"]] == [None] * 3  # version 9
+    assert [r.pop("pid_space") for r in after["runs"]] == [None] * 3  # version 13
     assert [r.pop("comm_seconds") for r in after["tasks"]] == [None] * 4  # version 6
     assert all(r.pop("memory_usable") is None for r in after["devices"])  # version 11
     assert {t: rows for t, rows in after.items() if t not in added | {"deepx_schema"}} == \
@@ -280,7 +281,12 @@ def _drop_version_11(conn) -> None:
 
 
 def _drop_version_12(conn) -> None:
+    _drop_version_13(conn)
     conn.execute(text("ALTER TABLE asset_materializations DROP COLUMN manifest_digest"))
+
+
+def _drop_version_13(conn) -> None:
+    conn.execute(text("ALTER TABLE runs DROP COLUMN pid_space"))
 
 
 def _without_version_9(tables: dict) -> None:
@@ -290,6 +296,7 @@ def _without_version_9(tables: dict) -> None:
     assert all(r.pop("training_id") is None for r in tables["runs"])
     assert all(r.pop("stopped_at") is None for r in tables["schedules"])  # version 10
     assert all(r.pop("memory_usable") is None for r in tables["devices"])  # version 11
+    assert all(r.pop("pid_space") is None for r in tables["runs"])  # version 13
 
 
 def test_a_version_4_database_gets_the_listing_indexes_with_its_rows(db_url):
@@ -482,6 +489,27 @@ def test_a_version_11_database_gets_the_manifest_digest(db_url):
         s.exec(select(AssetMaterialization)).one().manifest_digest = "9f" * 16
     with db.read() as s:
         assert s.exec(select(AssetMaterialization)).one().manifest_digest == "9f" * 16
+
+
+def test_a_version_12_database_gets_the_runs_pid_space(db_url):
+    """Version 13: a run records its driver's PID space; the runs before it record none, so
+    no process looks their drivers up by pid (meta/orphans.py)."""
+    db = open_db(db_url)
+    with db.session() as s:
+        s.add(GraphRecord(hash="g1", yaml="nodes: []", n_nodes=0, created_at=1.0))
+        s.add(new_run("r1", "g1", pid_space="boot/4:4026531836"))
+    before = back_to(db_url, 12, _drop_version_13)
+    assert "pid_space" not in before["runs"][0]
+
+    db, after = migrated(db_url)
+
+    assert [r.pop("pid_space") for r in after["runs"]] == [None]
+    assert after == before
+    with db.session() as s:  # and a space is recorded
+        s.add(new_run("r2", "g1", pid_space="boot/4:4026531836"))
+    with db.read() as s:
+        assert s.get(Run, "r2").pid_space == "boot/4:4026531836"
+        assert s.get(Run, "r1").pid_space is None
 
 
 @pytest.mark.parametrize("stamped", [1, 5, SCHEMA_VERSION - 1])
