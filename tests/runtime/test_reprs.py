@@ -63,7 +63,10 @@ def test_a_persisted_tensor_says_where_its_chunks_are(client):
 def test_placement_right_after_persist_says_the_chunks_are_being_computed(client):
     x, y = graph()
     data = np.ones((4000, 64), dtype="float32")
-    with faults_on(client, Fault("hang", node="exp")):
+    # The hang is aimed at the tasks of the persisted tensor, `mul` (exp is fused into
+    # them, so a fault aimed at exp fired in no task, and the test only passed while the
+    # chunks were slower to compute than the lines below were to run).
+    with faults_on(client, Fault("hang", node="mul")):
         kept = dx.persist(dx.exp(x) * 3.0, inputs={"x": data}, client=client,
                           cluster=cluster_with_memory(2**20))
         where = dx.placement(kept)
