@@ -139,6 +139,18 @@ def unreadable(path):
             libc.capset(ctypes.byref(Header(version_3, 0)), saved)
 
 
+def reader_counts(reader, out: str) -> dict:
+    """The counts (JSON, its last line) a reader subprocess printed, once it has exited by
+    itself: a reader killed by a signal (SIGBUS from a mapped file cut short) fails the test
+    by the signal's name."""
+    import json
+    import signal
+    assert reader.returncode == 0, (
+        f"the reader died of {signal.Signals(-reader.returncode).name}"
+        if reader.returncode < 0 else f"the reader exited with {reader.returncode}")
+    return json.loads(out.splitlines()[-1])
+
+
 def free_port() -> int:
     """A loopback port nothing listens on now (bound once, then released)."""
     with socket.socket() as s:
