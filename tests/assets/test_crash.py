@@ -146,7 +146,10 @@ def test_ctrl_c_stops_a_materialization_cleanly(db_url, tmp_path, monkeypatch):
         driver = subprocess.Popen(
             [sys.executable, "-m", "deepx_flow.cli.main", "materialize", "-m", str(path)],
             cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "DEEPX_CHUNKS_PER_THREAD": "16"})
+            env={**os.environ, "DEEPX_CHUNKS_PER_THREAD": "16"},
+            # As from a terminal: a suite started in the background (`cmd &` in a script)
+            # ignores SIGINT, its children inherit that, and Python keeps it ignored.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         while True:
