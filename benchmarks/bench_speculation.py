@@ -23,9 +23,9 @@ running at a tenth of its speed. Taking turns, median of `repeat` after a warm-u
 - one slow worker, default settings: what backups win back.
 
 Run: `python benchmarks/bench_speculation.py [--quick]`. --quick (a smoke test of every
-case in about 15 s): 2 workers, stored chunks of 4,096 rows (12 tasks a step, of tens of
-milliseconds), backups after at least 0.25 s instead of 1 s (so that a task 10x slower is
-still far past it), one timed run of each case and no warm-up.
+case in about 15 s): 2 workers, stored chunks of 8,192 rows, 3 per worker thread (6 tasks a
+step, of about a tenth of a second), backups after at least 0.25 s instead of 1 s (so that
+a task 10x slower is still far past it), one timed run of each case and no warm-up.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ from deepx_flow.kernels.faults import Fault, FaultInjection
 COLUMNS, HIDDEN, CLASSES = 256, 512, 16
 STORED_ROWS, FACTOR, WORKERS = 65_536, 10, 4
 # One stored chunk per task (24 at full size, 6 per worker thread): a run of tasks of about
-# a second, as a batch job over a large stored array is.
-os.environ.setdefault("DEEPX_CHUNKS_PER_THREAD", "6")
+# a second, as a batch job over a large stored array is. --quick: 3 per worker thread.
+CHUNKS_PER_THREAD, QUICK_CHUNKS_PER_THREAD = 6, 3
 
 
 def write_input(path: Path, rows: int, stored_rows: int) -> np.ndarray:
@@ -94,12 +94,15 @@ def events_of_last_run(db) -> list:
 
 def main(quick: bool = False) -> None:
     from deepx_flow.meta import open_db
-    # --quick keeps every case but makes them small: tasks of tens of milliseconds instead of
-    # about a second, so backups start after 0.25 s instead of the default 1 s (a task 10x slower
-    # must still run far past it), 2 workers, one timed run of each and no warm-up.
+    # --quick keeps every case but makes them small: tasks of about a tenth of a second
+    # instead of about a second, so backups start after 0.25 s instead of the default 1 s (a
+    # task 10x slower must still run far past it, backups and exclusions still happen), 2
+    # workers, one timed run of each and no warm-up.
     workers = 2 if quick else WORKERS
-    stored_rows = 4096 if quick else STORED_ROWS
-    rows = stored_rows * 6 * workers  # one stored chunk per task, 6 per worker thread
+    stored_rows = 8192 if quick else STORED_ROWS
+    per_thread = QUICK_CHUNKS_PER_THREAD if quick else CHUNKS_PER_THREAD
+    os.environ.setdefault("DEEPX_CHUNKS_PER_THREAD", str(per_thread))
+    rows = stored_rows * per_thread * workers  # one stored chunk per task
     repeat, warmup = (1, 0) if quick else (5, 1)
     backups = {"speculation_min": 0.25} if quick else {}  # full size: the defaults
     machine = common.machine_info()
@@ -177,6 +180,7 @@ def main(quick: bool = False) -> None:
         common.write_results("bench_speculation", {
             "machine": machine, "busy_before": busy, "params": {"rows": rows, "columns": COLUMNS,
                                            "stored_rows": stored_rows, "workers": workers,
+                                           "chunks_per_thread": per_thread,
                                            "slow_factor": FACTOR, "repeat": repeat,
                                            "warmup": warmup, "tasks": plan.stats().tasks,
                                            "recovery": backups or "defaults"},
