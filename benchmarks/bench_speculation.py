@@ -104,7 +104,7 @@ def main(quick: bool = False) -> None:
     os.environ.setdefault("DEEPX_CHUNKS_PER_THREAD", str(per_thread))
     rows = stored_rows * per_thread * workers  # one stored chunk per task
     repeat, warmup = (1, 0) if quick else (5, 1)
-    backups = {"speculation_min": 0.25} if quick else {}  # full size: the defaults
+    speculation = {"speculation_min": 0.25} if quick else {}  # full size: the defaults
     machine = common.machine_info()
     busy = None if quick else common.wait_until_quiet()
     folder = Path(tempfile.mkdtemp(prefix="deepx-bench-spec-"))
@@ -121,7 +121,7 @@ def main(quick: bool = False) -> None:
 
             def case(name: str, speculate: bool):
                 def timed():
-                    recovery = (dx.Recovery(**backups) if speculate
+                    recovery = (dx.Recovery(**speculation) if speculate
                                 else dx.Recovery(speculate=False))
                     out = dx.run(y, client=client, recovery=recovery)
                     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-6)
@@ -183,7 +183,7 @@ def main(quick: bool = False) -> None:
                                            "chunks_per_thread": per_thread,
                                            "slow_factor": FACTOR, "repeat": repeat,
                                            "warmup": warmup, "tasks": plan.stats().tasks,
-                                           "recovery": backups or "defaults"},
+                                           "recovery": speculation or "defaults"},
             "cases": rows_out, "targets": targets}, quick)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
