@@ -20,7 +20,8 @@ the input read once and the output written once (2 x 2 GiB).
 measured from the task stream of the fastest timed deepx_flow run (compute seconds / transfer
 seconds; "inf" when nothing moved between workers). Target > 10.
 
-Run: `python benchmarks/bench_elementwise.py [--quick]` (--quick: 64 MiB, for smoke tests).
+Run: `python benchmarks/bench_elementwise.py [--quick]` (--quick: 64 MiB, one timed run of
+each and no warm-up, for smoke tests).
 """
 
 from __future__ import annotations
@@ -45,24 +46,26 @@ def chain(x, abs_, maximum):
     return maximum(t, -1.0) * 0.5 + 0.25
 
 
-def main(quick: bool = False, repeat: int = 3) -> dict:
+def main(quick: bool = False, repeat: int | None = None) -> dict:
     import dask.array as da
     from distributed import wait
 
+    repeat = repeat or (1 if quick else 3)
+    warmup = 0 if quick else 1
     shape = (2048, 8192) if quick else (32768, 16384)
     nbytes = shape[0] * shape[1] * 4
     moved = 2 * nbytes  # the input read once, the output written once
     res = {"machine": common.machine_info(),
            "busy_before": None if quick else common.wait_until_quiet(),
            "parameters": {"shape": shape, "dtype": "float32", "input_bytes": nbytes,
-                          "operations": OPS, "repeat": repeat, "warmup": 1,
+                          "operations": OPS, "repeat": repeat, "warmup": warmup,
                           "workers": 2, "threads_per_worker": 1, "order": "interleaved"}}
 
     # References in this process, before the cluster holds any memory.
     copy1 = common.copy_bandwidth(min(nbytes, common.GiB))
     copy_all = common.copy_bandwidth(min(nbytes, common.GiB), threads=os.cpu_count())
     x_np = [np.random.default_rng(0).random(shape, dtype="float32")]
-    t_np = common.best_of(lambda: chain(x_np[0], np.abs, np.maximum), repeat)
+    t_np = common.best_of(lambda: chain(x_np[0], np.abs, np.maximum), repeat, warmup)
     x_np.clear()
 
     with common.local_cluster(2) as client:
@@ -98,7 +101,7 @@ def main(quick: bool = False, repeat: int = 3) -> dict:
                     common.comm_stream(client, comms[name]):
                 yield
 
-        timings = common.interleaved(contenders, repeat, around=observe)
+        timings = common.interleaved(contenders, repeat, warmup, around=observe)
         t_dx = timings["deepx_flow"]
         comm = comms["deepx_flow"][t_dx["times_s"].index(t_dx["best_s"])]
         out = run_dx()
@@ -162,6 +165,7 @@ def main(quick: bool = False, repeat: int = 3) -> dict:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="64 MiB instead of 2 GiB")
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs of each (best of)")
+    parser.add_argument("--repeat", type=int,
+                        help="timed runs of each (best of; 3, 1 with --quick)")
     args = parser.parse_args()
     main(args.quick, args.repeat)

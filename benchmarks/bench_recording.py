@@ -13,8 +13,8 @@ recording adds to. Timed is `dx.run(...)` (results gathered).
 Recording writes to a fresh SQLite file (the default backend). Best and median of 7, after a
 warm-up each, "on" and "off" alternating.
 
-Run: `python benchmarks/bench_recording.py [--quick]` (--quick: about 1,000 tasks, 2 runs
-each).
+Run: `python benchmarks/bench_recording.py [--quick]` (--quick: about 150 tasks, one run
+each and no warm-up).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ import tempfile
 
 import common
 import deepx_flow as dx
-from deepx_flow.meta import open_db, queries
 from deepx_flow.registry.cluster import ClusterSpec, WorkerSpec
-from deepx_flow.runtime import recorder_plugin, recording
 
+# Each worker process imports this script again (multiprocessing's spawn), so the metadata
+# database's modules (SQLModel, SQLAlchemy: about a second each) are imported in main().
 
 WIDTH = 256
 
@@ -39,8 +39,11 @@ def _graph(rows: int):
 
 
 def main(quick: bool = False, repeat: int | None = None) -> dict:
-    repeat = repeat or (2 if quick else 7)
-    rows = 1024 if quick else 9472
+    from deepx_flow.meta import open_db, queries
+    from deepx_flow.runtime import recorder_plugin, recording
+    repeat = repeat or (1 if quick else 7)
+    warmup = 0 if quick else 1
+    rows = 256 if quick else 9472
     # 16 KiB of worker memory: chunks of 16 x 256, so each task is tiny and the run time is
     # mostly Dask's per-task cost, the part recording adds to.
     spec = ClusterSpec("small-budget", tuple(WorkerSpec(f"w{i}", "localhost", 1, 2**14)
@@ -52,7 +55,7 @@ def main(quick: bool = False, repeat: int | None = None) -> dict:
     res = {"machine": common.machine_info(),
            "busy_before": None if quick else common.wait_until_quiet(),
            "parameters": {"shape": [rows, WIDTH], "dtype": "float32", "repeat": repeat,
-                          "warmup": 1, "workers": 2, "threads_per_worker": 1,
+                          "warmup": warmup, "workers": 2, "threads_per_worker": 1,
                           "database": "sqlite (fresh file)"}}
     with common.local_cluster(2) as client:
         plan = dx.compile(y, cluster=spec)
@@ -66,7 +69,7 @@ def main(quick: bool = False, repeat: int | None = None) -> dict:
 
         driver_before = recording.seconds_spent
         timings = common.interleaved({"recording on": run(True), "recording off": run(False)},
-                                     repeat)
+                                     repeat, warmup)
         # The recording work itself, apart from run-to-run noise: the driver's draining and
         # writing, and the scheduler plugin's hook, over all recorded runs (warm-up included).
         driver_s = recording.seconds_spent - driver_before
@@ -84,8 +87,8 @@ def main(quick: bool = False, repeat: int | None = None) -> dict:
           f"{overhead_best:+.1%} / {overhead_median:+.1%}"),
          ("recording off", common.fmt(off["best_s"], 3), common.fmt(off["median_s"], 3), "-")],
         f"{tasks} tasks ({rows} x {WIDTH} float32), best and median of {repeat}")
-    runs_on = repeat + 1
-    on_total = sum(on["times_s"]) + on["best_s"]  # the warm-up run is not timed; ~best
+    runs_on = repeat + warmup
+    on_total = sum(on["times_s"]) + warmup * on["best_s"]  # the warm-up is not timed; ~best
     work = {"driver_s_per_run": driver_s / runs_on, "scheduler_hook_s_per_run": hook_s / runs_on,
             "driver_fraction": driver_s / on_total, "scheduler_hook_fraction": hook_s / on_total}
     print(f"recorded: {len(recorded)} runs, {task_rows} task rows in the last one")
@@ -110,7 +113,7 @@ def main(quick: bool = False, repeat: int | None = None) -> dict:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="about 1,000 tasks")
-    parser.add_argument("--repeat", type=int, help="timed runs of each (7; 2 with --quick)")
+    parser.add_argument("--quick", action="store_true", help="about 150 tasks")
+    parser.add_argument("--repeat", type=int, help="timed runs of each (7; 1 with --quick)")
     args = parser.parse_args()
     main(args.quick, args.repeat)

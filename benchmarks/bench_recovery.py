@@ -23,7 +23,9 @@ written. The worker holding one of them is SIGKILLed, and the time until that ch
 memory again is taken from the scheduler's transition log: with `read_back` (the default)
 and without (Dask computes its lineage again).
 
-Run: `python benchmarks/bench_recovery.py [--quick]`.
+Run: `python benchmarks/bench_recovery.py [--quick]`. --quick (a smoke test of every part):
+8,192 rows on 2 workers (one of them SIGKILLed), asset `a` of 4,096 rows in the read-back
+part, one timed run of each and no warm-up.
 """
 
 from __future__ import annotations
@@ -152,7 +154,10 @@ def _lost_chunk_back_s(client, rows: int, read_back: bool) -> float:
 
 def main(quick: bool = False, repeat: int | None = None) -> dict:
     repeat = repeat or (1 if quick else 5)
+    warmup = 0 if quick else 1
+    workers = 2 if quick else 4
     rows = 2**13 if quick else 2**16
+    back_rows = 4096 if quick else 8192  # the read-back scenario's asset a
     tmp = tempfile.mkdtemp(prefix="deepx-bench-recovery-")
     os.environ["DEEPX_DB_URL"] = f"sqlite:///{tmp}/deepx.db"
     os.environ["DEEPX_ASSET_ROOT"] = os.path.join(tmp, "assets")
@@ -160,19 +165,19 @@ def main(quick: bool = False, repeat: int | None = None) -> dict:
     res = {"machine": common.machine_info(),
            "busy_before": None if quick else common.wait_until_quiet(),
            "parameters": {"rows": rows, "width": WIDTH, "out": OUT, "dtype": "float64",
-                          "repeat": repeat, "warmup": 1, "workers": 4,
-                          "threads_per_worker": 1}}
+                          "repeat": repeat, "warmup": warmup, "workers": workers,
+                          "threads_per_worker": 1, "read_back_rows": back_rows}}
     try:
         # Killed workers make Dask log errors by design: only critical ones are shown.
-        with common.local_cluster(4, logs=logging.CRITICAL) as client:
+        with common.local_cluster(workers, logs=logging.CRITICAL) as client:
             plan = dx.compile(y, client=client)
             res["parameters"]["tasks"] = plan.stats().tasks
             reference = dx.run(y, client=client)
-            undisturbed = common.best_of(lambda: dx.run(y, client=client), repeat)
+            undisturbed = common.best_of(lambda: dx.run(y, client=client), repeat, warmup)
             half = undisturbed["median_s"] / 2
             results, times = [], []
             for _ in range(repeat):
-                _wait_for_workers(client, 4)
+                _wait_for_workers(client, workers)
                 victim = sorted(client.run(_pid).items())[0][1]
                 killer = threading.Thread(target=_kill_after_start,
                                           args=(client, victim, half))
@@ -185,7 +190,7 @@ def main(quick: bool = False, repeat: int | None = None) -> dict:
                 np.testing.assert_array_equal(out, reference)
             lost = {"best_s": min(times), "median_s": sorted(times)[len(times) // 2],
                     "times_s": times}
-            _wait_for_workers(client, 4)
+            _wait_for_workers(client, workers)
 
             @dx.asset
             def projected():
@@ -198,9 +203,10 @@ def main(quick: bool = False, repeat: int | None = None) -> dict:
             asset_plan = dx.compile(graph(rows), client=client)
             node = asset_plan.fused.outputs[0][1]
             chunks_computed = int(np.prod([len(c) for c in asset_plan.chunks[node]]))
-            recompute = common.best_of(lambda: dx.run(graph(rows), client=client), repeat)
+            recompute = common.best_of(lambda: dx.run(graph(rows), client=client), repeat,
+                                       warmup)
             reload = common.best_of(lambda: dx.run(dx.load("projected"), client=client),
-                                    repeat)
+                                    repeat, warmup)
             predicted = asset_plan.stats().compute_seconds
         # The read-back path: 3 workers x 2 threads (one hangs), small memory (8 chunks).
         with LocalCluster(n_workers=3, threads_per_worker=2, processes=True,
@@ -210,7 +216,7 @@ def main(quick: bool = False, repeat: int | None = None) -> dict:
             for read_back in (True, False) * repeat:
                 _wait_for_workers(client, 3)
                 back.setdefault(read_back, []).append(
-                    _lost_chunk_back_s(client, 8192, read_back))
+                    _lost_chunk_back_s(client, back_rows, read_back))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     ratio = lost["median_s"] / undisturbed["median_s"]
@@ -218,7 +224,7 @@ def main(quick: bool = False, repeat: int | None = None) -> dict:
         ("run", "best s", "median s", "vs undisturbed"),
         [("undisturbed", common.fmt(undisturbed["best_s"]), common.fmt(undisturbed["median_s"]),
           "1.00x"),
-         ("1 of 4 workers SIGKILLed halfway", common.fmt(lost["best_s"]),
+         (f"1 of {workers} workers SIGKILLed halfway", common.fmt(lost["best_s"]),
           common.fmt(lost["median_s"]), f"{ratio:.2f}x")],
         f"{rows} x {WIDTH} @ {WIDTH} x {OUT}, float64, {res['parameters']['tasks']} tasks, "
         f"median of {repeat}")
@@ -239,7 +245,7 @@ def main(quick: bool = False, repeat: int | None = None) -> dict:
          ("computed again (read_back=False)", common.fmt(back_again, 3),
           " ".join(common.fmt(t, 3) for t in back[False]))],
         f"from SIGKILL of its worker to the chunk in memory again; 1 MiB chunk of "
-        f"normal((8192, {INNER})) @ normal(({INNER}, {COLS})), median of {repeat}")
+        f"normal(({back_rows}, {INNER})) @ normal(({INNER}, {COLS})), median of {repeat}")
     res.update({"undisturbed": undisturbed, "one_worker_lost": lost, "slowdown": ratio,
                 "recompute": recompute, "reload": reload,
                 "recompute_s_per_chunk": per_recompute, "reload_s_per_chunk": per_reload,
@@ -250,7 +256,8 @@ def main(quick: bool = False, repeat: int | None = None) -> dict:
                                       "recompute_median_s": back_again}})
     res["targets"] = {
         "worker_loss": common.target(
-            "a run losing 1 of 4 workers halfway takes under 1.5x an undisturbed one (median)",
+            f"a run losing 1 of {workers} workers halfway takes under 1.5x an undisturbed one "
+            "(median)",
             ratio, ratio < 1.5),
         "reload_vs_recompute": common.target(
             "reading a lost stored chunk back is cheaper than recomputing it (measured)",

@@ -22,7 +22,10 @@ running at a tenth of its speed. Taking turns, median of `repeat` after a warm-u
 - one slow worker, backups off: what a straggler costs without them;
 - one slow worker, default settings: what backups win back.
 
-Run: `python benchmarks/bench_speculation.py [--quick]`.
+Run: `python benchmarks/bench_speculation.py [--quick]`. --quick (a smoke test of every
+case in about 15 s): 2 workers, stored chunks of 8,192 rows, 3 per worker thread (6 tasks a
+step, of about a tenth of a second), backups after at least 0.25 s instead of 1 s (so that
+a task 10x slower is still far past it), one timed run of each case and no warm-up.
 """
 
 from __future__ import annotations
@@ -35,25 +38,25 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from sqlmodel import select
 
 import common
 import deepx_flow as dx
 from deepx_flow.kernels.faults import Fault, FaultInjection
-from deepx_flow.meta import open_db
-from deepx_flow.meta.models import Event, Run
+
+# Each worker process imports this script again (multiprocessing's spawn), so the metadata
+# database's modules (SQLModel, SQLAlchemy: about a second each) are imported where used.
 
 COLUMNS, HIDDEN, CLASSES = 256, 512, 16
 STORED_ROWS, FACTOR, WORKERS = 65_536, 10, 4
 # One stored chunk per task (24 at full size, 6 per worker thread): a run of tasks of about
-# a second, as a batch job over a large stored array is.
-os.environ.setdefault("DEEPX_CHUNKS_PER_THREAD", "6")
+# a second, as a batch job over a large stored array is. --quick: 3 per worker thread.
+CHUNKS_PER_THREAD, QUICK_CHUNKS_PER_THREAD = 6, 3
 
 
-def write_input(path: Path, rows: int) -> np.ndarray:
+def write_input(path: Path, rows: int, stored_rows: int) -> np.ndarray:
     import zarr
     values = np.random.default_rng(0).standard_normal((rows, COLUMNS), dtype=np.float32)
-    arr = zarr.create_array(str(path), shape=values.shape, chunks=(STORED_ROWS, COLUMNS),
+    arr = zarr.create_array(str(path), shape=values.shape, chunks=(stored_rows, COLUMNS),
                             dtype="float32", zarr_format=3)
     arr[:] = values
     return values
@@ -81,31 +84,45 @@ def reference(values: np.ndarray, w1: np.ndarray, w2: np.ndarray) -> np.ndarray:
 
 
 def events_of_last_run(db) -> list:
+    from sqlmodel import select
+
+    from deepx_flow.meta.models import Event, Run
     with db.read() as s:
         run = s.exec(select(Run).order_by(Run.started_at.desc())).first()
         return s.exec(select(Event).where(Event.run_id == run.id)).all()
 
 
 def main(quick: bool = False) -> None:
-    rows = STORED_ROWS * (6 if quick else 24)
-    repeat = 1 if quick else 5
+    from deepx_flow.meta import open_db
+    # --quick keeps every case but makes them small: tasks of about a tenth of a second
+    # instead of about a second, so backups start after 0.25 s instead of the default 1 s (a
+    # task 10x slower must still run far past it, backups and exclusions still happen), 2
+    # workers, one timed run of each and no warm-up.
+    workers = 2 if quick else WORKERS
+    stored_rows = 8192 if quick else STORED_ROWS
+    per_thread = QUICK_CHUNKS_PER_THREAD if quick else CHUNKS_PER_THREAD
+    os.environ.setdefault("DEEPX_CHUNKS_PER_THREAD", str(per_thread))
+    rows = stored_rows * per_thread * workers  # one stored chunk per task
+    repeat, warmup = (1, 0) if quick else (5, 1)
+    speculation = {"speculation_min": 0.25} if quick else {}  # full size: the defaults
     machine = common.machine_info()
     busy = None if quick else common.wait_until_quiet()
     folder = Path(tempfile.mkdtemp(prefix="deepx-bench-spec-"))
     db = open_db()
     try:
         path = folder / "x.zarr"
-        values = write_input(path, rows)
+        values = write_input(path, rows, stored_rows)
         y = graph(path)
-        w1, w2 = (dx.run(w).astype(np.float64) for w in weights())
-        want = reference(values, w1, w2)
-        with common.local_cluster(WORKERS, memory_limit="4GiB") as client:
+        with common.local_cluster(workers, memory_limit="4GiB") as client:
+            w1, w2 = (w.astype(np.float64) for w in dx.run(list(weights()), client=client))
+            want = reference(values, w1, w2)
             victim = sorted(client.scheduler_info()["workers"])[0]
             counts: dict = {}
 
             def case(name: str, speculate: bool):
                 def timed():
-                    recovery = dx.Recovery() if speculate else dx.Recovery(speculate=False)
+                    recovery = (dx.Recovery(**speculation) if speculate
+                                else dx.Recovery(speculate=False))
                     out = dx.run(y, client=client, recovery=recovery)
                     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-6)
                     events = events_of_last_run(db)
@@ -129,7 +146,8 @@ def main(quick: bool = False) -> None:
             names = ("undisturbed, backups off", "undisturbed, backups on",
                      "slow worker, backups off", "slow worker, backups on")
             times = common.interleaved({name: case(name, name.endswith("on"))
-                                        for name in names}, repeat=repeat, around=around)
+                                        for name in names}, repeat=repeat, warmup=warmup,
+                                       around=around)
         base = times["undisturbed, backups off"]["median_s"]
         table, rows_out = [], {}
         for name, t in times.items():
@@ -145,7 +163,7 @@ def main(quick: bool = False) -> None:
         common.print_table(("case", "median s", "x undisturbed", "backups", "won",
                             "excluded"), table,
                            f"{rows:,} x {COLUMNS} float32 from Zarr ({values.nbytes / 2**20:.0f}"
-                           f" MiB), {plan.stats().tasks} tasks, {WORKERS} workers, one "
+                           f" MiB), {plan.stats().tasks} tasks, {workers} workers, one "
                            f"{FACTOR}x slower")
         on, off = rows_out["undisturbed, backups on"], rows_out["undisturbed, backups off"]
         slow_on = rows_out["slow worker, backups on"]
@@ -161,9 +179,11 @@ def main(quick: bool = False) -> None:
         ]
         common.write_results("bench_speculation", {
             "machine": machine, "busy_before": busy, "params": {"rows": rows, "columns": COLUMNS,
-                                           "stored_rows": STORED_ROWS, "workers": WORKERS,
+                                           "stored_rows": stored_rows, "workers": workers,
+                                           "chunks_per_thread": per_thread,
                                            "slow_factor": FACTOR, "repeat": repeat,
-                                           "tasks": plan.stats().tasks},
+                                           "warmup": warmup, "tasks": plan.stats().tasks,
+                                           "recovery": speculation or "defaults"},
             "cases": rows_out, "targets": targets}, quick)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
