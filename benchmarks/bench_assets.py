@@ -8,7 +8,7 @@ should cost under 10% for a 4 GiB tensor written to local Zarr. Reading a stored
 array with dask.array directly.
 
 What runs: a 2-worker LocalCluster (processes, 1 thread each); the asset is
-`tanh(random.normal((rows, 1024)) * 0.5 + 0.1)` in float32 (4 GiB; 64 MiB with --quick).
+`tanh(random.normal((rows, 1024)) * 0.5 + 0.1)` in float32 (4 GiB; 16 MiB with --quick).
 Write side, taking turns, best and median of 3 after a warm-up each:
 - `dx.run`: compute and gather into one NumPy array in this process;
 - `dx.materialize`: compute, write to a fresh Zarr v3 version under a temp folder (local
@@ -17,7 +17,8 @@ Write side, taking turns, best and median of 3 after a warm-up each:
 Read side, on one stored version: the column sums of the stored array (reads every chunk,
 returns 4 KiB) through `dx.load` and through `dask.array.from_zarr`, on the same cluster.
 
-Run: `python benchmarks/bench_assets.py [--quick]`.
+Run: `python benchmarks/bench_assets.py [--quick]` (--quick, a smoke test: 16 MiB, one timed
+run of each and no warm-up).
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def main(quick: bool = False, repeat: int | None = None) -> dict:
     import dask.array as da
 
     repeat = repeat or (1 if quick else 3)
-    rows = 2**14 if quick else 2**20
+    warmup = 0 if quick else 1
+    rows = 2**12 if quick else 2**20
     nbytes = rows * WIDTH * 4
     tmp = tempfile.mkdtemp(prefix="deepx-bench-assets-")
     os.environ["DEEPX_DB_URL"] = f"sqlite:///{tmp}/deepx.db"
@@ -58,7 +60,7 @@ def main(quick: bool = False, repeat: int | None = None) -> dict:
     res = {"machine": common.machine_info(),
            "busy_before": None if quick else common.wait_until_quiet(),
            "parameters": {"shape": [rows, WIDTH], "dtype": "float32", "bytes": nbytes,
-                          "repeat": repeat, "warmup": 1, "workers": 2,
+                          "repeat": repeat, "warmup": warmup, "workers": 2,
                           "threads_per_worker": 1, "storage": f"Zarr v3 on local disk ({tmp})"}}
     try:
         with common.local_cluster(2) as client:
@@ -77,7 +79,8 @@ def main(quick: bool = False, repeat: int | None = None) -> dict:
 
             write = common.interleaved({"dx.run (gather to NumPy)": run,
                                         "dx.materialize (to local Zarr)": materialize,
-                                        "dx.persist + wait (compute only)": persist}, repeat)
+                                        "dx.persist + wait (compute only)": persist}, repeat,
+                                       warmup)
             stored = dx.materialize(defs, "big", client=client).versions["big"]
             chunks = tuple(int(c) for c in stored.chunks.strip("[]").split(","))
             sums = {}
@@ -91,7 +94,7 @@ def main(quick: bool = False, repeat: int | None = None) -> dict:
 
             read = common.interleaved({"dx.load(...).sum(axis=0)": read_dx,
                                        "dask.array.from_zarr(...).sum(axis=0)": read_dask},
-                                      repeat)
+                                      repeat, warmup)
             np.testing.assert_allclose(sums["dx"], sums["dask"], rtol=1e-4)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -130,7 +133,8 @@ def main(quick: bool = False, repeat: int | None = None) -> dict:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="64 MiB instead of 4 GiB")
+    parser.add_argument("--quick", action="store_true",
+                        help="16 MiB instead of 4 GiB, no warm-up run")
     parser.add_argument("--repeat", type=int, help="timed runs of each (3; 1 with --quick)")
     args = parser.parse_args()
     main(args.quick, args.repeat)

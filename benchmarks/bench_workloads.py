@@ -34,7 +34,9 @@ written per second); a streaming workload's fraction is the bytes it must read (
 times its passes) over its time, against that bandwidth. The BLAS ceiling is NumPy's float32
 GFLOP/s on a 4096^3 matmul on all cores; a matmul workload's fraction is its GFLOP/s over that.
 
-Run: `python benchmarks/bench_workloads.py [--quick]` (--quick: 1/16 the rows, for smoke tests).
+Run: `python benchmarks/bench_workloads.py [--quick]` (--quick, a smoke test of every workload
+in about 15 s: 16,384 rows in 4 chunks, no warm-up run, the ceilings measured on a 64 MiB copy
+and a 1024^3 matmul).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ import common
 import deepx_flow as dx
 
 FEATURES = 256
+ROWS, QUICK_ROWS = 2_000_000, 16_384
 TARGETS = {"geomean_vs_dask": 2.0, "each_vs_dask": 1.2, "matmul_vs_numpy": 0.8,
            "readback_vs_dask": 1.0}
 
@@ -241,9 +244,9 @@ def read_numpy_threads(path: str, threads: int) -> np.ndarray:
 
 
 # -- measuring ----------------------------------------------------------------------------
-def blas_gflops(n: int = 4096) -> float:
+def blas_gflops(n: int = 4096, repeat: int = 3) -> float:
     a = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
-    best = common.best_of(lambda: a @ a, repeat=3)["best_s"]
+    best = common.best_of(lambda: a @ a, repeat=repeat)["best_s"]
     return 2.0 * n ** 3 / best / 1e9
 
 
@@ -263,19 +266,23 @@ def main(quick: bool = False, repeat: int | None = None, data: str | None = None
     import dask.array as da
 
     repeat = repeat or (1 if quick else 3)
-    rows = 2_000_000 // 16 if quick else 2_000_000
+    # --quick only checks that every workload still runs and agrees with NumPy: tiny inputs,
+    # no warm-up, small ceiling measurements (the 1 GiB copy and the 4096^3 matmul alone take
+    # about 30 s on the 2-core CI machine).
+    warmup = 0 if quick else 1
+    rows = QUICK_ROWS if quick else ROWS
     folder = Path(data or Path(tempfile.gettempdir()) / f"deepx-bench-workloads-{rows}")
     res = {"machine": common.machine_info(),
            "busy_before": None if quick else common.wait_until_quiet(),
            "parameters": {"rows": rows, "features": FEATURES, "stores": {
                k: {"shape": s, "chunks": c} for k, (s, c) in store_specs(rows).items()},
-               "repeat": repeat, "warmup": 1, "workers": 2, "threads_per_worker": 1,
+               "repeat": repeat, "warmup": warmup, "workers": 2, "threads_per_worker": 1,
                "dtype": "float32"}}
     start = time.perf_counter()
     paths = write_stores(folder, rows)
     print(f"inputs ready in {folder} ({time.perf_counter() - start:.1f} s)")
-    bandwidth = common.copy_bandwidth(threads=2)
-    gflops = blas_gflops()
+    bandwidth = common.copy_bandwidth(common.GiB // 16 if quick else common.GiB, threads=2)
+    gflops = blas_gflops(1024, repeat=1) if quick else blas_gflops()
     res["ceilings"] = {"copy_bandwidth_gb_s": bandwidth / 1e9, "blas_gflops_float32": gflops,
                        "numpy_blas": common.blas_info()}
     print(f"memory bandwidth {bandwidth / 1e9:.1f} GB/s (copy, 2 threads); "
@@ -329,8 +336,9 @@ def main(quick: bool = False, repeat: int | None = None, data: str | None = None
             runs = {"deepx_flow": run_dx, "dask.array": run_da, "numpy": run_np}
             if w.flops:  # the matmuls' target is NumPy's BLAS on the same cores, read included
                 runs["numpy, read on 2 threads"] = run_np_threads
-            times = common.interleaved(runs, repeat=repeat)
-            compute_only = common.best_of(lambda: w.np(*arrays, *params), repeat=repeat)
+            times = common.interleaved(runs, repeat=repeat, warmup=warmup)
+            compute_only = common.best_of(lambda: w.np(*arrays, *params), repeat=repeat,
+                                          warmup=warmup)
             plan = dx.compile(w.dx(*dx_inputs()), client=client).stats()
             t = {k: v["best_s"] for k, v in times.items()}
             errors = {k: rel_error(v, reference, w.scale) for k, v in got.items()}
