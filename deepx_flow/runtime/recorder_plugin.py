@@ -41,12 +41,8 @@ has ended (its last drain, or its driver's client left), every graph its driver 
 has reached the scheduler (`pending`: a driver's graph comes on its client's stream, not
 with the calls that track and drain the run, so a run ended at once may be drained before
 its graph arrives), none of its tasks is in flight, it holds no chunk (a chunk's copies,
-release or loss are its records), no worker it lost chunks on is still to be removed (its
-"worker-lost" event), and everything buffered for it has been handed over. A `deepx-flow
-scheduler` daemon serves runs for weeks: what the plugin holds is for the runs going and the
-few ended ones that still hold chunks or records. Forgetting a run gives its keys back to
-the run that tracked them before it, if that one is not forgotten (`run_of`): a persist's
-chunks released after a later run of the same keys has ended are still the persist's.
+release or loss are its records), and everything buffered for it has been handed over. A `deepx-flow scheduler` daemon serves runs for weeks: what the
+plugin holds is for the runs going and the few ended ones that still hold chunks or records.
 """
 
 from __future__ import annotations
@@ -118,10 +114,9 @@ class RecorderPlugin(SchedulerPlugin):
         self.labels_of: dict[str, dict] = {}
         self._shared: dict = {}
         self.client_of: dict[str, str] = {}  # run -> the client of the driver recording it
-        # run -> how many graphs its driver has announced (`begin_run`, `add_tasks`) that
-        # have not reached the scheduler yet (`update_graph`), while its client is there to
-        # send them; in the order they were announced.
-        self.pending: dict[str, int] = {}
+        # Runs whose driver has announced a graph (`begin_run`, `add_tasks`) that has not
+        # reached the scheduler yet (`update_graph`), while its client is there to send it.
+        self.pending: set = set()
         self.flying: dict = {}  # key in a state of GOING -> the run it is computed for
         self.unlanded: dict[str, int] = {}  # run -> how many of its tasks are in flight
         self.landed: dict[str, asyncio.Event] = {}  # run -> set once none is (drains wait)
@@ -144,43 +139,30 @@ class RecorderPlugin(SchedulerPlugin):
         self.labels_of[run_id] = self._shared.setdefault(tuple(sorted(labels.items())), labels)
         if client is not None:
             self.client_of[run_id] = client
-        self._announce(run_id)
+        self.pending.add(run_id)
 
     def update_graph(self, scheduler, *, client: str, keys, **kwargs) -> None:
-        """A client's graph reached the scheduler (its transitions come after this): it is
-        the graph announced first, of the runs that this client records and that track its
-        keys. A client's graphs arrive in the order it sent them, each after its run was
-        announced; runs of the same (content) keys, such as a persist and a run of it, may
-        both be waiting for theirs."""
+        """A client's graph reached the scheduler: the runs of its keys that this client
+        records have no graph on the way (its transitions come after this)."""
         if not self.pending:
             return
-        runs = {r for key in keys for r in self.run_of.get(key_name(key), ())
-                if r in self.pending and self.client_of.get(r, client) == client}
-        if runs:
-            run_id = next(r for r in self.pending if r in runs)
-            left = self.pending[run_id] - 1
-            if left:
-                self.pending[run_id] = left  # in its place: announced before the others
-            else:
-                del self.pending[run_id]
-
-    def _announce(self, run_id: str) -> None:
-        """The driver of `run_id` sends a graph of it next, on its client's stream."""
-        self.pending[run_id] = self.pending.get(run_id, 0) + 1
+        for key in keys:
+            run_id = self._run_of(key)
+            if run_id in self.pending and self.client_of.get(run_id, client) == client:
+                self.pending.discard(run_id)
 
     def remove_client(self, scheduler, client: str, **kwargs) -> None:
-        """A driver's client left: its runs are over (it cannot drain them any more); what
-        is buffered for them goes with the next drain in their database."""
+        """A driver's client left: its runs are over (it cannot drain them any more), and
+        their records have no one to go to."""
         gone = [r for r, c in self.client_of.items() if c == client]
         for run_id in gone:
             del self.client_of[run_id]
             self.active.discard(run_id)
-            self.pending.pop(run_id, None)  # its stream is closed: nothing more comes on it
+            self.pending.discard(run_id)  # its stream is closed: nothing more comes on it
             self.over.add(run_id)
         self._forget_over()  # its keys were released just before this is called
 
     def track(self, run_id: str, names) -> None:
-        """The keys named `names` are run `run_id`'s: the latest run tracking them."""
         names = list(names)
         for name in names:
             runs = self.run_of.get(name)
@@ -201,7 +183,7 @@ class RecorderPlugin(SchedulerPlugin):
         """Tasks named `names` that the driver of run `run_id` submits besides its graph
         (the writes of its chunks) are its too; `labels` names what they run."""
         self.track(run_id, names)
-        self._announce(run_id)  # submitted next
+        self.pending.add(run_id)  # they come next, on the driver's stream
         merged = {**self.labels_of.get(run_id, {}), **labels}
         self.labels_of[run_id] = self._shared.setdefault(tuple(sorted(merged.items())), merged)
 

@@ -24,7 +24,7 @@ def record_db(db_url, monkeypatch):
     close_all()
 
 
-def _wait_for_status(db, run_id, timeout=120.0):
+def _wait_for_status(db, run_id, timeout=30.0):
     deadline = time.monotonic() + timeout
     while True:
         run = queries.find_run(db, run_id)
@@ -42,16 +42,12 @@ def test_a_persist_released_before_it_finishes_is_interrupted(client, record_db)
     assert run.status == "interrupted" and "cancelled" in run.error
 
 
-def test_a_chunk_belongs_to_the_run_that_computed_it(client, record_db, monkeypatch):
-    from deepx_flow.runtime import recorder_plugin
-    # A drain waits this long at most for a release it was told of (the scheduler runs in
-    # this process): far longer than the run takes, so waiting for one shows.
-    monkeypatch.setattr(recorder_plugin, "SETTLE_TIMEOUT_S", 120.0)
+def test_a_chunk_belongs_to_the_run_that_computed_it(client, record_db):
     y = dx.random.uniform((600, 500), seed=12) * 4.0
     p = dx.persist(y, client=client).wait()
     began = time.monotonic()
     again = dx.run(y, client=client)  # same keys: nothing is recomputed
-    assert time.monotonic() - began < 60  # no wait for a release that is not ours to make
+    assert time.monotonic() - began < 4  # no wait for a release that is not ours to make
     np.testing.assert_array_equal(again, p.to_numpy())
     persist_run = queries.list_runs(record_db)[-1]
     assert persist_run.kind == "persist"
@@ -108,7 +104,7 @@ def test_a_run_whose_driver_left_is_not_kept_going_on_the_scheduler(record_db):
                                 store=record_db.identity, client=driver.id)
         assert run_id in watcher.run_on_scheduler(going)
         driver.close()
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 10
         while run_id in watcher.run_on_scheduler(going) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert run_id not in watcher.run_on_scheduler(going)

@@ -29,7 +29,7 @@ def test_spilled_chunks_are_recorded(tmp_path, monkeypatch):
                       local_directory=str(tmp_path)) as cluster, Client(cluster) as client:
         x = dx.persist(dx.random.uniform((100, 2**20), seed=4, dtype="float64"),
                        client=client, cluster=spec).wait()
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 30
         while True:  # the spill reporter looks once a second
             spilled = {tuple(k) for keys in client.run(_spilled_keys).values() for k in keys}
             rows = dx.placement(x).rows
