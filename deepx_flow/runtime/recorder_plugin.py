@@ -80,10 +80,7 @@ class RecorderPlugin(SchedulerPlugin):
 
     def __init__(self):
         self.scheduler = None
-        # key name -> the runs tracking it, the latest last (`_run_of`): runs of one graph
-        # track the same (content) keys, and a run forgotten gives them back to the one
-        # before it (a persist's chunks, released after a later run of them has ended).
-        self.run_of: dict[str, list] = {}
+        self.run_of: dict[str, str] = {}  # key name -> run id (the latest run to track it)
         self.names_of: dict[str, list] = {}  # run -> the key names it tracked (to forget)
         self.attempts: dict = defaultdict(int)
         self.failed: dict = {}  # key -> (worker, start, stop, error) of its last failed attempt
@@ -147,7 +144,7 @@ class RecorderPlugin(SchedulerPlugin):
         if not self.pending:
             return
         for key in keys:
-            run_id = self._run_of(key)
+            run_id = self.run_of.get(key_name(key))
             if run_id in self.pending and self.client_of.get(run_id, client) == client:
                 self.pending.discard(run_id)
 
@@ -165,19 +162,8 @@ class RecorderPlugin(SchedulerPlugin):
     def track(self, run_id: str, names) -> None:
         names = list(names)
         for name in names:
-            runs = self.run_of.get(name)
-            if runs is None:
-                self.run_of[name] = [run_id]
-            elif runs[-1] != run_id:
-                if run_id in runs:  # a few runs at most: those going or holding chunks
-                    runs.remove(run_id)
-                runs.append(run_id)
+            self.run_of[name] = run_id
         self.names_of.setdefault(run_id, []).extend(names)
-
-    def _run_of(self, key) -> str | None:
-        """The latest run tracking `key` that is not forgotten."""
-        runs = self.run_of.get(key_name(key))
-        return runs[-1] if runs else None
 
     def add_tasks(self, run_id: str, names, labels: dict) -> None:
         """Tasks named `names` that the driver of run `run_id` submits besides its graph
@@ -245,12 +231,9 @@ class RecorderPlugin(SchedulerPlugin):
                 and r not in losing]
         for run_id in done:
             self.over.discard(run_id)
-            for name in set(self.names_of.pop(run_id, ())):
-                runs = self.run_of.get(name)
-                if runs is not None and run_id in runs:
-                    runs.remove(run_id)
-                    if not runs:
-                        del self.run_of[name]
+            for name in self.names_of.pop(run_id, ()):
+                if self.run_of.get(name) == run_id:
+                    del self.run_of[name]
             for table in (self.store_of, self.labels_of, self.client_of, self.landed):
                 table.pop(run_id, None)
         if done:  # the shared values no run uses any more
@@ -269,7 +252,7 @@ class RecorderPlugin(SchedulerPlugin):
         """Record an attempt that ended without Dask knowing: drifted (abandoned after its
         timeout) or superseded (a backup attempt finished first, or its backup was not
         needed)."""
-        run_id = self.flying.get(key) or self._run_of(key)
+        run_id = self.flying.get(key, self.run_of.get(key_name(key)))
         if run_id is not None:
             self.tasks[run_id].append((key, worker, start, time.time(), None, None,
                                        max(1, self.attempts.get(key, 1)), status, error,
@@ -282,14 +265,14 @@ class RecorderPlugin(SchedulerPlugin):
     # -- scheduler hooks ----------------------------------------------------------------------
 
     def transition(self, key, start, finish, *args, stimulus_id=None, **kwargs) -> None:
-        runs = self.run_of.get(key_name(key))
-        if not runs:
+        run_id = self.run_of.get(key_name(key))
+        if run_id is None:
             if finish == "forgotten":  # a key of a run forgotten since it was computed
                 self.attempts.pop(key, None)
                 self.failed.pop(key, None)
             return
         began = time.thread_time()  # CPU time: waiting for the GIL is not the hook's cost
-        self._transition(runs[-1], key, start, finish, kwargs)
+        self._transition(run_id, key, start, finish, kwargs)
         self.hook_seconds += time.thread_time() - began
 
     def _transition(self, run_id, key, start, finish, kwargs) -> None:

@@ -230,8 +230,7 @@ def what_the_recorder_holds(dask_scheduler) -> dict:
     tables = {name: getattr(plugin, name, ()) for name in (
         "store_of", "labels_of", "client_of", "names_of", "landed", "unlanded", "owned",
         "tasks", "placements", "events", "over", "pending", "active")}
-    tables["run_of"] = {r for runs in plugin.run_of.values()
-                        for r in (runs if isinstance(runs, list) else [runs])}
+    tables["run_of"] = set(plugin.run_of.values())
     tables["flying"] = set(plugin.flying.values())
     tables["owner"] = set(plugin.owner.values())
     held: dict = {}
