@@ -34,15 +34,7 @@ held. Records of runs that have ended (a persisted chunk released or lost later,
 still running when a failed run was ended, a lost chunk computed again) are handed to
 whichever driver recording in the same database drains next, so they are written even if
 nobody looks at that run again: the plugin keeps where each run is recorded, and what its
-tasks run (one copy for all the runs of a graph), while records of it may still come.
-
-A run is forgotten (`_forget_over`: its keys, database, labels, client) once none can: it
-has ended (its last drain, or its driver's client left), every graph its driver announced
-has reached the scheduler (`pending`: a driver's graph comes on its client's stream, not
-with the calls that track and drain the run, so a run ended at once may be drained before
-its graph arrives), none of its tasks is in flight, it holds no chunk (a chunk's copies,
-release or loss are its records), and everything buffered for it has been handed over. A `deepx-flow scheduler` daemon serves runs for weeks: what the
-plugin holds is for the runs going and the few ended ones that still hold chunks or records.
+tasks run (one copy for all the runs of a graph), for as long as it runs.
 """
 
 from __future__ import annotations
@@ -81,7 +73,6 @@ class RecorderPlugin(SchedulerPlugin):
     def __init__(self):
         self.scheduler = None
         self.run_of: dict[str, str] = {}  # key name -> run id (the latest run to track it)
-        self.names_of: dict[str, list] = {}  # run -> the key names it tracked (to forget)
         self.attempts: dict = defaultdict(int)
         self.failed: dict = {}  # key -> (worker, start, stop, error) of its last failed attempt
         self.tasks: dict[str, list] = defaultdict(list)
@@ -93,7 +84,6 @@ class RecorderPlugin(SchedulerPlugin):
         # key -> the run that computed the chunk held now: its later copies, release or
         # loss belong to that run, even if a later run tracked the same (content) key.
         self.owner: dict = {}
-        self.owned: dict[str, int] = {}  # run -> how many chunks held now it owns
         self.lost_runs: dict = defaultdict(set)  # dead worker -> runs that lost chunks on it
         # Runs whose driver has not drained them for the last time: they are going, so a
         # worker lost now is lost to them. What is buffered for any other run (a persisted
@@ -104,20 +94,15 @@ class RecorderPlugin(SchedulerPlugin):
         self.store_of: dict[str, str] = {}
         # run -> what its tasks run, by node id (the driver's operator labels): the records
         # of a run that has ended are written by whichever driver drains next, which may
-        # have started other runs, of other graphs. Both are kept after the run ends, until
-        # it is forgotten (a chunk of it may be lost and computed again while it is held).
-        # Equal values are one object (`_shared`): the runs of one graph (a training's
-        # graphs of steps) share its labels.
+        # have started other runs, of other graphs. Both are kept after the run ends: a
+        # chunk of it may be computed again later. Equal label tables are one object
+        # (`_shared`): the runs of one graph (a training's graphs of steps) share it.
         self.labels_of: dict[str, dict] = {}
         self._shared: dict = {}
         self.client_of: dict[str, str] = {}  # run -> the client of the driver recording it
-        # Runs whose driver has announced a graph (`begin_run`, `add_tasks`) that has not
-        # reached the scheduler yet (`update_graph`), while its client is there to send it.
-        self.pending: set = set()
         self.flying: dict = {}  # key in a state of GOING -> the run it is computed for
         self.unlanded: dict[str, int] = {}  # run -> how many of its tasks are in flight
         self.landed: dict[str, asyncio.Event] = {}  # run -> set once none is (drains wait)
-        self.over: set = set()  # runs that have ended, not forgotten yet (`_forget_over`)
         self.hook_seconds = 0.0  # CPU seconds in `transition` for tracked keys (benchmarks)
 
     async def start(self, scheduler) -> None:
@@ -136,17 +121,6 @@ class RecorderPlugin(SchedulerPlugin):
         self.labels_of[run_id] = self._shared.setdefault(tuple(sorted(labels.items())), labels)
         if client is not None:
             self.client_of[run_id] = client
-        self.pending.add(run_id)
-
-    def update_graph(self, scheduler, *, client: str, keys, **kwargs) -> None:
-        """A client's graph reached the scheduler: the runs of its keys that this client
-        records have no graph on the way (its transitions come after this)."""
-        if not self.pending:
-            return
-        for key in keys:
-            run_id = self.run_of.get(key_name(key))
-            if run_id in self.pending and self.client_of.get(run_id, client) == client:
-                self.pending.discard(run_id)
 
     def remove_client(self, scheduler, client: str, **kwargs) -> None:
         """A driver's client left: its runs are over (it cannot drain them any more), and
@@ -155,21 +129,15 @@ class RecorderPlugin(SchedulerPlugin):
         for run_id in gone:
             del self.client_of[run_id]
             self.active.discard(run_id)
-            self.pending.discard(run_id)  # its stream is closed: nothing more comes on it
-            self.over.add(run_id)
-        self._forget_over()  # its keys were released just before this is called
 
     def track(self, run_id: str, names) -> None:
-        names = list(names)
         for name in names:
             self.run_of[name] = run_id
-        self.names_of.setdefault(run_id, []).extend(names)
 
     def add_tasks(self, run_id: str, names, labels: dict) -> None:
         """Tasks named `names` that the driver of run `run_id` submits besides its graph
         (the writes of its chunks) are its too; `labels` names what they run."""
         self.track(run_id, names)
-        self.pending.add(run_id)  # they come next, on the driver's stream
         merged = {**self.labels_of.get(run_id, {}), **labels}
         self.labels_of[run_id] = self._shared.setdefault(tuple(sorted(merged.items())), merged)
 
@@ -214,31 +182,8 @@ class RecorderPlugin(SchedulerPlugin):
             out[run_id]["ended"] = final and (force or not going)
             if out[run_id]["ended"]:
                 self.active.discard(run_id)
-                self.over.add(run_id)
-        self._forget_over()
+                self.client_of.pop(run_id, None)
         return out
-
-    def _forget_over(self) -> None:
-        """Forget the runs that have ended and from which no record can come any more: no
-        graph on the way, none of their tasks in flight, no chunk held, nothing buffered
-        (handed over)."""
-        if not self.over:
-            return
-        buffered = self.tasks.keys() | self.placements.keys() | self.events.keys()
-        losing = set().union(*self.lost_runs.values())  # their worker-lost event comes next
-        done = [r for r in self.over if r not in self.active and r not in self.pending
-                and not self.unlanded.get(r) and not self.owned.get(r) and r not in buffered
-                and r not in losing]
-        for run_id in done:
-            self.over.discard(run_id)
-            for name in self.names_of.pop(run_id, ()):
-                if self.run_of.get(name) == run_id:
-                    del self.run_of[name]
-            for table in (self.store_of, self.labels_of, self.client_of, self.landed):
-                table.pop(run_id, None)
-        if done:  # the shared values no run uses any more
-            used = {id(v) for v in (*self.store_of.values(), *self.labels_of.values())}
-            self._shared = {k: v for k, v in self._shared.items() if id(v) in used}
 
     async def _landing(self, run_ids, timeout: float) -> None:
         """Wait until none of `run_ids` has a task in flight, or `timeout` seconds."""
@@ -267,9 +212,6 @@ class RecorderPlugin(SchedulerPlugin):
     def transition(self, key, start, finish, *args, stimulus_id=None, **kwargs) -> None:
         run_id = self.run_of.get(key_name(key))
         if run_id is None:
-            if finish == "forgotten":  # a key of a run forgotten since it was computed
-                self.attempts.pop(key, None)
-                self.failed.pop(key, None)
             return
         began = time.thread_time()  # CPU time: waiting for the GIL is not the hook's cost
         self._transition(run_id, key, start, finish, kwargs)
@@ -297,10 +239,10 @@ class RecorderPlugin(SchedulerPlugin):
                 self._place(run_id, key, w, "memory", kwargs.get("nbytes")
                             or (ts.nbytes if ts else None))
             self.holders[key] = workers
-            self._own(key, run_id)
+            self.owner[key] = run_id
         elif start == "memory" and finish != "memory":
             alive = self.scheduler.workers
-            run_id = self._disown(key, run_id)
+            run_id = self.owner.pop(key, run_id)
             for w in self.holders.pop(key, ()):
                 if w in alive:
                     self._place(run_id, key, w, "released", None)
@@ -370,24 +312,6 @@ class RecorderPlugin(SchedulerPlugin):
             if waiting is not None:
                 waiting.set()
         return flew
-
-    def _own(self, key, run_id: str) -> None:
-        """The chunk of `key`, now held, was computed by `run_id`."""
-        self._disown(key, None)
-        self.owner[key] = run_id
-        self.owned[run_id] = self.owned.get(run_id, 0) + 1
-
-    def _disown(self, key, default):
-        """The chunk of `key` is held no more: the run that owned it (else `default`)."""
-        run_id = self.owner.pop(key, None)
-        if run_id is None:
-            return default
-        left = self.owned[run_id] - 1
-        if left:
-            self.owned[run_id] = left
-        else:
-            del self.owned[run_id]
-        return run_id
 
     def _task_done(self, run_id, key, finish, kw) -> None:
         startstops = this_attempt(kw.get("startstops") or ())
