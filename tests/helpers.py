@@ -139,17 +139,26 @@ def unreadable(path):
             libc.capset(ctypes.byref(Header(version_3, 0)), saved)
 
 
-def reader_counts(reader, out: str) -> dict:
-    """The counts (JSON, its last line) a reader subprocess printed, once it has exited by
-    itself: a reader killed by a signal (SIGBUS from a mapped file cut short) fails the test
-    by the signal's name."""
+def reader_counts(reader, damage_once) -> dict:
+    """Call `damage_once` (cut a file and write it back) over and over while the reader
+    subprocess runs (from its first line, "reading", to its exit); then the counts (JSON,
+    its last line) it printed. A reader killed by a signal (SIGBUS from a mapped file cut
+    short) fails the test by the signal's name."""
     import json
     import signal
+    try:
+        assert reader.stdout.readline().strip() == "reading"
+        while reader.poll() is None:
+            damage_once()
+        out = reader.stdout.read()
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+        reader.wait()
     assert reader.returncode == 0, (
         f"the reader died of {signal.Signals(-reader.returncode).name}"
         if reader.returncode < 0 else f"the reader exited with {reader.returncode}")
     return json.loads(out.splitlines()[-1])
-
 
 def free_port() -> int:
     """A loopback port nothing listens on now (bound once, then released)."""

@@ -137,20 +137,14 @@ def test_a_file_cut_short_while_it_is_read_is_damage_not_a_signal(tmp_path):
     reader = subprocess.Popen([sys.executable, "-c", READER, str(path), "200",
                                str(tmp_path / "expected.npy")], stdout=subprocess.PIPE,
                               text=True)
-    cuts = 0
-    try:
-        assert reader.stdout.readline().strip() == "reading"
-        while reader.poll() is None:
-            os.truncate(path, len(saved) // 3 if cuts % 4 else 64)
-            cuts += 1
-            time.sleep(0.002)
-            with open(path, "r+b") as out:
-                out.write(saved)
-            time.sleep(0.01)  # whole for a while: reads that give the values too
-        out = reader.stdout.read()
-    finally:
-        if reader.poll() is None:
-            reader.kill()
-        reader.wait()
-    counts = reader_counts(reader, out)
+    cuts = [0]
+
+    def cut_and_restore():
+        os.truncate(path, len(saved) // 3 if cuts[0] % 4 else 64)
+        cuts[0] += 1
+        time.sleep(0.002)
+        with open(path, "r+b") as out:
+            out.write(saved)
+        time.sleep(0.01)  # whole for a while: reads that give the values too
+    counts = reader_counts(reader, cut_and_restore)
     assert counts["wrong"] == 0 and counts["error"] > 0 and counts["same"] > 0, counts
