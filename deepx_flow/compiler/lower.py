@@ -45,6 +45,7 @@ from deepx_flow.compiler.partition import Partition
 from deepx_flow.compiler.pool_first import commuting_operands
 from deepx_flow.compiler.taskspec import ref, task
 from deepx_flow.ir import Node, dtypes
+from deepx_flow.ir.keys import tensor_key
 from deepx_flow.ir.program import node_program
 from deepx_flow.kernels import tasks as K
 from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, GATHER, INDEXED, MATMUL, REDUCE, SCAN,
@@ -158,7 +159,7 @@ def lower_partition(part: Partition, sources: dict, to_host: bool = False,
                 node.op, node.attrs, node.shape, node.dtype, part.chunks[node.id],
                 part.spaces.get(node.id), part.k_chunks.get(node.id), part.fanin.get(node.id))
         content = (static, [tkey[i] for i in node.inputs], data)
-        tkey[node.id] = f"{node.id}@{tokenize(content)[:12]}"
+        tkey[node.id] = tensor_key(node.id, node.op, tokenize(content)[:12])
     dsk: dict = {}
     inlinable: dict = {}  # key -> (VIEW or INLINE_SOURCE, func, args): func(*args) is it
     # computed inside a later node's tasks

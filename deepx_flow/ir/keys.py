@@ -1,5 +1,10 @@
-"""Reading the Dask keys the lowering makes: `(tensor key, *chunk index)`, where a tensor
-key is `node id@content token`, with a suffix for a task's internal steps ("...@tok.partial").
+"""The Dask keys the lowering makes: `(tensor key, *chunk index)`, where a tensor key is
+`name@content token`, with a suffix for a task's internal steps ("...@tok.partial").
+
+The name starts with the operator, because Dask groups tasks by that first word (its "task
+prefix") and keeps per-prefix statistics: a generated id (`mul-3fa2b1c9d0e4`) already does; a
+name the user gave is written `op-_name` (`input-_x0`). Keying 5,000 named inputs by their own
+names made 5,000 prefixes, and the scheduler's per-prefix bookkeeping made the run quadratic.
 
 One place for it: the recorder, the supervisor, retry annotations and the fault engine all
 need a key's tensor or node, and must agree.
@@ -7,15 +12,25 @@ need a key's tensor or node, and must agree.
 
 from __future__ import annotations
 
+import re
+
 
 def key_name(key) -> str:
     """The tensor key (or internal step) of a task key."""
     return key[0] if isinstance(key, tuple) else str(key)
 
 
+def tensor_key(node_id: str, op: str, token: str) -> str:
+    """The tensor key of node `node_id` (operator `op`) whose content token is `token`."""
+    generated = re.fullmatch(rf"{re.escape(op)}-[0-9a-f]+", node_id) is not None
+    return f"{node_id if generated else f'{op}-_{node_id}'}@{token}"
+
+
 def node_of(key) -> str:
     """The id of the node a task key computes."""
-    return key_name(key).split("@")[0]
+    name = key_name(key).partition("@")[0]
+    _, _, rest = name.partition("-")  # operator names have no "-"
+    return rest[1:] if rest.startswith("_") else name
 
 
 def chunk_index(key) -> str:

@@ -10,6 +10,7 @@ decides whether to plan the run again: only "oom", data that did not fit, is pla
 from __future__ import annotations
 
 from deepx_flow.errors import DataError, DeepxError, ExecutionError
+from deepx_flow.ir.keys import key_name, node_of
 from deepx_flow.kernels.attempt import classify
 
 
@@ -17,8 +18,7 @@ def describe_task(plan, key) -> str:
     """'operator matmul+epilogue[relu(in0)] (node matmul_2), chunk (0, 1)' for a key of
     `plan`'s graph; the key itself for one that is not."""
     from deepx_flow.ir.program import operator_label
-    name = key[0] if isinstance(key, tuple) else str(key)
-    node_id, _, rest = name.partition("@")
+    node_id, rest = node_of(key), key_name(key).partition("@")[2]
     nodes = {n.id: n for n in plan.fused.nodes} if plan is not None else {}
     if node_id not in nodes:
         return f"task {key}"

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import deepx_flow as dx
+from deepx_flow.ir.keys import node_of
 from deepx_flow.compiler import batch_chain
 from deepx_flow.compiler.batch_chain import batch_chains
 from deepx_flow.errors import PlanError
@@ -58,10 +59,10 @@ def test_a_conv_nets_layers_are_one_task_per_chunk_of_images():
     assert layers <= set(chained)
     batches = plan.chunks[out.node.id][0]
     assert len(batches) > 1  # several chunks, each of several blocks (see the next test)
-    computed = {k[0].split("@")[0] for k in low.dsk if isinstance(k, tuple)}
+    computed = {node_of(k) for k in low.dsk if isinstance(k, tuple)}
     assert not computed & set(chained)
     assert sum(1 for k in low.dsk if isinstance(k, tuple)
-               and k[0].startswith(out.node.id)) == len(batches)
+               and node_of(k) == out.node.id) == len(batches)
     assert plan.stats().tasks == len(low.dsk)
     (got,) = evaluate(out, 4 * 2**20, values)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import deepx_flow as dx
+from deepx_flow.ir.keys import node_of
 from deepx_flow.compiler.inline import chained_matmuls
 from deepx_flow.kernels import tasks
 from tests.compiler.test_inline import MEMORIES, evaluate, lowered
@@ -50,7 +51,7 @@ def test_the_hidden_layers_of_an_mlp_are_no_tasks_of_their_own():
     plan, low = lowered(layers[-1], 256 * 2**10, inputs)
     hidden = {t.node.id for t in layers[:-1]}
     assert set(chained_matmuls(plan.fused, plan.partition)) == hidden
-    names = {k[0].split("@")[0] for k in low.dsk if isinstance(k, tuple)}
+    names = {node_of(k) for k in low.dsk if isinstance(k, tuple)}
     assert not names & hidden
     rows = len(plan.chunks["x"][0])
     assert rows > 1 and plan.stats().tasks == len(low.dsk)

@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import deepx_flow as dx  # noqa: E402
 from deepx_flow.errors import InputError, SpecError  # noqa: E402
+from deepx_flow.ir.keys import node_of  # noqa: E402
 from tests.helpers import WorkerRss  # noqa: E402
 
 
@@ -314,13 +315,12 @@ def test_a_models_weights_move_to_each_worker_once(client, tmp_path):
         got = dx.run(model(x=dx.read_zarr(str(tmp_path / "x.zarr")))["logits"],
                      inputs=model.inputs, client=client)
     close(got, runtime(path, {"x": store[:]})["logits"])
-    computed = [str(t["key"][0] if isinstance(t["key"], tuple) else t["key"]).split("@")[0]
-                for t in stream.data]
+    computed = [node_of(t["key"]) for t in stream.data]
     assert all(computed.count(w) == 1 for w in weights), computed  # each made once
     logits = model(x=dx.read_zarr(str(tmp_path / "x.zarr")))["logits"]
     chunks = dx.compile(logits, client=client).chunks[logits.node.id][0]
     assert len(chunks) >= 2 * len(client.run(fetched))  # several tasks per worker
     for worker, keys in client.run(fetched).items():
         new = keys[len(before[worker]):]
-        counts = {w: sum(1 for k in new if str(k).split("@")[0] == w) for w in weights}
+        counts = {w: sum(1 for k in new if node_of(k) == w) for w in weights}
         assert max(counts.values()) <= 1, (worker, counts)

@@ -20,6 +20,7 @@ from distributed import Client, LocalCluster
 from sqlmodel import select
 
 import deepx_flow as dx
+from deepx_flow.ir.keys import node_of
 from deepx_flow.kernels import faults
 from deepx_flow.kernels.faults import Fault, FaultInjection
 from deepx_flow.meta import open_db
@@ -482,7 +483,7 @@ def test_a_run_started_with_no_workers_gives_up_cleanly(caplog):
 
 def _states_of(names, dask_scheduler=None) -> list:
     return [ts.state for key, ts in dask_scheduler.tasks.items()
-            if str(key[0] if isinstance(key, tuple) else key).split("@")[0] in names]
+            if node_of(key) in names]
 
 
 # -- per asset ---------------------------------------------------------------------------------
