@@ -9,8 +9,9 @@ recursion limit. The reader walks and prints what it loads, so such documents us
 for minutes, fill gigabytes, or end in a RecursionError.
 
 `load` composes the document (YAML's node graph, in which an alias is its anchor's node
-again, not a copy, so composing costs what the text holds), checks the node graph, and only
-then builds Python values from it. It refuses, with a SpecError that gives the line and
+again, not a copy, so composing costs what the text holds) and builds Python values from it,
+checking as it goes; an alias is built as its anchor's value again, never copied, so building
+also costs what the text holds. It refuses, with a SpecError that gives the line and
 column:
 
 * more than `max_nodes` entries under the document's `inputs` and `nodes` (the graph's size,
@@ -95,8 +96,7 @@ def load(text: str, max_nodes: int) -> Any:
             if root is None:
                 return None
             _check_entries(root, max_nodes)
-            _check_values(root, max_nodes)
-            return loader.construct_document(root)
+            return _Builder(loader, max_nodes).value(root, 1)
     finally:
         loader.dispose()
 
@@ -130,15 +130,16 @@ def _check_entries(root: Node, max_nodes: int) -> None:
                        "it to read larger graphs)")
 
 
-def _check_values(root: Node, max_nodes: int) -> None:
-    """Depth, self-containing aliases and the values the document expands into, by one walk
-    of its node graph that visits each collection once (one reached again through an alias
-    counts the values it holds, known from the first visit; a scalar is one value)."""
+def _check_values(top: Node, depth: int, max_nodes: int) -> int:
+    """The values `top` (at `depth`) stands for, aliases expanded, after checking its depth,
+    self-containing aliases and size, by one walk of its node graph that visits each
+    collection once (one reached again through an alias counts the values it holds, known
+    from the first visit; a scalar is one value). For what `_Builder` leaves to the loader."""
     max_values = VALUES_PER_NODE * max_nodes
     sizes: dict[int, int] = {}  # id(collection) -> values it stands for, aliases expanded
     on_path: set[int] = set()   # the collections being walked into (the current one's
     aliased = False             # ancestors)
-    stack: list[tuple[Node, int, bool]] = [(root, 1, False)]  # node, depth, leaving it
+    stack: list[tuple[Node, int, bool]] = [(top, depth, False)]  # node, depth, leaving it
     while stack:
         node, depth, leaving = stack.pop()
         key = id(node)
@@ -153,9 +154,7 @@ def _check_values(root: Node, max_nodes: int) -> None:
             aliased = True
             continue
         if key in on_path:
-            raise _refused(node.start_mark, "an alias (*name) is used inside the value of its "
-                           "own anchor (&name) here, which would make a structure that "
-                           "contains itself; repeat the value instead")
+            raise _contains_itself(node.start_mark)
         children = _children(node)
         if children and depth >= MAX_DEPTH:  # its children would be past the bound
             raise _too_deep(children[0].start_mark)
@@ -163,6 +162,74 @@ def _check_values(root: Node, max_nodes: int) -> None:
         stack.append((node, depth, True))
         stack.extend((child, depth + 1, False) for child in children
                      if child.__class__ is not ScalarNode)
+    return sizes.get(id(top), 1)
+
+
+_STR, _SEQ, _MAP, _MERGE = (f"tag:yaml.org,2002:{name}" for name in ("str", "seq", "map", "merge"))
+
+
+class _Builder:
+    """The Python values of a composed document, as `yaml.safe_load` gives them, checked
+    while they are built: depth, self-containing aliases and the values the document expands
+    into (counting each alias as the values it repeats). An alias is its anchor's value
+    again, not a copy, so building costs what the text holds.
+
+    Plain lists, mappings and strings are built here, other scalars by the loader's
+    constructor for their tag; anything else (merge keys `<<`, sets, unknown tags, a key that
+    cannot be a dictionary key) is checked by `_check_values` and built by the loader, which
+    raises its own error where it must. PyYAML's `construct_document` does the same work at a
+    third of the speed: its bookkeeping for recursive structures (refused here) costs more
+    than the values."""
+
+    def __init__(self, loader: "_Loader", max_nodes: int):
+        self.loader, self.max_nodes = loader, max_nodes
+        self.max_values = VALUES_PER_NODE * max_nodes
+        self.constructors = loader.yaml_constructors
+        self.built: dict[int, Any] = {}  # id(collection node) -> its value
+        self.sizes: dict[int, int] = {}  # id(collection node) -> values it stands for;
+        self.count = 0                   # absent while it is being built
+        self.aliased = False
+
+    def value(self, node: Node, depth: int) -> Any:
+        if node.__class__ is ScalarNode:
+            self.count += 1
+            if node.tag == _STR:
+                return node.value
+            constructor = self.constructors.get(node.tag)
+            return constructor(self.loader, node) if constructor is not None \
+                else self.loader.construct_object(node)
+        key = id(node)
+        if key in self.built:  # an alias
+            if key not in self.sizes:
+                raise _contains_itself(node.start_mark)
+            self.aliased = True
+            self.count += self.sizes[key]
+            return self.built[key]
+        if node.value and depth >= MAX_DEPTH:  # its children would be past the bound
+            first = node.value[0]
+            raise _too_deep((first[0] if isinstance(first, tuple) else first).start_mark)
+        start = self.count
+        self.count += 1
+        if node.__class__ is SequenceNode and node.tag == _SEQ:
+            items = self.built[key] = []
+            items.extend(self.value(item, depth + 1) for item in node.value)
+            made: Any = items
+        elif node.__class__ is MappingNode and node.tag == _MAP \
+                and all(k.tag != _MERGE for k, _ in node.value):
+            made = self.built[key] = {}
+            for k, v in node.value:
+                name = self.value(k, depth + 1)
+                if name.__hash__ is None:  # the loader says why it cannot be a key
+                    return self.loader.construct_object(node, deep=True)
+                made[name] = self.value(v, depth + 1)
+        else:
+            self.count += _check_values(node, depth, self.max_nodes) - 1
+            made = self.built[key] = self.loader.construct_object(node, deep=True)
+        self.sizes[key] = self.count - start
+        if self.sizes[key] > self.max_values:
+            raise _too_many_values(node.start_mark, self.max_values, self.max_nodes,
+                                   self.aliased)
+        return made
 
 
 def _children(node: Node) -> list[Node]:
@@ -176,6 +243,12 @@ def _children(node: Node) -> list[Node]:
 def _refused(mark, message: str) -> SpecError:
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
     return SpecError(where + message)
+
+
+def _contains_itself(mark) -> SpecError:
+    return _refused(mark, "an alias (*name) is used inside the value of its own anchor (&name) "
+                    "here, which would make a structure that contains itself; repeat the "
+                    "value instead")
 
 
 def _too_deep(mark) -> SpecError:
@@ -198,7 +271,21 @@ _SafeLoader = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
 
 
 class _Loader(_SafeLoader):
-    """The safe loader, refusing integers too long to be a number of any dtype."""
+    """The safe loader, refusing integers too long to be a number of any dtype, and
+    remembering the type it resolved for each plain scalar: a spec repeats its dtypes,
+    operators and sizes thousands of times, and the resolver tries its patterns on each."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self._plain_tags: dict[str, str] = {}
+
+    def resolve(self, kind, value, implicit):
+        if kind is ScalarNode and implicit[0]:  # a plain scalar: its tag follows its text
+            tag = self._plain_tags.get(value)
+            if tag is None:
+                tag = self._plain_tags[value] = super().resolve(kind, value, implicit)
+            return tag
+        return super().resolve(kind, value, implicit)
 
     def construct_yaml_int(self, node):
         digits = node.value.replace("_", "").lstrip("+-")
