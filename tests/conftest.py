@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 
 import dask
@@ -21,6 +22,14 @@ dask.config.set({"distributed.worker.profile.enabled": False})
 # properties are what the tests check; how long an example takes is the benchmarks' business.
 hypothesis.settings.register_profile("deepx", deadline=None)
 hypothesis.settings.load_profile("deepx")
+
+# A command started in the background by a script (`cmd &`) begins with SIGINT ignored, and
+# so does every process it starts. Tests of Ctrl-C (a notebook's "interrupt kernel", a
+# terminal's Ctrl-C to a materialization or the scheduler) then test nothing: the signal is
+# dropped. The suite runs as from a terminal, wherever it is started: Python's own handler
+# here, and the default in the processes the tests start (an exec resets a handled signal).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # --- metadata database ---------------------------------------------------------------------
