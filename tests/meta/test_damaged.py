@@ -78,7 +78,10 @@ def _open(url: str, start, results) -> None:
 def test_processes_creating_a_new_file_at_once_never_see_it_empty(tmp_path):
     """A new file appears whole, so processes opening it while another creates it never find
     0 bytes and refuse it (a file SQLite itself creates is empty until its first write)."""
-    ctx = multiprocessing.get_context("spawn")
+    # Forked from a server that has imported the database code once: spawned processes
+    # each spent seconds importing it before they reached the barrier.
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["deepx_flow.meta"])
     for attempt in range(3):
         path = tmp_path / f"r{attempt}" / "deepx.db"
         start, results = ctx.Barrier(OPENERS), ctx.Queue()
