@@ -73,24 +73,41 @@ def describe(program: Program, max_chars: int = DESCRIBE_CHARS) -> str:
     """A one-line formula for explain tables, e.g. `relu(add(in0, 1.0))`.
 
     A formula longer than `max_chars` is cut there, ends in "..." and says how many
-    instructions the program has. Every value's text is cut the same way as it is built, so
-    the work stays linear in the program's length even where a value is read twice at every
-    step (written out in full, `t = t * t` ten thousand times would double ten thousand
-    times).
+    instructions the program has. Only what the cut formula shows is written: the formula is
+    built from the last instruction down, and every level writes at least two characters
+    ("f("), so nothing deeper than `max_chars // 2` levels can show. The work stays bounded
+    by the cut, not the program's length, even where a value is read twice at every step
+    (written out in full, `t = t * t` ten thousand times would double ten thousand times).
     """
-    exprs: list[str] = []
-    cut = False
-    for op, args, _ in program:
+    if not program:
+        return ""
+    deepest = max_chars // 2
+    texts: dict[tuple[int, int], str] = {}  # (instruction, depth) -> its text, cut
+
+    def whole(i: int, depth: int) -> str:
+        """Instruction i's formula, its operands' formulas cut."""
+        op, args, _ = program[i]
         parts = []
         for a in args:
-            parts.append(f"in{a[1]}" if a[0] == "in" else exprs[a[1]] if a[0] == "t" else
-                         constant_text(a[1], a[2]))
-        text = f"{op}({', '.join(parts)})"
-        cut = len(text) > max_chars
-        exprs.append(text[:max_chars - 3] + "..." if cut else text)
-    if not exprs:
-        return ""
-    return exprs[-1] + (f" ({len(program):,} instructions)" if cut else "")
+            if a[0] == "in":
+                parts.append(f"in{a[1]}")
+            elif a[0] != "t":
+                parts.append(constant_text(a[1], a[2]))
+            elif depth >= deepest:  # past what the cut formula can show
+                parts.append("...")
+            else:
+                known = texts.get((a[1], depth + 1))
+                if known is None:
+                    full = whole(a[1], depth + 1)
+                    known = texts[(a[1], depth + 1)] = (
+                        full if len(full) <= max_chars else full[:max_chars - 3] + "...")
+                parts.append(known)
+        return f"{op}({', '.join(parts)})"
+
+    formula = whole(len(program) - 1, 0)
+    if len(formula) <= max_chars:
+        return formula
+    return f"{formula[:max_chars - 3]}... ({len(program):,} instructions)"
 
 
 def operator_label(node) -> str:

@@ -83,7 +83,7 @@ def load(text: str, max_nodes: int) -> Any:
     """
     loader = _Loader(text)
     try:
-        with _collector_paused():
+        with collector_paused():
             try:
                 root = loader.get_single_node()
             except RecursionError:  # PyYAML's Python composer recurses once a level
@@ -102,8 +102,9 @@ def load(text: str, max_nodes: int) -> Any:
 
 
 @contextlib.contextmanager
-def _collector_paused():
-    """The cyclic garbage collector off for the block, as it was after it."""
+def collector_paused():
+    """The cyclic garbage collector off for the block, as it was after it: for blocks that
+    build many objects that all live on (a document's values, the graph made of them)."""
     was_on = gc.isenabled()
     gc.disable()
     try:

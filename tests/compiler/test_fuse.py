@@ -9,6 +9,7 @@ import deepx_flow as dx
 from deepx_flow.compiler.fuse import fuse_elementwise
 from deepx_flow.compiler.infer import infer_types
 from deepx_flow.compiler.validate import validate_graph
+from deepx_flow.ir.program import describe
 from tests.compiler.test_inline import evaluate
 from tests.helpers import cluster_with_memory
 
@@ -197,3 +198,35 @@ def test_recomputing_does_not_change_results(op, users, reduce, rows, memory, se
     for a, b, w in zip(got, stored, want):
         np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13 * rows)
         np.testing.assert_allclose(a, w, rtol=1e-12, atol=1e-12 * rows)
+
+
+def _describe_in_full(program, max_chars):
+    """`describe` as it was: every instruction's formula written, in order, each cut."""
+    from deepx_flow.ir.program import constant_text
+    exprs, cut = [], False
+    for op, args, _ in program:
+        parts = [f"in{a[1]}" if a[0] == "in" else exprs[a[1]] if a[0] == "t" else
+                 constant_text(a[1], a[2]) for a in args]
+        text = f"{op}({', '.join(parts)})"
+        cut = len(text) > max_chars
+        exprs.append(text[:max_chars - 3] + "..." if cut else text)
+    return exprs[-1] + (f" ({len(program):,} instructions)" if cut else "")
+
+
+@st.composite
+def programs(draw):
+    n = draw(st.integers(1, 40))
+    program = []
+    for i in range(n):
+        refs = st.one_of(st.tuples(st.just("in"), st.integers(0, 3)),
+                         st.tuples(st.just("c"), st.floats(-10, 10, width=32),
+                                   st.just("float32")),
+                         *([st.tuples(st.just("t"), st.integers(0, i - 1))] * 3 if i else []))
+        program.append((draw(st.sampled_from(["ab", "add", "mul", "maximum"])),
+                        tuple(draw(st.lists(refs, min_size=1, max_size=3))), "float32"))
+    return tuple(program)
+
+
+@given(programs(), st.integers(8, 80))
+def test_describe_writes_only_what_its_cut_shows_and_the_same_text(program, max_chars):
+    assert describe(program, max_chars) == _describe_in_full(program, max_chars)
