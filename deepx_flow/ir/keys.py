@@ -20,10 +20,15 @@ def key_name(key) -> str:
     return key[0] if isinstance(key, tuple) else str(key)
 
 
+def key_base(node_id: str, op: str) -> str:
+    """What every tensor key of node `node_id` (operator `op`) has before its "@"."""
+    generated = re.fullmatch(rf"{re.escape(op)}-[0-9a-f]+", node_id) is not None
+    return node_id if generated else f"{op}-_{node_id}"
+
+
 def tensor_key(node_id: str, op: str, token: str) -> str:
     """The tensor key of node `node_id` (operator `op`) whose content token is `token`."""
-    generated = re.fullmatch(rf"{re.escape(op)}-[0-9a-f]+", node_id) is not None
-    return f"{node_id if generated else f'{op}-_{node_id}'}@{token}"
+    return f"{key_base(node_id, op)}@{token}"
 
 
 def node_of(key) -> str:

@@ -98,19 +98,20 @@ def run_events(db: Database, run_id: str) -> list[Event]:
 
 
 def placements(db: Database, *, run_id: str | None = None, tensor: str | None = None,
-               node_id: str | None = None, current: bool = True) -> list[ChunkPlacement]:
-    """Chunk placements of a run, a tensor key, or the latest run's tensor of a node id;
-    with `current`, only chunks still held (not released or lost)."""
+               node_key: str | None = None, current: bool = True) -> list[ChunkPlacement]:
+    """Chunk placements of a run, a tensor key, or the latest run's tensor of a node (given
+    by what its keys start with, `ir.keys.key_base`); with `current`, only chunks still held
+    (not released or lost)."""
     query = select(ChunkPlacement)
     if run_id is not None:
         query = query.where(ChunkPlacement.run_id == run_id)
     if tensor is not None:
         query = query.where(ChunkPlacement.tensor == tensor)
-    if node_id is not None:
+    if node_key is not None:
         with db.read() as session:
             latest = session.exec(
                 select(ChunkPlacement.tensor)
-                .where(col(ChunkPlacement.tensor).startswith(f"{node_id}@", autoescape=True))
+                .where(col(ChunkPlacement.tensor).startswith(f"{node_key}@", autoescape=True))
                 .order_by(col(ChunkPlacement.updated_at).desc()).limit(1)).first()
         if latest is None:
             return []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from deepx_flow.ir.keys import key_base
 from deepx_flow.meta import open_db, queries
 from deepx_flow.meta.models import ChunkPlacement
 from deepx_flow.registry.cluster import format_bytes
@@ -64,7 +65,8 @@ def placement(tensor, db: str | None = None, current: bool = True) -> Placement:
         pending = sum(f.status == "pending" for f in tensor.futures)
         return Placement(tensor.key, rows, len(tensor.futures), pending)
     if isinstance(tensor, Tensor):
-        rows = queries.placements(database, node_id=tensor.node.id, current=current)
+        rows = queries.placements(database, node_key=key_base(tensor.node.id, tensor.node.op),
+                                  current=current)
         return Placement(rows[0].tensor if rows else None, rows)
     rows = queries.placements(database, tensor=str(tensor), current=current)
     return Placement(str(tensor), rows)

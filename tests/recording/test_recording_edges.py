@@ -57,6 +57,18 @@ def test_a_chunk_belongs_to_the_run_that_computed_it(client, record_db):
     assert rows and {r.state for r in rows} == {"released"}
 
 
+def test_the_placement_of_a_named_tensor_is_found_by_its_tensor(client, record_db):
+    """A node the user named is keyed `op-_name@token` (its operator first, for Dask's task
+    prefixes); `dx.placement(tensor)` finds its chunks all the same."""
+    from deepx_flow.ir.keys import node_of
+    x = dx.input("features", (400, 30), "float64")
+    p = dx.persist(x * 2.0, inputs={"features": np.ones((400, 30))}, client=client).wait()
+    rows = dx.placement(x, current=False).rows
+    assert rows and {node_of(r.tensor) for r in rows} == {"features"}
+    assert dx.placement(x, current=False).tensor.startswith("input-_features@")
+    p.release()
+
+
 def test_an_unusable_database_does_not_stop_the_run(client, tmp_path, monkeypatch, caplog):
     url = f"sqlite:///{tmp_path / 'newer.db'}"
     open_db(url)
