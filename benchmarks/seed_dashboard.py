@@ -81,13 +81,13 @@ class Template:
     n_nodes: int
     explain: str
     keys: list  # (node id, token, suffix such as ".partial", "0, 1")
-    labels: dict  # node id -> operator label
+    labels: dict  # what a node's keys begin with (ir.keys.key_base) -> its operator label
     outputs: dict  # name -> (node id, token)
 
 
 def _template(outputs, cluster) -> Template:
     import deepx_flow as dx
-    from deepx_flow.ir.keys import key_name
+    from deepx_flow.ir.keys import key_base, key_name
     from deepx_flow.ir.program import operator_label
     from deepx_flow.spec.yaml_io import to_yaml
 
@@ -100,7 +100,7 @@ def _template(outputs, cluster) -> Template:
         token, dot, suffix = rest.partition(".")
         index = ", ".join(map(str, key[1:])) if isinstance(key, tuple) else ""
         keys.append((node, token, dot + suffix, index))
-    labels = {n.id: operator_label(n) for n in plan.fused.nodes}
+    labels = {key_base(n.id, n.op): operator_label(n) for n in plan.fused.nodes}
     outs = {name: tuple(key.split("@", 1)) for name, (key, _) in lowered.outputs.items()}
     return Template(to_yaml(plan.graph), len(plan.graph.nodes), plan.explain(), keys, labels,
                     outs)
