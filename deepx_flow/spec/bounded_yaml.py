@@ -167,6 +167,9 @@ def _check_values(top: Node, depth: int, max_nodes: int) -> int:
 
 
 _STR, _SEQ, _MAP, _MERGE = (f"tag:yaml.org,2002:{name}" for name in ("str", "seq", "map", "merge"))
+# The tags whose safe constructor takes a scalar and returns its value.
+_SCALAR_TAGS = frozenset(f"tag:yaml.org,2002:{name}"
+                         for name in ("null", "bool", "int", "float", "binary", "timestamp"))
 
 
 class _Builder:
@@ -196,9 +199,10 @@ class _Builder:
             self.count += 1
             if node.tag == _STR:
                 return node.value
-            constructor = self.constructors.get(node.tag)
-            return constructor(self.loader, node) if constructor is not None \
-                else self.loader.construct_object(node)
+            if node.tag in _SCALAR_TAGS:
+                return self.constructors[node.tag](self.loader, node)
+            # Built whole (deep) now, or refused now: PyYAML finishes some values later.
+            return self.loader.construct_object(node, deep=True)
         key = id(node)
         if key in self.built:  # an alias
             if key not in self.sizes:
@@ -289,7 +293,7 @@ class _Loader(_SafeLoader):
         return super().resolve(kind, value, implicit)
 
     def construct_yaml_int(self, node):
-        digits = node.value.replace("_", "").lstrip("+-")
+        digits = self.construct_scalar(node).replace("_", "").lstrip("+-")
         if len(digits) > MAX_INT_CHARS:
             raise _refused(node.start_mark, f"an integer of {len(digits):,} characters; no "
                            "dtype holds a number this long")

@@ -54,7 +54,8 @@ def test_yamls_other_forms_read_as_safe_load_reads_them(text):
         assert got["c"] is got["a"]  # an alias is its anchor's value again, not a copy
 
 
-@pytest.mark.parametrize("text", ["? [1, 2]\n: 3\n", "x: !foo bar\n", "a: [1, 2\n"])
+@pytest.mark.parametrize("text", ["? [1, 2]\n: 3\n", "x: !foo bar\n", "a: [1, 2\n",
+                                  "a: !!seq abc\n", "a: !!map abc\n", "a: !!int [1]\n"])
 def test_what_safe_load_refuses_is_refused_alike(text):
     # The same parser (libyaml's where PyYAML has it), so the same words.
     parser = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
