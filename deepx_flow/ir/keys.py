@@ -20,10 +20,14 @@ def key_name(key) -> str:
     return key[0] if isinstance(key, tuple) else str(key)
 
 
+# An id the SDK or a compiler pass generated: an operator, "-", a content hash. A fused node
+# keeps the generated id of the node it grew from ("mul-..."), and its tasks keep that prefix.
+_GENERATED = re.compile(r"[A-Za-z][A-Za-z0-9_]*-[0-9a-f]{12}")
+
+
 def key_base(node_id: str, op: str) -> str:
     """What every tensor key of node `node_id` (operator `op`) has before its "@"."""
-    generated = re.fullmatch(rf"{re.escape(op)}-[0-9a-f]+", node_id) is not None
-    return node_id if generated else f"{op}-_{node_id}"
+    return node_id if _GENERATED.fullmatch(node_id) else f"{op}-_{node_id}"
 
 
 def tensor_key(node_id: str, op: str, token: str) -> str:
