@@ -39,6 +39,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from deepx_flow.config import Settings, settings
+from deepx_flow.errors import DeepxError
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +205,7 @@ def _mark_gone(found: _Hold) -> None:
 def _beat_forever() -> None:
     global _thread
     while True:
-        _wake.wait(settings().heartbeat_s)
+        _wake.wait(_period())
         with _lock:
             if not _holds:
                 _thread = None
@@ -216,6 +217,17 @@ def _beat_forever() -> None:
                 _beat(found)
             except Exception as err:  # a beat must never end the thread
                 log.debug("deepx_flow: heartbeat of %s: %s", found.scheduler, err)
+
+
+def _period() -> float:
+    """The beat's period: the setting, or the default while the setting is unreadable. A bad
+    DEEPX_HEARTBEAT_S set while a cluster is held is refused where it is read for the user
+    (the CLI, `dx.run`); the thread that keeps every held cluster seen must not end on it, or
+    no cluster of the process would be seen again (nothing restarts it while any is held)."""
+    try:
+        return settings().heartbeat_s
+    except DeepxError:
+        return PERIOD_S
 
 
 def _beat(found: _Hold) -> None:
@@ -232,7 +244,7 @@ def _beat(found: _Hold) -> None:
     if step == "wait":
         return
     addresses = client.sync(client.scheduler.ncores,
-                            callback_timeout=max(1.0, settings().heartbeat_s))
+                            callback_timeout=max(1.0, _period()))
     now = time.time()
     with found.lock:
         if found.released:

@@ -179,6 +179,28 @@ def test_a_cluster_is_kept_seen_and_marked_gone_when_its_user_closes_the_client(
 
 
 @pytest.mark.timeout(180)
+def test_a_bad_setting_for_a_while_does_not_stop_the_beat(recorded, monkeypatch):
+    """The beat reads its period from the settings each time: a bad DEEPX_* value there (any
+    of them makes the settings unreadable) ended the thread, and no cluster of the process
+    was seen again; its workers went stale while it kept running (seen in the suite when a
+    settings test set one while a dashboard test's cluster was held)."""
+    with threaded_memory_off(), _threaded_cluster() as cluster:
+        client = Client(cluster, set_as_default=False)
+        try:
+            _run_on(client)
+            scheduler = client.scheduler.address
+            monkeypatch.setenv("DEEPX_HEARTBEAT_TIMEOUT_S", "inf")
+            time.sleep(1.0)  # five beats' time with the settings unreadable
+            monkeypatch.setenv("DEEPX_HEARTBEAT_TIMEOUT_S", "60")
+            mended = time.time()
+            _wait(lambda: all(w.last_seen > mended for w in _rows(recorded, scheduler)),
+                  "a beat after the setting was mended", timeout=20.0)
+            assert scheduler in heartbeat.held()
+        finally:
+            client.close()
+
+
+@pytest.mark.timeout(180)
 def test_a_client_of_a_scheduler_elsewhere_stops_beating_and_its_rows_go_stale(recorded):
     with threaded_memory_off(), _threaded_cluster() as cluster:
         client = Client(cluster.scheduler_address, set_as_default=False)  # no cluster object
