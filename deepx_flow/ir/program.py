@@ -142,7 +142,12 @@ def constant_text(value, dtype: str) -> str:
         typed = np.dtype(dtype).type(value)
     except (TypeError, ValueError, OverflowError):
         return repr(value)
-    if np.dtype(dtype).kind != "V":  # a NumPy type: its str is the shortest repr
+    if np.dtype(dtype).kind == "f":
+        # NumPy's shortest digits, positional or scientific, whichever is shorter: its str
+        # writes float16 1001 as "1.001e+03" (Python writes "1001.0")
+        return min(np.format_float_positional(typed, unique=True, trim="0"),
+                   np.format_float_scientific(typed, unique=True, trim="-"), key=len)
+    if np.dtype(dtype).kind != "V":  # integers and bools
         return str(typed)
     exact = float(typed)
     for digits in range(1, 18):  # 17 significant digits round-trip any float64
