@@ -160,6 +160,20 @@ def reader_counts(reader, damage_once) -> dict:
         if reader.returncode < 0 else f"the reader exited with {reader.returncode}")
     return json.loads(out.splitlines()[-1])
 
+def race_counts(start_reader, damage_once, rounds: int = 12) -> dict:
+    """`reader_counts` of readers started by `start_reader()`, one after another, summed,
+    until reads have seen both the whole file ("same") and its damage ("error"), or
+    `rounds` readers ran: whether a read lands while a file is cut is timing, which differs
+    between a busy machine and a quiet one."""
+    total = {"same": 0, "error": 0, "wrong": 0}
+    for _ in range(rounds):
+        for key, n in reader_counts(start_reader(), damage_once).items():
+            total[key] = total.get(key, 0) + n
+        if total["same"] and total["error"]:
+            break
+    return total
+
+
 def free_port() -> int:
     """A loopback port nothing listens on now (bound once, then released)."""
     with socket.socket() as s:

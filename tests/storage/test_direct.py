@@ -9,7 +9,7 @@ from numcodecs import Zstd
 import deepx_flow as dx
 from deepx_flow.storage import direct, verify
 from deepx_flow.storage.readers import read_region
-from tests.helpers import reader_counts
+from tests.helpers import race_counts
 
 CODECS = {
     "raw": {"compressors": None},
@@ -148,9 +148,10 @@ def test_a_chunk_cut_short_while_it_is_read_is_damage_not_a_signal(tmp_path):
     np.save(tmp_path / "expected.npy", values)
     files = sorted(p for p in Path(uri, "c").rglob("*") if p.is_file())
     saved = {f: f.read_bytes() for f in files}
-    reader = subprocess.Popen([sys.executable, "-c", READER, uri, "40",
-                               str(tmp_path / "expected.npy")],
-                              stdout=subprocess.PIPE, text=True)
+    def start_reader():
+        return subprocess.Popen([sys.executable, "-c", READER, uri, "40",
+                                 str(tmp_path / "expected.npy")],
+                                stdout=subprocess.PIPE, text=True)
     def cut_and_restore():
         for f in files:
             os.truncate(f, len(saved[f]) // 3)
@@ -159,5 +160,5 @@ def test_a_chunk_cut_short_while_it_is_read_is_damage_not_a_signal(tmp_path):
             with open(f, "r+b") as out:
                 out.write(saved[f])
         time.sleep(0.002)
-    counts = reader_counts(reader, cut_and_restore)
+    counts = race_counts(start_reader, cut_and_restore)
     assert counts["wrong"] == 0 and counts["error"] > 0, counts

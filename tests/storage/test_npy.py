@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import deepx_flow as dx
 from deepx_flow.storage import npy
 from deepx_flow.storage.readers import array_info, read_region
-from tests.helpers import reader_counts
+from tests.helpers import race_counts
 
 DTYPES = ["<f8", ">f8", "<f4", ">f4", "<f2", ">i4", "<i8", ">u2", "u1", "i1", "?", ">c8",
           "<c16"]
@@ -134,9 +134,10 @@ def test_a_file_cut_short_while_it_is_read_is_damage_not_a_signal(tmp_path):
     np.save(path, values)
     np.save(tmp_path / "expected.npy", values)
     saved = path.read_bytes()
-    reader = subprocess.Popen([sys.executable, "-c", READER, str(path), "200",
-                               str(tmp_path / "expected.npy")], stdout=subprocess.PIPE,
-                              text=True)
+    def start_reader():
+        return subprocess.Popen([sys.executable, "-c", READER, str(path), "200",
+                                 str(tmp_path / "expected.npy")], stdout=subprocess.PIPE,
+                                text=True)
     cuts = [0]
 
     def cut_and_restore():
@@ -146,5 +147,5 @@ def test_a_file_cut_short_while_it_is_read_is_damage_not_a_signal(tmp_path):
         with open(path, "r+b") as out:
             out.write(saved)
         time.sleep(0.01)  # whole for a while: reads that give the values too
-    counts = reader_counts(reader, cut_and_restore)
+    counts = race_counts(start_reader, cut_and_restore)
     assert counts["wrong"] == 0 and counts["error"] > 0 and counts["same"] > 0, counts
