@@ -22,8 +22,8 @@ The rules:
 - erf is SciPy's `special.erf` (CuPy's `cupyx.scipy.special.erf`, CUDA's `erf` in generated
   kernels), in the result dtype (float32 for float16, rounded once).
 - relu(x) = maximum(x, 0): NaN stays NaN; maximum and minimum propagate NaN like NumPy's.
-- sin, cos, tan, floor, ceil and sign are NumPy's ufuncs (floor and ceil keep integers as
-  they are). round is `rint` (halves to even) on floats and leaves integers as they are.
+- sin, cos, tan, sinh, cosh, asinh (arcsinh), acosh, atanh, floor, ceil and sign are NumPy's
+  ufuncs (floor and ceil keep integers as they are). round is `rint` (halves to even) on floats and leaves integers as they are.
   reciprocal is 1 / x and softplus is `logaddexp(0, x)` (log(1 + e**x) without overflow),
   both computed like the composite operators: in the result dtype, float16 in float32.
 - div is true division (integers give floats); pow follows NumPy, including its ValueError for
@@ -56,7 +56,8 @@ UFUNCS: dict[str, str] = {
     "pow": "power", "maximum": "maximum", "minimum": "minimum", "lt": "less",
     "le": "less_equal", "gt": "greater", "ge": "greater_equal", "eq": "equal",
     "ne": "not_equal", "sin": "sin", "cos": "cos", "tan": "tan", "floor": "floor",
-    "ceil": "ceil", "sign": "sign",
+    "ceil": "ceil", "sign": "sign", "sinh": "sinh", "cosh": "cosh", "asinh": "arcsinh",
+    "acosh": "arccosh", "atanh": "arctanh",
 }
 COMPOSITE = ("sigmoid", "gelu", "relu", "round", "reciprocal", "softplus")
 # Operators whose ufunc is SciPy's (CuPy's cupyx.scipy.special): NumPy has no erf.

@@ -119,6 +119,11 @@ OP_COST_NS: dict[str, tuple[float, float, float, float]] = {
     "ceil": (1.6, 1.2, 0.15, 0.2), "sign": (7.6, 7.9, 0.35, 0.5),
     "round": (math.inf, math.inf, 0.15, 0.2),  # numexpr's round is not rint: always blocked
     "reciprocal": (0.3, 0.55, 0.2, 0.45), "softplus": (13.7, 15.1, 15.2, 16.3),
+    # Measured 2026-11-29 with a CPU-bound process on the other core (bench_fused_kernel.py
+    # --ops, one instruction on operands in the domain): both paths call libm's scalar loops.
+    "sinh": (29.0, 32.0, 26.0, 32.0), "cosh": (11.0, 14.0, 11.0, 14.0),
+    "asinh": (26.0, 30.0, 27.0, 30.0), "acosh": (17.0, 16.0, 18.0, 17.0),
+    "atanh": (29.0, 29.0, 25.0, 30.0),
     "relu": (1.5, 1.4, 0.8, 0.8), "cast": (0.5, 0.7, 0.5, 0.8),
     "lt": (0.8, 1.0, 0.6, 0.9), "le": (0.8, 1.0, 0.6, 0.9), "gt": (0.8, 1.0, 0.6, 0.9),
     "ge": (0.8, 1.0, 0.6, 0.9), "eq": (0.8, 1.0, 0.6, 0.9), "ne": (0.8, 1.0, 0.6, 0.9),

@@ -78,7 +78,8 @@ KERNEL_PREAMBLE = FLOAT16_HEADER + PREAMBLE
 
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
-_MATH = ("exp", "log", "sqrt", "tanh", "erf", "sin", "cos", "tan")
+_MATH = ("exp", "log", "sqrt", "tanh", "erf", "sin", "cos", "tan", "sinh", "cosh", "asinh",
+         "acosh", "atanh")
 
 
 def kernel_name(program: Program, in_dtypes: Sequence[str]) -> str:

@@ -62,6 +62,9 @@ _WIDEN = {("int32", "int64"), ("int32", "float32"), ("int32", "float64"),
 _INT = ("int32", "int64")
 _FLOAT = ("float32", "float64")
 _NE_COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+# op -> numexpr's function (float32 and float64 only)
+_HYPERBOLIC = {"sinh": "sinh", "cosh": "cosh", "asinh": "arcsinh", "acosh": "arccosh",
+               "atanh": "arctanh"}
 _NE_ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**"}
 _NAME = re.compile(r"\b[xks]\d+\b")  # x<k>: input k; k<i>: a constant; s<i>: stage i's result
 
@@ -302,7 +305,7 @@ class _Lowering:
                      "maximum": f"({a} | {b})", "minimum": f"({a} & {b})"}
             return table.get(op)
         if op in ("exp", "log", "sqrt", "tanh", "sigmoid", "gelu", "div", "pow", "sin", "cos",
-                  "tan", "reciprocal", "softplus") and r not in _FLOAT:
+                  "tan", "reciprocal", "softplus", *_HYPERBOLIC) and r not in _FLOAT:
             return None  # integer pow (NumPy raises for negative exponents) goes blocked
         if op in ("floor", "ceil", "round"):
             if r not in _FLOAT:
@@ -324,6 +327,8 @@ class _Lowering:
             return f"abs({a})" if r in _FLOAT else f"where({a} < {k(0, r)}, -{a}, {a})"
         if op in ("exp", "log", "sqrt", "tanh", "sin", "cos", "tan"):
             return f"{op}({a})"
+        if op in _HYPERBOLIC:
+            return f"{_HYPERBOLIC[op]}({a})"
         if op == "sigmoid":
             return f"({k(1, r)} / ({k(1, r)} + exp(-{a})))"
         if op == "gelu":

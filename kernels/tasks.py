@@ -290,6 +290,8 @@ def reduce_partial(op, prologue, axes, acc_dtype, space_shape, layouts, *pieces)
         x = xp.broadcast_to(x, space_shape)
     if op in ("sum", "mean"):
         return _sum(xp, x, axes, acc_dtype)
+    if op == "prod":
+        return xp.prod(x, axis=axes, keepdims=True, dtype=acc_dtype)
     return (xp.max if op == "max" else xp.min)(x, axis=axes, keepdims=True)
 
 
@@ -327,31 +329,29 @@ def _reduce_by_rows(op, shape, dtype, axes, acc_dtype, block_of):
     """`op` over `axes` (dims kept) of values of `shape` and `dtype`, a block of rows of about
     REDUCE_BLOCK_ELEMENTS elements at a time along the first axis longer than 1.
     `block_of(rows, into)` gives the values at index `rows` (slices up to that axis), into
-    `into` (a reused block of `dtype`) where it computes them; a sum casts each block into one
-    `acc_dtype` scratch block and adds it up there."""
+    `into` (a reused block of `dtype`) where it computes them; a sum (or product) casts each
+    block into one `acc_dtype` scratch block and adds (multiplies) it up there."""
     axes = tuple(a % len(shape) for a in ((axes,) if isinstance(axes, int) else axes))
     axis = _block_axis(shape)
     rows = max(1, REDUCE_BLOCK_ELEMENTS // math.prod(shape[axis + 1:]))
     block_shape = shape[:axis] + (min(rows, shape[axis]),) + shape[axis + 1:]
     values = np.empty(block_shape, dtype)  # untouched (no page faults) where unused
-    summing = op in ("sum", "mean")
+    accumulated = op in ("sum", "mean", "prod")  # added (multiplied) up in acc_dtype
+    combine = "sum" if op == "mean" else op
+    ufunc = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[combine]
     cast = np.empty(block_shape, acc_dtype) \
-        if summing and acc_dtype and np.dtype(dtype) != acc_dtype else None
+        if accumulated and acc_dtype and np.dtype(dtype) != acc_dtype else None
     parts = []
     for lo in range(0, shape[axis], rows):
         hi = min(lo + rows, shape[axis])
         head = (slice(None),) * axis
         v = block_of(head + (slice(lo, hi),), values[head + (slice(0, hi - lo),)])
-        if summing:
-            if cast is not None:
-                np.copyto(cast[head + (slice(0, hi - lo),)], v, casting="unsafe")
-                v = cast[head + (slice(0, hi - lo),)]
-            parts.append(np.add.reduce(v, axis=axes, keepdims=True))
-        else:
-            parts.append((np.maximum if op == "max" else np.minimum).reduce(
-                v, axis=axes, keepdims=True))
+        if cast is not None:
+            np.copyto(cast[head + (slice(0, hi - lo),)], v, casting="unsafe")
+            v = cast[head + (slice(0, hi - lo),)]
+        parts.append(ufunc.reduce(v, axis=axes, keepdims=True))
     if axis in axes:
-        return combine_partials("sum" if summing else op, *parts)
+        return combine_partials(combine, *parts)
     return np.concatenate(parts, axis=axis)
 
 
@@ -375,7 +375,7 @@ def combine_partials(op, *parts):
     if len(parts) == 1:
         return parts[0]
     xp = dispatch.array_module(*parts)
-    fn = {"sum": xp.add, "max": xp.maximum, "min": xp.minimum}[op]
+    fn = {"sum": xp.add, "prod": xp.multiply, "max": xp.maximum, "min": xp.minimum}[op]
     out = xp.asarray(fn(parts[0], parts[1]))  # NumPy gives 0-d results as scalars
     for part in parts[2:]:
         fn(out, part, out=out)  # in place: one result array however many parts
@@ -385,7 +385,7 @@ def combine_partials(op, *parts):
 def finish_reduce(op, axes, keepdims, count, dtype, *parts):
     """The last tree-reduction step: combine, divide for a mean (in the accumulator's dtype),
     drop reduced axes, and round to the result's dtype."""
-    out = combine_partials("sum" if op in ("sum", "mean") else op, *parts)
+    out = combine_partials("sum" if op == "mean" else op, *parts)
     xp = dispatch.array_module(out)
     if op == "mean":
         with np.errstate(invalid="ignore", divide="ignore"):

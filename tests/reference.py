@@ -24,6 +24,8 @@ UNARY = {
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "floor": np.floor, "ceil": np.ceil,
     "round": np.rint, "sign": np.sign, "reciprocal": lambda x: 1 / x,
     "softplus": lambda x: np.logaddexp(0, x),
+    "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh,
+    "atanh": np.arctanh,
 }
 BINARY = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
@@ -31,7 +33,7 @@ BINARY = {
     "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
     "ne": np.not_equal,
 }
-REDUCE = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
+REDUCE = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "max": np.max, "min": np.min}
 
 
 def evaluate(graph: Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -19,6 +19,7 @@ from deepx_flow.ir.program import whole_axes
 from deepx_flow.kernels.scan import scratch_elements
 from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, GATHER, INDEXED, LAYOUT, MATMUL, REDUCE,
                             SCAN, SOURCE, WINDOW, get_op)
+from deepx_flow.ops.reductions import ACCUMULATED
 
 ChunkOf = Callable[[str], tuple[int, ...]]
 
@@ -199,7 +200,7 @@ def main_cost(node: Node, inputs: list[Node], chunk_of: ChunkOf, space_chunk=Non
         prologue = node.attr("prologue")
         operand = _nbytes(space, prologue[-1][2]) if prologue else 0
         # Sums keep float64 partials (see lower.py): twice a float32 result's bytes.
-        acc = dtypes.accumulator(node.dtype) if node.op in ("sum", "mean") else node.dtype
+        acc = dtypes.accumulator(node.dtype) if node.op in ACCUMULATED else node.dtype
         partial = _nbytes(tuple(1 if i in node.attr("axes") else s
                                 for i, s in enumerate(space)), acc)
         flops = n_space * (1 + (program_flops(prologue) if prologue else 0))

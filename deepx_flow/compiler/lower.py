@@ -50,6 +50,7 @@ from deepx_flow.ir.program import node_program
 from deepx_flow.kernels import tasks as K
 from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, GATHER, INDEXED, MATMUL, REDUCE, SCAN,
                             SOURCE, WINDOW, get_op)
+from deepx_flow.ops.reductions import ACCUMULATED, COMBINE
 from deepx_flow.ops.window import input_window, spatial_attrs
 
 Region = tuple[tuple[int, int], ...]
@@ -472,7 +473,7 @@ def _lower_reduce(node, ins, part, grid, name, operands, dsk, inlinable):
     prologue = node.attr("prologue")
     fanin = part.fanin[node.id]
     op = node.op
-    acc = dtypes.accumulator(node.dtype) if op in ("sum", "mean") else None
+    acc = dtypes.accumulator(node.dtype) if op in ACCUMULATED else None
     count = math.prod(sum(space.chunks[a]) for a in axes)  # elements reduced per result
     groups: dict[tuple, list] = {}
     args: dict = {}  # partial key -> its kernel's arguments
@@ -485,7 +486,7 @@ def _lower_reduce(node, ins, part, grid, name, operands, dsk, inlinable):
         args[pkey] = (op, prologue, axes, acc, shape, layouts, *refs)
         dsk[pkey] = task(pkey, K.reduce_partial, *args[pkey])
         groups.setdefault(kept, []).append(pkey)
-    combine_op = "sum" if op in ("sum", "mean") else op
+    combine_op = COMBINE[op]
     for kept, keys in groups.items():
         out_idx = []
         it = iter(kept)

@@ -11,8 +11,6 @@ reports as an error at that step.
 
 from __future__ import annotations
 
-import math
-
 from deepx_flow.errors import GraphError, shown
 from deepx_flow.ir import dtypes
 from deepx_flow.sdk import functions as F
@@ -115,23 +113,6 @@ def dropout(x, rate: float, seed: int, step: int | None) -> Tensor:
                          x.node.id)
     draw = random.uniform(x.shape, seed=random.derive_seed(seed, step), dtype="float32")
     return F.where(draw >= rate, x * (1.0 / (1.0 - rate)), 0.0)
-
-
-def gelu(x, approximate: bool = False) -> Tensor:
-    """GELU: `x * P(X <= x)` for a standard normal X, exactly `0.5 x (1 + erf(x / sqrt 2))`
-    (PyTorch's and ONNX's default), or with `approximate=True` the tanh approximation
-    (`dx.gelu`, JAX's default)."""
-    x = as_tensor(x)
-    if approximate:
-        return F.gelu(x)
-    return 0.5 * x * (1.0 + F.erf(x * (1.0 / math.sqrt(2.0))))
-
-
-def leaky_relu(x, alpha: float = 0.01) -> Tensor:
-    """`x` where x >= 0, else `alpha * x` (ONNX's LeakyRelu, PyTorch's default slope); NaN
-    stays NaN."""
-    x = as_tensor(x)
-    return F.where(x < 0, x * alpha, x)
 
 
 def _check_reduction(reduction: str) -> None:

@@ -126,7 +126,7 @@ def refusals() -> tuple[int, list[tuple[str, str]], Counter]:
     return len(cases), refused, lacking
 
 
-# The operator families issue 17 names, by node-test name.
+# The operator families issues 17 and 31 name, by node-test name.
 FAMILIES = {
     "convolution": r"^test_conv(?!integer)", "pooling":
     r"^test_(maxpool|averagepool|globalaveragepool|globalmaxpool)",
@@ -138,6 +138,9 @@ FAMILIES = {
     "argmax, argmin": r"^test_arg(max|min)", "cumsum": r"^test_cumsum",
     "expand": r"^test_expand", "squeeze, unsqueeze": r"^test_(un)?squeeze",
     "pad": r"^test_(constant_pad|edge_pad|reflect_pad|wrap_pad|pad)", "resize": r"^test_resize",
+    # issue 31's
+    "activations": r"^test_(elu|selu|celu|thresholdedrelu|hardsigmoid|hardswish|mish|prelu)",
+    "hyperbolic": r"^test_(sinh|cosh|asinh|acosh|atanh)", "reduce prod": r"^test_reduce_prod",
 }
 
 

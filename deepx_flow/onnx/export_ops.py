@@ -154,7 +154,8 @@ def _arange(b, node, args, out):
 UNARY = {"neg": "Neg", "abs": "Abs", "exp": "Exp", "log": "Log", "sqrt": "Sqrt",
          "tanh": "Tanh", "sigmoid": "Sigmoid", "erf": "Erf", "sin": "Sin", "cos": "Cos",
          "tan": "Tan", "floor": "Floor", "ceil": "Ceil", "round": "Round", "sign": "Sign",
-         "reciprocal": "Reciprocal", "softplus": "Softplus", "relu": "Relu", "gelu": None}
+         "reciprocal": "Reciprocal", "softplus": "Softplus", "relu": "Relu", "gelu": None,
+         "sinh": "Sinh", "cosh": "Cosh", "asinh": "Asinh", "acosh": "Acosh", "atanh": "Atanh"}
 # computed in float32 for float16 operands, as the kernels compute them
 HALF_IN_FLOAT32 = ("sigmoid", "gelu", "erf", "reciprocal", "softplus")
 GELU_C, GELU_K = 0.044715, float(np.sqrt(2.0 / np.pi))
@@ -265,16 +266,17 @@ def _matmul(b, node, args, out):
     b.cast(product, work, node.dtype, out=out)
 
 
-REDUCE = {"sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax", "min": "ReduceMin"}
+REDUCE = {"sum": "ReduceSum", "mean": "ReduceMean", "prod": "ReduceProd", "max": "ReduceMax",
+          "min": "ReduceMin"}
 
 
 @_exporter(*REDUCE)
 def _reduce(b, node, args, out):
     """The operand cast to the result's type first (NumPy sums int32 as int64, averages
-    integers as float64); float16 sums and means add up in float32."""
+    integers as float64); float16 sums, means and products add up in float32."""
     (x,) = args
     axes, keep = node.attr("axes"), node.attr("keepdims", False)
-    if node.op in ("sum", "mean"):
+    if node.op in ("sum", "mean", "prod"):
         work = "float32" if node.dtype == "float16" else _widened(node.dtype, SUM_TYPES)
     else:
         work = _widened(node.dtype, EXTREME_TYPES)

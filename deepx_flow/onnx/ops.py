@@ -96,6 +96,8 @@ UNARY = {
     "Tan": (dx.tan, None), "Floor": (dx.floor, None), "Ceil": (dx.ceil, None),
     "Round": (dx.round, None), "Sign": (dx.sign, np.sign),
     "Reciprocal": (dx.reciprocal, None), "Softplus": (dx.softplus, None),
+    "Sinh": (dx.sinh, None), "Cosh": (dx.cosh, None), "Asinh": (dx.asinh, None),
+    "Acosh": (dx.acosh, None), "Atanh": (dx.atanh, None),
 }
 
 
@@ -251,6 +253,33 @@ def _gelu(ctx, node, args, attrs):
     if mode not in ("none", "tanh"):
         raise ctx.error(f"approximate={mode!r} is not one of 'none', 'tanh'")
     return _t(dx.nn.gelu(ctx.tensor(args[0]), approximate=mode == "tanh"))
+
+
+def _activation(fn, *names_defaults):
+    """An activation of dx.nn whose float attributes (with ONNX's defaults) pass on as
+    keywords of the same names."""
+    def convert(ctx, node, args, attrs):
+        kwargs = {name: float(attrs.get(name, default)) for name, default in names_defaults}
+        return _t(fn(ctx.tensor(args[0]), **kwargs))
+    return convert
+
+
+for _name, _fn, _defaults in [
+        ("Elu", dx.nn.elu, (("alpha", 1.0),)),
+        ("Selu", dx.nn.selu, (("alpha", dx.nn.activations.SELU_ALPHA),
+                              ("gamma", dx.nn.activations.SELU_GAMMA))),
+        ("Celu", dx.nn.celu, (("alpha", 1.0),)),
+        ("ThresholdedRelu", dx.nn.thresholded_relu, (("alpha", 1.0),)),
+        ("HardSigmoid", dx.nn.hard_sigmoid, (("alpha", 0.2), ("beta", 0.5))),
+        ("HardSwish", dx.nn.hard_swish, ()),
+        ("Mish", dx.nn.mish, ())]:
+    _op(_name, "elementwise", f"dx.nn.{_fn.__name__}",
+        attrs=tuple(n for n, _ in _defaults))(_activation(_fn, *_defaults))
+
+
+@_op("PRelu", "elementwise", "dx.nn.prelu (the slope broadcasts to the input)")
+def _prelu(ctx, node, args, attrs):
+    return _t(dx.nn.prelu(ctx.tensor(args[0]), ctx.tensor(args[1])))
 
 
 # -- matrix products -----------------------------------------------------------------------
@@ -477,7 +506,7 @@ def _reduce(kind: str):
             axes = list(range(rank))
         axes = tuple(sorted({_norm(ctx, a, rank) for a in axes}))
         t = ctx.tensor(x)
-        if kind in ("sum", "mean", "max", "min"):
+        if kind in ("sum", "mean", "prod", "max", "min"):
             out = getattr(dx, kind)(t, axis=axes, keepdims=keep)
         elif kind == "sum_square":
             out = dx.sum(t * t, axis=axes, keepdims=keep)
@@ -493,7 +522,8 @@ def _reduce(kind: str):
     return convert
 
 
-for _name, _kind in {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max",
+for _name, _kind in {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceProd": "prod",
+                     "ReduceMax": "max",
                      "ReduceMin": "min", "ReduceSumSquare": "sum_square", "ReduceL1": "l1",
                      "ReduceL2": "l2", "ReduceLogSum": "log_sum",
                      "ReduceLogSumExp": "log_sum_exp"}.items():

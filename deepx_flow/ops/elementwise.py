@@ -49,6 +49,11 @@ UNARY = {
     "sign": (np.sign, 1, "-1, 0 or 1 by the sign of x (NaN stays NaN)"),
     "reciprocal": (np.exp, 1, "1 / x (integers become floats)"),
     "softplus": (np.exp, 12, "log(1 + e**x), without overflow for large x"),
+    "sinh": (np.sinh, 14, "hyperbolic sine"),
+    "cosh": (np.cosh, 14, "hyperbolic cosine"),
+    "asinh": (np.arcsinh, 16, "inverse hyperbolic sine"),
+    "acosh": (np.arccosh, 16, "inverse hyperbolic cosine (NaN below 1)"),
+    "atanh": (np.arctanh, 16, "inverse hyperbolic tangent (NaN outside [-1, 1])"),
 }
 # Piecewise constant: their gradient is zero wherever it exists (as in JAX and PyTorch).
 FLAT = ("floor", "ceil", "round", "sign")
@@ -112,6 +117,16 @@ def _unary_vjp(e, node, inputs, g):
         return (e("neg", e("mul", g, e("mul", y, y))),)
     if op == "softplus":  # the logistic sigmoid
         return (e("mul", g, e("sigmoid", x)),)
+    if op == "sinh":
+        return (e("mul", g, e("cosh", x)),)
+    if op == "cosh":
+        return (e("mul", g, e("sinh", x)),)
+    if op == "asinh":  # 1 / sqrt(x^2 + 1)
+        return (e("div", g, e("sqrt", e("add", e("mul", x, x), c(1)))),)
+    if op == "acosh":  # 1 / sqrt((x - 1)(x + 1)): no cancellation near 1
+        return (e("div", g, e("sqrt", e("mul", e("sub", x, c(1)), e("add", x, c(1))))),)
+    if op == "atanh":  # 1 / ((1 - x)(1 + x))
+        return (e("div", g, e("mul", e("sub", c(1), x), e("add", c(1), x))),)
     if op == "erf":  # 2/sqrt(pi) exp(-x^2)
         return (e("mul", g, e("mul", c(2 / math.sqrt(math.pi)),
                               e("exp", e("neg", e("mul", x, x))))),)

@@ -1,9 +1,10 @@
-"""Reductions (sum, mean, max, min over axes) and the whole-axis softmax operators.
+"""Reductions (sum, mean, prod, max, min over axes) and the whole-axis softmax operators.
 
 Reductions keep `axes` as a sorted tuple of non-negative ints (all axes when the SDK was given
 None) and `keepdims` as a bool, so the YAML form is explicit. Result dtypes are NumPy's
-(summing int32 gives int64, a mean of ints is float64); float sums add up in float64 whatever
-their result dtype (`ir.dtypes.accumulator`, see `compiler.lower`).
+(summing int32 gives int64, a mean of ints is float64); float sums and products add up in
+float64 whatever their result dtype (`ir.dtypes.accumulator`, see `compiler.lower`), so a
+float32 product that passes float32's range on the way but not at the end is still right.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from deepx_flow.ops.common import broadcast, normalize_axes, normalize_axis, ufu
 from deepx_flow.ops.programs import program_dtype
 from deepx_flow.ops.spec import AXIS_WHOLE, REDUCE, OpSpec
 
-REDUCTIONS = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
+REDUCTIONS = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "max": np.max, "min": np.min}
+# Those whose partials are kept in `dtypes.accumulator(result dtype)`, and how partials combine.
+ACCUMULATED = ("sum", "mean", "prod")
+COMBINE = {"sum": "sum", "mean": "sum", "prod": "prod", "max": "max", "min": "min"}
 
 
 def _reduced_operand(node, inputs):
@@ -67,7 +71,8 @@ def _infer_softmax(node, inputs):
 # -- gradient rules (see ops.elementwise for the conventions) ------------------------------
 def _reduce_vjp(e, node, inputs, g):
     """sum: `g` broadcast back over the reduced axes; mean: the same over their count;
-    max/min: `g` to the elements equal to the result, split evenly between ties."""
+    prod: `g` times the product of the other elements; max/min: `g` to the elements equal to
+    the result, split evenly between ties."""
     (x,) = inputs
     axes, keepdims = node.attr("axes"), node.attr("keepdims", False)
     gk = e.keep_dims(g, x.shape, axes, keepdims)
@@ -81,9 +86,27 @@ def _reduce_vjp(e, node, inputs, g):
         else:
             share = e("div", gk, e.const(count, g.dtype))
         return (e.broadcast_to(share, x.shape),)
+    if node.op == "prod":
+        return (_prod_vjp(e, x, axes, gk),)
     hit = e("eq", x, e.keep_dims(node, x.shape, axes, keepdims))
     ties = e.sum(e("cast", hit, dtype=g.dtype), axes, keepdims=True)
     return (e("where", hit, e("div", gk, ties), e.const(0, g.dtype)),)
+
+
+def _prod_vjp(e, x, axes, gk):
+    """d prod / d x_i is the product of the other elements. Not prod / x_i, which is NaN at a
+    zero: with no zero among them it is that quotient; with exactly one, the product of the
+    nonzero elements at the zero and 0 elsewhere; with two or more, 0 everywhere."""
+    dt = x.dtype
+    zero, one = e.const(0, dt), e.const(1, dt)
+    is_zero = e("eq", x, zero)
+    nonzero_prod = e("prod", e("where", is_zero, one, x), axes=axes, keepdims=True)
+    zeros = e.sum(e("cast", is_zero, dtype="int64"), axes, keepdims=True)
+    at_the_zero = e("where", e("eq", zeros, e.const(1, "int64")), nonzero_prod, zero)
+    others = e("where", e("eq", zeros, e.const(0, "int64")),
+               e("div", nonzero_prod, e("where", is_zero, one, x)),
+               e("where", is_zero, at_the_zero, zero))
+    return e("mul", gk, others)
 
 
 def _softmax_vjp(e, node, inputs, g):

@@ -130,6 +130,8 @@ neg, abs, exp, log, sqrt, tanh, sigmoid, relu, gelu, erf = (  # noqa: A001
 sin, cos, tan, floor, ceil, round, sign, reciprocal, softplus = (  # noqa: A001
     _unary(op) for op in ("sin", "cos", "tan", "floor", "ceil", "round", "sign", "reciprocal",
                           "softplus"))
+sinh, cosh, asinh, acosh, atanh = (_unary(op) for op in ("sinh", "cosh", "asinh", "acosh",
+                                                         "atanh"))
 round.__doc__ = "Elementwise round to the nearest integer, halves to even (NumPy's rint)."
 
 
@@ -192,6 +194,12 @@ def sum(x, axis=None, keepdims=False) -> Tensor:  # noqa: A001
 
 def mean(x, axis=None, keepdims=False) -> Tensor:
     return reduce_("mean", as_tensor(x), axis, keepdims)
+
+
+def prod(x, axis=None, keepdims=False) -> Tensor:
+    """The product over `axis` (all axes when None), multiplied up in float64 for floats
+    (rounded once to the result dtype, NumPy's: int32 gives int64); 1 for an empty axis."""
+    return reduce_("prod", as_tensor(x), axis, keepdims)
 
 
 def max(x, axis=None, keepdims=False) -> Tensor:  # noqa: A001

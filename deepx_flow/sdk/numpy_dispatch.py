@@ -113,7 +113,8 @@ UFUNCS: dict[np.ufunc, Callable] = {
     np.negative: F.neg, np.absolute: F.abs, np.exp: F.exp, np.log: F.log, np.sqrt: F.sqrt,
     np.tanh: F.tanh, np.sin: F.sin, np.cos: F.cos, np.tan: F.tan, np.floor: F.floor,
     np.ceil: F.ceil, np.rint: F.round, np.sign: F.sign, np.reciprocal: F.reciprocal,
-    np.square: _square, np.positive: _positive,
+    np.sinh: F.sinh, np.cosh: F.cosh, np.arcsinh: F.asinh, np.arccosh: F.acosh,
+    np.arctanh: F.atanh, np.square: _square, np.positive: _positive,
     np.add: F.add, np.subtract: F.sub, np.multiply: F.mul, np.divide: F.div,
     np.power: F.pow, np.maximum: F.maximum, np.minimum: F.minimum, np.less: F.less,
     np.less_equal: F.less_equal, np.greater: F.greater, np.greater_equal: F.greater_equal,
@@ -235,10 +236,16 @@ def _mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=NO_VALUE)
     return _summed(F.mean, as_tensor(a), axis, keepdims, dtype)
 
 
+def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=NO_VALUE,
+          where=NO_VALUE):
+    _no("numpy.prod", out=out, initial=initial, where=where)
+    return _summed(F.prod, as_tensor(a), axis, keepdims, dtype)
+
+
 def _summed(fn, x: Tensor, axis, keepdims, dtype) -> Tensor:
     """`fn(x)` with NumPy's `dtype=`: the operand cast to it and the result in it. A sum of
     small integers adds up in int64 and wraps once at the end, which is what adding up in
-    the small type gives; a float one adds up in float64 (`dx.sum`), more exactly than
+    the small type gives (so does a product: wrapping commutes with multiplication); a float one adds up in float64 (`dx.sum`), more exactly than
     NumPy's sum in that dtype."""
     if dtype is None:
         return fn(x, axis, keepdims)
@@ -488,7 +495,7 @@ def _size(a, axis=None):
 
 
 FUNCTIONS: dict[Callable, Callable] = {
-    np.sum: _sum, np.mean: _mean,
+    np.sum: _sum, np.mean: _mean, np.prod: _prod,
     np.max: _extreme("numpy.max", F.max), np.amax: _extreme("numpy.amax", F.max),
     np.min: _extreme("numpy.min", F.min), np.amin: _extreme("numpy.amin", F.min),
     np.argmax: _arg("numpy.argmax", F.argmax), np.argmin: _arg("numpy.argmin", F.argmin),

@@ -169,6 +169,7 @@ class Tensor:
 
     def sum(self, axis=None, keepdims=False): return reduce_("sum", self, axis, keepdims)
     def mean(self, axis=None, keepdims=False): return reduce_("mean", self, axis, keepdims)
+    def prod(self, axis=None, keepdims=False): return reduce_("prod", self, axis, keepdims)
     def max(self, axis=None, keepdims=False): return reduce_("max", self, axis, keepdims)
     def min(self, axis=None, keepdims=False): return reduce_("min", self, axis, keepdims)
 

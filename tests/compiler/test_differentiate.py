@@ -85,7 +85,7 @@ ANY = (SHAPE, -2.0, 2.0)
 POSITIVE = (SHAPE, 0.3, 2.0)
 
 UNARY = ["neg", "abs", "exp", "tanh", "sigmoid", "relu", "gelu", "erf", "sin", "cos",
-         "softplus"]
+         "softplus", "sinh", "cosh", "asinh"]
 
 
 @pytest.mark.parametrize("op", UNARY)
@@ -100,6 +100,22 @@ def test_tan_away_from_its_poles(client):
 def test_reciprocal_on_both_signs(client):
     check_gradients(client, lambda x: dx.reciprocal(x), {"x": POSITIVE})
     check_gradients(client, lambda x: dx.reciprocal(-x), {"x": POSITIVE})
+
+
+def test_inverse_hyperbolics_inside_their_domains(client):
+    check_gradients(client, lambda x: dx.acosh(x), {"x": (SHAPE, 1.2, 3.0)})
+    check_gradients(client, lambda x: dx.atanh(x), {"x": (SHAPE, -0.8, 0.8)})
+
+
+@pytest.mark.parametrize("name", ["elu", "selu", "celu", "hard_sigmoid", "hard_swish", "mish",
+                                  "thresholded_relu"])
+def test_activations(client, name):
+    check_gradients(client, lambda x: getattr(dx.nn, name)(x), {"x": (SHAPE, -4.0, 4.0)})
+
+
+def test_prelu_gives_gradients_to_input_and_slope(client):
+    check_gradients(client, lambda x, s: dx.nn.prelu(x, s),
+                    {"x": ANY, "s": ((6,), 0.05, 0.5)})
 
 
 def test_leaky_relu_and_clip(client):
@@ -164,12 +180,28 @@ def test_matmul(client, a_shape, b_shape):
     check_gradients(client, lambda a, b: a @ b, {"a": (a_shape, -1, 1), "b": (b_shape, -1, 1)})
 
 
-@pytest.mark.parametrize("op", ["sum", "mean", "max", "min"])
+@pytest.mark.parametrize("op", ["sum", "mean", "prod", "max", "min"])
 @pytest.mark.parametrize("axis,keepdims", [(0, False), (1, True), (None, False),
                                            ((0, 2), False), ((0, 2), True)])
 def test_reductions(client, op, axis, keepdims):
     check_gradients(client, lambda x: getattr(dx, op)(x, axis=axis, keepdims=keepdims),
                     {"x": ((4, 3, 5), -2, 2)})
+
+
+def test_prod_with_zeros_gives_the_product_of_the_others(client):
+    """Not prod / x (NaN at a zero): a row with one zero has a gradient only there, the
+    product of the others; a row with two zeros has none."""
+    data = np.random.default_rng(5).uniform(0.5, 1.5, (4, 6))
+    data[1, 2] = 0.0
+    data[2, [0, 4]] = 0.0
+    x = dx.input("x", data.shape, "float64")
+    weights = np.arange(1.0, 5.0)
+    got = dx.run(dx.grad((dx.prod(x, axis=1) * weights).sum(), x), inputs={"x": data},
+                 client=client, cluster=cluster_with_memory(BUDGETS[-1]))
+    want = np.array([[w * np.prod(np.delete(row, j)) for j in range(row.size)]
+                     for w, row in zip(weights, data)])
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+    assert got[1, 2] != 0 and np.all(got[1, [0, 1, 3, 4, 5]] == 0) and np.all(got[2] == 0)
 
 
 def test_max_splits_ties_evenly(client):

@@ -68,6 +68,12 @@ def operands(op: str, in_dtypes: tuple[str, ...], shape, seed: int = 0) -> list[
             lo, hi = (-1, 2) if kind in "iu" else (-1.3, 1.3)
         elif op == "reciprocal":  # away from zero, both signs
             lo, hi = (1, 20) if kind in "iu" else (0.25, 4.0)
+        elif op in ("sinh", "cosh"):  # no overflow in float16
+            lo, hi = (-4, 5) if kind in "iu" else (-4.0, 4.0)
+        elif op == "acosh":  # its domain: [1, inf)
+            lo, hi = (1, 20) if kind in "iu" else (1.0, 20.0)
+        elif op == "atanh":  # its domain: (-1, 1); the integers in it are 0
+            lo, hi = (0, 1) if kind in "iu" else (-0.95, 0.95)
         else:
             lo, hi = (-10, 11) if kind in "iu" else (-3.0, 3.0)
         if kind == "u":
@@ -114,6 +120,12 @@ def _float64(op, xs):
         "floor": lambda: np.floor(a), "ceil": lambda: np.ceil(a),
         "round": lambda: _half_even(a), "sign": lambda: np.sign(a),
         "reciprocal": lambda: 1.0 / a,
+        "sinh": lambda: np.vectorize(math.sinh, otypes=[np.float64])(a),
+        "cosh": lambda: np.vectorize(math.cosh, otypes=[np.float64])(a),
+        # written out (NaN outside the domain, as from a bool operand's 0; inf at atanh(1))
+        "asinh": lambda: np.sign(a) * np.log1p(np.abs(a) + a * a / (1 + np.sqrt(1 + a * a))),
+        "acosh": lambda: np.log(a + np.sqrt((a - 1) * (a + 1))),
+        "atanh": lambda: 0.5 * np.log1p(2 * a / (1 - a)),
         "softplus": lambda: np.where(a > 0, a + np.log1p(np.exp(-a)), np.log1p(np.exp(a))),
         "add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "div": lambda: a / b,
         "pow": lambda: a ** b,

@@ -144,7 +144,8 @@ def f32(x):
 IN_FLOAT32 = {
     "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
     "tanh": np.tanh, "sin": np.sin, "cos": np.cos, "tan": np.tan, "floor": np.floor,
-    "ceil": np.ceil, "sign": np.sign, "round": np.rint,
+    "ceil": np.ceil, "sign": np.sign, "round": np.rint, "sinh": np.sinh, "cosh": np.cosh,
+    "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
     "relu": lambda x: np.maximum(x, np.float32(0)),
     "sigmoid": lambda x: np.float32(1) / (np.float32(1) + np.exp(-x)),
     "reciprocal": lambda x: np.float32(1) / x,

@@ -72,7 +72,8 @@ HOST_PRELUDE = r"""
 #define __device__
 using std::exp; using std::log; using std::sqrt; using std::tanh; using std::pow; using std::erf;
 using std::fabs; using std::sin; using std::cos; using std::tan; using std::floor;
-using std::ceil; using std::rint; using std::log1p;
+using std::ceil; using std::rint; using std::log1p; using std::sinh; using std::cosh;
+using std::asinh; using std::acosh; using std::atanh;
 
 // CuPy's float16: a storage type, built implicitly from float only, read as float.
 class float16 {

@@ -310,7 +310,9 @@ def logic(dtype):
         "clipped": dx.clip(a, -0.5, 0.5),
         "math": dx.exp(a) + dx.log(dx.abs(a) + 1.0) + dx.sqrt(dx.abs(b)) + dx.tanh(a)
         + dx.sigmoid(a) + dx.sin(a) * dx.cos(b) + dx.tan(a * 0.5) + dx.softplus(a)
-        + dx.reciprocal(dx.abs(a) + 1.0) + dx.gelu(a) + a ** 2.0 - a / (b * b + 1.0),
+        + dx.reciprocal(dx.abs(a) + 1.0) + dx.gelu(a) + a ** 2.0 - a / (b * b + 1.0)
+        + dx.sinh(a) + dx.cosh(b) + dx.asinh(a) + dx.acosh(dx.abs(b) + 1.0)
+        + dx.atanh(dx.tanh(a)),
         "erf": dx.erf(a),
         "int_exp": dx.exp(dx.cast(i, "int8") * 0) + dx.sigmoid(dx.cast(i, "float16")),
     }
@@ -393,7 +395,7 @@ UNARY = {"neg": dx.neg, "abs": dx.abs, "tanh": dx.tanh, "sigmoid": dx.sigmoid,
 BINARY = {"add": dx.add, "sub": dx.sub, "mul": dx.mul, "maximum": dx.maximum,
           "minimum": dx.minimum, "div1": lambda p, q: p / (q * q + 1.0),
           "where": lambda p, q: dx.where(p > q, p, q * 0.5)}
-REDUCTIONS = ("sum", "mean", "max", "min")
+REDUCTIONS = ("sum", "mean", "prod", "max", "min")
 
 
 @st.composite

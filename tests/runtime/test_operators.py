@@ -67,6 +67,23 @@ UNARY = {
     "leaky_relu": (lambda x: dx.nn.leaky_relu(x, 0.1), lambda x: np.where(x < 0, 0.1 * x, x),
                    A),
     "clip": (lambda x: dx.clip(x, -0.5, 0.75), lambda x: np.clip(x, -0.5, 0.75), A),
+    "sinh": (dx.sinh, np.sinh, 3 * A), "cosh": (dx.cosh, np.cosh, 3 * A),
+    "asinh": (dx.asinh, np.arcsinh, 10 * A), "acosh": (dx.acosh, np.arccosh, 1 + 10 * POS),
+    "atanh": (dx.atanh, np.arctanh, np.tanh(A)),
+    # the activations of dx.nn, as ONNX defines them, written out here
+    "elu": (lambda x: dx.nn.elu(x, 0.7), lambda x: np.where(x < 0, 0.7 * np.expm1(x), x), A),
+    # ONNX's default constants are SELU's rounded to float32
+    "selu": (dx.nn.selu, lambda x: float(np.float32(1.0507009873554805)) * np.where(
+        x > 0, x, float(np.float32(1.6732632423543772)) * np.expm1(x)), A),
+    "celu": (lambda x: dx.nn.celu(x, 1.5), lambda x: np.maximum(0, x) + np.minimum(
+        0, 1.5 * np.expm1(x / 1.5)), A),
+    "thresholded_relu": (lambda x: dx.nn.thresholded_relu(x, 0.4),
+                         lambda x: np.where(x > 0.4, x, 0.0), A),
+    "hard_sigmoid": (dx.nn.hard_sigmoid, lambda x: np.clip(0.2 * x + 0.5, 0, 1), 4 * A),
+    "hard_swish": (dx.nn.hard_swish, lambda x: x * np.clip(x / 6 + 0.5, 0, 1), 5 * A),
+    "mish": (dx.nn.mish, lambda x: x * np.tanh(np.log1p(np.exp(x))), 3 * A),
+    "prelu": (lambda x: dx.nn.prelu(x, ROW.astype(x.dtype)),
+              lambda x: np.where(x < 0, ROW * x, x), A),
 }
 
 
@@ -158,6 +175,35 @@ def test_reductions(client, op, axis, keepdims):
     results, _ = run_all_grids(client, lambda x: fn(dx.exp(x) - 1.0, axis=axis,
                                                      keepdims=keepdims), {"x": A}, "float64")
     check(results, getattr(np, op)(np.exp(A) - 1.0, axis=axis, keepdims=keepdims), "float64")
+
+
+@pytest.mark.parametrize("axis,keepdims", [(None, False), (0, False), (1, True)])
+def test_prod(client, axis, keepdims):
+    values = np.exp(0.1 * A)
+    results, _ = run_all_grids(client, lambda x: dx.prod(x, axis=axis, keepdims=keepdims),
+                               {"x": values}, "float64")
+    check(results, np.prod(values, axis=axis, keepdims=keepdims), "float64")
+
+
+def test_prod_multiplies_up_in_float64_and_keeps_numpys_dtypes(client):
+    """A float32 product whose partial products leave float32's range still comes out right
+    (rounded once from float64); integers multiply exactly in NumPy's result dtype; an empty
+    axis gives 1; zeros give zeros."""
+    big = np.full((6, 16), 1e30, np.float32)  # 1e240 on the way: past float32, not float64
+    big[:, 8:] = 1e-30
+    big[5, 3] = 0.0
+    ints = RNG.integers(-3, 4, (37, 5)).astype("int32")
+    x, i = dx.input("x", big.shape, "float32"), dx.input("i", ints.shape, "int32")
+    e = dx.input("e", (3, 0), "float32")
+    p, q, r = dx.run([x.prod(axis=1), i.prod(axis=0), e.prod(axis=1)],
+                     inputs={"x": big, "i": ints, "e": np.zeros((3, 0), np.float32)},
+                     client=client, cluster=cluster_with_memory(MEMORIES[2]))
+    assert p.dtype == np.float32 and q.dtype == ints.prod(axis=0).dtype
+    want = np.prod(big.astype(np.float64), axis=1).astype(np.float32)
+    np.testing.assert_array_equal(p, want)
+    assert p[5] == 0 and np.all(np.abs(p[:5] - 1) < 1e-6)  # not inf or NaN
+    np.testing.assert_array_equal(q, ints.prod(axis=0))
+    np.testing.assert_array_equal(r, np.ones(3, np.float32))
 
 
 def test_integer_sum_and_mean_follow_numpy(client):
