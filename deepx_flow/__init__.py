@@ -24,17 +24,15 @@ from deepx_flow import nn, optim
 from deepx_flow.sdk import random
 from deepx_flow.sdk.build import build_graph
 from deepx_flow.sdk.grad import grad
-from deepx_flow.sdk.functions import (abs, acosh, add, arange, argmax, argmin, asinh, atanh,
-                                      cast, ceil, clip, concat, concatenate, cos, cosh, cumsum, div, equal, erf, exp, floor,
-                                      full, gather_nd, gelu, greater, greater_equal, input,
-                                      less, less_equal, log, log_softmax, matmul, max, maximum, mean,
-                                      min, minimum, mul, neg, not_equal, ones, pad, pow, prod,
-                                      read_zarr,
-                                      reciprocal, relu, reshape, round, scatter, scatter_add,
-                                      scatter_nd, sigmoid, sign, sin, sinh, softmax, softplus,
-                                      sqrt,
-                                      sub, sum, take, take_along_axis, tan, tanh, transpose,
-                                      where, zeros)
+from deepx_flow.sdk.functions import (abs, acosh, add, arange, argmax, argmin, asinh, atanh, cast,
+                                      ceil, clip, concat, concatenate, cos, cosh, cumsum, div,
+                                      equal, erf, exp, flip, floor, full, gather_nd, gelu, greater,
+                                      greater_equal, input, less, less_equal, log, log_softmax,
+                                      matmul, max, maximum, mean, min, minimum, mul, neg, not_equal,
+                                      ones, pad, pow, prod, read_zarr, reciprocal, relu, reshape,
+                                      round, scatter, scatter_add, scatter_nd, sigmoid, sign, sin,
+                                      sinh, softmax, softplus, sqrt, sub, sum, take,
+                                      take_along_axis, tan, tanh, transpose, where, zeros)
 from deepx_flow.sdk.tensor import Tensor
 from deepx_flow.sdk.dask_interop import from_dask, to_dask
 from deepx_flow.sdk.numpy_dispatch import NumpyInteropError
@@ -96,13 +94,12 @@ __all__ = [
     "ClusterSpec", "load_cluster_file", "Persisted", "Placement", "compile", "persist",
     "placement", "run", "runs", "shutdown", "from_yaml", "to_yaml", "Recovery", "Fit", "train",
     "schedule",
-    "abs", "acosh", "add", "arange", "argmax", "argmin", "asinh", "atanh", "cast", "ceil",
-    "clip", "concat", "concatenate", "cos", "cosh", "cumsum", "div", "equal", "erf", "exp", "floor", "from_dask", "full",
-    "gather_nd",
-    "gelu", "greater", "greater_equal", "input", "less", "less_equal", "log", "log_softmax",
-    "matmul", "max", "maximum", "mean", "min", "minimum", "mul", "neg", "not_equal", "ones",
-    "pad", "pow", "prod", "read_zarr", "reciprocal", "relu", "reshape", "round", "scatter",
-    "scatter_add", "scatter_nd", "sigmoid", "sign", "sin", "sinh", "softmax", "softplus", "sqrt",
-    "sub",
-    "sum", "take", "take_along_axis", "tan", "tanh", "to_dask", "transpose", "where", "zeros",
+    "abs", "acosh", "add", "arange", "argmax", "argmin", "asinh", "atanh", "cast", "ceil", "clip",
+    "concat", "concatenate", "cos", "cosh", "cumsum", "div", "equal", "erf", "exp", "flip", "floor",
+    "from_dask", "full", "gather_nd", "gelu", "greater", "greater_equal", "input", "less",
+    "less_equal", "log", "log_softmax", "matmul", "max", "maximum", "mean", "min", "minimum", "mul",
+    "neg", "not_equal", "ones", "pad", "pow", "prod", "read_zarr", "reciprocal", "relu", "reshape",
+    "round", "scatter", "scatter_add", "scatter_nd", "sigmoid", "sign", "sin", "sinh", "softmax",
+    "softplus", "sqrt", "sub", "sum", "take", "take_along_axis", "tan", "tanh", "to_dask",
+    "transpose", "where", "zeros",
 ]

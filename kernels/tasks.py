@@ -479,6 +479,18 @@ def slice_chunk(steps, layouts, *pieces):
     return x[tuple(slice(None, None, s) for s in steps)].copy()
 
 
+def flip_chunk(axes, layouts, *pieces):
+    """The operand's region reversed along `axes`, as a C-ordered copy."""
+    return flip_view(axes, layouts, *pieces).copy()
+
+
+def flip_view(axes, layouts, *pieces):
+    """The operand's region reversed along `axes`: a view with negative strides, computed
+    by the task that reads it."""
+    (x,), _ = _operands(layouts, pieces)
+    return x[tuple(slice(None, None, -1) if a in axes else slice(None) for a in range(x.ndim))]
+
+
 def to_host(x):
     """Move a result chunk to host memory (a NumPy array) for gathering."""
     return dispatch.to_host(x)

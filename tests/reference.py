@@ -89,6 +89,8 @@ def _one(node, args, inputs):
     if op == "slice":
         return args[0][tuple(slice(a, b, c) for a, b, c in
                              zip(attrs["starts"], attrs["stops"], attrs["steps"]))]
+    if op == "flip":
+        return np.flip(args[0], attrs["axes"])
     if op in ("conv", "max_pool", "avg_pool"):
         return _window(node, attrs, args)
     if op == "cumsum":

@@ -508,8 +508,8 @@ def _lower_reduce(node, ins, part, grid, name, operands, dsk, inlinable):
 
 def _lower_layout(node, ins, grid, name, operands, dsk, inlinable):
     """Layout tasks. One that reads one operand chunk (or part of one) and needs no copy (a
-    transpose, a reshape of a whole chunk, a slice with step 1, a concat of its own dtype) is
-    also a view that its readers may compute themselves."""
+    transpose, a reshape of a whole chunk, a slice with step 1, a flip, a concat of its own
+    dtype) is also a view that its readers may compute themselves."""
     (t, *_) = ins
     if node.op == "concat":  # where each operand starts along the axis, found by bisection
         axis = node.attr("axis")
@@ -540,6 +540,14 @@ def _lower_layout(node, ins, grid, name, operands, dsk, inlinable):
             dsk[key] = task(key, K.slice_chunk, steps, layouts, *refs)
             if _one_piece(layouts) and all(s == 1 for s in steps):
                 inlinable[key] = (VIEW, K.slice_chunk, (steps, layouts, *refs))
+        elif node.op == "flip":  # the mirrored region, reversed
+            axes = node.attr("axes")
+            src = tuple((n - hi, n - lo) if a in axes else (lo, hi)
+                        for a, ((lo, hi), n) in enumerate(zip(region, t.shape)))
+            layouts, refs = operands([t.id], [src])
+            dsk[key] = task(key, K.flip_chunk, axes, layouts, *refs)
+            if _one_piece(layouts):
+                inlinable[key] = (VIEW, K.flip_view, (axes, layouts, *refs))
         elif node.op == "concat":
             sources, regions = _concat_sources(ins, starts, axis, region)
             layouts, refs = operands([t.id for t in sources], regions)

@@ -490,10 +490,10 @@ def _dims_indexed(node, ins):
 
 
 _DIM_RULES = {"matmul": _dims_matmul, "sum": _dims_reduce, "mean": _dims_reduce,
-              "max": _dims_reduce, "min": _dims_reduce, "softmax": _dims_same,
-              "log_softmax": _dims_same, "cumsum": _dims_same, "transpose": _dims_transpose,
-              "reshape": _dims_reshape, "concat": _dims_concat, "slice": _dims_slice,
-              "take": _dims_take, "conv": _dims_window, "max_pool": _dims_window,
+              "prod": _dims_reduce, "max": _dims_reduce, "min": _dims_reduce,
+              "softmax": _dims_same, "log_softmax": _dims_same, "cumsum": _dims_same,
+              "transpose": _dims_transpose, "reshape": _dims_reshape, "concat": _dims_concat,
+              "slice": _dims_slice, "flip": _dims_same, "take": _dims_take, "conv": _dims_window, "max_pool": _dims_window,
               "avg_pool": _dims_window, "scatter_elements": _dims_indexed,
               "gather_elements": _dims_indexed, "scatter_nd": _dims_indexed,
               "gather_nd": _dims_indexed}

@@ -366,6 +366,19 @@ def _slice(b, node, args, out):
                     b.const(steps, f"{node.id}/steps")], out=out)
 
 
+@_exporter("flip")
+def _flip(b, node, args, out):
+    """ONNX's Slice stepping -1 from the last element past the first (any length: a dynamic
+    axis may be flipped)."""
+    (x,) = args
+    axes = np.array(node.attr("axes"), dtype=np.int64)
+    last = np.full(len(axes), -1, dtype=np.int64)
+    past_first = np.full(len(axes), np.iinfo(np.int64).min, dtype=np.int64)
+    b.add("Slice", [x.name, b.const(last, f"{node.id}/starts"),
+                    b.const(past_first, f"{node.id}/ends"), b.const(axes, f"{node.id}/axes"),
+                    b.const(last, f"{node.id}/steps")], out=out)
+
+
 @_exporter("take")
 def _take(b, node, args, out):
     x, indices = args

@@ -1,4 +1,4 @@
-"""Operators that move elements: transpose, reshape, concat and slicing.
+"""Operators that move elements: transpose, reshape, concat, slicing and flip.
 
 Attributes are stored normalized (full permutations, per-axis non-negative slice bounds) so
 that the YAML form is explicit and the lowering needs no defaults. reshape states its
@@ -84,6 +84,16 @@ def _infer_slice(node, inputs):
     return tuple(shape), a.dtype
 
 
+def _infer_flip(node, inputs):
+    (a,) = inputs
+    axes = node.attr("axes")
+    if not _ints(axes) or list(axes) != sorted(set(axes)) or \
+            any(not 0 <= ax < a.ndim for ax in axes):
+        raise GraphError(f"flip: axes must be a sorted list of distinct axes of the {a.ndim}-D "
+                         f"input, got {shown(axes)}", node.id)
+    return a.shape, a.dtype
+
+
 def _ints(values) -> bool:
     """A tuple of Python ints (no bools, no floats that happen to be whole)."""
     return isinstance(values, tuple) and all(type(v) is int for v in values)
@@ -131,6 +141,10 @@ def _slice_vjp(e, node, inputs, g):
     return (g,)
 
 
+def _flip_vjp(e, node, inputs, g):
+    return (e("flip", g, axes=node.attr("axes")),)
+
+
 def _take_range(e, x, axis: int, lo: int, hi: int):
     """`x[..., lo:hi, ...]` along `axis` (x itself for its whole extent)."""
     if (lo, hi) == (0, x.shape[axis]):
@@ -151,4 +165,7 @@ def specs() -> list[OpSpec]:
         OpSpec("slice", LAYOUT, 1, _infer_slice, attrs=("starts", "stops", "steps"),
                required_attrs=("starts", "stops", "steps"), doc="start:stop:step on each axis",
                vjp=_slice_vjp),
+        # A negative slice step is a slice with a positive one, then a flip (`x[::-1]`).
+        OpSpec("flip", LAYOUT, 1, _infer_flip, attrs=("axes",), required_attrs=("axes",),
+               doc="reverse the order of the elements along axes", vjp=_flip_vjp),
     ]

@@ -385,6 +385,24 @@ def transpose(x, axes=None) -> Tensor:
     return apply("transpose", [x], axes=axes)
 
 
+def flip(x, axis=None) -> Tensor:
+    """`x` with the order of its elements reversed along `axis` (an int, a list of them, or
+    None for every axis), as `np.flip`."""
+    x = as_tensor(x)
+    if axis is None:
+        axes = tuple(range(x.ndim))
+    elif isinstance(axis, (tuple, list)):
+        axes = tuple(_axis("flip", x, a) for a in axis)
+    else:
+        axes = (_axis("flip", x, axis),)
+    if len(set(axes)) != len(axes):
+        raise GraphError(f"flip: repeated axis in {shown(axis)} (operand: "
+                         f"{x.node.id}{x.shape})")
+    if not axes or all(x.shape[a] <= 1 for a in axes):
+        return x  # nothing moves
+    return apply("flip", [x], axes=tuple(sorted(axes)))
+
+
 def reshape(x, shape) -> Tensor:
     x = as_tensor(x)
     return apply("reshape", [x], shape=_shape(shape))

@@ -1,10 +1,11 @@
 """`tensor[...]`: basic indexing with slices, integers, `...` and `None`.
 
-A subscript becomes one `slice` node (positive steps; negative bounds counted from the end)
-followed, when integers drop axes or None adds them, by a `reshape`. Everything else NumPy
-calls advanced indexing (boolean masks, integer arrays or lists, tensors) has no operator
-here and is refused by name, as are slice bounds that are not integers and zero or negative
-steps.
+A subscript becomes one `slice` node (negative bounds counted from the end), a `flip` of
+the axes it steps through backwards (`x[::-1]`, `x[8:2:-3]`: the same elements taken with a
+positive step, then reversed), and, when integers drop axes or None adds them, a `reshape`.
+Everything else NumPy calls advanced indexing (boolean masks, integer arrays or lists,
+tensors) has no operator here and is refused by name, as are slice bounds that are not
+integers and a zero step.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def getitem(x: Tensor, index) -> Tensor:
         index = index[:at] + (slice(None),) * (x.ndim - used) + index[at + 1:]
     else:
         index = index + (slice(None),) * (x.ndim - used)
-    starts, stops, steps, out_shape = [], [], [], []
+    starts, stops, steps, out_shape, backwards = [], [], [], [], []
     axis = 0
     for item in index:
         if item is None:
@@ -45,10 +46,11 @@ def getitem(x: Tensor, index) -> Tensor:
         dim = x.shape[axis]
         if isinstance(item, slice):
             lo, hi, step = item.indices(dim)
-            if step < 1:
-                raise GraphError(f"axis {axis}: negative or zero slice steps are not supported",
-                                 x.node.id)
-            count = max(0, -(-(hi - lo) // step))
+            count = len(range(lo, hi, step))
+            if step < 0:  # the same elements with a positive step, reversed afterwards
+                lo, hi, step = (lo + (count - 1) * step, lo + 1, -step) if count else (0, 0, 1)
+                if count > 1:
+                    backwards.append(len(starts))
             if count <= 1:  # the step moves past the end at once (x[::2**70]): unit steps
                 hi, step = lo + count, 1
             out_shape.append(count)
@@ -63,6 +65,8 @@ def getitem(x: Tensor, index) -> Tensor:
     out = x
     if (tuple(starts), tuple(stops), tuple(steps)) != ((0,) * x.ndim, x.shape, (1,) * x.ndim):
         out = apply("slice", [x], starts=tuple(starts), stops=tuple(stops), steps=tuple(steps))
+    if backwards:
+        out = apply("flip", [out], axes=tuple(backwards))
     if tuple(out_shape) != out.shape:
         out = apply("reshape", [out], shape=tuple(out_shape))
     return out
@@ -77,9 +81,8 @@ def _check_item(x: Tensor, item) -> None:
             if part is not None and not is_integer(part):
                 raise GraphError(f"slice bounds must be integers or None, got {shown(item)}",
                                  x.node.id)
-        if item.step is not None and item.step < 1:
-            raise GraphError(f"negative or zero slice steps are not supported, got "
-                             f"{shown(item)}", x.node.id)
+        if item.step is not None and item.step == 0:
+            raise GraphError(f"slice step cannot be zero, got {shown(item)}", x.node.id)
         return
     if isinstance(item, (Tensor, np.ndarray, list)):
         what = "a tensor" if isinstance(item, Tensor) else f"a {type(item).__name__}"

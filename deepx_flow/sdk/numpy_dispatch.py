@@ -303,6 +303,10 @@ def _matrix_transpose(x, /):
     return F.transpose(x, tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2))
 
 
+def _flip(m, axis=None):
+    return F.flip(as_tensor(m), axis)
+
+
 def _swapaxes(a, axis1, axis2):
     x = as_tensor(a)
     axes = list(range(x.ndim))
@@ -500,6 +504,7 @@ FUNCTIONS: dict[Callable, Callable] = {
     np.min: _extreme("numpy.min", F.min), np.amin: _extreme("numpy.amin", F.min),
     np.argmax: _arg("numpy.argmax", F.argmax), np.argmin: _arg("numpy.argmin", F.argmin),
     np.cumsum: _cumsum, np.dot: _dot, np.transpose: _transpose, np.swapaxes: _swapaxes,
+    np.flip: _flip,
     np.moveaxis: _moveaxis, np.reshape: _reshape, np.ravel: _ravel, np.squeeze: _squeeze,
     np.expand_dims: _expand_dims, np.concatenate: _concatenate, np.stack: _stack,
     np.where: _where, np.clip: _clip, np.round: _round, np.around: _round, np.take: _take,

@@ -88,6 +88,14 @@ def normalize_attrs(op: str, attrs: dict[str, Any], inputs: list[Node],
             out["axes"] = tuple(reversed(range(ndim)))
         elif isinstance(axes, (list, tuple)):
             out["axes"] = tuple(normalize_axis(draft, a, ndim) for a in axes)
+    elif op == "flip" and inputs:  # np.flip's axis: null (every axis), an int or a list
+        axes = out.get("axes")
+        if axes is None:
+            out["axes"] = tuple(range(ndim))
+        elif isinstance(axes, (list, tuple)) and all(type(a) is int for a in axes):
+            out["axes"] = tuple(sorted({normalize_axis(draft, a, ndim) for a in axes}))
+        elif type(axes) is int:
+            out["axes"] = (normalize_axis(draft, axes, ndim),)
     elif op == "slice" and len(inputs) == 1:
         out.update(_slice_bounds(out, inputs[0].shape))
     return out

@@ -155,16 +155,14 @@ def test_what_cannot_be_converted_is_one_error_naming_the_node(tmp_path):
                                 [_vi("y", [3], TensorProto.COMPLEX64)])
     with pytest.raises(SpecError, match="data type COMPLEX64 is not supported"):
         dx.onnx.load(complex64)(x=dx.input("x", (3,), "float32"))
-    backwards = _one_node_model(
-        tmp_path / "slice.onnx",
-        helper.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"], name="rev"),
-        [_vi("x", [4])], [_vi("y", [4])],
+    zero = _one_node_model(
+        tmp_path / "zero.onnx",
+        helper.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"], name="still"),
+        [_vi("x", [4])], [_vi("y", [0])],
         initializers=[numpy_helper.from_array(np.array([v], np.int64), n)
-                      for n, v in (("s", -1), ("e", -5), ("a", 0), ("st", -1))])
-    model = dx.onnx.load(backwards)
-    with pytest.raises(SpecError, match="ONNX node 'rev' \\(Slice\\): .*negative or zero "
-                                        "slice steps"):
-        model(x=dx.input("x", (4,), "float32"))
+                      for n, v in (("s", 0), ("e", 4), ("a", 0), ("st", 0))])
+    with pytest.raises(SpecError, match="node name: still.*'step' cannot be 0"):
+        dx.onnx.load(zero)  # ONNX's own shape inference names it
 
 
 def _cli(*args, cwd):
@@ -324,3 +322,28 @@ def test_a_models_weights_move_to_each_worker_once(client, tmp_path):
         new = keys[len(before[worker]):]
         counts = {w: sum(1 for k in new if node_of(k) == w) for w in weights}
         assert max(counts.values()) <= 1, (worker, counts)
+
+
+def test_slices_with_negative_steps_equal_onnx_runtime(client, tmp_path):
+    """Paddle and PyTorch write x[::-1] as a Slice stepping backwards from the last element
+    (end INT64_MIN); any start, end and step follow ONNX's clamping, as ONNX Runtime does."""
+    ort = pytest.importorskip("onnxruntime")
+    x = np.arange(6 * 7, dtype=np.float32).reshape(6, 7)
+    cases = [((-1,), (np.iinfo(np.int64).min,), (0,), (-1,)), ((4, -2), (0, 1), (0, 1), (-2, -3)),
+             ((100, 2), (-100, 6), (1, 0), (-1, 1)), ((5,), (5,), (0,), (-1,))]
+    for k, (starts, ends, axes, steps) in enumerate(cases):
+        arrays = {n: np.array(v, np.int64) for n, v in
+                  (("s", starts), ("e", ends), ("a", axes), ("st", steps))}
+        want_shape = ort.InferenceSession(_one_node_model(
+            tmp_path / f"probe{k}.onnx", helper.make_node("Slice", ["x", "s", "e", "a", "st"],
+                                                          ["y"]),
+            [_vi("x", [6, 7])], [_vi("y", None)],
+            initializers=[numpy_helper.from_array(v, n) for n, v in arrays.items()]),
+            providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        path = _one_node_model(tmp_path / f"slice{k}.onnx",
+                               helper.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"]),
+                               [_vi("x", [6, 7])], [_vi("y", list(want_shape.shape))],
+                               initializers=[numpy_helper.from_array(v, n)
+                                             for n, v in arrays.items()])
+        out = dx.onnx.load(path)(x=dx.input("x", (6, 7), "float32"))["y"]
+        np.testing.assert_array_equal(dx.run(out, inputs={"x": x}, client=client), want_shape)
