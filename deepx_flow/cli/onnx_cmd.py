@@ -143,8 +143,7 @@ def _run(args) -> int:
             feed[key] = path
     results = model(given)
     wanted = [n for n in model.output_names if n in outputs] or model.output_names
-    tensors = [results[n] for n in wanted]
-    bound = {**model.inputs_for(tensors), **feed}
+    bound = feed  # the model's weights travel with its tensors
     to_zarr = [n for n in wanted if outputs.get(n, "").rstrip("/").endswith(".zarr")]
     if to_zarr:
         from deepx_flow.storage.zarr_store import write_persisted

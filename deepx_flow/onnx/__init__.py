@@ -4,13 +4,14 @@ export of the graphs built here.
     model = dx.onnx.load("mlp.onnx")                  # checked and shape-inferred
     x = dx.read_zarr("data/images.zarr")              # (N, 784), N larger than memory
     scores = model(input=x)["logits"]                 # a deepx_flow tensor
-    out = dx.run(scores.argmax(axis=1), inputs=model.inputs)
+    out = dx.run(scores.argmax(axis=1))               # the weights travel with the tensors
 
 A model's graph becomes ordinary deepx_flow nodes: its batch axis is chunked to the
 workers' memory like any tensor's, its elementwise chains fuse, and it can be
-differentiated. Its initializers (the weights) become named inputs whose arrays
-`model.inputs` holds, for `dx.run(..., inputs=model.inputs)`; small integer constants
-(shapes, axes, indices) are folded while the graph is built.
+differentiated. Its initializers (the weights) become named inputs that carry their
+arrays, so a run, persist, asset or export of the outputs binds them without being told
+(`model.inputs` holds them by name as well); integer constants (shapes, axes, indices) and
+small float ones computed from them are folded while the graph is built.
 
 `dx.onnx.save(outputs, path, inputs=weights)` is the way back: a graph built here written
 as an ONNX model, its bound inputs as initializers (`deepx_flow.onnx.export`).

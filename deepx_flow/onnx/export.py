@@ -63,7 +63,8 @@ def save(outputs, path, inputs: dict | None = None, opset: int | None = None,
         The `.onnx` file to write (replaced if it exists); its folder must exist.
     inputs : dict, optional
         Input name -> NumPy array, for the `dx.input`s that are weights: each becomes an
-        initializer of the model. The inputs not given become the model's graph inputs.
+        initializer of the model, as does every NumPy array the tensors carry (an imported
+        model's weights, `dx.constant`s). The other inputs become the model's graph inputs.
     opset : int, optional
         The opset of the default ONNX domain, from 13 to the newest the installed `onnx`
         package knows; default 18.
@@ -118,7 +119,7 @@ def to_model(outputs, inputs: dict | None = None, opset: int | None = None,
     graph = build_graph(outputs)
     _refuse_compiled(graph)
     graph = widen_bfloat16(graph)  # computed in float32, as deepx_flow computes it
-    bound = _bound_inputs(graph, inputs)
+    bound = _bound_inputs(graph, {**_carried_arrays(outputs), **(inputs or {})})
     dims = symbolic_dims(graph, _checked_dynamic(graph, dynamic_axes, bound))
     b = Builder(opset, dims, reserved={n.id for n in graph.inputs} | {n for n, _ in graph.outputs})
     graph_inputs, initializers = [], []
@@ -266,6 +267,14 @@ def _refuse_compiled(graph: Graph) -> None:
             raise SpecError(f"{node.op} cannot be exported to ONNX: the graph was compiled "
                             "(this node holds a fused program); export the graph as built (the "
                             "tensors, or dx.build_graph of them)", node.id)
+
+
+def _carried_arrays(outputs) -> dict[str, np.ndarray]:
+    """The NumPy arrays the tensors behind `outputs` carry (an imported model's weights,
+    `dx.constant`s): initializers without being named (a dask array stays an input)."""
+    from deepx_flow.sdk.bindings import bound_inputs
+    return {name: b.value for name, b in bound_inputs(outputs).items()
+            if isinstance(b.value, np.ndarray)}
 
 
 def _bound_inputs(graph: Graph, inputs: dict | None) -> dict[str, np.ndarray]:

@@ -18,6 +18,7 @@ import numpy as np
 
 from deepx_flow.errors import GraphError, InputError, SpecError, shown
 from deepx_flow.ir import dtypes
+from deepx_flow.ir.node import Node
 from deepx_flow.sdk.tensor import Tensor
 
 FIRST_OPSET = 13  # the oldest opset whose operator definitions the converters follow
@@ -81,18 +82,23 @@ class Context:
 
     def tensor(self, value: Value) -> Tensor:
         """`value` as a tensor of the graph: a constant becomes a scalar `full` node, or a
-        named input bound to its array (named by its content, so equal constants share one)."""
+        named input carrying its array (named by its content, so equal constants share one),
+        which every run, persist, asset and export of the tensors built on it binds without
+        being told (`sdk/bindings.py`): one data task per chunk, fetched once per worker."""
         if value.tensor is not None:
             return value.tensor
         import deepx_flow as dx
+        from deepx_flow.sdk.bindings import bound_tensor
         array = value.const
         if array.ndim == 0:
             return dx.full((), array.item(), dtype=array.dtype.name)
         digest = hashlib.sha1(array.dtype.str.encode() + str(array.shape).encode()
-                              + np.ascontiguousarray(array).tobytes()).hexdigest()[:12]
-        name = f"onnx_const_{digest}"
-        self.bound.setdefault(name, array)
-        return dx.input(name, array.shape, array.dtype.name)
+                              + np.ascontiguousarray(array).tobytes()).hexdigest()
+        name = f"onnx_const_{digest[:12]}"
+        array = self.bound.setdefault(name, array)
+        node = Node(name, "input", (), tuple(int(s) for s in array.shape),
+                    dtypes.normalize(array.dtype))
+        return bound_tensor(node, array, f"onnx-{digest}")
 
 
 class OnnxModel:
@@ -111,8 +117,9 @@ class OnnxModel:
         name -> (shape with None for a symbolic dimension, dtype).
     inputs : dict
         The arrays of the model's initializers, by the name of the deepx_flow input each
-        became: pass them to `dx.run(..., inputs=model.inputs)` (or `model.inputs_for(out)`,
-        those an output reads, when it does not read them all).
+        became. The tensors a call builds carry them already (a run binds them without
+        being told); these are for a graph that lost them, a YAML spec of it, say
+        (`model.inputs_for(out)`: those an output reads).
     ops : list of str
         The ONNX operator types the graph uses.
     """
@@ -287,7 +294,9 @@ def _value_type(info, where: str) -> tuple[tuple, str]:
     dtype = numpy_dtype(t.tensor_type.elem_type, where).name
     if not t.tensor_type.HasField("shape"):
         raise SpecError(f"{where}: the model declares no shape (not even a rank) for it")
-    dims = tuple(d.dim_value if d.HasField("dim_value") else None
+    # A dimension stored as a negative value (some exporters write -1) is symbolic, as
+    # ONNX Runtime takes it.
+    dims = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None
                  for d in t.tensor_type.shape.dim)
     return dims, dtype
 

@@ -9,7 +9,10 @@ opset 13 onwards; where an attribute became an input (the axes of Squeeze, Unsqu
 reductions, Clip's bounds), both forms are read.
 
 Constants: integer and bool computations on constants (shapes, axes, indices) are folded
-with NumPy as the graph is built, exactly; a floating-point constant becomes a named input
+with NumPy as the graph is built, exactly; so is arithmetic on small floating-point
+constants (up to `SMALL_FLOAT` elements: Resize's scales computed from a Shape, as PyTorch
+and Paddle export them), restricted to the operations IEEE rounds correctly, so that NumPy
+gives the bits the kernels would. Any other floating-point constant becomes a named input
 of the graph (`Context.tensor`), computed on like any tensor.
 
 Where ONNX and NumPy's rules differ, ONNX's are kept: Div of integers truncates toward zero,
@@ -72,6 +75,22 @@ def _exact(*values: Value | None) -> bool:
                                  for v in present)
 
 
+# Float constants up to this many elements fold (scales, sizes and bounds computed from
+# shapes); weights are larger, and stay inputs of the graph.
+SMALL_FLOAT = 64
+
+
+def _foldable(*values: Value | None) -> bool:
+    """All given values are constants to compute with NumPy now: integers and bools
+    (`_exact`), or floats of at most SMALL_FLOAT elements. Only for operations IEEE rounds
+    correctly (+ - * /, sqrt, comparisons, selection, rounding, casts), whose NumPy results
+    are the kernels' bit for bit."""
+    present = [v for v in values if v is not None]
+    return bool(present) and all(
+        v.const is not None and (v.const.dtype.kind in "biu" or v.const.size <= SMALL_FLOAT)
+        for v in present)
+
+
 def _axes(ctx, node, args, attrs, position: int) -> list[int] | None:
     """Axes from the input at `position` (newer opsets) or the `axes` attribute."""
     if len(args) > position and args[position] is not None:
@@ -90,11 +109,11 @@ def _norm(ctx, axis: int, rank: int) -> int:
 # -- elementwise ---------------------------------------------------------------------------
 UNARY = {
     "Abs": (dx.abs, np.abs), "Neg": (dx.neg, np.negative), "Exp": (dx.exp, None),
-    "Log": (dx.log, None), "Sqrt": (dx.sqrt, None), "Tanh": (dx.tanh, None),
+    "Log": (dx.log, None), "Sqrt": (dx.sqrt, np.sqrt), "Tanh": (dx.tanh, None),
     "Sigmoid": (dx.sigmoid, None), "Relu": (dx.relu, lambda a: np.maximum(a, 0)),
     "Erf": (dx.erf, None), "Sin": (dx.sin, None), "Cos": (dx.cos, None),
-    "Tan": (dx.tan, None), "Floor": (dx.floor, None), "Ceil": (dx.ceil, None),
-    "Round": (dx.round, None), "Sign": (dx.sign, np.sign),
+    "Tan": (dx.tan, None), "Floor": (dx.floor, np.floor), "Ceil": (dx.ceil, np.ceil),
+    "Round": (dx.round, np.rint), "Sign": (dx.sign, np.sign),
     "Reciprocal": (dx.reciprocal, None), "Softplus": (dx.softplus, None),
     "Sinh": (dx.sinh, None), "Cosh": (dx.cosh, None), "Asinh": (dx.asinh, None),
     "Acosh": (dx.acosh, None), "Atanh": (dx.atanh, None),
@@ -104,8 +123,9 @@ UNARY = {
 def _unary(fn, fold):
     def convert(ctx, node, args, attrs):
         (x,) = args
-        if fold is not None and _exact(x):
-            return _c(fold(x.const))
+        if fold is not None and _foldable(x):
+            with np.errstate(all="ignore"):
+                return _c(fold(x.const))
         return _t(fn(ctx.tensor(x)))
     return convert
 
@@ -129,8 +149,9 @@ ARITH = {"Add": ("__add__", np.add), "Sub": ("__sub__", np.subtract),
 def _binary(method, fold):
     def convert(ctx, node, args, attrs):
         a, b = args
-        if _exact(a, b):
-            return _c(fold(a.const, b.const))
+        if _foldable(a, b):
+            with np.errstate(all="ignore"):
+                return _c(fold(a.const, b.const))
         return _t(getattr(ctx.tensor(a), method)(ctx.tensor(b)))
     return convert
 
@@ -151,6 +172,9 @@ def _div(ctx, node, args, attrs):
                             "float64, exact only below 2**53)")
         quotient = dx.cast(ctx.tensor(a), "float64") / dx.cast(ctx.tensor(b), "float64")
         return _t(dx.cast(quotient, a.dtype))  # the cast truncates toward zero
+    if _foldable(a, b):
+        with np.errstate(all="ignore"):
+            return _c(np.true_divide(a.const, b.const))
     return _t(ctx.tensor(a) / ctx.tensor(b))
 
 
@@ -186,7 +210,7 @@ _op("Not", "elementwise", "bool")(_logical(np.logical_not, lambda a: a == False)
 
 def _variadic(name, fold, pair):
     def convert(ctx, node, args, attrs):
-        if _exact(*args):
+        if fold is not None and _foldable(*args):
             out = args[0].const
             for v in args[1:]:
                 out = fold(out, v.const)
@@ -209,7 +233,7 @@ _op("Mean", "elementwise", "")(_variadic("Mean", None, lambda a, b: a + b))
 @_op("Where", "elementwise", "")
 def _where(ctx, node, args, attrs):
     cond, a, b = args
-    if _exact(cond, a, b):
+    if _foldable(cond, a, b):
         return _c(np.where(cond.const, a.const, b.const))
     return _t(dx.where(ctx.tensor(cond), ctx.tensor(a), ctx.tensor(b)))
 
@@ -226,8 +250,9 @@ def _cast_like(ctx, node, args, attrs):
 
 
 def _cast_to(ctx, x: Value, dtype: str) -> list[Value]:
-    if _exact(x) and np.dtype(dtype).kind in "biu":
-        return _c(x.const.astype(dtype))
+    if _foldable(x) and (np.dtype(dtype).kind in "biu" or x.const.size <= SMALL_FLOAT):
+        with np.errstate(all="ignore"):
+            return _c(x.const.astype(dtype))
     return _t(dx.cast(ctx.tensor(x), dtype))
 
 
