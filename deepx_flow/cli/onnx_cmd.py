@@ -86,7 +86,8 @@ def _inspect(args) -> int:
     graph = proto.graph
     opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in proto.opset_import)
     print(f"{path}: graph {graph.name!r}, {len(graph.node)} nodes, opsets {opsets} "
-          f"(deepx_flow reads ai.onnx {FIRST_OPSET} to {onnx.defs.onnx_opset_version()})")
+          f"(deepx_flow reads ai.onnx {FIRST_OPSET} to {onnx.defs.onnx_opset_version()}, and "
+          f"older ones upgraded by onnx.version_converter)")
     initialized = {t.name for t in graph.initializer}
     rows = []
     for kind, infos in (("input", [i for i in graph.input if i.name not in initialized]),

@@ -1,8 +1,11 @@
 """Loading an ONNX model and turning its graph into deepx_flow tensors.
 
-`load` reads and checks the file (ONNX's checker and strict shape inference), reads its
-opset, and finds every operator it uses in `ops.SUPPORTED` before anything is built, so a
-model deepx_flow cannot run fails at once with the first ONNX node it cannot take. Calling
+`load` reads and checks the file (ONNX's checker and strict shape inference), upgrades a
+model of an opset older than 13 with `onnx.version_converter` (PyTorch, TensorFlow and
+Paddle exporters wrote opsets 7 to 12 for years; the converter rewrites the operators whose
+definitions changed), reads its opset, and finds every operator it uses in `ops.SUPPORTED`
+before anything is built, so a model deepx_flow cannot run fails at once with the first
+ONNX node it cannot take. Calling
 the model walks the nodes in order (ONNX graphs are topologically sorted), converting each
 with its operator's converter, on the tensors given for the graph inputs.
 """
@@ -110,7 +113,10 @@ class OnnxModel:
     path : str
         The file it was read from.
     opset : int
-        The model's opset of the default ONNX domain.
+        The model's opset of the default ONNX domain, as converted (13 for a model written
+        at an older one, which `onnx.version_converter` upgraded).
+    written_opset : int
+        The opset the file was written at.
     input_names, output_names : list of str
         The graph's inputs (initializers excluded) and outputs, in order.
     input_types : dict
@@ -124,10 +130,11 @@ class OnnxModel:
         The ONNX operator types the graph uses.
     """
 
-    def __init__(self, proto, path: str):
+    def __init__(self, proto, path: str, written_opset: int | None = None):
         self.proto, self.path = proto, path
         graph = proto.graph
         self.opset = _opset(proto, path)
+        self.written_opset = written_opset or self.opset
         initialized = {t.name for t in graph.initializer}
         self.input_names = [i.name for i in graph.input if i.name not in initialized]
         self.output_names = [o.name for o in graph.output]
@@ -220,7 +227,9 @@ class OnnxModel:
         return given
 
     def __repr__(self) -> str:
-        return (f"OnnxModel({self.path!r}, opset {self.opset}, inputs {self.input_names}, "
+        opset = f"opset {self.opset}" + (f" (written at {self.written_opset})"
+                                          if self.written_opset != self.opset else "")
+        return (f"OnnxModel({self.path!r}, {opset}, inputs {self.input_names}, "
                 f"outputs {self.output_names}, {len(self.proto.graph.node)} nodes)")
 
 
@@ -232,9 +241,10 @@ def load(path) -> OnnxModel:
     InputError
         The file is not there or cannot be read.
     SpecError
-        The file is not a valid ONNX model, its opset is outside 13 to the newest the
-        `onnx` package knows, or it uses an operator, attribute or data type deepx_flow
-        does not convert (the error names the first such ONNX node).
+        The file is not a valid ONNX model, its opset is newer than the `onnx` package
+        knows or older than 13 and cannot be upgraded to 13 by `onnx.version_converter`,
+        or it uses an operator, attribute or data type deepx_flow does not convert (the
+        error names the first such ONNX node).
     """
     onnx = _onnx()
     path = str(path)
@@ -246,12 +256,65 @@ def load(path) -> OnnxModel:
         raise SpecError(f"{path}: not an ONNX model: {type(err).__name__}: {err}") from None
     try:
         onnx.checker.check_model(proto)
-        proto = onnx.shape_inference.infer_shapes(proto, strict_mode=True)
-    except Exception as err:  # onnx's ValidationError, InferenceError
-        message = " ".join(str(err).split())
+    except Exception as err:  # onnx's ValidationError
         raise SpecError(f"{path}: the model does not pass ONNX's checks: "
-                        f"{message[:400]}") from None
-    return OnnxModel(proto, path)
+                        f"{_one_line(err)}") from None
+    written = _default_opset(proto)
+    proto = _upgraded(proto, path)
+    try:
+        proto = onnx.shape_inference.infer_shapes(proto, strict_mode=True)
+    except Exception as err:  # onnx's InferenceError
+        raise SpecError(f"{path}: the model does not pass ONNX's checks: "
+                        f"{_one_line(err)}") from None
+    return OnnxModel(proto, path, written_opset=written)
+
+
+def _one_line(err: Exception) -> str:
+    return " ".join(str(err).split())[:400]
+
+
+def _default_opset(proto) -> int | None:
+    return {o.domain or "ai.onnx": o.version for o in proto.opset_import}.get("ai.onnx")
+
+
+def _upgraded(proto, path: str):
+    """`proto` itself, or, for an opset older than FIRST_OPSET, the model
+    `onnx.version_converter` upgrades to it; what it cannot upgrade is one SpecError with
+    the converter's reason (which names the operator)."""
+    onnx = _onnx()
+    opset = _default_opset(proto)
+    if opset is None or opset >= FIRST_OPSET:
+        return proto
+    from onnx import version_converter
+    try:
+        upgraded = version_converter.convert_version(proto, FIRST_OPSET)
+        # IR versions before 4 list every initializer among the graph inputs; the
+        # converter adds initializers without, so the upgraded model takes the IR version
+        # its opsets need
+        upgraded.ir_version = max(upgraded.ir_version, onnx.helper.find_min_ir_version_for(
+            list(upgraded.opset_import), ignore_unknown=True))
+        onnx.checker.check_model(upgraded)
+    except Exception as err:  # the converter's RuntimeError, the checker's ValidationError
+        gone = _without_a_form(proto, FIRST_OPSET)
+        reason = (f"operator(s) {', '.join(gone)} have no form at opset {FIRST_OPSET} "
+                  "(experimental or removed)" if gone else _one_line(err))
+        raise SpecError(f"{path}: opset {opset} cannot be upgraded to {FIRST_OPSET} with "
+                        f"onnx.version_converter: {reason}") from None
+    return upgraded
+
+
+def _without_a_form(proto, opset: int) -> list[str]:
+    """The default-domain operators of `proto` that opset `opset` does not define, or
+    defines as deprecated: what the converter has no upgrade for."""
+    onnx = _onnx()
+    gone = []
+    for op in sorted({n.op_type for n in proto.graph.node if n.domain in ("", "ai.onnx")}):
+        try:
+            if onnx.defs.get_schema(op, opset, "").deprecated:
+                gone.append(op)
+        except onnx.defs.SchemaError:
+            gone.append(op)
+    return gone
 
 
 def _opset(proto, path: str) -> int:
@@ -261,10 +324,9 @@ def _opset(proto, path: str) -> int:
     newest = onnx.defs.onnx_opset_version()
     if opset is None:
         raise SpecError(f"{path}: the model imports no opset of the default ONNX domain")
-    if not FIRST_OPSET <= opset <= newest:
-        raise SpecError(f"{path}: opset {opset} is not supported (from {FIRST_OPSET} to "
-                        f"{newest}, the newest the installed onnx package knows); convert "
-                        "the model with onnx.version_converter")
+    if opset > newest:
+        raise SpecError(f"{path}: opset {opset} is not supported (the newest the installed "
+                        f"onnx package knows is {newest}); upgrade the onnx package")
     return opset
 
 

@@ -60,7 +60,7 @@ def run_case(case, client, cluster=None):
 
 def test_the_node_tests_are_there():
     """The onnx wheel of the test extra ships them; without them this module proves nothing."""
-    assert conformance.node_tests_dir() is not None, "install onnx==1.22.0 (the dev extra)"
+    assert conformance.backend_tests_dir() is not None, "install onnx==1.22.0 (the dev extra)"
     assert len(CASES) >= 800
 
 
