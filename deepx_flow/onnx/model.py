@@ -182,7 +182,7 @@ class OnnxModel:
             ctx.node = node
             args = [ctx.values[i] if i else None for i in node.input]
             try:
-                results = SUPPORTED[node.op_type].convert(ctx, node, args, _attributes(node))
+                results = SUPPORTED[op_key(node)].convert(ctx, node, args, _attributes(node))
             except GraphError as err:
                 if isinstance(err, SpecError):
                     raise
@@ -264,8 +264,12 @@ def load(path) -> OnnxModel:
     try:
         proto = onnx.shape_inference.infer_shapes(proto, strict_mode=True)
     except Exception as err:  # onnx's InferenceError
-        raise SpecError(f"{path}: the model does not pass ONNX's checks: "
-                        f"{_one_line(err)}") from None
+        if not any(n.domain == "ai.onnx.ml" for n in proto.graph.node):
+            raise SpecError(f"{path}: the model does not pass ONNX's checks: "
+                            f"{_one_line(err)}") from None
+        # ONNX infers no types for some ai.onnx.ml operators (a Normalizer's output): the
+        # converters work out every shape and type themselves
+        proto = onnx.shape_inference.infer_shapes(proto)
     return OnnxModel(proto, path, written_opset=written)
 
 
@@ -330,20 +334,33 @@ def _opset(proto, path: str) -> int:
     return opset
 
 
+# The domains whose operators convert: ONNX's own, and scikit-learn's (`ml_ops.py`), whose
+# operators `SUPPORTED` names with the domain in front.
+DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
+
+
+def op_key(node) -> str:
+    """A node's operator as `SUPPORTED` names it: `Relu`, `ai.onnx.ml.Scaler`."""
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+
+
 def _check_supported(graph, opset: int, path: str) -> None:
-    from deepx_flow.onnx.ops import SUPPORTED
+    from deepx_flow.onnx.ops import REFUSED, SUPPORTED
     for node in graph.node:
         where = f"{path}: ONNX node {shown(node.name or node.output[0])} ({node.op_type})"
-        if node.domain not in ("", "ai.onnx"):
+        if node.domain not in DOMAINS:
             raise SpecError(f"{where}: operators of domain {shown(node.domain)} are not "
                             "supported")
-        if node.op_type not in SUPPORTED:
-            raise SpecError(f"{where}: operator {node.op_type} is not supported; "
+        if op_key(node) in REFUSED:
+            raise SpecError(f"{where}: {REFUSED[op_key(node)]}")
+        op = SUPPORTED.get(op_key(node))
+        if op is None:
+            raise SpecError(f"{where}: operator {op_key(node)} is not supported; "
                             f"`deepx-flow onnx ops` lists those that are")
         for attr in node.attribute:
-            if attr.name not in SUPPORTED[node.op_type].attrs:
+            if attr.name not in op.attrs:
                 raise SpecError(f"{where}: attribute {shown(attr.name)} is not supported "
-                                f"(supported: {', '.join(SUPPORTED[node.op_type].attrs) or 'none'})")
+                                f"(supported: {', '.join(op.attrs) or 'none'})")
             if attr.type == attr.GRAPH or attr.type == attr.GRAPHS:
                 raise SpecError(f"{where}: subgraphs are not supported")
 

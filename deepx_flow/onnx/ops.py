@@ -43,6 +43,8 @@ class OnnxOp:
 
 
 SUPPORTED: dict[str, OnnxOp] = {}
+# Operators refused with advice (op key -> why, and what to do instead).
+REFUSED: dict[str, str] = {}
 
 
 def _op(name: str, family: str, doc: str, attrs=()):
@@ -1000,3 +1002,7 @@ def _scatter_nd(ctx, node, args, attrs):
         return _folded(ctx, "scatter_nd", args, reduction=reduction)
     return _t(dx.scatter_nd(ctx.tensor(x), ctx.tensor(index), ctx.tensor(updates),
                             reduction=reduction))
+
+
+# scikit-learn's domain (ai.onnx.ml) registers its converters here too.
+from deepx_flow.onnx import ml_ops  # noqa: E402,F401
