@@ -322,3 +322,7 @@ def _linear_classifier(ctx, node, args, attrs):
     if targets == 1 and labels.size != 2:
         raise ctx.error(f"one row of coefficients for {labels.size} class labels")
     return [Value(tensor=labels_of(ctx, scores, labels)), Value(tensor=scores)]
+
+
+# The tree ensembles register theirs.
+from deepx_flow.onnx import ml_trees  # noqa: E402,F401
