@@ -324,5 +324,5 @@ def _linear_classifier(ctx, node, args, attrs):
     return [Value(tensor=labels_of(ctx, scores, labels)), Value(tensor=scores)]
 
 
-# The tree ensembles register theirs.
-from deepx_flow.onnx import ml_trees  # noqa: E402,F401
+# The tree ensembles and the support vector machines register theirs.
+from deepx_flow.onnx import ml_svm, ml_trees  # noqa: E402,F401
