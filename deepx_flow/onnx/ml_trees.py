@@ -185,14 +185,14 @@ def _aggregate(ctx, forest: Forest, leaves: Tensor, kind: str, base) -> Tensor:
             out = out / float(trees)
     elif kind in ("MIN", "MAX"):
         voted = dx.take(ctx.tensor(Value(const=forest.weighted)), leaves, axis=0)
-        fill = np.float32(np.inf if kind == "MIN" else -np.inf)
+        fill = forest.weights.dtype.type(np.inf if kind == "MIN" else -np.inf)
         reduce = dx.min if kind == "MIN" else dx.max
         out = reduce(dx.where(voted, votes, fill), axis=1)
         out = dx.where(dx.abs(out) == np.inf, 0.0, out)  # no tree voted for the target
     else:
         raise ctx.error(f"aggregate_function {kind!r} is not one of {', '.join(AGGREGATES)}")
     if base is not None and base.size:
-        out = out + ctx.tensor(Value(const=np.asarray(base, np.float32)))
+        out = out + ctx.tensor(Value(const=np.asarray(base, forest.weights.dtype)))
     return out
 
 
@@ -242,3 +242,76 @@ def _tree_classifier(ctx, node, args, attrs):
         scores = dx.concat([first, s], axis=1)
     scores = post_transform(ctx, scores, kind)
     return [Value(tensor=labels_of(ctx, scores, labels)), Value(tensor=scores)]
+
+
+def _v5_forest(ctx: Context, attrs: dict) -> Forest:
+    """The tables of a TreeEnsemble (ai.onnx.ml opset 5): nodes, then leaves, in one index
+    space; a BRANCH_MEMBER node takes the next NaN-separated run of membership_values."""
+    splits = np.asarray(attrs.get("nodes_splits")).reshape(-1)
+    n = splits.size
+    mode = np.asarray(attrs.get("nodes_modes")).reshape(-1).astype(np.int64)
+    if mode.size != n or ((mode < 0) | (mode > 6)).any():
+        raise ctx.error("nodes_modes must give a mode from 0 (BRANCH_LEQ) to 6 "
+                        "(BRANCH_MEMBER) per node")
+    leaf_targets = _ints(attrs, "leaf_targetids")
+    leaf_weights = np.asarray(attrs.get("leaf_weights")).reshape(-1)
+    leaf_weights = leaf_weights.astype(np.result_type(leaf_weights.dtype, np.float32))
+    leaves = leaf_targets.size
+    targets = int(attrs.get("n_targets", 1))
+    total = n + leaves
+
+    def child(kind: str) -> np.ndarray:
+        ids = _ints(attrs, f"nodes_{kind}nodeids")
+        is_leaf = _ints(attrs, f"nodes_{kind}leafs")
+        out = np.where(is_leaf > 0, ids + n, ids)
+        if ((out < 0) | (out >= total)).any():
+            raise ctx.error(f"nodes_{kind}nodeids name a node or leaf that does not exist")
+        return np.concatenate([out, np.arange(n, total)])
+
+    members: list = [None] * total
+    runs = np.asarray(attrs.get("membership_values", []), dtype=np.float64).reshape(-1)
+    sets = np.split(runs, np.flatnonzero(np.isnan(runs))) if runs.size else []
+    sets = [r[~np.isnan(r)] for r in sets]
+    for k, s in zip(np.flatnonzero(mode == 6), sets):
+        members[k] = set(s.tolist())
+    if sum(m is not None for m in members) != int((mode == 6).sum()):
+        raise ctx.error("membership_values has fewer sets than BRANCH_MEMBER nodes")
+    missing = _ints(attrs, "nodes_missing_value_tracks_true")
+    missing_true = np.zeros(total, bool)
+    if missing is not None and missing.size:
+        missing_true[:n] = missing > 0
+    weights = np.zeros((total, targets), leaf_weights.dtype)  # float64 ones stay float64
+    weighted = np.zeros((total, targets), bool)
+    for i, (t, w) in enumerate(zip(leaf_targets.tolist(), leaf_weights.tolist())):
+        if not 0 <= t < targets:
+            raise ctx.error(f"leaf {i} votes for target {t} of {targets}")
+        weights[n + i, t] += w
+        weighted[n + i, t] = True
+    full_mode = np.concatenate([mode, np.full(leaves, LEAF)])
+    true, false = child("true"), child("false")
+    roots = _ints(attrs, "tree_roots")
+    feature = np.concatenate([_ints(attrs, "nodes_featureids"), np.zeros(leaves, np.int64)])
+    threshold = np.concatenate([splits, np.zeros(leaves, splits.dtype)])
+    depth = _depth(true, false, full_mode, roots, ctx.error)
+    return Forest(feature, threshold, full_mode, true, false, missing_true, members, roots,
+                  weights, weighted, depth)
+
+
+@_ml("TreeEnsemble", "scikit-learn", "ai.onnx.ml opset 5's form: nodes and leaves apart, "
+     "BRANCH_MEMBER sets", attrs=(
+         "aggregate_function", "leaf_targetids", "leaf_weights", "membership_values",
+         "n_targets", "nodes_falseleafs", "nodes_falsenodeids", "nodes_featureids",
+         "nodes_hitrates", "nodes_missing_value_tracks_true", "nodes_modes", "nodes_splits",
+         "nodes_trueleafs", "nodes_truenodeids", "post_transform", "tree_roots"))
+def _tree_ensemble(ctx, node, args, attrs):
+    forest = _v5_forest(ctx, attrs)
+    x = ctx.tensor(args[0])
+    rows = x if x.ndim == 2 else _rows(ctx, Value(tensor=x))
+    leaves = _leaf_nodes(rows, forest, ctx)
+    aggregate, post = int(attrs.get("aggregate_function", 1)), int(attrs.get("post_transform", 0))
+    if not 0 <= aggregate < len(AGGREGATES) or not 0 <= post < len(POST):
+        raise ctx.error(f"aggregate_function {aggregate} or post_transform {post} is not one "
+                        "of ONNX's")
+    out = _aggregate(ctx, forest, leaves, AGGREGATES[aggregate], None)
+    out = post_transform(ctx, out, POST[post])
+    return _t(out if out.dtype == x.dtype else dx.cast(out, x.dtype))

@@ -327,7 +327,9 @@ def _opset(proto, path: str) -> int:
     opset = versions.get("ai.onnx")
     newest = onnx.defs.onnx_opset_version()
     if opset is None:
-        raise SpecError(f"{path}: the model imports no opset of the default ONNX domain")
+        if any(n.domain in ("", "ai.onnx") for n in proto.graph.node):
+            raise SpecError(f"{path}: the model imports no opset of the default ONNX domain")
+        return FIRST_OPSET  # only scikit-learn's operators (ai.onnx.ml): none of ONNX's
     if opset > newest:
         raise SpecError(f"{path}: opset {opset} is not supported (the newest the installed "
                         f"onnx package knows is {newest}); upgrade the onnx package")
