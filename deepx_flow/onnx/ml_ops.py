@@ -184,10 +184,11 @@ def _array_feature_extractor(ctx, node, args, attrs):
 
 
 # -- lookups ---------------------------------------------------------------------------------
-def _lookup(ctx: Context, x: Tensor, keys: np.ndarray, values: np.ndarray, default):
+def _lookup(ctx: Context, x: Tensor, keys: np.ndarray, values: np.ndarray, default,
+            nan_matches: bool = False):
     """Each element of `x` replaced by the value of its key, or `default` where no key
     matches: a dense table indexed by `x - min(keys)` for integer keys of a short span,
-    else a comparison with every key (NaN keys match NaN)."""
+    else a comparison with every key (a NaN key matches NaN where `nan_matches`)."""
     if keys.size == 0:
         return dx.full(tuple(x.shape), default, dtype=values.dtype.name)
     if keys.dtype.kind in "iu" and x.dtype[0] in "iu" and \
@@ -205,7 +206,7 @@ def _lookup(ctx: Context, x: Tensor, keys: np.ndarray, values: np.ndarray, defau
     column = dx.reshape(x, tuple(x.shape) + (1,))
     keyed = ctx.tensor(Value(const=keys.reshape(-1)))
     hit = column == keyed
-    if keys.dtype.kind == "f" and np.isnan(keys).any():
+    if nan_matches and keys.dtype.kind == "f" and np.isnan(keys).any():
         hit = hit + (column != column) * (keyed != keyed)  # bool + and *: or and and
     found = dx.sum(dx.cast(hit, "int64"), axis=-1) > 0
     value = dx.sum(dx.where(hit, ctx.tensor(Value(const=values.reshape(-1))), 0),
@@ -242,12 +243,10 @@ def _label_encoder(ctx, node, args, attrs):
         default = float(attrs.get("default_float", -0.0))
     else:
         default = int(attrs.get("default_int64", -1))
-    x = args[0]
-    if x.const is not None:
-        table = dict(zip(keys.tolist(), values.tolist()))
-        return _c(np.vectorize(lambda v: table.get(v, default), otypes=[values.dtype])(
-            x.const))
-    return _t(_lookup(ctx, ctx.tensor(x), keys, values, values.dtype.type(default)))
+    # from ai.onnx.ml opset 4 keys compare bit for bit: a NaN key matches NaN
+    nan_matches = ctx.opsets.get("ai.onnx.ml", 1) >= 4
+    return _t(_lookup(ctx, ctx.tensor(args[0]), keys, values, values.dtype.type(default),
+                      nan_matches))
 
 
 @_ml("OneHotEncoder", "scikit-learn", "a one-hot row of float32 per value over cats_int64s; "

@@ -75,6 +75,7 @@ class Context:
     node: object = None  # the ONNX NodeProto being converted
     values: dict[str, Value] = field(default_factory=dict)
     bound: dict[str, np.ndarray] = field(default_factory=dict)  # input name -> array
+    opsets: dict[str, int] = field(default_factory=dict)  # domain ("ai.onnx.ml") -> version
 
     def where(self) -> str:
         n = self.node
@@ -173,7 +174,7 @@ class OnnxModel:
                 ([f"unknown input(s) {', '.join(map(shown, unknown))}"] if unknown else []) +
                 ([f"missing input(s) {', '.join(map(shown, missing))}"] if missing else []))
                 + f" (the model's inputs: {', '.join(map(shown, self.input_names))})")
-        ctx = Context()
+        ctx = Context(opsets={o.domain or "ai.onnx": o.version for o in self.proto.opset_import})
         for name, array in self._initializers.items():
             ctx.values[name] = Value(const=array)
         for name in self.input_names:
