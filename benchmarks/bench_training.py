@@ -22,7 +22,12 @@ dataset read from Zarr (chunks of 8,192 rows), at batch 1,024 and 8,192:
 - NumPy: the same step written with NumPy float32 arrays, on the data in memory.
 
 JAX runs its own AVX-512 GEMM kernels; NumPy and deepx_flow's workers run NumPy's OpenBLAS,
-whose kernels the environment may pin (OPENBLAS_CORETYPE): the results record which.
+whose kernels the environment may pin (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE). So the whole
+comparison runs twice: with the environment as it is, then in a second process with those two
+variables unset for that command only, where OpenBLAS picks the processor's own kernels; each
+run records the kernels threadpoolctl reports in the driver and in a worker, and the table at
+the end sets both side by side (`results/bench_training.json` and
+`bench_training.native_blas.json`).
 
 The loss curves must agree: the mean loss over the last tenth of the first epoch's steps,
 deepx_flow against JAX (the same batches in the same order), within 2%. The step's
@@ -41,6 +46,10 @@ a 256 MiB limit: writing and training on three times it took ~25 s on 2 busy cor
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -241,7 +250,40 @@ def curve_gap(a: list, b: list, steps: int) -> float:
     return abs(x - y) / abs(y)
 
 
-def main(quick: bool = False) -> dict:
+# The variables that pin OpenBLAS's kernels; the second run unsets them.
+BLAS_PINS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+def main(quick: bool = False, blas: str = "both") -> dict:
+    """`blas`: "environment" (the kernels the environment gives), "native" (this process
+    was started with BLAS_PINS unset), or "both": the first here, then the second in a new
+    process, and both summed up."""
+    res = run_all(quick, blas)
+    if blas == "both":
+        env = {k: v for k, v in os.environ.items() if k not in BLAS_PINS}
+        command = [sys.executable, __file__, "--blas", "native"] + (["--quick"] if quick else [])
+        subprocess.run(command, env=env, check=True)
+        name = "bench_training.native_blas" + (".quick" if quick else "")
+        native = json.loads((common.RESULTS / f"{name}.json").read_text())
+        rows = []
+        for label, run in (("environment", res), ("processor's own", native)):
+            at = run["throughput"]["8192"] if "8192" in run["throughput"] \
+                else run["throughput"][8192]
+            rows.append((label, ", ".join(f"{k}={run['blas_pins'].get(k)}" for k in BLAS_PINS),
+                         str(run["blas"].get("kernels")), str(run["worker_blas"].get("kernels")),
+                         common.fmt(max(at["deepx_flow"]["samples_per_second"],
+                                        at["deepx_flow_1x2"]["samples_per_second"]), 0),
+                         common.fmt(at["jax_job"]["samples_per_second"], 0)
+                         if at["jax_job"] else "-",
+                         common.fmt(at["numpy"]["samples_per_second"], 0),
+                         common.fmt(at["deepx_vs_jax_job"]) if at["deepx_vs_jax_job"] else "-"))
+        common.print_table(("OpenBLAS kernels", "pins", "driver", "worker", "deepx_flow",
+                            "JAX job", "NumPy", "deepx/JAX job"), rows,
+                           "batch 8,192, samples/s, with each choice of OpenBLAS kernels")
+    return res
+
+
+def run_all(quick: bool, blas: str) -> dict:
     import zarr
     rows = 16_384 if quick else 65_536
     epochs = 1 if quick else 2
@@ -253,11 +295,14 @@ def main(quick: bool = False) -> dict:
                           "workers": "2 processes x 1 thread", "big_limit": limit,
                           "big_dataset_over_limit": factor},
            "blas": common.blas_info(),
+           "blas_pins": {k: os.environ.get(k) for k in BLAS_PINS},
            # --quick, a smoke test, does not wait (up to 15 minutes) for a quiet machine.
            "busy_before": None if quick else common.wait_until_quiet()}
     params = model().init(seed=0)
     with common.local_cluster(1) as client:
         start = dict(zip(params, dx.run(list(params.values()), client=client)))
+        # the kernels the workers run: they inherit this process's environment
+        res["worker_blas"] = next(iter(client.run(common.blas_info).values()))
     table, throughput = [], {}
     with tempfile.TemporaryDirectory() as tmp:
         data = write_dataset(Path(tmp), rows)
@@ -348,7 +393,8 @@ def main(quick: bool = False) -> dict:
             "the step's compute/communication ratio, against the design's bar of 10",
             at["compute_comm_ratio"], at["compute_comm_ratio"] >= 10),
     }
-    common.write_results("bench_training", res, quick)
+    common.write_results("bench_training" + (".native_blas" if blas == "native" else ""), res,
+                         quick)
     return res
 
 
@@ -357,4 +403,8 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true",
                         help="16,384 rows, one epoch, batch 8,192, 1.5 x 256 MiB for the big "
                         "run")
-    main(parser.parse_args().quick)
+    parser.add_argument("--blas", choices=("both", "environment", "native"), default="both",
+                        help="both (default): the environment's OpenBLAS kernels, then a "
+                        "second process with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset")
+    args = parser.parse_args()
+    main(args.quick, args.blas)

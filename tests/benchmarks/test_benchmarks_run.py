@@ -28,3 +28,7 @@ def test_benchmark_quick_run_writes_results(name):
     assert res.returncode == 0, res.stderr[-2000:]
     data = json.loads(out.read_text())
     assert data["quick"] is True and data["targets"]
+    if name == "bench_training":  # run again with OpenBLAS's pins unset, for that run only
+        native = json.loads((out.parent / "bench_training.native_blas.quick.json").read_text())
+        assert native["targets"] and set(native["blas_pins"].values()) == {None}
+        assert "OpenBLAS kernels" in res.stdout
