@@ -10,7 +10,11 @@ states the semantics on both (`deepx_flow.ops.window` has the operators' definit
   one tap of every output position's window).
 - `conv`: a block of images at a time, those slices are copied into the im2col matrix
   (C/g x kernel rows, the block's output positions as columns) and multiplied by the
-  group's weights (M/g, C/g x kernel) in one BLAS call.
+  group's weights (M/g, C/g x kernel) in one BLAS call. A grouped convolution with few
+  channels per group (a depthwise one has one) is computed directly instead (`_direct`):
+  for each tap and input channel of a group, every group's output channels at once gain the
+  tap's weight times that slice; a GEMM per group of one channel is a Python loop over the
+  channels of tiny products.
 - pools: the running maximum (or float64 sum) of the slices, the sum divided by the
   window's size (the count of non-padding positions unless `count_include_pad`).
 """
@@ -109,6 +113,9 @@ def conv(x, w, attrs: dict, scratch: dict | None = None, channels_first: bool = 
         out_channels_first = channels_first
     (c, n), m = (x.shape[:2] if channels_first else x.shape[1::-1]), w.shape[0]
     cg, mg = c // groups, m // groups
+    if groups > 1 and cg <= DIRECT_GROUP_CHANNELS:
+        return _direct(source, w, (kernel, strides, dilations, out_sp), (n, groups, cg, mg),
+                       channels_first, out_channels_first, scratch, xp)
     taps = math.prod(kernel)
     offsets = [(slice(None), slice(None)) + index
                for _, index in _offsets(kernel, strides, dilations, out_sp)]
@@ -138,6 +145,51 @@ def conv(x, w, attrs: dict, scratch: dict | None = None, channels_first: bool = 
                 out[filters, images] = prod
             else:
                 out[images, filters] = xp.moveaxis(prod, 0, 1)
+    return out
+
+
+# Grouped convolutions with at most this many input channels per group take `_direct`.
+DIRECT_GROUP_CHANNELS = 4
+# `_direct` accumulates a block of images whose output holds about this many bytes: it stays
+# in a core's cache across the taps.
+DIRECT_BLOCK_BYTES = 1 << 19
+
+
+def _direct(source, w, window, sizes, channels_first: bool, out_channels_first: bool,
+            scratch, xp):
+    """A grouped convolution computed tap by tap: for output channel j of every group and
+    input channel k of every group, the groups' outputs (one strided view: channels j,
+    j + mg, ...) gain `w[:, k, tap]` times the tap's slice of the groups' inputs (channels k,
+    k + cg, ...). Float operands accumulate in their own dtype, a sum of C/g x kernel terms
+    per output, as a GEMM of that depth does."""
+    kernel, strides, dilations, out_sp = window
+    n, groups, cg, mg = sizes
+    src = source if channels_first else source.swapaxes(0, 1)  # (C, N, *spatial): a view
+    out = buffer(scratch, "out", ((groups * mg, n) if out_channels_first else
+                                  (n, groups * mg)) + out_sp, source.dtype, xp)
+    dst = out if out_channels_first else out.swapaxes(0, 1)   # (M, N, *out)
+    taps = [index for _, index in _offsets(kernel, strides, dilations, out_sp)]
+    spatial_weight = (1,) * (1 + len(out_sp))
+    per_image = groups * math.prod(out_sp) * source.dtype.itemsize
+    block = max(1, min(n, DIRECT_BLOCK_BYTES // max(1, per_image)))
+    product = buffer(scratch, "direct_product", (groups, block) + out_sp, source.dtype, xp)
+    for j in range(mg):
+        for start in range(0, n, block):
+            images = slice(start, min(n, start + block))
+            acc = dst[j::mg, images]  # every group's output channel j: (G, b, *out)
+            term = product[:, :acc.shape[1]]
+            first = True
+            for k in range(cg):
+                inputs = src[k::cg, images]  # every group's input channel k
+                weights = w[j::mg, k].reshape(groups, -1)
+                for t, index in enumerate(taps):
+                    scale = weights[:, t].reshape((groups,) + spatial_weight)
+                    if first:
+                        xp.multiply(inputs[(slice(None), slice(None)) + index], scale, out=acc)
+                        first = False
+                        continue
+                    xp.multiply(inputs[(slice(None), slice(None)) + index], scale, out=term)
+                    xp.add(acc, term, out=acc)
     return out
 
 

@@ -78,7 +78,31 @@ CONV_CASES = [
     ((1, 3, 11), (5, 3, 4), (3,), (2, 1), (2,), 1),                   # 1-D
     ((2, 2, 5, 4, 6), (2, 1, 2, 3, 2), (1, 2, 1), (1, 0, 1, 1, 0, 0), (1, 1, 2), 2),  # 3-D
     ((2, 3, 5, 5), (2, 3, 5, 5), (1, 1), (0, 0, 0, 0), (1, 1), 1),   # kernel = image
+    # taken directly, tap by tap (`window._direct`): depthwise with a channel multiplier,
+    # 5x5 with stride and dilation, and 4 and 5 channels a group (5 takes the GEMMs)
+    ((2, 6, 9, 7), (18, 1, 3, 3), (2, 1), (1, 1, 0, 1), (1, 1), 6),
+    ((3, 5, 12, 11), (5, 1, 5, 5), (2, 2), (2, 2, 2, 2), (1, 2), 5),
+    ((2, 8, 6, 5), (6, 4, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2),
+    ((2, 10, 6, 5), (4, 5, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2),
 ]
+
+
+@pytest.mark.parametrize("channels_first,out_channels_first", itertools.product(
+    [False, True], [False, True]))
+def test_the_direct_grouped_kernel_equals_the_gemms_in_every_layout(
+        monkeypatch, channels_first, out_channels_first):
+    """A batch chain passes activations channels first; the direct path reads and writes
+    either layout as the GEMM path does (the same values, to float32's rounding)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 12, 10, 9)).astype(np.float32)
+    w = rng.standard_normal((24, 3, 3, 3)).astype(np.float32)
+    attrs = {"strides": (2, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "groups": 4}
+    given = np.ascontiguousarray(x.swapaxes(0, 1)) if channels_first else x
+    direct = window.conv(given, w, attrs, {}, channels_first, out_channels_first)
+    monkeypatch.setattr(window, "DIRECT_GROUP_CHANNELS", 0)
+    gemm = window.conv(given, w, attrs, {}, channels_first, out_channels_first)
+    assert direct.shape == gemm.shape
+    np.testing.assert_allclose(direct, gemm, rtol=1e-5, atol=1e-5 * np.abs(gemm).max())
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
