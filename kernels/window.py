@@ -116,6 +116,9 @@ def conv(x, w, attrs: dict, scratch: dict | None = None, channels_first: bool = 
     if groups > 1 and cg <= DIRECT_GROUP_CHANNELS:
         return _direct(source, w, (kernel, strides, dilations, out_sp), (n, groups, cg, mg),
                        channels_first, out_channels_first, scratch, xp)
+    if groups == 1 and all(k == 1 for k in kernel) and all(s == 1 for s in strides) \
+            and not any(pads):
+        return _pointwise(x, w, channels_first, out_channels_first, scratch, xp)
     taps = math.prod(kernel)
     offsets = [(slice(None), slice(None)) + index
                for _, index in _offsets(kernel, strides, dilations, out_sp)]
@@ -146,6 +149,32 @@ def conv(x, w, attrs: dict, scratch: dict | None = None, channels_first: bool = 
             else:
                 out[images, filters] = xp.moveaxis(prod, 0, 1)
     return out
+
+
+def _pointwise(x, w, channels_first: bool, out_channels_first: bool, scratch, xp):
+    """A 1x1 convolution (stride 1, no padding) is a product over the channels: one GEMM
+    (M, C) @ (C, images x positions) of images laid out channels first, or a batch of them,
+    one per image, (M, C) @ (C, positions); no column matrix is copied."""
+    m, c = w.shape[:2]
+    weights = w.reshape(m, c)
+    if channels_first:
+        n = x.shape[1]
+        out = buffer(scratch, "out", (m, n) + x.shape[2:], x.dtype, xp)
+        if out_channels_first:
+            xp.matmul(weights, x.reshape(c, -1), out=out.reshape(m, -1))
+            return out
+        product = xp.matmul(weights, x.reshape(c, -1)).reshape((m, n) + x.shape[2:])
+        result = buffer(scratch, "images_first_out", (n, m) + x.shape[2:], x.dtype, xp)
+        xp.copyto(result, xp.moveaxis(product, 0, 1))
+        return result
+    n = x.shape[0]
+    out = buffer(scratch, "out", (n, m) + x.shape[2:], x.dtype, xp)
+    xp.matmul(weights, x.reshape(n, c, -1), out=out.reshape(n, m, -1))
+    if not out_channels_first:
+        return out
+    result = buffer(scratch, "channels_first_out", (m, n) + x.shape[2:], x.dtype, xp)
+    xp.copyto(result, xp.moveaxis(out, 0, 1))
+    return result
 
 
 # Grouped convolutions with at most this many input channels per group take `_direct`.
