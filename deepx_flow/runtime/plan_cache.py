@@ -10,14 +10,18 @@ bounded LRU of `MAX_PLANS`):
   where `==` would not), so any change to a node, an attribute or an output is another plan;
 - the spec by equality: workers (threads, memory, what their processes hold, devices),
   links, names;
-- the settings (memory fraction, chunk sizes, task limit, ...) by equality;
-- the operator speeds the registry measured (`registry/speeds.py`), which the planner reads
-  to keep tasks above `min_task_seconds`, within a factor `SPEED_TOLERANCE`: they change
-  after every run (a decayed average; on a busy machine by a third from one run to the
-  next), and a planner that halves chunks moves its choice by at most one halving for a
-  change under 2x. Speeds measured for other operators, or no longer, compile again.
-  A plan taken from the cache gets the spec of this run, so its cost estimates and the
-  recovery's expected task times follow the latest speeds.
+- the settings (memory fraction, chunk sizes, task limit, ...) by equality.
+
+Not the operator speeds the registry measured (`registry/speeds.py`), though the planner
+reads them to keep tasks above `min_task_seconds`: they change after every run (a decayed
+average), and a plan made again for new speeds may cut other chunks, and chunks cut
+elsewhere round float sums in another order. So a plan chosen for a graph and a cluster is
+kept until the cluster changes (its spec: workers, memory, devices, links) or a run asks to
+plan again (`dx.run(..., replan=True)`, `dx.compile(..., replan=True)`): consecutive runs
+of a graph on a cluster give identical bits. A plan taken from the cache gets the spec of
+this run, so its cost estimates and the recovery's expected task times follow the latest
+speeds. A new cluster (another process's, or one restarted) plans with the speeds measured
+so far, and may cut other chunks: results agree to their dtype's rounding, not bit for bit.
 
 What a run binds to the plan (input arrays, files, persisted chunks) is not part of a plan:
 lowering binds it on every run (`Plan.lower`), so changed data is always read again.
@@ -36,7 +40,6 @@ from deepx_flow.ir import Graph
 from deepx_flow.registry.cluster import ClusterSpec
 
 MAX_PLANS = 64  # plans of a few graphs in turn (train, eval, ...); each holds no data
-SPEED_TOLERANCE = 2.0  # a kept plan's speeds may differ from the current ones by this factor
 
 
 @dataclass(frozen=True)
@@ -58,17 +61,17 @@ def graph_token(graph: Graph) -> str:
     return repr((graph.nodes, graph.outputs))
 
 
-def cached_compile(graph: Graph, cluster: ClusterSpec, config: Settings | None = None) -> Plan:
+def cached_compile(graph: Graph, cluster: ClusterSpec, config: Settings | None = None,
+                   replan: bool = False) -> Plan:
     """`compile_graph(graph, cluster, config)`, or the plan it gave before for the same
-    graph, spec and settings (and speeds within SPEED_TOLERANCE), with this `cluster` and
-    its operator speeds."""
+    graph, spec and settings (whatever speeds were measured since), with this `cluster` and
+    its operator speeds; with `replan`, compiled again with the speeds measured now, and
+    that plan kept instead."""
     global _hits, _misses
     config = config or settings()
     key = (graph_token(graph), cluster, config)
     with _lock:
-        plan = _plans.get(key)
-        if plan is not None and not _close_speeds(plan.cluster, cluster):
-            plan = None
+        plan = None if replan else _plans.get(key)
         if plan is not None:
             _plans.move_to_end(key)
             _hits += 1
@@ -85,26 +88,6 @@ def cached_compile(graph: Graph, cluster: ClusterSpec, config: Settings | None =
     return Plan(plan.graph, plan.fused, plan.partition, cluster)
 
 
-def _close_speeds(made_for: ClusterSpec, now: ClusterSpec) -> bool:
-    """Whether each worker has measured the same operators in both specs (equal specs list
-    the same workers), at speeds within SPEED_TOLERANCE of each other."""
-    for before, after in zip(made_for.workers, now.workers):
-        if before.speeds.keys() != after.speeds.keys():
-            return False
-        for label, speed in after.speeds.items():
-            old = before.speeds[label]
-            if not (_within(old.flops_per_s, speed.flops_per_s)
-                    and _within(old.bytes_per_s, speed.bytes_per_s)):
-                return False
-    return True
-
-
-def _within(a: float, b: float) -> bool:
-    if a <= 0 or b <= 0:
-        return a == b
-    return max(a, b) / min(a, b) <= SPEED_TOLERANCE
-
-
 def cache_info() -> CacheInfo:
     """Hits, misses (compilations) and plans kept, since the process started or `clear`."""
     with _lock:
@@ -119,5 +102,4 @@ def clear() -> None:
         _hits = _misses = 0
 
 
-__all__ = ["cached_compile", "cache_info", "clear", "graph_token", "CacheInfo", "MAX_PLANS",
-           "SPEED_TOLERANCE"]
+__all__ = ["cached_compile", "cache_info", "clear", "graph_token", "CacheInfo", "MAX_PLANS"]

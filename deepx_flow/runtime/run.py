@@ -30,6 +30,7 @@ from deepx_flow.compiler.inline import inlined_nodes
 from deepx_flow.compiler.validate import validate_graph
 from deepx_flow.compiler.plan import Plan
 from deepx_flow.errors import ClusterError, DeepxError, ExecutionError, PlanError
+from deepx_flow.ops.common import flag
 from deepx_flow.ir import Graph
 from deepx_flow.ir.keys import key_name
 from deepx_flow.registry.cluster import ClusterSpec, load_cluster_file, local_cluster_spec
@@ -87,7 +88,7 @@ def cluster_spec(cluster=None, client=None) -> ClusterSpec:
     return live_spec(client)
 
 
-def compile(outputs, cluster=None, client=None) -> Plan:  # noqa: A001
+def compile(outputs, cluster=None, client=None, replan: bool = False) -> Plan:  # noqa: A001
     """Compile tensors (or a Graph) into a chunked plan for a cluster.
 
     Parameters
@@ -98,6 +99,10 @@ def compile(outputs, cluster=None, client=None) -> Plan:  # noqa: A001
         Plan for this cluster (a `graphs/clusters/*.yaml` file) instead of the one in use.
     client : distributed.Client, optional
         Plan for this client's cluster.
+    replan : bool, optional
+        Plan again with the operator speeds measured now, and keep that plan for the
+        graph's next runs on this cluster (by default the plan chosen before is kept:
+        `runtime/plan_cache.py`).
 
     Returns
     -------
@@ -105,8 +110,9 @@ def compile(outputs, cluster=None, client=None) -> Plan:  # noqa: A001
         `plan.explain()` prints chunk grids, task costs and the compute/communication ratio.
     """
     graph = build_graph(outputs)
+    replan = flag(replan, "replan")
     chosen_address(client)
-    return cached_compile(graph, cluster_spec(cluster, client))
+    return cached_compile(graph, cluster_spec(cluster, client), replan=replan)
 
 
 @dataclass
@@ -328,7 +334,7 @@ def supervise(client, run_id: str, dsk, policies, recovery: Recovery, readable=N
 
 def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None = None,
         cluster=None, progress: bool | RunProgress | None = None,
-        recovery: Recovery | None = None):
+        recovery: Recovery | None = None, replan: bool = False):
     """Compute `outputs` and return them as NumPy arrays.
 
     Parameters
@@ -354,8 +360,12 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
         Retries, backups of slow tasks, timeouts and drift, and re-planning after running
         out of memory (see docs/recovery.md); by default no retries, no timeout, and a task
         running past 4 times its expected time (at least 1 s) gets a backup elsewhere.
+    replan : bool, optional
+        Plan again with the operator speeds measured now (see `dx.compile`); by default a
+        graph run again on the same cluster keeps its plan, and gives the same bits.
     """
     graph, bound = _checked(outputs, inputs)
+    fresh = flag(replan, "replan")
     check_gatherable({name: (graph[node].shape, graph[node].dtype)
                       for name, node in dict(graph.outputs).items()})
     recovery, progress = Recovery.of(recovery), RunProgress.of(checked_progress(progress))
@@ -367,13 +377,13 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
         spec = planned or cluster_spec(None, active)
         config = settings()
         replanned = None
-        for replan in range(recovery.replan_on_oom + 1):
-            plan = cached_compile(graph, spec, config)
+        for attempt in range(recovery.replan_on_oom + 1):
+            plan = cached_compile(graph, spec, config, replan=fresh and attempt == 0)
             try:
                 results = _compute(plan, graph, bound, active, progress, recovery, replanned)
                 break
             except ExecutionError as err:
-                if err.kind != "oom" or replan == recovery.replan_on_oom:
+                if err.kind != "oom" or attempt == recovery.replan_on_oom:
                     raise
                 # Smaller chunks: plan again with half the memory budget per task.
                 config = replace(config, memory_fraction=config.memory_fraction / 2)
@@ -473,17 +483,18 @@ def lasting_client(client=None, scheduler: str | None = None, inputs=None):
 
 
 def persist(outputs, inputs: dict | None = None, client=None, scheduler: str | None = None,
-            cluster=None, recovery: Recovery | None = None):
+            cluster=None, recovery: Recovery | None = None, replan: bool = False):
     """Compute `outputs` and keep them on the cluster; returns `Persisted` handles.
 
     Use this for outputs too large to gather. Without a client, the process's embedded
-    cluster is used, as by `run`.
+    cluster is used, as by `run` (whose other parameters these are).
     """
     graph, bound = _checked(outputs, inputs)
+    replan = flag(replan, "replan")
     recovery = Recovery.of(recovery)
     planned = cluster_spec(cluster) if cluster is not None else None
     active = lasting_client(client, scheduler, inputs)
-    plan = cached_compile(graph, planned or cluster_spec(None, active))
+    plan = cached_compile(graph, planned or cluster_spec(None, active), replan=replan)
     futures, keys, recorder, _ = _submit(plan, graph, bound, active, "persist",
                                          recovery=recovery)
     if recorder is not None:

@@ -246,7 +246,7 @@ def test_train_arguments_raise_only_deepx_errors_before_running(name, data):
 
 
 # -- runs: on the session's cluster, where an argument that is valid after all runs ---------------
-RUN_ARGS = ("inputs", "client", "scheduler", "cluster", "recovery", "progress")
+RUN_ARGS = ("inputs", "client", "scheduler", "cluster", "recovery", "progress", "replan")
 RUN_FUZZ = settings(FUZZ, max_examples=int(os.environ.get("FUZZ_N", 40)))
 A = np.arange(24, dtype="float32").reshape(4, 6)
 
@@ -256,7 +256,7 @@ A = np.arange(24, dtype="float32").reshape(4, 6)
 def test_run_arguments_raise_only_deepx_errors(client, name, value, verb):
     kwargs = {"inputs": {"x": A}, "client": client, name: value}
     if verb == "compile":
-        kwargs = {k: v for k, v in kwargs.items() if k in ("client", "cluster")}
+        kwargs = {k: v for k, v in kwargs.items() if k in ("client", "cluster", "replan")}
         if name not in kwargs:
             return
     if verb == "persist":
