@@ -373,8 +373,28 @@ def symbolic_dims(graph: Graph, dynamic: dict[str, dict[int, str]]) -> dict[str,
         if node.op not in EXPORTERS:  # refused by name when it is exported
             dims[node.id] = (None,) * node.ndim
             continue
-        dims[node.id] = _DIM_RULES.get(node.op, _dims_elementwise)(node, ins)
+        try:
+            dims[node.id] = _DIM_RULES.get(node.op, _dims_elementwise)(node, ins)
+        except SpecError as err:
+            raise SpecError(f"{err}; it lies {_between(graph, node, ins, dynamic)}") from None
     return dims
+
+
+def _between(graph: Graph, node, ins, dynamic) -> str:
+    """Where a refused node is, in the names the user gave: the graph input whose dynamic
+    axis reaches it and an output it leads to (its own id is often generated, made inside a
+    composite such as `dx.nn.conv_transpose`)."""
+    symbols = {s for _, d in ins for s in d if s is not None}
+    source = next((f"{shown(name)} (axis {axis}, {symbol})"
+                   for name, axes in dynamic.items() for axis, symbol in axes.items()
+                   if symbol in symbols), "?")
+    users, outputs = graph.consumers(), {node_id: name for name, node_id in graph.outputs}
+    seen, frontier = {node.id}, [node.id]
+    while frontier and not any(n in outputs for n in frontier):
+        frontier = [u for n in frontier for u in users.get(n, ()) if u not in seen]
+        seen.update(frontier)
+    target = next((outputs[n] for n in frontier if n in outputs), None)
+    return f"between graph input {source} and output {shown(target or '?')}"
 
 
 def _fixed(node: Node, message: str) -> SpecError:
@@ -437,17 +457,35 @@ def _dims_transpose(node, ins):
 
 
 def _dims_reshape(node, ins):
-    """Dynamic axes pass a reshape only where the shapes agree up to them (written as 0,
-    "copy": flattening the image axes of (N, C, H, W) into (N, C*H*W))."""
+    """Dynamic axes pass a reshape where the shapes agree up to them (written as 0, "copy":
+    flattening the image axes of (N, C, H, W) into (N, C*H*W)), or where it only drops or
+    adds axes of size 1 (`squeezed_axes`: a Squeeze or Unsqueeze an exporter wrote, which
+    the exporter writes back as such)."""
     ((x, d),) = ins
     prefix = 0
     while prefix < min(x.ndim, node.ndim) and x.shape[prefix] == node.shape[prefix]:
         prefix += 1
     moved = [i for i, s in enumerate(d) if s is not None and i >= prefix]
-    if moved:
+    if not moved:
+        return tuple(d[i] if i < prefix else None for i in range(node.ndim))
+    pairs = squeezed_axes(x.shape, d, node.shape)
+    if pairs is None:
         raise _fixed(node, f"it moves dynamic axis {moved[0]} ({d[moved[0]]}) of {x.shape} "
                            f"into {node.shape}")
-    return tuple(d[i] if i < prefix else None for i in range(node.ndim))
+    out = [None] * node.ndim
+    for i, o in pairs:
+        out[o] = d[i]
+    return tuple(out)
+
+
+def squeezed_axes(shape, dims, new_shape) -> list[tuple[int, int]] | None:
+    """For a reshape that only drops or adds axes of size 1 (none of them dynamic), the
+    (input axis, output axis) of each axis it keeps; None for any other reshape."""
+    kept_in = [i for i, s in enumerate(shape) if s != 1 or dims[i] is not None]
+    kept_out = [o for o, s in enumerate(new_shape) if s != 1]
+    if [shape[i] for i in kept_in] != [new_shape[o] for o in kept_out]:
+        return None
+    return list(zip(kept_in, kept_out))
 
 
 def _dims_concat(node, ins):

@@ -333,6 +333,8 @@ def _reshape(b, node, args, out):
     the input has it at the same position)."""
     (x,) = args
     dims = b.dims[node.id]
+    if any(d is not None for d in x.dims) and _squeezes(b, node, x, out):
+        return
     spec = [0 if d is not None else s for s, d in zip(node.shape, dims)]
     attrs = {}
     if 0 in node.shape:  # a real zero, not a copy
@@ -342,6 +344,28 @@ def _reshape(b, node, args, out):
         attrs["allowzero"] = 1
     shape = b.const(np.array(spec, dtype=np.int64), f"{node.id}/shape")
     b.add("Reshape", [x.name, shape], out=out, **attrs)
+
+
+def _squeezes(b, node, x: Arg, out: str) -> bool:
+    """A reshape that moves a dynamic axis by dropping or adding axes of size 1 (the
+    (1, N, C) -> (N, C) of a Squeeze an exporter wrote), written as Squeeze and Unsqueeze:
+    a Reshape's fixed target could not hold the dynamic size. False for any other."""
+    from deepx_flow.onnx.export import squeezed_axes
+    pairs = squeezed_axes(x.shape, x.dims, node.shape)
+    if pairs is None or all(i == o for i, o in pairs):
+        return False
+    kept_in, kept_out = {i for i, _ in pairs}, {o for _, o in pairs}
+    dropped = [i for i in range(len(x.shape)) if i not in kept_in]
+    added = [o for o in range(node.ndim) if o not in kept_out]
+    value = x.name
+    if dropped:
+        value = b.add("Squeeze", [value, b.const(np.array(dropped, np.int64),
+                                                 f"{node.id}/squeeze")],
+                      out=None if added else out)
+    if added:
+        b.add("Unsqueeze", [value, b.const(np.array(added, np.int64), f"{node.id}/unsqueeze")],
+              out=out)
+    return True
 
 
 @_exporter("concat")

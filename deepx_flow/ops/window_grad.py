@@ -66,9 +66,10 @@ def conv_transpose(b, x, w, strides, pads, dilations, groups: int, output_paddin
         stops.append(x.shape[2 + a] - max(-end, 0))
     if any(starts) or tuple(stops) != x.shape:
         x = b("slice", x, starts=tuple(starts), stops=tuple(stops), steps=(1,) * x.ndim)
-    x = pad(b, x, widths)
+    # the zeros around it are the conv's own padding: no block of them the batch's size
+    pads = tuple(before for before, _ in widths[2:]) + tuple(after for _, after in widths[2:])
     return b("conv", x, _transposed_filters(b, w, groups), strides=(1,) * n,
-             pads=(0,) * (2 * n), dilations=tuple(dilations), groups=groups)
+             pads=pads, dilations=tuple(dilations), groups=groups)
 
 
 def pad(b, x, widths, value=0):
@@ -82,11 +83,15 @@ def pad(b, x, widths, value=0):
 
 
 def _spread(b, x, axis: int, step: int):
-    """`x` with step - 1 zeros between its elements along `axis`."""
+    """`x` with step - 1 zeros between its elements along `axis`: each element takes the
+    first of `step` places along a new axis (a `where` of a mask of that axis), so no block
+    of zeros has the batch's size (a model exported with a dynamic batch holds none)."""
     size = x.shape[axis]
     cell = b("reshape", x, shape=x.shape[:axis + 1] + (1,) + x.shape[axis + 1:])
-    gaps = b.zeros(cell.shape[:axis + 1] + (step - 1,) + cell.shape[axis + 2:], x.dtype)
-    woven = b("reshape", b("concat", cell, gaps, axis=axis + 1),
+    places = b("arange", shape=(step,), dtype="int64", start=0, step=1)
+    first = b("eq", places, b("full", shape=(), dtype="int64", value=0))
+    mask = b("reshape", first, shape=(1,) * (axis + 1) + (step,) + (1,) * (x.ndim - axis - 1))
+    woven = b("reshape", b("where", mask, cell, b("full", shape=(), dtype=x.dtype, value=0)),
               shape=x.shape[:axis] + (size * step,) + x.shape[axis + 1:])
     stops = tuple((size - 1) * step + 1 if i == axis else s for i, s in enumerate(woven.shape))
     return b("slice", woven, starts=(0,) * x.ndim, stops=stops, steps=(1,) * x.ndim)
