@@ -20,7 +20,8 @@ Contenders, on the same 2 cores, each timed from the stored samples to the resul
   Zarr reads it, the outputs concatenated.
 
 Targets: deepx_flow's samples/s at least 1.0x ONNX Runtime's for the MLP and 0.7x for the
-convolutional network and the MobileNetV3. The outputs must agree (relative 1e-4, absolute 1e-4 of their scale).
+convolutional network and the MobileNetV3. The outputs must agree (relative 1e-4, absolute
+1e-4 of their scale).
 
 Run: `python benchmarks/bench_inference.py [--quick]` (--quick, a smoke test: 16,384 samples, two
 chunks, one run of each, no wait for a quiet machine).

@@ -23,7 +23,8 @@ The rules:
   kernels), in the result dtype (float32 for float16, rounded once).
 - relu(x) = maximum(x, 0): NaN stays NaN; maximum and minimum propagate NaN like NumPy's.
 - sin, cos, tan, sinh, cosh, asinh (arcsinh), acosh, atanh, floor, ceil and sign are NumPy's
-  ufuncs (floor and ceil keep integers as they are). round is `rint` (halves to even) on floats and leaves integers as they are.
+  ufuncs (floor and ceil keep integers as they are). round is `rint` (halves to even) on
+  floats and leaves integers as they are.
   reciprocal is 1 / x and softplus is `logaddexp(0, x)` (log(1 + e**x) without overflow),
   both computed like the composite operators: in the result dtype, float16 in float32.
 - div is true division (integers give floats); pow follows NumPy, including its ValueError for

@@ -189,10 +189,17 @@ def _direct(source, w, window, sizes, channels_first: bool, out_channels_first: 
     """A grouped convolution computed tap by tap: for output channel j of every group and
     input channel k of every group, the groups' outputs (one strided view: channels j,
     j + mg, ...) gain `w[:, k, tap]` times the tap's slice of the groups' inputs (channels k,
-    k + cg, ...). Float operands accumulate in their own dtype, a sum of C/g x kernel terms
-    per output, as a GEMM of that depth does."""
+    k + cg, ...). float32 and float64 accumulate in their own dtype, a sum of C/g x kernel
+    terms per output, as a GEMM of that depth does; float16 in float32 (as NumPy's float16
+    matmul does), rounded once."""
     kernel, strides, dilations, out_sp = window
     n, groups, cg, mg = sizes
+    if source.dtype == np.float16:
+        wide = _direct(source.astype(np.float32), w.astype(np.float32), window, sizes,
+                       channels_first, out_channels_first, None, xp)
+        out = buffer(scratch, "out", wide.shape, source.dtype, xp)
+        xp.copyto(out, wide, casting="unsafe")
+        return out
     src = source if channels_first else source.swapaxes(0, 1)  # (C, N, *spatial): a view
     out = buffer(scratch, "out", ((groups * mg, n) if out_channels_first else
                                   (n, groups * mg)) + out_sp, source.dtype, xp)

@@ -6,9 +6,12 @@ lookup (`_lookup`), and a tree ensemble walks all its trees at once (`ml_trees.p
 `SUPPORTED` names them with the domain in front (`ai.onnx.ml.Scaler`).
 
 What comes out is what ONNX Runtime gives, which is what scikit-learn's converters are
-tested against: scores and regressed values in float32, labels as int64. The
-post-transforms of the classifiers and regressors (`post_transform`) follow ONNX Runtime's
-formulas, its PROBIT approximation of erfinv included.
+tested against: scores and regressed values in float32, labels as int64. A classifier's
+labels come from its raw scores, before the post-transform (`post_transform`: LOGISTIC,
+SOFTMAX, SOFTMAX_ZERO, a regressor's PROBIT with ONNX Runtime's approximation of erfinv);
+a binary classifier that scores one class writes
+its two columns as ONNX Runtime does (`binary_scores`). A classifier's PROBIT is refused:
+ONNX Runtime's output for it is not a probability of each class.
 
 Refused by name: labels, keys and categories that are strings (deepx_flow has no string
 tensors), and `ZipMap`, which makes a sequence of maps, not a tensor (`REFUSED`: convert
@@ -67,6 +70,16 @@ def _float32(ctx: Context, value: Value) -> Tensor:
     return t if t.dtype == "float32" else dx.cast(t, "float32")
 
 
+def _working(ctx: Context, value: Value) -> Tensor:
+    """An operand of a float32 result in the type it is computed in: float32 for float32
+    and narrower floats, float64 for anything wider or integer (cast once at the end, as
+    ONNX Runtime computes in the input's type: float32 would round 1e6 + 0.3 first)."""
+    t = ctx.tensor(value)
+    if t.dtype in ("float32", "float64"):
+        return t
+    return dx.cast(t, "float32" if t.dtype in ("float16", "bfloat16") else "float64")
+
+
 def _rows(ctx: Context, value: Value) -> Tensor:
     """A classifier's or regressor's input as float32 rows (N, C): a vector is one row."""
     t = _float32(ctx, value)
@@ -81,10 +94,13 @@ def _rows(ctx: Context, value: Value) -> Tensor:
 POST_TRANSFORMS = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT")
 
 
-def post_transform(ctx: Context, scores: Tensor, kind: str) -> Tensor:
+def post_transform(ctx: Context, scores: Tensor, kind: str, classifier: bool = False) -> Tensor:
     """Scores (N, K) through ONNX-ML's post-transform `kind`, as ONNX Runtime computes it."""
     if kind not in POST_TRANSFORMS:
         raise ctx.error(f"post_transform {kind!r} is not one of {', '.join(POST_TRANSFORMS)}")
+    if classifier and kind == "PROBIT":
+        raise ctx.error("post_transform PROBIT of a classifier is not supported (ONNX "
+                        "Runtime's scores for it are not the classes' probabilities)")
     if kind == "NONE":
         return scores
     if kind == "LOGISTIC":
@@ -93,12 +109,22 @@ def post_transform(ctx: Context, scores: Tensor, kind: str) -> Tensor:
         return dx.softmax(scores, axis=-1)
     if kind == "SOFTMAX_ZERO":
         # a zero score stays (nearly) zero: exp(v - max) only where |v| > 1e-7; a row of
-        # zeros is 0.5 each
+        # zeros is 0 / 0, NaN, as in ONNX Runtime
         top = dx.max(scores, axis=-1, keepdims=True)
         e = dx.where(dx.abs(scores) > 1e-7, dx.exp(scores - top), scores * dx.exp(-top))
-        total = dx.sum(e, axis=-1, keepdims=True)
-        return dx.where(total == 0.0, 0.5, e / dx.where(total == 0.0, 1.0, total))
-    return _probit(scores)
+        return e / dx.sum(e, axis=-1, keepdims=True)
+    return dx.cast(_probit(scores), scores.dtype)
+
+
+def binary_scores(scores: Tensor, kind: str, complement: bool) -> Tensor:
+    """The two columns of a binary classifier that scores the second class alone (s, N x 1),
+    as ONNX Runtime writes them: (1 - p, p) with p = sigmoid(s) under LOGISTIC; else, with
+    SOFTMAX and SOFTMAX_ZERO not applied, (1 - s, s) where s is a probability already
+    (`complement`) and (-s, s) where it is a signed margin."""
+    if kind == "LOGISTIC":
+        p = dx.sigmoid(scores)
+        return dx.concat([1.0 - p, p], axis=1)
+    return dx.concat([(1.0 - scores) if complement else -scores, scores], axis=1)
 
 
 def _probit(p: Tensor) -> Tensor:
@@ -124,18 +150,19 @@ def _binarizer(ctx, node, args, attrs):
 @_ml("Scaler", "scikit-learn", "(x - offset) * scale per column, as float32",
      attrs=("offset", "scale"))
 def _scaler(ctx, node, args, attrs):
-    x = _float32(ctx, args[0])
+    x = _working(ctx, args[0])
     offset, scale = _floats(attrs, "offset", [0.0]), _floats(attrs, "scale", [1.0])
     for name, values in (("offset", offset), ("scale", scale)):
         if values.size not in (1, x.shape[-1]):
             raise ctx.error(f"{name} has {values.size} values for {x.shape[-1]} columns")
-    return _t((x - ctx.tensor(Value(const=offset))) * ctx.tensor(Value(const=scale)))
+    offset, scale = (ctx.tensor(Value(const=v.astype(x.dtype))) for v in (offset, scale))
+    return _t(dx.cast((x - offset) * scale, "float32"))
 
 
 @_ml("Normalizer", "scikit-learn", "each row divided by its MAX, L1 or L2 norm, as float32",
      attrs=("norm",))
 def _normalizer(ctx, node, args, attrs):
-    x = _float32(ctx, args[0])
+    x = _working(ctx, args[0])
     norm = attrs.get("norm", "MAX")
     if norm == "MAX":
         size = dx.max(x, axis=-1, keepdims=True)
@@ -145,7 +172,8 @@ def _normalizer(ctx, node, args, attrs):
         size = dx.sqrt(dx.sum(x * x, axis=-1, keepdims=True))
     else:
         raise ctx.error(f"norm {norm!r} is not one of MAX, L1, L2")
-    return _t(dx.where(size == 0.0, x, x / dx.where(size == 0.0, 1.0, size)))
+    return _t(dx.cast(dx.where(size == 0.0, x, x / dx.where(size == 0.0, 1.0, size)),
+                      "float32"))
 
 
 @_ml("Imputer", "scikit-learn", "the replaced value (NaN by default) by the column's "
@@ -172,6 +200,8 @@ def _imputer(ctx, node, args, attrs):
 def _array_feature_extractor(ctx, node, args, attrs):
     data, indices = args
     if indices.const is not None:
+        if (np.asarray(indices.const) < 0).any():
+            raise ctx.error("negative indices are not supported (ONNX Runtime refuses them)")
         index = Value(const=np.asarray(indices.const, np.int64).reshape(-1))
     else:
         index = Value(tensor=dx.reshape(ctx.tensor(indices), (-1,)))
@@ -302,8 +332,15 @@ def _class_labels(ctx, attrs: dict, name: str = "classlabels_ints") -> np.ndarra
 
 
 def labels_of(ctx, scores: Tensor, labels: np.ndarray) -> Tensor:
-    """The label of each row's highest score (the first of ties), as int64."""
+    """The label of each row's highest raw score (the first of ties), as int64."""
     return dx.take(ctx.tensor(Value(const=labels)), dx.argmax(scores, axis=1))
+
+
+def label_above(ctx, score: Tensor, labels: np.ndarray, threshold: float) -> Tensor:
+    """A binary classifier's label from its one raw score (N, 1): the second class above
+    `threshold`, else the first."""
+    return dx.where(dx.reshape(score, (score.shape[0],)) > threshold, int(labels[1]),
+                    int(labels[0]))
 
 
 @_ml("LinearClassifier", "scikit-learn", "scores x @ coefficients.T + intercepts; labels "
@@ -314,13 +351,16 @@ def _linear_classifier(ctx, node, args, attrs):
     x = _rows(ctx, args[0])
     coefficients = _floats(attrs, "coefficients")
     targets = (coefficients.size if coefficients is not None else 0) // max(1, x.shape[1])
-    scores = _linear_scores(ctx, x, attrs, targets)
-    if targets == 1 and labels.size == 2:  # binary: one score s stands for (-s, s)
-        scores = dx.concat([-scores, scores], axis=1)
-    scores = post_transform(ctx, scores, attrs.get("post_transform", "NONE"))
-    if targets == 1 and labels.size != 2:
-        raise ctx.error(f"one row of coefficients for {labels.size} class labels")
-    return [Value(tensor=labels_of(ctx, scores, labels)), Value(tensor=scores)]
+    raw = _linear_scores(ctx, x, attrs, targets)
+    kind = attrs.get("post_transform", "NONE")
+    post_transform(ctx, raw, kind, classifier=True)  # checks the kind
+    if targets == 1:  # binary: one score, for the second class
+        if labels.size != 2:
+            raise ctx.error(f"one row of coefficients for {labels.size} class labels")
+        return [Value(tensor=label_above(ctx, raw, labels, 0.0)),
+                Value(tensor=binary_scores(raw, kind, complement=True))]
+    return [Value(tensor=labels_of(ctx, raw, labels)),
+            Value(tensor=post_transform(ctx, raw, kind, classifier=True))]
 
 
 # The tree ensembles and the support vector machines register theirs.

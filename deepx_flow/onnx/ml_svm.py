@@ -10,7 +10,8 @@ rounded to float32, as ONNX Runtime gives them.
 A classifier with support vectors votes one-against-one, as libsvm: the decision of each
 pair of classes (i, j) is a column of `kernel @ pair_weights + rho`, a vote for i where it
 is positive, else for j; the label is the class with the most votes (the first of ties),
-and the scores are the pairs' decisions. Probability estimates (`prob_a`, `prob_b`: libsvm's
+and the scores are the pairs' decisions (a binary one's written as ONNX Runtime writes it,
+`ml_ops.binary_scores`). Probability estimates (`prob_a`, `prob_b`: libsvm's
 iterative pairwise coupling) are refused by name: train the SVC with probability=False.
 """
 
@@ -19,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 import deepx_flow as dx
-from deepx_flow.onnx.ml_ops import _class_labels, _floats, _ints, _ml, _rows, post_transform
+from deepx_flow.onnx.ml_ops import (_class_labels, _floats, _ints, _ml, _rows, binary_scores,
+                                    labels_of, post_transform)
 from deepx_flow.onnx.model import Context, Value
 from deepx_flow.onnx.ops import _t
 from deepx_flow.sdk.tensor import Tensor
@@ -50,6 +52,13 @@ def _kernel(ctx: Context, x: Tensor, vectors: np.ndarray, attrs: dict) -> Tensor
     return dx.exp(dx.maximum(squares - 2.0 * dot, 0.0) * -gamma)
 
 
+def _coefficients(ctx, attrs: dict) -> np.ndarray:
+    coefficients = _floats(attrs, "coefficients")
+    if coefficients is None or coefficients.size == 0:
+        raise ctx.error("has no coefficients")
+    return coefficients.astype(np.float64)
+
+
 def _support_vectors(ctx, attrs: dict, count: int, features: int) -> np.ndarray:
     vectors = _floats(attrs, "support_vectors")
     if vectors is None or vectors.size != count * features:
@@ -62,14 +71,16 @@ def _support_vectors(ctx, attrs: dict, count: int, features: int) -> np.ndarray:
 def _svm_regressor(ctx, node, args, attrs):
     x = _rows(ctx, args[0])
     count = int(attrs.get("n_supports", 0))
-    coefficients = _floats(attrs, "coefficients")
+    coefficients = _coefficients(ctx, attrs)
     rho = float(_floats(attrs, "rho", [0.0])[0])
+    terms = count if count > 0 else x.shape[1]
+    if coefficients.size != terms:
+        raise ctx.error(f"needs {terms} coefficients, got {coefficients.size}")
+    weights = coefficients.reshape(terms, 1)
     if count > 0:
         kernel = _kernel(ctx, x, _support_vectors(ctx, attrs, count, x.shape[1]), attrs)
-        weights = coefficients.astype(np.float64).reshape(count, 1)
     else:  # liblinear: the coefficients are the weights of the features
         kernel = dx.cast(x, "float64")
-        weights = coefficients.astype(np.float64).reshape(x.shape[1], 1)
     score = kernel @ ctx.tensor(Value(const=weights)) + rho
     if int(attrs.get("one_class", 0)):
         score = dx.where(score > 0.0, 1.0, -1.0)
@@ -89,16 +100,23 @@ def _svm_classifier(ctx, node, args, attrs):
     x = _rows(ctx, args[0])
     classes = labels.size
     per_class = _ints(attrs, "vectors_per_class")
-    coefficients = _floats(attrs, "coefficients").astype(np.float64)
+    coefficients = _coefficients(ctx, attrs)
     rho = _floats(attrs, "rho", [0.0]).astype(np.float64)
     kind = attrs.get("post_transform", "NONE")
+    post_transform(ctx, x, kind, classifier=True)  # checks the kind
     if per_class is None or per_class.sum() == 0:  # liblinear: one score per class
+        if coefficients.size != classes * x.shape[1]:
+            raise ctx.error(f"needs {classes} x {x.shape[1]} coefficients, got "
+                            f"{coefficients.size}")
         weights = coefficients.reshape(classes, x.shape[1]).T.copy()
-        scores = dx.cast(x, "float64") @ ctx.tensor(Value(const=weights)) + float(rho[0])
-        scores = post_transform(ctx, dx.cast(scores, "float32"), kind)
-        return [Value(tensor=_labels(ctx, scores, labels)), Value(tensor=scores)]
+        raw = dx.cast(dx.cast(x, "float64") @ ctx.tensor(Value(const=weights)) +
+                      float(rho[0]), "float32")
+        return [Value(tensor=labels_of(ctx, raw, labels)),
+                Value(tensor=post_transform(ctx, raw, kind, classifier=True))]
     count = int(per_class.sum())
     kernel = _kernel(ctx, x, _support_vectors(ctx, attrs, count, x.shape[1]), attrs)
+    if coefficients.size != (classes - 1) * count:
+        raise ctx.error(f"needs {classes - 1} x {count} coefficients, got {coefficients.size}")
     coefs = coefficients.reshape(-1, count)
     starts = np.concatenate([[0], np.cumsum(per_class)[:-1]])
     pairs = [(i, j) for i in range(classes) for j in range(i + 1, classes)]
@@ -118,17 +136,11 @@ def _svm_classifier(ctx, node, args, attrs):
     positive = dx.cast(decisions > 0.0, "float64")
     votes = positive @ ctx.tensor(Value(const=winner_if_positive)) + \
         (1.0 - positive) @ ctx.tensor(Value(const=winner_otherwise))
-    label = dx.take(ctx.tensor(Value(const=labels)), dx.argmax(votes, axis=1))
+    label = labels_of(ctx, votes, labels)
     scores = dx.cast(decisions, "float32")
-    if len(pairs) == 1:  # binary: the decision s stands for (-s, s)
-        if kind == "PROBIT":
-            raise ctx.error("post_transform PROBIT does not apply to a binary SVM")
-        if coefficients.min() >= 0:  # ONNX Runtime labels these the second class
-            label = dx.full((x.shape[0],), int(labels[1]), dtype="int64")
-        scores = dx.concat([-scores, scores], axis=1)
-    return [Value(tensor=label), Value(tensor=post_transform(ctx, scores, kind))]
-
-
-def _labels(ctx, scores: Tensor, labels: np.ndarray) -> Tensor:
-    from deepx_flow.onnx.ml_ops import labels_of
-    return labels_of(ctx, scores, labels)
+    if len(pairs) == 1:  # binary: the decision s, written as ONNX Runtime writes it: (-s, s)
+        # with no post-transform, (1 - s, s) under SOFTMAX and SOFTMAX_ZERO (not applied)
+        return [Value(tensor=label),
+                Value(tensor=binary_scores(scores, kind, complement=kind != "NONE"))]
+    return [Value(tensor=label),
+            Value(tensor=post_transform(ctx, scores, kind, classifier=True))]

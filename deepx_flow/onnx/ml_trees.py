@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 import deepx_flow as dx
-from deepx_flow.onnx.ml_ops import _class_labels, _floats, _ints, _ml, _rows, labels_of, \
-    post_transform
+from deepx_flow.onnx.ml_ops import (_class_labels, _floats, _ints, _ml, _rows, binary_scores,
+                                    label_above, labels_of, post_transform)
 from deepx_flow.onnx.model import Context, Value
 from deepx_flow.onnx.ops import _t
 from deepx_flow.sdk.tensor import Tensor
@@ -53,6 +53,7 @@ class Forest:
     weights: np.ndarray     # float32 (node, target)
     weighted: np.ndarray    # bool (node, target): the leaf votes for that target
     depth: int              # the most comparisons from a root to a leaf
+    tracks_missing: bool = False  # nodes_missing_value_tracks_true was given
 
 
 def _depth(forest_true, forest_false, mode, roots, where) -> int:
@@ -106,10 +107,15 @@ def _classic_forest(ctx: Context, attrs: dict, prefix: str, targets: int) -> For
     trees = sorted(set(tree_ids.tolist()))
     roots = np.array([index.get((t, 0), int(np.flatnonzero(tree_ids == t)[0])) for t in trees],
                      np.int64)
-    weights = np.zeros((n, targets), np.float32)
-    weighted = np.zeros((n, targets), bool)
     vote_trees, vote_nodes = _ints(attrs, f"{prefix}_treeids"), _ints(attrs, f"{prefix}_nodeids")
     vote_ids, vote_weights = _ints(attrs, f"{prefix}_ids"), _floats(attrs, f"{prefix}_weights")
+    if f"{prefix}_weights_as_tensor" in attrs:  # double weights stay double
+        vote_weights = np.asarray(attrs[f"{prefix}_weights_as_tensor"]).reshape(-1)
+    if vote_trees is None or vote_weights is None or not (
+            vote_trees.size == vote_nodes.size == vote_ids.size == vote_weights.size):
+        raise ctx.error(f"needs {prefix}_treeids, _nodeids, _ids and _weights of one length")
+    weights = np.zeros((n, targets), np.result_type(vote_weights.dtype, np.float32))
+    weighted = np.zeros((n, targets), bool)
     for t, i, target, w in zip(vote_trees.tolist(), vote_nodes.tolist(), vote_ids.tolist(),
                                vote_weights.tolist()):
         k = index.get((t, i))
@@ -121,7 +127,7 @@ def _classic_forest(ctx: Context, attrs: dict, prefix: str, targets: int) -> For
     depth = _depth(true, false, mode, roots, ctx.error)
     return Forest(feature.astype(np.int64), threshold, mode, true.astype(np.int64),
                   false.astype(np.int64), missing_true, [None] * n, roots, weights, weighted,
-                  depth)
+                  depth, tracks_missing=missing is not None and missing.size > 0)
 
 
 def _leaf_nodes(forest_x: Tensor, forest: Forest, ctx: Context) -> Tensor:
@@ -141,10 +147,9 @@ def _leaf_nodes(forest_x: Tensor, forest: Forest, ctx: Context) -> Tensor:
             passes = _compare(MODES[m], value, threshold, forest, node, ctx)
             go = passes if go is None else dx.where(dx.take(const(forest.mode), node) == m,
                                                     passes, go)
-        if forest.missing_true.any():
+        if forest.tracks_missing:  # NaN goes where the node says; else it compares (false,
+            # but true for BRANCH_NEQ), as in ONNX Runtime
             go = dx.where(value != value, dx.take(const(forest.missing_true), node), go)
-        else:
-            go = dx.where(value != value, False, go)
         node = dx.where(go, dx.take(const(forest.true), node),
                         dx.take(const(forest.false), node))
     return node
@@ -233,15 +238,19 @@ def _tree_classifier(ctx, node, args, attrs):
     classes = labels.size
     forest = _classic_forest(ctx, attrs, "class", classes)
     leaves = _leaf_nodes(_features(ctx, args[0]), forest, ctx)
-    scores = _aggregate(ctx, forest, leaves, "SUM", _floats(attrs, "base_values"))
+    raw = _aggregate(ctx, forest, leaves, "SUM", _floats(attrs, "base_values"))
     kind = attrs.get("post_transform", "NONE")
+    post_transform(ctx, raw, kind, classifier=True)  # checks the kind
     voted = np.flatnonzero(forest.weighted.any(axis=0))
-    if classes == 2 and voted.size == 1:  # binary: one score s, for the second class
-        s = scores[:, int(voted[0]):int(voted[0]) + 1]
-        first = (1.0 - s) if kind in ("NONE", "PROBIT") else -s
-        scores = dx.concat([first, s], axis=1)
-    scores = post_transform(ctx, scores, kind)
-    return [Value(tensor=labels_of(ctx, scores, labels)), Value(tensor=scores)]
+    if classes == 2 and voted.size == 1:
+        # binary: one score s for the second class; with weights all positive it is a
+        # probability (the second class above 0.5), else a margin (above 0)
+        s = raw[:, int(voted[0]):int(voted[0]) + 1]
+        positive = bool((forest.weights[forest.weighted] >= 0).all())
+        return [Value(tensor=label_above(ctx, s, labels, 0.5 if positive else 0.0)),
+                Value(tensor=binary_scores(s, kind, complement=positive))]
+    return [Value(tensor=labels_of(ctx, raw, labels)),
+            Value(tensor=post_transform(ctx, raw, kind, classifier=True))]
 
 
 def _v5_forest(ctx: Context, attrs: dict) -> Forest:
@@ -294,7 +303,8 @@ def _v5_forest(ctx: Context, attrs: dict) -> Forest:
     threshold = np.concatenate([splits, np.zeros(leaves, splits.dtype)])
     depth = _depth(true, false, full_mode, roots, ctx.error)
     return Forest(feature, threshold, full_mode, true, false, missing_true, members, roots,
-                  weights, weighted, depth)
+                  weights, weighted, depth,
+                  tracks_missing=missing is not None and missing.size > 0)
 
 
 @_ml("TreeEnsemble", "scikit-learn", "ai.onnx.ml opset 5's form: nodes and leaves apart, "

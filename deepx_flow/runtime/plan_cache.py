@@ -16,9 +16,10 @@ Not the operator speeds the registry measured (`registry/speeds.py`), though the
 reads them to keep tasks above `min_task_seconds`: they change after every run (a decayed
 average), and a plan made again for new speeds may cut other chunks, and chunks cut
 elsewhere round float sums in another order. So a plan chosen for a graph and a cluster is
-kept until the cluster changes (its spec: workers, memory, devices, links) or a run asks to
-plan again (`dx.run(..., replan=True)`, `dx.compile(..., replan=True)`): consecutive runs
-of a graph on a cluster give identical bits. A plan taken from the cache gets the spec of
+kept until the cluster changes (its spec: workers, memory, devices, links), a run asks to
+plan again (`dx.run(..., replan=True)`, `dx.compile(..., replan=True)`), or MAX_PLANS plans
+of other graphs have been made since (it is then planned afresh, with the speeds measured
+by then): consecutive runs of a graph on a cluster give identical bits. A plan taken from the cache gets the spec of
 this run, so its cost estimates and the recovery's expected task times follow the latest
 speeds. A new cluster (another process's, or one restarted) plans with the speeds measured
 so far, and may cut other chunks: results agree to their dtype's rounding, not bit for bit.

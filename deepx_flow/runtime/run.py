@@ -30,9 +30,9 @@ from deepx_flow.compiler.inline import inlined_nodes
 from deepx_flow.compiler.validate import validate_graph
 from deepx_flow.compiler.plan import Plan
 from deepx_flow.errors import ClusterError, DeepxError, ExecutionError, PlanError
-from deepx_flow.ops.common import flag
 from deepx_flow.ir import Graph
 from deepx_flow.ir.keys import key_name
+from deepx_flow.ops.common import flag
 from deepx_flow.registry.cluster import ClusterSpec, load_cluster_file, local_cluster_spec
 from deepx_flow.config import settings
 from deepx_flow.runtime.cluster import chosen_address, connect, current_client, shared_client

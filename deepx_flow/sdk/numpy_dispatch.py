@@ -245,8 +245,8 @@ def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=NO_VALUE,
 def _summed(fn, x: Tensor, axis, keepdims, dtype) -> Tensor:
     """`fn(x)` with NumPy's `dtype=`: the operand cast to it and the result in it. A sum of
     small integers adds up in int64 and wraps once at the end, which is what adding up in
-    the small type gives (so does a product: wrapping commutes with multiplication); a float one adds up in float64 (`dx.sum`), more exactly than
-    NumPy's sum in that dtype."""
+    the small type gives (so does a product: wrapping commutes with multiplication); a
+    float one adds up in float64 (`dx.sum`), more exactly than NumPy's sum in that dtype."""
     if dtype is None:
         return fn(x, axis, keepdims)
     return _as_dtype(fn(_as_dtype(x, dtype), axis, keepdims), dtype)

@@ -87,22 +87,27 @@ CONV_CASES = [
 ]
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("channels_first,out_channels_first", itertools.product(
     [False, True], [False, True]))
 def test_the_direct_grouped_kernel_equals_the_gemms_in_every_layout(
-        monkeypatch, channels_first, out_channels_first):
+        monkeypatch, channels_first, out_channels_first, dtype):
     """A batch chain passes activations channels first; the direct path reads and writes
-    either layout as the GEMM path does (the same values, to float32's rounding)."""
+    either layout as the GEMM path does (the same values, to the dtype's rounding: float16
+    adds up in float32 on both paths)."""
     rng = np.random.default_rng(3)
-    x = rng.standard_normal((5, 12, 10, 9)).astype(np.float32)
-    w = rng.standard_normal((24, 3, 3, 3)).astype(np.float32)
+    x = rng.standard_normal((5, 12, 10, 9)).astype(dtype)
+    w = rng.standard_normal((24, 3, 3, 3)).astype(dtype)
     attrs = {"strides": (2, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "groups": 4}
     given = np.ascontiguousarray(x.swapaxes(0, 1)) if channels_first else x
     direct = window.conv(given, w, attrs, {}, channels_first, out_channels_first)
     monkeypatch.setattr(window, "DIRECT_GROUP_CHANNELS", 0)
     gemm = window.conv(given, w, attrs, {}, channels_first, out_channels_first)
-    assert direct.shape == gemm.shape
-    np.testing.assert_allclose(direct, gemm, rtol=1e-5, atol=1e-5 * np.abs(gemm).max())
+    assert direct.shape == gemm.shape and direct.dtype == gemm.dtype == np.dtype(dtype)
+    # float16: both round a float32 sum once, so they differ by at most one of its ulps
+    tol = 1e-5 if dtype == "float32" else 2.0**-10
+    np.testing.assert_allclose(direct.astype(np.float64), gemm.astype(np.float64), rtol=0,
+                               atol=tol * np.abs(gemm.astype(np.float64)).max())
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

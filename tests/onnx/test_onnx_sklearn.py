@@ -98,8 +98,8 @@ def _compare(path, x, client):
         if w.dtype.kind in "iu":
             np.testing.assert_array_equal(g, w, err_msg=name)
         else:
-            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * np.abs(w).max(),
-                                       err_msg=name)
+            scale = np.nanmax(np.abs(w)) if np.isfinite(w).any() else 0.0  # NaN where 0/0
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * scale, err_msg=name)
     return {op for op in model.ops}
 
 
@@ -116,8 +116,9 @@ def test_a_converted_pipeline_gives_onnx_runtimes_outputs(client, tmp_path, name
 
 def test_every_ml_operator_is_among_the_pipelines_or_built_here(client, tmp_path):
     """The ai.onnx.ml operators of `SUPPORTED` are all exercised: by the pipelines above,
-    or (LabelEncoder, Scaler with its own offsets, TreeEnsemble of opset 5) by models
-    built here with onnx.helper, against ONNX Runtime."""
+    by models built here with onnx.helper (LabelEncoder, Scaler with its own offsets), or
+    (TreeEnsemble of opset 5) by ONNX's node tests in test_onnx_backend.py, against ONNX
+    Runtime or ONNX's expected outputs."""
     from deepx_flow.onnx.ops import SUPPORTED
     seen = set()
     for name, make in PIPELINES.items():
@@ -198,3 +199,105 @@ def test_string_labels_and_probability_estimates_are_refused_by_name(tmp_path):
     path.write_bytes(_convert(svc, x).SerializeToString())
     with pytest.raises(SpecError, match=r"\(SVMClassifier\): probability estimates"):
         dx.onnx.load(path)(X=dx.input("x", x.shape, "float32"))
+
+
+# -- binary classifiers and post-transforms, built by hand (what skl2onnx writes only some of)
+POSTS = ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"]
+
+
+def _classifier_model(path, node, features):
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", features])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, ["N"]),
+         helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", None])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("ai.onnx.ml", 3)])
+    onnx.save(model, str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("post", POSTS)
+@pytest.mark.parametrize("weights", [[0.3, 0.8], [-0.4, 0.6], [0.3, 0.45]])
+@pytest.mark.parametrize("mode", ["BRANCH_LEQ", "BRANCH_NEQ"])
+def test_a_binary_tree_ensemble_scoring_one_class(client, tmp_path, post, weights, mode):
+    """Weights all positive: the score is a probability (label above 0.5, scores (1 - p,
+    p)); of both signs: a margin (label above 0, scores (-s, s)); labels from the raw score;
+    NaN compares (false, but true for BRANCH_NEQ) where no missing-value track is given."""
+    node = helper.make_node(
+        "TreeEnsembleClassifier", ["x"], ["label", "scores"], domain="ai.onnx.ml",
+        nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0],
+        nodes_values=[0.0, 0.0, 0.0], nodes_modes=[mode, "LEAF", "LEAF"],
+        nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0], class_treeids=[0, 0],
+        class_nodeids=[1, 2], class_ids=[0, 0], class_weights=weights,
+        classlabels_int64s=[4, 7], post_transform=post)
+    x = np.array([[-1.0], [1.0], [0.0], [np.nan]], np.float32)
+    _compare(_classifier_model(tmp_path / "tree.onnx", node, 1), x, client)
+
+
+@pytest.mark.parametrize("post", POSTS)
+@pytest.mark.parametrize("rows", [1, 3])
+def test_linear_classifiers_label_from_raw_scores(client, tmp_path, post, rows):
+    """One row of coefficients (binary: label above 0, scores (1 - s, s), or (1 - p, p)
+    under LOGISTIC) and three (labels of the highest raw score: saturated sigmoids tie)."""
+    coefficients = [1.0] if rows == 1 else [1.0, 2.0, -1.0]
+    node = helper.make_node(
+        "LinearClassifier", ["x"], ["label", "scores"], domain="ai.onnx.ml",
+        coefficients=coefficients, intercepts=[0.0] * rows,
+        classlabels_ints=[4, 7] if rows == 1 else [4, 7, 9], post_transform=post)
+    x = np.array([[-2.0], [-0.3], [0.0], [0.2], [0.6], [20.0], [25.0]], np.float32)
+    _compare(_classifier_model(tmp_path / "linear.onnx", node, 1), x, client)
+
+
+@pytest.mark.parametrize("post", POSTS)
+@pytest.mark.parametrize("classes,signs", [(2, "positive"), (2, "mixed"), (3, "mixed")])
+def test_svm_classifiers_vote_and_score_as_onnx_runtime(client, tmp_path, post, classes,
+                                                        signs):
+    rng = np.random.default_rng(classes)
+    per_class = [2] * classes
+    count = sum(per_class)
+    coefficients = np.abs(rng.standard_normal((classes - 1) * count))
+    if signs == "mixed":
+        coefficients *= np.sign(rng.standard_normal(coefficients.size))
+    node = helper.make_node(
+        "SVMClassifier", ["x"], ["label", "scores"], domain="ai.onnx.ml",
+        classlabels_ints=list(range(3, 3 + classes)), coefficients=coefficients.tolist(),
+        kernel_type="RBF", kernel_params=[0.5, 0.0, 3.0], post_transform=post,
+        rho=rng.standard_normal(classes * (classes - 1) // 2).tolist(),
+        support_vectors=rng.standard_normal(count * 2).tolist(), vectors_per_class=per_class)
+    x = rng.standard_normal((8, 2)).astype(np.float32)
+    _compare(_classifier_model(tmp_path / "svm.onnx", node, 2), x, client)
+
+
+def test_a_boosted_classifier_with_raw_scores(client, tmp_path):
+    """skl2onnx's raw_scores: the margins of a binary gradient boosting (mixed weights, no
+    post-transform): labels above 0, scores (-s, s)."""
+    x, y = _data("cancer")
+    model = GradientBoostingClassifier(n_estimators=10, random_state=0).fit(x, y)
+    onx = skl2onnx.to_onnx(model, x[:1], options={id(model): {"zipmap": False,
+                                                              "raw_scores": True}})
+    path = tmp_path / "raw.onnx"
+    path.write_bytes(onx.SerializeToString())
+    _compare(path, x, client)
+
+
+def test_a_scaler_computes_in_its_inputs_type(client, tmp_path):
+    """(1e6 + 0.3 - 1e6) * 1 in float64, rounded once to float32: 0.3, not 0.3125."""
+    node = helper.make_node("Scaler", ["x"], ["y"], domain="ai.onnx.ml",
+                            offset=[1e6, 0.0, 0.0], scale=[1.0, 2.0, 3.0])
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, ["N", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                      helper.make_opsetid("ai.onnx.ml", 3)]),
+              str(tmp_path / "scaler.onnx"))
+    x = np.array([[1e6 + 0.3, 1.5, -2.0], [1e6 - 7.25, 0.1, 3.0]])
+    _compare(tmp_path / "scaler.onnx", x, client)
+
+
+def test_a_classifiers_probit_is_refused(tmp_path):
+    node = helper.make_node("LinearClassifier", ["x"], ["label", "scores"],
+                            domain="ai.onnx.ml", coefficients=[1.0, 2.0], intercepts=[0.0, 0.0],
+                            classlabels_ints=[0, 1], post_transform="PROBIT")
+    model = dx.onnx.load(_classifier_model(tmp_path / "probit.onnx", node, 1))
+    with pytest.raises(SpecError, match="PROBIT of a classifier is not supported"):
+        model(x=dx.input("x", (4, 1), "float32"))
