@@ -271,7 +271,8 @@ def load(path) -> OnnxModel:
         # ONNX infers no types for some ai.onnx.ml operators (a Normalizer's output): the
         # converters work out every shape and type themselves
         proto = onnx.shape_inference.infer_shapes(proto)
-    return OnnxModel(proto, path, written_opset=written)
+    from deepx_flow.onnx.fold import fold_batch_norms
+    return OnnxModel(fold_batch_norms(proto), path, written_opset=written)
 
 
 def _one_line(err: Exception) -> str:
