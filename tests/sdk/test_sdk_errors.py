@@ -42,7 +42,7 @@ def x():
 
 
 @pytest.mark.parametrize("index", [
-    np.s_[::0], np.s_[1:3, ::0], np.s_[::-1], np.s_[1.5], np.s_[[0, 1]], np.s_["a"],
+    np.s_[::0], np.s_[1:3, ::0], np.s_[1.5], np.s_[[0, 1]], np.s_["a"],
     np.s_[np.array([True, False, True, False])], np.s_[..., ...], np.s_[0, 0, 0],
     np.s_[0:2.5], np.s_[None, 7], np.s_[{1: 2}],
 ])
