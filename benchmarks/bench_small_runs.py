@@ -15,13 +15,13 @@ deepx_flow and as dask.array, `(tanh(x) * 2 + 1).sum(axis=0)` of:
 - "zarr": a 2000 x 2000 Zarr array of 2 x 2 chunks (`dx.read_zarr` vs `da.from_zarr`).
 The random numbers differ (deepx_flow's are counter-based, a function of the element's
 index, which costs more per element than NumPy's generator). Runs are recorded in a fresh
-SQLite file, as by default. Median of 30 (5 with --quick) after 3 warm-ups, all six taking
+SQLite file, as by default. Median of 30 (3 with --quick) after 3 warm-ups (1), all six taking
 turns. Also recorded: the CPU time of this process per call (the driver, and the
 LocalCluster's scheduler, which runs in it) and of the calling thread alone, and the
-workers' compute time per run (from Dask's task stream), which tells the driver's overhead
-from the work itself.
+workers' compute time per run (from Dask's task stream, the median of 3 runs; one with
+--quick), which tells the driver's overhead from the work itself.
 
-Run: `python benchmarks/bench_small_runs.py [--quick]` (about 20 s; --quick about 5 s).
+Run: `python benchmarks/bench_small_runs.py [--quick]` (about 40 s; --quick about 10 s).
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ def _worker_seconds(client, fn) -> float:
 
 
 def main(quick: bool = False, repeat: int | None = None) -> dict:
-    repeat = repeat or (5 if quick else 30)
+    repeat = repeat or (3 if quick else 30)
+    warmup = 1 if quick else 3  # --quick is a smoke test of every part, not a measurement
     tmp = tempfile.mkdtemp(prefix="deepx-bench-small-")
     os.environ["DEEPX_DB_URL"] = f"sqlite:///{tmp}/deepx.db"
     import zarr
@@ -70,7 +71,7 @@ def main(quick: bool = False, repeat: int | None = None) -> dict:
     stored[:] = np.random.default_rng(0).standard_normal((side, side))
     res = {"machine": common.machine_info(),
            "busy_before": None if quick else common.wait_until_quiet(),
-           "parameters": {"repeat": repeat, "warmup": 3, "workers": 2,
+           "parameters": {"repeat": repeat, "warmup": warmup, "workers": 2,
                           "threads_per_worker": 1, "dtype": "float64",
                           "database": "sqlite (fresh file)"}}
     graphs = {}
@@ -90,20 +91,21 @@ def main(quick: bool = False, repeat: int | None = None) -> dict:
                             ("dask.array", (ya.compute,))):
                 cpu[f"{name} {who}"] = []
                 fns[f"{name} {who}"] = _timed(cpu[f"{name} {who}"], *fn)
-        timings = common.interleaved(fns, repeat, warmup=3)
+        timings = common.interleaved(fns, repeat, warmup=warmup)
         for key, times in cpu.items():  # the warm-ups are not timed
-            timings[key]["process_cpu_median_s"] = float(np.median([p for p, _ in times[3:]]))
-            timings[key]["caller_cpu_median_s"] = float(np.median([t for _, t in times[3:]]))
+            timed = times[warmup:]
+            timings[key]["process_cpu_median_s"] = float(np.median([p for p, _ in timed]))
+            timings[key]["caller_cpu_median_s"] = float(np.median([t for _, t in timed]))
         tasks = {name: dx.compile(y, client=client).stats().tasks
                  for name, (y, _) in graphs.items()}
         # What the workers compute, apart from the driver: each task's compute time, summed
-        # over one more run of each (the median of 3).
+        # over one more run of each (the median of 3; one with --quick).
         work = {}
         for name, (y, ya) in graphs.items():
             for who, fn in (("dx.run", lambda y=y: dx.run(y, client=client)),
                             ("dask.array", ya.compute)):
                 work[f"{name} {who}"] = float(np.median([_worker_seconds(client, fn)
-                                                         for _ in range(3)]))
+                                                         for _ in range(1 if quick else 3)]))
     rows, ratios = [], {}
     for name in graphs:
         ours, theirs = timings[f"{name} dx.run"], timings[f"{name} dask.array"]
@@ -130,7 +132,7 @@ def main(quick: bool = False, repeat: int | None = None) -> dict:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="5 timed runs of each")
-    parser.add_argument("--repeat", type=int, help="timed runs of each (30; 5 with --quick)")
+    parser.add_argument("--quick", action="store_true", help="3 timed runs of each, 1 warm-up")
+    parser.add_argument("--repeat", type=int, help="timed runs of each (30; 3 with --quick)")
     args = parser.parse_args()
     main(args.quick, args.repeat)
