@@ -30,6 +30,23 @@ dask.config.set({"distributed.deploy.lost-worker-timeout": "300s"})
 hypothesis.settings.register_profile("deepx", deadline=None)
 hypothesis.settings.load_profile("deepx")
 
+# The folders whose tests may run two at a time (the test command runs `pytest -n 2 -m
+# parallel`, then the rest one at a time): computations checked against NumPy, ONNX Runtime or
+# a compiler, with no timing, no process killed, no server and nothing shared between
+# processes (each xdist worker has its own session database and cluster). The others
+# (clusters of processes, faults, recording, the dashboard, benchmarks) keep the machine to
+# themselves, as their time margins assume.
+PARALLEL_FOLDERS = ("compiler", "kernels", "onnx", "sdk", "spec")
+
+
+def pytest_collection_modifyitems(config, items):
+    root = config.rootpath / "tests"
+    for item in items:
+        parts = item.path.relative_to(root).parts if item.path.is_relative_to(root) else ()
+        if parts and parts[0] in PARALLEL_FOLDERS:
+            item.add_marker(pytest.mark.parallel)
+
+
 # A command started in the background by a script (`cmd &`) begins with SIGINT ignored, and
 # so does every process it starts. Tests of Ctrl-C (a notebook's "interrupt kernel", a
 # terminal's Ctrl-C to a materialization or the scheduler) then test nothing: the signal is

@@ -38,6 +38,13 @@ def _train(client, db):
                     client=client, db=db)
 
 
+@pytest.fixture(scope="module")
+def unbroken(client, tmp_path_factory):
+    """The training of `_train` on the shared client, losing nothing: what the runs sent
+    back below must end with (trained once for them all)."""
+    return _train(client, f"sqlite:///{tmp_path_factory.mktemp('unbroken') / 'deepx.db'}")
+
+
 @pytest.mark.timeout(600)
 def test_a_worker_killed_mid_training_changes_nothing(process_cluster, tmp_path):
     client = process_cluster
@@ -88,8 +95,8 @@ def test_a_worker_killed_mid_training_changes_nothing(process_cluster, tmp_path)
     assert 0 < held[0] < 100 * per_step, (held[0], per_step)
 
 
-def test_values_lost_past_recomputing_send_the_run_back_to_its_last_cut(client, monkeypatch,
-                                                                        tmp_path):
+def test_values_lost_past_recomputing_send_the_run_back_to_its_last_cut(client, unbroken,
+                                                                        monkeypatch, tmp_path):
     """What Dask does when a worker dies holding values whose lineage it let go: it cancels
     the futures that need them. The run goes back to the last values the driver holds (a
     lineage cut every 4 steps here), takes the steps again, and ends as an unbroken run,
@@ -98,7 +105,6 @@ def test_values_lost_past_recomputing_send_the_run_back_to_its_last_cut(client, 
 
     from deepx_flow.train import loop, records
     db = f"sqlite:///{tmp_path / 'deepx.db'}"
-    unbroken = _train(client, db)
     monkeypatch.setattr(loop, "LINEAGE_STEPS", 4)
     real, calls = loop._collect, [0]
 
@@ -121,8 +127,8 @@ def test_values_lost_past_recomputing_send_the_run_back_to_its_last_cut(client, 
     assert [s for s, _ in stored["loss"]] == list(range(1, 201))
 
 
-def test_values_lost_while_gathering_the_result_also_send_the_run_back(client, monkeypatch,
-                                                                       tmp_path):
+def test_values_lost_while_gathering_the_result_also_send_the_run_back(client, unbroken,
+                                                                       monkeypatch, tmp_path):
     """Gathering raises a cancellation as the cause of an ExecutionError: that too is lost
     values, and the run goes back to its last cut rather than failing."""
     from distributed.client import FutureCancelledError
@@ -130,7 +136,6 @@ def test_values_lost_while_gathering_the_result_also_send_the_run_back(client, m
     from deepx_flow.errors import ExecutionError
     from deepx_flow.train import loop
     db = f"sqlite:///{tmp_path / 'deepx.db'}"
-    unbroken = _train(client, db)
     real, calls = loop._Runner.gather, [0]
 
     def gather_losing_once(self):
