@@ -16,34 +16,32 @@ import numpy as np
 
 from deepx_flow.kernels import bfloat16, dispatch, fused, recycled, window
 
-def batch_chain(stages, block, pieces_per_stage, x, *operands):
-    """The chain's result for the images `x` (axis 0).
+def batch_chain(stages, block, n_images, *arrays):
+    """The chain's result for its chunks of images, the first `n_images` of `arrays`
+    (images along axis 0); the rest are its whole operands (weights, biases).
 
-    `stages` holds one description per node: ("window", op, attrs), ("fused", program,
-    position of the images among its operands, pool first), ("reshape", shape of one image),
-    ("softmax", op, axis) or ("matmul", epilogue, dtype); `pieces_per_stage` says how many of
-    `operands` (weights, biases: whole) each stage takes after its images; `block` is how
-    many images go through at a time (`compiler.batch_chain.images_per_block`), on a CPU.
-    "pool first" is None, or
-    says that the max_pool after that stage may run before it (`compiler.pool_first`) when
-    the stage's operands at these positions are finite."""
-    xp = dispatch.array_module(x, *operands)
-    per_stage, at = [], 0
-    for count in pieces_per_stage:
-        per_stage.append(operands[at:at + count])
-        at += count
-    stages, per_stage = _pools_first(list(stages), per_stage, xp)
-    n = x.shape[0]
+    `stages` holds one (description, sources) per node, each after the stages it reads.
+    A description is ("window", op, attrs), ("fused", program, finite), ("reduce", op,
+    prologue, axes, accumulator dtype, elements reduced per result, dtype), ("reshape", shape
+    of one image), ("softmax", op, axis) or ("matmul", epilogue, dtype); `sources` says where
+    each operand of the node comes from: ("image", i), ("stage", j) or ("whole", k). `block`
+    is how many images go through at a time (`compiler.batch_chain.images_per_block`), on a
+    CPU. A fused stage's `finite` is None, or says that the max_pool that alone reads it may
+    run before it (`compiler.pool_first`) when its operands at these positions are finite."""
+    images, wholes = arrays[:n_images], arrays[n_images:]
+    xp = dispatch.array_module(*arrays)
+    stages = _pools_first(list(stages), wholes, xp)
+    n = images[0].shape[0]
     if xp is not np:
         # On a GPU the whole chunk is one block (its kernels want all the work at once) and
-        # each layer frees its buffers when the next has run: the task holds what one layer
-        # as a task of its own would, which the partitioner fitted.
-        return _through(stages, per_stage, [None] * len(stages), x)
+        # each layer's value is freed once its last reader has run: the task holds what one
+        # layer as a task of its own would, which the partitioner fitted.
+        return _through(stages, [None] * len(stages), images, wholes)
     block = max(1, min(n, block))
     out = None
     scratch = [{} for _ in stages]  # each stage's buffers, used again for every block
     for lo in range(0, max(n, 1), block):
-        value = _through(stages, per_stage, scratch, x[lo:lo + block])
+        value = _through(stages, scratch, [x[lo:lo + block] for x in images], wholes)
         if block >= n:
             return value
         if out is None:
@@ -52,65 +50,141 @@ def batch_chain(stages, block, pieces_per_stage, x, *operands):
     return out
 
 
-def _pools_first(stages: list, per_stage: list, xp) -> tuple[list, list]:
-    """The stages with each max_pool that may run before the elementwise stage it follows
-    moved ahead of it (same numbers: `compiler.pool_first`), the elementwise work then a
-    quarter after a 2x2 pooling."""
-    i = 0
-    while i < len(stages) - 1:
-        stage = stages[i]
-        if stage[0] == "fused" and stage[3] is not None and \
-                stages[i + 1][:2] == ("window", "max_pool") and all(
-                bool(xp.isfinite(per_stage[i][j]).all()) for j in stage[3]):
-            stages[i], stages[i + 1] = stages[i + 1], stages[i]
-            per_stage[i], per_stage[i + 1] = per_stage[i + 1], per_stage[i]
-            i += 1  # the stage moved is done
-        i += 1
-    return stages, per_stage
+def _pools_first(stages: list, wholes, xp) -> list:
+    """The stages with each max_pool that may run before the elementwise stage it alone
+    reads moved ahead of it (same numbers: `compiler.pool_first`), the elementwise work then
+    a quarter after a 2x2 pooling: the pooling reads the stage's images, the stage reads the
+    pooling, and the stages after read the stage where they read the pooling."""
+    for i in range(len(stages) - 1):
+        (kernel, sources), (pool, pool_sources) = stages[i], stages[i + 1]
+        if kernel[0] != "fused" or kernel[2] is None or pool[:2] != ("window", "max_pool") \
+                or pool_sources != (("stage", i),):
+            continue
+        if not all(bool(xp.isfinite(wholes[sources[p][1]]).all()) for p in kernel[2]):
+            continue
+        at = next(k for k, src in enumerate(sources) if src[0] != "whole")
+        stages[i] = (pool, (sources[at],))
+        stages[i + 1] = (kernel[:2] + (None,),
+                         sources[:at] + (("stage", i),) + sources[at + 1:])
+    return stages
 
 
-def _through(stages, per_stage, scratch, value):
+class _Value:
+    """A stage's value for one block: the array, whether it is laid out channels first
+    ((C, images, ...), axes 0 and 1 swapped), whether it was made here (else it is the
+    task's input: read only), and how many stages are still to read it."""
+
+    __slots__ = ("array", "channels_first", "owned", "readers")
+
+    def __init__(self, array, channels_first: bool, owned: bool, readers: int):
+        self.array, self.channels_first = array, channels_first
+        self.owned, self.readers = owned, readers
+
+
+def _through(stages, scratch, images, wholes):
     """One block of images through every stage. Between convolutions and poolings the
     activations are laid out channels first, (C, images, *spatial): the conv's GEMM makes
-    them so, and a pooling or an elementwise kernel does not mind; they are put back in
-    (images, C, ...) order where a stage needs it and at the end."""
+    them so, and a pooling, an elementwise kernel or a reduction along other axes does not
+    mind; they are put back in (images, C, ...) order where a stage needs it and at the
+    end. A value is dropped once its last reader has run."""
     from deepx_flow.kernels import tasks  # tasks imports this module's neighbours
-    xp = dispatch.array_module(value)
-    owned = False  # whether `value` was made here (else it is the task's input: read only)
-    channels_first = False
-    for stage, extras, buffers in zip(stages, per_stage, scratch):
+    xp = dispatch.array_module(*images)
+    readers = [0] * len(stages)
+    for _, sources in stages:
+        for kind, i in sources:
+            if kind == "stage":
+                readers[i] += 1
+    values: list = [None] * len(stages)
+    inputs = [_Value(x, False, False, 0) for x in images]
+    for j, ((stage, sources), buffers) in enumerate(zip(stages, scratch)):
         kind = stage[0]
+        taken = [values[i] if k == "stage" else inputs[i] if k == "image" else None
+                 for k, i in sources]
+        extras = [wholes[i] for k, i in sources if k == "whole"]
         if kind == "window":
-            _, op, attrs = stage
-            if not channels_first and value.shape[1] == 1:  # one channel: the same bytes
+            value, first = taken[0].array, taken[0].channels_first
+            if not first and value.shape[1] == 1:  # one channel: the same bytes
                 value = value.reshape((1,) + value.shape[:1] + value.shape[2:])
-                channels_first = True
-            value = _window(op, attrs, value, extras, buffers, channels_first)
-            channels_first = channels_first or op == "conv"
-        elif kind == "fused":
-            _, program, position, _ = stage
-            arrays = [_channels_first(e, value.ndim, xp) for e in extras] if channels_first \
-                else list(extras)
-            arrays.insert(position, value)
-            # written over the activations it reads (each block is read before it is
-            # written; `out` is ignored where the dtype differs)
-            value = fused.evaluate(program, arrays, value.shape, out=value if owned else None,
-                                   scratch=buffers)
+                first = True
+            out = _window(stage[1], stage[2], value, extras, buffers, first)
+            result = _Value(out, first or stage[1] == "conv", True, readers[j])
+        elif kind == "fused" or (kind == "reduce" and taken[0].channels_first
+                                 and 1 not in stage[3]):
+            result = _elementwise(stage, sources, taken, wholes, buffers, xp, tasks)
+            result.readers = readers[j]
         else:
-            if channels_first:
+            value = taken[0].array
+            if taken[0].channels_first:
                 value = _images_first(value, buffers, xp)
-                channels_first = False
             if kind == "reshape":
-                value = value.reshape((value.shape[0],) + tuple(stage[1]))
+                # a view of what it reads: its bytes are this stage's own where they were
+                # copied here, or made here and read by no other stage
+                out = value.reshape((value.shape[0],) + tuple(stage[1]))
+                own = value is not taken[0].array or (taken[0].owned and taken[0].readers == 1)
+                result = _Value(out, False, own, readers[j])
+            elif kind == "reduce":
+                out = _reduce(stage, [value] + extras, tasks)
+                result = _Value(out, False, True, readers[j])
             elif kind == "softmax":
                 _, op, axis = stage
-                value = tasks.softmax_chunk(op, axis, ((),), value)
+                result = _Value(tasks.softmax_chunk(op, axis, ((),), value), False, True,
+                                readers[j])
             else:  # matmul
                 _, epilogue, dtype = stage
-                value = tasks.matmul_chunk(epilogue, (value.shape[0], extras[0].shape[1]),
-                                           dtype, ((),) * (1 + len(extras)), value, *extras)
-        owned = owned or kind != "reshape"  # a reshape is a view of what it reads
-    return xp.ascontiguousarray(xp.moveaxis(value, 0, 1)) if channels_first else value
+                out = tasks.matmul_chunk(epilogue, (value.shape[0], extras[0].shape[1]),
+                                         dtype, ((),) * (1 + len(extras)), value, *extras)
+                result = _Value(out, False, True, readers[j])
+        for (k, i), v in zip(sources, taken):
+            if k == "stage":
+                v.readers -= 1
+                if v.readers == 0:
+                    values[i] = None  # read by no stage still to run
+        values[j] = result
+    last = values[-1]
+    if last.channels_first:
+        return xp.ascontiguousarray(xp.moveaxis(last.array, 0, 1))
+    return last.array
+
+
+def _elementwise(stage, sources, taken, wholes, buffers, xp, tasks) -> _Value:
+    """A fused elementwise stage, or a reduction along other axes than the images' and the
+    channels' with its prologue, in the layout of its operands: channels first if any image
+    operand is (the others are seen so too: a view), whole operands reshaped to match."""
+    images = [v for v in taken if v is not None]
+    first = any(v.channels_first for v in images)
+    ndim = max(v.array.ndim for v in images)
+    arrays = []
+    for (kind, i), v in zip(sources, taken):
+        if v is None:
+            arrays.append(_channels_first(wholes[i], ndim, xp) if first else wholes[i])
+        elif first and not v.channels_first:
+            arrays.append(xp.moveaxis(v.array, 0, 1))
+        else:
+            arrays.append(v.array)
+    shape = tuple(np.broadcast_shapes(*(a.shape for a in arrays)))
+    if stage[0] == "reduce":
+        return _Value(_reduce(stage, arrays, tasks, shape), first, True, 0)
+    # written over an image operand read by no later stage, made here, of the result's
+    # layout and shape and read once here (`out` is ignored where the dtype differs)
+    out = None
+    for (kind, i), v in zip(sources, taken):
+        if kind == "stage" and v.owned and v.readers == 1 and v.channels_first == first \
+                and v.array.shape == shape and sources.count((kind, i)) == 1:
+            out = v.array
+            break
+    value = fused.evaluate(stage[1], arrays, shape, out=out, scratch=buffers)
+    return _Value(value, first, True, 0)
+
+
+def _reduce(stage, arrays, tasks, shape=None):
+    """A reduction stage on a block (dims kept), as its task of its own computes it: one
+    partial, finished."""
+    _, op, prologue, axes, acc, count, dtype = stage
+    if shape is None:
+        shape = tuple(np.broadcast_shapes(*(a.shape for a in arrays)))
+    partial = tasks.reduce_partial(op, prologue, axes, acc, shape, ((),) * len(arrays),
+                                   *arrays)
+    return tasks.finish_reduce(op, axes, True, count, dtype, partial)
 
 
 def _window(op: str, attrs: dict, value, extras, buffers: dict, channels_first: bool):

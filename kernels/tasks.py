@@ -128,11 +128,11 @@ def window_chunk(op, attrs, layouts, *pieces):
     return window.pool(op, arrays[0], attrs)
 
 
-def batch_chain_chunk(stages, block, pieces_per_stage, layouts, *pieces):
+def batch_chain_chunk(stages, block, n_images, layouts, *pieces):
     """A chunk of images through a batch chain's nodes (`kernels.batch_chain`)."""
     from deepx_flow.kernels import batch_chain
     arrays, _ = _operands(layouts, pieces)
-    return batch_chain.batch_chain(stages, block, pieces_per_stage, *arrays)
+    return batch_chain.batch_chain(stages, block, n_images, *arrays)
 
 
 # -- elementwise --------------------------------------------------------------------------

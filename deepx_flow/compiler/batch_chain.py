@@ -1,58 +1,59 @@
 """Which nodes run as one chain over blocks of images: a convolutional network's layers.
 
-A *batch chain* is a run of nodes, each the one reader of the one before, that treat the
-rows of axis 0 (the images of a batch) independently: convolution and pooling (`WINDOW`),
-elementwise kernels whose other operands do not vary along axis 0 (biases, scales), a
-reshape that keeps axis 0 (a flatten), softmax along another axis, and a 2-D matmul by a
-whole weight matrix. The lowering gives the chain one task per chunk of images
-(`kernels.batch_chain`), which runs a block of a few dozen images through every layer while
-they are in cache; the layers' activations (a conv's output is 8 to 16 times its input) are
-never written to memory as chunks of their own, nor are they tasks and scheduler round trips
-of their own.
+A *batch chain* is a region of nodes that treat the rows of axis 0 (the images of a batch)
+independently: convolution and pooling (`WINDOW`), elementwise kernels whose other operands
+do not vary along axis 0 (biases, scales), reductions along other axes (a global pooling),
+a reshape that keeps axis 0 (a flatten), softmax along another axis, and a 2-D matmul by a
+whole weight matrix. Every reader of a member is in the region, so a member's value never
+leaves its task; the region may branch and join again inside (a residual sum, a
+squeeze-and-excitation scale, a hard-swish reading its input twice). The lowering gives the
+chain one task per chunk of images (`kernels.batch_chain`), which runs a block of a few
+dozen images through every layer while they are in cache; the layers' activations (a conv's
+output is 8 to 16 times its input) are never written to memory as chunks of their own, nor
+are they tasks and scheduler round trips of their own.
 
 `batch_chains(graph, part)` maps each chain member but the last to the last (the node whose
 tasks compute the chain), as `inline.chained_matmuls` does for the layers of an MLP. A chain
-holds at least one WINDOW node (chains of matmuls alone are `chained_matmuls`'), and its
+holds at least one WINDOW node (chains of matmuls alone are `chained_matmuls'`), and its
 members share their chunks along axis 0 with every other axis in one chunk
-(`partition` joins their batch axes), so a task holds whole images. A chain's task holds
-its chunk of images, its result, the layers' weights and one block's activations; where
-that would not fit the partition's budget, the first layers are left out of the chain
-(`images_per_block` says how many images a block holds).
+(`partition` joins their batch axes), so a task holds whole images. Its task reads its
+chunk of each image operand from outside the chain (the images; a skip connection from an
+earlier layer) and every other operand whole. A chain's task holds those, its result, the
+layers' weights and one block's activations; where that would not fit the partition's
+budget, the first layers are left out of the chain (`images_per_block` says how many images
+a block holds).
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from deepx_flow.compiler.costs import main_cost
 from deepx_flow.compiler.inline import chained_matmuls
 from deepx_flow.ir import Graph, Node, dtypes
 from deepx_flow.ir.program import whole_axes
-from deepx_flow.ops import AXIS_WHOLE, ELEMENTWISE, MATMUL, WINDOW, get_op
+from deepx_flow.ops import AXIS_WHOLE, ELEMENTWISE, MATMUL, REDUCE, WINDOW, get_op
 
 
 def batch_chains(graph: Graph, part) -> dict[str, str]:
     """Chain member id -> the id of the chain's last node; see the module docstring."""
     users = graph.consumers()
     outputs = {node_id for _, node_id in graph.outputs}
+    local = {n.id: _row_local(n, graph, part) for n in graph.nodes}
     chained: dict[str, str] = {}
-    has_window: dict[str, bool] = {}  # chain end -> whether a WINDOW node is in its chain
-    for node in reversed(graph.nodes):  # readers first: a chain's end is known
+    for node in reversed(graph.nodes):  # readers first: the chain of each reader is known
         readers = users[node.id]
-        if node.id in outputs or len(readers) != 1 or not _row_local(node, graph, part):
+        if node.id in outputs or not readers or not local[node.id]:
             continue
-        reader = graph[readers[0]]
-        at = chain_operand(reader, graph)
-        if not (at is not None and reader.inputs[at] == node.id
-                and _row_local(reader, graph, part)
-                and part.chunks[node.id][0] == part.chunks[reader.id][0]):
-            continue
-        end = chained.get(reader.id, reader.id)
-        chained[node.id] = end
-        has_window[end] = has_window.get(end, False) or any(
-            get_op(n.op).kind == WINDOW for n in (node, reader))
+        ends = {chained.get(r, r) for r in readers}
+        if len(ends) == 1 and all(
+                local[r] and _reads_images_only(graph[r], node.id, graph)
+                and part.chunks[node.id][0] == part.chunks[r][0] for r in readers):
+            chained[node.id] = ends.pop()
     chains: dict[str, str] = {}
-    for end in {e for e, window in has_window.items() if window}:
+    for end in set(chained.values()):
         members = stages(graph[end], graph, chained)
         # From the front, the layers whose chain would not fit a task are tasks of their own
         while len(members) > 1 and images_per_block(members, graph, part) is None:
@@ -60,6 +61,12 @@ def batch_chains(graph: Graph, part) -> dict[str, str]:
         if any(get_op(n.op).kind == WINDOW for n in members) and len(members) > 1:
             chains.update({m.id: end for m in members[:-1]})
     return chains
+
+
+def _reads_images_only(reader: Node, node_id: str, graph: Graph) -> bool:
+    """Whether `reader` reads `node_id` only as one of its image operands."""
+    images = image_operands(reader, graph)
+    return all(k in images for k, src in enumerate(reader.inputs) if src == node_id)
 
 
 # The largest activation of one block of images (measured on 8,192 28x28 images through
@@ -91,16 +98,28 @@ def working_set(members: list[Node], graph: Graph, part) -> int:
 
 
 def _held_and_per_image(members: list[Node], graph: Graph, part) -> tuple[int, int]:
-    """(the bytes a chain's task holds whatever its block: its chunk of images, its result
+    """(the bytes a chain's task holds whatever its block: its chunks of images, its result
     and the other operands, whole; what each image of a block adds: every layer's working
     set on one image, summed, as each layer keeps its buffers from block to block)."""
-    first, last = members[0], members[-1]
-    x = graph[first.inputs[chain_operand(first, graph)]]
-    inside = {n.id for n in members} | {x.id}
-    held = chunk_bytes(x, part) + chunk_bytes(last, part) + sum(
-        graph[i].size * dtypes.itemsize(graph[i].dtype)
-        for i in {i for m in members for i in m.inputs} - inside)
+    images = chain_inputs(members, graph)
+    inside = {n.id for n in members} | set(images)
+    held = sum(chunk_bytes(graph[i], part) for i in images) + chunk_bytes(members[-1], part) \
+        + sum(graph[i].size * dtypes.itemsize(graph[i].dtype)
+              for i in {i for m in members for i in m.inputs} - inside)
     return held, sum(_one_image_cost(m, graph) for m in members)
+
+
+def chain_inputs(members: list[Node], graph: Graph) -> list[str]:
+    """The image operands a chain reads from outside it, in the order its members first read
+    them: its task's chunks of images (`kernels.batch_chain`)."""
+    inside = {m.id for m in members}
+    out: list[str] = []
+    for m in members:
+        for k in image_operands(m, graph):
+            src = m.inputs[k]
+            if src not in inside and src not in out:
+                out.append(src)
+    return out
 
 
 def chunk_bytes(node: Node, part) -> int:
@@ -112,13 +131,20 @@ def chunk_bytes(node: Node, part) -> int:
 def _one_image_cost(node: Node, graph: Graph) -> int:
     """The working set of `node` as a task of one image (its other operands whole)."""
     ins = [graph[i] for i in node.inputs]
-    batch = {node.id, node.inputs[chain_operand(node, graph)]}
+    batch = {node.id} | {node.inputs[k] for k in image_operands(node, graph)}
 
     def chunk_of(node_id):
         shape = graph[node_id].shape
         return (1,) + shape[1:] if node_id in batch else shape
-    k = ins[0].shape[-1] if get_op(node.op).kind == MATMUL else None
-    return main_cost(node, ins, chunk_of, None, k).working_set
+    kind = get_op(node.op).kind
+    k = ins[0].shape[-1] if kind == MATMUL else None
+    space = (1,) + reduced_space(node, graph)[1:] if kind == REDUCE else None
+    return main_cost(node, ins, chunk_of, space, k).working_set
+
+
+def reduced_space(node: Node, graph: Graph) -> tuple[int, ...]:
+    """The shape a reduction reduces: its operands broadcast together (its prologue's)."""
+    return tuple(np.broadcast_shapes(*(graph[i].shape for i in node.inputs)))
 
 
 def all_chains(graph: Graph, part) -> tuple[dict[str, str], dict[str, str]]:
@@ -129,11 +155,26 @@ def all_chains(graph: Graph, part) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def stages(last: Node, graph: Graph, chained: dict[str, str]) -> list[Node]:
-    """The nodes of the chain ending at `last`, first to last."""
-    out = [last]
-    while (source := out[0].inputs[chain_operand(out[0], graph)]) in chained:
-        out.insert(0, graph[source])
-    return out
+    """The nodes of the chain ending at `last`, in the graph's order (each after the
+    members it reads), `last` at the end."""
+    return [n for n in graph.nodes if chained.get(n.id) == last.id] + [last]
+
+
+def image_operands(node: Node, graph: Graph) -> list[int]:
+    """The positions of `node`'s operands that hold images (vary along axis 0 with its
+    result): the first of a WINDOW, MATMUL, REDUCE, softmax or reshape node; those of an
+    elementwise kernel with the result's rank and batch size (its images, and per-image
+    values such as a squeeze-and-excitation's scales); the others are whole, constant along
+    axis 0. With one image in the batch, only `chain_operand` is (a bias is one image too)."""
+    if not node.inputs:
+        return []
+    if get_op(node.op).kind != ELEMENTWISE:
+        return [0]
+    if node.ndim < 1 or node.shape[0] < 2:
+        at = chain_operand(node, graph)
+        return [] if at is None else [at]
+    return [k for k, src in enumerate(node.inputs)
+            if graph[src].ndim == node.ndim and graph[src].shape[0] == node.shape[0]]
 
 
 def chain_operand(node: Node, graph: Graph) -> int | None:
@@ -150,23 +191,30 @@ def chain_operand(node: Node, graph: Graph) -> int | None:
 
 
 def _row_local(node: Node, graph: Graph, part) -> bool:
-    """Whether `node` computes each row of axis 0 from that row of its chain operand alone,
+    """Whether `node` computes each row of axis 0 from that row of its image operands alone,
     with its other operands whole and constant along axis 0, chunked along axis 0 only."""
     kind = get_op(node.op).kind
     chunks = part.chunks[node.id]
     if node.ndim < 2 or any(len(c) != 1 for c in chunks[1:]):
         return False
     ins = [graph[i] for i in node.inputs]
-    at = chain_operand(node, graph)
-    if at is None or ins[at].ndim < 1:
+    images = image_operands(node, graph)
+    if not images or any(ins[k].ndim < 1 for k in images):
         return False
     if kind == WINDOW:
         return all(len(c) == 1 for t in ins[1:] for c in part.chunks[t.id])
     if kind == ELEMENTWISE:
         # (a fused softmax normalizes along an axis: across images, or across channels laid
         # out channels first; the chain's own softmax stage handles the one it can)
-        return not whole_axes(node.attr("program")) and all(
-            t.ndim < node.ndim or t.shape[0] == 1 for i, t in enumerate(ins) if i != at)
+        return not whole_axes(node.attr("program"))
+    if kind == REDUCE:  # along other axes than the images', in one partial per chunk
+        prologue = node.attr("prologue")
+        space = part.spaces.get(node.id)
+        return (0 not in node.attr("axes") and node.attr("keepdims", False)
+                and len(ins[0].shape) == node.ndim and space is not None
+                and all(len(c) == 1 for c in space[1:])
+                and (prologue is None or not whole_axes(prologue))
+                and all(t.ndim < node.ndim or t.shape[0] == 1 for t in ins[1:]))
     if kind == AXIS_WHOLE:
         return node.attr("axis") % node.ndim != 0
     if kind == MATMUL:

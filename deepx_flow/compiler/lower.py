@@ -417,48 +417,69 @@ def _window_region(node, ins, region) -> tuple[Region, dict]:
 
 def _lower_batch_chain(node, part, chained, grid, name, operands, dsk):
     """One task per chunk of images of the last node of a batch chain
-    (`compiler.batch_chain`): it reads the first node's images and every other operand
-    whole, and runs blocks of images through every node (`kernels.batch_chain`)."""
+    (`compiler.batch_chain`): it reads its chunks of the chain's image operands from outside
+    it and every other operand whole, and runs blocks of images through every node
+    (`kernels.batch_chain`). Each stage says where each of its operands comes from: an
+    image operand of the task ("image", i), an earlier stage ("stage", j) or a whole operand
+    ("whole", k)."""
     graph = part.graph
     stages = batch_chain.stages(node, graph, chained)
-    first = stages[0]
-    x = graph[first.inputs[batch_chain.chain_operand(first, graph)]]
-    descriptions, counts, extra_ids = [], [], []
+    images = batch_chain.chain_inputs(stages, graph)
+    at_stage = {s.id: j for j, s in enumerate(stages)}
+    readers = {s.id: 0 for s in stages}
+    for stage in stages:
+        for src in stage.inputs:
+            if src in readers:
+                readers[src] += 1
+    descriptions, wholes = [], []
     for stage, after in zip(stages, stages[1:] + [None]):
-        at = batch_chain.chain_operand(stage, graph)
-        extras = [i for k, i in enumerate(stage.inputs) if k != at]
-        description = _chain_stage(stage, at)
+        picks = batch_chain.image_operands(stage, graph)
+        sources = []
+        for k, src in enumerate(stage.inputs):
+            if k not in picks:
+                wholes.append(src)
+                sources.append(("whole", len(wholes) - 1))
+            elif src in at_stage:
+                sources.append(("stage", at_stage[src]))
+            else:
+                sources.append(("image", images.index(src)))
+        description = _chain_stage(stage, graph)
         if description[0] == "fused":
-            # whether a max_pool after it may run first, and which extras must be finite
-            finite = commuting_operands(stage, at, graph) \
-                if after is not None and after.op == "max_pool" else None
-            description += (None if finite is None else
-                            tuple(p if p < at else p - 1 for p in finite),)
-        descriptions.append(description)
-        counts.append(len(extras))
-        extra_ids += extras
+            # whether a max_pool that alone reads it may run first, and which of its
+            # operands must then be finite
+            finite = commuting_operands(stage, picks[0], graph) \
+                if after is not None and after.op == "max_pool" and len(picks) == 1 \
+                and readers[stage.id] == 1 and after.inputs[0] == stage.id else None
+            description += (finite,)
+        descriptions.append((description, tuple(sources)))
     block = batch_chain.images_per_block(stages, graph, part)
-    whole = [tuple((0, d) for d in graph[i].shape) for i in extra_ids]
+    whole = [tuple((0, d) for d in graph[i].shape) for i in wholes]
     for idx in chunk_indices(grid.chunks):
         key = (name, *idx)
         batch = grid.region(idx)[0]
-        region = (batch,) + tuple((0, d) for d in x.shape[1:])
-        layouts, refs = operands([x.id] + extra_ids, [region] + whole)
-        dsk[key] = task(key, K.batch_chain_chunk, tuple(descriptions), block, tuple(counts),
+        regions = [(batch,) + tuple((0, d) for d in graph[i].shape[1:]) for i in images]
+        layouts, refs = operands(images + wholes, regions + whole)
+        dsk[key] = task(key, K.batch_chain_chunk, tuple(descriptions), block, len(images),
                         layouts, *refs)
 
 
-def _chain_stage(node, at: int) -> tuple:
-    """What `kernels.batch_chain` runs for `node`, its images at operand `at`."""
+def _chain_stage(node, graph) -> tuple:
+    """What `kernels.batch_chain` runs for `node`."""
     kind = get_op(node.op).kind
     if kind == WINDOW:
         return ("window", node.op, dict(node.attrs))
     if kind == ELEMENTWISE:
-        return ("fused", node_program(node), at)
+        return ("fused", node_program(node))
     if kind == AXIS_WHOLE:
         return ("softmax", node.op, node.attr("axis"))
     if kind == MATMUL:
         return ("matmul", node.attr("epilogue"), node.dtype)
+    if kind == REDUCE:
+        space = batch_chain.reduced_space(node, graph)
+        axes = node.attr("axes")
+        acc = dtypes.accumulator(node.dtype) if node.op in ACCUMULATED else None
+        return ("reduce", node.op, node.attr("prologue"), axes, acc,
+                math.prod(space[a] for a in axes), node.dtype)
     return ("reshape", node.shape[1:])
 
 

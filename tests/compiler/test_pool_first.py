@@ -74,14 +74,22 @@ def test_other_kernels_may_not(name):
 
 
 def test_the_swap_waits_for_finite_operands():
-    fused = ("fused", (), 0, (0,))
+    fused = ("fused", (), (1,))  # the images and a bias that must be finite
     pool = ("window", "max_pool", {"kernel": (2, 2)})
-    relu = ("fused", (), 0, None)
+    relu = ("fused", (), None)
+    stages = [(fused, (("image", 0), ("whole", 0))), (pool, (("stage", 0),)),
+              (relu, (("stage", 1),))]
     for bias, swapped in ((np.ones(3), True), (np.array([1.0, np.inf, 0]), False),
                           (np.array([np.nan, 0, 0]), False)):
-        stages, extras = _pools_first([fused, pool, relu], [(bias,), (), ()], np)
-        assert stages == ([pool, fused, relu] if swapped else [fused, pool, relu])
-        assert extras == ([(), (bias,), ()] if swapped else [(bias,), (), ()])
+        got = _pools_first(list(stages), [bias], np)
+        # swapped: the pooling reads the images, the kernel the pooling (and asks no more),
+        # the relu the kernel, at the pooling's place
+        assert got == ([(pool, (("image", 0),)),
+                        (fused[:2] + (None,), (("stage", 0), ("whole", 0))),
+                        (relu, (("stage", 1),))] if swapped else stages)
+    # a pooling that does not read the kernel alone, or reads something else, stays
+    other = [stages[0], (pool, (("image", 0),)), stages[2]]
+    assert _pools_first(list(other), [np.ones(3)], np) == other
 
 
 VALUES = st.sampled_from([0.0, -0.0, 1.0, -1.0, 0.5, 1e-45, -1e-45, 3.4e38, -3.4e38,

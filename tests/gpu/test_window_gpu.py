@@ -28,10 +28,12 @@ def test_a_batch_chain_on_the_device_equals_numpy():
     b1 = rng.standard_normal((4, 1, 1)).astype(np.float32)
     w2 = rng.standard_normal((64, 3)).astype(np.float32)
     relu_add = (("add", (("in", 0), ("in", 1)), "float32"), ("relu", (("t", 0),), "float32"))
-    stages = (("window", "conv", {"pads": (1, 1, 1, 1)}), ("fused", relu_add, 0, (0,)),
-              ("window", "max_pool", {"kernel": (3, 3), "strides": (3, 3)}),
-              ("reshape", (64,)), ("matmul", None, "float32"))
-    counts = (1, 1, 0, 0, 1)
-    want = batch_chain.batch_chain(stages, 8, counts, x, w1, b1, w2)
-    got = batch_chain.batch_chain(stages, 8, counts, *map(cp.asarray, (x, w1, b1, w2)))
+    # (description, where each operand comes from): the images, earlier stages, wholes
+    stages = ((("window", "conv", {"pads": (1, 1, 1, 1)}), (("image", 0), ("whole", 0))),
+              (("fused", relu_add, (1,)), (("stage", 0), ("whole", 1))),
+              (("window", "max_pool", {"kernel": (3, 3), "strides": (3, 3)}), (("stage", 1),)),
+              (("reshape", (64,)), (("stage", 2),)),
+              (("matmul", None, "float32"), (("stage", 3), ("whole", 2))))
+    want = batch_chain.batch_chain(stages, 8, 1, x, w1, b1, w2)
+    got = batch_chain.batch_chain(stages, 8, 1, *map(cp.asarray, (x, w1, b1, w2)))
     np.testing.assert_allclose(cp.asnumpy(got), want, rtol=1e-5, atol=1e-5)
