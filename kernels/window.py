@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from deepx_flow.kernels import dispatch
+from deepx_flow.kernels import depthwise_cpu, dispatch
 
 
 def _attrs(attrs: dict, spatial: int):
@@ -191,7 +191,9 @@ def _direct(source, w, window, sizes, channels_first: bool, out_channels_first: 
     j + mg, ...) gain `w[:, k, tap]` times the tap's slice of the groups' inputs (channels k,
     k + cg, ...). float32 and float64 accumulate in their own dtype, a sum of C/g x kernel
     terms per output, as a GEMM of that depth does; float16 in float32 (as NumPy's float16
-    matmul does), rounded once."""
+    matmul does), rounded once. On a CPU a depthwise convolution (one input and one output
+    channel per group, 2-D) runs compiled (`depthwise_cpu`): the same sums, 5 to 10 times
+    faster."""
     kernel, strides, dilations, out_sp = window
     n, groups, cg, mg = sizes
     if source.dtype == np.float16:
@@ -200,9 +202,14 @@ def _direct(source, w, window, sizes, channels_first: bool, out_channels_first: 
         out = buffer(scratch, "out", wide.shape, source.dtype, xp)
         xp.copyto(out, wide, casting="unsafe")
         return out
+    out_shape = ((groups * mg, n) if out_channels_first else (n, groups * mg)) + out_sp
+    if xp is np and cg == 1 and mg == 1 and len(out_sp) == 2 \
+            and source.dtype.name in depthwise_cpu.DTYPES:
+        return depthwise_cpu.depthwise(source, w.astype(source.dtype, copy=False), strides,
+                                       dilations, out_sp, channels_first, out_channels_first,
+                                       buffer(scratch, "out", out_shape, source.dtype, xp))
     src = source if channels_first else source.swapaxes(0, 1)  # (C, N, *spatial): a view
-    out = buffer(scratch, "out", ((groups * mg, n) if out_channels_first else
-                                  (n, groups * mg)) + out_sp, source.dtype, xp)
+    out = buffer(scratch, "out", out_shape, source.dtype, xp)
     dst = out if out_channels_first else out.swapaxes(0, 1)   # (M, N, *out)
     taps = [index for _, index in _offsets(kernel, strides, dilations, out_sp)]
     spatial_weight = (1,) * (1 + len(out_sp))
