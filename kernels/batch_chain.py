@@ -1,6 +1,6 @@
 """One task of a batch chain (`compiler.batch_chain`): a chunk of images through every layer
-of a run of convolutions, poolings, elementwise kernels, flattens and matmuls, a block of
-images at a time.
+of a region of convolutions, poolings, elementwise kernels, reductions, flattens and
+matmuls that may branch and join again, a block of images at a time.
 
 Each stage is the kernel its node would run as a task of its own, called on the block, so
 a chain gives what its nodes give one by one (to within BLAS's rounding: its kernels may
@@ -34,8 +34,8 @@ def batch_chain(stages, block, n_images, *arrays):
     n = images[0].shape[0]
     if xp is not np:
         # On a GPU the whole chunk is one block (its kernels want all the work at once) and
-        # each layer's value is freed once its last reader has run: the task holds what one
-        # layer as a task of its own would, which the partitioner fitted.
+        # each layer's value is freed once its last reader has run: the task holds the
+        # values still to be read (a skip connection's across the layers it skips).
         return _through(stages, [None] * len(stages), images, wholes)
     block = max(1, min(n, block))
     out = None
@@ -121,6 +121,8 @@ def _through(stages, scratch, images, wholes):
                 # copied here, or made here and read by no other stage
                 out = value.reshape((value.shape[0],) + tuple(stage[1]))
                 own = value is not taken[0].array or (taken[0].owned and taken[0].readers == 1)
+                if value is taken[0].array:  # the two share bytes: neither is written over
+                    taken[0].owned = False
                 result = _Value(out, False, own, readers[j])
             elif kind == "reduce":
                 out = _reduce(stage, [value] + extras, tasks)
@@ -140,6 +142,7 @@ def _through(stages, scratch, images, wholes):
                 if v.readers == 0:
                     values[i] = None  # read by no stage still to run
         values[j] = result
+        del taken, result  # (on a GPU, a dropped value's memory is freed now)
     last = values[-1]
     if last.channels_first:
         return xp.ascontiguousarray(xp.moveaxis(last.array, 0, 1))

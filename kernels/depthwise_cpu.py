@@ -4,7 +4,8 @@ with numba: MobileNet-style networks spend most of their time here, and NumPy's 
 Runtime's kernel.
 
 Each output is the sum of its taps in the order `window._direct` adds them (row by row of
-the kernel, from zero), in the input's dtype, with no fused multiply-add: the same numbers.
+the kernel, starting from the first tap's product), in the input's dtype, with no fused
+multiply-add: the same numbers, signed zeros included.
 Two loop orders, chosen by the width of the output rows:
 - `_by_rows` (rows of WIDE_ROWS values and more): for each image and channel, each output row gains
   each tap times a strided row of the padded input, a loop the compiler vectorizes along the
@@ -48,12 +49,19 @@ _KERNELS = None
 
 def _compiled():
     """The two kernels, compiled on first use (numba is imported then, not with the
-    package); `cache=True` keeps the machine code on disk for the next process."""
+    package). Their machine code is cached on disk for the next process where numba finds a
+    writable place (the package's __pycache__, else the user's cache folder); where it finds
+    none, they are compiled in each process instead of failing."""
     global _KERNELS
     if _KERNELS is None:
         import numba
-        jit = numba.njit(cache=True, nogil=True, boundscheck=False)
-        _KERNELS = (jit(_by_rows), jit(_by_channels))
+
+        def compile_(f):
+            try:
+                return numba.njit(cache=True, nogil=True, boundscheck=False)(f)
+            except RuntimeError:  # "cannot cache function ...: no locator available"
+                return numba.njit(nogil=True, boundscheck=False)(f)
+        _KERNELS = (compile_(_by_rows), compile_(_by_channels))
     return _KERNELS
 
 
@@ -72,7 +80,7 @@ def _by_rows(source, taps, sh, sw, dh, dw, channels_first, out_channels_first, o
             plane = source[ch, b] if channels_first else source[b, ch]
             result = out[ch, b] if out_channels_first else out[b, ch]
             for h in range(ho):
-                acc[:] = 0
+                first = True
                 for i in range(kh):
                     line = plane[h * sh + i * dh]
                     for j in range(kw):
@@ -80,7 +88,11 @@ def _by_rows(source, taps, sh, sw, dh, dw, channels_first, out_channels_first, o
                         # a view from the tap on: indices from 0 with a constant step
                         # (strides 1 and 2 spelled out) are what the compiler vectorizes
                         seg = line[j * dw:]
-                        if sw == 1:
+                        if first:
+                            for q in range(wo):
+                                acc[q] = seg[sw * q] * weight
+                            first = False
+                        elif sw == 1:
                             for q in range(wo):
                                 acc[q] += seg[q] * weight
                         elif sw == 2:
@@ -109,22 +121,24 @@ def _by_channels(source, taps, sh, sw, dh, dw, channels_first, out_channels_firs
             for j in range(kw):
                 weights[i, j, ch] = taps[ch, i, j]
     for b in range(n):
-        for ch in range(c):
-            plane = source[ch, b] if channels_first else source[b, ch]
-            for y in range(hp):
-                for x in range(wp):
-                    image[y, x, ch] = plane[y, x]
+        for y in range(hp):
+            for x in range(wp):
+                pixel = image[y, x]
+                for ch in range(c):
+                    pixel[ch] = source[ch, b, y, x] if channels_first else source[b, ch, y, x]
         for h in range(ho):
             for q in range(wo):
                 acc = result[h, q]
-                for ch in range(c):
-                    acc[ch] = 0
                 for i in range(kh):
                     for j in range(kw):
                         pixel = image[h * sh + i * dh, q * sw + j * dw]
                         weight = weights[i, j]
-                        for ch in range(c):
-                            acc[ch] += pixel[ch] * weight[ch]
+                        if i == 0 and j == 0:
+                            for ch in range(c):
+                                acc[ch] = pixel[ch] * weight[ch]
+                        else:
+                            for ch in range(c):
+                                acc[ch] += pixel[ch] * weight[ch]
         for ch in range(c):
             plane = out[ch, b] if out_channels_first else out[b, ch]
             for h in range(ho):

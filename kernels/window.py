@@ -203,9 +203,9 @@ def _direct(source, w, window, sizes, channels_first: bool, out_channels_first: 
         xp.copyto(out, wide, casting="unsafe")
         return out
     out_shape = ((groups * mg, n) if out_channels_first else (n, groups * mg)) + out_sp
-    if xp is np and cg == 1 and mg == 1 and len(out_sp) == 2 \
+    if xp is np and cg == 1 and mg == 1 and len(out_sp) == 2 and w.dtype == source.dtype \
             and source.dtype.name in depthwise_cpu.DTYPES:
-        return depthwise_cpu.depthwise(source, w.astype(source.dtype, copy=False), strides,
+        return depthwise_cpu.depthwise(source, w, strides,
                                        dilations, out_sp, channels_first, out_channels_first,
                                        buffer(scratch, "out", out_shape, source.dtype, xp))
     src = source if channels_first else source.swapaxes(0, 1)  # (C, N, *spatial): a view

@@ -14,7 +14,7 @@ are they tasks and scheduler round trips of their own.
 
 `batch_chains(graph, part)` maps each chain member but the last to the last (the node whose
 tasks compute the chain), as `inline.chained_matmuls` does for the layers of an MLP. A chain
-holds at least one WINDOW node (chains of matmuls alone are `chained_matmuls'`), and its
+holds at least one WINDOW node (chains of matmuls alone are `chained_matmuls`'), and its
 members share their chunks along axis 0 with every other axis in one chunk
 (`partition` joins their batch axes), so a task holds whole images. Its task reads its
 chunk of each image operand from outside the chain (the images; a skip connection from an
@@ -103,7 +103,9 @@ def _held_and_per_image(members: list[Node], graph: Graph, part) -> tuple[int, i
     set on one image, summed, as each layer keeps its buffers from block to block)."""
     images = chain_inputs(members, graph)
     inside = {n.id for n in members} | set(images)
-    held = sum(chunk_bytes(graph[i], part) for i in images) + chunk_bytes(members[-1], part) \
+    rows = max(part.chunks[members[-1].id][0])  # the task's images, whatever their chunks
+    held = sum(rows * math.prod(graph[i].shape[1:]) * dtypes.itemsize(graph[i].dtype)
+               for i in images) + chunk_bytes(members[-1], part) \
         + sum(graph[i].size * dtypes.itemsize(graph[i].dtype)
               for i in {i for m in members for i in m.inputs} - inside)
     return held, sum(_one_image_cost(m, graph) for m in members)
@@ -165,7 +167,8 @@ def image_operands(node: Node, graph: Graph) -> list[int]:
     result): the first of a WINDOW, MATMUL, REDUCE, softmax or reshape node; those of an
     elementwise kernel with the result's rank and batch size (its images, and per-image
     values such as a squeeze-and-excitation's scales); the others are whole, constant along
-    axis 0. With one image in the batch, only `chain_operand` is (a bias is one image too)."""
+    axis 0. With one image in the batch, only `chain_operand` is (a bias is one image too),
+    so such chains do not branch: a batch of one gains little from blocks of images."""
     if not node.inputs:
         return []
     if get_op(node.op).kind != ELEMENTWISE:

@@ -136,9 +136,10 @@ class Plan:
             if kind == REDUCE and finished_by_reader(node, graph, part, users, outputs):
                 n_tasks -= n_out  # each result chunk finished inside the task reading it
             peak = cost.working_set
-            if node.id in batch_ends:  # the chain's task: `compiler.batch_chain`
+            if node.id in batch_ends:  # the chain's task: `compiler.batch_chain`, one a chunk
                 peak = batch_chain.working_set(
                     batch_chain.stages(node, graph, self.chains[0]), graph, part)
+                n_tasks, combines = n_out, 0
             if combines:
                 peak = max(peak, combine_cost(cost.bytes_out, fanin))
             # A task's largest operand is usually where it runs; the rest may be elsewhere.

@@ -64,12 +64,13 @@ def test_a_residual_block_with_squeeze_excitation_is_one_chain():
     assert set(chained.values()) == {out.node.id}  # one chain, ending at the residual sum
     layers = {n.id for n in plan.fused.nodes if n.op in ("conv", "mean")}
     assert layers <= set(chained)
-    members = batch_chain.stages(out.node, plan.fused, chained)
+    members = batch_chain.stages(plan.fused[out.node.id], plan.fused, chained)
     # its task reads the images once, though the first conv and the sum both read them
     assert batch_chain.chain_inputs(members, plan.fused) == ["x"]
-    chain_tasks = [k for k in low.dsk if isinstance(k, tuple) and k[0].startswith(
-        out.node.id.split("-")[0]) and "partial" not in k[0]]
+    key, _ = low.outputs[plan.graph.outputs[0][0]]
+    chain_tasks = [k for k in low.dsk if isinstance(k, tuple) and k[0] == key]
     assert len(chain_tasks) == len(plan.chunks[out.node.id][0])
+    assert _planned_tasks(plan, out) == len(chain_tasks)
     (got,) = evaluate(out, 4 * 2**20, values)
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
@@ -109,7 +110,7 @@ def test_a_per_image_operand_from_outside_is_read_as_its_chunk(memory):
     plan, _ = lowered(out, memory, v)
     chained = batch_chains(plan.fused, plan.partition)
     if chained:  # (a budget too small for a block of one image leaves the layers apart)
-        members = batch_chain.stages(out.node, plan.fused, chained)
+        members = batch_chain.stages(plan.fused[out.node.id], plan.fused, chained)
         assert batch_chain.chain_inputs(members, plan.fused) == ["x", "m", "s"]
     c = ref_conv(v["x"], v["w"], (1, 1), (0,) * 4, (1, 1), 1) * v["m"] + v["s"]
     want = c.reshape(20, 3, 2, 2, 2, 2).max(axis=(3, 5))
@@ -117,22 +118,70 @@ def test_a_per_image_operand_from_outside_is_read_as_its_chunk(memory):
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
-def test_float32_blocks_sum_their_means_in_float64_as_a_task_of_their_own_does():
-    """A reduction stage computes what the reduction as its own task computes (its
-    accumulator dtype and its division): the chained result and the unchained one are the
-    same bits."""
-    rng = np.random.default_rng(6)
-    values = {"x": rng.standard_normal((24, 3, 7, 7)).astype(np.float32),
-              "w1": rng.standard_normal((6, 3, 3, 3)).astype(np.float32)}
-    x = dx.input("x", values["x"].shape, "float32")
-    w = dx.input("w1", values["w1"].shape, "float32")
-    h = dx.nn.conv(x, w)
-    pooled = (h * h).mean(axis=(2, 3), keepdims=True)
-    out = pooled * h
-    inputs = {"x": values["x"], "w1": values["w1"]}
-    plan, _ = lowered(out, 2**30, inputs)
+def _planned_tasks(plan, tensor) -> int:
+    return next(n.tasks for n in plan.stats().nodes if n.node == tensor.node.id)
+
+
+@pytest.mark.parametrize("memory", [2**30, 64 * 2**10])
+def test_a_chain_may_end_in_a_global_pooling_and_the_plan_counts_its_tasks(memory):
+    rng = np.random.default_rng(8)
+    v = {"x": rng.standard_normal((60, 3, 8, 8)), "w": rng.standard_normal((5, 3, 3, 3))}
+    x, w = dx.input("x", v["x"].shape, "float64"), dx.input("w", v["w"].shape, "float64")
+    out = dx.nn.relu(dx.nn.conv(x, w, padding=1)).mean(axis=(2, 3), keepdims=True)
+    plan, low = lowered(out, memory, v)
     assert set(batch_chains(plan.fused, plan.partition).values()) == {out.node.id}
+    key, chunks = low.outputs[plan.graph.outputs[0][0]]
+    assert _planned_tasks(plan, out) == len(chunks[0]) == len(
+        [k for k in low.dsk if isinstance(k, tuple) and k[0] == key])
+    want = np.maximum(ref_conv(v["x"], v["w"], (1, 1), (1,) * 4, (1, 1), 1), 0).mean(
+        axis=(2, 3), keepdims=True)
+    (got,) = evaluate(out, memory, v)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_a_reduction_stage_gives_the_bits_of_its_task_of_its_own():
+    """A reduction stage computes what the reduction as its own task computes (float32
+    means added up in float64, then divided and rounded), on blocks of images: chained and
+    unchained, the same bits (a depthwise conv before it, whose sums do not depend on the
+    block)."""
+    rng = np.random.default_rng(6)
+    values = {"x": rng.standard_normal((200, 6, 9, 9)).astype(np.float32),
+              "w": rng.standard_normal((6, 1, 3, 3)).astype(np.float32)}
+    x = dx.input("x", values["x"].shape, "float32")
+    w = dx.input("w", values["w"].shape, "float32")
+    h = dx.nn.conv(x, w, padding=1, groups=6)
+    pooled = (h * h).mean(axis=(2, 3), keepdims=True)
+    over_channels = h.max(axis=1, keepdims=True)  # along the channels: images first
+    out = pooled * h + over_channels
+    memory = 256 * 2**10
+    plan, low = lowered(out, memory, values)
+    chained = batch_chains(plan.fused, plan.partition)
+    assert set(chained.values()) == {out.node.id}
+    members = batch_chain.stages(plan.fused[out.node.id], plan.fused, chained)
+    assert batch_chain.images_per_block(members, plan.fused, plan.partition) < 200  # blocks
     assert dtypes.accumulator("float32") == "float64"
-    (chained,) = evaluate(out, 2**30, inputs)
-    (alone,) = evaluate([out, pooled], 2**30, inputs)[:1]  # pooled an output: no chain
-    np.testing.assert_array_equal(chained, alone)
+    (got,) = evaluate(out, memory, values)
+    *_, alone = evaluate([pooled, over_channels, h, out], memory, values)  # no chain
+    np.testing.assert_array_equal(got, alone)
+    hv = ref_conv(values["x"].astype(np.float64), values["w"].astype(np.float64), (1, 1),
+                  (1,) * 4, (1, 1), 6)
+    want = (hv * hv).mean(axis=(2, 3), keepdims=True) * hv + hv.max(axis=1, keepdims=True)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_a_reshape_sharing_bytes_with_a_value_keeps_it_from_being_written_over():
+    """A flatten reads a value another stage reads after it: the later stage may not write
+    its result over that value (the flatten's view shares its bytes) (review finding)."""
+    rng = np.random.default_rng(7)
+    v = {"x": rng.standard_normal((8, 2, 6, 6)), "w": rng.standard_normal((3, 2, 3, 3))}
+    x, w = dx.input("x", v["x"].shape, "float64"), dx.input("w", v["w"].shape, "float64")
+    s = dx.softmax(dx.nn.conv(x, w), axis=-1)  # laid out images first
+    out = dx.reshape(s, (8, 48)) + dx.reshape(s * 2.0, (8, 48))
+    plan, _ = lowered(out, 2**30, v)
+    assert set(batch_chains(plan.fused, plan.partition).values()) == {out.node.id}
+    c = ref_conv(v["x"], v["w"], (1, 1), (0,) * 4, (1, 1), 1)
+    e = np.exp(c - c.max(axis=-1, keepdims=True))
+    want = (3 * e / e.sum(axis=-1, keepdims=True)).reshape(8, 48)
+    for memory in MEMORIES:
+        (got,) = evaluate(out, memory, v)
+        np.testing.assert_allclose(got, want, rtol=1e-12)

@@ -37,3 +37,23 @@ def test_a_batch_chain_on_the_device_equals_numpy():
     want = batch_chain.batch_chain(stages, 8, 1, x, w1, b1, w2)
     got = batch_chain.batch_chain(stages, 8, 1, *map(cp.asarray, (x, w1, b1, w2)))
     np.testing.assert_allclose(cp.asnumpy(got), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_branching_batch_chain_on_the_device_equals_numpy():
+    """A region that branches and joins (a value read by two stages, a global mean, a
+    per-image scale): the device's values are freed after their last reader and give
+    NumPy's results."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((20, 3, 10, 10)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    relu = (("relu", (("in", 0),), "float32"),)
+    add = (("add", (("in", 0), ("in", 1)), "float32"),)
+    mul = (("mul", (("in", 0), ("in", 1)), "float32"),)
+    stages = ((("window", "conv", {"pads": (1, 1, 1, 1)}), (("image", 0), ("whole", 0))),
+              (("fused", relu, None), (("stage", 0),)),
+              (("fused", add, None), (("stage", 0), ("stage", 1))),
+              (("reduce", "mean", None, (2, 3), "float64", 100, "float32"), (("stage", 2),)),
+              (("fused", mul, None), (("stage", 2), ("stage", 3))))
+    want = batch_chain.batch_chain(stages, 8, 1, x, w)
+    got = batch_chain.batch_chain(stages, 8, 1, cp.asarray(x), cp.asarray(w))
+    np.testing.assert_allclose(cp.asnumpy(got), want, rtol=1e-5, atol=1e-5)

@@ -78,3 +78,45 @@ def test_float16_adds_up_in_float32_and_rounds_once():
     wide = _run(x.astype(np.float32), w.astype(np.float32), (2, 2), (1,) * 4, (1, 1), False,
                 False)
     np.testing.assert_array_equal(got, wide.astype(np.float16))
+
+
+def test_numpys_loop_and_the_compiled_kernels_give_the_same_bits():
+    """Against `window._direct`'s NumPy loop itself (the compiled path turned off), on
+    non-contiguous blocks, both layouts, negative zeros included."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((6, 20, 30, 29)).astype(np.float32)[::2, :, 1:, :]  # a view
+    x[0, 0] = -0.0
+    w = rng.standard_normal((20, 1, 3, 3)).astype(np.float32)
+    w[0] = np.abs(w[0])  # -0.0 times positive taps: a sum of negative zeros
+    for strides in ((1, 1), (2, 2), (3, 1)):
+        for layouts in ((False, False), (True, True), (False, True)):
+            got = _run(x, w, strides, (1,) * 4, (1, 1), *layouts)
+            saved, depthwise_cpu.DTYPES = depthwise_cpu.DTYPES, ()
+            try:
+                want = _run(x, w, strides, (1,) * 4, (1, 1), *layouts)
+            finally:
+                depthwise_cpu.DTYPES = saved
+            np.testing.assert_array_equal(got, want)
+            assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_without_a_writable_cache_folder_the_kernels_compile_in_the_process():
+    """Where numba finds no writable cache folder (a read-only install, an unwritable home:
+    numba says "no locator available" when the kernel is made) the kernels are compiled in
+    the process rather than failing. The tests run as root, who can write anywhere, so numba
+    is left with no cache locator to try, in a process of its own."""
+    import subprocess
+    import sys
+    script = ("import numpy as np\n"
+              "import numba.core.caching as caching\n"
+              "caching.CacheImpl._locator_classes = []  # no folder numba may cache in\n"
+              "from deepx_flow.kernels import depthwise_cpu as d\n"
+              "x = np.ones((1, 2, 5, 5), np.float32); w = np.ones((2, 1, 3, 3), np.float32)\n"
+              "out = np.empty((1, 2, 3, 3), np.float32)\n"
+              "d.depthwise(x, w, (1, 1), (1, 1), (3, 3), False, False, out)\n"
+              "assert (out == 9).all(), out\n"
+              "assert not d._KERNELS[0]._cache.__class__.__name__ == 'FunctionCache'\n"
+              "print('ok')\n")
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-2000:]
