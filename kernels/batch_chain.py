@@ -175,6 +175,9 @@ def _elementwise(stage, sources, taken, wholes, buffers, xp, tasks) -> _Value:
                 and v.array.shape == shape and sources.count((kind, i)) == 1:
             out = v.array
             break
+    if out is None and xp is np and stage[1][-1][2] != "bfloat16":  # this stage's buffer,
+        # used again by the next block (a fresh one faults its pages in on a worker)
+        out = window.buffer(buffers, "fused_out", shape, stage[1][-1][2], xp)
     value = fused.evaluate(stage[1], arrays, shape, out=out, scratch=buffers)
     return _Value(value, first, True, 0)
 
