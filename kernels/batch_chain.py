@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from deepx_flow.kernels import bfloat16, dispatch, fused, recycled, window
+from deepx_flow.kernels import bfloat16, dispatch, fused, fused_numba, recycled, window
 
 def batch_chain(stages, block, n_images, *arrays):
     """The chain's result for its chunks of images, the first `n_images` of `arrays`
@@ -178,6 +178,9 @@ def _elementwise(stage, sources, taken, wholes, buffers, xp, tasks) -> _Value:
     if out is None and xp is np and stage[1][-1][2] != "bfloat16":  # this stage's buffer,
         # used again by the next block (a fresh one faults its pages in on a worker)
         out = window.buffer(buffers, "fused_out", shape, stage[1][-1][2], xp)
+    if out is not None and xp is np and out.shape == shape \
+            and fused_numba.compilable(stage[1], [a.dtype.name for a in arrays]):
+        return _Value(fused_numba.evaluate(stage[1], arrays, out), first, True, 0)
     value = fused.evaluate(stage[1], arrays, shape, out=out, scratch=buffers)
     return _Value(value, first, True, 0)
 
