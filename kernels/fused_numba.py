@@ -8,8 +8,12 @@ numba compiles: one pass, NumPy's broadcasting and layouts.
 
 Only programs whose every instruction is exact in IEEE arithmetic (one rounding of the exact
 result, whatever the order of evaluation: `EXACT_OPS`), on one float dtype throughout, are
-compiled; their results are NumPy's to the bit (`elementwise.apply_op`), maximum and minimum
-propagating NaN as NumPy's do. Every other program goes to `fused_cpu` as before.
+compiled; their results are NumPy's to the bit (`elementwise.apply_op`), signs of zeros
+included; NaN stays NaN (its sign and payload bits are not NumPy's promise either: its SIMD
+loop and its scalar tail differ). maximum and minimum propagate NaN, and pick between equal
+operands (0.0 and -0.0) as this machine's NumPy does, probed once (`_TIES`); where NumPy
+follows neither rule a program using them is left to `fused_cpu`. Every other program goes
+to `fused_cpu` as before.
 """
 
 from __future__ import annotations
@@ -34,9 +38,40 @@ def compilable(program: Program, in_dtypes) -> bool:
     for op, args, out_dtype in program:
         if op not in EXACT_OPS or out_dtype != dtype:
             return False
-        if any(a[0] == "c" and (a[2] != dtype or not np.isfinite(a[1])) for a in args):
+        if op in ("maximum", "minimum", "relu") and _TIES.get((op, dtype)) is None:
+            return False
+        if any(a[0] == "c" and (a[2] != dtype or not _finite(a[1], dtype)) for a in args):
             return False
     return True
+
+
+def _finite(value, dtype: str) -> bool:
+    """Whether a constant is finite once rounded to `dtype` (1e39 is inf in float32)."""
+    try:
+        with np.errstate(all="ignore"):
+            return bool(np.isfinite(np.asarray(value, dtype)))
+    except (TypeError, OverflowError, ValueError):
+        return False
+
+
+def _probe_ties() -> dict:
+    """(op, dtype) -> which operand NumPy's maximum / minimum gives between 0.0 and -0.0
+    ("first" or "second", the same in both orders), None where it follows neither; relu is
+    maximum(x, 0)."""
+    ties = {}
+    for dtype in DTYPES:
+        zero, negative = np.zeros(64, dtype), np.full(64, -0.0, dtype)  # SIMD loops too
+        for op in ("maximum", "minimum"):
+            ufunc = getattr(np, op)
+            a, b = np.signbit(ufunc(negative, zero)), np.signbit(ufunc(zero, negative))
+            rule = "first" if a.all() and not b.any() else \
+                "second" if b.all() and not a.any() else None
+            ties[(op, dtype)] = rule
+        ties[("relu", dtype)] = ties[("maximum", dtype)]
+    return ties
+
+
+_TIES = _probe_ties()
 
 
 def evaluate(program: Program, arrays, out: np.ndarray) -> np.ndarray:
@@ -47,7 +82,8 @@ def evaluate(program: Program, arrays, out: np.ndarray) -> np.ndarray:
 
 
 def _ufunc(program: Program, n_inputs: int):
-    key = (program, n_inputs)
+    # repr: 0.0 and -0.0 are equal keys of a dict, but not the same program
+    key = (repr(program), n_inputs)
     found = _compiled.get(key)
     if found is None:
         if len(_compiled) >= _CACHE_MAX:
@@ -74,15 +110,16 @@ def _compile(program: Program, n_inputs: int):
                 name = f"k{len(namespace)}"
                 namespace[name] = scalar(a[1])
                 operands.append(name)
-        lines.append(f"    t{j} = {_expression(op, operands)}")
+        lines.append(f"    t{j} = {_expression(op, operands, _TIES.get((op, dtype)))}")
     lines.append(f"    return t{len(program) - 1}")
     exec("\n".join(lines), namespace)  # noqa: S102 (source made here from the program)
     signature = f"{dtype}({', '.join([dtype] * n_inputs)})"
     return numba.vectorize([signature], nopython=True)(namespace["f"])
 
 
-def _expression(op: str, x: list[str]) -> str:
-    """The scalar form of one instruction, as NumPy computes it."""
+def _expression(op: str, x: list[str], tie: str | None) -> str:
+    """The scalar form of one instruction, as NumPy computes it; `tie` says which operand
+    maximum and minimum give when their operands are equal (0.0 and -0.0)."""
     if op == "add":
         return f"{x[0]} + {x[1]}"
     if op == "sub":
@@ -93,11 +130,9 @@ def _expression(op: str, x: list[str]) -> str:
         return f"-{x[0]}"
     if op == "abs":
         return f"abs({x[0]})"
-    # NumPy's maximum and minimum: the first operand where it wins or is NaN, else the second
-    # (NaN from either side propagates)
-    if op == "maximum":
-        return f"{x[0]} if ({x[0]} >= {x[1]} or {x[0]} != {x[0]}) else {x[1]}"
-    if op == "minimum":
-        return f"{x[0]} if ({x[0]} <= {x[1]} or {x[0]} != {x[0]}) else {x[1]}"
-    assert op == "relu"  # maximum(x, 0)
-    return f"{x[0]} if ({x[0]} >= ZERO or {x[0]} != {x[0]}) else ZERO"
+    if op == "relu":  # maximum(x, 0)
+        op, x = "maximum", [x[0], "ZERO"]
+    # the first operand where it wins (or ties, if NumPy gives the first) or is NaN, else the
+    # second (so NaN from either side propagates)
+    wins = {"maximum": ">", "minimum": "<"}[op] + ("=" if tie == "first" else "")
+    return f"{x[0]} if ({x[0]} {wins} {x[1]} or {x[0]} != {x[0]}) else {x[1]}"

@@ -1,14 +1,25 @@
 """Programs of exact operations compiled with numba (`kernels/fused_numba.py`) give the
 reference evaluator's results to the bit (`fused_cpu`, NumPy's ufuncs instruction by
-instruction), NaN, infinities, negative zeros and subnormals included, broadcasting as
-NumPy does; other programs are not taken."""
+instruction), infinities, negative zeros and subnormals included (NaN stays NaN: its sign
+bits are not NumPy's promise), broadcasting as NumPy does, also written over an operand;
+other programs are not taken."""
 
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from deepx_flow.kernels import fused_cpu, fused_numba
 
-SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, np.nan, np.inf, -np.inf, 1e-45, -3e38, 3e38, 6.0, -3.0]
+SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, np.nan, np.inf, -np.inf, 1e-45, 5e-324, -3e38, 3e38,
+           6.0, -3.0]
+
+
+def assert_same_bits(got, want):
+    """Equal bit for bit where not NaN (signs of zeros included), NaN where NaN."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    bits = np.dtype(f"u{want.dtype.itemsize}")
+    np.testing.assert_array_equal(got.view(bits)[~nan], want.view(bits)[~nan])
 SHAPES = [(3, 4, 5), (1, 4, 1), (3, 1, 5), (4, 1), (5,), ()]
 
 
@@ -27,8 +38,9 @@ def programs(draw, dtype):
             elif kind == "t":
                 args.append(("t", draw(st.integers(0, j - 1))))
             else:
-                args.append(("c", float(np.dtype(dtype).type(
-                    draw(st.sampled_from([0.0, 1.0, -2.5, 1 / 6, 0.5, 3e38])))), dtype))
+                # as programs hold them: Python floats, rounded to the dtype when evaluated
+                args.append(("c", draw(st.sampled_from([0.0, -0.0, 1.0, -2.5, 1 / 6, 0.1, 0.5,
+                                                        1 / 3, 3e38, 5e-324])), dtype))
         program.append((op, tuple(args), dtype))
     return tuple(program), n_inputs
 
@@ -49,8 +61,10 @@ def test_compiled_programs_give_the_reference_bits(data, dtype):
     shape = np.broadcast_shapes(*shapes)
     want = fused_cpu.evaluate(program, arrays, shape)
     got = fused_numba.evaluate(program, arrays, np.empty(shape, dtype))
-    assert got.dtype == want.dtype and got.shape == want.shape
-    np.testing.assert_array_equal(got, want)  # NaN equals NaN here; 0.0 equals -0.0
+    assert_same_bits(got, want)
+    if arrays[0].shape == shape:  # written over its first operand, as a chain does
+        got = fused_numba.evaluate(program, arrays, arrays[0])
+        assert_same_bits(got, want)
 
 
 def test_negative_zeros_and_nans_follow_numpy():
@@ -61,10 +75,20 @@ def test_negative_zeros_and_nans_follow_numpy():
                     (("maximum", (("in", 0), ("c", 1.0, "float32")), "float32"),),
                     (("minimum", (("c", 1.0, "float32"), ("in", 0)), "float32"),)):
         got = fused_numba.evaluate(program, [x], np.empty_like(x))
-        want = fused_cpu.evaluate(program, [x], x.shape)
-        np.testing.assert_array_equal(got, want)
-        if program[0][0] in ("neg", "abs"):
-            assert np.array_equal(np.signbit(got), np.signbit(want))
+        assert_same_bits(got, fused_cpu.evaluate(program, [x], x.shape))
+    for a, b in ((x, -x[::-1]), (-x, x)):  # maximum and minimum between 0.0 and -0.0
+        for op in ("maximum", "minimum"):
+            program = ((op, (("in", 0), ("in", 1)), "float32"),)
+            assert_same_bits(fused_numba.evaluate(program, [a, b], np.empty_like(a)),
+                             fused_cpu.evaluate(program, [a, b], a.shape))
+
+
+def test_programs_differing_in_the_sign_of_a_zero_constant_are_two_programs():
+    x = np.array([-0.0, 1.0, -2.0], np.float32)
+    for zero in (0.0, -0.0, 0.0):
+        program = (("mul", (("in", 0), ("c", zero, "float32")), "float32"),)
+        assert_same_bits(fused_numba.evaluate(program, [x], np.empty_like(x)),
+                         fused_cpu.evaluate(program, [x], x.shape))
 
 
 def test_other_programs_are_not_taken():
@@ -75,6 +99,7 @@ def test_other_programs_are_not_taken():
                                       [f32, "float64"])  # a float32 input widened
     assert not fused_numba.compilable((("add", (("in", 0), ("in", 1)), "float16"),),
                                       ["float16", "float16"])
-    assert not fused_numba.compilable((("add", (("in", 0), ("c", np.inf, f32)), f32),),
-                                      [f32])
+    for constant in (np.inf, 1e39, 10**400):  # not finite, once a float32
+        assert not fused_numba.compilable((("add", (("in", 0), ("c", constant, f32)), f32),),
+                                          [f32])
     assert fused_numba.compilable((("add", (("in", 0), ("c", 0.5, f32)), f32),), [f32])
