@@ -10,10 +10,11 @@ Two loop orders, chosen by the width of the output rows:
 - `_by_rows` (rows of WIDE_ROWS values and more): for each image and channel, each output row gains
   each tap times a strided row of the padded input, a loop the compiler vectorizes along the
   row;
-- `_by_channels` (shorter rows: the later layers, 28 x 28 and less, with more channels): an image at
-  a time is copied channels last, (H, W, C), so the innermost loop runs along the channels,
-  and copied back.
-Both read the padded input in either layout the chains use, images first (N, C, H, W) or
+- `_by_channels` (shorter rows: the later layers, 28 x 28 and less, with more channels): an
+  image at a time is copied channels last, (H, W, C), padded as it is copied, so the
+  innermost loop runs along the channels, and copied back.
+Both read the input (padded, or padded by `_by_channels` as it copies) in either layout
+the chains use, images first (N, C, H, W) or
 channels first (C, N, H, W), and write the result in either.
 """
 
@@ -29,18 +30,26 @@ DTYPES = ("float32", "float64")
 
 
 def depthwise(source, w, strides, dilations, out_sp, channels_first: bool,
-              out_channels_first: bool, out):
-    """Fill `out` with the depthwise convolution of the padded images `source` ((N, C, Hp,
-    Wp), or (C, N, Hp, Wp) when `channels_first`) by `w` (C, 1, kh, kw); `out` is (N, C,
-    *out_sp), or (C, N, *out_sp) when `out_channels_first`. 2-D, float32 or float64."""
+              out_channels_first: bool, out, pads=None):
+    """Fill `out` with the depthwise convolution of the images `source` ((N, C, H, W), or
+    (C, N, H, W) when `channels_first`) by `w` (C, 1, kh, kw); `out` is (N, C, *out_sp), or
+    (C, N, *out_sp) when `out_channels_first`. 2-D, float32 or float64. `source` is padded
+    already, or `pads` (top, left, bottom, right) says how much zero padding is around it:
+    then the images are padded as they are copied channels last (`_by_channels`), and no
+    padded copy of them is made first."""
     kernels = _compiled()
     sh, sw = strides
     dh, dw = dilations
     taps = np.ascontiguousarray(w.reshape(w.shape[0], w.shape[2], w.shape[3]))
-    if out_sp[1] >= WIDE_ROWS:
+    if pads is not None:
+        top, left, bottom, right = pads
+        kernels[1](source, taps, sh, sw, dh, dw, top, left, source.shape[2] + top + bottom,
+                   source.shape[3] + left + right, channels_first, out_channels_first, out)
+    elif out_sp[1] >= WIDE_ROWS:
         kernels[0](source, taps, sh, sw, dh, dw, channels_first, out_channels_first, out)
     else:
-        kernels[1](source, taps, sh, sw, dh, dw, channels_first, out_channels_first, out)
+        kernels[1](source, taps, sh, sw, dh, dw, 0, 0, source.shape[2], source.shape[3],
+                   channels_first, out_channels_first, out)
     return out
 
 
@@ -105,15 +114,20 @@ def _by_rows(source, taps, sh, sw, dh, dw, channels_first, out_channels_first, o
     return out
 
 
-def _by_channels(source, taps, sh, sw, dh, dw, channels_first, out_channels_first, out):
+def _by_channels(source, taps, sh, sw, dh, dw, top, left, hp, wp, channels_first,
+                 out_channels_first, out):
     if channels_first:
         c, n = source.shape[0], source.shape[1]
     else:
         n, c = source.shape[0], source.shape[1]
-    hp, wp = source.shape[2], source.shape[3]
+    height, width = source.shape[2], source.shape[3]
     kh, kw = taps.shape[1], taps.shape[2]
     ho, wo = out.shape[2], out.shape[3]
-    image = np.empty((hp, wp, c), source.dtype)  # one image, channels last
+    image = np.empty((hp, wp, c), source.dtype)  # one image, channels last, padded
+    for y in range(hp):  # its border of zeros, written once
+        for x in range(wp):
+            if y < top or y >= top + height or x < left or x >= left + width:
+                image[y, x, :] = 0
     result = np.empty((ho, wo, c), source.dtype)
     weights = np.empty((kh, kw, c), source.dtype)
     for ch in range(c):
@@ -121,9 +135,9 @@ def _by_channels(source, taps, sh, sw, dh, dw, channels_first, out_channels_firs
             for j in range(kw):
                 weights[i, j, ch] = taps[ch, i, j]
     for b in range(n):
-        for y in range(hp):
-            for x in range(wp):
-                pixel = image[y, x]
+        for y in range(height):
+            for x in range(width):
+                pixel = image[top + y, left + x]
                 for ch in range(c):
                     pixel[ch] = source[ch, b, y, x] if channels_first else source[b, ch, y, x]
         for h in range(ho):

@@ -108,11 +108,18 @@ def conv(x, w, attrs: dict, scratch: dict | None = None, channels_first: bool = 
     groups = attrs.get("groups") or 1
     kernel = tuple(w.shape[2:])
     out_sp = out_spatial(x.shape, kernel, strides, pads, dilations)
-    source = padded(x, pads, 0, xp, scratch)
     if out_channels_first is None:
         out_channels_first = channels_first
     (c, n), m = (x.shape[:2] if channels_first else x.shape[1::-1]), w.shape[0]
     cg, mg = c // groups, m // groups
+    if groups > 1 and _compiled_depthwise(x, w, cg, mg, spatial, xp) \
+            and out_sp[1] < depthwise_cpu.WIDE_ROWS:  # padded as it is copied channels last
+        out = buffer(scratch, "out", ((m, n) if out_channels_first else (n, m)) + out_sp,
+                     x.dtype, xp)
+        return depthwise_cpu.depthwise(x, w, strides, dilations, out_sp, channels_first,
+                                       out_channels_first, out, (pads[0], pads[1], pads[2],
+                                                                 pads[3]))
+    source = padded(x, pads, 0, xp, scratch)
     if groups > 1 and cg <= DIRECT_GROUP_CHANNELS:
         return _direct(source, w, (kernel, strides, dilations, out_sp), (n, groups, cg, mg),
                        channels_first, out_channels_first, scratch, xp)
@@ -177,6 +184,13 @@ def _pointwise(x, w, channels_first: bool, out_channels_first: bool, scratch, xp
     return result
 
 
+def _compiled_depthwise(x, w, cg: int, mg: int, spatial: int, xp) -> bool:
+    """Whether a grouped convolution runs compiled (`depthwise_cpu`): on a CPU, one input
+    and one output channel per group, 2-D, images and weights of one dtype it takes."""
+    return xp is np and cg == 1 and mg == 1 and spatial == 2 and w.dtype == x.dtype \
+        and x.dtype.name in depthwise_cpu.DTYPES
+
+
 # Grouped convolutions with at most this many input channels per group take `_direct`.
 DIRECT_GROUP_CHANNELS = 4
 # `_direct` accumulates a block of images whose output holds about this many bytes: it stays
@@ -203,8 +217,7 @@ def _direct(source, w, window, sizes, channels_first: bool, out_channels_first: 
         xp.copyto(out, wide, casting="unsafe")
         return out
     out_shape = ((groups * mg, n) if out_channels_first else (n, groups * mg)) + out_sp
-    if xp is np and cg == 1 and mg == 1 and len(out_sp) == 2 and w.dtype == source.dtype \
-            and source.dtype.name in depthwise_cpu.DTYPES:
+    if _compiled_depthwise(source, w, cg, mg, len(out_sp), xp):
         return depthwise_cpu.depthwise(source, w, strides,
                                        dilations, out_sp, channels_first, out_channels_first,
                                        buffer(scratch, "out", out_shape, source.dtype, xp))
