@@ -110,8 +110,8 @@ def _through(stages, scratch, images, wholes):
             result = _Value(out, first or stage[1] == "conv", True, readers[j])
         elif kind == "fused" or (kind == "reduce" and taken[0].channels_first
                                  and 1 not in stage[3]):
-            result = _elementwise(stage, sources, taken, wholes, buffers, xp, tasks)
-            result.readers = readers[j]
+            result = _elementwise(stage, sources, taken, wholes, buffers, xp, tasks,
+                                  readers[j])
         else:
             value = taken[0].array
             if taken[0].channels_first:
@@ -149,7 +149,7 @@ def _through(stages, scratch, images, wholes):
     return last.array
 
 
-def _elementwise(stage, sources, taken, wholes, buffers, xp, tasks) -> _Value:
+def _elementwise(stage, sources, taken, wholes, buffers, xp, tasks, readers: int) -> _Value:
     """A fused elementwise stage, or a reduction along other axes than the images' and the
     channels' with its prologue, in the layout of its operands: channels first if any image
     operand is (the others are seen so too: a view), whole operands reshaped to match."""
@@ -166,7 +166,7 @@ def _elementwise(stage, sources, taken, wholes, buffers, xp, tasks) -> _Value:
             arrays.append(v.array)
     shape = tuple(np.broadcast_shapes(*(a.shape for a in arrays)))
     if stage[0] == "reduce":
-        return _Value(_reduce(stage, arrays, tasks, shape), first, True, 0)
+        return _Value(_reduce(stage, arrays, tasks, shape), first, True, readers)
     # written over an image operand read by no later stage, made here, of the result's
     # layout and shape and read once here (`out` is ignored where the dtype differs)
     out = None
@@ -180,9 +180,9 @@ def _elementwise(stage, sources, taken, wholes, buffers, xp, tasks) -> _Value:
         out = window.buffer(buffers, "fused_out", shape, stage[1][-1][2], xp)
     if out is not None and xp is np and out.shape == shape \
             and fused_numba.compilable(stage[1], [a.dtype.name for a in arrays]):
-        return _Value(fused_numba.evaluate(stage[1], arrays, out), first, True, 0)
+        return _Value(fused_numba.evaluate(stage[1], arrays, out), first, True, readers)
     value = fused.evaluate(stage[1], arrays, shape, out=out, scratch=buffers)
-    return _Value(value, first, True, 0)
+    return _Value(value, first, True, readers)
 
 
 def _reduce(stage, arrays, tasks, shape=None):
