@@ -153,18 +153,20 @@ def _elementwise(stage, sources, taken, wholes, buffers, xp, tasks, readers: int
     """A fused elementwise stage, or a reduction along other axes than the images' and the
     channels' with its prologue, in the layout of its operands: channels first if any image
     operand is (the others are seen so too: a view), whole operands reshaped to match."""
-    images = [v for v in taken if v is not None]
-    first = any(v.channels_first for v in images)
-    ndim = max(v.array.ndim for v in images)
-    arrays = []
-    for (kind, i), v in zip(sources, taken):
-        if v is None:
-            arrays.append(_channels_first(wholes[i], ndim, xp) if first else wholes[i])
-        elif first and not v.channels_first:
-            arrays.append(xp.moveaxis(v.array, 0, 1))
-        else:
-            arrays.append(v.array)
-    shape = tuple(np.broadcast_shapes(*(a.shape for a in arrays)))
+    first = any(v.channels_first for v in taken if v is not None)
+    # what is the same for every block of a size (the last may be smaller): the whole
+    # operands as seen here, the result's shape, the compiled loop
+    key = ("plan",) + tuple(None if v is None else (v.array.shape, v.channels_first)
+                            for v in taken)
+    plan = buffers.get(key) if buffers is not None else None
+    if plan is None:
+        plan = _plan_elementwise(stage, sources, taken, wholes, xp, first)
+        if buffers is not None:
+            buffers[key] = plan
+    arrays = [plan["wholes"][n] if v is None
+              else xp.moveaxis(v.array, 0, 1) if first and not v.channels_first
+              else v.array for n, v in enumerate(taken)]
+    shape = plan["shape"]
     if stage[0] == "reduce":
         return _Value(_reduce(stage, arrays, tasks, shape), first, True, readers)
     # written over an image operand read by no later stage, made here, of the result's
@@ -178,11 +180,30 @@ def _elementwise(stage, sources, taken, wholes, buffers, xp, tasks, readers: int
     if out is None and xp is np and stage[1][-1][2] != "bfloat16":  # this stage's buffer,
         # used again by the next block (a fresh one faults its pages in on a worker)
         out = window.buffer(buffers, "fused_out", shape, stage[1][-1][2], xp)
-    if out is not None and xp is np and out.shape == shape \
-            and fused_numba.compilable(stage[1], [a.dtype.name for a in arrays]):
-        return _Value(fused_numba.evaluate(stage[1], arrays, out), first, True, readers)
+    if plan["compiled"] and out is not None and out.shape == shape:
+        run = plan.get("run")
+        if run is None:
+            run = plan["run"] = fused_numba.prepare(stage[1], arrays, out)
+        return _Value(run(arrays, out), first, True, readers)
     value = fused.evaluate(stage[1], arrays, shape, out=out, scratch=buffers)
     return _Value(value, first, True, readers)
+
+
+def _plan_elementwise(stage, sources, taken, wholes, xp, first: bool) -> dict:
+    """An elementwise stage's whole operands in the layout of its image operands, by
+    position; the result's shape; whether the program runs compiled (`fused_numba`)."""
+    ndim = max(v.array.ndim for v in taken if v is not None)
+    seen = {n: _channels_first(wholes[i], ndim, xp) if first else wholes[i]
+            for n, ((kind, i), v) in enumerate(zip(sources, taken)) if v is None}
+    shapes = [seen[n].shape if v is None else v.array.shape for n, v in enumerate(taken)]
+    if first:
+        shapes = [s if v is None or v.channels_first else (s[1], s[0]) + s[2:]
+                  for s, v in zip(shapes, taken)]
+    dtypes = [seen[n].dtype.name if v is None else v.array.dtype.name
+              for n, v in enumerate(taken)]
+    compiled = xp is np and stage[0] == "fused" and fused_numba.compilable(stage[1], dtypes)
+    return {"wholes": seen, "shape": tuple(np.broadcast_shapes(*shapes)),
+            "compiled": compiled}
 
 
 def _reduce(stage, arrays, tasks, shape=None):

@@ -14,9 +14,17 @@ loop and its scalar tail differ). maximum and minimum propagate NaN, and pick be
 operands (0.0 and -0.0) as this machine's NumPy does, probed once (`_TIES`); where NumPy
 follows neither rule a program using them is left to `fused_cpu`. Every other program goes
 to `fused_cpu` as before.
+
+Two forms of the same scalar program: where every operand is, along the result's trailing
+axes, either all of them or none (a chain's activations, a per-channel bias, a per-image
+gate of squeeze-and-excitation), a loop of our own runs over contiguous rows, which the
+compiler vectorizes (5 times NumPy's ufunc machinery around a numba ufunc, whose inner loop
+takes any strides and is not vectorized); any other broadcasting goes through the ufunc.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -76,9 +84,63 @@ _TIES = _probe_ties()
 
 def evaluate(program: Program, arrays, out: np.ndarray) -> np.ndarray:
     """`program` on `arrays` (broadcasting as in NumPy) into `out`, in one pass."""
+    return prepare(program, arrays, out)(arrays, out)
+
+
+def prepare(program: Program, arrays, out: np.ndarray):
+    """`evaluate` for operands and results of these shapes, dtypes and layouts (a chain's
+    every block but its last), its form and compiled kernel chosen once: a function of
+    (arrays, out)."""
+    rows = _as_rows(arrays, out)
+    if rows is None:
+        return lambda arrays, out: _through_ufunc(program, arrays, out)
+    views, patterns, result = rows
+    shapes, result_shape = [v.shape for v in views], result.shape
+
+    def by_rows(arrays, out):
+        if not (out.flags.c_contiguous and all(a.flags.c_contiguous for a in arrays)):
+            return _through_ufunc(program, arrays, out)  # laid out otherwise this time
+        over = next((i for i, a in enumerate(arrays) if a is out), None)
+        if any(i != over and np.may_share_memory(a, out) for i, a in enumerate(arrays)):
+            return _through_ufunc(program, arrays, out)  # NumPy's ufuncs mind overlaps
+        kernel = _row_kernel(program, patterns, over)
+        kernel(*[a.reshape(s) for a, s in zip(arrays, shapes)], out.reshape(result_shape))
+        return out
+    return by_rows
+
+
+def _through_ufunc(program: Program, arrays, out: np.ndarray) -> np.ndarray:
     ufunc = _ufunc(program, len(arrays))
     with np.errstate(all="ignore"):  # inf and NaN silently, as `elementwise` gives them
         return ufunc(*arrays, out=out)
+
+
+def _as_rows(arrays, out: np.ndarray):
+    """The operands and the result seen as (A, B, P) arrays, each operand spanning the
+    result's A, B and P or 1 along each, P the result's trailing axes, all contiguous:
+    (operand views, which of A, B and P each spans, the result's view); None where they do
+    not fit that form (an operand varying along some trailing axes only, a strided one)."""
+    if not out.flags.c_contiguous or not all(a.flags.c_contiguous for a in arrays):
+        return None
+    keep = [i for i, n in enumerate(out.shape) if n != 1]  # axes of 1 say nothing
+    shape = tuple(out.shape[i] for i in keep)
+    spans = []
+    for a in arrays:
+        dims = (1,) * (out.ndim - a.ndim) + a.shape
+        spans.append(tuple(dims[i] != 1 for i in keep))
+    # the trailing axes from `lead` on: each operand spans all of them or none
+    lead = next(k for k in range(len(shape) + 1)
+                if all(len(set(span[k:])) <= 1 for span in spans))
+    if lead > 2:
+        return None
+    pad = 2 - lead
+    shape3 = (1,) * pad + shape[:lead] + (math.prod(shape[lead:]),)
+    patterns, views = [], []
+    for a, span in zip(arrays, spans):
+        full = (False,) * pad + span[:lead] + (bool(span[lead:]) and span[-1],)
+        patterns.append(full)
+        views.append(a.reshape(tuple(n if f else 1 for n, f in zip(shape3, full))))
+    return views, tuple(patterns), out.reshape(shape3)
 
 
 def _ufunc(program: Program, n_inputs: int):
@@ -115,6 +177,60 @@ def _compile(program: Program, n_inputs: int):
     exec("\n".join(lines), namespace)  # noqa: S102 (source made here from the program)
     signature = f"{dtype}({', '.join([dtype] * n_inputs)})"
     return numba.vectorize([signature], nopython=True)(namespace["f"])
+
+
+def _row_kernel(program: Program, patterns: tuple, over: int | None):
+    """The program as a loop over (A, B, P) arrays (`_as_rows`), compiled: per row of the
+    result, the operands constant along it are read once and the others along with it.
+    `over`: the operand the result is written over, if any, read through the result's row
+    (the compiler then sees one array read and written at the same index, and vectorizes
+    the loop; as two arrays that might overlap anyhow, it would not)."""
+    key = (repr(program), patterns, over)
+    found = _compiled.get(key)
+    if found is None:
+        if len(_compiled) >= _CACHE_MAX:
+            _compiled.clear()
+        found = _compiled[key] = _compile_rows(program, patterns, over)
+    return found
+
+
+def _compile_rows(program: Program, patterns: tuple, over: int | None):
+    import numba
+    dtype = program[-1][2]
+    scalar = getattr(np, dtype)
+    namespace = {"ZERO": scalar(0)}
+    n = len(patterns)
+    lines = [f"def kernel({', '.join(f'in{i}' for i in range(n))}, out):",
+             "    for a in range(out.shape[0]):",
+             "        for b in range(out.shape[1]):",
+             "            row = out[a, b]"]
+    names = []
+    for i, (span_a, span_b, span_p) in enumerate(patterns):
+        at = f"{'a' if span_a else 0}, {'b' if span_b else 0}"
+        if i == over:
+            names.append("row[p]")
+        elif span_p:
+            lines.append(f"            r{i} = in{i}[{at}]")
+            names.append(f"r{i}[p]")
+        else:
+            lines.append(f"            s{i} = in{i}[{at}, 0]")
+            names.append(f"s{i}")
+    lines.append("            for p in range(row.shape[0]):")
+    for j, (op, args, _) in enumerate(program):
+        operands = []
+        for arg in args:
+            if arg[0] == "in":
+                operands.append(names[arg[1]])
+            elif arg[0] == "t":
+                operands.append(f"t{arg[1]}")
+            else:
+                name = f"k{len(namespace)}"
+                namespace[name] = scalar(arg[1])
+                operands.append(name)
+        lines.append(f"                t{j} = {_expression(op, operands, _TIES.get((op, dtype)))}")
+    lines.append(f"                row[p] = t{len(program) - 1}")
+    exec("\n".join(lines), namespace)  # noqa: S102 (source made here from the program)
+    return numba.njit(nogil=True, boundscheck=False)(namespace["kernel"])
 
 
 def _expression(op: str, x: list[str], tie: str | None) -> str:

@@ -20,7 +20,10 @@ def assert_same_bits(got, want):
     np.testing.assert_array_equal(np.isnan(got), nan)
     bits = np.dtype(f"u{want.dtype.itemsize}")
     np.testing.assert_array_equal(got.view(bits)[~nan], want.view(bits)[~nan])
-SHAPES = [(3, 4, 5), (1, 4, 1), (3, 1, 5), (4, 1), (5,), ()]
+# with (2, 3, 4, 5): operands of the row form (each spans all trailing axes or none) and of
+# the ufunc's (an operand varying along some trailing axes only: (1, 3, 1, 5))
+SHAPES = [(3, 4, 5), (1, 4, 1), (3, 1, 5), (4, 1), (5,), (), (2, 3, 4, 5), (1, 3, 1, 5),
+          (2, 1, 1, 1), (2, 3, 1, 1), (1, 1, 4, 5)]
 
 
 @st.composite
@@ -55,8 +58,10 @@ def test_compiled_programs_give_the_reference_bits(data, dtype):
     for shape in shapes:
         a = rng.standard_normal(shape) * 4
         mask = rng.random(shape) < 0.3
-        a = np.where(mask, rng.choice(SPECIAL, shape), a)
-        arrays.append(np.asarray(a, dtype))
+        a = np.asarray(np.where(mask, rng.choice(SPECIAL, shape), a), dtype)
+        if a.ndim >= 2 and data.draw(st.booleans()):  # a strided view: the ufunc's form
+            a = np.swapaxes(np.ascontiguousarray(np.swapaxes(a, 0, 1)), 0, 1)
+        arrays.append(a)
     assert fused_numba.compilable(program, [a.dtype.name for a in arrays])
     shape = np.broadcast_shapes(*shapes)
     want = fused_cpu.evaluate(program, arrays, shape)
@@ -64,6 +69,31 @@ def test_compiled_programs_give_the_reference_bits(data, dtype):
     assert_same_bits(got, want)
     if arrays[0].shape == shape:  # written over its first operand, as a chain does
         got = fused_numba.evaluate(program, arrays, arrays[0])
+        assert_same_bits(got, want)
+
+
+def test_the_row_form_is_taken_where_operands_span_all_trailing_axes_or_none():
+    out = np.empty((16, 2, 7, 7), np.float32)
+    x, bias, gate = out.copy(), np.ones((16, 1, 1, 1), np.float32), np.ones((16, 2, 1, 1),
+                                                                          np.float32)
+    views, patterns, result = fused_numba._as_rows([x, bias, gate], out)
+    assert patterns == ((True, True, True), (True, False, False), (True, True, False))
+    assert result.shape == (16, 2, 49) and all(np.shares_memory(v, a) for v, a in
+                                               zip(views, [x, bias, gate]))
+    assert fused_numba._as_rows([np.ones((1, 1, 7, 1), np.float32)], out) is None
+    assert fused_numba._as_rows([x.transpose(1, 0, 2, 3).copy().transpose(1, 0, 2, 3)],
+                                out) is None
+
+
+def test_a_result_overlapping_an_operand_is_what_fresh_memory_would_get():
+    program = (("add", (("in", 0), ("in", 1)), "float64"),
+               ("mul", (("t", 0), ("c", 3.0, "float64")), "float64"))
+    for shift in (0, 1, -1):
+        store = np.arange(40.0)
+        x, y = store[5:25].reshape(4, 5), np.linspace(-1, 1, 20).reshape(4, 5)
+        out = store[5 + shift:25 + shift].reshape(4, 5)
+        want = fused_cpu.evaluate(program, [x.copy(), y], x.shape)
+        got = fused_numba.evaluate(program, [x, y], out)
         assert_same_bits(got, want)
 
 
