@@ -225,8 +225,14 @@ def _window(op: str, attrs: dict, value, extras, buffers: dict, channels_first: 
                        buffers, channels_first)
         return bfloat16.to_bfloat16(wide)
     if op == "conv":
-        return window.conv(value, extras[0], attrs, buffers, channels_first,
-                           out_channels_first=True)
+        if buffers is None:  # on a GPU: the whole chunk, once
+            return window.conv(value, extras[0], attrs, None, channels_first, True)
+        key = ("conv", value.shape, value.dtype, channels_first)  # one a block size
+        run = buffers.get(key)
+        if run is None:
+            run = buffers[key] = window.conv_plan(value, extras[0], attrs, buffers,
+                                                  channels_first, out_channels_first=True)
+        return run(value)
     return window.pool(op, value, attrs, buffers)
 
 

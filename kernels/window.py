@@ -102,6 +102,14 @@ def conv(x, w, attrs: dict, scratch: dict | None = None, channels_first: bool = 
     `channels_first`: `x` is laid out (C, N, *spatial); `out_channels_first` (by default the
     same): the result is laid out (M, N, *out), the GEMM's own layout, so a chain of layers
     (`kernels/batch_chain.py`) moves no axes between them."""
+    return conv_plan(x, w, attrs, scratch, channels_first, out_channels_first)(x)
+
+
+def conv_plan(x, w, attrs: dict, scratch: dict | None = None, channels_first: bool = False,
+              out_channels_first: bool | None = None):
+    """`conv` for images of the shape, dtype and array module of `x`, its way chosen and
+    its operands laid out once: a function of such images. A batch chain calls it for each
+    block of images, where deciding again each time cost as much as a small layer."""
     xp = dispatch.array_module(x, w)
     spatial = x.ndim - 2
     strides, pads, dilations = _attrs(attrs, spatial)
@@ -112,20 +120,35 @@ def conv(x, w, attrs: dict, scratch: dict | None = None, channels_first: bool = 
         out_channels_first = channels_first
     (c, n), m = (x.shape[:2] if channels_first else x.shape[1::-1]), w.shape[0]
     cg, mg = c // groups, m // groups
-    if groups > 1 and _compiled_depthwise(x, w, cg, mg, spatial, xp) \
-            and out_sp[1] < depthwise_cpu.WIDE_ROWS:  # padded as it is copied channels last
-        out = buffer(scratch, "out", ((m, n) if out_channels_first else (n, m)) + out_sp,
-                     x.dtype, xp)
-        return depthwise_cpu.depthwise(x, w, strides, dilations, out_sp, channels_first,
-                                       out_channels_first, out, (pads[0], pads[1], pads[2],
-                                                                 pads[3]))
-    source = padded(x, pads, 0, xp, scratch)
+    out_shape = ((m, n) if out_channels_first else (n, m)) + out_sp
+    if groups > 1 and _compiled_depthwise(x, w, cg, mg, spatial, xp):  # reads no padded copy
+        depthwise = depthwise_cpu.plan(w, strides, dilations, channels_first,
+                                       out_channels_first, (pads[0], pads[1], pads[2],
+                                                            pads[3]), x.shape[3])
+        out = buffer(scratch, "out", out_shape, x.dtype, xp)
+        return lambda x: depthwise(x, out)
     if groups > 1 and cg <= DIRECT_GROUP_CHANNELS:
-        return _direct(source, w, (kernel, strides, dilations, out_sp), (n, groups, cg, mg),
-                       channels_first, out_channels_first, scratch, xp)
+        def direct(x):
+            source = padded(x, pads, 0, xp, scratch)
+            return _direct(source, w, (kernel, strides, dilations, out_sp),
+                           (n, groups, cg, mg), channels_first, out_channels_first, scratch,
+                           xp)
+        return direct
     if groups == 1 and all(k == 1 for k in kernel) and all(s == 1 for s in strides) \
             and not any(pads):
-        return _pointwise(x, w, channels_first, out_channels_first, scratch, xp)
+        return _pointwise_plan(x, w, channels_first, out_channels_first, scratch, xp)
+    return lambda x: _im2col(x, w, (kernel, strides, pads, dilations, out_sp),
+                             (n, c, m, groups), channels_first, out_channels_first,
+                             scratch, xp)
+
+
+def _im2col(x, w, window, sizes, channels_first: bool, out_channels_first: bool, scratch,
+            xp):
+    """`conv` by im2col: see there."""
+    kernel, strides, pads, dilations, out_sp = window
+    n, c, m, groups = sizes
+    cg, mg = c // groups, m // groups
+    source = padded(x, pads, 0, xp, scratch)
     taps = math.prod(kernel)
     offsets = [(slice(None), slice(None)) + index
                for _, index in _offsets(kernel, strides, dilations, out_sp)]
@@ -158,7 +181,7 @@ def conv(x, w, attrs: dict, scratch: dict | None = None, channels_first: bool = 
     return out
 
 
-def _pointwise(x, w, channels_first: bool, out_channels_first: bool, scratch, xp):
+def _pointwise_plan(x, w, channels_first: bool, out_channels_first: bool, scratch, xp):
     """A 1x1 convolution (stride 1, no padding) is a product over the channels: one GEMM
     (M, C) @ (C, images x positions) of images laid out channels first, or a batch of them,
     one per image, (M, C) @ (C, positions); no column matrix is copied."""
@@ -168,20 +191,32 @@ def _pointwise(x, w, channels_first: bool, out_channels_first: bool, scratch, xp
         n = x.shape[1]
         out = buffer(scratch, "out", (m, n) + x.shape[2:], x.dtype, xp)
         if out_channels_first:
-            xp.matmul(weights, x.reshape(c, -1), out=out.reshape(m, -1))
-            return out
-        product = xp.matmul(weights, x.reshape(c, -1)).reshape((m, n) + x.shape[2:])
+            product = out.reshape(m, -1)
+
+            def channels_first_in_and_out(x):
+                xp.matmul(weights, x.reshape(c, -1), out=product)
+                return out
+            return channels_first_in_and_out
         result = buffer(scratch, "images_first_out", (n, m) + x.shape[2:], x.dtype, xp)
-        xp.copyto(result, xp.moveaxis(product, 0, 1))
-        return result
+
+        def images_first_out(x):
+            product = xp.matmul(weights, x.reshape(c, -1)).reshape((m, n) + x.shape[2:])
+            xp.copyto(result, xp.moveaxis(product, 0, 1))
+            return result
+        return images_first_out
     n = x.shape[0]
     out = buffer(scratch, "out", (n, m) + x.shape[2:], x.dtype, xp)
-    xp.matmul(weights, x.reshape(n, c, -1), out=out.reshape(n, m, -1))
-    if not out_channels_first:
-        return out
-    result = buffer(scratch, "channels_first_out", (m, n) + x.shape[2:], x.dtype, xp)
-    xp.copyto(result, xp.moveaxis(out, 0, 1))
-    return result
+    per_image = out.reshape(n, m, -1)
+    result = buffer(scratch, "channels_first_out", (m, n) + x.shape[2:], x.dtype, xp) \
+        if out_channels_first else None
+
+    def images_first_in(x):
+        xp.matmul(weights, x.reshape(n, c, -1), out=per_image)
+        if result is None:
+            return out
+        xp.copyto(result, xp.moveaxis(out, 0, 1))
+        return result
+    return images_first_in
 
 
 def _compiled_depthwise(x, w, cg: int, mg: int, spatial: int, xp) -> bool:

@@ -3,6 +3,8 @@ the same numbers, equal to NumPy's loop reference in float64 (exactly where the 
 exact), on every stride, dilation, padding and layout the chains use; float16 goes through
 float32 as before."""
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -21,16 +23,20 @@ def _run(x, w, strides, pads, dilations, channels_first, out_channels_first):
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(1, 5), c=st.integers(2, 12), h=st.integers(1, 11), wd=st.integers(1, 11),
        k=st.sampled_from([(1, 1), (3, 3), (5, 5), (3, 1), (2, 3)]), s=st.integers(1, 3),
-       d=st.integers(1, 2), pad=st.integers(0, 2), layouts=st.tuples(st.booleans(),
+       d=st.integers(1, 2), pads=st.tuples(*[st.integers(0, 3)] * 4),
+       layouts=st.tuples(st.booleans(),
                                                                      st.booleans()),
        seed=st.integers(0, 2**16))
-def test_both_loop_orders_equal_numpys_reference(n, c, h, wd, k, s, d, pad, layouts, seed):
-    if (h + 2 * pad - d * (k[0] - 1)) < 1 or (wd + 2 * pad - d * (k[1] - 1)) < 1:
+def test_both_loop_orders_equal_numpys_reference(n, c, h, wd, k, s, d, pads, layouts, seed):
+    """Padding on any side (as wide as a tap's reach or wider: rows and columns of padding
+    only) is read as zeros without a padded copy."""
+    if (h + pads[0] + pads[2] - d * (k[0] - 1)) < 1 or \
+            (wd + pads[1] + pads[3] - d * (k[1] - 1)) < 1:
         return  # no output position
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, c, h, wd))
     w = rng.standard_normal((c, 1) + k)
-    strides, dilations, pads = (s, s), (d, d), (pad,) * 4
+    strides, dilations = (s, s), (d, d)
     want = ref_conv(x, w, strides, pads, dilations, c)
     results = []
     for wide in (0, 10**9):  # every row by rows, then every row by channels
@@ -85,17 +91,24 @@ def test_numpys_loop_and_the_compiled_kernels_give_the_same_bits():
     non-contiguous blocks, both layouts, negative zeros included."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((6, 20, 30, 29)).astype(np.float32)[::2, :, 1:, :]  # a view
-    x[0, 0] = -0.0
+    x[0, 0], x[0, 1] = -0.0, 0.0
     w = rng.standard_normal((20, 1, 3, 3)).astype(np.float32)
     w[0] = np.abs(w[0])  # -0.0 times positive taps: a sum of negative zeros
-    for strides in ((1, 1), (2, 2), (3, 1)):
-        for layouts in ((False, False), (True, True), (False, True)):
-            got = _run(x, w, strides, (1,) * 4, (1, 1), *layouts)
-            saved, depthwise_cpu.DTYPES = depthwise_cpu.DTYPES, ()
+    w[1] = -np.abs(w[1])  # 0.0 times negative taps, the padding's too: negative zeros
+    for strides, pads, layouts in itertools.product(
+            ((1, 1), (2, 2), (3, 1)), ((1, 1, 1, 1), (0, 2, 3, 1), (4, 0, 0, 4)),
+            ((False, False), (True, True), (False, True))):
+        saved, depthwise_cpu.DTYPES = depthwise_cpu.DTYPES, ()
+        try:
+            want = _run(x, w, strides, pads, (1, 1), *layouts)
+        finally:
+            depthwise_cpu.DTYPES = saved
+        for wide in (0, 10**9):  # by rows, by channels
+            saved, depthwise_cpu.WIDE_ROWS = depthwise_cpu.WIDE_ROWS, wide
             try:
-                want = _run(x, w, strides, (1,) * 4, (1, 1), *layouts)
+                got = _run(x, w, strides, pads, (1, 1), *layouts)
             finally:
-                depthwise_cpu.DTYPES = saved
+                depthwise_cpu.WIDE_ROWS = saved
             np.testing.assert_array_equal(got, want)
             assert np.array_equal(np.signbit(got), np.signbit(want))
 
