@@ -23,8 +23,9 @@ Targets: deepx_flow's samples/s at least 1.0x ONNX Runtime's for the MLP and 0.7
 convolutional network and the MobileNetV3. The outputs must agree (relative 1e-4, absolute
 1e-4 of their scale).
 
-Run: `python benchmarks/bench_inference.py [--quick]` (--quick, a smoke test: 16,384 samples, two
-chunks, one run of each, no wait for a quiet machine).
+Run: `python benchmarks/bench_inference.py [--quick] [--model NAME]` (--quick, a smoke test:
+16,384 samples, two chunks, one run of each, no wait for a quiet machine; --model, one model
+at full size, printed and not recorded: for working on it).
 """
 
 from __future__ import annotations
@@ -125,7 +126,10 @@ def run_onnxruntime(model_path: str, data: str) -> tuple[float, np.ndarray]:
     return time.perf_counter() - began, np.concatenate(parts)
 
 
-def main(quick: bool = False, repeat: int | None = None) -> dict:
+MODELS = ("mlp", "cnn", "mobilenet_v3")
+
+
+def main(quick: bool = False, repeat: int | None = None, only: str | None = None) -> dict:
     import onnxruntime as ort
     rows = 16_384 if quick else 1_000_000
     repeat = repeat or (1 if quick else 2)
@@ -141,6 +145,8 @@ def main(quick: bool = False, repeat: int | None = None) -> dict:
         models = (("mlp", mlp, (rows, 784), CHUNK), ("cnn", cnn, (rows, 1, 28, 28), CHUNK),
                   ("mobilenet_v3", mobilenet_v3, (images, 3, 224, 224), IMAGE_CHUNK))
         for name, build, shape, chunk in models:
+            if only and name != only:
+                continue
             model_path = build(tmp / f"{name}.onnx")
             data = write_samples(tmp / f"{name}.zarr", shape, seed=len(name), chunk=chunk)
             count = shape[0]
@@ -162,6 +168,11 @@ def main(quick: bool = False, repeat: int | None = None) -> dict:
                           common.fmt(count / best["onnxruntime"], 0), common.fmt(ratio),
                           f"{error:.1e}"))
     res["results"] = results
+    if only:
+        common.print_table(("model", "samples", "deepx_flow samples/s",
+                            "ONNX Runtime samples/s", "deepx/ORT", "max |difference| / scale"),
+                           table, "batch inference from Zarr, 2 cores (not recorded)")
+        return res
     common.print_table(("model", "samples", "deepx_flow samples/s", "ONNX Runtime samples/s",
                         "deepx/ORT", "max |difference| / scale"), table,
                        "batch inference from Zarr, 2 cores")
@@ -189,4 +200,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="16,384 samples (128 MobileNet images), one run of each")
-    main(parser.parse_args().quick)
+    parser.add_argument("--model", choices=MODELS,
+                        help="only this model, printed and not recorded")
+    args = parser.parse_args()
+    main(args.quick, only=args.model)

@@ -163,11 +163,21 @@ def _elementwise(stage, sources, taken, wholes, buffers, xp, tasks, readers: int
         plan = _plan_elementwise(stage, sources, taken, wholes, xp, first)
         if buffers is not None:
             buffers[key] = plan
+    elif "step" in plan:  # ran on a block of this size before: its choices hold
+        return plan["step"](taken, readers)
     arrays = [plan["wholes"][n] if v is None
               else xp.moveaxis(v.array, 0, 1) if first and not v.channels_first
               else v.array for n, v in enumerate(taken)]
     shape = plan["shape"]
     if stage[0] == "reduce":
+        if plan["compiled"]:  # its prologue compiled into a buffer, then reduced alone:
+            # the values and the blocks of rows they are added up by are the same
+            values = window.buffer(buffers, "prologue", shape, stage[2][-1][2], xp)
+            run = plan.get("run")
+            if run is None:
+                run = plan["run"] = fused_numba.prepare(stage[2], arrays, values)
+            arrays = [run(arrays, values)]
+            stage = stage[:2] + ((),) + stage[3:]
         return _Value(_reduce(stage, arrays, tasks, shape), first, True, readers)
     # written over an image operand read by no later stage, made here, of the result's
     # layout and shape and read once here (`out` is ignored where the dtype differs)
@@ -184,14 +194,34 @@ def _elementwise(stage, sources, taken, wholes, buffers, xp, tasks, readers: int
         run = plan.get("run")
         if run is None:
             run = plan["run"] = fused_numba.prepare(stage[1], arrays, out)
+        if all(v is None or v.channels_first == first for v in taken):
+            plan["step"] = _compiled_step(run, arrays, taken, out, first)
         return _Value(run(arrays, out), first, True, readers)
     value = fused.evaluate(stage[1], arrays, shape, out=out, scratch=buffers)
     return _Value(value, first, True, readers)
 
 
+def _compiled_step(run, arrays, taken, out, first: bool):
+    """A compiled elementwise stage as it ran on a block, for the next blocks of that size:
+    the same whole operands, and written over the same operand (or into the same buffer),
+    which the chain's structure decides, not the block."""
+    images = [n for n, v in enumerate(taken) if v is not None]
+    over = next((n for n in images if taken[n].array is out), None)
+    template = list(arrays)
+
+    def step(taken, readers: int) -> _Value:
+        operands = template[:]
+        for n in images:
+            operands[n] = taken[n].array
+        return _Value(run(operands, operands[over] if over is not None else out), first,
+                      True, readers)
+    return step
+
+
 def _plan_elementwise(stage, sources, taken, wholes, xp, first: bool) -> dict:
     """An elementwise stage's whole operands in the layout of its image operands, by
-    position; the result's shape; whether the program runs compiled (`fused_numba`)."""
+    position; the result's shape; whether its program (a reduction's prologue) runs
+    compiled (`fused_numba`)."""
     ndim = max(v.array.ndim for v in taken if v is not None)
     seen = {n: _channels_first(wholes[i], ndim, xp) if first else wholes[i]
             for n, ((kind, i), v) in enumerate(zip(sources, taken)) if v is None}
@@ -201,7 +231,8 @@ def _plan_elementwise(stage, sources, taken, wholes, xp, first: bool) -> dict:
                   for s, v in zip(shapes, taken)]
     dtypes = [seen[n].dtype.name if v is None else v.array.dtype.name
               for n, v in enumerate(taken)]
-    compiled = xp is np and stage[0] == "fused" and fused_numba.compilable(stage[1], dtypes)
+    program = stage[1] if stage[0] == "fused" else stage[2]  # a reduction's prologue
+    compiled = xp is np and bool(program) and fused_numba.compilable(program, dtypes)
     return {"wholes": seen, "shape": tuple(np.broadcast_shapes(*shapes)),
             "compiled": compiled}
 

@@ -99,11 +99,15 @@ def prepare(program: Program, arrays, out: np.ndarray):
     kernels = {}  # by the operand written over (looked up by program: 14 us of repr)
 
     def by_rows(arrays, out):
-        if not (out.flags.c_contiguous and all(a.flags.c_contiguous for a in arrays)):
-            return _through_ufunc(program, arrays, out)  # laid out otherwise this time
-        over = next((i for i, a in enumerate(arrays) if a is out), None)
-        if any(i != over and np.may_share_memory(a, out) for i, a in enumerate(arrays)):
-            return _through_ufunc(program, arrays, out)  # NumPy's ufuncs mind overlaps
+        over = None
+        fits = out.flags.c_contiguous
+        for i, a in enumerate(arrays):
+            if a is out:
+                over = i
+            elif not a.flags.c_contiguous or np.may_share_memory(a, out):
+                fits = False  # laid out otherwise this time, or overlapping the result
+        if not fits:  # (NumPy's ufuncs mind overlaps)
+            return _through_ufunc(program, arrays, out)
         kernel = kernels.get(over)
         if kernel is None:
             kernel = kernels[over] = _row_kernel(program, patterns, over)
