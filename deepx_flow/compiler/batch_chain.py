@@ -74,19 +74,24 @@ def _reads_images_only(reader: Node, node_id: str, graph: Graph) -> bool:
 # thread: blocks of 32 to 64 images, 0.8 to 1.6 MB of the first conv's output, ran fastest,
 # 0.18 s a chunk against 0.29 s for the layers as whole-chunk kernels).
 BLOCK_BYTES = 1 << 20
+# But at least this many images a block: each stage costs 10 to 20 us of Python a block, which
+# images larger than the cache (MobileNet's 224 x 224 layers, 800 KB an image) must share
+# (bench_inference's MobileNetV3 on 2 workers, ONNX Runtime's images/s: 0.75x with one
+# image a block, 0.95x with 2, 1.01x to 1.10x with 4, 0.96x with 8, 0.86x with 16).
+MIN_BLOCK_IMAGES = 4
 
 
 def images_per_block(members: list[Node], graph: Graph, part) -> int | None:
     """How many images a chain's task runs through its layers at a time: blocks of about
-    BLOCK_BYTES of the largest activation, fewer where the task's chunk of images, its
-    result and a block's working set (each layer's, as a task of a block) would not fit the
-    partition's budget; None where one image does not."""
+    BLOCK_BYTES of the largest activation (at least MIN_BLOCK_IMAGES), fewer where the
+    task's chunk of images, its result and a block's working set (each layer's, as a task
+    of a block) would not fit the partition's budget; None where one image does not."""
     held, per_image = _held_and_per_image(members, graph, part)
     image_bytes = max(math.prod(m.shape[1:]) * dtypes.itemsize(m.dtype) for m in members)
     room = (part.budget - held) // max(1, per_image)
     if room < 1:
         return None
-    return int(min(room, max(1, BLOCK_BYTES // max(1, image_bytes)),
+    return int(min(room, max(MIN_BLOCK_IMAGES, BLOCK_BYTES // max(1, image_bytes)),
                    max(1, max(part.chunks[members[-1].id][0]))))
 
 
