@@ -39,8 +39,10 @@ def batch_chain(stages, block, n_images, *arrays):
         return _through(stages, [None] * len(stages), images, wholes)
     block = max(1, min(n, block))
     out = None
-    scratch = [{} for _ in stages]  # each stage's buffers, used again for every block
+    scratch = [{} for _ in stages]  # each stage's buffers and plans, for every block
     for lo in range(0, max(n, 1), block):
+        if lo and lo + block > n:  # a smaller last block: the full blocks' buffers go
+            scratch = [{} for _ in stages]  # (plans hold them), as the budget assumes
         value = _through(stages, scratch, [x[lo:lo + block] for x in images], wholes)
         if block >= n:
             return value
@@ -205,7 +207,7 @@ def _compiled_step(run, arrays, taken, out, first: bool):
     which the chain's structure decides, not the block."""
     images = [n for n, v in enumerate(taken) if v is not None]
     over = next((n for n in images if taken[n].array is out), None)
-    template = list(arrays)
+    template = [None if v is not None else a for a, v in zip(arrays, taken)]  # the wholes
 
     def step(taken, readers: int) -> _Value:
         operands = template[:]
@@ -249,15 +251,15 @@ def _matmul(stage, value, extras, buffers, xp, tasks):
         if xp is np and value.ndim == b.ndim == 2 and value.dtype == b.dtype \
                 and value.dtype.name in fused_numba.DTYPES \
                 and (epilogue or dtype in (None, value.dtype)):
-            product = window.buffer(buffers, "product", (value.shape[0], b.shape[1]),
-                                    value.dtype, xp)
-            run = None
-            if epilogue and fused_numba.compilable(
-                    epilogue, [product.dtype.name] + [a.dtype.name for a in operands]) \
-                    and np.broadcast_shapes(product.shape, *(a.shape for a in operands)) \
-                    == product.shape:
-                run = fused_numba.prepare(epilogue, [product] + operands, product)
-            plan = (product, run) if run is not None or not epilogue else False
+            shape = (value.shape[0], b.shape[1])
+            exact = not epilogue or (fused_numba.compilable(
+                epilogue, [value.dtype.name] + [a.dtype.name for a in operands])
+                and np.broadcast_shapes(shape, *(a.shape for a in operands)) == shape)
+            if exact:
+                product = window.buffer(buffers, "product", shape, value.dtype, xp)
+                run = fused_numba.prepare(epilogue, [product] + operands, product) \
+                    if epilogue else None
+                plan = (product, run)
         if buffers is not None:
             buffers[key] = plan
     if not plan:

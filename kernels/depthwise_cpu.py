@@ -36,11 +36,11 @@ def by_rows(width: int) -> bool:
     return width >= WIDE_ROWS
 
 
-def depthwise(source, w, strides, dilations, out_sp, channels_first: bool,
-              out_channels_first: bool, out, pads=None):
+def depthwise(source, w, strides, dilations, channels_first: bool, out_channels_first: bool,
+              out, pads=None):
     """Fill `out` with the depthwise convolution of the images `source` ((N, C, H, W), or
-    (C, N, H, W) when `channels_first`) by `w` (C, 1, kh, kw); `out` is (N, C, *out_sp), or
-    (C, N, *out_sp) when `out_channels_first`. 2-D, float32 or float64. `pads` (top, left,
+    (C, N, H, W) when `channels_first`) by `w` (C, 1, kh, kw); `out` is (N, C, *out), or
+    (C, N, *out) when `out_channels_first`. 2-D, float32 or float64. `pads` (top, left,
     bottom, right) says how much zero padding is around the images, None for none: they
     are never copied padded (the kernels read zeros there)."""
     return plan(w, strides, dilations, channels_first, out_channels_first,

@@ -96,17 +96,18 @@ def prepare(program: Program, arrays, out: np.ndarray):
         return lambda arrays, out: _through_ufunc(program, arrays, out)
     views, patterns, result = rows
     shapes, result_shape = [v.shape for v in views], result.shape
+    given = [a.shape for a in arrays], out.shape  # what the views were made for
     kernels = {}  # by the operand written over (looked up by program: 14 us of repr)
 
     def by_rows(arrays, out):
         over = None
-        fits = out.flags.c_contiguous
+        fits = out.flags.c_contiguous and ([a.shape for a in arrays], out.shape) == given
         for i, a in enumerate(arrays):
             if a is out:
                 over = i
             elif not a.flags.c_contiguous or np.may_share_memory(a, out):
                 fits = False  # laid out otherwise this time, or overlapping the result
-        if not fits:  # (NumPy's ufuncs mind overlaps)
+        if not fits:  # NumPy's ufuncs mind overlaps and take any shapes
             return _through_ufunc(program, arrays, out)
         kernel = kernels.get(over)
         if kernel is None:
@@ -202,6 +203,8 @@ def _row_kernel(program: Program, patterns: tuple, over: int | None):
 
 
 def _compile_rows(program: Program, patterns: tuple, over: int | None):
+    """The source of `_row_kernel`'s loop, written from the program and compiled (in each
+    process: numba caches no function made by exec on disk)."""
     import numba
     dtype = program[-1][2]
     scalar = getattr(np, dtype)

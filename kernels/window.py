@@ -254,7 +254,7 @@ def _direct(source, w, window, sizes, channels_first: bool, out_channels_first: 
     out_shape = ((groups * mg, n) if out_channels_first else (n, groups * mg)) + out_sp
     if _compiled_depthwise(source, w, cg, mg, len(out_sp), xp):
         return depthwise_cpu.depthwise(source, w, strides,
-                                       dilations, out_sp, channels_first, out_channels_first,
+                                       dilations, channels_first, out_channels_first,
                                        buffer(scratch, "out", out_shape, source.dtype, xp))
     src = source if channels_first else source.swapaxes(0, 1)  # (C, N, *spatial): a view
     out = buffer(scratch, "out", out_shape, source.dtype, xp)

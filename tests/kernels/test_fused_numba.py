@@ -97,6 +97,16 @@ def test_a_result_overlapping_an_operand_is_what_fresh_memory_would_get():
         assert_same_bits(got, want)
 
 
+def test_a_prepared_program_given_other_shapes_of_the_same_size_is_still_right():
+    program = (("mul", (("in", 0), ("in", 1)), "float64"),)
+    rng = np.random.default_rng(4)
+    x, bias = rng.standard_normal((4, 3, 5)), rng.standard_normal((4, 1, 1))
+    run = fused_numba.prepare(program, [x, bias], np.empty_like(x))
+    y, other = rng.standard_normal((3, 4, 5)), rng.standard_normal((3, 1, 1))  # same sizes
+    assert_same_bits(run([y, other], np.empty_like(y)),
+                     fused_cpu.evaluate(program, [y, other], y.shape))
+
+
 def test_negative_zeros_and_nans_follow_numpy():
     x = np.array([-0.0, 0.0, np.nan, -1.0, 2.0, -np.inf], np.float32)
     for program in ((("relu", (("in", 0),), "float32"),),
