@@ -92,10 +92,13 @@ def _through(stages, scratch, images, wholes):
     from deepx_flow.kernels import tasks  # tasks imports this module's neighbours
     xp = dispatch.array_module(*images)
     readers = [0] * len(stages)
-    for _, sources in stages:
+    pooled = [True] * len(stages)  # every reader a pooling: it may be given a strided view
+    for stage, sources in stages:
         for kind, i in sources:
             if kind == "stage":
                 readers[i] += 1
+                pooled[i] = pooled[i] and stage[:2] in (("window", "max_pool"),
+                                                        ("window", "avg_pool"))
     values: list = [None] * len(stages)
     inputs = [_Value(x, False, False, 0) for x in images]
     for j, ((stage, sources), buffers) in enumerate(zip(stages, scratch)):
@@ -108,7 +111,8 @@ def _through(stages, scratch, images, wholes):
             if not first and value.shape[1] == 1:  # one channel: the same bytes
                 value = value.reshape((1,) + value.shape[:1] + value.shape[2:])
                 first = True
-            out = _window(stage[1], stage[2], value, extras, buffers, first)
+            out = _window(stage[1], stage[2], value, extras, buffers, first,
+                          pooled[j] and readers[j] > 0)
             result = _Value(out, first or stage[1] == "conv", True, readers[j])
         elif kind == "fused" or (kind == "reduce" and taken[0].channels_first
                                  and 1 not in stage[3]):
@@ -281,9 +285,11 @@ def _reduce(stage, arrays, tasks, shape=None):
     return tasks.finish_reduce(op, axes, True, count, dtype, partial)
 
 
-def _window(op: str, attrs: dict, value, extras, buffers: dict, channels_first: bool):
+def _window(op: str, attrs: dict, value, extras, buffers: dict, channels_first: bool,
+            view_ok: bool = False):
     """A conv (its result channels first) or a pooling of a block; bfloat16 in float32,
-    rounded once, as `tasks.window_chunk` computes it."""
+    rounded once, as `tasks.window_chunk` computes it. `view_ok`: a conv's result may be a
+    strided view (its readers are poolings, which read strided slices anyway)."""
     if bfloat16.is_bfloat16(value):
         wide = _window(op, attrs, bfloat16.widen(value), [bfloat16.widen(e) for e in extras],
                        buffers, channels_first)
@@ -295,7 +301,8 @@ def _window(op: str, attrs: dict, value, extras, buffers: dict, channels_first: 
         run = buffers.get(key)
         if run is None:
             run = buffers[key] = window.conv_plan(value, extras[0], attrs, buffers,
-                                                  channels_first, out_channels_first=True)
+                                                  channels_first, out_channels_first=True,
+                                                  view_ok=view_ok)
         return run(value)
     return window.pool(op, value, attrs, buffers)
 

@@ -106,10 +106,11 @@ def conv(x, w, attrs: dict, scratch: dict | None = None, channels_first: bool = 
 
 
 def conv_plan(x, w, attrs: dict, scratch: dict | None = None, channels_first: bool = False,
-              out_channels_first: bool | None = None):
+              out_channels_first: bool | None = None, view_ok: bool = False):
     """`conv` for images of the shape, dtype and array module of `x`, its way chosen and
     its operands laid out once: a function of such images. A batch chain calls it for each
-    block of images, where deciding again each time cost as much as a small layer."""
+    block of images, where deciding again each time cost as much as a small layer.
+    `view_ok`: the result may be a strided view (of a buffer of the plan's)."""
     xp = dispatch.array_module(x, w)
     spatial = x.ndim - 2
     strides, pads, dilations = _attrs(attrs, spatial)
@@ -137,6 +138,9 @@ def conv_plan(x, w, attrs: dict, scratch: dict | None = None, channels_first: bo
     if groups == 1 and all(k == 1 for k in kernel) and all(s == 1 for s in strides) \
             and not any(pads):
         return _pointwise_plan(x, w, channels_first, out_channels_first, scratch, xp)
+    if xp is np and groups == 1 and spatial == 2 and channels_first and out_channels_first \
+            and all(s == 1 for s in strides):
+        return _shifted_plan(x, w, (kernel, pads, dilations, out_sp), scratch, view_ok)
     return lambda x: _im2col(x, w, (kernel, strides, pads, dilations, out_sp),
                              (n, c, m, groups), channels_first, out_channels_first,
                              scratch, xp)
@@ -179,6 +183,47 @@ def _im2col(x, w, window, sizes, channels_first: bool, out_channels_first: bool,
             else:
                 out[images, filters] = xp.moveaxis(prod, 0, 1)
     return out
+
+
+def _shifted_plan(x, w, window, scratch, view_ok: bool):
+    """A 2-D convolution of stride 1 of images laid out channels first, (C, N, H, W), by
+    im2col over the padded grid: the block's images are written into one flat padded
+    buffer per channel, (C, N x Hp x Wp), and the column matrix's row for a channel and a
+    tap is that buffer shifted by the tap's offset, one contiguous copy of N x Hp x Wp
+    values (where `_im2col` copies a row of W values at a time: 14 in a small conv net,
+    whose im2col cost more than its GEMM). The GEMM runs over every position of the padded
+    grid, and the result is its valid corner, (M, N, Ho, Wo): a strided view where
+    `view_ok`, else copied. The same products and sums as `_im2col` (the taps in the same
+    order), to within BLAS's rounding for another number of columns."""
+    kernel, pads, dilations, out_sp = window
+    c, n, height, width = x.shape
+    m, item = w.shape[0], x.dtype.itemsize
+    top, left, bottom, right = pads
+    hp, wp = height + top + bottom, width + left + right
+    grid = n * hp * wp
+    reach = (kernel[0] - 1) * dilations[0] * wp + (kernel[1] - 1) * dilations[1]
+    # zeros around the images (and past the grid, which the last taps read) stay zero: only
+    # the images are written again for each block
+    flat = buffer(scratch, "shifted_images", (c, grid + reach), x.dtype, np, fill=0)
+    inside = flat[:, :grid].reshape(c, n, hp, wp)[:, :, top:top + height, left:left + width]
+    columns = buffer(scratch, "columns", (c, kernel[0], kernel[1], grid), x.dtype, np)
+    shifted = np.lib.stride_tricks.as_strided(
+        flat, shape=columns.shape,
+        strides=(flat.strides[0], dilations[0] * wp * item, dilations[1] * item, item))
+    weights = w.reshape(m, -1)
+    product = buffer(scratch, "product", (m, grid), x.dtype, np)
+    valid = product.reshape(m, n, hp, wp)[:, :, :out_sp[0], :out_sp[1]]
+    out = None if view_ok else buffer(scratch, "out", (m, n) + out_sp, x.dtype, np)
+
+    def shifted_columns(x):
+        inside[...] = x
+        np.copyto(columns, shifted)
+        np.matmul(weights, columns.reshape(weights.shape[1], grid), out=product)
+        if out is None:
+            return valid
+        np.copyto(out, valid)
+        return out
+    return shifted_columns
 
 
 def _pointwise_plan(x, w, channels_first: bool, out_channels_first: bool, scratch, xp):

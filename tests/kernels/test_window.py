@@ -212,3 +212,37 @@ def test_bad_windows_are_named_errors():
                        dilation=3)
     with pytest.raises(GraphError, match="defined for floats"):
         dx.nn.avg_pool(dx.input("i", (2, 4, 5, 5), "int32"), 2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 4), c=st.integers(1, 5), m=st.integers(1, 6),
+       size=st.tuples(st.integers(1, 9), st.integers(1, 9)),
+       kernel=st.sampled_from([(3, 3), (1, 3), (2, 2), (5, 1)]), dil=st.integers(1, 2),
+       pads=st.tuples(*[st.integers(0, 3)] * 4), view_ok=st.booleans(),
+       dtype=st.sampled_from(["float32", "float64"]), seed=st.integers(0, 2**16))
+def test_stride_one_convs_of_channels_first_blocks_im2col_over_the_padded_grid(
+        n, c, m, size, kernel, dil, pads, view_ok, dtype, seed):
+    """A chain's 2-D stride-1 convolution (`window._shifted_plan`): the reference's values
+    with any padding and dilation, again on the next block with the same buffers; a strided
+    view of the result only where the caller takes one."""
+    reach = [dil * (k - 1) + 1 for k in kernel]
+    if size[0] + pads[0] + pads[2] < reach[0] or size[1] + pads[1] + pads[3] < reach[1]:
+        return  # no output position
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((m, c) + kernel).astype(dtype)
+    attrs = {"pads": pads, "dilations": (dil, dil)}
+    scratch = {}
+    first = rng.standard_normal((n, c) + size).astype(dtype)
+    run = window.conv_plan(np.ascontiguousarray(first.swapaxes(0, 1)), w, attrs, scratch,
+                           True, True, view_ok=view_ok)
+    for x in (first, rng.standard_normal((n, c) + size).astype(dtype)):
+        result = run(np.ascontiguousarray(x.swapaxes(0, 1)))
+        assert result.flags.c_contiguous or view_ok
+        got = result.swapaxes(0, 1)
+        want = ref_conv(x.astype(np.float64), w.astype(np.float64), (1, 1), pads, (dil, dil),
+                        1)
+        scale = ref_conv(np.abs(x.astype(np.float64)), np.abs(w.astype(np.float64)), (1, 1),
+                         pads, (dil, dil), 1)
+        eps = np.finfo(dtype).eps
+        assert got.shape == want.shape
+        assert np.all(np.abs(got - want) <= 8 * eps * (scale + 1e-30))
