@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from deepx_flow.kernels import depthwise_cpu, dispatch
+from deepx_flow.kernels import depthwise_cpu, dispatch, max_pool_cpu
 
 
 def _attrs(attrs: dict, spatial: int):
@@ -340,6 +340,10 @@ def pool(op: str, x, attrs: dict, scratch: dict | None = None):
     kernel = tuple(attrs["kernel"])
     out_sp = out_spatial(x.shape, kernel, strides, pads, dilations)
     lead = (slice(None), slice(None))
+    if op == "max_pool" and xp is np and max_pool_cpu.takes(x, kernel, strides, pads,
+                                                             dilations):
+        out = buffer(scratch, "out", x.shape[:2] + out_sp, x.dtype, xp)
+        return max_pool_cpu.max_pool_2x2(x, out)
     if op == "max_pool":
         lowest = -xp.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
         source = padded(x, pads, lowest, xp, scratch)
