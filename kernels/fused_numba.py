@@ -29,6 +29,7 @@ import math
 import numpy as np
 
 from deepx_flow.ir.program import Program
+from deepx_flow.kernels import compiled
 
 EXACT_OPS = frozenset({"add", "sub", "mul", "neg", "abs", "maximum", "minimum", "relu"})
 DTYPES = ("float32", "float64")
@@ -37,8 +38,9 @@ _compiled: dict = {}
 
 
 def compilable(program: Program, in_dtypes) -> bool:
-    """Whether `program` on inputs of `in_dtypes` is one this module compiles."""
-    if not program:
+    """Whether `program` on inputs of `in_dtypes` is one this module compiles (in a process
+    that runs compiled kernels: `compiled.allowed`)."""
+    if not program or not compiled.allowed():
         return False
     dtype = program[-1][2]
     if dtype not in DTYPES or any(d != dtype for d in in_dtypes):

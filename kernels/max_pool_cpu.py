@@ -19,10 +19,11 @@ DTYPES = ("float32", "float64")
 
 def takes(x, kernel, strides, pads, dilations) -> bool:
     """Whether this pooling of `x` (two leading axes, then two spatial ones) runs here."""
-    from deepx_flow.kernels import fused_numba
+    from deepx_flow.kernels import compiled, fused_numba
     return x.ndim == 4 and x.dtype.name in DTYPES and tuple(kernel) == (2, 2) \
         and tuple(strides) == (2, 2) and not any(pads) and tuple(dilations) == (1, 1) \
-        and fused_numba._TIES.get(("maximum", x.dtype.name)) is not None
+        and fused_numba._TIES.get(("maximum", x.dtype.name)) is not None \
+        and compiled.allowed()
 
 
 def max_pool_2x2(x, out):

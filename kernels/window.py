@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from deepx_flow.kernels import depthwise_cpu, dispatch, max_pool_cpu
+from deepx_flow.kernels import compiled, depthwise_cpu, dispatch, max_pool_cpu
 
 
 def _attrs(attrs: dict, spatial: int):
@@ -268,7 +268,7 @@ def _compiled_depthwise(x, w, cg: int, mg: int, spatial: int, xp) -> bool:
     """Whether a grouped convolution runs compiled (`depthwise_cpu`): on a CPU, one input
     and one output channel per group, 2-D, images and weights of one dtype it takes."""
     return xp is np and cg == 1 and mg == 1 and spatial == 2 and w.dtype == x.dtype \
-        and x.dtype.name in depthwise_cpu.DTYPES
+        and x.dtype.name in depthwise_cpu.DTYPES and compiled.allowed()
 
 
 # Grouped convolutions with at most this many input channels per group take `_direct`.
