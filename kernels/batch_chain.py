@@ -39,11 +39,11 @@ def batch_chain(stages, block, n_images, *arrays):
         return _through(stages, [None] * len(stages), images, wholes)
     block = max(1, min(n, block))
     out = None
-    scratch = [{} for _ in stages]  # each stage's buffers and plans, for every block
+    kept = [_Kept() for _ in stages]  # each stage's buffers and plans, for every block
     for lo in range(0, max(n, 1), block):
         if lo and lo + block > n:  # a smaller last block: the full blocks' buffers go
-            scratch = [{} for _ in stages]  # (plans hold them), as the budget assumes
-        value = _through(stages, scratch, [x[lo:lo + block] for x in images], wholes)
+            kept = [_Kept() for _ in stages]  # (plans hold them), as the budget assumes
+        value = _through(stages, kept, [x[lo:lo + block] for x in images], wholes)
         if block >= n:
             return value
         if out is None:
@@ -71,6 +71,17 @@ def _pools_first(stages: list, wholes, xp) -> list:
     return stages
 
 
+class _Kept:
+    """What a stage keeps from block to block on a CPU: its buffers (by tag, see
+    `window.buffer`) and its plans (the choices made for a block size: layouts, compiled
+    loops; by block shape)."""
+
+    __slots__ = ("buffers", "plans")
+
+    def __init__(self):
+        self.buffers, self.plans = {}, {}
+
+
 class _Value:
     """A stage's value for one block: the array, whether it is laid out channels first
     ((C, images, ...), axes 0 and 1 swapped), whether it was made here (else it is the
@@ -83,7 +94,7 @@ class _Value:
         self.owned, self.readers = owned, readers
 
 
-def _through(stages, scratch, images, wholes):
+def _through(stages, kept, images, wholes):
     """One block of images through every stage. Between convolutions and poolings the
     activations are laid out channels first, (C, images, *spatial): the conv's GEMM makes
     them so, and a pooling, an elementwise kernel or a reduction along other axes does not
@@ -101,7 +112,7 @@ def _through(stages, scratch, images, wholes):
                                                         ("window", "avg_pool"))
     values: list = [None] * len(stages)
     inputs = [_Value(x, False, False, 0) for x in images]
-    for j, ((stage, sources), buffers) in enumerate(zip(stages, scratch)):
+    for j, ((stage, sources), keeps) in enumerate(zip(stages, kept)):
         kind = stage[0]
         taken = [values[i] if k == "stage" else inputs[i] if k == "image" else None
                  for k, i in sources]
@@ -111,17 +122,17 @@ def _through(stages, scratch, images, wholes):
             if not first and value.shape[1] == 1:  # one channel: the same bytes
                 value = value.reshape((1,) + value.shape[:1] + value.shape[2:])
                 first = True
-            out = _window(stage[1], stage[2], value, extras, buffers, first,
+            out = _window(stage[1], stage[2], value, extras, keeps, first,
                           pooled[j] and readers[j] > 0)
             result = _Value(out, first or stage[1] == "conv", True, readers[j])
         elif kind == "fused" or (kind == "reduce" and taken[0].channels_first
                                  and 1 not in stage[3]):
-            result = _elementwise(stage, sources, taken, wholes, buffers, xp, tasks,
+            result = _elementwise(stage, sources, taken, wholes, keeps, xp, tasks,
                                   readers[j])
         else:
             value = taken[0].array
             if taken[0].channels_first:
-                value = _images_first(value, buffers, xp)
+                value = _images_first(value, keeps and keeps.buffers, xp)
             if kind == "reshape":
                 # a view of what it reads: its bytes are this stage's own where they were
                 # copied here, or made here and read by no other stage
@@ -138,7 +149,7 @@ def _through(stages, scratch, images, wholes):
                 result = _Value(tasks.softmax_chunk(op, axis, ((),), value), False, True,
                                 readers[j])
             else:  # matmul
-                result = _Value(_matmul(stage, value, extras, buffers, xp, tasks), False,
+                result = _Value(_matmul(stage, value, extras, keeps, xp, tasks), False,
                                 True, readers[j])
         for (k, i), v in zip(sources, taken):
             if k == "stage":
@@ -153,20 +164,20 @@ def _through(stages, scratch, images, wholes):
     return last.array
 
 
-def _elementwise(stage, sources, taken, wholes, buffers, xp, tasks, readers: int) -> _Value:
+def _elementwise(stage, sources, taken, wholes, keeps, xp, tasks, readers: int) -> _Value:
     """A fused elementwise stage, or a reduction along other axes than the images' and the
     channels' with its prologue, in the layout of its operands: channels first if any image
     operand is (the others are seen so too: a view), whole operands reshaped to match."""
     first = any(v.channels_first for v in taken if v is not None)
     # what is the same for every block of a size (the last may be smaller): the whole
     # operands as seen here, the result's shape, the compiled loop
-    key = ("plan",) + tuple(None if v is None else (v.array.shape, v.channels_first)
-                            for v in taken)
-    plan = buffers.get(key) if buffers is not None else None
+    key = tuple(None if v is None else (v.array.shape, v.channels_first) for v in taken)
+    buffers = keeps and keeps.buffers
+    plan = keeps.plans.get(key) if keeps else None
     if plan is None:
         plan = _plan_elementwise(stage, sources, taken, wholes, xp, first)
-        if buffers is not None:
-            buffers[key] = plan
+        if keeps:
+            keeps.plans[key] = plan
     elif "step" in plan:  # ran on a block of this size before: its choices hold
         return plan["step"](taken, readers)
     arrays = [plan["wholes"][n] if v is None
@@ -241,7 +252,7 @@ def _plan_elementwise(stage, sources, taken, wholes, xp, first: bool) -> dict:
             "compiled": compiled}
 
 
-def _matmul(stage, value, extras, buffers, xp, tasks):
+def _matmul(stage, value, extras, keeps, xp, tasks):
     """A matmul stage on a block, with its epilogue, as its task computes it
     (`tasks.matmul_chunk`); on a CPU the product goes into a buffer of the stage's and an
     exact epilogue (a bias) runs compiled over it (`fused_numba`), planned once per block
@@ -249,7 +260,7 @@ def _matmul(stage, value, extras, buffers, xp, tasks):
     _, epilogue, dtype = stage
     b, operands = extras[0], list(extras[1:])
     key = ("matmul", value.shape, value.dtype, b.dtype)
-    plan = buffers.get(key) if buffers is not None else None
+    plan = keeps.plans.get(key) if keeps else None
     if plan is None:
         plan = False
         if xp is np and value.ndim == b.ndim == 2 and value.dtype == b.dtype \
@@ -260,12 +271,12 @@ def _matmul(stage, value, extras, buffers, xp, tasks):
                 epilogue, [value.dtype.name] + [a.dtype.name for a in operands])
                 and np.broadcast_shapes(shape, *(a.shape for a in operands)) == shape)
             if exact:
-                product = window.buffer(buffers, "product", shape, value.dtype, xp)
+                product = window.buffer(keeps.buffers, "product", shape, value.dtype, xp)
                 run = fused_numba.prepare(epilogue, [product] + operands, product) \
                     if epilogue else None
                 plan = (product, run)
-        if buffers is not None:
-            buffers[key] = plan
+        if keeps:
+            keeps.plans[key] = plan
     if not plan:
         return tasks.matmul_chunk(epilogue, (value.shape[0], b.shape[1]), dtype,
                                   ((),) * (1 + len(extras)), value, *extras)
@@ -285,26 +296,26 @@ def _reduce(stage, arrays, tasks, shape=None):
     return tasks.finish_reduce(op, axes, True, count, dtype, partial)
 
 
-def _window(op: str, attrs: dict, value, extras, buffers: dict, channels_first: bool,
+def _window(op: str, attrs: dict, value, extras, keeps, channels_first: bool,
             view_ok: bool = False):
     """A conv (its result channels first) or a pooling of a block; bfloat16 in float32,
     rounded once, as `tasks.window_chunk` computes it. `view_ok`: a conv's result may be a
     strided view (its readers are poolings, which read strided slices anyway)."""
     if bfloat16.is_bfloat16(value):
         wide = _window(op, attrs, bfloat16.widen(value), [bfloat16.widen(e) for e in extras],
-                       buffers, channels_first)
+                       keeps, channels_first)
         return bfloat16.to_bfloat16(wide)
     if op == "conv":
-        if buffers is None:  # on a GPU: the whole chunk, once
+        if not keeps:  # on a GPU: the whole chunk, once
             return window.conv(value, extras[0], attrs, None, channels_first, True)
-        key = ("conv", value.shape, value.dtype, channels_first)  # one a block size
-        run = buffers.get(key)
+        key = (value.shape, value.dtype, channels_first)  # one a block size
+        run = keeps.plans.get(key)
         if run is None:
-            run = buffers[key] = window.conv_plan(value, extras[0], attrs, buffers,
-                                                  channels_first, out_channels_first=True,
-                                                  view_ok=view_ok)
+            run = keeps.plans[key] = window.conv_plan(
+                value, extras[0], attrs, keeps.buffers, channels_first,
+                out_channels_first=True, view_ok=view_ok)
         return run(value)
-    return window.pool(op, value, attrs, buffers)
+    return window.pool(op, value, attrs, keeps and keeps.buffers)
 
 
 def _channels_first(operand, ndim: int, xp):
