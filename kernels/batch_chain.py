@@ -315,7 +315,13 @@ def _window(op: str, attrs: dict, value, extras, keeps, channels_first: bool,
                 value, extras[0], attrs, keeps.buffers, channels_first,
                 out_channels_first=True, view_ok=view_ok)
         return run(value)
-    return window.pool(op, value, attrs, keeps and keeps.buffers)
+    if not keeps:
+        return window.pool(op, value, attrs)
+    key = (op, value.shape, value.strides, value.dtype)  # a view or not, the last block
+    run = keeps.plans.get(key)
+    if run is None:
+        run = keeps.plans[key] = window.pool_plan(op, value, attrs, keeps.buffers)
+    return run(value)
 
 
 def _channels_first(operand, ndim: int, xp):

@@ -37,8 +37,13 @@ def test_the_compiled_pooling_gives_numpys_bits(data, dtype):
     x = rng.standard_normal(shape)
     # few distinct values, so windows tie (zeros of both signs among them) and hold NaN
     x = np.where(rng.random(shape) < 0.6, rng.choice(SPECIAL, shape), x).astype(dtype)
-    if data.draw(st.booleans()):  # a strided view, as a chain's layouts give
+    view = data.draw(st.sampled_from(["contiguous", "axes swapped", "corner of a grid"]))
+    if view == "axes swapped":  # a strided view, as a chain's layouts give
         x = np.ascontiguousarray(np.swapaxes(x, 0, 1)).swapaxes(0, 1)
+    elif view == "corner of a grid":  # a convolution's valid corner of its padded grid
+        grid = np.full(shape[:2] + (shape[2] + 3, shape[3] + 2), np.nan, dtype)
+        grid[:, :, :shape[2], :shape[3]] = x
+        x = grid[:, :, :shape[2], :shape[3]]
     assert max_pool_cpu.takes(x, (2, 2), (2, 2), (0,) * 4, (1, 1))
     _assert_same_bits(window.pool("max_pool", x, ATTRS), _numpys(x, ATTRS))
 
@@ -55,6 +60,13 @@ def test_windows_of_zeros_of_both_signs_follow_numpy():
     for dtype in ("float32", "float64"):
         _assert_same_bits(window.pool("max_pool", x.astype(dtype), ATTRS),
                           _numpys(x.astype(dtype), ATTRS))
+
+
+def test_inputs_whose_rows_are_not_contiguous_pool_in_numpy():
+    x = np.arange(2 * 3 * 8 * 8, dtype=np.float32).reshape(2, 3, 8, 8)
+    for view in (x[..., ::2], x[..., ::-1], x[:, :, ::-1], x.swapaxes(2, 3)):
+        assert not max_pool_cpu.takes(view, (2, 2), (2, 2), (0,) * 4, (1, 1))
+        _assert_same_bits(window.pool("max_pool", view, ATTRS), _numpys(view, ATTRS))
 
 
 def test_other_poolings_are_not_taken():
