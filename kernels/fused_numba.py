@@ -11,7 +11,7 @@ result, whatever the order of evaluation: `EXACT_OPS`), on one float dtype throu
 compiled; their results are NumPy's to the bit (`elementwise.apply_op`), signs of zeros
 included; NaN stays NaN (its sign and payload bits are not NumPy's promise either: its SIMD
 loop and its scalar tail differ). maximum and minimum propagate NaN, and pick between equal
-operands (0.0 and -0.0) as this machine's NumPy does, probed once (`_TIES`); where NumPy
+operands (0.0 and -0.0) as this machine's NumPy does, probed once (`zero_ties`); where NumPy
 follows neither rule a program using them is left to `fused_cpu`. Every other program goes
 to `fused_cpu` as before.
 
@@ -29,7 +29,7 @@ import math
 import numpy as np
 
 from deepx_flow.ir.program import Program
-from deepx_flow.kernels import compiled
+from deepx_flow.kernels import compiled, zero_ties
 
 EXACT_OPS = frozenset({"add", "sub", "mul", "neg", "abs", "maximum", "minimum", "relu"})
 DTYPES = ("float32", "float64")
@@ -48,7 +48,7 @@ def compilable(program: Program, in_dtypes) -> bool:
     for op, args, out_dtype in program:
         if op not in EXACT_OPS or out_dtype != dtype:
             return False
-        if op in ("maximum", "minimum", "relu") and _TIES.get((op, dtype)) is None:
+        if op in ("maximum", "minimum", "relu") and zero_ties.rule(op, dtype) is None:
             return False
         if any(a[0] == "c" and (a[2] != dtype or not _finite(a[1], dtype)) for a in args):
             return False
@@ -62,26 +62,6 @@ def _finite(value, dtype: str) -> bool:
             return bool(np.isfinite(np.asarray(value, dtype)))
     except (TypeError, OverflowError, ValueError):
         return False
-
-
-def _probe_ties() -> dict:
-    """(op, dtype) -> which operand NumPy's maximum / minimum gives between 0.0 and -0.0
-    ("first" or "second", the same in both orders), None where it follows neither; relu is
-    maximum(x, 0)."""
-    ties = {}
-    for dtype in DTYPES:
-        zero, negative = np.zeros(64, dtype), np.full(64, -0.0, dtype)  # SIMD loops too
-        for op in ("maximum", "minimum"):
-            ufunc = getattr(np, op)
-            a, b = np.signbit(ufunc(negative, zero)), np.signbit(ufunc(zero, negative))
-            rule = "first" if a.all() and not b.any() else \
-                "second" if b.all() and not a.any() else None
-            ties[(op, dtype)] = rule
-        ties[("relu", dtype)] = ties[("maximum", dtype)]
-    return ties
-
-
-_TIES = _probe_ties()
 
 
 def evaluate(program: Program, arrays, out: np.ndarray) -> np.ndarray:
@@ -182,7 +162,7 @@ def _compile(program: Program, n_inputs: int):
                 name = f"k{len(namespace)}"
                 namespace[name] = scalar(a[1])
                 operands.append(name)
-        lines.append(f"    t{j} = {_expression(op, operands, _TIES.get((op, dtype)))}")
+        lines.append(f"    t{j} = {_expression(op, operands, zero_ties.rule(op, dtype))}")
     lines.append(f"    return t{len(program) - 1}")
     exec("\n".join(lines), namespace)  # noqa: S102 (source made here from the program)
     signature = f"{dtype}({', '.join([dtype] * n_inputs)})"
@@ -239,7 +219,7 @@ def _compile_rows(program: Program, patterns: tuple, over: int | None):
                 name = f"k{len(namespace)}"
                 namespace[name] = scalar(arg[1])
                 operands.append(name)
-        lines.append(f"                t{j} = {_expression(op, operands, _TIES.get((op, dtype)))}")
+        lines.append(f"                t{j} = {_expression(op, operands, zero_ties.rule(op, dtype))}")
     lines.append(f"                row[p] = t{len(program) - 1}")
     exec("\n".join(lines), namespace)  # noqa: S102 (source made here from the program)
     return numba.njit(nogil=True, boundscheck=False)(namespace["kernel"])

@@ -15,7 +15,7 @@ programs with bfloat16 values run on the blocked path, in float32, see `kernels.
 
 Size. The generated text grows linearly with the program: an operand is written out in full
 at most once. Several operators name their operand more than once (maximum spells out NumPy's
-NaN rule, `where((a >= b) | (a != a), a, b)`; relu and gelu repeat `a` too), and a value may be
+NaN rule, `where((a > b) | (a != a), a, b)`; relu and gelu repeat `a` too), and a value may be
 read by several instructions; substituting a long sub-expression at each of those places made
 the text grow about 4x per operator (201 M characters for 12 maxima). Here a value written out
 more than once is copied only while its text is at most `INLINE_CHARS` long; a longer one ends
@@ -38,6 +38,7 @@ import numpy as np
 
 from deepx_flow.errors import ExecutionError
 from deepx_flow.ir.program import Program, whole_axes
+from deepx_flow.kernels import zero_ties
 from deepx_flow.kernels.elementwise import COMPARISONS, GELU_C, GELU_K, OPS, constant
 
 # Limits of one stage (one numexpr expression). Past 200 nested parentheses Python's parser,
@@ -334,8 +335,8 @@ class _Lowering:
         if op == "gelu":
             inner = f"(({a} + {k(GELU_C, r)} * ({a} * {a} * {a})) * {k(GELU_K, r)})"
             return f"(((tanh({inner}) + {k(1, r)}) * {a}) * {k(0.5, r)})"
-        if op == "relu":
-            return f"where({a} < {k(0, r)}, {k(0, r)}, {a})"  # NaN < 0 is False: NaN stays
+        if op == "relu":  # maximum(a, 0), as NumPy's relu is
+            op, b = "maximum", k(0, r)
         if op in _NE_ARITH:
             return f"({a} {_NE_ARITH[op]} {b})"
         if op in ("maximum", "minimum"):
@@ -343,7 +344,12 @@ class _Lowering:
             if r in _INT:
                 return f"where({a} {cmp} {b}, {a}, {b})"
             # numexpr's own maximum/minimum propagate NaN but compute float32 in float64, so
-            # spell out NumPy's rule: take a when it wins or is NaN, else b (NaN or not).
+            # spell out NumPy's rule: take a when it wins or is NaN, else b (NaN or not); and
+            # between 0.0 and -0.0 the operand this machine's NumPy takes (`zero_ties`)
+            tie = zero_ties.rule(op, r)
+            if tie is None:
+                return None
+            cmp = cmp if tie == "first" else cmp[0]
             return f"where(({a} {cmp} {b}) | ({a} != {a}), {a}, {b})"
         return None
 

@@ -10,7 +10,7 @@ convolution's padded grid, a strided view, which as a 4-D view of unknown stride
 
 The taps are compared in `window.pool`'s order, each as NumPy's `maximum` compares: NaN wins
 from either side, and between 0.0 and -0.0 the operand this machine's NumPy gives
-(`fused_numba._TIES`, probed once); where NumPy follows no rule, NumPy pools. float32 and
+(`zero_ties`, probed once); where NumPy follows no rule, NumPy pools. float32 and
 float64; other poolings go to NumPy.
 """
 
@@ -24,12 +24,12 @@ DTYPES = ("float32", "float64")
 def takes(x, kernel, strides, pads, dilations) -> bool:
     """Whether this pooling of `x` (two leading axes, then two spatial ones, its rows
     contiguous and its other strides whole elements, none negative) runs here."""
-    from deepx_flow.kernels import compiled, fused_numba
+    from deepx_flow.kernels import compiled, zero_ties
     return x.ndim == 4 and x.dtype.name in DTYPES and tuple(kernel) == (2, 2) \
         and tuple(strides) == (2, 2) and not any(pads) and tuple(dilations) == (1, 1) \
         and (x.strides[3] == x.itemsize or x.shape[3] == 1) \
         and all(s >= 0 and s % x.itemsize == 0 for s in x.strides[:3]) \
-        and fused_numba._TIES.get(("maximum", x.dtype.name)) is not None \
+        and zero_ties.rule("maximum", x.dtype.name) is not None \
         and compiled.allowed()
 
 
@@ -43,10 +43,10 @@ def plan(x, out):
     """`max_pool_2x2` into `out` for inputs of the shape, dtype and strides of `x`, its
     strides and kernel looked up once: a function of such inputs (a chain pools every block
     of a task alike, where looking up again cost a fifth of a small pooling)."""
-    from deepx_flow.kernels import fused_numba
+    from deepx_flow.kernels import zero_ties
     if out.size == 0:
         return lambda x: out
-    first_wins = fused_numba._TIES[("maximum", x.dtype.name)] == "first"
+    first_wins = zero_ties.rule("maximum", x.dtype.name) == "first"
     kernel, item = _compiled()[first_wins], x.itemsize
     steps = tuple(s // item for s in x.strides[:3])
     # the memory from x's first element to its last, as one flat array

@@ -583,3 +583,22 @@ def test_sign_of_negative_zero_is_positive_zero_on_both_paths():
                 fused_cpu.evaluate_blocked(program, [a], a.shape)):
         np.testing.assert_array_equal(got, np.sign(a))
         assert not np.signbit(got[:2]).any()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("path", ["numexpr", "blocked"])
+def test_maximum_minimum_relu_give_numpys_zero_between_zeros_of_both_signs(dtype, path):
+    """Between 0.0 and -0.0 NumPy's maximum and minimum give one operand by a rule of its
+    loops (`zero_ties`: on NumPy 2.4 with AVX2 the second, so relu(-0.0) is 0.0); the numexpr
+    form once took the first for maximum and minimum and kept -0.0 through relu."""
+    a = np.array([0.0, -0.0, 0.0, -0.0, -0.0, np.nan], dtype=dtype)
+    b = np.array([0.0, 0.0, -0.0, -0.0, np.nan, -0.0], dtype=dtype)
+    run = fused_cpu.evaluate_numexpr if path == "numexpr" else fused_cpu.evaluate_blocked
+    cases = [("maximum", [a, b], np.maximum(a, b)), ("minimum", [a, b], np.minimum(a, b)),
+             ("maximum", [b, a], np.maximum(b, a)), ("minimum", [b, a], np.minimum(b, a)),
+             ("relu", [a], np.maximum(a, np.zeros((), dtype)))]
+    for op, arrays, want in cases:
+        program = ((op, tuple(("in", i) for i in range(len(arrays))), dtype),)
+        got = run(program, arrays, a.shape)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=op)
