@@ -252,6 +252,11 @@ def curve_gap(a: list, b: list, steps: int) -> float:
 
 # The variables that pin OpenBLAS's kernels; the second run unsets them.
 BLAS_PINS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+# The environment as this process was started. Starting a LocalCluster's nannies sets
+# OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS to 1 (and MALLOC_TRIM_THRESHOLD_)
+# in this process's own environment too: a second run started from it afterwards ran its
+# NumPy loop and its driver's BLAS on one thread.
+STARTING_ENVIRONMENT = dict(os.environ)
 
 
 def main(quick: bool = False, blas: str = "both") -> dict:
@@ -260,7 +265,7 @@ def main(quick: bool = False, blas: str = "both") -> dict:
     process, and both summed up."""
     res = run_all(quick, blas)
     if blas == "both":
-        env = {k: v for k, v in os.environ.items() if k not in BLAS_PINS}
+        env = {k: v for k, v in STARTING_ENVIRONMENT.items() if k not in BLAS_PINS}
         command = [sys.executable, __file__, "--blas", "native"] + (["--quick"] if quick else [])
         subprocess.run(command, env=env, check=True)
         name = "bench_training.native_blas" + (".quick" if quick else "")

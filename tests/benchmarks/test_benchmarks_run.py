@@ -31,4 +31,8 @@ def test_benchmark_quick_run_writes_results(name):
     if name == "bench_training":  # run again with OpenBLAS's pins unset, for that run only
         native = json.loads((out.parent / "bench_training.native_blas.quick.json").read_text())
         assert native["targets"] and set(native["blas_pins"].values()) == {None}
+        # the second run differs only in the pins: not in the threads its BLAS runs on
+        # (a cluster's nannies once left OPENBLAS_NUM_THREADS=1 in the first run's
+        # environment, which the second inherited)
+        assert native["blas"].get("threads") == data["blas"].get("threads")
         assert "OpenBLAS kernels" in res.stdout
