@@ -1,0 +1,265 @@
+"""Tensors on the wire, one codec for every transport: NumPy arrays to and from the Open
+Inference Protocol's tensors (name, datatype, shape, data), as JSON objects (HTTP) and as
+`deepx.v1.Tensor` messages (gRPC), with raw little-endian bytes cut into bounded chunks.
+
+Nothing is guessed: a datatype this server does not take, a shape that is not a list of
+non-negative integers, data of the wrong size or kind (a float where an integer is due, an
+integer out of its type's range, a BOOL byte that is neither 0 nor 1), two kinds of data at
+once or none: each is an `InputError` naming the tensor. JSON has no NaN or infinities:
+they travel as the strings "NaN", "Infinity" and "-Infinity", as in protobuf's JSON mapping.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import numpy as np
+
+from deepx_flow.errors import InputError, shown
+from deepx_flow.ir import dtypes
+
+# OIP's datatype names -> deepx_flow's dtypes (BYTES, OIP's strings, is not a tensor type here)
+DATATYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32",
+             "UINT64": "uint64", "INT8": "int8", "INT16": "int16", "INT32": "int32",
+             "INT64": "int64", "FP16": "float16", "BF16": "bfloat16", "FP32": "float32",
+             "FP64": "float64"}
+DATATYPE_OF = {dtype: datatype for datatype, dtype in DATATYPES.items()}
+
+# The typed field of a TensorContents message that holds each datatype (FP16 and BF16 have
+# none: they travel as raw bytes, as in OIP).
+CONTENTS_FIELD = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents",
+                  "INT32": "int_contents", "INT64": "int64_contents",
+                  "UINT8": "uint_contents", "UINT16": "uint_contents",
+                  "UINT32": "uint_contents", "UINT64": "uint64_contents",
+                  "FP32": "fp32_contents", "FP64": "fp64_contents"}
+CONTENTS_FIELDS = tuple(sorted(set(CONTENTS_FIELD.values())))
+
+NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def dtype_of(datatype, tensor: str) -> str:
+    """deepx_flow's dtype for OIP's `datatype`; an InputError naming `tensor` otherwise."""
+    if datatype.__class__ is str and datatype in DATATYPES:
+        return DATATYPES[datatype]
+    hint = " (strings are not tensors here)" if datatype == "BYTES" else ""
+    raise InputError(f"tensor {shown(tensor)}: datatype {shown(datatype)} is not one of "
+                     f"{', '.join(DATATYPES)}{hint}")
+
+
+def datatype_of(dtype) -> str:
+    """OIP's datatype name for a NumPy dtype deepx_flow computes in."""
+    return DATATYPE_OF[dtypes.normalize(dtype)]
+
+
+def checked_shape(shape, tensor: str, max_bytes: int | None = None,
+                  itemsize: int = 1) -> tuple[int, ...]:
+    """`shape` as a tuple of non-negative ints, at most `max_bytes` in all when given."""
+    if not isinstance(shape, (list, tuple)) or \
+            not all(type(d) is int and d >= 0 for d in shape):
+        raise InputError(f"tensor {shown(tensor)}: shape {shown(shape)} is not a list of "
+                         f"non-negative integers")
+    shape = tuple(shape)
+    if max_bytes is not None and math.prod(shape) * itemsize > max_bytes:
+        raise InputError(f"tensor {shown(tensor)}: shape {list(shape)} is "
+                         f"{math.prod(shape) * itemsize:,} bytes, over the limit of "
+                         f"{max_bytes:,}")
+    return shape
+
+
+def from_raw(tensor: str, datatype: str, shape, raw) -> np.ndarray:
+    """The array of `raw` bytes (row-major, little-endian) of this datatype and shape."""
+    dtype = np.dtype(dtype_of(datatype, tensor)).newbyteorder("<")
+    shape = checked_shape(shape, tensor)
+    want = math.prod(shape) * dtype.itemsize
+    if len(raw) != want:
+        raise InputError(f"tensor {shown(tensor)}: {len(raw):,} bytes of data, but a "
+                         f"{datatype} tensor of shape {list(shape)} is {want:,}")
+    array = np.frombuffer(raw, dtype=dtype).reshape(shape)
+    if datatype == "BOOL" and array.view(np.uint8).max(initial=0) > 1:
+        raise InputError(f"tensor {shown(tensor)}: a BOOL byte is neither 0 nor 1")
+    return array.astype(dtype.newbyteorder("="), copy=False)
+
+
+def to_raw(array: np.ndarray) -> bytes:
+    """An array's elements as row-major little-endian bytes."""
+    return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+
+
+def from_values(tensor: str, datatype: str, shape, values) -> np.ndarray:
+    """The array of typed `values` (a flat sequence, or nested lists matching `shape`),
+    each checked to be exactly a value of `datatype`."""
+    dtype = dtype_of(datatype, tensor)
+    shape = checked_shape(shape, tensor)
+    flat = list(_flattened(values, tensor))
+    if len(flat) != math.prod(shape):
+        raise InputError(f"tensor {shown(tensor)}: {len(flat):,} values, but shape "
+                         f"{list(shape)} holds {math.prod(shape):,}")
+    if datatype == "BOOL":
+        if not all(v is True or v is False for v in flat):
+            raise InputError(f"tensor {shown(tensor)}: a BOOL value is not true or false")
+        return np.array(flat, dtype=bool).reshape(shape)
+    if dtypes.is_float(dtype):
+        numbers = []
+        for v in flat:
+            if type(v) in (int, float):
+                numbers.append(float(v))
+            elif v.__class__ is str and v in NON_FINITE:
+                numbers.append(NON_FINITE[v])
+            else:
+                raise InputError(f"tensor {shown(tensor)}: {shown(v)} is not a number "
+                                 f"(or \"NaN\", \"Infinity\", \"-Infinity\")")
+        with np.errstate(over="ignore"):
+            array = np.array(numbers, dtype=np.float64).astype(dtype)
+        if np.isinf(array).sum() != sum(math.isinf(v) for v in numbers):
+            raise InputError(f"tensor {shown(tensor)}: a value is beyond {datatype}'s range")
+        return array.reshape(shape)
+    info = np.iinfo(dtype)
+    for v in flat:
+        if type(v) is not int:
+            raise InputError(f"tensor {shown(tensor)}: {shown(v)} is not an integer")
+        if not info.min <= v <= info.max:
+            raise InputError(f"tensor {shown(tensor)}: {v} is outside {datatype}'s range "
+                             f"[{info.min}, {info.max}]")
+    return np.array(flat, dtype=dtype).reshape(shape)
+
+
+def to_values(array: np.ndarray) -> list:
+    """An array's elements, row-major, as JSON values (non-finite floats as strings)."""
+    if dtypes.is_float(array.dtype):
+        flat = array.astype(np.float64).ravel().tolist()
+        return [v if math.isfinite(v) else
+                ("NaN" if math.isnan(v) else "Infinity" if v > 0 else "-Infinity")
+                for v in flat]
+    return array.ravel().tolist()
+
+
+def _flattened(values, tensor: str, depth: int = 0) -> Iterator:
+    if not isinstance(values, (list, tuple)):
+        raise InputError(f"tensor {shown(tensor)}: data is {shown(values)}, not a list")
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            if depth > 32:
+                raise InputError(f"tensor {shown(tensor)}: data is nested over 32 deep")
+            yield from _flattened(v, tensor, depth + 1)
+        else:
+            yield v
+
+
+# -- JSON (HTTP) --------------------------------------------------------------------------
+
+def from_json(obj, raw: bytes | None = None) -> tuple[str, np.ndarray]:
+    """(name, array) of an OIP JSON tensor: its `data`, or its `raw` bytes (the binary
+    tensor extension: the bytes that followed the JSON, `binary_data_size` of them)."""
+    if not isinstance(obj, dict):
+        raise InputError(f"a tensor is {shown(obj)}, not an object with name, shape, "
+                         f"datatype and data")
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        raise InputError(f"a tensor's name is {shown(name)}, not a non-empty string")
+    unknown = sorted(set(obj) - {"name", "shape", "datatype", "data", "parameters"})
+    if unknown:
+        raise InputError(f"tensor {shown(name)}: unknown field(s) {', '.join(unknown)}")
+    for field in ("shape", "datatype"):
+        if field not in obj:
+            raise InputError(f"tensor {shown(name)}: no {field}")
+    if raw is not None:
+        if "data" in obj:
+            raise InputError(f"tensor {shown(name)}: both data and binary data")
+        return name, from_raw(name, obj["datatype"], obj["shape"], raw)
+    if "data" not in obj:
+        raise InputError(f"tensor {shown(name)}: no data")
+    return name, from_values(name, obj["datatype"], obj["shape"], obj["data"])
+
+
+def to_json(name: str, array: np.ndarray) -> dict:
+    """An OIP JSON tensor holding `array`'s values."""
+    return {"name": name, "datatype": datatype_of(array.dtype), "shape": list(array.shape),
+            "data": to_values(array)}
+
+
+# -- protobuf (gRPC) ----------------------------------------------------------------------
+
+def from_message(message, streamed: bytes | None = None) -> np.ndarray:
+    """The array of a `deepx.v1.Tensor` holding typed contents or raw bytes, or of the
+    bytes its chunks brought (`streamed`, for a tensor whose header says `streamed`)."""
+    name = message.name
+    kinds = [k for k, held in (("contents", message.HasField("contents")),
+                               ("raw_contents", bool(message.raw_contents)),
+                               ("streamed", message.streamed),
+                               ("reference", message.HasField("reference"))) if held]
+    if len(kinds) > 1:
+        raise InputError(f"tensor {shown(name)}: holds {' and '.join(kinds)}; give one")
+    if message.streamed:
+        return from_raw(name, message.datatype, list(message.shape), streamed or b"")
+    if message.HasField("contents"):
+        field = CONTENTS_FIELD.get(message.datatype)
+        if field is None:
+            dtype_of(message.datatype, name)  # unknown datatype: its own message
+            raise InputError(f"tensor {shown(name)}: {message.datatype} travels as raw "
+                             f"bytes, not typed contents")
+        given = [f for f in CONTENTS_FIELDS if getattr(message.contents, f)]
+        if any(f != field for f in given):
+            raise InputError(f"tensor {shown(name)}: a {message.datatype} tensor's values "
+                             f"go in {field}, not {', '.join(f for f in given if f != field)}")
+        return from_values(name, message.datatype, list(message.shape),
+                           list(getattr(message.contents, field)))
+    if kinds == ["reference"]:
+        raise InputError(f"tensor {shown(name)}: holds a reference, read from storage")
+    # raw bytes, or none at all: right only for a tensor with no elements
+    return from_raw(name, message.datatype, list(message.shape), message.raw_contents)
+
+
+def to_message(name: str, array: np.ndarray, max_inline_bytes: int | None = None):
+    """A `deepx.v1.Tensor` with `array`'s raw bytes, or, past `max_inline_bytes`, its
+    header alone marked `streamed` (send `chunks(...)` of `to_raw(array)` after it)."""
+    from deepx_flow.contract.deepx.v1 import tensor_pb2
+    message = tensor_pb2.Tensor(name=name, datatype=datatype_of(array.dtype),
+                                shape=list(array.shape))
+    if max_inline_bytes is not None and array.nbytes > max_inline_bytes:
+        message.streamed = True
+    else:
+        message.raw_contents = to_raw(array)
+    return message
+
+
+# -- chunks -------------------------------------------------------------------------------
+
+def chunks(tensor: int, raw: bytes, max_bytes: int) -> Iterator[tuple[int, int, memoryview]]:
+    """(tensor, offset, bytes) pieces of `raw` of at most `max_bytes` each, in order."""
+    if max_bytes <= 0:
+        raise ValueError("max_bytes must be positive")
+    view = memoryview(raw)
+    for offset in range(0, len(view), max_bytes):
+        yield tensor, offset, view[offset:offset + max_bytes]
+
+
+class Assembler:
+    """Collects the chunks of streamed tensors, each of a known size, checking that they
+    come in order, whole and within their tensor (`InputError` naming the tensor)."""
+
+    def __init__(self, sizes: dict[int, tuple[str, int]]):
+        # tensor index -> (name, size in bytes)
+        self.sizes = sizes
+        self.buffers = {i: bytearray() for i in sizes}
+
+    def add(self, tensor: int, offset: int, data) -> None:
+        if tensor not in self.sizes:
+            raise InputError(f"a chunk of tensor {tensor}, which is not a streamed tensor "
+                             f"here (streamed: {sorted(self.sizes) or 'none'})")
+        name, size = self.sizes[tensor]
+        buffer = self.buffers[tensor]
+        if offset != len(buffer):
+            raise InputError(f"tensor {shown(name)}: a chunk at byte {offset:,}, where "
+                             f"{len(buffer):,} bytes have come (chunks come in order)")
+        if len(buffer) + len(data) > size:
+            raise InputError(f"tensor {shown(name)}: chunks of over its {size:,} bytes")
+        buffer += data
+
+    def finish(self) -> dict[int, bytearray]:
+        """Every tensor's bytes, once all have come whole."""
+        for tensor, (name, size) in self.sizes.items():
+            if len(self.buffers[tensor]) != size:
+                raise InputError(f"tensor {shown(name)}: {len(self.buffers[tensor]):,} of its "
+                                 f"{size:,} bytes came")
+        return dict(self.buffers)

@@ -1,0 +1,156 @@
+"""The wire codec (`deepx_flow/contract/tensors.py`): every datatype round-trips bit for bit
+through raw bytes, JSON values, typed protobuf contents and bounded chunks; every malformed
+tensor is one InputError naming it."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from hypothesis.extra import numpy as hnp
+
+from deepx_flow.contract import tensors
+from deepx_flow.contract.deepx.v1 import tensor_pb2
+from deepx_flow.errors import InputError
+
+DTYPES = sorted(tensors.DATATYPE_OF)
+
+
+def _arrays(dtype):
+    shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5)
+    if dtype == "bfloat16":  # hypothesis has no bfloat16: its bits from uint16
+        return hnp.arrays("uint16", shapes).map(lambda a: a.view(np.dtype("bfloat16")))
+    return hnp.arrays(dtype, shapes)
+
+
+def _same_bits(got, want):
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert got.tobytes() == want.tobytes()
+
+
+def _same_values(got, want):
+    """Equal values, NaN where NaN (JSON carries no NaN payloads), zeros' signs kept."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if want.dtype.kind == "b" or want.dtype.kind in "iu":
+        np.testing.assert_array_equal(got, want)
+        return
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+    keep = ~np.isnan(w)
+    np.testing.assert_array_equal(g[keep], w[keep])
+    np.testing.assert_array_equal(np.signbit(g[keep]), np.signbit(w[keep]))
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from(DTYPES))
+def test_raw_bytes_round_trip_bit_for_bit(data, dtype):
+    array = data.draw(_arrays(dtype))
+    raw = tensors.to_raw(array)
+    _same_bits(tensors.from_raw("x", tensors.datatype_of(dtype), list(array.shape), raw),
+               array)
+    # and through a message, inline or announced as streamed and sent in chunks
+    message = tensor_pb2.Tensor.FromString(
+        tensors.to_message("x", array).SerializeToString())
+    _same_bits(tensors.from_message(message), array)
+    header = tensors.to_message("x", array, max_inline_bytes=-1)
+    assert header.streamed and not header.raw_contents
+    size = math.prod(array.shape) * array.itemsize
+    assembler = tensors.Assembler({0: ("x", size)})
+    for index, offset, piece in tensors.chunks(0, raw, data.draw(st.integers(1, 7))):
+        assembler.add(index, offset, piece)
+    _same_bits(tensors.from_message(header, assembler.finish()[0]), array)
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from(DTYPES))
+def test_json_values_round_trip(data, dtype):
+    array = data.draw(_arrays(dtype))
+    obj = json.loads(json.dumps(tensors.to_json("x", array), allow_nan=False))
+    name, got = tensors.from_json(obj)
+    assert name == "x"
+    _same_values(got, array)
+    # nested lists as the shape's, which OIP's JSON allows too
+    if array.ndim:
+        obj["data"] = np.array(obj["data"], dtype=object).reshape(array.shape).tolist()
+        _same_values(tensors.from_json(obj)[1], array)
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data(), datatype=st.sampled_from(sorted(tensors.CONTENTS_FIELD)))
+def test_typed_contents_round_trip(data, datatype):
+    array = data.draw(_arrays(tensors.DATATYPES[datatype]))
+    message = tensor_pb2.Tensor(name="x", datatype=datatype, shape=list(array.shape))
+    field = tensors.CONTENTS_FIELD[datatype]
+    getattr(message.contents, field).extend(array.ravel().tolist())
+    message.contents.SetInParent()  # an empty tensor's contents are still given
+    _same_values(tensors.from_message(message), array)
+
+
+@pytest.mark.parametrize("obj, says", [
+    ({"name": "x", "shape": [2], "datatype": "FP32", "data": [1.0]}, "1 values, but shape"),
+    ({"name": "x", "shape": [2], "datatype": "INT8", "data": [1, 300]}, "outside INT8"),
+    ({"name": "x", "shape": [2], "datatype": "INT32", "data": [1, 2.5]}, "not an integer"),
+    ({"name": "x", "shape": [1], "datatype": "INT32", "data": [True]}, "not an integer"),
+    ({"name": "x", "shape": [1], "datatype": "BOOL", "data": [1]}, "not true or false"),
+    ({"name": "x", "shape": [1], "datatype": "FP16", "data": [1e6]}, "beyond FP16"),
+    ({"name": "x", "shape": [1], "datatype": "FP32", "data": ["nan"]}, "not a number"),
+    ({"name": "x", "shape": [1], "datatype": "BYTES", "data": ["a"]}, "not tensors here"),
+    ({"name": "x", "shape": [1], "datatype": "FP8", "data": [1]}, "not one of"),
+    ({"name": "x", "shape": [-1], "datatype": "FP32", "data": []}, "non-negative"),
+    ({"name": "x", "shape": [1.0], "datatype": "FP32", "data": [1]}, "non-negative"),
+    ({"name": "x", "shape": "2", "datatype": "FP32", "data": [1, 2]}, "not a list"),
+    ({"name": "x", "shape": [1], "datatype": "FP32", "data": 1}, "not a list"),
+    ({"name": "x", "shape": [1], "datatype": "FP32"}, "no data"),
+    ({"name": "x", "datatype": "FP32", "data": [1]}, "no shape"),
+    ({"name": "x", "shape": [1], "datatype": "FP32", "data": [1], "dtype": "f"},
+     "unknown field"),
+    ({"name": "", "shape": [1], "datatype": "FP32", "data": [1]}, "name"),
+    (["x"], "not an object"),
+])
+def test_malformed_json_tensors_are_named_input_errors(obj, says):
+    with pytest.raises(InputError, match=says) as err:
+        tensors.from_json(obj)
+    if isinstance(obj, dict) and obj.get("name"):
+        assert "'x'" in str(err.value)
+
+
+def test_malformed_raw_and_message_tensors_are_named_input_errors():
+    with pytest.raises(InputError, match="7 bytes of data, but a FP32 tensor of shape"):
+        tensors.from_raw("x", "FP32", [2], b"\0" * 7)
+    with pytest.raises(InputError, match="neither 0 nor 1"):
+        tensors.from_raw("x", "BOOL", [2], b"\x01\x02")
+    both = tensor_pb2.Tensor(name="x", datatype="FP32", shape=[1], raw_contents=b"\0" * 4)
+    both.contents.fp32_contents.append(1.0)
+    with pytest.raises(InputError, match="holds contents and raw_contents"):
+        tensors.from_message(both)
+    wrong = tensor_pb2.Tensor(name="x", datatype="FP32", shape=[1])
+    wrong.contents.int_contents.append(1)
+    with pytest.raises(InputError, match="go in fp32_contents, not int_contents"):
+        tensors.from_message(wrong)
+    half = tensor_pb2.Tensor(name="x", datatype="FP16", shape=[1])
+    half.contents.fp32_contents.append(1.0)
+    with pytest.raises(InputError, match="travels as raw bytes"):
+        tensors.from_message(half)
+    empty = tensor_pb2.Tensor(name="x", datatype="FP32", shape=[3])
+    with pytest.raises(InputError, match="0 bytes of data"):
+        tensors.from_message(empty)
+
+
+def test_chunks_out_of_order_short_or_too_long_are_refused():
+    assembler = tensors.Assembler({0: ("x", 8)})
+    with pytest.raises(InputError, match="a chunk at byte 4, where 0 bytes have come"):
+        assembler.add(0, 4, b"\0" * 4)
+    with pytest.raises(InputError, match="not a streamed tensor"):
+        assembler.add(1, 0, b"\0")
+    assembler.add(0, 0, b"\0" * 4)
+    with pytest.raises(InputError, match="4 of its 8 bytes came"):
+        assembler.finish()
+    with pytest.raises(InputError, match="over its 8 bytes"):
+        assembler.add(0, 4, b"\0" * 5)
+
+
+def test_checked_shape_bounds_the_bytes():
+    assert tensors.checked_shape([2, 3], "x", max_bytes=24, itemsize=4) == (2, 3)
+    with pytest.raises(InputError, match="over the limit of 20"):
+        tensors.checked_shape([2, 3], "x", max_bytes=20, itemsize=4)
