@@ -1,0 +1,59 @@
+"""What this server speaks, for a client to check before it builds anything: the protocol
+version, the operator table and its hash, the limits on messages and graphs, the optional
+parts (extensions) and the datatypes tensors may have.
+
+The operator table is the one the YAML spec reader checks graphs against (`ops.OPS`), in
+canonical JSON (sorted keys, no spaces), and its hash is that text's SHA-256: an SDK
+generated from the same table carries the same hash, so a client learns of a gap (an
+operator its server lacks, an attribute it does not take) by comparing once, not when a
+call fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+
+from deepx_flow.contract.tensors import DATATYPES
+
+PROTOCOL_VERSION = "deepx.v1"
+EXTENSIONS = ("binary_tensor_data", "tensor_streaming", "tensor_references", "assets")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The gateway's bounds. gRPC's own default message limit is 4 MiB; a tensor whose
+    bytes pass `max_message_bytes` is streamed in chunks of at most `max_chunk_bytes`."""
+
+    max_message_bytes: int = 4 << 20
+    max_chunk_bytes: int = 1 << 20
+    max_request_bytes: int = 1 << 30
+    max_graph_nodes: int = 100_000
+
+
+def operator_table() -> list[dict]:
+    """The operators a graph may use, as the contract describes them, by name."""
+    from deepx_flow.ops import OPS
+    return [{"name": spec.name, "kind": spec.kind,
+             "arity": -1 if spec.arity is None else spec.arity,
+             "attributes": list(spec.attrs), "required_attributes": list(spec.required_attrs),
+             "declared": list(spec.declared), "differentiable": spec.vjp is not None,
+             "description": spec.doc}
+            for spec in sorted(OPS.values(), key=lambda s: s.name)]
+
+
+def table_hash(table: list[dict]) -> str:
+    """The SHA-256 of the table's canonical JSON, in hex."""
+    text = json.dumps(table, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def capabilities(limits: Limits) -> dict:
+    """The answer to `GET /v1/capabilities` (and GetCapabilities), as the contract's JSON."""
+    from deepx_flow import __version__
+    table = operator_table()
+    return {"protocol_version": PROTOCOL_VERSION, "server_version": __version__,
+            "operators": table, "operator_table_hash": table_hash(table),
+            "limits": asdict(limits), "extensions": list(EXTENSIONS),
+            "datatypes": list(DATATYPES)}
