@@ -31,6 +31,8 @@ History:
     which binds its metadata and each chunk to its position).
 13. runs.pid_space (the driver's boot id and PID namespace: a run's pid is looked up only
     from a process that shares them, not from any of the same host name).
+14. operations (the gateway's executions and materializations, which clients ask for again
+    by id).
 
 Every step can run on a database that already has what it adds (columns are added, tables
 and indexes created, only where missing): a database whose version row says less than its
@@ -48,7 +50,7 @@ from sqlmodel import SQLModel
 from deepx_flow.errors import DatabaseError
 from deepx_flow.meta.models import SchemaInfo
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 # An arbitrary constant: PostgreSQL sessions migrating at once take turns on this lock.
 _PG_LOCK_ID = 74_700_11
@@ -288,6 +290,26 @@ def _v13_runs_pid_space(conn: Connection) -> None:
     _add_column(conn, "runs", "pid_space", "VARCHAR")
 
 
+def _v14_operations(conn: Connection) -> None:
+    # The table as it was at version 14 (frozen, as in step 2).
+    frozen = MetaData()
+    Table("operations", frozen,
+          Column("id", String, primary_key=True),
+          Column("kind", String, nullable=False),
+          Column("state", String, nullable=False, index=True),
+          Column("request_digest", String, nullable=False),
+          Column("target", String, nullable=True),
+          Column("created_at", Float, nullable=False, index=True),
+          Column("ended_at", Float, nullable=True),
+          Column("run_id", String, nullable=True, index=True),
+          Column("outputs", Text, nullable=True),
+          Column("error", Text, nullable=True),
+          Column("host", String, nullable=False),
+          Column("pid", Integer, nullable=False),
+          Column("pid_space", String, nullable=True))
+    frozen.create_all(conn, checkfirst=True)
+
+
 STEPS = {
     2: _v2_events_and_username,
     3: _v3_assets,
@@ -301,6 +323,7 @@ STEPS = {
     11: _v11_device_usable,
     12: _v12_manifest_digest,
     13: _v13_runs_pid_space,
+    14: _v14_operations,
 }
 
 

@@ -351,3 +351,27 @@ class TrainingCheckpoint(SQLModel, table=True):
     config_hash: str = Field(index=True)
     layout: str = _text()
     created_at: float
+
+
+class Operation(SQLModel, table=True):
+    """A request of the gateway that runs until it is done (`graphs:execute`, an asset's
+    `:materialize`): its state, its stored results once it succeeded, so that a client that
+    lost its connection asks again by id (`deepx_flow/gateway/operations.py`)."""
+
+    __tablename__ = "operations"
+    id: str = Field(primary_key=True)  # chosen by the client, or a uuid4 hex
+    kind: str  # execute or materialize
+    state: str = Field(default="running", index=True)  # running, succeeded, failed, interrupted
+    # SHA-256 of the request: an id sent again must come with the same request
+    request_digest: str
+    target: Optional[str] = None  # the graph's name, or the asset materialized
+    created_at: float = Field(index=True)
+    ended_at: Optional[float] = None
+    run_id: Optional[str] = Field(default=None, index=True)  # the run that carries it out
+    outputs: Optional[str] = _text()  # JSON: the results' names, datatypes, shapes, files
+    error: Optional[str] = _text()
+    # The gateway process that carries it out: one that died leaves it `running` until a
+    # gateway finds that process gone (as `orphans.py` does for runs).
+    host: str
+    pid: int
+    pid_space: Optional[str] = None

@@ -17,7 +17,7 @@ from deepx_flow.errors import DatabaseError
 from deepx_flow.meta.db import Database, close_all, database_url, open_db
 from deepx_flow.meta.migrations import SCHEMA_VERSION
 from deepx_flow.meta.models import (AssetMaterialization, ChunkPlacement, Device, Event,
-                                    GraphRecord, OperatorSpeed, Run, Schedule, SchemaInfo,
+                                    GraphRecord, Operation, OperatorSpeed, Run, Schedule, SchemaInfo,
                                     ScheduleTick, Task, Worker)
 from tests.helpers import free_port
 
@@ -209,8 +209,9 @@ def test_a_version_1_database_is_migrated_with_its_rows(db_url):
     after = snapshot(db_url)
     added = {"events", "asset_materializations", "asset_check_results",  # versions 2-4
              "schedules", "schedule_ticks", "operator_speeds",  # and 7
-             "trainings", "training_metrics", "training_checkpoints"}  # and 9
-    assert stored_version(db_url) == 13 == SCHEMA_VERSION
+             "trainings", "training_metrics", "training_checkpoints",  # and 9
+             "operations"}  # and 14
+    assert stored_version(db_url) == 14 == SCHEMA_VERSION
     assert set(after) == V1_TABLES | added
     assert all(after[t] == [] for t in added)
     assert [r.pop("username") for r in after["runs"]] == ["", "", ""]
@@ -286,7 +287,17 @@ def _drop_version_12(conn) -> None:
 
 
 def _drop_version_13(conn) -> None:
+    _drop_version_14(conn)
     conn.execute(text("ALTER TABLE runs DROP COLUMN pid_space"))
+
+
+def _drop_version_14(conn) -> None:
+    conn.execute(text("DROP TABLE operations"))
+
+
+def _without_version_14(tables: dict) -> None:
+    """A snapshot as it was before version 14: its operations table empty, taken away."""
+    assert tables.pop("operations") == []
 
 
 def _without_version_9(tables: dict) -> None:
@@ -331,6 +342,7 @@ def test_a_version_4_database_gets_the_listing_indexes_with_its_rows(db_url):
     assert after.pop("deepx_schema") == [{"id": 1, "version": SCHEMA_VERSION}]
     before.pop("deepx_schema")
     _without_version_9(after)
+    _without_version_14(after)
     assert after == before and len(after["chunk_placements"]) == len(after["schedule_ticks"]) == 1
 
 
@@ -364,6 +376,7 @@ def test_a_version_5_database_gets_comm_seconds_and_the_target_index(db_url):
     after.pop("deepx_schema")
     before.pop("deepx_schema")
     _without_version_9(after)
+    _without_version_14(after)
     assert after == before
     with db.session() as s:  # and new rows carry it
         s.add(Task(run_id="r1", key="('y@abc', 1)", tensor="y@abc", operator="relu",
@@ -397,6 +410,7 @@ def test_a_version_6_database_gets_the_operator_speeds_table(db_url):
     after.pop("deepx_schema")
     before.pop("deepx_schema")
     _without_version_9(after)
+    _without_version_14(after)
     assert after == before
     with db.session() as s:  # and takes rows
         s.add(OperatorSpeed(operator="relu", host="h", worker="0", flops=1.0, bytes=2.0,
@@ -442,6 +456,7 @@ def test_a_version_9_database_gets_schedules_stopped_at(db_url):
     db, after = migrated(db_url)
 
     assert [r.pop("stopped_at") for r in after["schedules"]] == [None]
+    _without_version_14(after)
     assert all(r.pop("memory_usable") is None for r in after["devices"])  # version 11 too
     assert after == before
     with db.session() as s:  # and a stop is recorded
@@ -465,6 +480,7 @@ def test_a_version_10_database_gets_devices_usable_memory(db_url):
     db, after = migrated(db_url)
 
     assert [r.pop("memory_usable") for r in after["devices"]] == [None]
+    _without_version_14(after)
     assert after == before
     with db.session() as s:  # and the usable memory is recorded
         s.exec(select(Device)).one().memory_usable = 77 * 2**30
@@ -484,6 +500,7 @@ def test_a_version_11_database_gets_the_manifest_digest(db_url):
     db, after = migrated(db_url)
 
     assert [r.pop("manifest_digest") for r in after["asset_materializations"]] == [None]
+    _without_version_14(after)
     assert after == before
     with db.session() as s:  # and a digest is recorded
         s.exec(select(AssetMaterialization)).one().manifest_digest = "9f" * 16
@@ -504,12 +521,33 @@ def test_a_version_12_database_gets_the_runs_pid_space(db_url):
     db, after = migrated(db_url)
 
     assert [r.pop("pid_space") for r in after["runs"]] == [None]
+    _without_version_14(after)
     assert after == before
     with db.session() as s:  # and a space is recorded
         s.add(new_run("r2", "g1", pid_space="boot/4:4026531836"))
     with db.read() as s:
         assert s.get(Run, "r2").pid_space == "boot/4:4026531836"
         assert s.get(Run, "r1").pid_space is None
+
+
+def test_a_version_13_database_gets_the_operations_table(db_url):
+    """Version 14: the gateway's operations; the rows before it are kept as they were."""
+    db = open_db(db_url)
+    with db.session() as s:
+        s.add(GraphRecord(hash="g1", yaml="nodes: []", n_nodes=0, created_at=1.0))
+        s.add(new_run("r1", "g1", pid_space="boot/4:4026531836"))
+    before = back_to(db_url, 13, _drop_version_14)
+    assert "operations" not in before
+
+    db, after = migrated(db_url)
+
+    _without_version_14(after)
+    assert after == before
+    with db.session() as s:  # and an operation is recorded
+        s.add(Operation(id="op1", kind="execute", request_digest="ab" * 32, created_at=2.0,
+                        run_id="r1", host="here", pid=1))
+    with db.read() as s:
+        assert s.get(Operation, "op1").state == "running"
 
 
 @pytest.mark.parametrize("stamped", [1, 5, SCHEMA_VERSION - 1])
