@@ -335,11 +335,14 @@ class RunRecorder:
         return max(self.decided_at or time.time(), self.last_stop)
 
     def fail(self, err: BaseException) -> None:
-        """Finish after the driver saw `err`, at once: interrupted for Ctrl-C, else
-        failed (a run whose outcome was known already keeps it, and ends now)."""
+        """Finish after the driver saw `err`, at once: interrupted for Ctrl-C or a
+        cancellation (`runtime/cancel.py`), else failed (a run whose outcome was known
+        already keeps it, and ends now)."""
+        from deepx_flow.runtime.cancel import RunCancelled
         self._force.set()
         self.finish(error=describe_error(err),
-                    status="interrupted" if isinstance(err, KeyboardInterrupt) else None)
+                    status="interrupted" if isinstance(err, (KeyboardInterrupt, RunCancelled))
+                    else None)
 
     def finish_if_done(self) -> bool:
         """Finish the run if all the futures `watch` was given are done; say if it was."""

@@ -29,12 +29,14 @@ from deepx_flow.compiler.infer import infer_types
 from deepx_flow.compiler.inline import inlined_nodes
 from deepx_flow.compiler.validate import validate_graph
 from deepx_flow.compiler.plan import Plan
-from deepx_flow.errors import ClusterError, DeepxError, ExecutionError, PlanError
+from deepx_flow.errors import (ClusterError, DeepxError, ExecutionError, InputError, PlanError,
+                               shown)
 from deepx_flow.ir import Graph
 from deepx_flow.ir.keys import key_name
 from deepx_flow.ops.common import flag
 from deepx_flow.registry.cluster import ClusterSpec, load_cluster_file, local_cluster_spec
 from deepx_flow.config import settings
+from deepx_flow.runtime.cancel import Cancellation
 from deepx_flow.runtime.cluster import chosen_address, connect, current_client, shared_client
 from deepx_flow.runtime.failures import task_failure
 from deepx_flow.runtime.futures import blamed_key, quiet_interrupted_gathers
@@ -334,7 +336,8 @@ def supervise(client, run_id: str, dsk, policies, recovery: Recovery, readable=N
 
 def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None = None,
         cluster=None, progress: bool | RunProgress | None = None,
-        recovery: Recovery | None = None, replan: bool = False):
+        recovery: Recovery | None = None, replan: bool = False,
+        cancel: Cancellation | None = None):
     """Compute `outputs` and return them as NumPy arrays.
 
     Parameters
@@ -363,7 +366,12 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
     replan : bool, optional
         Plan again with the operator speeds measured now (see `dx.compile`); by default a
         graph run again on the same cluster keeps its plan, and gives the same bits.
+    cancel : dx.Cancellation, optional
+        A token whose `cancel()`, from another thread, stops the run: it raises
+        `RunCancelled` and is recorded interrupted.
     """
+    if cancel is not None and not isinstance(cancel, Cancellation):
+        raise InputError(f"cancel is {shown(cancel)}, not a dx.Cancellation")
     graph, bound = _checked(outputs, inputs)
     fresh = flag(replan, "replan")
     check_gatherable({name: (graph[node].shape, graph[node].dtype)
@@ -380,7 +388,8 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
         for attempt in range(recovery.replan_on_oom + 1):
             plan = cached_compile(graph, spec, config, replan=fresh and attempt == 0)
             try:
-                results = _compute(plan, graph, bound, active, progress, recovery, replanned)
+                results = _compute(plan, graph, bound, active, progress, recovery, replanned,
+                                   cancel=cancel)
                 break
             except ExecutionError as err:
                 if err.kind != "oom" or attempt == recovery.replan_on_oom:
@@ -398,9 +407,9 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
 
 
 def _compute(plan, graph, bound, client, progress, recovery=None, note=None,
-             kind: str = "run", db=None) -> dict:
+             kind: str = "run", db=None, cancel: Cancellation | None = None) -> dict:
     """Run the plan and gather every output (by name); its run, recorded as `kind` in `db`
-    (default the configured database), ends with the call."""
+    (default the configured database), ends with the call; `cancel` may stop it."""
     progress = RunProgress.of(progress)
     futures, _, recorder, _ = _submit(plan, graph, bound, client, kind, recovery=recovery,
                                       progress=progress, db=db)
@@ -409,6 +418,8 @@ def _compute(plan, graph, bound, client, progress, recovery=None, note=None,
         if note:
             recorder.note("replan", note)
         recorder.watch()
+    if cancel is not None:
+        cancel.watch(client, flat)
     try:
         out = {}
         with progress:
@@ -422,9 +433,17 @@ def _compute(plan, graph, bound, client, progress, recovery=None, note=None,
         # would fail the same computation run again at once.
         for f in flat:
             f.release()
+        if cancel is not None and cancel.cancelled:  # its futures were cancelled: say so
+            cancelled = cancel.error(recorder.run_id if recorder is not None else None)
+            if recorder is not None:
+                recorder.fail(cancelled)
+            raise cancelled from None
         if recorder is not None:
             recorder.fail(err)
         raise
+    finally:
+        if cancel is not None:
+            cancel.forget(flat)
     if recorder is not None:
         # The outputs are NumPy arrays now; dropping the futures frees the chunks, and the
         # placement table should say so (for keys no other handle here still holds).
