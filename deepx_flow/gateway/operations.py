@@ -1,0 +1,263 @@
+"""Operations: the gateway's executions, carried out in threads, recorded in the metadata
+database, found again by id.
+
+A client's `graphs:execute` becomes an operation: a row in `operations` (state `running`)
+and a thread that runs the graph through `dx.run`, the SDK's own entry point. When the run
+succeeds its outputs are written under the results folder, one `.npy` file each (written to
+a temporary name, then renamed), and only then does the row say `succeeded` and list them:
+a client that lost its connection asks for the operation by id and reads them; nothing
+half-written is ever listed. A failed run's row holds its error, the same text as the
+Python `DeepxError`; a cancelled one (`cancel`) is `interrupted`.
+
+A gateway killed outright leaves its operations `running`. The next gateway to open the
+database marks those whose process it can look up and finds gone `interrupted`
+(`interrupt_orphaned`), as `meta/orphans.py` does for runs, and removes their results
+folders, whose files no row lists.
+
+A client may choose the operation's id: sending the same request again with the same id
+(after a lost connection) attaches to the first operation instead of running it twice; the
+same id with another request is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+from sqlmodel import select, update
+
+from deepx_flow.contract.tensors import datatype_of, to_raw
+from deepx_flow.errors import DeepxError, InputError, shown
+from deepx_flow.meta.models import Operation
+from deepx_flow.meta.orphans import driver_gone, process_started
+from deepx_flow.processes import this_process
+from deepx_flow.runtime.cancel import Cancellation, RunCancelled
+from deepx_flow.runtime.futures import describe_error
+from deepx_flow.runtime.progress import RunProgress
+
+log = logging.getLogger(__name__)
+
+ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+FINAL = ("succeeded", "failed", "interrupted")
+
+
+class NotFound(InputError):
+    """A named thing the request refers to (an operation, a run, an asset) does not exist."""
+
+
+def request_digest(kind: str, graph_doc, inputs: dict, outputs: list) -> str:
+    """SHA-256 of a request: its kind, its graph spec (canonical JSON), each input's name,
+    datatype, shape and bytes, and the outputs asked for."""
+    h = hashlib.sha256()
+    h.update(json.dumps([kind, graph_doc, sorted(outputs)], sort_keys=True,
+                        separators=(",", ":")).encode())
+    for name in sorted(inputs):
+        array = inputs[name]
+        h.update(json.dumps([name, datatype_of(array.dtype), list(array.shape)]).encode())
+        h.update(hashlib.sha256(to_raw(array)).digest())
+    return h.hexdigest()
+
+
+class _RunIdTaker(RunProgress):
+    """Progress that shows nothing and hands on the run's id as the run is submitted."""
+
+    def __init__(self, took):
+        super().__init__(show=False)
+        self._took = took
+
+    def attach(self, client, run_id: str, total: int, recorded: bool) -> None:
+        super().attach(client, run_id, total, recorded)
+        self._took(run_id)
+
+
+class Operations:
+    """The operations of one gateway: `db` (a Database) records them, `results` (a folder)
+    holds the outputs of those that succeeded, `client` (a Dask client) runs them."""
+
+    def __init__(self, db, results: Path, client):
+        self.db, self.results, self.client = db, Path(results), client
+        self.me = this_process()
+        self._lock = threading.Lock()
+        self._running: dict[str, tuple[threading.Thread, Cancellation, threading.Event]] = {}
+
+    # -- starting ----------------------------------------------------------------------------
+
+    def execute(self, graph, graph_doc, inputs: dict, outputs: list | None = None,
+                operation_id: str | None = None) -> tuple[str, bool]:
+        """Start running `graph` (from the spec `graph_doc`) on `inputs` (name -> array),
+        returning the operation's id and whether this call started it (False: the same
+        request came with this id before, and this attaches to that operation)."""
+        names = [name for name, _ in graph.outputs]
+        wanted = list(outputs) if outputs else names
+        unknown = [n for n in wanted if n not in names]
+        if unknown:
+            raise InputError(f"output(s) {', '.join(map(shown, unknown))} asked for, but the "
+                             f"graph's outputs are {', '.join(names)}")
+        digest = request_digest("execute", graph_doc, inputs, wanted)
+        operation_id, new = self._record(operation_id, digest)
+        if not new:
+            return operation_id, False
+        token, done = Cancellation(), threading.Event()
+        thread = threading.Thread(target=self._carry_out, name=f"deepx-op-{operation_id}",
+                                  args=(operation_id, graph, inputs, wanted, token, done),
+                                  daemon=True)
+        with self._lock:
+            self._running[operation_id] = (thread, token, done)
+        thread.start()
+        return operation_id, True
+
+    def _record(self, chosen: str | None, digest: str) -> tuple[str, bool]:
+        """Record a new operation: its id, and True; or the id `chosen` and False where the
+        same request recorded it before."""
+        if chosen is not None and (not isinstance(chosen, str) or not ID.fullmatch(chosen)):
+            raise InputError(f"operation id {shown(chosen)} is not 1 to 128 letters, digits, "
+                             f"'_', '.' or '-' (starting with a letter or digit)")
+        operation_id = chosen or uuid.uuid4().hex
+        try:
+            with self.db.session() as session:
+                session.add(Operation(id=operation_id, kind="execute", request_digest=digest,
+                                      created_at=time.time(), host=self.me.host,
+                                      pid=self.me.pid, pid_space=self.me.space))
+            return operation_id, True
+        except DeepxError:  # the id is taken (or the database failed: then this fails too)
+            with self.db.read() as session:
+                found = session.get(Operation, operation_id)
+            if found is None:
+                raise
+        if found.request_digest != digest:
+            raise InputError(f"operation id {operation_id!r} was used for another request; "
+                             f"choose a new id")
+        return operation_id, False
+
+    # -- carrying out ------------------------------------------------------------------------
+
+    def _carry_out(self, operation_id, graph, inputs, wanted, token, done) -> None:
+        from deepx_flow.runtime.run import run
+        try:
+            progress = _RunIdTaker(lambda run_id: self._set(operation_id, run_id=run_id))
+            results = run(graph, inputs=inputs, client=self.client, progress=progress,
+                          cancel=token)
+            listed = self._store(operation_id, {n: results[n] for n in wanted})
+            self._end(operation_id, "succeeded", outputs=json.dumps(listed))
+        except RunCancelled as err:
+            self._end(operation_id, "interrupted", error=str(err))
+        except DeepxError as err:
+            self._end(operation_id, "failed", error=str(err))
+        except BaseException as err:  # a failure of this gateway's own: said, not hidden
+            log.exception("deepx_flow: operation %s failed", operation_id)
+            self._end(operation_id, "failed", error=describe_error(err))
+        finally:
+            with self._lock:
+                self._running.pop(operation_id, None)
+            done.set()
+
+    def _store(self, operation_id: str, arrays: dict) -> list[dict]:
+        """Write each output to its own file (a temporary name, then renamed); what the row
+        will list."""
+        folder = self.results / operation_id
+        folder.mkdir(parents=True, exist_ok=True)
+        listed = []
+        for index, (name, array) in enumerate(arrays.items()):
+            path = folder / f"{index}.npy"
+            partial = folder / f".{index}.npy.partial"
+            with open(partial, "wb") as f:
+                np.save(f, np.ascontiguousarray(array), allow_pickle=False)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(partial, path)
+            listed.append({"name": name, "datatype": datatype_of(array.dtype),
+                           "shape": list(array.shape), "file": path.name})
+        return listed
+
+    def _set(self, operation_id: str, **values) -> None:
+        with self.db.session() as session:
+            session.exec(update(Operation).where(Operation.id == operation_id).values(**values))
+
+    def _end(self, operation_id: str, state: str, **values) -> None:
+        with self.db.session() as session:
+            session.exec(update(Operation)
+                         .where(Operation.id == operation_id, Operation.state == "running")
+                         .values(state=state, ended_at=time.time(), **values))
+
+    # -- asking --------------------------------------------------------------------------------
+
+    def get(self, operation_id: str, wait_seconds: float | None = 0.0) -> Operation:
+        """The operation's row, once it ended or `wait_seconds` passed (None: until it
+        ends); NotFound for an id never recorded."""
+        if not isinstance(operation_id, str) or not ID.fullmatch(operation_id):
+            raise NotFound(f"no operation {shown(operation_id)}")
+        deadline = None if wait_seconds is None else time.monotonic() + max(0.0, wait_seconds)
+        with self._lock:
+            here = self._running.get(operation_id)
+        if here is not None:
+            here[2].wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        while True:
+            with self.db.read() as session:
+                found = session.get(Operation, operation_id)
+            if found is None:
+                raise NotFound(f"no operation {operation_id!r}")
+            if found.state in FINAL or (deadline is not None and time.monotonic() >= deadline):
+                return found
+            time.sleep(0.2)  # carried out by another gateway: its row says when it ends
+
+    def outputs(self, found: Operation) -> dict[str, np.ndarray]:
+        """A succeeded operation's outputs by name, read from their files."""
+        listed = json.loads(found.outputs or "[]")
+        folder = self.results / found.id
+        arrays = {}
+        for entry in listed:
+            path = folder / entry["file"]
+            try:
+                arrays[entry["name"]] = np.load(path, mmap_mode="r", allow_pickle=False)
+            except (OSError, ValueError) as err:
+                raise DeepxError(f"operation {found.id!r}: its output {entry['name']!r} "
+                                 f"cannot be read from {path}: {err}") from None
+        return arrays
+
+    def cancel(self, operation_id: str) -> Operation:
+        """Stop a running operation: interrupted once its run stops. One carried out by a
+        gateway that is gone is marked interrupted at once."""
+        found = self.get(operation_id)
+        with self._lock:
+            here = self._running.get(operation_id)
+        if here is not None:
+            here[1].cancel("cancelled by a client's request")
+            return self.get(operation_id, wait_seconds=30.0)
+        if found.state == "running":
+            self.interrupt_orphaned()
+            return self.get(operation_id)
+        return found
+
+    # -- what a dead gateway left ----------------------------------------------------------------
+
+    def interrupt_orphaned(self) -> list[str]:
+        """Mark `interrupted` the running operations of gateway processes this one can look
+        up and finds gone, and remove their results folders; return their ids."""
+        if self.me.space is None:
+            return []
+        with self.db.read() as session:
+            running = session.exec(select(Operation.id, Operation.pid, Operation.created_at)
+                                   .where(Operation.state == "running",
+                                          Operation.host == self.me.host,
+                                          Operation.pid_space == self.me.space)).all()
+        gone = [(op, pid) for op, pid, began in running
+                if pid != self.me.pid and driver_gone(pid, began, process_started)]
+        now = time.time()
+        for operation_id, pid in gone:
+            with self.db.session() as session:
+                session.exec(update(Operation)
+                             .where(Operation.id == operation_id, Operation.state == "running")
+                             .values(state="interrupted", ended_at=now,
+                                     error=f"the gateway process {self.me.host}:{pid} that "
+                                           f"ran it stopped before it finished"))
+            shutil.rmtree(self.results / operation_id, ignore_errors=True)
+        return [op for op, _ in gone]

@@ -1,0 +1,125 @@
+"""The gateway's operations (`deepx_flow/gateway/operations.py`), without a transport: a
+graph executed in a thread gives dx.run's results from stored files; the same id and
+request attach, another request is refused; failures, cancellations and a dead gateway's
+operations end in a final state, and nothing unfinished is listed."""
+
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from sqlmodel import select
+
+import deepx_flow as dx
+from deepx_flow.gateway.graphs import graph_of
+from deepx_flow.gateway.operations import NotFound, Operations
+from deepx_flow.kernels.faults import Fault
+from deepx_flow.meta import open_db
+from deepx_flow.meta.models import Operation, Run
+from deepx_flow.processes import this_process
+from deepx_flow.errors import InputError
+from tests.helpers import faults_on
+
+SPEC = {"deepx": 1, "name": "scaled",
+        "inputs": {"x": {"shape": [6, 4], "dtype": "float32"}},
+        "nodes": [{"id": "y", "op": "mul", "args": ["x", 3.0]},
+                  {"id": "s", "op": "sum", "args": ["y"], "attrs": {"axes": [1]}}],
+        "outputs": ["y", "s"]}
+
+
+@pytest.fixture
+def ops(client, tmp_path):
+    return Operations(open_db(), tmp_path / "results", client)
+
+
+def _x(seed=0):
+    return np.random.default_rng(seed).standard_normal((6, 4)).astype(np.float32)
+
+
+def test_an_execution_gives_dx_runs_results_from_its_stored_files(ops, client):
+    x = _x()
+    op_id, started = ops.execute(graph_of(SPEC, 100), SPEC, {"x": x})
+    assert started
+    found = ops.get(op_id, wait_seconds=None)
+    assert found.state == "succeeded" and found.ended_at >= found.created_at
+    want = dx.run(graph_of(SPEC, 100), inputs={"x": x}, client=client)
+    got = ops.outputs(found)
+    assert list(got) == ["y", "s"]
+    for name in got:
+        np.testing.assert_array_equal(got[name], want[name])
+    with open_db().read() as s:
+        assert s.get(Run, found.run_id).status == "succeeded"
+    listed = json.loads(found.outputs)
+    assert listed[1] == {"name": "s", "datatype": "FP32", "shape": [6], "file": "1.npy"}
+
+
+def test_some_outputs_only_and_unknown_ones_refused(ops):
+    op_id, _ = ops.execute(graph_of(SPEC, 100), SPEC, {"x": _x()}, outputs=["s"])
+    assert list(ops.outputs(ops.get(op_id, wait_seconds=None))) == ["s"]
+    with pytest.raises(InputError, match="'z' asked for, but the graph's outputs are y, s"):
+        ops.execute(graph_of(SPEC, 100), SPEC, {"x": _x()}, outputs=["z"])
+
+
+def test_the_same_id_and_request_attach_and_another_request_is_refused(ops):
+    first, started = ops.execute(graph_of(SPEC, 100), SPEC, {"x": _x()}, operation_id="job-1")
+    again, started_again = ops.execute(graph_of(SPEC, 100), SPEC, {"x": _x()},
+                                       operation_id="job-1")
+    assert (first, started, again, started_again) == ("job-1", True, "job-1", False)
+    assert ops.get("job-1", wait_seconds=None).state == "succeeded"
+    with open_db().read() as s:
+        assert len(s.exec(select(Run).where(Run.id == ops.get("job-1").run_id)).all()) == 1
+    with pytest.raises(InputError, match="'job-1' was used for another request"):
+        ops.execute(graph_of(SPEC, 100), SPEC, {"x": _x(1)}, operation_id="job-1")
+    with pytest.raises(InputError, match="is not 1 to 128 letters"):
+        ops.execute(graph_of(SPEC, 100), SPEC, {"x": _x()}, operation_id="../etc")
+
+
+def test_a_failed_run_is_failed_with_the_deepx_error_text(ops, client):
+    bad = {"x": np.zeros((5, 4), np.float32)}  # the spec says (6, 4)
+    op_id, _ = ops.execute(graph_of(SPEC, 100), SPEC, bad)
+    found = ops.get(op_id, wait_seconds=None)
+    assert found.state == "failed"
+    with pytest.raises(InputError) as err:
+        dx.run(graph_of(SPEC, 100), inputs=bad, client=client)
+    assert found.error == str(err.value)
+    assert not (ops.results / op_id).exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_cancelled_operation_is_interrupted(ops, client):
+    with faults_on(client, Fault("hang")):
+        op_id, _ = ops.execute(graph_of(SPEC, 100), SPEC, {"x": _x()})
+        assert ops.get(op_id, wait_seconds=0.5).state == "running"
+        found = ops.cancel(op_id)
+    assert found.state == "interrupted" and "cancelled" in found.error
+    assert ops.outputs(found) == {}
+    with open_db().read() as s:
+        assert s.get(Run, found.run_id).status == "interrupted"
+
+
+def test_unknown_ids_are_not_found(ops):
+    for bad in ("nope", "../x", ""):
+        with pytest.raises(NotFound):
+            ops.get(bad)
+
+
+def test_a_dead_gateways_running_operations_are_interrupted_and_their_files_removed(ops):
+    me = this_process()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    pid = int(dead.stdout)
+    with open_db().session() as s:
+        s.add(Operation(id="left", kind="execute", request_digest="0" * 64,
+                        created_at=time.time() - 5, host=me.host, pid=pid,
+                        pid_space=me.space))
+    (ops.results / "left").mkdir(parents=True)
+    (ops.results / "left" / ".0.npy.partial").write_bytes(b"half")
+    if me.space is None:
+        pytest.skip("this process cannot look up others by pid here")
+    assert ops.interrupt_orphaned() == ["left"]
+    found = ops.get("left")
+    assert found.state == "interrupted" and f":{pid} that ran it stopped" in found.error
+    assert not (ops.results / "left").exists()
+    assert ops.interrupt_orphaned() == []
