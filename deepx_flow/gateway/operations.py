@@ -42,6 +42,7 @@ from deepx_flow.meta.orphans import driver_gone, process_started
 from deepx_flow.processes import this_process
 from deepx_flow.runtime.cancel import Cancellation, RunCancelled
 from deepx_flow.runtime.futures import describe_error
+from deepx_flow.runtime.inputs import bind_inputs
 from deepx_flow.runtime.progress import RunProgress
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,7 @@ class Operations:
         if unknown:
             raise InputError(f"output(s) {', '.join(map(shown, unknown))} asked for, but the "
                              f"graph's outputs are {', '.join(names)}")
+        bind_inputs(graph, inputs)  # a missing or mismatched input: refused, not run
         digest = request_digest("execute", graph_doc, inputs, wanted)
         operation_id, new = self._record(operation_id, digest)
         if not new:

@@ -76,14 +76,33 @@ def test_the_same_id_and_request_attach_and_another_request_is_refused(ops):
         ops.execute(graph_of(SPEC, 100), SPEC, {"x": _x()}, operation_id="../etc")
 
 
-def test_a_failed_run_is_failed_with_the_deepx_error_text(ops, client):
+def _operation_ids():
+    with open_db().read() as s:
+        return set(s.exec(select(Operation.id)).all())
+
+
+def test_inputs_that_do_not_fit_are_refused_before_anything_runs(ops, client):
+    before = _operation_ids()
     bad = {"x": np.zeros((5, 4), np.float32)}  # the spec says (6, 4)
-    op_id, _ = ops.execute(graph_of(SPEC, 100), SPEC, bad)
-    found = ops.get(op_id, wait_seconds=None)
-    assert found.state == "failed"
     with pytest.raises(InputError) as err:
+        ops.execute(graph_of(SPEC, 100), SPEC, bad)
+    with pytest.raises(InputError) as same:
         dx.run(graph_of(SPEC, 100), inputs=bad, client=client)
-    assert found.error == str(err.value)
+    assert str(err.value) == str(same.value)
+    with pytest.raises(InputError, match="input 'x' .* was not given"):
+        ops.execute(graph_of(SPEC, 100), SPEC, {})
+    assert _operation_ids() == before
+
+
+def test_a_run_that_fails_is_failed_with_the_deepx_error_text(ops, client):
+    from deepx_flow.kernels.faults import Fault
+    with faults_on(client, Fault("raise")):
+        op_id, _ = ops.execute(graph_of(SPEC, 100), SPEC, {"x": _x()})
+        found = ops.get(op_id, wait_seconds=None)
+        with pytest.raises(dx.ExecutionError) as err:
+            dx.run(graph_of(SPEC, 100), inputs={"x": _x()}, client=client)
+    assert found.state == "failed" and found.error
+    assert found.error.split(":")[0] == str(err.value).split(":")[0]
     assert not (ops.results / op_id).exists()
 
 

@@ -1,0 +1,221 @@
+"""The contract's HTTP/JSON mirror: a Starlette (ASGI) app over the transport-free calls of
+`service.Gateway`, served by uvicorn (`serve.py`).
+
+Bodies are JSON, tensors OIP's JSON tensors. The binary tensor extension of the Open
+Inference Protocol (KServe v2, as Triton speaks it) carries raw bytes instead: a request
+whose `Inference-Header-Content-Length` header says how long its JSON part is, followed by
+the bytes of each input that says `"parameters": {"binary_data_size": n}`, in order; and
+outputs asked for with `"parameters": {"binary_data_output": true}` (all) or an output's
+`{"name": ..., "parameters": {"binary_data": true}}` come back the same way.
+
+Errors are `{"error": message}`, the message the Python DeepxError carries, with 400 for a
+bad request (a malformed body, an unknown operator, a bad shape or dtype, a missing input,
+a plan that cannot fit), 404 for an unknown operation, 413 for a body over the limit.
+"""
+
+from __future__ import annotations
+
+import json
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from deepx_flow.contract import tensors
+from deepx_flow.errors import DeepxError, InputError, shown
+from deepx_flow.gateway.operations import NotFound
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+
+class TooLarge(InputError):
+    """A request body over the gateway's limit."""
+
+
+def status_of(err: DeepxError) -> int:
+    """The HTTP status that says what kind of error `err` is."""
+    if isinstance(err, NotFound):
+        return 404
+    if isinstance(err, TooLarge):
+        return 413
+    return 400 if err.exit_code == 2 else 500
+
+
+def make_app(gateway) -> Starlette:
+    """The app serving `gateway` (a `service.Gateway`)."""
+
+    async def capabilities(request: Request):
+        return JSONResponse(gateway.capabilities())
+
+    async def analyze(request: Request):
+        body, _ = await _body(request, gateway.limits.max_request_bytes)
+        _only(body, {"graph"})
+        return JSONResponse(await run_in_threadpool(gateway.analyze, _needs(body, "graph")))
+
+    async def execute(request: Request):
+        body, raw = await _body(request, gateway.limits.max_request_bytes)
+        _only(body, {"graph", "inputs", "outputs", "wait_seconds", "operation_id",
+                     "parameters"})
+        inputs = _inputs(body.get("inputs", []), raw)
+        names, binary = _outputs(body)
+        answer = await run_in_threadpool(
+            gateway.execute, _needs(body, "graph"), inputs, names,
+            body.get("wait_seconds"), body.get("operation_id"))
+        return _operation(answer, binary)
+
+    async def operation(request: Request):
+        wait = _number(request.query_params.get("wait_seconds"), "wait_seconds")
+        binary = request.query_params.get("binary_data_output", "false") == "true"
+        answer = await run_in_threadpool(gateway.operation, request.path_params["id"], wait)
+        return _operation(answer, {"*"} if binary else set())
+
+    async def cancel(request: Request):
+        answer = await run_in_threadpool(gateway.cancel, request.path_params["id"])
+        return _operation(answer, set())
+
+    routes = [Route("/v1/capabilities", capabilities, methods=["GET"]),
+              Route("/v1/graphs:analyze", analyze, methods=["POST"]),
+              Route("/v1/graphs:execute", execute, methods=["POST"]),
+              Route("/v1/operations/{id}:cancel", cancel, methods=["POST"]),
+              Route("/v1/operations/{id}", operation, methods=["GET"])]
+    app = Starlette(routes=routes, exception_handlers={DeepxError: _error})
+    return app
+
+
+async def _error(request: Request, err: DeepxError):
+    return JSONResponse({"error": str(err)}, status_code=status_of(err))
+
+
+async def _body(request: Request, limit: int) -> tuple[dict, bytes]:
+    """The request's JSON object, and the binary bytes after it (the binary extension)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise TooLarge(f"the request body is {int(declared):,} bytes, over the limit of "
+                       f"{limit:,}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge(f"the request body is over the limit of {limit:,} bytes")
+        chunks.append(chunk)
+    data = b"".join(chunks)
+    length = request.headers.get(HEADER_LENGTH)
+    if length is not None:
+        if not length.isdigit() or int(length) > len(data):
+            raise InputError(f"{HEADER_LENGTH} is {shown(length)}, not a length within the "
+                             f"{len(data):,} bytes of the body")
+        head, raw = data[:int(length)], data[int(length):]
+    else:
+        head, raw = data, b""
+    try:
+        body = json.loads(head)
+    except RecursionError:
+        raise InputError("the request's JSON is nested too deep") from None
+    except ValueError as err:
+        raise InputError(f"the request body is not JSON: {err}") from None
+    if not isinstance(body, dict):
+        raise InputError(f"the request body is {shown(body)}, not a JSON object")
+    return body, raw
+
+
+def _only(body: dict, fields: set) -> None:
+    unknown = sorted(set(body) - fields)
+    if unknown:
+        raise InputError(f"unknown field(s) {', '.join(map(shown, unknown))} (this call "
+                         f"takes {', '.join(sorted(fields))})")
+
+
+def _needs(body: dict, field: str):
+    if field not in body:
+        raise InputError(f"the request has no {field!r}")
+    return body[field]
+
+
+def _number(text, name: str):
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise InputError(f"{name} is {shown(text)}, not a number") from None
+
+
+def _inputs(listed, raw: bytes) -> dict:
+    """Input name -> array, from JSON tensors and the binary bytes that follow them."""
+    if not isinstance(listed, list):
+        raise InputError(f"inputs is {shown(listed)}, not a list of tensors")
+    arrays, at = {}, 0
+    for obj in listed:
+        size = None
+        params = obj.get("parameters") if isinstance(obj, dict) else None
+        if params is not None:
+            if not isinstance(params, dict):
+                raise InputError(f"a tensor's parameters are {shown(params)}, not an object")
+            size = params.get("binary_data_size")
+            if size is not None and (type(size) is not int or size < 0):
+                raise InputError(f"binary_data_size is {shown(size)}, not a byte count")
+        if size is not None:
+            if at + size > len(raw):
+                raise InputError(f"tensor {shown(obj.get('name'))}: binary_data_size {size:,} "
+                                 f"passes the end of the {len(raw):,} binary bytes")
+            name, array = tensors.from_json(obj, raw[at:at + size])
+            at += size
+        else:
+            name, array = tensors.from_json(obj)
+        if name in arrays:
+            raise InputError(f"input {shown(name)} is given twice")
+        arrays[name] = array
+    if at != len(raw):
+        raise InputError(f"{len(raw) - at:,} binary bytes after the last input's")
+    return arrays
+
+
+def _outputs(body: dict) -> tuple[list | None, set]:
+    """The output names asked for (None: all), and those to return as binary data ("*":
+    all of them)."""
+    params = body.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise InputError(f"parameters are {shown(params)}, not an object")
+    binary = {"*"} if params.get("binary_data_output") is True else set()
+    listed = body.get("outputs")
+    if listed is None:
+        return None, binary
+    if not isinstance(listed, list):
+        raise InputError(f"outputs is {shown(listed)}, not a list")
+    names = []
+    for entry in listed:
+        if isinstance(entry, str):
+            names.append(entry)
+        elif isinstance(entry, dict) and isinstance(entry.get("name"), str):
+            names.append(entry["name"])
+            if (entry.get("parameters") or {}).get("binary_data") is True:
+                binary.add(entry["name"])
+        else:
+            raise InputError(f"an output is {shown(entry)}, not a name or "
+                             f"{{\"name\": ..., \"parameters\": ...}}")
+    return names, binary
+
+
+def _operation(answer: dict, binary: set) -> Response:
+    """An operation's answer: JSON, with its outputs as JSON tensors or binary data."""
+    outputs = answer.pop("outputs", None)
+    parts = []
+    if outputs is not None:
+        listed = []
+        for name, array in outputs.items():
+            if "*" in binary or name in binary:
+                raw = tensors.to_raw(array)
+                listed.append({"name": name, "datatype": tensors.datatype_of(array.dtype),
+                               "shape": list(array.shape),
+                               "parameters": {"binary_data_size": len(raw)}})
+                parts.append(raw)
+            else:
+                listed.append(tensors.to_json(name, array))
+        answer["outputs"] = listed
+    head = json.dumps(answer, allow_nan=False).encode()
+    if not parts:
+        return Response(head, media_type="application/json")
+    return Response(b"".join([head, *parts]), media_type="application/octet-stream",
+                    headers={HEADER_LENGTH: str(len(head))})

@@ -1,0 +1,77 @@
+"""The gateway's calls, whatever the transport: each takes the contract's request fields
+(graphs as spec objects or JSON text, tensors as arrays) and answers with the contract's
+JSON shape, or raises the DeepxError whose text the client is shown. The transports
+(`http_app`, `grpc_server`) only decode requests into these calls and encode what they
+answer; so HTTP and gRPC say the same things in the same words.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from deepx_flow.errors import InputError, shown
+from deepx_flow.gateway import capabilities as caps
+from deepx_flow.gateway.graphs import analyze, graph_of
+from deepx_flow.gateway.operations import Operations
+
+
+class Gateway:
+    """One server's state: its limits, the Dask client it runs on, its operations."""
+
+    def __init__(self, client, db, results: Path, limits: caps.Limits | None = None):
+        self.client, self.db = client, db
+        self.limits = limits or caps.Limits()
+        self.operations = Operations(db, results, client)
+        self.operations.interrupt_orphaned()
+
+    def capabilities(self) -> dict:
+        return caps.capabilities(self.limits)
+
+    def _graph(self, spec):
+        return graph_of(spec, self.limits.max_graph_nodes)
+
+    def analyze(self, spec) -> dict:
+        from deepx_flow.runtime.run import cluster_spec
+        return analyze(self._graph(spec), cluster_spec(None, self.client))
+
+    def execute(self, spec, inputs: dict, outputs: list | None = None,
+                wait_seconds: float | None = None, operation_id: str | None = None) -> dict:
+        """Start the graph on `inputs` (name -> array) and wait for it up to `wait_seconds`
+        (None: until it ends); the operation as `operation` answers it."""
+        graph = self._graph(spec)
+        doc = json.loads(spec) if isinstance(spec, (str, bytes)) else spec
+        wait_seconds = checked_wait(wait_seconds)
+        if outputs is not None and (not isinstance(outputs, list)
+                                    or not all(isinstance(o, str) for o in outputs)):
+            raise InputError(f"outputs is {shown(outputs)}, not a list of output names")
+        op_id, _ = self.operations.execute(graph, doc, inputs, outputs, operation_id)
+        return self.operation(op_id, wait_seconds)
+
+    def operation(self, operation_id: str, wait_seconds: float | None = 0.0) -> dict:
+        """An operation's state; with its outputs (name -> array) once it succeeded."""
+        found = self.operations.get(operation_id, checked_wait(wait_seconds))
+        return self._answer(found)
+
+    def cancel(self, operation_id: str) -> dict:
+        return self._answer(self.operations.cancel(operation_id))
+
+    def _answer(self, found) -> dict:
+        answer = {"operation": found.id, "state": found.state, "kind": found.kind,
+                  "run_id": found.run_id, "created_at": found.created_at,
+                  "ended_at": found.ended_at}
+        if found.error:
+            answer["error"] = found.error
+        if found.state == "succeeded":
+            answer["outputs"] = self.operations.outputs(found)
+        return answer
+
+
+def checked_wait(seconds) -> float | None:
+    """A wait in seconds: None (until the end), or a finite number from 0 up."""
+    if seconds is None:
+        return None
+    if type(seconds) not in (int, float) or not 0 <= seconds < float("inf"):
+        raise InputError(f"wait_seconds is {shown(seconds)}, not a number of seconds from 0 "
+                         f"up (leave it out to wait until the run ends)")
+    return float(seconds)

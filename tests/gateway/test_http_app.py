@@ -1,0 +1,140 @@
+"""The HTTP/JSON mirror (`gateway/http_app.py`), served by uvicorn on loopback in this
+process: each call's answer, JSON and binary tensors, and each bad request's status and
+message."""
+
+import json
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+import uvicorn
+
+import deepx_flow as dx
+from deepx_flow.gateway.capabilities import Limits
+from deepx_flow.gateway.graphs import graph_of
+from deepx_flow.gateway.http_app import HEADER_LENGTH, make_app
+from deepx_flow.gateway.service import Gateway
+from deepx_flow.meta import open_db
+from tests.helpers import free_port
+
+SPEC = {"deepx": 1, "inputs": {"x": {"shape": [3, 4], "dtype": "float32"}},
+        "nodes": [{"id": "y", "op": "exp", "args": ["x"]},
+                  {"id": "s", "op": "sum", "args": ["y"], "attrs": {"axes": [0]}}],
+        "outputs": ["y", "s"]}
+
+
+@pytest.fixture
+def http(client, tmp_path):
+    gateway = Gateway(client, open_db(), tmp_path / "results",
+                      Limits(max_request_bytes=1 << 20))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(make_app(gateway), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.05)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http_client:
+            yield http_client
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+def _x():
+    return np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+
+
+def _want(client, x):
+    return dx.run(graph_of(SPEC, 100), inputs={"x": x}, client=client)
+
+
+def test_capabilities(http):
+    answer = http.get("/v1/capabilities")
+    assert answer.status_code == 200 and answer.json()["protocol_version"] == "deepx.v1"
+
+
+def test_analyze(http):
+    answer = http.post("/v1/graphs:analyze", json={"graph": SPEC})
+    assert answer.status_code == 200
+    assert answer.json()["outputs"] == [{"name": "y", "datatype": "FP32", "shape": [3, 4]},
+                                        {"name": "s", "datatype": "FP32", "shape": [4]}]
+
+
+def test_execute_with_json_tensors(http, client):
+    x = _x()
+    answer = http.post("/v1/graphs:execute", json={
+        "graph": SPEC, "inputs": [{"name": "x", "shape": [3, 4], "datatype": "FP32",
+                                   "data": x.ravel().tolist()}]})
+    assert answer.status_code == 200
+    body = answer.json()
+    assert body["state"] == "succeeded" and body["run_id"]
+    want = _want(client, x)
+    for tensor in body["outputs"]:
+        got = np.array(tensor["data"], np.float32).reshape(tensor["shape"])
+        np.testing.assert_array_equal(got, want[tensor["name"]])
+    again = http.get(f"/v1/operations/{body['operation']}").json()
+    assert again["outputs"] == body["outputs"]
+
+
+def test_execute_with_binary_tensors(http, client):
+    x = _x()
+    head = json.dumps({"graph": SPEC, "outputs": [{"name": "s",
+                                                   "parameters": {"binary_data": True}}],
+                       "inputs": [{"name": "x", "shape": [3, 4], "datatype": "FP32",
+                                   "parameters": {"binary_data_size": x.nbytes}}]}).encode()
+    answer = http.post("/v1/graphs:execute", content=head + x.tobytes(),
+                       headers={HEADER_LENGTH: str(len(head)),
+                                "Content-Type": "application/octet-stream"})
+    assert answer.status_code == 200
+    n = int(answer.headers[HEADER_LENGTH])
+    body = json.loads(answer.content[:n])
+    [s] = body["outputs"]
+    assert s["parameters"] == {"binary_data_size": 16}
+    got = np.frombuffer(answer.content[n:], "<f4")
+    np.testing.assert_array_equal(got, _want(client, x)["s"])
+
+
+def test_a_run_outlasting_the_wait_answers_running_then_its_results(http, client):
+    from deepx_flow.kernels.faults import Fault
+    from tests.helpers import faults_on
+    x = _x()
+    with faults_on(client, Fault("hang")):
+        body = http.post("/v1/graphs:execute", json={
+            "graph": SPEC, "wait_seconds": 0.2, "operation_id": "slow-1",
+            "inputs": [{"name": "x", "shape": [3, 4], "datatype": "FP32",
+                        "data": x.ravel().tolist()}]}).json()
+        assert body["state"] == "running" and "outputs" not in body
+    done = http.get("/v1/operations/slow-1?wait_seconds=60").json()
+    assert done["state"] == "succeeded"
+
+
+@pytest.mark.parametrize("body, status, says", [
+    (b"{", 400, "not JSON"),
+    (b"[1]", 400, "not a JSON object"),
+    (json.dumps({"graph": SPEC, "inputs": []}).encode(), 400, "input 'x'"),
+    (json.dumps({"graph": SPEC, "inputs": [{"name": "x", "shape": [2, 4], "datatype": "FP32",
+                                            "data": [0.0] * 8}]}).encode(), 400, "'x'"),
+    (json.dumps({"graph": {**SPEC, "nodes": [{"id": "y", "op": "exq", "args": ["x"]}]},
+                 "inputs": []}).encode(), 400, "exq"),
+    (json.dumps({"graph": SPEC, "inputs": [], "colour": 1}).encode(), 400, "unknown field"),
+    (json.dumps({"inputs": []}).encode(), 400, "no 'graph'"),
+    (json.dumps({"graph": SPEC, "inputs": [], "wait_seconds": -1}).encode(), 400,
+     "wait_seconds"),
+    (b" " * (2 << 20), 413, "over the limit"),
+])
+def test_bad_requests_get_their_status_and_the_deepx_error_text(http, body, status, says):
+    answer = http.post("/v1/graphs:execute", content=body)
+    assert answer.status_code == status, answer.text
+    assert says in answer.json()["error"]
+    assert http.get("/v1/capabilities").status_code == 200  # and it keeps serving
+
+
+def test_unknown_operations_are_404(http):
+    assert http.get("/v1/operations/nope").status_code == 404
+    assert http.post("/v1/operations/nope:cancel").status_code == 404
