@@ -64,7 +64,7 @@ def _version() -> str:
 
 def _parser() -> argparse.ArgumentParser:
     from deepx_flow.cli import (assets_cmd, gpu_cmd, onnx_cmd, registry_cmd, runs_cmd,
-                                scheduler_cmd, ui_cmd)
+                                scheduler_cmd, serve_cmd, ui_cmd)
 
     parser = _Parser(prog="deepx-flow", description="Run tensor graphs on Dask clusters.")
     parser.add_argument("--version", action="version", version=f"deepx-flow {_version()}")
@@ -105,6 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     ui_cmd.add_parser(sub, [db])
     onnx_cmd.add_parser(sub, [db])
     gpu_cmd.add_parser(sub, [db])
+    serve_cmd.add_parser(sub, [db])
     return parser
 
 
@@ -229,13 +230,13 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     from deepx_flow.cli import (assets_cmd, gpu_cmd, onnx_cmd, registry_cmd, runs_cmd,
-                                scheduler_cmd, ui_cmd)
+                                scheduler_cmd, serve_cmd, ui_cmd)
     command = {"run": _cmd_run, "explain": _cmd_explain, "ops": _cmd_ops,
                "runs": runs_cmd.cmd_runs, "placement": runs_cmd.cmd_placement,
                "registry": registry_cmd.run, "assets": assets_cmd.cmd_assets,
                "materialize": assets_cmd.cmd_materialize,
                "scheduler": scheduler_cmd.run, "ui": ui_cmd.run,
-               "onnx": onnx_cmd.run, "gpu": gpu_cmd.run}[args.command]
+               "onnx": onnx_cmd.run, "gpu": gpu_cmd.run, "serve": serve_cmd.run}[args.command]
     try:
         settings()  # every DEEPX_* variable checked, whatever the command reads
         return command(args)

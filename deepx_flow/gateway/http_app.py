@@ -43,8 +43,9 @@ def status_of(err: DeepxError) -> int:
     return 400 if err.exit_code == 2 else 500
 
 
-def make_app(gateway) -> Starlette:
-    """The app serving `gateway` (a `service.Gateway`)."""
+def make_app(gateway, creds=None) -> Starlette:
+    """The app serving `gateway` (a `service.Gateway`), to callers `creds` (an
+    `auth.Credentials`; default none needed) allows."""
 
     async def capabilities(request: Request):
         return JSONResponse(gateway.capabilities())
@@ -81,7 +82,31 @@ def make_app(gateway) -> Starlette:
               Route("/v1/operations/{id}:cancel", cancel, methods=["POST"]),
               Route("/v1/operations/{id}", operation, methods=["GET"])]
     app = Starlette(routes=routes, exception_handlers={DeepxError: _error})
+    if creds is not None and creds.required:
+        app.add_middleware(_Authenticated, creds=creds)
     return app
+
+
+class _Authenticated:
+    """Answer 401 to a request whose Authorization header `creds` does not allow."""
+
+    def __init__(self, app, creds):
+        self.app, self.creds = app, creds
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or ())
+            given = headers.get(b"authorization")
+            if not self.creds.allows(given.decode("latin-1") if given else None):
+                schemes = (["Bearer"] if self.creds.token else []) + \
+                    (['Basic realm="deepx_flow"'] if self.creds.users else [])
+                answer = JSONResponse({"error": "unauthenticated: this gateway needs a "
+                                                "bearer token or a user and password"},
+                                      status_code=401,
+                                      headers={"WWW-Authenticate": ", ".join(schemes)})
+                await answer(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 async def _error(request: Request, err: DeepxError):

@@ -1,0 +1,99 @@
+"""`deepx-flow serve`: the gateway, on an existing cluster (`--scheduler`, or
+DEEPX_SCHEDULER) or this process's embedded one, until SIGTERM or Ctrl-C.
+
+The HTTP mirror is served by uvicorn. Stopping is graceful: uvicorn stops taking new
+connections and finishes the requests in flight before the process exits (operations
+still running are then interrupted by the next gateway to start, `operations.py`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from pathlib import Path
+
+from deepx_flow.errors import InputError
+from deepx_flow.gateway import auth
+from deepx_flow.gateway.capabilities import Limits
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ADDRESS = "127.0.0.1"
+DEFAULT_HTTP_PORT = 8000
+DEFAULT_GRPC_PORT = 8001
+DEFAULT_RESULTS = Path(".deepx") / "operations"
+
+
+def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
+          scheduler: str | None = None, auth_token: str | None = None,
+          basic_auth: str | None = None, tls_cert: str | None = None,
+          tls_key: str | None = None, results: Path = DEFAULT_RESULTS, db: str | None = None,
+          limits: Limits | None = None, ready=None) -> None:
+    """Serve the contract over HTTP until stopped. `ready(port)` is called once the server
+    listens (tests start it on port 0)."""
+    import uvicorn
+
+    from deepx_flow.gateway.http_app import make_app
+    from deepx_flow.gateway.service import Gateway
+    from deepx_flow.meta import open_db
+    from deepx_flow.runtime.cluster import connect
+
+    creds = auth.credentials(auth_token, basic_auth)
+    auth.check_bind(address, creds)
+    if bool(tls_cert) != bool(tls_key):
+        raise InputError("--tls-cert and --tls-key go together: give both, or neither")
+    for flag, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
+        if path and not Path(path).is_file():
+            raise InputError(f"{flag} {path}: no such file")
+    if not 0 <= http_port <= 65535:
+        raise InputError(f"--http-port {http_port} is not a port number (0 to 65535)")
+    database = open_db(db)
+    with connect(scheduler=scheduler) as client:
+        gateway = Gateway(client, database, Path(results), limits)
+        config = uvicorn.Config(make_app(gateway, creds), host=address, port=http_port,
+                                log_level="warning", ssl_certfile=tls_cert,
+                                ssl_keyfile=tls_key, timeout_graceful_shutdown=30)
+        server = uvicorn.Server(config)
+        if ready is not None:
+            _call_when_started(server, ready)
+        with _stopped_by_signals():
+            server.run()
+
+
+class _Stop(Exception):
+    """SIGTERM or SIGINT, once uvicorn has shut down gracefully."""
+
+
+@contextlib.contextmanager
+def _stopped_by_signals():
+    """Let SIGTERM and SIGINT end the serving block as a normal return. uvicorn takes both
+    while it serves, shuts down gracefully, then raises the signal again with the handlers
+    it found (by default: the process dies of it, before the cluster is closed); the
+    handlers here make that a return, so the embedded cluster closes and the exit code
+    is 0."""
+    def stop(signum, frame):
+        raise _Stop()
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    except _Stop:
+        log.info("deepx-flow serve: stopped")
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def _call_when_started(server, ready) -> None:
+    import time
+
+    def wait():
+        while not server.started and not server.should_exit:
+            time.sleep(0.05)
+        if server.started:
+            ready(server.servers[0].sockets[0].getsockname()[1])
+    threading.Thread(target=wait, daemon=True).start()
