@@ -1,5 +1,5 @@
 """`deepx-flow serve`: the gateway (`deepx_flow/gateway/serve.py`), the wire contract over
-HTTP on 127.0.0.1:8000 unless told otherwise. Any other address than loopback needs
+HTTP on 127.0.0.1:8000 and gRPC on 127.0.0.1:8001 unless told otherwise. Any other address than loopback needs
 `--auth-token` (or DEEPX_GATEWAY_TOKEN) or `--basic-auth`; without one it refuses, exit
 code 2."""
 
@@ -14,14 +14,14 @@ from deepx_flow.gateway.serve import (DEFAULT_ADDRESS, DEFAULT_GRPC_PORT, DEFAUL
 
 def add_parser(sub, parents) -> None:
     p = sub.add_parser("serve", parents=parents,
-                       help="serve the wire contract (graphs, operations) over HTTP")
+                       help="serve the wire contract (graphs, operations) over HTTP and gRPC")
     p.add_argument("--address", default=DEFAULT_ADDRESS,
                    help=f"address to listen on (default {DEFAULT_ADDRESS}; any other needs "
                         f"--auth-token or --basic-auth)")
     p.add_argument("--http-port", type=int, default=DEFAULT_HTTP_PORT,
                    help=f"HTTP port (default {DEFAULT_HTTP_PORT}; 0: any free one)")
     p.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT,
-                   help=f"gRPC port (default {DEFAULT_GRPC_PORT}; not served yet)")
+                   help=f"gRPC port (default {DEFAULT_GRPC_PORT}; 0: any free one)")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="a running Dask scheduler (default DEEPX_SCHEDULER, else this "
                         "process's embedded cluster)")
@@ -39,9 +39,11 @@ def add_parser(sub, parents) -> None:
 def run(args) -> int:
     from deepx_flow.gateway.serve import serve
 
-    def ready(port):
-        print(f"deepx-flow serve: HTTP on {args.address}:{port}", file=sys.stderr, flush=True)
-    serve(address=args.address, http_port=args.http_port, scheduler=args.scheduler,
+    def ready(http_port, grpc_port):
+        print(f"deepx-flow serve: HTTP on {args.address}:{http_port}, gRPC on "
+              f"{args.address}:{grpc_port}", file=sys.stderr, flush=True)
+    serve(address=args.address, http_port=args.http_port, grpc_port=args.grpc_port,
+          scheduler=args.scheduler,
           auth_token=args.auth_token, basic_auth=args.basic_auth, tls_cert=args.tls_cert,
           tls_key=args.tls_key, results=args.results, db=args.db, ready=ready)
     return 0

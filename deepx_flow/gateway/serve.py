@@ -1,9 +1,10 @@
 """`deepx-flow serve`: the gateway, on an existing cluster (`--scheduler`, or
 DEEPX_SCHEDULER) or this process's embedded one, until SIGTERM or Ctrl-C.
 
-The HTTP mirror is served by uvicorn. Stopping is graceful: uvicorn stops taking new
-connections and finishes the requests in flight before the process exits (operations
-still running are then interrupted by the next gateway to start, `operations.py`).
+The HTTP mirror is served by uvicorn and the gRPC services by grpcio's asyncio server, in
+one event loop. Stopping is graceful: both stop taking new calls and finish those in flight
+(up to 30 s) before the process exits (operations still running are then interrupted by
+the next gateway to start, `operations.py`).
 """
 
 from __future__ import annotations
@@ -27,14 +28,16 @@ DEFAULT_RESULTS = Path(".deepx") / "operations"
 
 
 def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
-          scheduler: str | None = None, auth_token: str | None = None,
-          basic_auth: str | None = None, tls_cert: str | None = None,
-          tls_key: str | None = None, results: Path = DEFAULT_RESULTS, db: str | None = None,
+          grpc_port: int = DEFAULT_GRPC_PORT, scheduler: str | None = None,
+          auth_token: str | None = None, basic_auth: str | None = None,
+          tls_cert: str | None = None, tls_key: str | None = None,
+          results: Path = DEFAULT_RESULTS, db: str | None = None,
           limits: Limits | None = None, ready=None) -> None:
-    """Serve the contract over HTTP until stopped. `ready(port)` is called once the server
-    listens (tests start it on port 0)."""
+    """Serve the contract over HTTP and gRPC until stopped. `ready(http_port, grpc_port)`
+    is called once both listen (tests start them on port 0)."""
     import uvicorn
 
+    from deepx_flow.gateway.grpc_server import make_server
     from deepx_flow.gateway.http_app import make_app
     from deepx_flow.gateway.service import Gateway
     from deepx_flow.meta import open_db
@@ -47,19 +50,38 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
     for flag, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
         if path and not Path(path).is_file():
             raise InputError(f"{flag} {path}: no such file")
-    if not 0 <= http_port <= 65535:
-        raise InputError(f"--http-port {http_port} is not a port number (0 to 65535)")
+    for flag, port in (("--http-port", http_port), ("--grpc-port", grpc_port)):
+        if not 0 <= port <= 65535:
+            raise InputError(f"{flag} {port} is not a port number (0 to 65535)")
     database = open_db(db)
     with connect(scheduler=scheduler) as client:
         gateway = Gateway(client, database, Path(results), limits)
         config = uvicorn.Config(make_app(gateway, creds), host=address, port=http_port,
                                 log_level="warning", ssl_certfile=tls_cert,
                                 ssl_keyfile=tls_key, timeout_graceful_shutdown=30)
-        server = uvicorn.Server(config)
-        if ready is not None:
-            _call_when_started(server, ready)
+        http_server = uvicorn.Server(config)
+
+        async def both():
+            grpc_server = make_server(gateway, creds)
+            target = f"{address}:{grpc_port}"
+            if tls_cert:
+                pair = (Path(tls_key).read_bytes(), Path(tls_cert).read_bytes())
+                bound = grpc_server.add_secure_port(
+                    target, grpc.ssl_server_credentials([pair]))
+            else:
+                bound = grpc_server.add_insecure_port(target)
+            await grpc_server.start()
+            if ready is not None:
+                _call_when_started(http_server, lambda port: ready(port, bound))
+            try:
+                await http_server.serve()
+            finally:  # requests in flight get up to 30 s to finish
+                await grpc_server.stop(grace=30)
+
+        import asyncio
+        import grpc
         with _stopped_by_signals():
-            server.run()
+            asyncio.run(both())
 
 
 class _Stop(Exception):

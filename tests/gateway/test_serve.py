@@ -30,6 +30,7 @@ class Served:
         environ = {**os.environ, "DEEPX_DB_URL": f"sqlite:///{folder / 'gw.db'}", **(env or {})}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "deepx_flow.cli.main", "serve", "--http-port", "0",
+             "--grpc-port", "0",
              "--results", str(folder / "results"), *args],
             cwd=folder, env=environ, stderr=subprocess.PIPE, text=True)
         deadline, line = time.monotonic() + 120, ""
@@ -38,7 +39,8 @@ class Served:
             if not line and self.proc.poll() is not None:
                 raise AssertionError(f"serve exited {self.proc.returncode}")
             assert time.monotonic() < deadline, "serve did not start"
-        self.url = "http://" + re.search(r"HTTP on (\S+)", line).group(1)
+        found = re.search(r"HTTP on (\S+), gRPC on (\S+)", line)
+        self.url, self.grpc = "http://" + found.group(1), found.group(2)
 
     def stop(self) -> int:
         self.proc.send_signal(signal.SIGTERM)
@@ -86,5 +88,74 @@ def test_a_token_is_required_once_set(tmp_path):
         assert httpx.get(url).status_code == 401
         assert httpx.get(url, headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert httpx.get(url, headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        import grpc
+        from deepx_flow.contract.deepx.v1 import graphs_pb2, graphs_pb2_grpc
+        with grpc.insecure_channel(served.grpc) as channel:
+            stub = graphs_pb2_grpc.GraphServiceStub(channel)
+            for metadata in ((), (("authorization", "Bearer wrong"),)):
+                with pytest.raises(grpc.RpcError) as err:
+                    stub.GetCapabilities(graphs_pb2.GetCapabilitiesRequest(),
+                                         metadata=metadata)
+                assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+                with pytest.raises(grpc.RpcError) as err:  # a streaming call too
+                    list(stub.GetOperation(graphs_pb2.GetOperationRequest(id="x"),
+                                           metadata=metadata))
+                assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            caps = stub.GetCapabilities(graphs_pb2.GetCapabilitiesRequest(),
+                                        metadata=(("authorization", "Bearer s3cret"),))
+            assert caps.protocol_version == "deepx.v1"
+    finally:
+        assert served.stop() == 0
+
+
+@pytest.mark.timeout(300)
+def test_over_grpc_a_large_input_and_output_stream_in_bounded_chunks(tmp_path, client):
+    """8 MiB in and out, past the 4 MiB message limit: streamed both ways."""
+    import grpc
+    from deepx_flow.contract import tensors
+    from deepx_flow.contract.deepx.v1 import graphs_pb2, graphs_pb2_grpc, tensor_pb2
+    spec = {"deepx": 1, "inputs": {"x": {"shape": [1024, 1024, 2], "dtype": "float32"}},
+            "nodes": [{"id": "y", "op": "mul", "args": ["x", 2.0]}], "outputs": ["y"]}
+    x = np.random.default_rng(5).standard_normal((1024, 1024, 2)).astype(np.float32)
+    served = Served(tmp_path)
+    try:
+        with grpc.insecure_channel(served.grpc) as channel:
+            stub = graphs_pb2_grpc.GraphServiceStub(channel)
+            caps = stub.GetCapabilities(graphs_pb2.GetCapabilitiesRequest())
+            assert caps.limits.max_message_bytes == 4 << 20
+            header = graphs_pb2.ExecuteGraphHeader(
+                graph_json=json.dumps(spec), inputs=[tensors.to_message("x", x, 0)])
+            assert header.inputs[0].streamed
+
+            def requests():
+                yield graphs_pb2.ExecuteGraphRequest(header=header)
+                for index, offset, data in tensors.chunks(0, tensors.to_raw(x),
+                                                          caps.limits.max_chunk_bytes):
+                    yield graphs_pb2.ExecuteGraphRequest(input_chunk=tensor_pb2.TensorChunk(
+                        tensor=index, offset=offset, data=bytes(data)))
+            answers = list(stub.ExecuteGraph(requests()))
+            operation = answers[0].operation
+            assert operation.state == "succeeded", operation.error
+            [y] = operation.outputs
+            assert y.streamed and not y.raw_contents
+            assert all(len(a.output_chunk.data) <= caps.limits.max_chunk_bytes
+                       for a in answers[1:])
+            assembler = tensors.Assembler({0: ("y", x.nbytes)})
+            for a in answers[1:]:
+                assembler.add(a.output_chunk.tensor, a.output_chunk.offset,
+                              a.output_chunk.data)
+            got = tensors.from_message(y, assembler.finish()[0])
+            np.testing.assert_array_equal(got, x * np.float32(2.0))
+            # asked again by id: the same outputs
+            again = list(stub.GetOperation(graphs_pb2.GetOperationRequest(id=operation.id)))
+            assert again[0].operation.outputs == operation.outputs
+            with pytest.raises(grpc.RpcError) as err:
+                list(stub.GetOperation(graphs_pb2.GetOperationRequest(id="nope")))
+            assert err.value.code() == grpc.StatusCode.NOT_FOUND
+            bad = graphs_pb2.ExecuteGraphHeader(graph_json="{", inputs=[])
+            with pytest.raises(grpc.RpcError) as err:
+                list(stub.ExecuteGraph(iter([graphs_pb2.ExecuteGraphRequest(header=bad)])))
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "not JSON" in err.value.details()
     finally:
         assert served.stop() == 0

@@ -80,8 +80,9 @@ class GraphServiceServicer:
 
     def ExecuteGraph(self, request_iterator, context):
         """The first request message holds the graph and the input tensors' headers; streamed
-        inputs' bytes follow as chunks. The first response names the operation; the last says
-        how it ended, with the outputs (streamed outputs' chunks come between).
+        inputs' bytes follow as chunks. The first response is the operation: its state and,
+        once it succeeded, its outputs' headers (small ones with their bytes); the chunks of
+        the streamed outputs follow, in order. A client told "running" asks GetOperation.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,198 @@
+"""The contract over gRPC: `deepx.v1.GraphService` on grpcio's asyncio server, over the same
+transport-free calls as the HTTP mirror (`service.Gateway`).
+
+Messages stay under the limit (`Limits.max_message_bytes`, gRPC's usual 4 MiB): a tensor
+whose bytes would pass it travels as a header marked `streamed` and then `TensorChunk`
+messages of at most `max_chunk_bytes`. An execution answers with the operation (its state;
+when it succeeded, its outputs' headers, small ones with their bytes), then the chunks of
+the streamed outputs, in order; a client that got "running" asks GetOperation later, which
+answers the same way.
+
+Errors are gRPC status codes with the DeepxError's text: INVALID_ARGUMENT for a bad request,
+NOT_FOUND for an unknown operation, RESOURCE_EXHAUSTED for inputs over the limit,
+UNAUTHENTICATED for missing or wrong credentials (`authorization` metadata, as over HTTP).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import grpc
+import numpy as np
+
+from deepx_flow.contract import tensors
+from deepx_flow.contract.deepx.v1 import graphs_pb2, graphs_pb2_grpc, tensor_pb2
+from deepx_flow.errors import DeepxError, InputError
+from deepx_flow.gateway.http_app import TooLarge
+from deepx_flow.gateway.operations import NotFound
+
+HEADER_SLACK = 64 << 10  # room for a message's fields beside its largest bytes
+
+
+def code_of(err: DeepxError) -> grpc.StatusCode:
+    if isinstance(err, NotFound):
+        return grpc.StatusCode.NOT_FOUND
+    if isinstance(err, TooLarge):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
+    return grpc.StatusCode.INVALID_ARGUMENT if err.exit_code == 2 else \
+        grpc.StatusCode.INTERNAL
+
+
+class GraphService(graphs_pb2_grpc.GraphServiceServicer):
+    """The servicer: each call decodes its messages into `gateway`'s calls."""
+
+    def __init__(self, gateway):
+        self.gateway = gateway
+
+    async def GetCapabilities(self, request, context):
+        answer = self.gateway.capabilities()
+        return graphs_pb2.Capabilities(
+            protocol_version=answer["protocol_version"],
+            server_version=answer["server_version"],
+            operators=[graphs_pb2.OperatorInfo(**o) for o in answer["operators"]],
+            operator_table_hash=answer["operator_table_hash"],
+            limits=graphs_pb2.Limits(**answer["limits"]),
+            extensions=answer["extensions"], datatypes=answer["datatypes"])
+
+    async def AnalyzeGraph(self, request, context):
+        answer = await _called(context, self.gateway.analyze, request.graph_json)
+        return graphs_pb2.AnalyzeGraphResponse(
+            inputs=[graphs_pb2.AnalyzeGraphResponse.Value(**v) for v in answer["inputs"]],
+            outputs=[graphs_pb2.AnalyzeGraphResponse.Value(**v) for v in answer["outputs"]],
+            plan=answer["plan"], tasks=answer["tasks"], nodes=answer["nodes"])
+
+    async def ExecuteGraph(self, request_iterator, context):
+        limits = self.gateway.limits
+        try:
+            header, inputs = await _execute_request(request_iterator, limits)
+        except DeepxError as err:
+            await context.abort(code_of(err), str(err))
+        outputs = [t.name for t in header.outputs] or None
+        wait = header.wait_seconds if header.HasField("wait_seconds") else None
+        answer = await _called(context, self.gateway.execute, header.graph_json, inputs,
+                               outputs, wait, header.operation_id or None)
+        for message in _operation_messages(answer, limits):
+            yield message
+
+    async def GetOperation(self, request, context):
+        wait = request.wait_seconds if request.HasField("wait_seconds") else 0.0
+        answer = await _called(context, self.gateway.operation, request.id, wait)
+        for message in _operation_messages(answer, self.gateway.limits):
+            yield message
+
+    async def CancelOperation(self, request, context):
+        answer = await _called(context, self.gateway.cancel, request.id)
+        answer.pop("outputs", None)
+        return _operation(answer, [])
+
+
+async def _called(context, call, *args):
+    """`call(*args)` in a thread; its DeepxError aborts the call with its code and text."""
+    try:
+        return await asyncio.to_thread(call, *args)
+    except DeepxError as err:
+        await context.abort(code_of(err), str(err))
+
+
+async def _execute_request(messages, limits) -> tuple:
+    """The header of an ExecuteGraph request and its inputs (name -> array), streamed ones
+    assembled from their chunks."""
+    header, assembler, streamed = None, None, {}
+    total = 0
+    async for message in messages:
+        part = message.WhichOneof("part")
+        if header is None:
+            if part != "header":
+                raise InputError("an ExecuteGraph request starts with its header")
+            header = message.header
+            for index, tensor in enumerate(header.inputs):
+                if tensor.streamed:
+                    itemsize = np.dtype(tensors.dtype_of(tensor.datatype, tensor.name)).itemsize
+                    shape = tensors.checked_shape(list(tensor.shape), tensor.name,
+                                                  limits.max_request_bytes, itemsize)
+                    streamed[index] = (tensor.name, math.prod(shape) * itemsize)
+            assembler = tensors.Assembler(streamed)
+            total = header.ByteSize()
+        elif part == "input_chunk":
+            chunk = message.input_chunk
+            total += len(chunk.data)
+            if total > limits.max_request_bytes:
+                raise TooLarge(f"the request's inputs pass the limit of "
+                               f"{limits.max_request_bytes:,} bytes")
+            assembler.add(chunk.tensor, chunk.offset, chunk.data)
+        else:
+            raise InputError("a second header in one ExecuteGraph request")
+    if header is None:
+        raise InputError("an ExecuteGraph request with no header")
+    received = assembler.finish()
+    inputs = {}
+    for index, tensor in enumerate(header.inputs):
+        if tensor.name in inputs:
+            raise InputError(f"input {tensor.name!r} is given twice")
+        inputs[tensor.name] = tensors.from_message(tensor, received.get(index))
+    return header, inputs
+
+
+def _operation(answer: dict, outputs: list) -> graphs_pb2.Operation:
+    return graphs_pb2.Operation(
+        id=answer["operation"], state=answer["state"], kind=answer["kind"],
+        run_id=answer.get("run_id") or "", error=answer.get("error") or "",
+        outputs=outputs, created_at=answer.get("created_at") or 0.0,
+        ended_at=answer.get("ended_at") or 0.0)
+
+
+def _operation_messages(answer: dict, limits):
+    """The operation (outputs' headers, small ones with their bytes), then the chunks of
+    the large ones."""
+    outputs = answer.pop("outputs", None) or {}
+    headers, pending = [], []
+    for index, (name, array) in enumerate(outputs.items()):
+        message = tensors.to_message(name, array, limits.max_message_bytes - HEADER_SLACK)
+        headers.append(message)
+        if message.streamed:
+            pending.append((index, array))
+    yield graphs_pb2.ExecuteGraphResponse(operation=_operation(answer, headers))
+    for index, array in pending:
+        for tensor, offset, data in tensors.chunks(index, tensors.to_raw(array),
+                                                    limits.max_chunk_bytes):
+            yield graphs_pb2.ExecuteGraphResponse(output_chunk=tensor_pb2.TensorChunk(
+                tensor=tensor, offset=offset, data=bytes(data)))
+
+
+class _Authenticated(grpc.aio.ServerInterceptor):
+    """UNAUTHENTICATED for a call whose `authorization` metadata `creds` does not allow."""
+
+    def __init__(self, creds):
+        self.creds = creds
+
+        async def refuse(request, context):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                "unauthenticated: this gateway needs a bearer token or a "
+                                "user and password")
+        self._refusals = {
+            (False, False): grpc.unary_unary_rpc_method_handler(refuse),
+            (True, False): grpc.stream_unary_rpc_method_handler(refuse),
+            (False, True): grpc.unary_stream_rpc_method_handler(refuse),
+            (True, True): grpc.stream_stream_rpc_method_handler(refuse)}
+
+    async def intercept_service(self, continuation, details):
+        given = dict(details.invocation_metadata or ()).get("authorization")
+        if self.creds.allows(given):
+            return await continuation(details)
+        handler = await continuation(details)
+        if handler is None:
+            return None
+        return self._refusals[(handler.request_streaming, handler.response_streaming)]
+
+
+def make_server(gateway, creds=None) -> grpc.aio.Server:
+    """A grpc.aio server with the GraphService of `gateway` (ports are added by the
+    caller); calls `creds` does not allow are UNAUTHENTICATED."""
+    limit = gateway.limits.max_message_bytes
+    server = grpc.aio.server(
+        interceptors=[_Authenticated(creds)] if creds is not None and creds.required else [],
+        options=[("grpc.max_receive_message_length", limit),
+                 ("grpc.max_send_message_length", limit)])
+    graphs_pb2_grpc.add_GraphServiceServicer_to_server(GraphService(gateway), server)
+    return server
