@@ -22,7 +22,8 @@ import grpc
 import numpy as np
 
 from deepx_flow.contract import tensors
-from deepx_flow.contract.deepx.v1 import graphs_pb2, graphs_pb2_grpc, tensor_pb2
+from deepx_flow.contract.deepx.v1 import (catalog_pb2, catalog_pb2_grpc, graphs_pb2,
+                                          graphs_pb2_grpc, tensor_pb2)
 from deepx_flow.errors import DeepxError, InputError
 from deepx_flow.gateway.http_app import TooLarge
 from deepx_flow.gateway.operations import NotFound
@@ -160,6 +161,21 @@ def _operation_messages(answer: dict, limits):
                 tensor=tensor, offset=offset, data=bytes(data)))
 
 
+class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
+    """The catalog's calls (runs so far; the others answer UNIMPLEMENTED)."""
+
+    def __init__(self, gateway):
+        self.gateway = gateway
+
+    async def ListRuns(self, request, context):
+        answer = await _called(context, self.gateway.runs, request.status or None,
+                               request.limit or None)
+        return catalog_pb2.ListRunsResponse(runs=[catalog_pb2.Run(**r) for r in answer["runs"]])
+
+    async def GetRun(self, request, context):
+        return catalog_pb2.Run(**await _called(context, self.gateway.run, request.id))
+
+
 class _Authenticated(grpc.aio.ServerInterceptor):
     """UNAUTHENTICATED for a call whose `authorization` metadata `creds` does not allow."""
 
@@ -195,4 +211,5 @@ def make_server(gateway, creds=None) -> grpc.aio.Server:
         options=[("grpc.max_receive_message_length", limit),
                  ("grpc.max_send_message_length", limit)])
     graphs_pb2_grpc.add_GraphServiceServicer_to_server(GraphService(gateway), server)
+    catalog_pb2_grpc.add_CatalogServiceServicer_to_server(CatalogService(gateway), server)
     return server

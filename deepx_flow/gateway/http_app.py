@@ -76,7 +76,20 @@ def make_app(gateway, creds=None) -> Starlette:
         answer = await run_in_threadpool(gateway.cancel, request.path_params["id"])
         return _operation(answer, set())
 
+    async def runs(request: Request):
+        limit = request.query_params.get("limit")
+        if limit is not None and not limit.isdigit():
+            raise InputError(f"limit {shown(limit)} is not a whole number")
+        return JSONResponse(await run_in_threadpool(
+            gateway.runs, request.query_params.get("status"),
+            None if limit is None else int(limit)))
+
+    async def run(request: Request):
+        return JSONResponse(await run_in_threadpool(gateway.run, request.path_params["id"]))
+
     routes = [Route("/v1/capabilities", capabilities, methods=["GET"]),
+              Route("/v1/runs", runs, methods=["GET"]),
+              Route("/v1/runs/{id}", run, methods=["GET"]),
               Route("/v1/graphs:analyze", analyze, methods=["POST"]),
               Route("/v1/graphs:execute", execute, methods=["POST"]),
               Route("/v1/operations/{id}:cancel", cancel, methods=["POST"]),

@@ -56,6 +56,14 @@ class Gateway:
     def cancel(self, operation_id: str) -> dict:
         return self._answer(self.operations.cancel(operation_id))
 
+    def runs(self, status: str | None = None, limit: int | None = None) -> dict:
+        from deepx_flow.gateway.catalog import list_runs
+        return list_runs(self.db, status, limit)
+
+    def run(self, run_id: str) -> dict:
+        from deepx_flow.gateway.catalog import get_run
+        return get_run(self.db, run_id)
+
     def _answer(self, found) -> dict:
         answer = {"operation": found.id, "state": found.state, "kind": found.kind,
                   "run_id": found.run_id, "created_at": found.created_at,

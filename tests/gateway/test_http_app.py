@@ -138,3 +138,22 @@ def test_bad_requests_get_their_status_and_the_deepx_error_text(http, body, stat
 def test_unknown_operations_are_404(http):
     assert http.get("/v1/operations/nope").status_code == 404
     assert http.post("/v1/operations/nope:cancel").status_code == 404
+
+
+def test_runs_are_listed_newest_first_and_found_by_id(http, client):
+    x = _x()
+    body = http.post("/v1/graphs:execute", json={
+        "graph": SPEC, "inputs": [{"name": "x", "shape": [3, 4], "datatype": "FP32",
+                                   "data": x.ravel().tolist()}]}).json()
+    listed = http.get("/v1/runs?limit=5").json()["runs"]
+    assert listed[0]["id"] == body["run_id"] and listed[0]["status"] == "succeeded"
+    assert [r["started_at"] for r in listed] == sorted((r["started_at"] for r in listed),
+                                                       reverse=True)
+    one = http.get(f"/v1/runs/{body['run_id']}").json()
+    assert one == listed[0]
+    assert http.get(f"/v1/runs/{body['run_id'][:10]}").json() == one  # a prefix
+    assert http.get("/v1/runs/ffffffffffffffffffff").status_code == 404
+    assert http.get("/v1/runs?status=lost").status_code == 400
+    assert http.get("/v1/runs?limit=-1").status_code == 400
+    failed = http.get("/v1/runs?status=failed&limit=3").json()["runs"]
+    assert all(r["status"] == "failed" for r in failed)

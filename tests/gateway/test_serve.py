@@ -146,6 +146,13 @@ def test_over_grpc_a_large_input_and_output_stream_in_bounded_chunks(tmp_path, c
                               a.output_chunk.data)
             got = tensors.from_message(y, assembler.finish()[0])
             np.testing.assert_array_equal(got, x * np.float32(2.0))
+            # its run, in the catalog
+            from deepx_flow.contract.deepx.v1 import catalog_pb2, catalog_pb2_grpc
+            catalog = catalog_pb2_grpc.CatalogServiceStub(channel)
+            run = catalog.GetRun(catalog_pb2.GetRunRequest(id=operation.run_id))
+            assert run.status == "succeeded" and run.tasks >= 1
+            newest = catalog.ListRuns(catalog_pb2.ListRunsRequest(limit=1)).runs
+            assert [r.id for r in newest] == [operation.run_id]
             # asked again by id: the same outputs
             again = list(stub.GetOperation(graphs_pb2.GetOperationRequest(id=operation.id)))
             assert again[0].operation.outputs == operation.outputs

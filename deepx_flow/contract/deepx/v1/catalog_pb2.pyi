@@ -30,26 +30,28 @@ class GetRunRequest(_message.Message):
     def __init__(self, id: _Optional[str] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("id", "status", "kind", "graph_name", "started_at", "ended_at", "error", "tasks", "tasks_done")
+    __slots__ = ("id", "status", "kind", "graph_hash", "started_at", "ended_at", "error", "tasks", "workers", "cluster")
     ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
-    GRAPH_NAME_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_HASH_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     ENDED_AT_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
-    TASKS_DONE_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
     id: str
     status: str
     kind: str
-    graph_name: str
+    graph_hash: str
     started_at: float
     ended_at: float
     error: str
     tasks: int
-    tasks_done: int
-    def __init__(self, id: _Optional[str] = ..., status: _Optional[str] = ..., kind: _Optional[str] = ..., graph_name: _Optional[str] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., error: _Optional[str] = ..., tasks: _Optional[int] = ..., tasks_done: _Optional[int] = ...) -> None: ...
+    workers: int
+    cluster: str
+    def __init__(self, id: _Optional[str] = ..., status: _Optional[str] = ..., kind: _Optional[str] = ..., graph_hash: _Optional[str] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., error: _Optional[str] = ..., tasks: _Optional[int] = ..., workers: _Optional[int] = ..., cluster: _Optional[str] = ...) -> None: ...
 
 class ListAssetsRequest(_message.Message):
     __slots__ = ()
