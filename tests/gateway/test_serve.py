@@ -166,3 +166,72 @@ def test_over_grpc_a_large_input_and_output_stream_in_bounded_chunks(tmp_path, c
             assert "not JSON" in err.value.details()
     finally:
         assert served.stop() == 0
+
+
+@pytest.fixture
+def tcp_client():
+    """A cluster of this process reachable over TCP, so a served gateway runs on it
+    (`--scheduler`) and this test can hang its tasks (faults)."""
+    from distributed import Client, LocalCluster
+    from tests.helpers import threaded_memory_off
+    with threaded_memory_off(), LocalCluster(n_workers=2, threads_per_worker=1,
+                                             processes=False, protocol="tcp",
+                                             dashboard_address=None) as cluster, \
+            Client(cluster, set_as_default=False) as c:
+        yield c
+
+
+def _execute(url, operation_id, wait, timeout=120):
+    x = np.arange(15, dtype=np.float64).reshape(5, 3) / 7
+    return httpx.post(url + "/v1/graphs:execute", timeout=timeout, json={
+        "graph": SPEC, "operation_id": operation_id, "wait_seconds": wait,
+        "inputs": [{"name": "x", "shape": [5, 3], "datatype": "FP64",
+                    "data": x.ravel().tolist()}]}), np.tanh(x).max(axis=1)
+
+
+@pytest.mark.timeout(300)
+def test_a_client_that_disconnects_mid_run_gets_the_results_by_its_operation_id(
+        tmp_path, tcp_client):
+    from deepx_flow.kernels.faults import Fault
+    from tests.helpers import faults_on
+    served = Served(tmp_path, "--scheduler", tcp_client.scheduler.address)
+    try:
+        with faults_on(tcp_client, Fault("hang")):
+            with pytest.raises(httpx.ReadTimeout):  # waits for the end; gives up after 2 s
+                _execute(served.url, "mine-1", None, timeout=2)
+        # the hang is over: the operation ends without its client
+        done = httpx.get(served.url + "/v1/operations/mine-1?wait_seconds=120",
+                         timeout=180).json()
+        assert done["state"] == "succeeded"
+        _, want = _execute(served.url, "unused", 0)
+        np.testing.assert_allclose(done["outputs"][0]["data"], want, rtol=4e-16, atol=0)
+    finally:
+        assert served.stop() == 0
+
+
+@pytest.mark.timeout(300)
+def test_after_a_sigkill_every_operation_is_final_and_finished_results_are_readable(
+        tmp_path, tcp_client):
+    from deepx_flow.kernels.faults import Fault
+    from tests.helpers import faults_on
+    served = Served(tmp_path, "--scheduler", tcp_client.scheduler.address)
+    finished, want = _execute(served.url, "before", None)
+    assert finished.json()["state"] == "succeeded"
+    with faults_on(tcp_client, Fault("hang")):
+        running, _ = _execute(served.url, "during", 0.5)
+        assert running.json()["state"] == "running"
+        served.proc.kill()  # SIGKILL: no cleanup of any kind
+        served.proc.wait(60)
+    again = Served(tmp_path, "--scheduler", tcp_client.scheduler.address)
+    try:
+        during = httpx.get(again.url + "/v1/operations/during", timeout=60).json()
+        assert during["state"] == "interrupted" and "stopped before it finished" in \
+            during["error"] and "outputs" not in during
+        before = httpx.get(again.url + "/v1/operations/before", timeout=60).json()
+        assert before["state"] == "succeeded"
+        np.testing.assert_allclose(before["outputs"][0]["data"], want, rtol=4e-16, atol=0)
+        assert not (tmp_path / "results" / "during").exists()
+        listed = httpx.get(again.url + "/v1/runs?status=running", timeout=60).json()["runs"]
+        assert listed == []  # the killed gateway's run too (meta/orphans.py)
+    finally:
+        assert again.stop() == 0
