@@ -42,3 +42,33 @@ def get_run(db, run_id: str) -> dict:
         if "ambiguous" in str(err):
             raise
         raise NotFound(str(err)) from None
+
+
+def registry(db, scheduler: str) -> dict:
+    """The registry of the gateway's cluster (the scheduler at `scheduler`): its workers
+    (running ones first) with their GPUs, the links measured between them, and the storage
+    tiers they registered, as the metadata database holds them."""
+    from sqlmodel import select
+
+    from deepx_flow.meta.models import Device, Link, StorageTier, Worker
+    with db.read() as session:
+        workers = session.exec(select(Worker).where(Worker.scheduler == scheduler)
+                               .order_by(Worker.status.desc(), Worker.address)).all()
+        ids = [w.id for w in workers]
+        devices = session.exec(select(Device).where(Device.worker_id.in_(ids))).all() \
+            if ids else []
+        tiers = session.exec(select(StorageTier).where(StorageTier.worker_id.in_(ids))).all() \
+            if ids else []
+        links = session.exec(select(Link).where(Link.scheduler == scheduler)
+                             .order_by(Link.source, Link.target)).all()
+    gpus: dict[int, list[str]] = {}
+    for d in devices:
+        gpus.setdefault(d.worker_id, []).append(d.name)
+    return {"workers": [{"address": w.address, "host": w.host, "threads": w.nthreads,
+                         "memory_bytes": w.memory_limit or 0,
+                         "devices": gpus.get(w.id, []), "status": w.status}
+                        for w in workers],
+            "links": [{"source": k.source, "target": k.target, "protocol": k.protocol,
+                       "bandwidth_bytes_per_second": k.bandwidth,
+                       "latency_seconds": k.latency} for k in links],
+            "storage_tiers": sorted({f"{t.tier}:{t.location}" for t in tiers})}

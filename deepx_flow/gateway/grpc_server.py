@@ -162,7 +162,8 @@ def _operation_messages(answer: dict, limits):
 
 
 class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
-    """The catalog's calls (runs so far; the others answer UNIMPLEMENTED)."""
+    """The catalog's calls (runs and the registry so far; the asset calls answer
+    UNIMPLEMENTED)."""
 
     def __init__(self, gateway):
         self.gateway = gateway
@@ -174,6 +175,13 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
 
     async def GetRun(self, request, context):
         return catalog_pb2.Run(**await _called(context, self.gateway.run, request.id))
+
+    async def GetRegistry(self, request, context):
+        answer = await _called(context, self.gateway.registry)
+        return catalog_pb2.Registry(
+            workers=[catalog_pb2.Registry.Worker(**w) for w in answer["workers"]],
+            links=[catalog_pb2.Registry.Link(**k) for k in answer["links"]],
+            storage_tiers=answer["storage_tiers"])
 
 
 class _Authenticated(grpc.aio.ServerInterceptor):

@@ -87,7 +87,11 @@ def make_app(gateway, creds=None) -> Starlette:
     async def run(request: Request):
         return JSONResponse(await run_in_threadpool(gateway.run, request.path_params["id"]))
 
+    async def registry(request: Request):
+        return JSONResponse(await run_in_threadpool(gateway.registry))
+
     routes = [Route("/v1/capabilities", capabilities, methods=["GET"]),
+              Route("/v1/registry", registry, methods=["GET"]),
               Route("/v1/runs", runs, methods=["GET"]),
               Route("/v1/runs/{id}", run, methods=["GET"]),
               Route("/v1/graphs:analyze", analyze, methods=["POST"]),

@@ -64,6 +64,10 @@ class Gateway:
         from deepx_flow.gateway.catalog import get_run
         return get_run(self.db, run_id)
 
+    def registry(self) -> dict:
+        from deepx_flow.gateway.catalog import registry
+        return registry(self.db, str(self.client.scheduler.address))
+
     def _answer(self, found) -> dict:
         answer = {"operation": found.id, "state": found.state, "kind": found.kind,
                   "run_id": found.run_id, "created_at": found.created_at,

@@ -157,3 +157,13 @@ def test_runs_are_listed_newest_first_and_found_by_id(http, client):
     assert http.get("/v1/runs?limit=-1").status_code == 400
     failed = http.get("/v1/runs?status=failed&limit=3").json()["runs"]
     assert all(r["status"] == "failed" for r in failed)
+
+
+def test_the_registry_lists_the_clusters_workers(http, client):
+    from deepx_flow.registry.register import register_cluster
+    register_cluster(client, open_db())
+    answer = http.get("/v1/registry")
+    assert answer.status_code == 200
+    workers = answer.json()["workers"]
+    assert sorted(w["address"] for w in workers) == sorted(client.scheduler_info()["workers"])
+    assert all(w["status"] == "running" and w["threads"] >= 1 for w in workers)
