@@ -28,6 +28,8 @@ class Served:
 
     def __init__(self, folder, *args, env=None):
         environ = {**os.environ, "DEEPX_DB_URL": f"sqlite:///{folder / 'gw.db'}", **(env or {})}
+        if env and env.get("DEEPX_DB_URL") is None and "DEEPX_DB_URL" in env:
+            environ["DEEPX_DB_URL"] = os.environ["DEEPX_DB_URL"]  # this process's
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "deepx_flow.cli.main", "serve", "--http-port", "0",
              "--grpc-port", "0",
@@ -235,3 +237,44 @@ def test_after_a_sigkill_every_operation_is_final_and_finished_results_are_reada
         assert listed == []  # the killed gateway's run too (meta/orphans.py)
     finally:
         assert again.stop() == 0
+
+
+@pytest.mark.timeout(300)
+def test_dx_connect_runs_sdk_graphs_remotely_with_dx_runs_bits(tmp_path, tcp_client,
+                                                                monkeypatch):
+    """On the same cluster and database as dx.run here (so the same plan): the same bits,
+    NumPy operands the tensors carry included."""
+    served = Served(tmp_path, "--scheduler", tcp_client.scheduler.address,
+                    env={"DEEPX_DB_URL": None})
+    try:
+        remote = dx.connect(served.url)
+        rng = np.random.default_rng(11)
+        x = dx.input("x", (64, 32), "float32")
+        w = rng.standard_normal((32, 16)).astype(np.float32)  # carried by the graph
+        y = dx.softmax(dx.relu(x @ w) * 0.5, axis=1)
+        s = y.sum(axis=0)
+        data = rng.standard_normal((64, 32)).astype(np.float32)
+        got = remote.run({"y": y, "s": s}, inputs={"x": data})
+        want = dx.run({"y": y, "s": s}, inputs={"x": data}, client=tcp_client)
+        for name in ("y", "s"):
+            assert got[name].dtype == want[name].dtype
+            np.testing.assert_array_equal(got[name], want[name])
+        assert isinstance(remote.run(s, inputs={"x": data}), np.ndarray)
+        newest = remote.runs(limit=1)[0]
+        with pytest.raises(dx.DeepxError, match="input 'x' .* was not given"):
+            remote.run(s)
+        assert remote.runs(limit=1) == [newest]  # refused before any run started
+        # a client whose operator table differs is told what differs, at once
+        from deepx_flow.gateway import capabilities
+        ours = capabilities.operator_table()
+        extra = {**ours[0], "name": "zeta"}
+        changed = [{**o, "attributes": o["attributes"] + ["mode"]} if o["name"] == "conv"
+                   else o for o in ours]
+        monkeypatch.setattr(capabilities, "operator_table", lambda: changed + [extra])
+        with pytest.raises(dx.DeepxError, match="missing zeta; different conv"):
+            dx.connect(served.url)
+        monkeypatch.undo()
+    finally:
+        assert served.stop() == 0
+    with pytest.raises(dx.DeepxError, match="cannot reach the gateway"):
+        dx.connect(served.url)

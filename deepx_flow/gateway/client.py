@@ -1,0 +1,176 @@
+"""`dx.connect(url)`: a client of a gateway, so that a notebook uses a remote deployment as it
+would use `dx.run`; the reference client for the SDKs' conformance suite.
+
+It speaks the HTTP mirror with binary tensors (`docs/contract.md`), through the standard
+library alone. `connect` compares the server's protocol version and operator table with its
+own first: a server without an operator this SDK offers is said at once, not when a call
+fails.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import numpy as np
+
+from deepx_flow.contract import tensors
+from deepx_flow.errors import DeepxError, InputError, shown
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+
+class RemoteError(DeepxError):
+    """The gateway refused a call or could not be reached: its message, as it said it."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+        self.exit_code = 2 if status is not None and 400 <= status < 500 else 1
+
+
+class Remote:
+    """A gateway at `url` (http:// or https://), called with `token` (a bearer token) when
+    given. `timeout` bounds each HTTP exchange, in seconds."""
+
+    def __init__(self, url: str, token: str | None = None, timeout: float = 600.0):
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise InputError(f"url is {shown(url)}, not an http:// or https:// address of a "
+                             f"gateway (deepx-flow serve)")
+        self.url, self.token, self.timeout = url.rstrip("/"), token, timeout
+
+    def __repr__(self) -> str:
+        return f"Remote({self.url!r})"
+
+    # -- calls ----------------------------------------------------------------------------------
+
+    def capabilities(self) -> dict:
+        return self._json("GET", "/v1/capabilities")
+
+    def runs(self, status: str | None = None, limit: int = 20) -> list[dict]:
+        query = f"?limit={int(limit)}" + (f"&status={status}" if status else "")
+        return self._json("GET", "/v1/runs" + query)["runs"]
+
+    def run(self, outputs, inputs: dict | None = None):
+        """Compute `outputs` (a Tensor, a list or dict of them, or a Graph) on the gateway's
+        cluster, as `dx.run` computes them here: NumPy arrays, in the same structure."""
+        from deepx_flow.sdk.bindings import with_bound_inputs
+        from deepx_flow.sdk.build import build_graph
+        from deepx_flow.sdk.tensor import Tensor
+        from deepx_flow.spec.yaml_io import graph_to_document
+        graph = build_graph(outputs)
+        arrays = {}
+        for name, value in with_bound_inputs(outputs, inputs).items():
+            value = getattr(value, "value", value)  # data a tensor carries
+            if not isinstance(value, np.ndarray):
+                raise InputError(f"input {shown(name)}: a remote run takes NumPy arrays, not "
+                                 f"{type(value).__name__}")
+            arrays[name] = value
+        answer = self.execute(graph_to_document(graph), arrays)
+        if answer["state"] != "succeeded":
+            raise RemoteError(f"operation {answer['operation']} {answer['state']}: "
+                              f"{answer.get('error', '')}")
+        results = answer["outputs"]
+        if isinstance(outputs, Tensor):
+            return results[graph.outputs[0][0]]
+        if isinstance(outputs, dict) or not isinstance(outputs, (list, tuple)):
+            return results
+        return [results[name] for name, _ in graph.outputs]
+
+    def execute(self, spec: dict, inputs: dict, wait_seconds: float | None = None,
+                operation_id: str | None = None) -> dict:
+        """`graphs:execute`: the operation, with its outputs as arrays once it succeeded."""
+        listed, parts = [], []
+        for name, array in inputs.items():
+            raw = tensors.to_raw(array)
+            listed.append({"name": name, "datatype": tensors.datatype_of(array.dtype),
+                           "shape": list(array.shape),
+                           "parameters": {"binary_data_size": len(raw)}})
+            parts.append(raw)
+        body = {"graph": spec, "inputs": listed, "parameters": {"binary_data_output": True}}
+        if wait_seconds is not None:
+            body["wait_seconds"] = wait_seconds
+        if operation_id is not None:
+            body["operation_id"] = operation_id
+        head = json.dumps(body, allow_nan=False).encode()
+        return self._operation(self._call("POST", "/v1/graphs:execute",
+                                          b"".join([head, *parts]), len(head)))
+
+    def operation(self, operation_id: str, wait_seconds: float | None = 0.0) -> dict:
+        query = "?binary_data_output=true" + \
+            ("" if wait_seconds is None else f"&wait_seconds={float(wait_seconds)}")
+        return self._operation(self._call("GET", f"/v1/operations/{operation_id}{query}"))
+
+    def cancel(self, operation_id: str) -> dict:
+        return self._operation(self._call("POST", f"/v1/operations/{operation_id}:cancel"))
+
+    # -- the wire --------------------------------------------------------------------------------
+
+    def _json(self, method: str, path: str) -> dict:
+        data, _ = self._call(method, path)
+        return json.loads(data)
+
+    def _call(self, method: str, path: str, body: bytes | None = None,
+              header_length: int | None = None) -> tuple[bytes, int | None]:
+        headers = {"Content-Type": "application/octet-stream" if header_length is not None
+                   else "application/json"}
+        if header_length is not None:
+            headers[HEADER_LENGTH] = str(header_length)
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        request = urllib.request.Request(self.url + path, data=body, method=method,
+                                         headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                length = answer.headers.get(HEADER_LENGTH)
+                return answer.read(), None if length is None else int(length)
+        except urllib.error.HTTPError as err:
+            text = err.read().decode(errors="replace")
+            try:
+                message = json.loads(text)["error"]
+            except (ValueError, KeyError, TypeError):
+                message = text or err.reason
+            raise RemoteError(f"{self.url}: {message}", err.code) from None
+        except (urllib.error.URLError, OSError) as err:
+            raise RemoteError(f"cannot reach the gateway at {self.url}: "
+                              f"{getattr(err, 'reason', err)}") from None
+
+    @staticmethod
+    def _operation(answer: tuple[bytes, int | None]) -> dict:
+        data, length = answer
+        head = json.loads(data[:length] if length is not None else data)
+        raw, at, outputs = data[length:] if length is not None else b"", 0, {}
+        for tensor in head.get("outputs") or ():
+            size = (tensor.get("parameters") or {}).get("binary_data_size")
+            if size is None:
+                name, array = tensors.from_json(tensor)
+            else:
+                name, array = tensors.from_json(
+                    {k: v for k, v in tensor.items() if k != "parameters"}, raw[at:at + size])
+                at += size
+            outputs[name] = array
+        if "outputs" in head:
+            head["outputs"] = outputs
+        return head
+
+
+def connect(url: str, token: str | None = None, timeout: float = 600.0) -> Remote:
+    """A client of the gateway at `url`, once its protocol version and operator table are
+    found to be this deepx_flow's (a RemoteError saying what differs, otherwise)."""
+    from deepx_flow.gateway.capabilities import PROTOCOL_VERSION, operator_table, table_hash
+    remote = Remote(url, token, timeout)
+    caps = remote.capabilities()
+    if caps.get("protocol_version") != PROTOCOL_VERSION:
+        raise RemoteError(f"{url} speaks {shown(caps.get('protocol_version'))}, this "
+                          f"deepx_flow {PROTOCOL_VERSION}")
+    ours = operator_table()
+    if caps.get("operator_table_hash") != table_hash(ours):
+        theirs = {o["name"] for o in caps.get("operators", [])}
+        missing = sorted({o["name"] for o in ours} - theirs)
+        differ = sorted(o["name"] for o in ours if o["name"] in theirs
+                        and o not in caps.get("operators", []))
+        raise RemoteError(f"{url} has another operator table than this deepx_flow: "
+                          f"missing {', '.join(missing) or 'none'}; different "
+                          f"{', '.join(differ) or 'none'} (upgrade one side)")
+    return remote
