@@ -25,7 +25,8 @@ def add_parser(sub, parents) -> None:
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="a running Dask scheduler (default DEEPX_SCHEDULER, else this "
                         "process's embedded cluster)")
-    p.add_argument("--auth-token", default=os.environ.get("DEEPX_GATEWAY_TOKEN"),
+    # an empty variable is unset, as for every DEEPX_* setting
+    p.add_argument("--auth-token", default=os.environ.get("DEEPX_GATEWAY_TOKEN") or None,
                    help="require this bearer token (prefer DEEPX_GATEWAY_TOKEN: other users "
                         "can read a command line)")
     p.add_argument("--basic-auth", metavar="PASSWORD|FILE",

@@ -18,7 +18,9 @@ from dataclasses import asdict, dataclass
 from deepx_flow.contract.tensors import DATATYPES
 
 PROTOCOL_VERSION = "deepx.v1"
-EXTENSIONS = ("binary_tensor_data", "tensor_streaming", "tensor_references", "assets")
+# the optional parts served now (tensor references and the asset calls are in the contract,
+# not served yet: a client must not build on them)
+EXTENSIONS = ("binary_tensor_data", "tensor_streaming")
 
 
 @dataclass(frozen=True)

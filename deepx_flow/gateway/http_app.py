@@ -16,6 +16,7 @@ a plan that cannot fit), 404 for an unknown operation, 413 for a body over the l
 from __future__ import annotations
 
 import json
+import re
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -28,6 +29,7 @@ from deepx_flow.errors import DeepxError, InputError, shown
 from deepx_flow.gateway.operations import NotFound
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
+DIGITS = re.compile(r"[0-9]{1,18}")  # str.isdigit takes "²", which int() refuses
 
 
 class TooLarge(InputError):
@@ -67,7 +69,8 @@ def make_app(gateway, creds=None) -> Starlette:
         return _operation(answer, binary)
 
     async def operation(request: Request):
-        wait = _number(request.query_params.get("wait_seconds"), "wait_seconds")
+        # at once unless asked to wait, as over gRPC
+        wait = _number(request.query_params.get("wait_seconds", "0"), "wait_seconds")
         binary = request.query_params.get("binary_data_output", "false") == "true"
         answer = await run_in_threadpool(gateway.operation, request.path_params["id"], wait)
         return _operation(answer, {"*"} if binary else set())
@@ -78,7 +81,7 @@ def make_app(gateway, creds=None) -> Starlette:
 
     async def runs(request: Request):
         limit = request.query_params.get("limit")
-        if limit is not None and not limit.isdigit():
+        if limit is not None and not DIGITS.fullmatch(limit):
             raise InputError(f"limit {shown(limit)} is not a whole number")
         return JSONResponse(await run_in_threadpool(
             gateway.runs, request.query_params.get("status"),
@@ -133,7 +136,7 @@ async def _error(request: Request, err: DeepxError):
 async def _body(request: Request, limit: int) -> tuple[dict, bytes]:
     """The request's JSON object, and the binary bytes after it (the binary extension)."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and DIGITS.fullmatch(declared) and int(declared) > limit:
         raise TooLarge(f"the request body is {int(declared):,} bytes, over the limit of "
                        f"{limit:,}")
     chunks, size = [], 0
@@ -145,7 +148,7 @@ async def _body(request: Request, limit: int) -> tuple[dict, bytes]:
     data = b"".join(chunks)
     length = request.headers.get(HEADER_LENGTH)
     if length is not None:
-        if not length.isdigit() or int(length) > len(data):
+        if not DIGITS.fullmatch(length) or int(length) > len(data):
             raise InputError(f"{HEADER_LENGTH} is {shown(length)}, not a length within the "
                              f"{len(data):,} bytes of the body")
         head, raw = data[:int(length)], data[int(length):]
@@ -230,7 +233,8 @@ def _outputs(body: dict) -> tuple[list | None, set]:
     for entry in listed:
         if isinstance(entry, str):
             names.append(entry)
-        elif isinstance(entry, dict) and isinstance(entry.get("name"), str):
+        elif isinstance(entry, dict) and isinstance(entry.get("name"), str) and \
+                isinstance(entry.get("parameters") or {}, dict):
             names.append(entry["name"])
             if (entry.get("parameters") or {}).get("binary_data") is True:
                 binary.add(entry["name"])

@@ -172,7 +172,8 @@ class Operations:
             path = folder / f"{index}.npy"
             partial = folder / f".{index}.npy.partial"
             with open(partial, "wb") as f:
-                np.save(f, np.ascontiguousarray(array), allow_pickle=False)
+                # (not ascontiguousarray: it makes a 0-d result 1-d)
+                np.save(f, np.asarray(array, order="C"), allow_pickle=False)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(partial, path)

@@ -35,6 +35,9 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
           limits: Limits | None = None, ready=None) -> None:
     """Serve the contract over HTTP and gRPC until stopped. `ready(http_port, grpc_port)`
     is called once both listen (tests start them on port 0)."""
+    import asyncio
+
+    import grpc
     import uvicorn
 
     from deepx_flow.gateway.grpc_server import make_server
@@ -63,7 +66,9 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
 
         async def both():
             grpc_server = make_server(gateway, creds)
-            target = f"{address}:{grpc_port}"
+            host = f"[{address}]" if ":" in address and not address.startswith("[") \
+                else address  # an IPv6 address is bracketed before its port
+            target = f"{host}:{grpc_port}"
             if tls_cert:
                 pair = (Path(tls_key).read_bytes(), Path(tls_cert).read_bytes())
                 bound = grpc_server.add_secure_port(
@@ -78,8 +83,6 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
             finally:  # requests in flight get up to 30 s to finish
                 await grpc_server.stop(grace=30)
 
-        import asyncio
-        import grpc
         with _stopped_by_signals():
             asyncio.run(both())
 

@@ -79,11 +79,14 @@ class Gateway:
         return answer
 
 
+MAX_WAIT_SECONDS = 86_400
+
+
 def checked_wait(seconds) -> float | None:
-    """A wait in seconds: None (until the end), or a finite number from 0 up."""
+    """A wait in seconds: None (until the end), or a number from 0 to a day."""
     if seconds is None:
         return None
-    if type(seconds) not in (int, float) or not 0 <= seconds < float("inf"):
+    if type(seconds) not in (int, float) or not 0 <= seconds <= MAX_WAIT_SECONDS:
         raise InputError(f"wait_seconds is {shown(seconds)}, not a number of seconds from 0 "
-                         f"up (leave it out to wait until the run ends)")
+                         f"to {MAX_WAIT_SECONDS:,} (leave it out to wait until the run ends)")
     return float(seconds)

@@ -127,6 +127,11 @@ def test_a_run_outlasting_the_wait_answers_running_then_its_results(http, client
     (json.dumps({"graph": SPEC, "inputs": [], "wait_seconds": -1}).encode(), 400,
      "wait_seconds"),
     (b" " * (2 << 20), 413, "over the limit"),
+    (json.dumps({"graph": SPEC, "inputs": [], "wait_seconds": 1e10}).encode(), 400,
+     "wait_seconds"),
+    (json.dumps({"graph": SPEC, "inputs": [], "outputs": [{"name": "y",
+                                                           "parameters": [1]}]}).encode(),
+     400, "an output is"),
 ])
 def test_bad_requests_get_their_status_and_the_deepx_error_text(http, body, status, says):
     answer = http.post("/v1/graphs:execute", content=body)
@@ -155,8 +160,8 @@ def test_runs_are_listed_newest_first_and_found_by_id(http, client):
     assert http.get("/v1/runs/ffffffffffffffffffff").status_code == 404
     assert http.get("/v1/runs?status=lost").status_code == 400
     assert http.get("/v1/runs?limit=-1").status_code == 400
-    failed = http.get("/v1/runs?status=failed&limit=3").json()["runs"]
-    assert all(r["status"] == "failed" for r in failed)
+    succeeded = http.get("/v1/runs?status=succeeded&limit=3").json()["runs"]
+    assert succeeded and all(r["status"] == "succeeded" for r in succeeded)
 
 
 def test_the_registry_lists_the_clusters_workers(http, client):
@@ -167,3 +172,25 @@ def test_the_registry_lists_the_clusters_workers(http, client):
     workers = answer.json()["workers"]
     assert sorted(w["address"] for w in workers) == sorted(client.scheduler_info()["workers"])
     assert all(w["status"] == "running" and w["threads"] >= 1 for w in workers)
+
+
+def test_headers_and_queries_that_are_not_numbers_are_400s(http):
+    assert http.get("/v1/runs?limit=\u00b2").status_code == 400
+    assert http.get("/v1/operations/x?wait_seconds=1e10").status_code in (400, 404)
+    head = json.dumps({"graph": SPEC, "inputs": []}).encode()
+    answer = http.post("/v1/graphs:execute", content=head,
+                       headers={HEADER_LENGTH: "\u00b2".encode()})
+    assert answer.status_code == 400 and HEADER_LENGTH in answer.json()["error"]
+
+
+def test_a_body_without_a_declared_length_is_bounded_as_it_is_read(http):
+    def chunks():
+        for _ in range(3):
+            yield b" " * (512 << 10)
+    answer = http.post("/v1/graphs:execute", content=chunks())  # chunked: no length
+    assert answer.status_code == 413 and "over the limit" in answer.json()["error"]
+
+
+def test_capabilities_offer_only_what_is_served(http):
+    assert http.get("/v1/capabilities").json()["extensions"] == ["binary_tensor_data",
+                                                                 "tensor_streaming"]

@@ -142,3 +142,14 @@ def test_a_dead_gateways_running_operations_are_interrupted_and_their_files_remo
     assert found.state == "interrupted" and f":{pid} that ran it stopped" in found.error
     assert not (ops.results / "left").exists()
     assert ops.interrupt_orphaned() == []
+
+
+def test_a_scalar_output_keeps_its_shape(ops, client):
+    spec = {"deepx": 1, "inputs": {"x": {"shape": [6, 4], "dtype": "float32"}},
+            "nodes": [{"id": "t", "op": "sum", "args": ["x"]}], "outputs": ["t"]}
+    x = _x()
+    op_id, _ = ops.execute(graph_of(spec, 100), spec, {"x": x})
+    got = ops.outputs(ops.get(op_id, wait_seconds=None))["t"]
+    want = dx.run(graph_of(spec, 100), inputs={"x": x}, client=client)["t"]
+    assert got.shape == want.shape == ()
+    np.testing.assert_array_equal(got, want)
