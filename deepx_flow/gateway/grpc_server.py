@@ -71,27 +71,33 @@ class GraphService(graphs_pb2_grpc.GraphServiceServicer):
             await context.abort(code_of(err), str(err))
         outputs = [t.name for t in header.outputs] or None
         wait = header.wait_seconds if header.HasField("wait_seconds") else None
-        answer = await _called(context, self.gateway.execute, header.graph_json, inputs,
-                               outputs, wait, header.operation_id or None)
+        answer = await _awaited(context, self.gateway.execute(
+            header.graph_json, inputs, outputs, wait, header.operation_id or None))
         for message in _operation_messages(answer, limits):
             yield message
 
     async def GetOperation(self, request, context):
         wait = request.wait_seconds if request.HasField("wait_seconds") else 0.0
-        answer = await _called(context, self.gateway.operation, request.id, wait)
+        answer = await _awaited(context, self.gateway.operation(request.id, wait))
         for message in _operation_messages(answer, self.gateway.limits):
             yield message
 
     async def CancelOperation(self, request, context):
-        answer = await _called(context, self.gateway.cancel, request.id)
+        answer = await _awaited(context, self.gateway.cancel(request.id))
         answer.pop("outputs", None)
         return _operation(answer, [])
 
 
 async def _called(context, call, *args):
     """`call(*args)` in a thread; its DeepxError aborts the call with its code and text."""
+    return await _awaited(context, asyncio.to_thread(call, *args))
+
+
+async def _awaited(context, pending):
+    """What `pending` (a coroutine) gives; its DeepxError aborts the call with its code
+    and text."""
     try:
-        return await asyncio.to_thread(call, *args)
+        return await pending
     except DeepxError as err:
         await context.abort(code_of(err), str(err))
 

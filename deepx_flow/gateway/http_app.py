@@ -63,21 +63,19 @@ def make_app(gateway, creds=None) -> Starlette:
                      "parameters"})
         inputs = _inputs(body.get("inputs", []), raw)
         names, binary = _outputs(body)
-        answer = await run_in_threadpool(
-            gateway.execute, _needs(body, "graph"), inputs, names,
-            body.get("wait_seconds"), body.get("operation_id"))
+        answer = await gateway.execute(_needs(body, "graph"), inputs, names,
+                                       body.get("wait_seconds"), body.get("operation_id"))
         return _operation(answer, binary)
 
     async def operation(request: Request):
         # at once unless asked to wait, as over gRPC
         wait = _number(request.query_params.get("wait_seconds", "0"), "wait_seconds")
         binary = request.query_params.get("binary_data_output", "false") == "true"
-        answer = await run_in_threadpool(gateway.operation, request.path_params["id"], wait)
+        answer = await gateway.operation(request.path_params["id"], wait)
         return _operation(answer, {"*"} if binary else set())
 
     async def cancel(request: Request):
-        answer = await run_in_threadpool(gateway.cancel, request.path_params["id"])
-        return _operation(answer, set())
+        return _operation(await gateway.cancel(request.path_params["id"]), set())
 
     async def runs(request: Request):
         limit = request.query_params.get("limit")

@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 
 ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 FINAL = ("succeeded", "failed", "interrupted")
+END_ATTEMPTS = 5
 
 
 class NotFound(InputError):
@@ -156,7 +157,11 @@ class Operations:
             self._end(operation_id, "failed", error=str(err))
         except BaseException as err:  # a failure of this gateway's own: said, not hidden
             log.exception("deepx_flow: operation %s failed", operation_id)
-            self._end(operation_id, "failed", error=describe_error(err))
+            try:
+                self._end(operation_id, "failed", error=describe_error(err))
+            except DeepxError:  # the database refuses: `get` finds the row left running
+                log.exception("deepx_flow: operation %s: its end was not recorded",
+                              operation_id)
         finally:
             with self._lock:
                 self._running.pop(operation_id, None)
@@ -186,10 +191,19 @@ class Operations:
             session.exec(update(Operation).where(Operation.id == operation_id).values(**values))
 
     def _end(self, operation_id: str, state: str, **values) -> None:
-        with self.db.session() as session:
-            session.exec(update(Operation)
-                         .where(Operation.id == operation_id, Operation.state == "running")
-                         .values(state=state, ended_at=time.time(), **values))
+        """Record the operation's end, trying again for a while (a busy database)."""
+        for attempt in range(END_ATTEMPTS):
+            try:
+                with self.db.session() as session:
+                    session.exec(update(Operation)
+                                 .where(Operation.id == operation_id,
+                                        Operation.state == "running")
+                                 .values(state=state, ended_at=time.time(), **values))
+                return
+            except DeepxError:
+                if attempt == END_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.5 * (attempt + 1))
 
     # -- asking --------------------------------------------------------------------------------
 
@@ -210,7 +224,38 @@ class Operations:
                 raise NotFound(f"no operation {operation_id!r}")
             if found.state in FINAL or (deadline is not None and time.monotonic() >= deadline):
                 return found
+            if found.pid == self.me.pid and found.host == self.me.host and \
+                    not self.running_here(operation_id):
+                # ours, and its thread has ended without recording how: say so, once
+                self._end(operation_id, "failed", error="the gateway could not record how "
+                                                        "this operation ended")
+                continue
             time.sleep(0.2)  # carried out by another gateway: its row says when it ends
+
+    def running_here(self, operation_id: str) -> bool:
+        """Whether this process carries the operation out and it has not ended."""
+        with self._lock:
+            return operation_id in self._running
+
+    async def settled(self, operation_id: str, wait_seconds: float | None) -> None:
+        """Return once the operation ended or `wait_seconds` passed (None: until it ends),
+        holding no thread while it waits (a wait of hours must not hold one of the
+        servers' threads, which cancels and every other call need)."""
+        import asyncio
+        loop = asyncio.get_running_loop()
+        deadline = None if wait_seconds is None else loop.time() + wait_seconds
+        while deadline is None or loop.time() < deadline:
+            if self.running_here(operation_id):
+                await asyncio.sleep(0.05)
+                continue
+            found = await asyncio.to_thread(self._row, operation_id)
+            if found is None or found.state in FINAL or found.pid == self.me.pid:
+                return  # (ours, its thread ended: `get` says how)
+            await asyncio.sleep(0.5)  # another gateway's: its row says when it ends
+
+    def _row(self, operation_id: str) -> Operation | None:
+        with self.db.read() as session:
+            return session.get(Operation, operation_id)
 
     def outputs(self, found: Operation) -> dict[str, np.ndarray]:
         """A succeeded operation's outputs by name, read from their files."""
@@ -227,18 +272,31 @@ class Operations:
         return arrays
 
     def cancel(self, operation_id: str) -> Operation:
-        """Stop a running operation: interrupted once its run stops. One carried out by a
-        gateway that is gone is marked interrupted at once."""
+        """Ask a running operation to stop (it ends interrupted once its run stops: wait
+        for it with `settled`). One of a gateway that is gone is marked interrupted now."""
         found = self.get(operation_id)
         with self._lock:
             here = self._running.get(operation_id)
         if here is not None:
             here[1].cancel("cancelled by a client's request")
-            return self.get(operation_id, wait_seconds=30.0)
-        if found.state == "running":
+        elif found.state == "running":
             self.interrupt_orphaned()
-            return self.get(operation_id)
-        return found
+        return self.get(operation_id)
+
+    def stop(self, grace: float = 20.0) -> None:
+        """Stop every operation this process runs (the gateway is stopping): each is
+        cancelled, given up to `grace` seconds in all to end interrupted, and any still
+        running then is marked interrupted."""
+        with self._lock:
+            running = dict(self._running)
+        for thread, token, _ in running.values():
+            token.cancel("the gateway stopped")
+        deadline = time.monotonic() + grace
+        for operation_id, (thread, _, _) in running.items():
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                self._end(operation_id, "interrupted",
+                          error="the gateway stopped before it finished")
 
     # -- what a dead gateway left ----------------------------------------------------------------
 
@@ -252,8 +310,9 @@ class Operations:
                                    .where(Operation.state == "running",
                                           Operation.host == self.me.host,
                                           Operation.pid_space == self.me.space)).all()
+        # (this process's own pid counts too: driver_gone tells a reused pid by its start)
         gone = [(op, pid) for op, pid, began in running
-                if pid != self.me.pid and driver_gone(pid, began, process_started)]
+                if driver_gone(pid, began, process_started)]
         now = time.time()
         for operation_id, pid in gone:
             with self.db.session() as session:

@@ -78,10 +78,21 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
             await grpc_server.start()
             if ready is not None:
                 _call_when_started(http_server, lambda port: ready(port, bound))
+
+            async def stop_with_http():
+                # as soon as uvicorn is told to stop: gRPC stops taking calls too, and the
+                # running operations are cancelled, so that the calls waiting on them end
+                # within the grace uvicorn and gRPC give those in flight (30 s)
+                while not http_server.should_exit:
+                    await asyncio.sleep(0.1)
+                await asyncio.gather(grpc_server.stop(grace=30),
+                                     asyncio.to_thread(gateway.operations.stop))
+            stopping = asyncio.create_task(stop_with_http())
             try:
                 await http_server.serve()
-            finally:  # requests in flight get up to 30 s to finish
-                await grpc_server.stop(grace=30)
+            finally:
+                http_server.should_exit = True
+                await stopping
 
         with _stopped_by_signals():
             asyncio.run(both())

@@ -7,6 +7,7 @@ answer; so HTTP and gRPC say the same things in the same words.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -35,26 +36,40 @@ class Gateway:
         from deepx_flow.runtime.run import cluster_spec
         return analyze(self._graph(spec), cluster_spec(None, self.client))
 
-    def execute(self, spec, inputs: dict, outputs: list | None = None,
-                wait_seconds: float | None = None, operation_id: str | None = None) -> dict:
-        """Start the graph on `inputs` (name -> array) and wait for it up to `wait_seconds`
-        (None: until it ends); the operation as `operation` answers it."""
+    def start(self, spec, inputs: dict, outputs: list | None = None,
+              operation_id: str | None = None) -> str:
+        """Check the graph and `inputs` (name -> array) and start running it: the
+        operation's id (that of the first, for a request sent again with its id)."""
         graph = self._graph(spec)
         doc = json.loads(spec) if isinstance(spec, (str, bytes)) else spec
-        wait_seconds = checked_wait(wait_seconds)
         if outputs is not None and (not isinstance(outputs, list)
                                     or not all(isinstance(o, str) for o in outputs)):
             raise InputError(f"outputs is {shown(outputs)}, not a list of output names")
         op_id, _ = self.operations.execute(graph, doc, inputs, outputs, operation_id)
-        return self.operation(op_id, wait_seconds)
+        return op_id
 
-    def operation(self, operation_id: str, wait_seconds: float | None = 0.0) -> dict:
-        """An operation's state; with its outputs (name -> array) once it succeeded."""
-        found = self.operations.get(operation_id, checked_wait(wait_seconds))
-        return self._answer(found)
+    async def execute(self, spec, inputs: dict, outputs: list | None = None,
+                      wait_seconds: float | None = None,
+                      operation_id: str | None = None) -> dict:
+        """`start`, then wait up to `wait_seconds` (None: until it ends) without holding a
+        thread; the operation as `operation` answers it."""
+        wait = checked_wait(wait_seconds)  # before anything starts
+        op_id = await asyncio.to_thread(self.start, spec, inputs, outputs, operation_id)
+        return await self.operation(op_id, wait)
 
-    def cancel(self, operation_id: str) -> dict:
-        return self._answer(self.operations.cancel(operation_id))
+    async def operation(self, operation_id: str, wait_seconds: float | None = 0.0) -> dict:
+        """An operation's state once it ended or `wait_seconds` passed; with its outputs
+        (name -> array) once it succeeded."""
+        wait = checked_wait(wait_seconds)
+        await asyncio.to_thread(self.operations.get, operation_id)  # NotFound, at once
+        await self.operations.settled(operation_id, wait)
+        found = await asyncio.to_thread(self.operations.get, operation_id)
+        return await asyncio.to_thread(self._answer, found)
+
+    async def cancel(self, operation_id: str, wait_seconds: float = 30.0) -> dict:
+        """Stop a running operation and wait (up to `wait_seconds`) for it to end."""
+        await asyncio.to_thread(self.operations.cancel, operation_id)
+        return await self.operation(operation_id, wait_seconds)
 
     def runs(self, status: str | None = None, limit: int | None = None) -> dict:
         from deepx_flow.gateway.catalog import list_runs

@@ -194,3 +194,41 @@ def test_a_body_without_a_declared_length_is_bounded_as_it_is_read(http):
 def test_capabilities_offer_only_what_is_served(http):
     assert http.get("/v1/capabilities").json()["extensions"] == ["binary_tensor_data",
                                                                  "tensor_streaming"]
+
+
+@pytest.mark.timeout(120)
+def test_a_running_operation_is_cancelled_over_http(http, client):
+    from deepx_flow.kernels.faults import Fault
+    from tests.helpers import faults_on
+    with faults_on(client, Fault("hang")):
+        body = http.post("/v1/graphs:execute", json={
+            "graph": SPEC, "wait_seconds": 0.2, "operation_id": "to-cancel",
+            "inputs": [{"name": "x", "shape": [3, 4], "datatype": "FP32",
+                        "data": _x().ravel().tolist()}]}).json()
+        assert body["state"] == "running"
+        cancelled = http.post("/v1/operations/to-cancel:cancel").json()
+    assert cancelled["state"] == "interrupted" and "cancelled" in cancelled["error"]
+    assert "outputs" not in cancelled
+    assert http.get(f"/v1/runs/{cancelled['run_id']}").json()["status"] == "interrupted"
+
+
+def test_many_waiting_calls_hold_no_thread_a_cancel_needs(http, client):
+    """Fifty calls waiting on hung operations (more than the servers' thread pools) do not
+    keep a cancel from being answered."""
+    import concurrent.futures
+    from deepx_flow.kernels.faults import Fault
+    from tests.helpers import faults_on
+    request = {"graph": SPEC, "inputs": [{"name": "x", "shape": [3, 4], "datatype": "FP32",
+                                          "data": _x().ravel().tolist()}]}
+    with faults_on(client, Fault("hang")):
+        http.post("/v1/graphs:execute", json={**request, "operation_id": "hung-0",
+                                              "wait_seconds": 0})
+        with concurrent.futures.ThreadPoolExecutor(50) as pool:
+            waiting = [pool.submit(http.get, "/v1/operations/hung-0?wait_seconds=30")
+                       for _ in range(50)]
+            time.sleep(1.0)
+            began = time.monotonic()
+            cancelled = http.post("/v1/operations/hung-0:cancel").json()
+            assert time.monotonic() - began < 15
+            assert cancelled["state"] == "interrupted"
+            assert all(f.result().json()["state"] == "interrupted" for f in waiting)

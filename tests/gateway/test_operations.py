@@ -111,7 +111,8 @@ def test_a_cancelled_operation_is_interrupted(ops, client):
     with faults_on(client, Fault("hang")):
         op_id, _ = ops.execute(graph_of(SPEC, 100), SPEC, {"x": _x()})
         assert ops.get(op_id, wait_seconds=0.5).state == "running"
-        found = ops.cancel(op_id)
+        ops.cancel(op_id)
+        found = ops.get(op_id, wait_seconds=60)
     assert found.state == "interrupted" and "cancelled" in found.error
     assert ops.outputs(found) == {}
     with open_db().read() as s:

@@ -278,3 +278,29 @@ def test_dx_connect_runs_sdk_graphs_remotely_with_dx_runs_bits(tmp_path, tcp_cli
         assert served.stop() == 0
     with pytest.raises(dx.DeepxError, match="cannot reach the gateway"):
         dx.connect(served.url)
+
+
+@pytest.mark.timeout(300)
+def test_a_graceful_stop_interrupts_running_operations_and_grpc_cancels(tmp_path,
+                                                                        tcp_client):
+    import grpc
+    from deepx_flow.contract.deepx.v1 import graphs_pb2, graphs_pb2_grpc
+    from deepx_flow.kernels.faults import Fault
+    from tests.helpers import faults_on
+    served = Served(tmp_path, "--scheduler", tcp_client.scheduler.address)
+    with faults_on(tcp_client, Fault("hang")):
+        assert _execute(served.url, "by-grpc", 0)[0].json()["state"] == "running"
+        with grpc.insecure_channel(served.grpc) as channel:
+            stub = graphs_pb2_grpc.GraphServiceStub(channel)
+            cancelled = stub.CancelOperation(graphs_pb2.CancelOperationRequest(id="by-grpc"))
+        assert cancelled.state == "interrupted" and "cancelled" in cancelled.error
+        assert _execute(served.url, "at-stop", 0)[0].json()["state"] == "running"
+        began = time.monotonic()
+        assert served.stop() == 0
+        assert time.monotonic() - began < 50
+    again = Served(tmp_path, "--scheduler", tcp_client.scheduler.address)
+    try:
+        at_stop = httpx.get(again.url + "/v1/operations/at-stop", timeout=60).json()
+        assert at_stop["state"] == "interrupted" and "gateway stopped" in at_stop["error"]
+    finally:
+        assert again.stop() == 0
