@@ -205,7 +205,8 @@ def from_message(message, streamed: bytes | None = None) -> np.ndarray:
         return from_values(name, message.datatype, list(message.shape),
                            list(getattr(message.contents, field)))
     if kinds == ["reference"]:
-        raise InputError(f"tensor {shown(name)}: holds a reference, read from storage")
+        raise InputError(f"tensor {shown(name)}: holds a reference to storage, which is "
+                         f"not served yet: send its bytes")
     # raw bytes, or none at all: right only for a tensor with no elements
     return from_raw(name, message.datatype, list(message.shape), message.raw_contents)
 

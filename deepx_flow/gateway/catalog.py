@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from deepx_flow.errors import InputError, shown
-from deepx_flow.gateway.operations import NotFound
+from deepx_flow.gateway.errors import NotFound
 from deepx_flow.runtime.run_history import STATUSES
 
 MAX_RUNS = 1000

@@ -25,8 +25,7 @@ from deepx_flow.contract import tensors
 from deepx_flow.contract.deepx.v1 import (catalog_pb2, catalog_pb2_grpc, graphs_pb2,
                                           graphs_pb2_grpc, tensor_pb2)
 from deepx_flow.errors import DeepxError, InputError
-from deepx_flow.gateway.http_app import TooLarge
-from deepx_flow.gateway.operations import NotFound
+from deepx_flow.gateway.errors import NotFound, TooLarge
 
 HEADER_SLACK = 64 << 10  # room for a message's fields beside its largest bytes
 
@@ -116,11 +115,17 @@ async def _execute_request(messages, limits) -> tuple:
             for index, tensor in enumerate(header.inputs):
                 if tensor.streamed:
                     itemsize = np.dtype(tensors.dtype_of(tensor.datatype, tensor.name)).itemsize
-                    shape = tensors.checked_shape(list(tensor.shape), tensor.name,
-                                                  limits.max_request_bytes, itemsize)
+                    shape = tensors.checked_shape(list(tensor.shape), tensor.name)
+                    if math.prod(shape) * itemsize > limits.max_request_bytes:
+                        raise TooLarge(f"tensor {tensor.name!r}: {math.prod(shape) * itemsize:,}"
+                                       f" bytes, over the limit of "
+                                       f"{limits.max_request_bytes:,}")
                     streamed[index] = (tensor.name, math.prod(shape) * itemsize)
             assembler = tensors.Assembler(streamed)
             total = header.ByteSize()
+            if any(t.HasField("reference") for t in (*header.inputs, *header.outputs)):
+                raise InputError("tensors read from or written to storage by reference are "
+                                 "in the contract but not served yet: send the bytes")
         elif part == "input_chunk":
             chunk = message.input_chunk
             total += len(chunk.data)

@@ -26,14 +26,10 @@ from starlette.routing import Route
 
 from deepx_flow.contract import tensors
 from deepx_flow.errors import DeepxError, InputError, shown
-from deepx_flow.gateway.operations import NotFound
+from deepx_flow.gateway.errors import NotFound, TooLarge
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 DIGITS = re.compile(r"[0-9]{1,18}")  # str.isdigit takes "²", which int() refuses
-
-
-class TooLarge(InputError):
-    """A request body over the gateway's limit."""
 
 
 def status_of(err: DeepxError) -> int:

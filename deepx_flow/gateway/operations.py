@@ -37,6 +37,7 @@ from sqlmodel import select, update
 
 from deepx_flow.contract.tensors import datatype_of, to_raw
 from deepx_flow.errors import DeepxError, InputError, shown
+from deepx_flow.gateway.errors import NotFound
 from deepx_flow.meta.models import Operation
 from deepx_flow.meta.orphans import driver_gone, process_started
 from deepx_flow.processes import this_process
@@ -50,10 +51,6 @@ log = logging.getLogger(__name__)
 ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 FINAL = ("succeeded", "failed", "interrupted")
 END_ATTEMPTS = 5
-
-
-class NotFound(InputError):
-    """A named thing the request refers to (an operation, a run, an asset) does not exist."""
 
 
 def request_digest(kind: str, graph_doc, inputs: dict, outputs: list) -> str:

@@ -14,7 +14,8 @@ from sqlmodel import select
 
 import deepx_flow as dx
 from deepx_flow.gateway.graphs import graph_of
-from deepx_flow.gateway.operations import NotFound, Operations
+from deepx_flow.gateway.errors import NotFound
+from deepx_flow.gateway.operations import Operations
 from deepx_flow.kernels.faults import Fault
 from deepx_flow.meta import open_db
 from deepx_flow.meta.models import Operation, Run

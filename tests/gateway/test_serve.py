@@ -161,6 +161,20 @@ def test_over_grpc_a_large_input_and_output_stream_in_bounded_chunks(tmp_path, c
             with pytest.raises(grpc.RpcError) as err:
                 list(stub.GetOperation(graphs_pb2.GetOperationRequest(id="nope")))
             assert err.value.code() == grpc.StatusCode.NOT_FOUND
+            huge = graphs_pb2.ExecuteGraphHeader(graph_json=json.dumps(spec), inputs=[
+                tensor_pb2.Tensor(name="x", datatype="FP64", shape=[1 << 40], streamed=True)])
+            with pytest.raises(grpc.RpcError) as err:
+                list(stub.ExecuteGraph(iter([graphs_pb2.ExecuteGraphRequest(header=huge)])))
+            assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            by_reference = graphs_pb2.ExecuteGraphHeader(
+                graph_json=json.dumps(spec), inputs=[tensors.to_message("x", x, 0)],
+                outputs=[tensor_pb2.Tensor(name="y", reference=tensor_pb2.TensorReference(
+                    zarr_uri=str(tmp_path / "y.zarr")))])
+            with pytest.raises(grpc.RpcError) as err:
+                list(stub.ExecuteGraph(iter([graphs_pb2.ExecuteGraphRequest(
+                    header=by_reference)])))
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "not served yet" in err.value.details()
             bad = graphs_pb2.ExecuteGraphHeader(graph_json="{", inputs=[])
             with pytest.raises(grpc.RpcError) as err:
                 list(stub.ExecuteGraph(iter([graphs_pb2.ExecuteGraphRequest(header=bad)])))
