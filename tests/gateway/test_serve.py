@@ -112,13 +112,15 @@ def test_a_token_is_required_once_set(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_over_grpc_a_large_input_and_output_stream_in_bounded_chunks(tmp_path, client):
-    """8 MiB in and out, past the 4 MiB message limit: streamed both ways."""
+    """64 MiB in and out, past the 4 MiB message limit: streamed both ways (and over HTTP
+    with binary data)."""
     import grpc
     from deepx_flow.contract import tensors
     from deepx_flow.contract.deepx.v1 import graphs_pb2, graphs_pb2_grpc, tensor_pb2
-    spec = {"deepx": 1, "inputs": {"x": {"shape": [1024, 1024, 2], "dtype": "float32"}},
+    spec = {"deepx": 1, "inputs": {"x": {"shape": [4096, 4096], "dtype": "float32"}},
             "nodes": [{"id": "y", "op": "mul", "args": ["x", 2.0]}], "outputs": ["y"]}
-    x = np.random.default_rng(5).standard_normal((1024, 1024, 2)).astype(np.float32)
+    x = np.random.default_rng(5).standard_normal((4096, 4096)).astype(np.float32)
+    assert x.nbytes == 64 << 20
     served = Served(tmp_path)
     try:
         with grpc.insecure_channel(served.grpc) as channel:
@@ -175,6 +177,10 @@ def test_over_grpc_a_large_input_and_output_stream_in_bounded_chunks(tmp_path, c
                     header=by_reference)])))
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert "not served yet" in err.value.details()
+            # the same over HTTP, with binary tensors
+            remote = dx.connect(served.url)
+            got = remote.execute(spec, {"x": x})["outputs"]["y"]
+            np.testing.assert_array_equal(got, x * np.float32(2.0))
             bad = graphs_pb2.ExecuteGraphHeader(graph_json="{", inputs=[])
             with pytest.raises(grpc.RpcError) as err:
                 list(stub.ExecuteGraph(iter([graphs_pb2.ExecuteGraphRequest(header=bad)])))
