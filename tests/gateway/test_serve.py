@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -324,3 +325,82 @@ def test_a_graceful_stop_interrupts_running_operations_and_grpc_cancels(tmp_path
         assert at_stop["state"] == "interrupted" and "gateway stopped" in at_stop["error"]
     finally:
         assert again.stop() == 0
+
+
+GRAPHS = sorted((Path(__file__).resolve().parents[2] / "graphs").glob("*.yaml"))
+# Each example graph's inputs and made shapes, scaled down to run in a test (the examples
+# are up to 3.8 GiB); every other stated shape is dropped and inferred again.
+SMALLER = {"attention": {"q": [2, 128, 16], "k": [2, 128, 16], "v": [2, 128, 16]},
+           "column_stats": {"x": [3000, 16]}, "elementwise_chain": {"x": [500, 64]},
+           "larger_than_memory": {"data": [4000, 16]},
+           "layout": {"x": [256, 128], "y": [128, 256], "blocks": [128, -1, 64]},
+           "mlp_forward": {"x": [300, 512]}, "reductions": {}}
+
+
+def _scaled(path):
+    import yaml
+    from deepx_flow.ops import OPS
+    doc = yaml.safe_load(path.read_text())
+    smaller = SMALLER[path.stem]
+    for name, fields in (doc.get("inputs") or {}).items():
+        fields["shape"] = smaller.get(name, fields["shape"])
+    for node in doc["nodes"]:
+        if "shape" in OPS[node["op"]].declared:
+            node["shape"] = smaller.get(node["id"], node["shape"])
+        else:
+            node.pop("shape", None)
+    return doc
+
+
+def _inputs_of(graph, seed):
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for node in graph.inputs:
+        if np.dtype(node.dtype).kind in "iu":
+            arrays[node.id] = rng.integers(-50, 50, node.shape).astype(node.dtype)
+        else:
+            arrays[node.id] = rng.standard_normal(node.shape).astype(node.dtype)
+    return arrays
+
+
+def test_every_example_graph_is_scaled_here():
+    assert sorted(SMALLER) == sorted(p.stem for p in GRAPHS)
+
+
+@pytest.mark.timeout(600)
+def test_every_example_graph_over_http_and_grpc_gives_dx_runs_bits(tmp_path, tcp_client):
+    """Analyzed at full size; executed scaled down, over HTTP (dx.connect) and over gRPC,
+    on the cluster and database dx.run uses here (so the same plan): the same bits."""
+    import grpc
+    import yaml
+    from deepx_flow.contract import streams
+    from deepx_flow.contract.deepx.v1 import graphs_pb2_grpc
+    served = Served(tmp_path, "--scheduler", tcp_client.scheduler.address,
+                    env={"DEEPX_DB_URL": None})
+    try:
+        remote = dx.connect(served.url)
+        with grpc.insecure_channel(served.grpc) as channel:
+            stub = graphs_pb2_grpc.GraphServiceStub(channel)
+            for seed, path in enumerate(GRAPHS):
+                full = yaml.safe_load(path.read_text())
+                analyzed = httpx.post(served.url + "/v1/graphs:analyze", json={"graph": full},
+                                      timeout=120).json()
+                graph = graph_of(full, 100_000)
+                assert [o["name"] for o in analyzed["outputs"]] == \
+                    [name for name, _ in graph.outputs], path.stem
+                doc = _scaled(path)
+                graph = graph_of(doc, 100_000)
+                arrays = _inputs_of(graph, seed)
+                want = dx.run(graph, inputs=arrays, client=tcp_client)
+                over_http = remote.execute(doc, arrays)
+                assert over_http["state"] == "succeeded", (path.stem, over_http.get("error"))
+                operation, over_grpc = streams.operation_outputs(stub.ExecuteGraph(
+                    streams.execute_requests(json.dumps(doc), arrays)))
+                assert operation.state == "succeeded", (path.stem, operation.error)
+                for name, _ in graph.outputs:
+                    for got in (over_http["outputs"][name], over_grpc[name]):
+                        assert got.dtype == want[name].dtype and got.shape == want[name].shape
+                        np.testing.assert_array_equal(got, want[name],
+                                                      err_msg=f"{path.stem}: {name}")
+    finally:
+        assert served.stop() == 0
