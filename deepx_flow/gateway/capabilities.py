@@ -32,6 +32,9 @@ class Limits:
     max_chunk_bytes: int = 1 << 20
     max_request_bytes: int = 1 << 30
     max_graph_nodes: int = 100_000
+    # the JSON part of an HTTP request: parsed, its numbers take about ten times their
+    # text's memory (large tensors travel as binary data)
+    max_json_bytes: int = 64 << 20
 
 
 def operator_table() -> list[dict]:

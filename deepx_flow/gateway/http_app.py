@@ -48,30 +48,35 @@ def make_app(gateway, creds=None) -> Starlette:
     async def capabilities(request: Request):
         return JSONResponse(gateway.capabilities())
 
+    limits = gateway.limits
+
     async def analyze(request: Request):
-        body, _ = await _body(request, gateway.limits.max_request_bytes)
+        body, _ = await _body(request, limits)
         _only(body, {"graph"})
         return JSONResponse(await run_in_threadpool(gateway.analyze, _needs(body, "graph")))
 
     async def execute(request: Request):
-        body, raw = await _body(request, gateway.limits.max_request_bytes)
-        _only(body, {"graph", "inputs", "outputs", "wait_seconds", "operation_id",
-                     "parameters"})
-        inputs = _inputs(body.get("inputs", []), raw)
-        names, binary = _outputs(body)
+        body, raw = await _body(request, limits)
+
+        def decoded():  # in a thread: a large body would hold the event loop
+            _only(body, {"graph", "inputs", "outputs", "wait_seconds", "operation_id",
+                         "parameters"})
+            return _inputs(body.get("inputs", []), raw), _outputs(body)
+        inputs, (names, binary) = await run_in_threadpool(decoded)
         answer = await gateway.execute(_needs(body, "graph"), inputs, names,
                                        body.get("wait_seconds"), body.get("operation_id"))
-        return _operation(answer, binary)
+        return await run_in_threadpool(_operation, answer, binary)
 
     async def operation(request: Request):
         # at once unless asked to wait, as over gRPC
         wait = _number(request.query_params.get("wait_seconds", "0"), "wait_seconds")
         binary = request.query_params.get("binary_data_output", "false") == "true"
         answer = await gateway.operation(request.path_params["id"], wait)
-        return _operation(answer, {"*"} if binary else set())
+        return await run_in_threadpool(_operation, answer, {"*"} if binary else set())
 
     async def cancel(request: Request):
-        return _operation(await gateway.cancel(request.path_params["id"]), set())
+        answer = await gateway.cancel(request.path_params["id"])
+        return await run_in_threadpool(_operation, answer, set())
 
     async def runs(request: Request):
         limit = request.query_params.get("limit")
@@ -127,8 +132,12 @@ async def _error(request: Request, err: DeepxError):
     return JSONResponse({"error": str(err)}, status_code=status_of(err))
 
 
-async def _body(request: Request, limit: int) -> tuple[dict, bytes]:
-    """The request's JSON object, and the binary bytes after it (the binary extension)."""
+async def _body(request: Request, limits) -> tuple[dict, bytes]:
+    """The request's JSON object, and the binary bytes after it (the binary extension).
+    The JSON part may be at most `limits.max_json_bytes` (parsed, JSON numbers take about
+    ten times their text's memory: large tensors travel as binary data), the whole body at
+    most `limits.max_request_bytes`."""
+    limit = limits.max_request_bytes
     declared = request.headers.get("content-length")
     if declared is not None and DIGITS.fullmatch(declared) and int(declared) > limit:
         raise TooLarge(f"the request body is {int(declared):,} bytes, over the limit of "
@@ -148,8 +157,12 @@ async def _body(request: Request, limit: int) -> tuple[dict, bytes]:
         head, raw = data[:int(length)], data[int(length):]
     else:
         head, raw = data, b""
+    if len(head) > limits.max_json_bytes:
+        raise TooLarge(f"the request's JSON is {len(head):,} bytes, over the limit of "
+                       f"{limits.max_json_bytes:,}: send large tensors as binary data "
+                       f"(\"parameters\": {{\"binary_data_size\": N}})")
     try:
-        body = json.loads(head)
+        body = await run_in_threadpool(json.loads, head)
     except RecursionError:
         raise InputError("the request's JSON is nested too deep") from None
     except ValueError as err:

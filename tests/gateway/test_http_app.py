@@ -28,7 +28,7 @@ SPEC = {"deepx": 1, "inputs": {"x": {"shape": [3, 4], "dtype": "float32"}},
 @pytest.fixture
 def http(client, tmp_path):
     gateway = Gateway(client, open_db(), tmp_path / "results",
-                      Limits(max_request_bytes=1 << 20))
+                      Limits(max_request_bytes=1 << 20, max_json_bytes=256 << 10))
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(make_app(gateway), host="127.0.0.1", port=port,
                                            log_level="warning"))
@@ -232,3 +232,21 @@ def test_many_waiting_calls_hold_no_thread_a_cancel_needs(http, client):
             assert time.monotonic() - began < 15
             assert cancelled["state"] == "interrupted"
             assert all(f.result().json()["state"] == "interrupted" for f in waiting)
+
+
+def test_a_large_json_part_is_refused_but_the_same_tensor_as_binary_data_runs(http, client):
+    spec = {"deepx": 1, "inputs": {"x": {"shape": [40_000], "dtype": "float64"}},
+            "nodes": [{"id": "y", "op": "neg", "args": ["x"]}], "outputs": ["y"]}
+    x = np.random.default_rng(2).standard_normal(40_000)  # 320 KB as bytes, ~800 KB as JSON
+    as_json = http.post("/v1/graphs:execute", json={"graph": spec, "inputs": [
+        {"name": "x", "shape": [40_000], "datatype": "FP64", "data": x.tolist()}]})
+    assert as_json.status_code == 413 and "as binary data" in as_json.json()["error"]
+    head = json.dumps({"graph": spec, "inputs": [{"name": "x", "shape": [40_000],
+                                                  "datatype": "FP64", "parameters": {
+                                                      "binary_data_size": x.nbytes}}],
+                       "parameters": {"binary_data_output": True}}).encode()
+    answer = http.post("/v1/graphs:execute", content=head + x.tobytes(),
+                       headers={HEADER_LENGTH: str(len(head))})
+    assert answer.status_code == 200
+    n = int(answer.headers[HEADER_LENGTH])
+    np.testing.assert_array_equal(np.frombuffer(answer.content[n:], "<f8"), -x)

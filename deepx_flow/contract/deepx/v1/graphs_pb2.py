@@ -26,7 +26,7 @@ _sym_db = _symbol_database.Default()
 from deepx_flow.contract.deepx.v1 import tensor_pb2 as deepx_dot_v1_dot_tensor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x64\x65\x65px/v1/graphs.proto\x12\x08\x64\x65\x65px.v1\x1a\x15\x64\x65\x65px/v1/tensor.proto\"\x18\n\x16GetCapabilitiesRequest\"\xd1\x01\n\x0c\x43\x61pabilities\x12\x18\n\x10protocol_version\x18\x01 \x01(\t\x12\x16\n\x0eserver_version\x18\x02 \x01(\t\x12)\n\toperators\x18\x03 \x03(\x0b\x32\x16.deepx.v1.OperatorInfo\x12\x1b\n\x13operator_table_hash\x18\x04 \x01(\t\x12 \n\x06limits\x18\x05 \x01(\x0b\x32\x10.deepx.v1.Limits\x12\x12\n\nextensions\x18\x06 \x03(\t\x12\x11\n\tdatatypes\x18\x07 \x03(\t\"\xa9\x01\n\x0cOperatorInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\r\n\x05\x61rity\x18\x03 \x01(\x05\x12\x12\n\nattributes\x18\x04 \x03(\t\x12\x1b\n\x13required_attributes\x18\x05 \x03(\t\x12\x10\n\x08\x64\x65\x63lared\x18\x06 \x03(\t\x12\x16\n\x0e\x64ifferentiable\x18\x07 \x01(\x08\x12\x13\n\x0b\x64\x65scription\x18\x08 \x01(\t\"p\n\x06Limits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x04\x12\x17\n\x0fmax_chunk_bytes\x18\x02 \x01(\x04\x12\x19\n\x11max_request_bytes\x18\x03 \x01(\x04\x12\x17\n\x0fmax_graph_nodes\x18\x04 \x01(\x04\")\n\x13\x41nalyzeGraphRequest\x12\x12\n\ngraph_json\x18\x01 \x01(\t\"\xe7\x01\n\x14\x41nalyzeGraphResponse\x12\x34\n\x06inputs\x18\x01 \x03(\x0b\x32$.deepx.v1.AnalyzeGraphResponse.Value\x12\x35\n\x07outputs\x18\x02 \x03(\x0b\x32$.deepx.v1.AnalyzeGraphResponse.Value\x12\x0c\n\x04plan\x18\x03 \x01(\t\x12\r\n\x05tasks\x18\x04 \x01(\x04\x12\r\n\x05nodes\x18\x05 \x01(\x04\x1a\x36\n\x05Value\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x64\x61tatype\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\"{\n\x13\x45xecuteGraphRequest\x12.\n\x06header\x18\x01 \x01(\x0b\x32\x1c.deepx.v1.ExecuteGraphHeaderH\x00\x12,\n\x0binput_chunk\x18\x02 \x01(\x0b\x32\x15.deepx.v1.TensorChunkH\x00\x42\x06\n\x04part\"\xaf\x01\n\x12\x45xecuteGraphHeader\x12\x12\n\ngraph_json\x18\x01 \x01(\t\x12 \n\x06inputs\x18\x02 \x03(\x0b\x32\x10.deepx.v1.Tensor\x12!\n\x07outputs\x18\x03 \x03(\x0b\x32\x10.deepx.v1.Tensor\x12\x19\n\x0cwait_seconds\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x14\n\x0coperation_id\x18\x05 \x01(\tB\x0f\n\r_wait_seconds\"w\n\x14\x45xecuteGraphResponse\x12(\n\toperation\x18\x01 \x01(\x0b\x32\x13.deepx.v1.OperationH\x00\x12-\n\x0coutput_chunk\x18\x02 \x01(\x0b\x32\x15.deepx.v1.TensorChunkH\x00\x42\x06\n\x04part\"\x9c\x01\n\tOperation\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06run_id\x18\x04 \x01(\t\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12!\n\x07outputs\x18\x06 \x03(\x0b\x32\x10.deepx.v1.Tensor\x12\x12\n\ncreated_at\x18\x07 \x01(\x01\x12\x10\n\x08\x65nded_at\x18\x08 \x01(\x01\"M\n\x13GetOperationRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x19\n\x0cwait_seconds\x18\x02 \x01(\x01H\x00\x88\x01\x01\x42\x0f\n\r_wait_seconds\"$\n\x16\x43\x61ncelOperationRequest\x12\n\n\x02id\x18\x01 \x01(\t2\x98\x03\n\x0cGraphService\x12K\n\x0fGetCapabilities\x12 .deepx.v1.GetCapabilitiesRequest\x1a\x16.deepx.v1.Capabilities\x12M\n\x0c\x41nalyzeGraph\x12\x1d.deepx.v1.AnalyzeGraphRequest\x1a\x1e.deepx.v1.AnalyzeGraphResponse\x12Q\n\x0c\x45xecuteGraph\x12\x1d.deepx.v1.ExecuteGraphRequest\x1a\x1e.deepx.v1.ExecuteGraphResponse(\x01\x30\x01\x12O\n\x0cGetOperation\x12\x1d.deepx.v1.GetOperationRequest\x1a\x1e.deepx.v1.ExecuteGraphResponse0\x01\x12H\n\x0f\x43\x61ncelOperation\x12 .deepx.v1.CancelOperationRequest\x1a\x13.deepx.v1.OperationB4\n\x0c\x64\x65v.deepx.v1P\x01Z\"deepx_flow/sdks/go/deepxv1;deepxv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x64\x65\x65px/v1/graphs.proto\x12\x08\x64\x65\x65px.v1\x1a\x15\x64\x65\x65px/v1/tensor.proto\"\x18\n\x16GetCapabilitiesRequest\"\xd1\x01\n\x0c\x43\x61pabilities\x12\x18\n\x10protocol_version\x18\x01 \x01(\t\x12\x16\n\x0eserver_version\x18\x02 \x01(\t\x12)\n\toperators\x18\x03 \x03(\x0b\x32\x16.deepx.v1.OperatorInfo\x12\x1b\n\x13operator_table_hash\x18\x04 \x01(\t\x12 \n\x06limits\x18\x05 \x01(\x0b\x32\x10.deepx.v1.Limits\x12\x12\n\nextensions\x18\x06 \x03(\t\x12\x11\n\tdatatypes\x18\x07 \x03(\t\"\xa9\x01\n\x0cOperatorInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\r\n\x05\x61rity\x18\x03 \x01(\x05\x12\x12\n\nattributes\x18\x04 \x03(\t\x12\x1b\n\x13required_attributes\x18\x05 \x03(\t\x12\x10\n\x08\x64\x65\x63lared\x18\x06 \x03(\t\x12\x16\n\x0e\x64ifferentiable\x18\x07 \x01(\x08\x12\x13\n\x0b\x64\x65scription\x18\x08 \x01(\t\"\x88\x01\n\x06Limits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x04\x12\x17\n\x0fmax_chunk_bytes\x18\x02 \x01(\x04\x12\x19\n\x11max_request_bytes\x18\x03 \x01(\x04\x12\x17\n\x0fmax_graph_nodes\x18\x04 \x01(\x04\x12\x16\n\x0emax_json_bytes\x18\x05 \x01(\x04\")\n\x13\x41nalyzeGraphRequest\x12\x12\n\ngraph_json\x18\x01 \x01(\t\"\xe7\x01\n\x14\x41nalyzeGraphResponse\x12\x34\n\x06inputs\x18\x01 \x03(\x0b\x32$.deepx.v1.AnalyzeGraphResponse.Value\x12\x35\n\x07outputs\x18\x02 \x03(\x0b\x32$.deepx.v1.AnalyzeGraphResponse.Value\x12\x0c\n\x04plan\x18\x03 \x01(\t\x12\r\n\x05tasks\x18\x04 \x01(\x04\x12\r\n\x05nodes\x18\x05 \x01(\x04\x1a\x36\n\x05Value\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x64\x61tatype\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\"{\n\x13\x45xecuteGraphRequest\x12.\n\x06header\x18\x01 \x01(\x0b\x32\x1c.deepx.v1.ExecuteGraphHeaderH\x00\x12,\n\x0binput_chunk\x18\x02 \x01(\x0b\x32\x15.deepx.v1.TensorChunkH\x00\x42\x06\n\x04part\"\xaf\x01\n\x12\x45xecuteGraphHeader\x12\x12\n\ngraph_json\x18\x01 \x01(\t\x12 \n\x06inputs\x18\x02 \x03(\x0b\x32\x10.deepx.v1.Tensor\x12!\n\x07outputs\x18\x03 \x03(\x0b\x32\x10.deepx.v1.Tensor\x12\x19\n\x0cwait_seconds\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x14\n\x0coperation_id\x18\x05 \x01(\tB\x0f\n\r_wait_seconds\"w\n\x14\x45xecuteGraphResponse\x12(\n\toperation\x18\x01 \x01(\x0b\x32\x13.deepx.v1.OperationH\x00\x12-\n\x0coutput_chunk\x18\x02 \x01(\x0b\x32\x15.deepx.v1.TensorChunkH\x00\x42\x06\n\x04part\"\x9c\x01\n\tOperation\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06run_id\x18\x04 \x01(\t\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12!\n\x07outputs\x18\x06 \x03(\x0b\x32\x10.deepx.v1.Tensor\x12\x12\n\ncreated_at\x18\x07 \x01(\x01\x12\x10\n\x08\x65nded_at\x18\x08 \x01(\x01\"M\n\x13GetOperationRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x19\n\x0cwait_seconds\x18\x02 \x01(\x01H\x00\x88\x01\x01\x42\x0f\n\r_wait_seconds\"$\n\x16\x43\x61ncelOperationRequest\x12\n\n\x02id\x18\x01 \x01(\t2\x98\x03\n\x0cGraphService\x12K\n\x0fGetCapabilities\x12 .deepx.v1.GetCapabilitiesRequest\x1a\x16.deepx.v1.Capabilities\x12M\n\x0c\x41nalyzeGraph\x12\x1d.deepx.v1.AnalyzeGraphRequest\x1a\x1e.deepx.v1.AnalyzeGraphResponse\x12Q\n\x0c\x45xecuteGraph\x12\x1d.deepx.v1.ExecuteGraphRequest\x1a\x1e.deepx.v1.ExecuteGraphResponse(\x01\x30\x01\x12O\n\x0cGetOperation\x12\x1d.deepx.v1.GetOperationRequest\x1a\x1e.deepx.v1.ExecuteGraphResponse0\x01\x12H\n\x0f\x43\x61ncelOperation\x12 .deepx.v1.CancelOperationRequest\x1a\x13.deepx.v1.OperationB4\n\x0c\x64\x65v.deepx.v1P\x01Z\"deepx_flow/sdks/go/deepxv1;deepxv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,26 +40,26 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CAPABILITIES']._serialized_end=294
   _globals['_OPERATORINFO']._serialized_start=297
   _globals['_OPERATORINFO']._serialized_end=466
-  _globals['_LIMITS']._serialized_start=468
-  _globals['_LIMITS']._serialized_end=580
-  _globals['_ANALYZEGRAPHREQUEST']._serialized_start=582
-  _globals['_ANALYZEGRAPHREQUEST']._serialized_end=623
-  _globals['_ANALYZEGRAPHRESPONSE']._serialized_start=626
-  _globals['_ANALYZEGRAPHRESPONSE']._serialized_end=857
-  _globals['_ANALYZEGRAPHRESPONSE_VALUE']._serialized_start=803
-  _globals['_ANALYZEGRAPHRESPONSE_VALUE']._serialized_end=857
-  _globals['_EXECUTEGRAPHREQUEST']._serialized_start=859
-  _globals['_EXECUTEGRAPHREQUEST']._serialized_end=982
-  _globals['_EXECUTEGRAPHHEADER']._serialized_start=985
-  _globals['_EXECUTEGRAPHHEADER']._serialized_end=1160
-  _globals['_EXECUTEGRAPHRESPONSE']._serialized_start=1162
-  _globals['_EXECUTEGRAPHRESPONSE']._serialized_end=1281
-  _globals['_OPERATION']._serialized_start=1284
-  _globals['_OPERATION']._serialized_end=1440
-  _globals['_GETOPERATIONREQUEST']._serialized_start=1442
-  _globals['_GETOPERATIONREQUEST']._serialized_end=1519
-  _globals['_CANCELOPERATIONREQUEST']._serialized_start=1521
-  _globals['_CANCELOPERATIONREQUEST']._serialized_end=1557
-  _globals['_GRAPHSERVICE']._serialized_start=1560
-  _globals['_GRAPHSERVICE']._serialized_end=1968
+  _globals['_LIMITS']._serialized_start=469
+  _globals['_LIMITS']._serialized_end=605
+  _globals['_ANALYZEGRAPHREQUEST']._serialized_start=607
+  _globals['_ANALYZEGRAPHREQUEST']._serialized_end=648
+  _globals['_ANALYZEGRAPHRESPONSE']._serialized_start=651
+  _globals['_ANALYZEGRAPHRESPONSE']._serialized_end=882
+  _globals['_ANALYZEGRAPHRESPONSE_VALUE']._serialized_start=828
+  _globals['_ANALYZEGRAPHRESPONSE_VALUE']._serialized_end=882
+  _globals['_EXECUTEGRAPHREQUEST']._serialized_start=884
+  _globals['_EXECUTEGRAPHREQUEST']._serialized_end=1007
+  _globals['_EXECUTEGRAPHHEADER']._serialized_start=1010
+  _globals['_EXECUTEGRAPHHEADER']._serialized_end=1185
+  _globals['_EXECUTEGRAPHRESPONSE']._serialized_start=1187
+  _globals['_EXECUTEGRAPHRESPONSE']._serialized_end=1306
+  _globals['_OPERATION']._serialized_start=1309
+  _globals['_OPERATION']._serialized_end=1465
+  _globals['_GETOPERATIONREQUEST']._serialized_start=1467
+  _globals['_GETOPERATIONREQUEST']._serialized_end=1544
+  _globals['_CANCELOPERATIONREQUEST']._serialized_start=1546
+  _globals['_CANCELOPERATIONREQUEST']._serialized_end=1582
+  _globals['_GRAPHSERVICE']._serialized_start=1585
+  _globals['_GRAPHSERVICE']._serialized_end=1993
 # @@protoc_insertion_point(module_scope)

@@ -51,16 +51,18 @@ class OperatorInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., arity: _Optional[int] = ..., attributes: _Optional[_Iterable[str]] = ..., required_attributes: _Optional[_Iterable[str]] = ..., declared: _Optional[_Iterable[str]] = ..., differentiable: _Optional[bool] = ..., description: _Optional[str] = ...) -> None: ...
 
 class Limits(_message.Message):
-    __slots__ = ("max_message_bytes", "max_chunk_bytes", "max_request_bytes", "max_graph_nodes")
+    __slots__ = ("max_message_bytes", "max_chunk_bytes", "max_request_bytes", "max_graph_nodes", "max_json_bytes")
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_REQUEST_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_GRAPH_NODES_FIELD_NUMBER: _ClassVar[int]
+    MAX_JSON_BYTES_FIELD_NUMBER: _ClassVar[int]
     max_message_bytes: int
     max_chunk_bytes: int
     max_request_bytes: int
     max_graph_nodes: int
-    def __init__(self, max_message_bytes: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., max_graph_nodes: _Optional[int] = ...) -> None: ...
+    max_json_bytes: int
+    def __init__(self, max_message_bytes: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., max_graph_nodes: _Optional[int] = ..., max_json_bytes: _Optional[int] = ...) -> None: ...
 
 class AnalyzeGraphRequest(_message.Message):
     __slots__ = ("graph_json",)
