@@ -38,10 +38,10 @@ def get_run(db, run_id: str) -> dict:
         raise NotFound(f"no run {shown(run_id)}")
     try:
         return run_answer(find_run(db, run_id))
-    except InputError as err:
+    except InputError as err:  # said without the database's URL, which clients need not see
         if "ambiguous" in str(err):
-            raise
-        raise NotFound(str(err)) from None
+            raise InputError(f"run id {run_id!r} is ambiguous; give more of it") from None
+        raise NotFound(f"no run {run_id!r}") from None
 
 
 def registry(db, scheduler: str) -> dict:

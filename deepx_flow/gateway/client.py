@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import uuid
 import urllib.request
 
 import numpy as np
@@ -19,6 +20,7 @@ from deepx_flow.contract import tensors
 from deepx_flow.errors import DeepxError, InputError, shown
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
+POLL_SECONDS = 60.0  # how long one call waits for an operation; the HTTP timeout is longer
 
 
 class RemoteError(DeepxError):
@@ -32,9 +34,11 @@ class RemoteError(DeepxError):
 
 class Remote:
     """A gateway at `url` (http:// or https://), called with `token` (a bearer token) when
-    given. `timeout` bounds each HTTP exchange, in seconds."""
+    given. `timeout` bounds each HTTP exchange, in seconds (a run may take longer: `run`
+    asks for it again by id)."""
 
-    def __init__(self, url: str, token: str | None = None, timeout: float = 600.0):
+    def __init__(self, url: str, token: str | None = None,
+                 timeout: float = POLL_SECONDS + 60.0):
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise InputError(f"url is {shown(url)}, not an http:// or https:// address of a "
                              f"gateway (deepx-flow serve)")
@@ -67,7 +71,12 @@ class Remote:
                 raise InputError(f"input {shown(name)}: a remote run takes NumPy arrays, not "
                                  f"{type(value).__name__}")
             arrays[name] = value
-        answer = self.execute(graph_to_document(graph), arrays)
+        # Its own operation id, and waits of a minute at a time: a run longer than any one
+        # HTTP exchange is asked for again by id until it ends, never started twice.
+        operation_id = uuid.uuid4().hex
+        answer = self.execute(graph_to_document(graph), arrays, POLL_SECONDS, operation_id)
+        while answer["state"] == "running":
+            answer = self.operation(operation_id, POLL_SECONDS)
         if answer["state"] != "succeeded":
             raise RemoteError(f"operation {answer['operation']} {answer['state']}: "
                               f"{answer.get('error', '')}")
@@ -155,7 +164,7 @@ class Remote:
         return head
 
 
-def connect(url: str, token: str | None = None, timeout: float = 600.0) -> Remote:
+def connect(url: str, token: str | None = None, timeout: float = POLL_SECONDS + 60.0) -> Remote:
     """A client of the gateway at `url`, once its protocol version and operator table are
     found to be this deepx_flow's (a RemoteError saying what differs, otherwise)."""
     from deepx_flow.gateway.capabilities import PROTOCOL_VERSION, operator_table, table_hash

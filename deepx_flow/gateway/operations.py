@@ -103,7 +103,9 @@ class Operations:
                              f"graph's outputs are {', '.join(names)}")
         bind_inputs(graph, inputs)  # a missing or mismatched input: refused, not run
         digest = request_digest("execute", graph_doc, inputs, wanted)
-        operation_id, new = self._record(operation_id, digest)
+        target = graph_doc.get("name") if isinstance(graph_doc, dict) else None
+        operation_id, new = self._record(operation_id, digest,
+                                         target if isinstance(target, str) else None)
         if not new:
             return operation_id, False
         token, done = Cancellation(), threading.Event()
@@ -115,7 +117,8 @@ class Operations:
         thread.start()
         return operation_id, True
 
-    def _record(self, chosen: str | None, digest: str) -> tuple[str, bool]:
+    def _record(self, chosen: str | None, digest: str,
+                target: str | None = None) -> tuple[str, bool]:
         """Record a new operation: its id, and True; or the id `chosen` and False where the
         same request recorded it before."""
         if chosen is not None and (not isinstance(chosen, str) or not ID.fullmatch(chosen)):
@@ -125,7 +128,7 @@ class Operations:
         try:
             with self.db.session() as session:
                 session.add(Operation(id=operation_id, kind="execute", request_digest=digest,
-                                      created_at=time.time(), host=self.me.host,
+                                      target=target, created_at=time.time(), host=self.me.host,
                                       pid=self.me.pid, pid_space=self.me.space))
             return operation_id, True
         except DeepxError:  # the id is taken (or the database failed: then this fails too)
@@ -165,10 +168,25 @@ class Operations:
             done.set()
 
     def _store(self, operation_id: str, arrays: dict) -> list[dict]:
-        """Write each output to its own file (a temporary name, then renamed); what the row
-        will list."""
+        """Write each output to its own file (a temporary name, then renamed, then the
+        folder synced, so the names survive a crash as the row that lists them will); what
+        the row will list. A store that fails leaves no folder behind."""
         folder = self.results / operation_id
         folder.mkdir(parents=True, exist_ok=True)
+        try:
+            listed = self._write(folder, arrays)
+            descriptor = os.open(folder, os.O_RDONLY)
+            try:
+                os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        return listed
+
+    @staticmethod
+    def _write(folder: Path, arrays: dict) -> list[dict]:
         listed = []
         for index, (name, array) in enumerate(arrays.items()):
             path = folder / f"{index}.npy"

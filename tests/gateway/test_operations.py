@@ -155,3 +155,18 @@ def test_a_scalar_output_keeps_its_shape(ops, client):
     want = dx.run(graph_of(spec, 100), inputs={"x": x}, client=client)["t"]
     assert got.shape == want.shape == ()
     np.testing.assert_array_equal(got, want)
+
+
+def test_the_graphs_name_is_the_operations_target_and_a_failed_store_leaves_nothing(
+        ops, monkeypatch):
+    op_id, _ = ops.execute(graph_of(SPEC, 100), SPEC, {"x": _x()})
+    assert ops.get(op_id, wait_seconds=None).target == "scaled"
+
+    def full_disk(folder, arrays):
+        (folder / ".0.npy.partial").write_bytes(b"half")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(Operations, "_write", staticmethod(full_disk))
+    op_id, _ = ops.execute(graph_of(SPEC, 100), SPEC, {"x": _x(2)})
+    found = ops.get(op_id, wait_seconds=None)
+    assert found.state == "failed" and "No space left" in found.error
+    assert not (ops.results / op_id).exists()

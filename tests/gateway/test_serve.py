@@ -281,6 +281,25 @@ def test_dx_connect_runs_sdk_graphs_remotely_with_dx_runs_bits(tmp_path, tcp_cli
             assert got[name].dtype == want[name].dtype
             np.testing.assert_array_equal(got[name], want[name])
         assert isinstance(remote.run(s, inputs={"x": data}), np.ndarray)
+        # a run longer than one wait: asked for again by its id until it ends
+        from deepx_flow.gateway import client as gateway_client
+        from deepx_flow.kernels.faults import Fault
+        from tests.helpers import faults_on
+        import concurrent.futures
+        monkeypatch.setattr(gateway_client, "POLL_SECONDS", 0.5)
+        polls = []
+        asked = remote.operation
+        monkeypatch.setattr(remote, "operation", lambda *a: polls.append(a) or asked(*a))
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            with faults_on(tcp_client, Fault("hang")):  # until the block ends, 3 s on
+                pending = pool.submit(remote.run, s, inputs={"x": data})
+                time.sleep(3.0)
+            slow = pending.result(timeout=120)
+        np.testing.assert_array_equal(slow, want["s"])
+        assert len(polls) >= 2  # it waited half a second at a time, by id
+        ops = httpx.get(served.url + "/v1/runs?limit=1", timeout=60).json()["runs"]
+        assert ops[0]["status"] == "succeeded"
+        monkeypatch.undo()
         newest = remote.runs(limit=1)[0]
         with pytest.raises(dx.DeepxError, match="input 'x' .* was not given"):
             remote.run(s)
