@@ -315,26 +315,42 @@ class Operations:
 
     # -- what a dead gateway left ----------------------------------------------------------------
 
-    def interrupt_orphaned(self) -> list[str]:
-        """Mark `interrupted` the running operations of gateway processes this one can look
-        up and finds gone, and remove their results folders; return their ids."""
-        if self.me.space is None:
-            return []
+    def beat(self) -> None:
+        """Say that this gateway still carries out its running operations."""
+        with self._lock:
+            mine = list(self._running)
+        if mine:
+            with self.db.session() as session:
+                session.exec(update(Operation).where(Operation.id.in_(mine))
+                             .values(heartbeat_at=time.time()))
+
+    def interrupt_orphaned(self, stale_after: float | None = None) -> list[str]:
+        """Mark `interrupted` the running operations whose gateway is gone, and remove their
+        results folders; return their ids. Gone: a process this one can look up by pid and
+        finds gone, or any gateway whose heartbeat (`beat`, or the operation's start) is
+        older than `stale_after` seconds (default DEEPX_HEARTBEAT_TIMEOUT_S)."""
+        from deepx_flow.config import settings
+        stale_after = settings().heartbeat_timeout_s if stale_after is None else stale_after
         with self.db.read() as session:
-            running = session.exec(select(Operation.id, Operation.pid, Operation.created_at)
-                                   .where(Operation.state == "running",
-                                          Operation.host == self.me.host,
-                                          Operation.pid_space == self.me.space)).all()
-        # (this process's own pid counts too: driver_gone tells a reused pid by its start)
-        gone = [(op, pid) for op, pid, began in running
-                if driver_gone(pid, began, process_started)]
-        now = time.time()
-        for operation_id, pid in gone:
+            running = session.exec(select(Operation).where(Operation.state == "running")).all()
+        now, gone = time.time(), []
+        for op in running:
+            if self.running_here(op.id):
+                continue
+            if op.host == self.me.host and self.me.space is not None and \
+                    op.pid_space == self.me.space and \
+                    driver_gone(op.pid, op.created_at, process_started):
+                # (this process's own pid counts too: driver_gone tells a reused pid by
+                # its start time)
+                gone.append((op.id, f"the gateway process {op.host}:{op.pid} that ran it "
+                                    f"stopped before it finished"))
+            elif now - (op.heartbeat_at or op.created_at) > stale_after:
+                gone.append((op.id, f"the gateway {op.host}:{op.pid} that ran it sent no "
+                                    f"heartbeat for {stale_after:g} s"))
+        for operation_id, message in gone:
             with self.db.session() as session:
                 session.exec(update(Operation)
                              .where(Operation.id == operation_id, Operation.state == "running")
-                             .values(state="interrupted", ended_at=now,
-                                     error=f"the gateway process {self.me.host}:{pid} that "
-                                           f"ran it stopped before it finished"))
+                             .values(state="interrupted", ended_at=now, error=message))
             shutil.rmtree(self.results / operation_id, ignore_errors=True)
         return [op for op, _ in gone]

@@ -88,14 +88,31 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
                 await asyncio.gather(grpc_server.stop(grace=30),
                                      asyncio.to_thread(gateway.operations.stop))
             stopping = asyncio.create_task(stop_with_http())
+            beating = asyncio.create_task(_heartbeats(gateway.operations))
             try:
                 await http_server.serve()
             finally:
                 http_server.should_exit = True
+                beating.cancel()
                 await stopping
 
         with _stopped_by_signals():
             asyncio.run(both())
+
+
+async def _heartbeats(operations) -> None:
+    """Every DEEPX_HEARTBEAT_S: say this gateway's operations still run, and mark those of
+    gateways gone silent (on any host) interrupted."""
+    import asyncio
+
+    from deepx_flow.config import settings
+    while True:
+        await asyncio.sleep(settings().heartbeat_s)
+        try:
+            await asyncio.to_thread(operations.beat)
+            await asyncio.to_thread(operations.interrupt_orphaned)
+        except Exception:  # a busy database: the next beat tries again
+            log.warning("deepx-flow serve: a heartbeat failed", exc_info=True)
 
 
 class _Stop(Exception):

@@ -306,7 +306,8 @@ def _v14_operations(conn: Connection) -> None:
           Column("error", Text, nullable=True),
           Column("host", String, nullable=False),
           Column("pid", Integer, nullable=False),
-          Column("pid_space", String, nullable=True))
+          Column("pid_space", String, nullable=True),
+          Column("heartbeat_at", Float, nullable=True))
     frozen.create_all(conn, checkfirst=True)
 
 

@@ -371,7 +371,10 @@ class Operation(SQLModel, table=True):
     outputs: Optional[str] = _text()  # JSON: the results' names, datatypes, shapes, files
     error: Optional[str] = _text()
     # The gateway process that carries it out: one that died leaves it `running` until a
-    # gateway finds that process gone (as `orphans.py` does for runs).
+    # gateway finds that process gone (as `orphans.py` does for runs), or finds its
+    # heartbeat stale (a gateway on another host, or in another PID namespace since a
+    # container restarted, cannot be looked up by pid).
     host: str
     pid: int
     pid_space: Optional[str] = None
+    heartbeat_at: Optional[float] = None

@@ -170,3 +170,35 @@ def test_the_graphs_name_is_the_operations_target_and_a_failed_store_leaves_noth
     found = ops.get(op_id, wait_seconds=None)
     assert found.state == "failed" and "No space left" in found.error
     assert not (ops.results / op_id).exists()
+
+
+def test_an_operation_whose_gateway_went_silent_is_interrupted_wherever_it_ran(ops):
+    """A gateway on another host (or in a new PID namespace) cannot be looked up by pid:
+    its heartbeat going stale is what tells."""
+    now = time.time()
+    with open_db().session() as s:
+        s.add(Operation(id="elsewhere-old", kind="execute", request_digest="1" * 64,
+                        created_at=now - 600, heartbeat_at=now - 120, host="other-host",
+                        pid=4242, pid_space="boot/x:1"))
+        s.add(Operation(id="elsewhere-alive", kind="execute", request_digest="2" * 64,
+                        created_at=now - 600, heartbeat_at=now - 5, host="other-host",
+                        pid=4243, pid_space="boot/x:1"))
+    assert ops.interrupt_orphaned(stale_after=60) == ["elsewhere-old"]
+    found = ops.get("elsewhere-old")
+    assert found.state == "interrupted" and "no heartbeat for 60 s" in found.error
+    assert ops.get("elsewhere-alive").state == "running"
+    with open_db().session() as s:  # (leave no running row for later tests' sweeps)
+        s.get(Operation, "elsewhere-alive").state = "interrupted"
+
+
+@pytest.mark.timeout(120)
+def test_a_running_operations_heartbeat_is_kept(ops, client):
+    with faults_on(client, Fault("hang")):
+        op_id, _ = ops.execute(graph_of(SPEC, 100), SPEC, {"x": _x(7)})
+        first = ops.get(op_id, wait_seconds=0.3)
+        ops.beat()
+        beat = ops.get(op_id).heartbeat_at
+        assert first.state == "running" and beat is not None and beat >= first.created_at
+        assert op_id not in ops.interrupt_orphaned(stale_after=0)  # its own: not swept
+        ops.cancel(op_id)
+        assert ops.get(op_id, wait_seconds=60).state == "interrupted"
