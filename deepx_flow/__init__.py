@@ -67,6 +67,7 @@ _ON_FIRST_USE = {
     **dict.fromkeys(["Persisted", "compile", "persist", "run"], "deepx_flow.runtime.run"),
     **dict.fromkeys(["Cancellation", "RunCancelled"], "deepx_flow.runtime.cancel"),
     "connect": "deepx_flow.gateway.client",
+    "call": "deepx_flow.sdk.call",
     "runs": "deepx_flow.runtime.run_history",
 }
 
@@ -95,7 +96,7 @@ __all__ = [
     "random",
     "ClusterSpec", "load_cluster_file", "Persisted", "Placement", "compile", "persist",
     "placement", "run", "runs", "shutdown", "from_yaml", "to_yaml", "Recovery", "Fit", "train",
-    "schedule", "Cancellation", "RunCancelled", "connect",
+    "schedule", "Cancellation", "RunCancelled", "connect", "call",
     "abs", "acosh", "add", "arange", "argmax", "argmin", "asinh", "atanh", "cast", "ceil", "clip",
     "concat", "concatenate", "cos", "cosh", "cumsum", "div", "equal", "erf", "exp", "flip", "floor",
     "from_dask", "full", "gather_nd", "gelu", "greater", "greater_equal", "input", "less",
