@@ -104,42 +104,54 @@ class Operations:
         bind_inputs(graph, inputs)  # a missing or mismatched input: refused, not run
         digest = request_digest("execute", graph_doc, inputs, wanted)
         target = graph_doc.get("name") if isinstance(graph_doc, dict) else None
-        operation_id, new = self._record(operation_id, digest,
-                                         target if isinstance(target, str) else None)
-        if not new:
-            return operation_id, False
+        if operation_id is not None and (not isinstance(operation_id, str)
+                                         or not ID.fullmatch(operation_id)):
+            raise InputError(f"operation id {shown(operation_id)} is not 1 to 128 letters, "
+                             f"digits, '_', '.' or '-' (starting with a letter or digit)")
+        operation_id = operation_id or uuid.uuid4().hex
         token, done = Cancellation(), threading.Event()
         thread = threading.Thread(target=self._carry_out, name=f"deepx-op-{operation_id}",
                                   args=(operation_id, graph, inputs, wanted, token, done),
                                   daemon=True)
+        # Listed as running here before its row exists, so that no reader ever finds the
+        # row of an operation of this process that is not listed (which would mean its
+        # thread ended without recording how).
         with self._lock:
-            self._running[operation_id] = (thread, token, done)
+            taken = operation_id in self._running
+            if not taken:
+                self._running[operation_id] = (thread, token, done)
+        if taken or not self._record(operation_id, digest,
+                                     target if isinstance(target, str) else None):
+            if not taken:
+                with self._lock:
+                    self._running.pop(operation_id, None)
+            self._same_request(operation_id, digest)
+            return operation_id, False
         thread.start()
         return operation_id, True
 
-    def _record(self, chosen: str | None, digest: str,
-                target: str | None = None) -> tuple[str, bool]:
-        """Record a new operation: its id, and True; or the id `chosen` and False where the
-        same request recorded it before."""
-        if chosen is not None and (not isinstance(chosen, str) or not ID.fullmatch(chosen)):
-            raise InputError(f"operation id {shown(chosen)} is not 1 to 128 letters, digits, "
-                             f"'_', '.' or '-' (starting with a letter or digit)")
-        operation_id = chosen or uuid.uuid4().hex
+    def _record(self, operation_id: str, digest: str, target: str | None) -> bool:
+        """Record a new operation; False where its id is taken."""
         try:
             with self.db.session() as session:
                 session.add(Operation(id=operation_id, kind="execute", request_digest=digest,
                                       target=target, created_at=time.time(), host=self.me.host,
                                       pid=self.me.pid, pid_space=self.me.space))
-            return operation_id, True
+            return True
         except DeepxError:  # the id is taken (or the database failed: then this fails too)
-            with self.db.read() as session:
-                found = session.get(Operation, operation_id)
-            if found is None:
+            if self._row(operation_id) is None:
                 raise
-        if found.request_digest != digest:
+            return False
+
+    def _same_request(self, operation_id: str, digest: str) -> None:
+        """An id sent again must come with the request it was first sent with."""
+        found, deadline = self._row(operation_id), time.monotonic() + 5
+        while found is None and time.monotonic() < deadline:  # its first sending is
+            time.sleep(0.05)                                  # being recorded now
+            found = self._row(operation_id)
+        if found is not None and found.request_digest != digest:
             raise InputError(f"operation id {operation_id!r} was used for another request; "
                              f"choose a new id")
-        return operation_id, False
 
     # -- carrying out ------------------------------------------------------------------------
 

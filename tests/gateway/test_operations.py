@@ -202,3 +202,23 @@ def test_a_running_operations_heartbeat_is_kept(ops, client):
         assert op_id not in ops.interrupt_orphaned(stale_after=0)  # its own: not swept
         ops.cancel(op_id)
         assert ops.get(op_id, wait_seconds=60).state == "interrupted"
+
+
+def test_one_id_sent_at_once_from_many_threads_runs_once(ops):
+    import concurrent.futures
+    graph = graph_of(SPEC, 100)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        same = list(pool.map(lambda _: ops.execute(graph, SPEC, {"x": _x()},
+                                                   operation_id="burst-1"), range(16)))
+        assert sorted(started for _, started in same) == [False] * 15 + [True]
+
+        def other(seed):
+            try:
+                return ops.execute(graph, SPEC, {"x": _x(seed)}, operation_id="burst-2")[1]
+            except InputError as err:
+                assert "was used for another request" in str(err)
+                return None
+        outcomes = list(pool.map(other, range(16)))
+    assert outcomes.count(True) == 1 and outcomes.count(False) == 0
+    for op_id in ("burst-1", "burst-2"):
+        assert ops.get(op_id, wait_seconds=None).state == "succeeded"
