@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator
 
-import numpy as np
-
 from deepx_flow.contract import tensors
 from deepx_flow.contract.deepx.v1 import graphs_pb2, tensor_pb2
 from deepx_flow.errors import InputError
 
-MAX_INLINE_BYTES = (4 << 20) - (64 << 10)  # gRPC's usual 4 MiB, less room for the header
+MESSAGE_BYTES = 4 << 20  # gRPC's usual limit on one message
+HEADER_SLACK = 64 << 10  # room for a message's fields beside its largest bytes
+MAX_INLINE_BYTES = MESSAGE_BYTES - HEADER_SLACK
 CHUNK_BYTES = 1 << 20
 
 
@@ -46,8 +46,7 @@ def operation_outputs(answers: Iterable) -> tuple:
     if first is None or first.WhichOneof("part") != "operation":
         raise InputError("the answer does not start with the operation")
     operation = first.operation
-    sizes = {i: (t.name, int(np.prod(t.shape, dtype=np.int64))
-                 * np.dtype(tensors.dtype_of(t.datatype, t.name)).itemsize)
+    sizes = {i: (t.name, tensors.byte_size(t.datatype, t.shape, t.name))
              for i, t in enumerate(operation.outputs) if t.streamed}
     assembler = tensors.Assembler(sizes)
     for answer in answers:

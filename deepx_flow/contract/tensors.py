@@ -148,6 +148,10 @@ def _flattened(values, tensor: str, depth: int = 0) -> Iterator:
 
 # -- JSON (HTTP) --------------------------------------------------------------------------
 
+# The binary tensor extension's header: the length of a body's JSON part, after which come
+# the raw bytes of each tensor that says `"parameters": {"binary_data_size": N}`, in order.
+BINARY_HEADER = "Inference-Header-Content-Length"
+
 def from_json(obj, raw: bytes | None = None) -> tuple[str, np.ndarray]:
     """(name, array) of an OIP JSON tensor: its `data`, or its `raw` bytes (the binary
     tensor extension: the bytes that followed the JSON, `binary_data_size` of them)."""
@@ -170,6 +174,44 @@ def from_json(obj, raw: bytes | None = None) -> tuple[str, np.ndarray]:
     if "data" not in obj:
         raise InputError(f"tensor {shown(name)}: no data")
     return name, from_values(name, obj["datatype"], obj["shape"], obj["data"])
+
+
+def from_json_list(listed, raw: bytes, what: str) -> dict:
+    """Name -> array of a list of OIP JSON tensors (`what`: "inputs" or "outputs") and the
+    binary bytes that followed their JSON, each taken by the tensors that say their
+    `binary_data_size`, in order, every byte taken once."""
+    if not isinstance(listed, list):
+        raise InputError(f"{what} is {shown(listed)}, not a list of tensors")
+    arrays, at = {}, 0
+    for obj in listed:
+        size = None
+        params = obj.get("parameters") if isinstance(obj, dict) else None
+        if params is not None:
+            if not isinstance(params, dict):
+                raise InputError(f"a tensor's parameters are {shown(params)}, not an object")
+            size = params.get("binary_data_size")
+            if size is not None and (type(size) is not int or size < 0):
+                raise InputError(f"binary_data_size is {shown(size)}, not a byte count")
+        if size is not None:
+            if at + size > len(raw):
+                raise InputError(f"tensor {shown(obj.get('name'))}: binary_data_size {size:,} "
+                                 f"passes the end of the {len(raw):,} binary bytes")
+            name, array = from_json(obj, raw[at:at + size])
+            at += size
+        else:
+            name, array = from_json(obj)
+        if name in arrays:
+            raise InputError(f"{what[:-1]} {shown(name)} is given twice")
+        arrays[name] = array
+    if at != len(raw):
+        raise InputError(f"{len(raw) - at:,} binary bytes after the last of the {what}")
+    return arrays
+
+
+def byte_size(datatype, shape, tensor: str) -> int:
+    """How many raw bytes a tensor of this datatype and shape is."""
+    itemsize = np.dtype(dtype_of(datatype, tensor)).itemsize
+    return math.prod(checked_shape(list(shape), tensor)) * itemsize
 
 
 def to_json(name: str, array: np.ndarray) -> dict:

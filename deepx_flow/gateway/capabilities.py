@@ -15,6 +15,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 
+from deepx_flow.contract import streams
 from deepx_flow.contract.tensors import DATATYPES
 
 PROTOCOL_VERSION = "deepx.v1"
@@ -28,8 +29,8 @@ class Limits:
     """The gateway's bounds. gRPC's own default message limit is 4 MiB; a tensor whose
     bytes pass `max_message_bytes` is streamed in chunks of at most `max_chunk_bytes`."""
 
-    max_message_bytes: int = 4 << 20
-    max_chunk_bytes: int = 1 << 20
+    max_message_bytes: int = streams.MESSAGE_BYTES
+    max_chunk_bytes: int = streams.CHUNK_BYTES
     max_request_bytes: int = 1 << 30
     max_graph_nodes: int = 100_000
     # the JSON part of an HTTP request: parsed, its numbers take about ten times their

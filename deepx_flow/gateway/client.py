@@ -19,7 +19,7 @@ import numpy as np
 from deepx_flow.contract import tensors
 from deepx_flow.errors import DeepxError, InputError, shown
 
-HEADER_LENGTH = "Inference-Header-Content-Length"
+HEADER_LENGTH = tensors.BINARY_HEADER
 POLL_SECONDS = 60.0  # how long one call waits for an operation; the HTTP timeout is longer
 
 
@@ -149,18 +149,9 @@ class Remote:
     def _operation(answer: tuple[bytes, int | None]) -> dict:
         data, length = answer
         head = json.loads(data[:length] if length is not None else data)
-        raw, at, outputs = data[length:] if length is not None else b"", 0, {}
-        for tensor in head.get("outputs") or ():
-            size = (tensor.get("parameters") or {}).get("binary_data_size")
-            if size is None:
-                name, array = tensors.from_json(tensor)
-            else:
-                name, array = tensors.from_json(
-                    {k: v for k, v in tensor.items() if k != "parameters"}, raw[at:at + size])
-                at += size
-            outputs[name] = array
         if "outputs" in head:
-            head["outputs"] = outputs
+            head["outputs"] = tensors.from_json_list(
+                head["outputs"], data[length:] if length is not None else b"", "outputs")
         return head
 
 

@@ -15,17 +15,23 @@ from deepx_flow.contract.tensors import datatype_of
 from deepx_flow.errors import SpecError, shown
 
 
+def spec_document(spec):
+    """A spec as a parsed JSON object: as given, or read from JSON text."""
+    if not isinstance(spec, (str, bytes)):
+        return spec
+    try:
+        return json.loads(spec)
+    except RecursionError:
+        raise SpecError("the graph's JSON is nested too deep") from None
+    except ValueError as err:  # JSONDecodeError, and bytes that are not UTF-8
+        raise SpecError(f"the graph is not JSON: {err}") from None
+
+
 def graph_of(spec, max_nodes: int):
     """The checked Graph of a spec: a parsed JSON object, or JSON text. A SpecError or
     GraphError (naming the node) for anything wrong with it, as the YAML reader gives."""
     from deepx_flow.spec.reader import document_to_graph
-    if isinstance(spec, (str, bytes)):
-        try:
-            spec = json.loads(spec)
-        except RecursionError:
-            raise SpecError("the graph's JSON is nested too deep") from None
-        except ValueError as err:  # JSONDecodeError, and bytes that are not UTF-8
-            raise SpecError(f"the graph is not JSON: {err}") from None
+    spec = spec_document(spec)
     if isinstance(spec, dict):
         entries = sum(len(spec.get(k) or ()) for k in ("inputs", "nodes")
                       if isinstance(spec.get(k), (list, dict)))

@@ -16,18 +16,16 @@ UNAUTHENTICATED for missing or wrong credentials (`authorization` metadata, as o
 from __future__ import annotations
 
 import asyncio
-import math
 
 import grpc
-import numpy as np
 
 from deepx_flow.contract import tensors
+from deepx_flow.contract.streams import HEADER_SLACK
 from deepx_flow.contract.deepx.v1 import (catalog_pb2, catalog_pb2_grpc, graphs_pb2,
                                           graphs_pb2_grpc, tensor_pb2)
 from deepx_flow.errors import DeepxError, InputError
 from deepx_flow.gateway.errors import NotFound, TooLarge
 
-HEADER_SLACK = 64 << 10  # room for a message's fields beside its largest bytes
 
 
 def code_of(err: DeepxError) -> grpc.StatusCode:
@@ -114,13 +112,11 @@ async def _execute_request(messages, limits) -> tuple:
             header = message.header
             for index, tensor in enumerate(header.inputs):
                 if tensor.streamed:
-                    itemsize = np.dtype(tensors.dtype_of(tensor.datatype, tensor.name)).itemsize
-                    shape = tensors.checked_shape(list(tensor.shape), tensor.name)
-                    if math.prod(shape) * itemsize > limits.max_request_bytes:
-                        raise TooLarge(f"tensor {tensor.name!r}: {math.prod(shape) * itemsize:,}"
-                                       f" bytes, over the limit of "
-                                       f"{limits.max_request_bytes:,}")
-                    streamed[index] = (tensor.name, math.prod(shape) * itemsize)
+                    size = tensors.byte_size(tensor.datatype, tensor.shape, tensor.name)
+                    if size > limits.max_request_bytes:
+                        raise TooLarge(f"tensor {tensor.name!r}: {size:,} bytes, over the "
+                                       f"limit of {limits.max_request_bytes:,}")
+                    streamed[index] = (tensor.name, size)
             assembler = tensors.Assembler(streamed)
             total = header.ByteSize()
             if any(t.HasField("reference") for t in (*header.inputs, *header.outputs)):

@@ -28,7 +28,7 @@ from deepx_flow.contract import tensors
 from deepx_flow.errors import DeepxError, InputError, shown
 from deepx_flow.gateway.errors import NotFound, TooLarge
 
-HEADER_LENGTH = "Inference-Header-Content-Length"
+HEADER_LENGTH = tensors.BINARY_HEADER
 DIGITS = re.compile(r"[0-9]{1,18}")  # str.isdigit takes "²", which int() refuses
 
 
@@ -61,7 +61,8 @@ def make_app(gateway, creds=None) -> Starlette:
         def decoded():  # in a thread: a large body would hold the event loop
             _only(body, {"graph", "inputs", "outputs", "wait_seconds", "operation_id",
                          "parameters"})
-            return _inputs(body.get("inputs", []), raw), _outputs(body)
+            return (tensors.from_json_list(body.get("inputs", []), raw, "inputs"),
+                    _outputs(body))
         inputs, (names, binary) = await run_in_threadpool(decoded)
         answer = await gateway.execute(_needs(body, "graph"), inputs, names,
                                        body.get("wait_seconds"), body.get("operation_id"))
@@ -192,36 +193,6 @@ def _number(text, name: str):
         return float(text)
     except ValueError:
         raise InputError(f"{name} is {shown(text)}, not a number") from None
-
-
-def _inputs(listed, raw: bytes) -> dict:
-    """Input name -> array, from JSON tensors and the binary bytes that follow them."""
-    if not isinstance(listed, list):
-        raise InputError(f"inputs is {shown(listed)}, not a list of tensors")
-    arrays, at = {}, 0
-    for obj in listed:
-        size = None
-        params = obj.get("parameters") if isinstance(obj, dict) else None
-        if params is not None:
-            if not isinstance(params, dict):
-                raise InputError(f"a tensor's parameters are {shown(params)}, not an object")
-            size = params.get("binary_data_size")
-            if size is not None and (type(size) is not int or size < 0):
-                raise InputError(f"binary_data_size is {shown(size)}, not a byte count")
-        if size is not None:
-            if at + size > len(raw):
-                raise InputError(f"tensor {shown(obj.get('name'))}: binary_data_size {size:,} "
-                                 f"passes the end of the {len(raw):,} binary bytes")
-            name, array = tensors.from_json(obj, raw[at:at + size])
-            at += size
-        else:
-            name, array = tensors.from_json(obj)
-        if name in arrays:
-            raise InputError(f"input {shown(name)} is given twice")
-        arrays[name] = array
-    if at != len(raw):
-        raise InputError(f"{len(raw) - at:,} binary bytes after the last input's")
-    return arrays
 
 
 def _outputs(body: dict) -> tuple[list | None, set]:

@@ -8,12 +8,11 @@ answer; so HTTP and gRPC say the same things in the same words.
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 from deepx_flow.errors import InputError, shown
 from deepx_flow.gateway import capabilities as caps
-from deepx_flow.gateway.graphs import analyze, graph_of
+from deepx_flow.gateway.graphs import analyze, graph_of, spec_document
 from deepx_flow.gateway.operations import Operations
 
 
@@ -40,8 +39,8 @@ class Gateway:
               operation_id: str | None = None) -> str:
         """Check the graph and `inputs` (name -> array) and start running it: the
         operation's id (that of the first, for a request sent again with its id)."""
-        graph = self._graph(spec)
-        doc = json.loads(spec) if isinstance(spec, (str, bytes)) else spec
+        doc = spec_document(spec)
+        graph = self._graph(doc)
         if outputs is not None and (not isinstance(outputs, list)
                                     or not all(isinstance(o, str) for o in outputs)):
             raise InputError(f"outputs is {shown(outputs)}, not a list of output names")
