@@ -34,6 +34,7 @@ from deepx_flow.config import settings
 from deepx_flow.errors import CheckFailed, DataError, DeepxError, ExecutionError, GraphError
 from deepx_flow.meta import open_db
 from deepx_flow.meta.models import AssetCheckResult, AssetMaterialization
+from deepx_flow.runtime.cancel import RunCancelled
 from deepx_flow.runtime.failures import task_failure
 from deepx_flow.runtime.futures import (blamed_key, cancel_and_settle, error_of,
                                         why_not_finished)
@@ -72,7 +73,7 @@ def asset_root() -> str:
 
 def materialize(defs, select="*", *, partitions=None, only_stale: bool = False, client=None,
                 scheduler: str | None = None, db=None, recovery=None,
-                progress=None) -> Materialized:
+                progress=None, cancel=None) -> Materialized:
     """Materialize the assets `select` picks (see `deepx_flow.assets.selection`).
 
     Parameters
@@ -96,6 +97,10 @@ def materialize(defs, select="*", *, partitions=None, only_stale: bool = False, 
     progress : bool, optional
         Show each run's id, dashboard link and a progress bar once it has gone on for 2 s
         (default: when the session is interactive), as `dx.run` does.
+    cancel : dx.Cancellation, optional
+        A token whose `cancel()`, from another thread, stops the materialization: the
+        stage under way is discarded (its runs recorded interrupted), the versions of
+        stages before it stay, and `RunCancelled` is raised.
 
     Raises
     ------
@@ -105,9 +110,13 @@ def materialize(defs, select="*", *, partitions=None, only_stale: bool = False, 
     """
     from deepx_flow.runtime.cluster import chosen_address
     from deepx_flow.runtime.progress import checked_progress
+    from deepx_flow.errors import InputError, shown
+    from deepx_flow.runtime.cancel import Cancellation
     from deepx_flow.runtime.recovery import Recovery
     from deepx_flow.runtime.run import lasting_client
 
+    if cancel is not None and not isinstance(cancel, Cancellation):
+        raise InputError(f"cancel is {shown(cancel)}, not a dx.Cancellation")
     recovery, progress = Recovery.of(recovery), checked_progress(progress)
     chosen_address(client, scheduler)
     database = open_db(db)
@@ -134,8 +143,10 @@ def materialize(defs, select="*", *, partitions=None, only_stale: bool = False, 
             else:
                 todo.append(t)
         if todo:
+            if cancel is not None and cancel.cancelled:
+                raise cancel.error(None)
             run_ids += _run_stage_mending(defs, todo, versions, written, checks, database,
-                                          active, now, recovery, progress)
+                                          active, now, recovery, progress, cancel)
     result = Materialized({str(t): r for t, r in written.items()}, run_ids,
                           time.perf_counter() - began, {str(t): c for t, c in checks.items()},
                           {str(t): why for t, why in skipped.items()})
@@ -144,7 +155,7 @@ def materialize(defs, select="*", *, partitions=None, only_stale: bool = False, 
 
 
 def _run_stage_mending(defs, stage, versions, written, checks, db, client, now,
-                       recovery, progress=None) -> list[str]:
+                       recovery, progress=None, cancel=None) -> list[str]:
     """`_run_stage`; when it finds a stored upstream version missing or damaged, that
     upstream target is materialized again from its lineage (a new version, as materializing
     it would make), then the stage runs again with the event in its run's record. Each
@@ -155,7 +166,7 @@ def _run_stage_mending(defs, stage, versions, written, checks, db, client, now,
     while True:
         try:
             run_id = _run_stage(defs, stage, versions, written, checks, db, client, now,
-                                recovery, notes, progress)
+                                recovery, notes, progress, cancel)
             return run_ids + ([run_id] if run_id else [])
         except DataError as err:
             damaged = _damaged_target(defs, err, stage)
@@ -166,7 +177,7 @@ def _run_stage_mending(defs, stage, versions, written, checks, db, client, now,
                                 partitions=None if damaged.partition is None
                                 else [damaged.partition],
                                 client=client, db=db.url, recovery=recovery,
-                                progress=progress)
+                                progress=progress, cancel=cancel)
             row = again.versions[str(damaged)]
             if damaged in written:  # stored by an earlier stage of this materialization
                 written[damaged] = row
@@ -216,10 +227,10 @@ def _report_checks(result: Materialized) -> None:
 # --- one stage: one graph, one run -------------------------------------------------------
 
 def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
-               now, recovery=None, notes=(), progress=None) -> str | None:
+               now, recovery=None, notes=(), progress=None, cancel=None) -> str | None:
     """Compute, write and check the targets of one stage; record their versions. Returns
     the run id (None when recording is off). `notes` ((kind, message) pairs) go into the
-    run's events; `progress` is `materialize`'s.
+    run's events; `progress` and `cancel` are `materialize`'s.
 
     Nothing of a failed stage stays: running tasks are cancelled, then every array it
     created is deleted, and no row is written. Its rows are published in one transaction.
@@ -288,6 +299,8 @@ def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
             for kind, message in notes:
                 recorder.note(kind, message)
             recorder.watch()
+        if cancel is not None:
+            cancel.watch(client, every)
         with progress:
             _wait_or_raise(client, every, plan)
         values = {k: _gather_scalars(client, futures, names, plan, graph)
@@ -311,16 +324,22 @@ def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
                         infos[t], run_id, seconds, results[t]) for t in stage}
         catalog.record_all(db, [(rows[t], results[t]) for t in stage])
     except BaseException as err:
+        if cancel is not None and cancel.cancelled:  # its futures were cancelled: say so
+            err = cancel.error(recorder.run_id if recorder is not None else None)
         try:
             _discard(client, every, engines, created)
         finally:  # the run ends with the call, also when the cleanup is interrupted
             if recorder is not None:
                 recorder.fail(err)
+        if isinstance(err, RunCancelled):
+            raise err from None
         if isinstance(err, DeepxError) or not isinstance(err, Exception):
             raise
         raise ExecutionError(f"materializing {', '.join(map(str, stage))} failed: "
                              f"{type(err).__name__}: {err}") from err
     finally:
+        if cancel is not None:
+            cancel.forget(every)
         for f in every:
             f.release()
     if recorder is not None:

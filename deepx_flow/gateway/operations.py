@@ -1,8 +1,10 @@
-"""Operations: the gateway's executions, carried out in threads, recorded in the metadata
-database, found again by id.
+"""Operations: the gateway's executions and materializations, carried out in threads,
+recorded in the metadata database, found again by id.
 
 A client's `graphs:execute` becomes an operation: a row in `operations` (state `running`)
-and a thread that runs the graph through `dx.run`, the SDK's own entry point. When the run
+and a thread that runs the graph through `dx.run`, the SDK's own entry point (an asset's
+`:materialize` is one too, through `dx.materialize`, its row listing the versions made
+instead of outputs). When the run
 succeeds its outputs are written under the results folder, one `.npy` file each (written to
 a temporary name, then renamed), and only then does the row say `succeeded` and list them:
 a client that lost its connection asks for the operation by id and reads them; nothing
@@ -104,6 +106,21 @@ class Operations:
         bind_inputs(graph, inputs)  # a missing or mismatched input: refused, not run
         digest = request_digest("execute", graph_doc, inputs, wanted)
         target = graph_doc.get("name") if isinstance(graph_doc, dict) else None
+
+        def work(token, took_run_id):
+            from deepx_flow.runtime.run import run
+            results = run(graph, inputs=inputs, client=self.client,
+                          progress=_RunIdTaker(took_run_id), cancel=token)
+            return {n: results[n] for n in wanted}, None
+        return self.start("execute", digest, target if isinstance(target, str) else None,
+                          work, operation_id)
+
+    def start(self, kind: str, digest: str, target: str | None, work,
+              operation_id: str | None = None) -> tuple[str, bool]:
+        """Start an operation of `kind` that carries out `work(token, took_run_id)` in a
+        thread of its own (it gives the arrays to store by name, and a JSON-able summary
+        the row keeps instead, or None); its id, and whether this call started it (False:
+        the same request, by its `digest`, came with this id before)."""
         if operation_id is not None and (not isinstance(operation_id, str)
                                          or not ID.fullmatch(operation_id)):
             raise InputError(f"operation id {shown(operation_id)} is not 1 to 128 letters, "
@@ -111,7 +128,7 @@ class Operations:
         operation_id = operation_id or uuid.uuid4().hex
         token, done = Cancellation(), threading.Event()
         thread = threading.Thread(target=self._carry_out, name=f"deepx-op-{operation_id}",
-                                  args=(operation_id, graph, inputs, wanted, token, done),
+                                  args=(operation_id, work, token, done),
                                   daemon=True)
         # Listed as running here before its row exists, so that no reader ever finds the
         # row of an operation of this process that is not listed (which would mean its
@@ -120,8 +137,7 @@ class Operations:
             taken = operation_id in self._running
             if not taken:
                 self._running[operation_id] = (thread, token, done)
-        if taken or not self._record(operation_id, digest,
-                                     target if isinstance(target, str) else None):
+        if taken or not self._record(operation_id, kind, digest, target):
             if not taken:
                 with self._lock:
                     self._running.pop(operation_id, None)
@@ -130,11 +146,11 @@ class Operations:
         thread.start()
         return operation_id, True
 
-    def _record(self, operation_id: str, digest: str, target: str | None) -> bool:
+    def _record(self, operation_id: str, kind: str, digest: str, target: str | None) -> bool:
         """Record a new operation; False where its id is taken."""
         try:
             with self.db.session() as session:
-                session.add(Operation(id=operation_id, kind="execute", request_digest=digest,
+                session.add(Operation(id=operation_id, kind=kind, request_digest=digest,
                                       target=target, created_at=time.time(), host=self.me.host,
                                       pid=self.me.pid, pid_space=self.me.space))
             return True
@@ -155,14 +171,12 @@ class Operations:
 
     # -- carrying out ------------------------------------------------------------------------
 
-    def _carry_out(self, operation_id, graph, inputs, wanted, token, done) -> None:
-        from deepx_flow.runtime.run import run
+    def _carry_out(self, operation_id, work, token, done) -> None:
         try:
-            progress = _RunIdTaker(lambda run_id: self._set(operation_id, run_id=run_id))
-            results = run(graph, inputs=inputs, client=self.client, progress=progress,
-                          cancel=token)
-            listed = self._store(operation_id, {n: results[n] for n in wanted})
-            self._end(operation_id, "succeeded", outputs=json.dumps(listed))
+            arrays, summary = work(token,
+                                   lambda run_id: self._set(operation_id, run_id=run_id))
+            kept = summary if summary is not None else self._store(operation_id, arrays)
+            self._end(operation_id, "succeeded", outputs=json.dumps(kept))
         except RunCancelled as err:
             self._end(operation_id, "interrupted", error=str(err))
         except DeepxError as err:
@@ -284,9 +298,18 @@ class Operations:
         with self.db.read() as session:
             return session.get(Operation, operation_id)
 
+    @staticmethod
+    def summary(found: Operation) -> dict | None:
+        """What a succeeded operation that stored no arrays kept instead (a
+        materialization's versions), or None."""
+        kept = json.loads(found.outputs or "[]")
+        return kept if isinstance(kept, dict) else None
+
     def outputs(self, found: Operation) -> dict[str, np.ndarray]:
         """A succeeded operation's outputs by name, read from their files."""
         listed = json.loads(found.outputs or "[]")
+        if isinstance(listed, dict):  # a summary, no arrays
+            return {}
         folder = self.results / found.id
         arrays = {}
         for entry in listed:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from deepx_flow.errors import InputError, shown
 from deepx_flow.gateway import capabilities as caps
+from deepx_flow.gateway.asset_calls import AssetCalls
 from deepx_flow.gateway.graphs import analyze, graph_of, spec_document
 from deepx_flow.gateway.operations import Operations
 
@@ -24,6 +25,7 @@ class Gateway:
         self.limits = limits or caps.Limits()
         self.operations = Operations(db, results, client)
         self.operations.interrupt_orphaned()
+        self.assets = AssetCalls(db, self.operations, client, self.limits.max_graph_nodes)
 
     def capabilities(self) -> dict:
         return caps.capabilities(self.limits)
@@ -70,6 +72,15 @@ class Gateway:
         await asyncio.to_thread(self.operations.cancel, operation_id)
         return await self.operation(operation_id, wait_seconds)
 
+    async def materialize(self, name, partitions=None, force: bool = False,
+                          wait_seconds: float | None = None,
+                          operation_id: str | None = None) -> dict:
+        """Start materializing an asset, then wait as `execute` does; the operation."""
+        wait = checked_wait(wait_seconds)
+        op_id = await asyncio.to_thread(self.assets.materialize, name, partitions, force,
+                                        operation_id)
+        return await self.operation(op_id, wait)
+
     def runs(self, status: str | None = None, limit: int | None = None) -> dict:
         from deepx_flow.gateway.catalog import list_runs
         return list_runs(self.db, status, limit)
@@ -89,7 +100,11 @@ class Gateway:
         if found.error:
             answer["error"] = found.error
         if found.state == "succeeded":
-            answer["outputs"] = self.operations.outputs(found)
+            summary = self.operations.summary(found)
+            if summary is not None:
+                answer["materialized"] = summary
+            else:
+                answer["outputs"] = self.operations.outputs(found)
         return answer
 
 

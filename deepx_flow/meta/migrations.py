@@ -33,6 +33,7 @@ History:
     from a process that shares them, not from any of the same host name).
 14. operations (the gateway's executions and materializations, which clients ask for again
     by id).
+15. asset_definitions (assets defined by a graph spec through the gateway's contract).
 
 Every step can run on a database that already has what it adds (columns are added, tables
 and indexes created, only where missing): a database whose version row says less than its
@@ -50,7 +51,7 @@ from sqlmodel import SQLModel
 from deepx_flow.errors import DatabaseError
 from deepx_flow.meta.models import SchemaInfo
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 # An arbitrary constant: PostgreSQL sessions migrating at once take turns on this lock.
 _PG_LOCK_ID = 74_700_11
@@ -311,6 +312,21 @@ def _v14_operations(conn: Connection) -> None:
     frozen.create_all(conn, checkfirst=True)
 
 
+def _v15_asset_definitions(conn: Connection) -> None:
+    # The table as it was at version 15 (frozen, as in step 2).
+    frozen = MetaData()
+    Table("asset_definitions", frozen,
+          Column("name", String, primary_key=True),
+          Column("spec", Text, nullable=False),
+          Column("dependencies", Text, nullable=False),
+          Column("description", Text, nullable=True),
+          Column("partitions", Text, nullable=True),
+          Column("checks", Text, nullable=False),
+          Column("code_version", String, nullable=False),
+          Column("defined_at", Float, nullable=False))
+    frozen.create_all(conn, checkfirst=True)
+
+
 STEPS = {
     2: _v2_events_and_username,
     3: _v3_assets,
@@ -325,6 +341,7 @@ STEPS = {
     12: _v12_manifest_digest,
     13: _v13_runs_pid_space,
     14: _v14_operations,
+    15: _v15_asset_definitions,
 }
 
 

@@ -368,7 +368,9 @@ class Operation(SQLModel, table=True):
     created_at: float = Field(index=True)
     ended_at: Optional[float] = None
     run_id: Optional[str] = Field(default=None, index=True)  # the run that carries it out
-    outputs: Optional[str] = _text()  # JSON: the results' names, datatypes, shapes, files
+    # JSON: the results' names, datatypes, shapes, files (a list), or what an operation
+    # that stores no arrays keeps instead (an object: a materialization's versions)
+    outputs: Optional[str] = _text()
     error: Optional[str] = _text()
     # The gateway process that carries it out: one that died leaves it `running` until a
     # gateway finds that process gone (as `orphans.py` does for runs), or finds its
@@ -378,3 +380,19 @@ class Operation(SQLModel, table=True):
     pid: int
     pid_space: Optional[str] = None
     heartbeat_at: Optional[float] = None
+
+
+class AssetDefinition(SQLModel, table=True):
+    """An asset defined through the gateway's contract (`assets:define`): the graph spec that
+    builds it and the rest of its definition, so that every gateway on this database serves
+    it, after a restart too (`deepx_flow/gateway/asset_specs.py` makes it an AssetDef)."""
+
+    __tablename__ = "asset_definitions"
+    name: str = Field(primary_key=True)
+    spec: str = _text(nullable=False)  # JSON: the graph spec, one output
+    dependencies: str = _text(nullable=False)  # JSON list: upstream assets not read
+    description: Optional[str] = _text()
+    partitions: Optional[str] = _text()  # JSON list of static keys, or null
+    checks: str = _text(nullable=False)  # JSON list, in the contract's form
+    code_version: str  # the digest of all the above: a new one makes the asset stale
+    defined_at: float

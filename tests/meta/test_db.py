@@ -16,9 +16,9 @@ from sqlmodel import SQLModel, select
 from deepx_flow.errors import DatabaseError
 from deepx_flow.meta.db import Database, close_all, database_url, open_db
 from deepx_flow.meta.migrations import SCHEMA_VERSION
-from deepx_flow.meta.models import (AssetMaterialization, ChunkPlacement, Device, Event,
-                                    GraphRecord, Operation, OperatorSpeed, Run, Schedule, SchemaInfo,
-                                    ScheduleTick, Task, Worker)
+from deepx_flow.meta.models import (AssetDefinition, AssetMaterialization, ChunkPlacement,
+                                    Device, Event, GraphRecord, Operation, OperatorSpeed, Run,
+                                    Schedule, SchemaInfo, ScheduleTick, Task, Worker)
 from tests.helpers import free_port
 
 SCHEMA_V1 = Path(__file__).parent / "fixtures" / "schema_v1.sql"
@@ -210,8 +210,8 @@ def test_a_version_1_database_is_migrated_with_its_rows(db_url):
     added = {"events", "asset_materializations", "asset_check_results",  # versions 2-4
              "schedules", "schedule_ticks", "operator_speeds",  # and 7
              "trainings", "training_metrics", "training_checkpoints",  # and 9
-             "operations"}  # and 14
-    assert stored_version(db_url) == 14 == SCHEMA_VERSION
+             "operations", "asset_definitions"}  # and 14, 15
+    assert stored_version(db_url) == 15 == SCHEMA_VERSION
     assert set(after) == V1_TABLES | added
     assert all(after[t] == [] for t in added)
     assert [r.pop("username") for r in after["runs"]] == ["", "", ""]
@@ -292,12 +292,24 @@ def _drop_version_13(conn) -> None:
 
 
 def _drop_version_14(conn) -> None:
+    _drop_version_15(conn)
     conn.execute(text("DROP TABLE operations"))
+
+
+def _drop_version_15(conn) -> None:
+    conn.execute(text("DROP TABLE asset_definitions"))
 
 
 def _without_version_14(tables: dict) -> None:
     """A snapshot as it was before version 14: its operations table empty, taken away."""
+    _without_version_15(tables)
     assert tables.pop("operations") == []
+
+
+def _without_version_15(tables: dict) -> None:
+    """A snapshot as it was before version 15: its asset_definitions table empty, taken
+    away."""
+    assert tables.pop("asset_definitions") == []
 
 
 def _without_version_9(tables: dict) -> None:
@@ -548,6 +560,27 @@ def test_a_version_13_database_gets_the_operations_table(db_url):
                         run_id="r1", host="here", pid=1))
     with db.read() as s:
         assert s.get(Operation, "op1").state == "running"
+
+
+def test_a_version_14_database_gets_the_asset_definitions_table(db_url):
+    """Version 15: assets defined through the contract; the rows before it are kept."""
+    db = open_db(db_url)
+    with db.session() as s:
+        s.add(GraphRecord(hash="g1", yaml="nodes: []", n_nodes=0, created_at=1.0))
+        s.add(Operation(id="op1", kind="execute", request_digest="ab" * 32, created_at=2.0,
+                        host="here", pid=1))
+    before = back_to(db_url, 14, _drop_version_15)
+    assert "asset_definitions" not in before and len(before["operations"]) == 1
+
+    db, after = migrated(db_url)
+
+    _without_version_15(after)
+    assert after == before
+    with db.session() as s:  # and a definition is recorded
+        s.add(AssetDefinition(name="doubled", spec='{"nodes": []}', dependencies="[]",
+                              checks="[]", code_version="c0", defined_at=3.0))
+    with db.read() as s:
+        assert s.get(AssetDefinition, "doubled").partitions is None
 
 
 @pytest.mark.parametrize("stamped", [1, 5, SCHEMA_VERSION - 1])

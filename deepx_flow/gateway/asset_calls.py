@@ -1,0 +1,232 @@
+"""The contract's asset calls, whatever the transport: define an asset from a graph spec,
+list the assets and their versions, materialize one (an operation), read a stored version
+or a slice of it.
+
+The assets served are those defined through the contract, kept in the metadata database's
+`asset_definitions` (so every gateway on that database serves the same ones, after a
+restart too). They are materialized by `dx.materialize` and read by `dx.load`, the SDK's
+own entry points: the same versions, lineage, staleness and checks as Python's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from sqlmodel import select
+
+from deepx_flow.errors import GraphError, InputError, shown
+from deepx_flow.gateway.asset_specs import asset_from_row, checked_definition
+from deepx_flow.gateway.errors import NotFound
+from deepx_flow.meta.models import AssetDefinition
+
+MAX_VERSIONS = 1000
+
+
+class AssetCalls:
+    """The asset calls of one gateway: `db` keeps definitions and versions, `operations`
+    carries out materializations, `client` (Dask) reads."""
+
+    def __init__(self, db, operations, client, max_nodes: int):
+        self.db, self.operations, self.client = db, operations, client
+        self.max_nodes = max_nodes
+
+    # -- definitions -----------------------------------------------------------------------
+
+    def _rows(self) -> dict[str, AssetDefinition]:
+        with self.db.read() as session:
+            return {r.name: r for r in session.exec(select(AssetDefinition)
+                                                    .order_by(AssetDefinition.name))}
+
+    def definitions(self, rows: dict | None = None):
+        """The Definitions of every asset defined through the contract."""
+        from deepx_flow.assets.definition import Definitions
+        rows = self._rows() if rows is None else rows
+        return Definitions([asset_from_row(r, self.max_nodes) for r in rows.values()])
+
+    def define(self, name, graph, dependencies=(), description="", partitions=(),
+               partition_axis=None, checks=()) -> dict:
+        """Define (or define again) an asset; the asset as `list` shows it. Refused, with
+        nothing recorded, when its upstream assets are not defined, when they would form a
+        cycle, or when an input's shape or dtype is not its upstream asset's."""
+        row = checked_definition(name, graph, dependencies, description, partitions,
+                                 partition_axis, checks, self.max_nodes)
+        rows = self._rows()
+        rows[row.name] = row
+        try:
+            defs = self.definitions(rows)
+        except GraphError as err:
+            raise InputError(str(err)) from None
+        _check_reads(defs, rows, row.name, self.max_nodes)
+        with self.db.session() as session:
+            found = session.get(AssetDefinition, row.name)
+            if found is None:
+                session.add(row)
+            elif found.code_version != row.code_version or \
+                    found.description != row.description:
+                for field in ("spec", "dependencies", "description", "partitions", "checks",
+                              "code_version", "defined_at"):
+                    setattr(found, field, getattr(row, field))
+        return self._answer(defs, row.name)
+
+    def assets(self) -> dict:
+        """Every asset defined through the contract, in dependency order, with its status."""
+        defs = self.definitions()
+        return {"assets": [self._answer(defs, name, status)
+                           for name, status in _statuses(defs, self.db).items()]}
+
+    def _answer(self, defs, name: str, status=None) -> dict:
+        a = defs[name]
+        if status is None:
+            status = _statuses(defs, self.db, [name])[name]
+        reasons = "; ".join(status.reasons)
+        state = "never materialized" if status.materialized_at is None else \
+            ("stale: " + reasons if status.stale else "fresh")
+        return {"name": name, "dependencies": list(a.deps), "code_version": a.code_version,
+                "description": a.description or "", "status": state,
+                "latest_version": status.version or "",
+                "partitions": a.partitions.keys() if a.partitions is not None else [],
+                "defined_by": "contract"}
+
+    def _defined(self, name) -> tuple:
+        if not isinstance(name, str) or not name:
+            raise NotFound(f"no asset {shown(name)}")
+        defs = self.definitions()
+        if name not in defs.assets:
+            raise NotFound(f"no asset {name!r} is defined on this gateway")
+        return defs, defs[name]
+
+    # -- versions ----------------------------------------------------------------------------
+
+    def versions(self, name) -> dict:
+        """Every stored version of the asset, newest first (those whose blocking check
+        failed too: `checks_passed` says)."""
+        from deepx_flow.assets import catalog
+        from deepx_flow.contract.tensors import datatype_of
+        self._defined(name)
+        rows = catalog.history(self.db, name)[:MAX_VERSIONS]
+        return {"versions": [
+            {"version": r.version, "partition": r.partition or "",
+             "datatype": datatype_of(r.dtype), "shape": json.loads(r.shape or "[]"),
+             "uri": r.uri or "", "run_id": r.run_id or "", "created_at": r.created_at,
+             "code_version": r.code_version or "",
+             "lineage": catalog.upstream_versions(r),
+             "checks_passed": r.checks_passed is not False} for r in rows]}
+
+    # -- materializing ------------------------------------------------------------------------
+
+    def materialize(self, name, partitions=None, force: bool = False,
+                    operation_id: str | None = None) -> str:
+        """Start materializing the asset (its partitions, or all; only what is stale unless
+        `force`): the operation's id. Upstream assets are read from their stored versions
+        (materialize them first)."""
+        from deepx_flow.assets.materialize import materialize
+        defs, a = self._defined(name)
+        keys = _partition_keys(a, partitions)
+        if type(force) is not bool:
+            raise InputError(f"force is {shown(force)}, not true or false")
+        digest = hashlib.sha256(json.dumps(
+            ["materialize", name, a.code_version, keys, force]).encode()).hexdigest()
+
+        def work(token, took_run_id):
+            from deepx_flow.gateway.operations import _RunIdTaker
+            made = materialize(defs, name, partitions=keys, only_stale=not force,
+                               client=self.client, db=self.db.url, cancel=token,
+                               progress=_RunIdTaker(took_run_id))
+            return {}, materialized_summary(made)
+        op_id, _ = self.operations.start("materialize", digest, name, work, operation_id)
+        return op_id
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def read(self, name, version: str = "", partition: str = "", ranges=None):
+        """A stored version of the asset (the newest usable one, or `version`; one
+        `partition`, or a partitioned asset with a partition axis whole), or the slice
+        `ranges` ([start, stop) per leading axis) of it, as a NumPy array."""
+        from deepx_flow.assets.stored import load
+        from deepx_flow.runtime.run import run
+        _, a = self._defined(name)
+        for what, value in (("version", version), ("partition", partition)):
+            if value is not None and not isinstance(value, str):
+                raise InputError(f"{what} is {shown(value)}, not text")
+        if partition and a.partitions is None:
+            raise InputError(f"asset {name!r} is not partitioned; leave partition out")
+        if partition and partition not in a.partitions.keys():
+            raise NotFound(f"asset {name!r} has no partition {partition!r}")
+        try:
+            tensor = load(a, version or None, partition or None, self.db.url)
+        except InputError as err:
+            raise NotFound(str(err).replace(f" in {self.db.display_url}", "")) from None
+        if ranges:
+            tensor = tensor[_slices(name, ranges, tensor.shape)]
+        return run(tensor, client=self.client, progress=False)
+
+
+def materialized_summary(made) -> dict:
+    """What a materialization operation keeps and answers: the versions made by target,
+    the runs, what was skipped and why, every check's result."""
+    return {"versions": {t: row.version for t, row in made.versions.items()},
+            "run_ids": list(made.run_ids),
+            "skipped": dict(made.skipped),
+            "checks": [{"target": t, "check": c.check, "passed": c.passed,
+                        "blocking": c.blocking, "message": c.message}
+                       for t, cs in made.checks.items() for c in cs]}
+
+
+def _statuses(defs, db, names=None) -> dict:
+    from deepx_flow.assets.status import status
+    table = status(defs, db.url)
+    return {r.asset: r for r in table.rows if names is None or r.asset in names}
+
+
+def _partition_keys(a, partitions) -> list[str] | None:
+    if partitions is None or partitions == []:
+        return None
+    if a.partitions is None:
+        raise InputError(f"asset {a.name!r} is not partitioned; leave partitions out")
+    if not isinstance(partitions, list) or not all(isinstance(k, str) for k in partitions):
+        raise InputError(f"partitions is {shown(partitions)}, not a list of keys")
+    unknown = [k for k in partitions if k not in a.partitions.keys()]
+    if unknown:
+        raise InputError(f"asset {a.name!r} has no partition(s) "
+                         f"{', '.join(map(shown, unknown))} (its keys: "
+                         f"{', '.join(a.partitions.keys())})")
+    return partitions
+
+
+def _slices(name: str, ranges, shape) -> tuple:
+    """[start, stop) pairs (one per leading axis) as slices, each within the axis."""
+    if not isinstance(ranges, list) or len(ranges) > len(shape):
+        raise InputError(f"slice of asset {name!r} is {shown(ranges)}, not a list of at most "
+                         f"{len(shape)} [start, stop) ranges (its shape is {list(shape)})")
+    out = []
+    for axis, (r, size) in enumerate(zip(ranges, shape)):
+        if not (isinstance(r, (list, tuple)) and len(r) == 2 and
+                all(type(v) is int for v in r) and 0 <= r[0] <= r[1] <= size):
+            raise InputError(f"slice of asset {name!r}: axis {axis} range {shown(r)} is not "
+                             f"[start, stop) with 0 <= start <= stop <= {size}")
+        out.append(slice(r[0], r[1]))
+    return tuple(out)
+
+
+def _check_reads(defs, rows, name: str, max_nodes: int) -> None:
+    """Each input of `name`'s graph that reads an upstream asset has that asset's dtype and
+    shape (the shape of one partition where both have the same partitions), when the
+    upstream's shape is known before it is made: it is not a partitioned one read whole."""
+    from deepx_flow.assets.definition import reads_partition_by_partition
+    from deepx_flow.gateway.graphs import graph_of
+    graph = graph_of(rows[name].spec, max_nodes)
+    a = defs[name]
+    for node in graph.inputs:
+        up = defs[node.id]
+        if up.partitions is not None and not reads_partition_by_partition(a, up):
+            continue  # its partitions concatenated: checked when it is read
+        up_graph = graph_of(rows[node.id].spec, max_nodes)
+        made = up_graph[up_graph.outputs[0][1]]
+        if (made.dtype, made.shape) != (node.dtype, node.shape):
+            raise InputError(f"asset {name}: input {node.id!r} is {node.dtype}"
+                             f"{list(node.shape)}, but asset {node.id} is {made.dtype}"
+                             f"{list(made.shape)}")
+
+
+__all__ = ["AssetCalls", "materialized_summary"]

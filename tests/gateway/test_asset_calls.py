@@ -1,0 +1,198 @@
+"""The contract's asset calls (`deepx_flow/gateway/asset_calls.py`), without a transport:
+assets defined by graph specs are materialized, versioned, checked and read as Python's
+assets are, their values NumPy's; bad definitions are refused with nothing recorded; a
+materialization is an operation that can be cancelled, leaving no version."""
+
+import asyncio
+
+import numpy as np
+import pytest
+from sqlmodel import select
+
+from deepx_flow.errors import DeepxError, InputError, SpecError
+from deepx_flow.gateway.errors import NotFound
+from deepx_flow.gateway.service import Gateway
+from deepx_flow.kernels.faults import Fault
+from deepx_flow.meta.models import AssetDefinition, AssetMaterialization, Run
+from tests.helpers import faults_on
+
+
+def source(step=0.5, shape=(12, 4)):
+    """A spec whose one output is arange(...) * step, made on the cluster."""
+    return {"deepx": 1, "nodes": [{"id": "n", "op": "arange", "shape": [int(np.prod(shape))],
+                                   "dtype": "float64", "attrs": {"start": 0.0, "step": step}},
+                                  {"id": "a", "op": "reshape", "args": ["n"],
+                                   "shape": list(shape)}],
+            "outputs": ["a"]}
+
+
+def reader(upstream="raw", shape=(12, 4), factor=2.0):
+    return {"deepx": 1, "inputs": {upstream: {"shape": list(shape), "dtype": "float64"}},
+            "nodes": [{"id": "y", "op": "mul", "args": [upstream, factor]},
+                      {"id": "s", "op": "sum", "args": ["y"], "attrs": {"axes": [1]}}],
+            "outputs": ["s"]}
+
+
+def expected_raw(step=0.5, shape=(12, 4)):
+    return (np.arange(np.prod(shape), dtype=np.float64) * step).reshape(shape)
+
+
+@pytest.fixture
+def gateway(client, db, tmp_path):
+    return Gateway(client, db, tmp_path / "results")
+
+
+def materialized(gateway, name, **kw):
+    answer = asyncio.run(gateway.materialize(name, wait_seconds=120, **kw))
+    assert answer["state"] in ("succeeded", "failed", "interrupted"), answer
+    return answer
+
+
+def test_defined_assets_materialize_version_and_read_as_numpy(gateway, db):
+    gateway.assets.define("raw", source(), description="numbers")
+    answer = gateway.assets.define("doubled", reader())
+    assert answer["dependencies"] == ["raw"] and answer["status"] == "never materialized"
+    listed = {a["name"]: a for a in gateway.assets.assets()["assets"]}
+    assert list(listed) == ["raw", "doubled"] and listed["raw"]["description"] == "numbers"
+
+    made = materialized(gateway, "raw")
+    assert made["state"] == "succeeded" and made["kind"] == "materialize"
+    raw_version = made["materialized"]["versions"]["raw"]
+    made = materialized(gateway, "doubled")
+    doubled_version = made["materialized"]["versions"]["doubled"]
+
+    want = (expected_raw() * 2.0).sum(axis=1)
+    np.testing.assert_allclose(gateway.assets.read("doubled"), want, rtol=1e-12)
+    np.testing.assert_array_equal(gateway.assets.read("raw", ranges=[[3, 5], [1, 3]]),
+                                  expected_raw()[3:5, 1:3])
+    [version] = gateway.assets.versions("doubled")["versions"]
+    assert version["version"] == doubled_version and version["lineage"] == {"raw": raw_version}
+    assert version["datatype"] == "FP64" and version["shape"] == [12]
+    with db.read() as s:
+        assert s.get(Run, version["run_id"]).status == "succeeded"
+    listed = {a["name"]: a for a in gateway.assets.assets()["assets"]}
+    assert listed["doubled"]["status"] == "fresh"
+    assert listed["doubled"]["latest_version"] == doubled_version
+
+    # fresh: nothing to do, unless forced
+    assert materialized(gateway, "doubled")["materialized"]["versions"] == {}
+    again = materialized(gateway, "doubled", force=True)["materialized"]["versions"]
+    assert set(again) == {"doubled"} and again["doubled"] != doubled_version
+
+
+def test_defining_again_changes_the_code_version_only_when_the_definition_changes(gateway):
+    first = gateway.assets.define("raw", source())
+    assert gateway.assets.define("raw", source())["code_version"] == first["code_version"]
+    materialized(gateway, "raw")
+    changed = gateway.assets.define("raw", source(step=0.25))
+    assert changed["code_version"] != first["code_version"]
+    assert changed["status"].startswith("stale: code version")
+    materialized(gateway, "raw")
+    np.testing.assert_array_equal(gateway.assets.read("raw"), expected_raw(0.25))
+    older = gateway.assets.versions("raw")["versions"][-1]["version"]
+    np.testing.assert_array_equal(gateway.assets.read("raw", version=older), expected_raw(0.5))
+
+
+def test_a_failed_blocking_check_fails_the_operation_and_keeps_the_last_good_version(gateway):
+    gateway.assets.define("raw", source(), checks=[{"kind": "in_range", "high": 100}])
+    good = materialized(gateway, "raw")["materialized"]["versions"]["raw"]
+    gateway.assets.define("raw", source(step=10.0),
+                          checks=[{"kind": "in_range", "high": 100},
+                                  {"kind": "all_finite", "blocking": False}])
+    failed = materialized(gateway, "raw")
+    assert failed["state"] == "failed" and "blocking check in_range failed" in failed["error"]
+    assert "outside [None, 100]" in failed["error"]
+    newest, kept = gateway.assets.versions("raw")["versions"]
+    assert not newest["checks_passed"] and kept["checks_passed"] and kept["version"] == good
+    np.testing.assert_array_equal(gateway.assets.read("raw"), expected_raw())
+
+
+def test_partitions_are_made_and_read_one_by_one_or_whole(gateway):
+    gateway.assets.define("parts", source(shape=(3, 4)), partitions=["a", "b"],
+                          partition_axis=0)
+    made = materialized(gateway, "parts", partitions=["b"])["materialized"]["versions"]
+    assert list(made) == ["parts[b]"]
+    np.testing.assert_array_equal(gateway.assets.read("parts", partition="b"),
+                                  expected_raw(shape=(3, 4)))
+    with pytest.raises(DeepxError, match="a"):  # partition a was never made
+        gateway.assets.read("parts")
+    materialized(gateway, "parts")
+    np.testing.assert_array_equal(gateway.assets.read("parts"),
+                                  np.concatenate([expected_raw(shape=(3, 4))] * 2))
+    with pytest.raises(InputError, match="no partition"):
+        asyncio.run(gateway.materialize("parts", partitions=["c"]))
+    with pytest.raises(NotFound, match="no partition 'c'"):
+        gateway.assets.read("parts", partition="c")
+
+
+def test_a_cancelled_materialization_is_interrupted_and_stores_nothing(gateway, client, db):
+    gateway.assets.define("raw", source())
+    with faults_on(client, Fault("hang")):
+        started = asyncio.run(gateway.materialize("raw", wait_seconds=0.5))
+        assert started["state"] == "running"
+        answer = asyncio.run(gateway.cancel(started["operation"], 60))
+    assert answer["state"] == "interrupted" and "cancelled" in answer["error"]
+    with db.read() as s:
+        assert s.exec(select(AssetMaterialization)).all() == []
+        assert s.get(Run, answer["run_id"]).status == "interrupted"
+    assert gateway.assets.assets()["assets"][0]["status"] == "never materialized"
+
+
+def test_an_upstream_never_made_fails_the_operation_naming_it(gateway):
+    gateway.assets.define("raw", source())
+    gateway.assets.define("doubled", reader())
+    failed = materialized(gateway, "doubled")
+    assert failed["state"] == "failed" and "reads raw, which has never been materialized" \
+        in failed["error"]
+
+
+@pytest.mark.parametrize("name, spec, kw, error, says", [
+    ("2x", source(), {}, InputError, "not an identifier"),
+    ("x", {"deepx": 1, "nodes": [], "outputs": ["y"]}, {}, SpecError, "asset x"),
+    ("x", {**source(), "outputs": ["a", "n"]}, {}, SpecError, "2 outputs"),
+    ("x", reader("nope"), {}, InputError, "depends on 'nope', which is not defined"),
+    ("x", source(), {"dependencies": ["raw", "nope"]}, InputError, "'nope'"),
+    ("x", reader(shape=(4, 12)), {}, InputError,
+     r"input 'raw' is float64\[4, 12\], but asset raw is float64\[12, 4\]"),
+    ("x", source(), {"partitions": ["a", "a"]}, InputError, "keys repeat|given twice"),
+    ("x", source(), {"partition_axis": 0}, InputError, "partition_axis needs partitions"),
+    ("x", source(), {"checks": ["finite"]}, InputError, "kind is one of"),
+    ("x", source(), {"checks": [{"kind": "in_range"}]}, InputError, "low or a high"),
+    ("x", source(), {"checks": [{"kind": "in_range", "low": 2, "high": 1}]}, InputError,
+     "low is above high"),
+    ("x", source(), {"checks": [{"kind": "shape", "shape": [1.5]}]}, InputError, "sizes"),
+    ("x", source(), {"checks": [{"kind": "all_finite", "low": 1}]}, InputError, "takes no"),
+    ("x", source(), {"checks": [{"kind": "all_finite"}] * 2}, InputError, "named"),
+])
+def test_a_bad_definition_is_refused_and_nothing_is_recorded(gateway, db, name, spec, kw,
+                                                             error, says):
+    gateway.assets.define("raw", source())
+    with pytest.raises(error, match=says):
+        gateway.assets.define(name, spec, **kw)
+    with db.read() as s:
+        assert [r.name for r in s.exec(select(AssetDefinition))] == ["raw"]
+
+
+def test_a_definition_that_would_make_a_cycle_is_refused_and_the_old_one_kept(gateway, db):
+    first = gateway.assets.define("raw", source())
+    gateway.assets.define("doubled", reader(shape=(12, 4)))
+    cyclic = reader("doubled", shape=(12,))
+    cyclic["nodes"][1]["attrs"] = {"axes": [0]}
+    with pytest.raises(InputError, match="cycle: doubled -> raw -> doubled"):
+        gateway.assets.define("raw", cyclic)
+    with db.read() as s:
+        assert s.get(AssetDefinition, "raw").code_version == first["code_version"]
+
+
+def test_unknown_assets_are_not_found(gateway):
+    for call in (lambda: gateway.assets.read("nope"),
+                 lambda: gateway.assets.versions("nope"),
+                 lambda: asyncio.run(gateway.materialize("nope"))):
+        with pytest.raises(NotFound, match="no asset 'nope'"):
+            call()
+    gateway.assets.define("raw", source())
+    with pytest.raises(NotFound, match="has no stored version"):
+        gateway.assets.read("raw")
+    with pytest.raises(InputError, match="range"):
+        materialized(gateway, "raw")
+        gateway.assets.read("raw", ranges=[[0, 13]])
