@@ -35,8 +35,9 @@ class AssetCalls:
 
     def _rows(self) -> dict[str, AssetDefinition]:
         with self.db.read() as session:
-            return {r.name: r for r in session.exec(select(AssetDefinition)
-                                                    .order_by(AssetDefinition.name))}
+            return {r.name: r for r in session.exec(
+                select(AssetDefinition).order_by(AssetDefinition.defined_at,
+                                                 AssetDefinition.name))}
 
     def definitions(self, rows: dict | None = None):
         """The Definitions of every asset defined through the contract."""
@@ -70,7 +71,8 @@ class AssetCalls:
         return self._answer(defs, row.name)
 
     def assets(self) -> dict:
-        """Every asset defined through the contract, in dependency order, with its status."""
+        """Every asset defined through the contract, with its status: upstream assets before
+        those that read them, else in the order they were defined."""
         defs = self.definitions()
         return {"assets": [self._answer(defs, name, status)
                            for name, status in _statuses(defs, self.db).items()]}
@@ -86,7 +88,7 @@ class AssetCalls:
                 "description": a.description or "", "status": state,
                 "latest_version": status.version or "",
                 "partitions": a.partitions.keys() if a.partitions is not None else [],
-                "defined_by": "contract"}
+                "defined_by": a.metadata["defined_by"], "checks": a.metadata["checks"]}
 
     def _defined(self, name) -> tuple:
         if not isinstance(name, str) or not name:

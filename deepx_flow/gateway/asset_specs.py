@@ -98,7 +98,8 @@ def asset_from_row(row: AssetDefinition, max_nodes: int = 100_000):
         return call(graph, upstream)[output]
 
     return AssetDef(row.name, body, reads, reads + unread, row.code_version,
-                    row.description, {"defined_by": "contract"}, "zarr",
+                    row.description, {"defined_by": "contract",
+                                      "checks": json.loads(row.checks)}, "zarr",
                     tuple(to_check(json.loads(row.checks))),
                     StaticPartitions(partitioned["keys"]) if partitioned else None,
                     partitioned["axis"] if partitioned else None, False, None)
@@ -149,7 +150,7 @@ def _check(asset: str, c) -> dict:
                 continue
             if type(value) not in (int, float) or not math.isfinite(value):
                 raise InputError(f"{where}: {bound} is not a finite number")
-            out[bound] = value
+            out[bound] = float(value)  # as over gRPC: one code version either way
         if "low" not in out and "high" not in out:
             raise InputError(f"{where}: in_range needs a low or a high bound")
         if "low" in out and "high" in out and out["low"] > out["high"]:

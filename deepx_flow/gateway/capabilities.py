@@ -2,8 +2,9 @@
 version, the operator table and its hash, the limits on messages and graphs, the optional
 parts (extensions) and the datatypes tensors may have.
 
-The operator table is the one the YAML spec reader checks graphs against (`ops.OPS`), in
-canonical JSON (sorted keys, no spaces), and its hash is that text's SHA-256: an SDK
+The operator table is the one the YAML spec reader checks graphs against (`ops.OPS`), and
+its hash is the SHA-256 of its canonical JSON (sorted keys, no spaces) without the
+descriptions, which are for people (a reworded one changes no graph): an SDK
 generated from the same table carries the same hash, so a client learns of a gap (an
 operator its server lacks, an attribute it does not take) by comparing once, not when a
 call fails.
@@ -19,9 +20,9 @@ from deepx_flow.contract import streams
 from deepx_flow.contract.tensors import DATATYPES
 
 PROTOCOL_VERSION = "deepx.v1"
-# the optional parts served now (tensor references and the asset calls are in the contract,
-# not served yet: a client must not build on them)
-EXTENSIONS = ("binary_tensor_data", "tensor_streaming")
+# the optional parts served now (tensor references are in the contract, not served yet: a
+# client must not build on them)
+EXTENSIONS = ("binary_tensor_data", "tensor_streaming", "assets")
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,9 @@ def operator_table() -> list[dict]:
 
 
 def table_hash(table: list[dict]) -> str:
-    """The SHA-256 of the table's canonical JSON, in hex."""
-    text = json.dumps(table, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    """The SHA-256 of the table's canonical JSON without its descriptions, in hex."""
+    bare = [{k: v for k, v in entry.items() if k != "description"} for entry in table]
+    text = json.dumps(bare, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

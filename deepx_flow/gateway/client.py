@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import urllib.error
-import uuid
+import urllib.parse
 import urllib.request
+import uuid
 
 import numpy as np
 
@@ -59,9 +60,23 @@ class Remote:
     def run(self, outputs, inputs: dict | None = None):
         """Compute `outputs` (a Tensor, a list or dict of them, or a Graph) on the gateway's
         cluster, as `dx.run` computes them here: NumPy arrays, in the same structure."""
+        graph, answer = self._started(outputs, inputs, POLL_SECONDS)
+        return _shaped(outputs, graph, self.finished(answer["operation"], answer)["outputs"])
+
+    def persist(self, outputs, inputs: dict | None = None):
+        """Start computing `outputs` on the gateway's cluster and return at once, as
+        `dx.persist` does: a RemoteResult per output (in the same structure), whose
+        `to_numpy()` waits for the run and reads that output. The results stay on the
+        gateway, found by the operation's id, also from another process."""
+        graph, answer = self._started(outputs, inputs, 0.0)
+        handles = {name: RemoteResult(self, answer["operation"], name, graph[node_id].shape,
+                                      graph[node_id].dtype)
+                   for name, node_id in graph.outputs}
+        return _shaped(outputs, graph, handles)
+
+    def _started(self, outputs, inputs, wait_seconds: float):
         from deepx_flow.sdk.bindings import with_bound_inputs
         from deepx_flow.sdk.build import build_graph
-        from deepx_flow.sdk.tensor import Tensor
         from deepx_flow.spec.yaml_io import graph_to_document
         graph = build_graph(outputs)
         arrays = {}
@@ -74,18 +89,66 @@ class Remote:
         # Its own operation id, and waits of a minute at a time: a run longer than any one
         # HTTP exchange is asked for again by id until it ends, never started twice.
         operation_id = uuid.uuid4().hex
-        answer = self.execute(graph_to_document(graph), arrays, POLL_SECONDS, operation_id)
+        answer = self.execute(graph_to_document(graph), arrays, wait_seconds, operation_id)
+        if answer["state"] == "failed":
+            _raise_for(answer)
+        return graph, answer
+
+    def finished(self, operation_id: str, answer: dict | None = None) -> dict:
+        """The operation once it ended (asked for a minute at a time, unless `answer`, the
+        last one had, says it ended); a RemoteError with its error unless it succeeded."""
+        answer = answer or self.operation(operation_id, POLL_SECONDS)
         while answer["state"] == "running":
             answer = self.operation(operation_id, POLL_SECONDS)
         if answer["state"] != "succeeded":
-            raise RemoteError(f"operation {answer['operation']} {answer['state']}: "
-                              f"{answer.get('error', '')}")
-        results = answer["outputs"]
-        if isinstance(outputs, Tensor):
-            return results[graph.outputs[0][0]]
-        if isinstance(outputs, dict) or not isinstance(outputs, (list, tuple)):
-            return results
-        return [results[name] for name, _ in graph.outputs]
+            _raise_for(answer)
+        return answer
+
+    # -- assets -----------------------------------------------------------------------------
+
+    def assets(self) -> list[dict]:
+        """The gateway's assets, in dependency order, with their status."""
+        return self._json("GET", "/v1/assets")["assets"]
+
+    def versions(self, name: str) -> list[dict]:
+        """The stored versions of asset `name`, newest first."""
+        return self._json("GET", f"/v1/assets/{_quoted(name)}/versions")["versions"]
+
+    def define(self, name: str, graph, dependencies=(), description: str = "",
+               partitions=(), partition_axis: int | None = None, checks=()) -> dict:
+        """Define an asset on the gateway: `graph` (a Tensor built here, a dx.Graph with one
+        output, or a spec as a dict) computes it, and each of its inputs reads the upstream
+        asset of that name. Checks in the contract's form (docs/contract.md), e.g.
+        `{"kind": "in_range", "low": 0}`. The asset as `assets()` lists it."""
+        body = {"name": name, "graph": _spec(graph), "dependencies": list(dependencies),
+                "description": description, "partitions": list(partitions),
+                "checks": list(checks)}
+        if partition_axis is not None:
+            body["partition_axis"] = partition_axis
+        return self._json("POST", "/v1/assets:define", body)
+
+    def materialize(self, name: str, partitions=None, force: bool = False) -> dict:
+        """Materialize asset `name` on the gateway (only what is stale unless `force`) and
+        wait for it: what was made (versions by target, runs, checks); a RemoteError saying
+        why otherwise (a failed blocking check, an upstream never made)."""
+        operation_id = uuid.uuid4().hex
+        body = {"force": force, "wait_seconds": POLL_SECONDS, "operation_id": operation_id}
+        if partitions:
+            body["partitions"] = list(partitions)
+        answer = self._json("POST", f"/v1/assets/{_quoted(name)}:materialize", body)
+        return self.finished(operation_id, answer)["materialized"]
+
+    def load(self, name: str, version: str | None = None, partition: str | None = None,
+             slice=None) -> np.ndarray:
+        """A stored version of asset `name` (the newest usable one, or `version`; one
+        `partition`) or its `slice` ([start, stop) per leading axis), as NumPy."""
+        body = {"parameters": {"binary_data_output": True}}
+        for key, value in (("version", version), ("partition", partition), ("slice", slice)):
+            if value is not None:
+                body[key] = value
+        head = json.dumps(body, allow_nan=False).encode()
+        answer = self._operation(self._call("POST", f"/v1/assets/{_quoted(name)}:read", head))
+        return answer["outputs"][name]
 
     def execute(self, spec: dict, inputs: dict, wait_seconds: float | None = None,
                 operation_id: str | None = None) -> dict:
@@ -116,8 +179,9 @@ class Remote:
 
     # -- the wire --------------------------------------------------------------------------------
 
-    def _json(self, method: str, path: str) -> dict:
-        data, _ = self._call(method, path)
+    def _json(self, method: str, path: str, body: dict | None = None) -> dict:
+        data, _ = self._call(method, path, None if body is None else
+                             json.dumps(body, allow_nan=False).encode())
         return json.loads(data)
 
     def _call(self, method: str, path: str, body: bytes | None = None,
@@ -153,6 +217,60 @@ class Remote:
             head["outputs"] = tensors.from_json_list(
                 head["outputs"], data[length:] if length is not None else b"", "outputs")
         return head
+
+
+class RemoteResult:
+    """One output of a `Remote.persist`: its name, shape and dtype now, its values once the
+    gateway's run ends (`to_numpy`)."""
+
+    def __init__(self, remote: Remote, operation_id: str, name: str, shape, dtype):
+        self.remote, self.operation_id, self.name = remote, operation_id, name
+        self.shape, self.dtype = tuple(shape), dtype
+
+    def __repr__(self) -> str:
+        return f"RemoteResult({self.name!r}, {self.dtype}{list(self.shape)}, operation " \
+               f"{self.operation_id})"
+
+    def wait(self) -> "RemoteResult":
+        self.remote.finished(self.operation_id)
+        return self
+
+    def to_numpy(self) -> np.ndarray:
+        return self.remote.finished(self.operation_id)["outputs"][self.name]
+
+
+def _raise_for(answer: dict):
+    raise RemoteError(f"operation {answer['operation']} {answer['state']}: "
+                      f"{answer.get('error', '')}")
+
+
+def _shaped(outputs, graph, results: dict):
+    """`results` (by output name) in the structure `outputs` was given in."""
+    from deepx_flow.sdk.tensor import Tensor
+    if isinstance(outputs, Tensor):
+        return results[graph.outputs[0][0]]
+    if isinstance(outputs, dict) or not isinstance(outputs, (list, tuple)):
+        return results
+    return [results[name] for name, _ in graph.outputs]
+
+
+def _spec(graph) -> dict:
+    """A graph to send: a spec dict as given; a Tensor or a dx.Graph as its spec."""
+    from deepx_flow.ir import Graph
+    from deepx_flow.sdk.build import build_graph
+    from deepx_flow.sdk.tensor import Tensor
+    from deepx_flow.spec.yaml_io import graph_to_document
+    if isinstance(graph, dict):
+        return graph
+    if isinstance(graph, (Tensor, Graph)):
+        return graph_to_document(build_graph(graph))
+    raise InputError(f"graph is {shown(graph)}, not a Tensor, a dx.Graph or a spec dict")
+
+
+def _quoted(name) -> str:
+    if not isinstance(name, str):
+        raise InputError(f"asset name {shown(name)} is not text")
+    return urllib.parse.quote(name, safe="")
 
 
 def connect(url: str, token: str | None = None, timeout: float = POLL_SECONDS + 60.0) -> Remote:

@@ -10,7 +10,8 @@ outputs asked for with `"parameters": {"binary_data_output": true}` (all) or an 
 
 Errors are `{"error": message}`, the message the Python DeepxError carries, with 400 for a
 bad request (a malformed body, an unknown operator, a bad shape or dtype, a missing input,
-a plan that cannot fit), 404 for an unknown operation, 413 for a body over the limit.
+a plan that cannot fit), 404 for an unknown operation or asset, 413 for a body over the
+limit.
 """
 
 from __future__ import annotations
@@ -93,6 +94,39 @@ def make_app(gateway, creds=None) -> Starlette:
     async def registry(request: Request):
         return JSONResponse(await run_in_threadpool(gateway.registry))
 
+    async def assets(request: Request):
+        return JSONResponse(await run_in_threadpool(gateway.assets.assets))
+
+    async def versions(request: Request):
+        return JSONResponse(await run_in_threadpool(gateway.assets.versions,
+                                                    request.path_params["name"]))
+
+    async def define(request: Request):
+        body, _ = await _body(request, limits)
+        _only(body, {"name", "graph", "dependencies", "description", "partitions",
+                     "partition_axis", "checks"})
+        return JSONResponse(await run_in_threadpool(
+            gateway.assets.define, _needs(body, "name"), _needs(body, "graph"),
+            body.get("dependencies"), body.get("description", ""), body.get("partitions"),
+            body.get("partition_axis"), body.get("checks")))
+
+    async def materialize(request: Request):
+        body, _ = await _body(request, limits)
+        _only(body, {"partitions", "force", "wait_seconds", "operation_id"})
+        answer = await gateway.materialize(
+            request.path_params["name"], body.get("partitions"), body.get("force", False),
+            body.get("wait_seconds"), body.get("operation_id"))
+        return await run_in_threadpool(_operation, answer, set())
+
+    async def read(request: Request):
+        body, _ = await _body(request, limits)
+        _only(body, {"version", "partition", "slice", "parameters"})
+        _, binary = _outputs(body)
+        name = request.path_params["name"]
+        array = await run_in_threadpool(gateway.assets.read, name, body.get("version", ""),
+                                        body.get("partition", ""), body.get("slice"))
+        return await run_in_threadpool(_operation, {"outputs": {name: array}}, binary)
+
     routes = [Route("/v1/capabilities", capabilities, methods=["GET"]),
               Route("/v1/registry", registry, methods=["GET"]),
               Route("/v1/runs", runs, methods=["GET"]),
@@ -100,7 +134,12 @@ def make_app(gateway, creds=None) -> Starlette:
               Route("/v1/graphs:analyze", analyze, methods=["POST"]),
               Route("/v1/graphs:execute", execute, methods=["POST"]),
               Route("/v1/operations/{id}:cancel", cancel, methods=["POST"]),
-              Route("/v1/operations/{id}", operation, methods=["GET"])]
+              Route("/v1/operations/{id}", operation, methods=["GET"]),
+              Route("/v1/assets", assets, methods=["GET"]),
+              Route("/v1/assets:define", define, methods=["POST"]),
+              Route("/v1/assets/{name}/versions", versions, methods=["GET"]),
+              Route("/v1/assets/{name}:materialize", materialize, methods=["POST"]),
+              Route("/v1/assets/{name}:read", read, methods=["POST"])]
     app = Starlette(routes=routes, exception_handlers={DeepxError: _error})
     if creds is not None and creds.required:
         app.add_middleware(_Authenticated, creds=creds)
@@ -223,7 +262,8 @@ def _outputs(body: dict) -> tuple[list | None, set]:
 
 
 def _operation(answer: dict, binary: set) -> Response:
-    """An operation's answer: JSON, with its outputs as JSON tensors or binary data."""
+    """An operation's answer (or a read's, whose one output is the tensor read): JSON,
+    with its outputs as JSON tensors or binary data."""
     outputs = answer.pop("outputs", None)
     parts = []
     if outputs is not None:

@@ -44,11 +44,21 @@ def test_the_example_runs(served, kind, code, tmp_path):
         assert done.returncode == 0, done.stderr
         out = done.stdout.strip()
         assert out, "the example printed nothing"
-        if out.startswith("{"):  # a JSON answer: not an error
-            answer = json.loads(out)
+        for answer in _json_answers(out):  # each JSON answer: not an error
             assert "error" not in answer, answer["error"]
             assert answer.get("state", "succeeded") == "succeeded", answer
     else:
         done = subprocess.run([sys.executable, "-c", code], env=served, capture_output=True,
                               text=True, timeout=240, cwd=tmp_path)
         assert done.returncode == 0, done.stderr
+
+
+def _json_answers(out: str) -> list:
+    """The JSON objects an example printed one after another (none for other output)."""
+    decoder, answers, at = json.JSONDecoder(), [], 0
+    while out.startswith("{", at):
+        answer, at = decoder.raw_decode(out, at)
+        answers.append(answer)
+        while at < len(out) and out[at].isspace():
+            at += 1
+    return answers

@@ -101,7 +101,7 @@ def test_a_failed_blocking_check_fails_the_operation_and_keeps_the_last_good_ver
                                   {"kind": "all_finite", "blocking": False}])
     failed = materialized(gateway, "raw")
     assert failed["state"] == "failed" and "blocking check in_range failed" in failed["error"]
-    assert "outside [None, 100]" in failed["error"]
+    assert "outside [None, 100.0]" in failed["error"]
     newest, kept = gateway.assets.versions("raw")["versions"]
     assert not newest["checks_passed"] and kept["checks_passed"] and kept["version"] == good
     np.testing.assert_array_equal(gateway.assets.read("raw"), expected_raw())
@@ -178,7 +178,7 @@ def test_a_definition_that_would_make_a_cycle_is_refused_and_the_old_one_kept(ga
     gateway.assets.define("doubled", reader(shape=(12, 4)))
     cyclic = reader("doubled", shape=(12,))
     cyclic["nodes"][1]["attrs"] = {"axes": [0]}
-    with pytest.raises(InputError, match="cycle: doubled -> raw -> doubled"):
+    with pytest.raises(InputError, match="in a cycle: (raw -> doubled -> raw|doubled -> raw -> doubled)"):
         gateway.assets.define("raw", cyclic)
     with db.read() as s:
         assert s.get(AssetDefinition, "raw").code_version == first["code_version"]

@@ -64,7 +64,7 @@ class ListAssetsResponse(_message.Message):
     def __init__(self, assets: _Optional[_Iterable[_Union[Asset, _Mapping]]] = ...) -> None: ...
 
 class Asset(_message.Message):
-    __slots__ = ("name", "dependencies", "code_version", "description", "status", "latest_version", "partitions", "defined_by")
+    __slots__ = ("name", "dependencies", "code_version", "description", "status", "latest_version", "partitions", "defined_by", "checks")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DEPENDENCIES_FIELD_NUMBER: _ClassVar[int]
     CODE_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -73,6 +73,7 @@ class Asset(_message.Message):
     LATEST_VERSION_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     DEFINED_BY_FIELD_NUMBER: _ClassVar[int]
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
     name: str
     dependencies: _containers.RepeatedScalarFieldContainer[str]
     code_version: str
@@ -81,7 +82,22 @@ class Asset(_message.Message):
     latest_version: str
     partitions: _containers.RepeatedScalarFieldContainer[str]
     defined_by: str
-    def __init__(self, name: _Optional[str] = ..., dependencies: _Optional[_Iterable[str]] = ..., code_version: _Optional[str] = ..., description: _Optional[str] = ..., status: _Optional[str] = ..., latest_version: _Optional[str] = ..., partitions: _Optional[_Iterable[str]] = ..., defined_by: _Optional[str] = ...) -> None: ...
+    checks: _containers.RepeatedCompositeFieldContainer[AssetCheck]
+    def __init__(self, name: _Optional[str] = ..., dependencies: _Optional[_Iterable[str]] = ..., code_version: _Optional[str] = ..., description: _Optional[str] = ..., status: _Optional[str] = ..., latest_version: _Optional[str] = ..., partitions: _Optional[_Iterable[str]] = ..., defined_by: _Optional[str] = ..., checks: _Optional[_Iterable[_Union[AssetCheck, _Mapping]]] = ...) -> None: ...
+
+class AssetCheck(_message.Message):
+    __slots__ = ("kind", "low", "high", "shape", "blocking")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    LOW_FIELD_NUMBER: _ClassVar[int]
+    HIGH_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    BLOCKING_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    low: float
+    high: float
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    blocking: bool
+    def __init__(self, kind: _Optional[str] = ..., low: _Optional[float] = ..., high: _Optional[float] = ..., shape: _Optional[_Iterable[int]] = ..., blocking: _Optional[bool] = ...) -> None: ...
 
 class ListAssetVersionsRequest(_message.Message):
     __slots__ = ("name",)
@@ -96,7 +112,7 @@ class ListAssetVersionsResponse(_message.Message):
     def __init__(self, versions: _Optional[_Iterable[_Union[AssetVersion, _Mapping]]] = ...) -> None: ...
 
 class AssetVersion(_message.Message):
-    __slots__ = ("version", "partition", "datatype", "shape", "uri", "run_id", "created_at", "code_version", "lineage")
+    __slots__ = ("version", "partition", "datatype", "shape", "uri", "run_id", "created_at", "code_version", "lineage", "checks_passed")
     class LineageEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -113,6 +129,7 @@ class AssetVersion(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     CODE_VERSION_FIELD_NUMBER: _ClassVar[int]
     LINEAGE_FIELD_NUMBER: _ClassVar[int]
+    CHECKS_PASSED_FIELD_NUMBER: _ClassVar[int]
     version: str
     partition: str
     datatype: str
@@ -122,23 +139,26 @@ class AssetVersion(_message.Message):
     created_at: float
     code_version: str
     lineage: _containers.ScalarMap[str, str]
-    def __init__(self, version: _Optional[str] = ..., partition: _Optional[str] = ..., datatype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., uri: _Optional[str] = ..., run_id: _Optional[str] = ..., created_at: _Optional[float] = ..., code_version: _Optional[str] = ..., lineage: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    checks_passed: bool
+    def __init__(self, version: _Optional[str] = ..., partition: _Optional[str] = ..., datatype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., uri: _Optional[str] = ..., run_id: _Optional[str] = ..., created_at: _Optional[float] = ..., code_version: _Optional[str] = ..., lineage: _Optional[_Mapping[str, str]] = ..., checks_passed: _Optional[bool] = ...) -> None: ...
 
 class DefineAssetRequest(_message.Message):
-    __slots__ = ("name", "graph_json", "dependencies", "description", "partitions", "checks")
+    __slots__ = ("name", "graph_json", "dependencies", "description", "partitions", "checks", "partition_axis")
     NAME_FIELD_NUMBER: _ClassVar[int]
     GRAPH_JSON_FIELD_NUMBER: _ClassVar[int]
     DEPENDENCIES_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     CHECKS_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_AXIS_FIELD_NUMBER: _ClassVar[int]
     name: str
     graph_json: str
     dependencies: _containers.RepeatedScalarFieldContainer[str]
     description: str
     partitions: _containers.RepeatedScalarFieldContainer[str]
-    checks: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., graph_json: _Optional[str] = ..., dependencies: _Optional[_Iterable[str]] = ..., description: _Optional[str] = ..., partitions: _Optional[_Iterable[str]] = ..., checks: _Optional[_Iterable[str]] = ...) -> None: ...
+    checks: _containers.RepeatedCompositeFieldContainer[AssetCheck]
+    partition_axis: int
+    def __init__(self, name: _Optional[str] = ..., graph_json: _Optional[str] = ..., dependencies: _Optional[_Iterable[str]] = ..., description: _Optional[str] = ..., partitions: _Optional[_Iterable[str]] = ..., checks: _Optional[_Iterable[_Union[AssetCheck, _Mapping]]] = ..., partition_axis: _Optional[int] = ...) -> None: ...
 
 class MaterializeAssetRequest(_message.Message):
     __slots__ = ("name", "partitions", "force", "wait_seconds", "operation_id")
@@ -155,14 +175,12 @@ class MaterializeAssetRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[str]] = ..., force: _Optional[bool] = ..., wait_seconds: _Optional[float] = ..., operation_id: _Optional[str] = ...) -> None: ...
 
 class ReadAssetRequest(_message.Message):
-    __slots__ = ("asset", "slice", "encoding")
+    __slots__ = ("asset", "slice")
     ASSET_FIELD_NUMBER: _ClassVar[int]
     SLICE_FIELD_NUMBER: _ClassVar[int]
-    ENCODING_FIELD_NUMBER: _ClassVar[int]
     asset: _tensor_pb2.AssetReference
     slice: _containers.RepeatedCompositeFieldContainer[Range]
-    encoding: str
-    def __init__(self, asset: _Optional[_Union[_tensor_pb2.AssetReference, _Mapping]] = ..., slice: _Optional[_Iterable[_Union[Range, _Mapping]]] = ..., encoding: _Optional[str] = ...) -> None: ...
+    def __init__(self, asset: _Optional[_Union[_tensor_pb2.AssetReference, _Mapping]] = ..., slice: _Optional[_Iterable[_Union[Range, _Mapping]]] = ...) -> None: ...
 
 class Range(_message.Message):
     __slots__ = ("start", "stop")

@@ -124,7 +124,7 @@ class ExecuteGraphResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., output_chunk: _Optional[_Union[_tensor_pb2.TensorChunk, _Mapping]] = ...) -> None: ...
 
 class Operation(_message.Message):
-    __slots__ = ("id", "state", "kind", "run_id", "error", "outputs", "created_at", "ended_at")
+    __slots__ = ("id", "state", "kind", "run_id", "error", "outputs", "created_at", "ended_at", "materialized")
     ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -133,6 +133,7 @@ class Operation(_message.Message):
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    MATERIALIZED_FIELD_NUMBER: _ClassVar[int]
     id: str
     state: str
     kind: str
@@ -141,7 +142,47 @@ class Operation(_message.Message):
     outputs: _containers.RepeatedCompositeFieldContainer[_tensor_pb2.Tensor]
     created_at: float
     ended_at: float
-    def __init__(self, id: _Optional[str] = ..., state: _Optional[str] = ..., kind: _Optional[str] = ..., run_id: _Optional[str] = ..., error: _Optional[str] = ..., outputs: _Optional[_Iterable[_Union[_tensor_pb2.Tensor, _Mapping]]] = ..., created_at: _Optional[float] = ..., ended_at: _Optional[float] = ...) -> None: ...
+    materialized: Materialized
+    def __init__(self, id: _Optional[str] = ..., state: _Optional[str] = ..., kind: _Optional[str] = ..., run_id: _Optional[str] = ..., error: _Optional[str] = ..., outputs: _Optional[_Iterable[_Union[_tensor_pb2.Tensor, _Mapping]]] = ..., created_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., materialized: _Optional[_Union[Materialized, _Mapping]] = ...) -> None: ...
+
+class Materialized(_message.Message):
+    __slots__ = ("versions", "run_ids", "skipped", "checks")
+    class VersionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class SkippedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class CheckResult(_message.Message):
+        __slots__ = ("target", "check", "passed", "blocking", "message")
+        TARGET_FIELD_NUMBER: _ClassVar[int]
+        CHECK_FIELD_NUMBER: _ClassVar[int]
+        PASSED_FIELD_NUMBER: _ClassVar[int]
+        BLOCKING_FIELD_NUMBER: _ClassVar[int]
+        MESSAGE_FIELD_NUMBER: _ClassVar[int]
+        target: str
+        check: str
+        passed: bool
+        blocking: bool
+        message: str
+        def __init__(self, target: _Optional[str] = ..., check: _Optional[str] = ..., passed: _Optional[bool] = ..., blocking: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    RUN_IDS_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
+    versions: _containers.ScalarMap[str, str]
+    run_ids: _containers.RepeatedScalarFieldContainer[str]
+    skipped: _containers.ScalarMap[str, str]
+    checks: _containers.RepeatedCompositeFieldContainer[Materialized.CheckResult]
+    def __init__(self, versions: _Optional[_Mapping[str, str]] = ..., run_ids: _Optional[_Iterable[str]] = ..., skipped: _Optional[_Mapping[str, str]] = ..., checks: _Optional[_Iterable[_Union[Materialized.CheckResult, _Mapping]]] = ...) -> None: ...
 
 class GetOperationRequest(_message.Message):
     __slots__ = ("id", "wait_seconds")
