@@ -12,6 +12,7 @@ they travel as the strings "NaN", "Infinity" and "-Infinity", as in protobuf's J
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
@@ -146,24 +147,80 @@ def _flattened(values, tensor: str, depth: int = 0) -> Iterator:
             yield v
 
 
+# -- references to storage ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Reference:
+    """An input tensor read from storage instead of sent: a Zarr array (`zarr_uri`) or a
+    stored asset (`asset`, with a `version` and a `partition` where given); `datatype` and
+    `shape`, when the client gave them, are checked against what is stored."""
+
+    name: str
+    zarr_uri: str | None = None
+    asset: str | None = None
+    version: str = ""
+    partition: str = ""
+    datatype: str | None = None
+    shape: tuple | None = None
+
+    def described(self) -> dict:
+        """What the request said, for its digest."""
+        return {"zarr_uri": self.zarr_uri, "asset": self.asset, "version": self.version,
+                "partition": self.partition, "datatype": self.datatype,
+                "shape": None if self.shape is None else list(self.shape)}
+
+
+def reference_of(name: str, where, datatype=None, shape=None) -> Reference:
+    """A Reference from the JSON form `{"zarr_uri": URI}` or `{"asset": {"name": ...,
+    "version": ..., "partition": ...}}`."""
+    if datatype is not None:
+        dtype_of(datatype, name)
+    if shape is not None:
+        shape = tuple(checked_shape(shape, name))
+    if not isinstance(where, dict) or len(where) != 1 or \
+            next(iter(where)) not in ("zarr_uri", "asset"):
+        raise InputError(f"tensor {shown(name)}: reference is {shown(where)}, not "
+                         f"{{\"zarr_uri\": URI}} or {{\"asset\": {{\"name\": NAME}}}}")
+    if "zarr_uri" in where:
+        uri = where["zarr_uri"]
+        if not isinstance(uri, str) or not uri:
+            raise InputError(f"tensor {shown(name)}: zarr_uri is {shown(uri)}, not a path "
+                             f"or URL")
+        return Reference(name, zarr_uri=uri, datatype=datatype, shape=shape)
+    asset = where["asset"]
+    if not isinstance(asset, dict) or set(asset) - {"name", "version", "partition"} or \
+            not all(isinstance(v, str) for v in asset.values()) or not asset.get("name"):
+        raise InputError(f"tensor {shown(name)}: asset reference is {shown(asset)}, not "
+                         f"{{\"name\": NAME}} with an optional version and partition")
+    return Reference(name, asset=asset["name"], version=asset.get("version", ""),
+                     partition=asset.get("partition", ""), datatype=datatype, shape=shape)
+
+
 # -- JSON (HTTP) --------------------------------------------------------------------------
 
 # The binary tensor extension's header: the length of a body's JSON part, after which come
 # the raw bytes of each tensor that says `"parameters": {"binary_data_size": N}`, in order.
 BINARY_HEADER = "Inference-Header-Content-Length"
 
-def from_json(obj, raw: bytes | None = None) -> tuple[str, np.ndarray]:
+def from_json(obj, raw: bytes | None = None) -> tuple[str, np.ndarray | Reference]:
     """(name, array) of an OIP JSON tensor: its `data`, or its `raw` bytes (the binary
-    tensor extension: the bytes that followed the JSON, `binary_data_size` of them)."""
+    tensor extension: the bytes that followed the JSON, `binary_data_size` of them); or
+    (name, Reference) of one whose `reference` says where it is stored."""
     if not isinstance(obj, dict):
         raise InputError(f"a tensor is {shown(obj)}, not an object with name, shape, "
                          f"datatype and data")
     name = obj.get("name")
     if not isinstance(name, str) or not name:
         raise InputError(f"a tensor's name is {shown(name)}, not a non-empty string")
-    unknown = sorted(set(obj) - {"name", "shape", "datatype", "data", "parameters"})
+    unknown = sorted(set(obj) - {"name", "shape", "datatype", "data", "parameters",
+                                 "reference"})
     if unknown:
         raise InputError(f"tensor {shown(name)}: unknown field(s) {', '.join(unknown)}")
+    if "reference" in obj:
+        if "data" in obj or raw is not None:
+            raise InputError(f"tensor {shown(name)}: both a reference and data")
+        return name, reference_of(name, obj["reference"], obj.get("datatype"),
+                                  obj.get("shape"))
     for field in ("shape", "datatype"):
         if field not in obj:
             raise InputError(f"tensor {shown(name)}: no {field}")
@@ -222,9 +279,10 @@ def to_json(name: str, array: np.ndarray) -> dict:
 
 # -- protobuf (gRPC) ----------------------------------------------------------------------
 
-def from_message(message, streamed: bytes | None = None) -> np.ndarray:
+def from_message(message, streamed: bytes | None = None) -> np.ndarray | Reference:
     """The array of a `deepx.v1.Tensor` holding typed contents or raw bytes, or of the
-    bytes its chunks brought (`streamed`, for a tensor whose header says `streamed`)."""
+    bytes its chunks brought (`streamed`, for a tensor whose header says `streamed`); the
+    Reference of one that says where it is stored."""
     name = message.name
     kinds = [k for k, held in (("contents", message.HasField("contents")),
                                ("raw_contents", bool(message.raw_contents)),
@@ -247,8 +305,12 @@ def from_message(message, streamed: bytes | None = None) -> np.ndarray:
         return from_values(name, message.datatype, list(message.shape),
                            list(getattr(message.contents, field)))
     if kinds == ["reference"]:
-        raise InputError(f"tensor {shown(name)}: holds a reference to storage, which is "
-                         f"not served yet: send its bytes")
+        ref = message.reference
+        where = {"zarr_uri": ref.zarr_uri} if ref.WhichOneof("where") == "zarr_uri" else \
+            {"asset": {"name": ref.asset.name, "version": ref.asset.version,
+                       "partition": ref.asset.partition}}
+        return reference_of(name, where, message.datatype or None,
+                            list(message.shape) if message.shape else None)
     # raw bytes, or none at all: right only for a tensor with no elements
     return from_raw(name, message.datatype, list(message.shape), message.raw_contents)
 

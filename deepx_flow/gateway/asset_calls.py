@@ -15,7 +15,7 @@ import json
 
 from sqlmodel import select
 
-from deepx_flow.errors import GraphError, InputError, shown
+from deepx_flow.errors import DeepxError, GraphError, InputError, shown
 from deepx_flow.gateway.asset_specs import asset_from_row, checked_definition
 from deepx_flow.gateway.errors import NotFound
 from deepx_flow.meta.models import AssetDefinition
@@ -162,6 +162,32 @@ class AssetCalls:
         if ranges:
             tensor = tensor[_slices(name, ranges, tensor.shape)]
         return run(tensor, client=self.client, progress=False)
+
+
+    def stored(self, ref):
+        """The lazy tensor a tensors.Reference names: a stored asset's version (any asset
+        of this database's catalog, read and verified as dx.load reads it) or a Zarr array;
+        checked against the datatype and shape the reference gave."""
+        from deepx_flow.assets.stored import load
+        from deepx_flow.contract.tensors import dtype_of
+        from deepx_flow.sdk.functions import read_zarr
+        where = f"input {ref.name!r}"
+        try:
+            if ref.zarr_uri is not None:
+                tensor = read_zarr(ref.zarr_uri)
+            else:
+                tensor = load(ref.asset, ref.version or None, ref.partition or None,
+                              self.db.url)
+        except DeepxError as err:
+            message = str(err).replace(f" in {self.db.display_url}", "")
+            raise InputError(f"{where}: {message}") from None
+        if ref.datatype is not None and dtype_of(ref.datatype, ref.name) != tensor.dtype:
+            raise InputError(f"{where}: said to be {ref.datatype}, but the stored array is "
+                             f"{tensor.dtype}")
+        if ref.shape is not None and tuple(ref.shape) != tensor.shape:
+            raise InputError(f"{where}: said to have shape {list(ref.shape)}, but the stored "
+                             f"array has {list(tensor.shape)}")
+        return tensor
 
 
 def materialized_summary(made) -> dict:

@@ -20,9 +20,9 @@ from deepx_flow.contract import streams
 from deepx_flow.contract.tensors import DATATYPES
 
 PROTOCOL_VERSION = "deepx.v1"
-# the optional parts served now (tensor references are in the contract, not served yet: a
-# client must not build on them)
-EXTENSIONS = ("binary_tensor_data", "tensor_streaming", "assets")
+# the optional parts served now (outputs written to storage by reference are in the
+# contract, not served yet: a client must not build on them)
+EXTENSIONS = ("binary_tensor_data", "tensor_streaming", "assets", "input_references")
 
 
 @dataclass(frozen=True)

@@ -119,9 +119,9 @@ async def _execute_request(messages, limits) -> tuple:
                     streamed[index] = (tensor.name, size)
             assembler = tensors.Assembler(streamed)
             total = header.ByteSize()
-            if any(t.HasField("reference") for t in (*header.inputs, *header.outputs)):
-                raise InputError("tensors read from or written to storage by reference are "
-                                 "in the contract but not served yet: send the bytes")
+            if any(t.HasField("reference") for t in header.outputs):
+                raise InputError("outputs written to storage by reference are in the "
+                                 "contract but not served yet: define an asset instead")
         elif part == "input_chunk":
             chunk = message.input_chunk
             total += len(chunk.data)

@@ -55,17 +55,36 @@ FINAL = ("succeeded", "failed", "interrupted")
 END_ATTEMPTS = 5
 
 
-def request_digest(kind: str, graph_doc, inputs: dict, outputs: list) -> str:
+def request_digest(kind: str, graph_doc, inputs: dict, outputs: list,
+                   references: dict | None = None) -> str:
     """SHA-256 of a request: its kind, its graph spec (canonical JSON), each input's name,
-    datatype, shape and bytes, and the outputs asked for."""
+    datatype, shape and bytes (or where in storage it is read from, as the request said),
+    and the outputs asked for."""
     h = hashlib.sha256()
-    h.update(json.dumps([kind, graph_doc, sorted(outputs)], sort_keys=True,
+    h.update(json.dumps([kind, graph_doc, sorted(outputs), references or {}], sort_keys=True,
                         separators=(",", ":")).encode())
     for name in sorted(inputs):
         array = inputs[name]
         h.update(json.dumps([name, datatype_of(array.dtype), list(array.shape)]).encode())
         h.update(hashlib.sha256(to_raw(array)).digest())
     return h.hexdigest()
+
+
+def _reading(graph, stored: dict):
+    """`graph` with the inputs in `stored` (name -> lazy tensor) read from storage, the
+    others inputs still (dx.call: a stored tensor whose dtype or shape is not its input's
+    is an InputError naming it)."""
+    from deepx_flow.sdk.build import build_graph
+    from deepx_flow.sdk.call import call
+    from deepx_flow.sdk.functions import input as input_
+    unknown = sorted(set(stored) - {node.id for node in graph.inputs})
+    if unknown:
+        raise InputError(f"input(s) {', '.join(map(shown, unknown))} given by reference, "
+                         f"but the graph's inputs are "
+                         f"{', '.join(n.id for n in graph.inputs) or 'none'}")
+    given = {node.id: stored[node.id] if node.id in stored else
+             input_(node.id, node.shape, node.dtype) for node in graph.inputs}
+    return build_graph(call(graph, given))
 
 
 class _RunIdTaker(RunProgress):
@@ -93,23 +112,27 @@ class Operations:
     # -- starting ----------------------------------------------------------------------------
 
     def execute(self, graph, graph_doc, inputs: dict, outputs: list | None = None,
-                operation_id: str | None = None) -> tuple[str, bool]:
-        """Start running `graph` (from the spec `graph_doc`) on `inputs` (name -> array),
-        returning the operation's id and whether this call started it (False: the same
-        request came with this id before, and this attaches to that operation)."""
+                operation_id: str | None = None, stored: dict | None = None) -> tuple[str, bool]:
+        """Start running `graph` (from the spec `graph_doc`) on `inputs` (name -> array) and
+        `stored` (name -> (lazy tensor, what the request said of it): inputs read from
+        storage), returning the operation's id and whether this call started it (False:
+        the same request came with this id before, and this attaches to that operation)."""
         names = [name for name, _ in graph.outputs]
         wanted = list(outputs) if outputs else names
         unknown = [n for n in wanted if n not in names]
         if unknown:
             raise InputError(f"output(s) {', '.join(map(shown, unknown))} asked for, but the "
                              f"graph's outputs are {', '.join(names)}")
-        bind_inputs(graph, inputs)  # a missing or mismatched input: refused, not run
-        digest = request_digest("execute", graph_doc, inputs, wanted)
+        stored = stored or {}
+        runnable = _reading(graph, {n: t for n, (t, _) in stored.items()}) if stored else graph
+        bind_inputs(runnable, inputs)  # a missing or mismatched input: refused, not run
+        digest = request_digest("execute", graph_doc, inputs, wanted,
+                                {n: said for n, (_, said) in stored.items()})
         target = graph_doc.get("name") if isinstance(graph_doc, dict) else None
 
         def work(token, took_run_id):
             from deepx_flow.runtime.run import run
-            results = run(graph, inputs=inputs, client=self.client,
+            results = run(runnable, inputs=inputs, client=self.client,
                           progress=_RunIdTaker(took_run_id), cancel=token)
             return {n: results[n] for n in wanted}, None
         return self.start("execute", digest, target if isinstance(target, str) else None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from deepx_flow.contract.tensors import Reference
 from deepx_flow.errors import InputError, shown
 from deepx_flow.gateway import capabilities as caps
 from deepx_flow.gateway.asset_calls import AssetCalls
@@ -39,14 +40,18 @@ class Gateway:
 
     def start(self, spec, inputs: dict, outputs: list | None = None,
               operation_id: str | None = None) -> str:
-        """Check the graph and `inputs` (name -> array) and start running it: the
-        operation's id (that of the first, for a request sent again with its id)."""
+        """Check the graph and `inputs` (name -> array, or a tensors.Reference to storage)
+        and start running it: the operation's id (that of the first, for a request sent
+        again with its id)."""
         doc = spec_document(spec)
         graph = self._graph(doc)
         if outputs is not None and (not isinstance(outputs, list)
                                     or not all(isinstance(o, str) for o in outputs)):
             raise InputError(f"outputs is {shown(outputs)}, not a list of output names")
-        op_id, _ = self.operations.execute(graph, doc, inputs, outputs, operation_id)
+        stored = {name: (self.assets.stored(ref), ref.described())
+                  for name, ref in inputs.items() if isinstance(ref, Reference)}
+        arrays = {name: a for name, a in inputs.items() if name not in stored}
+        op_id, _ = self.operations.execute(graph, doc, arrays, outputs, operation_id, stored)
         return op_id
 
     async def execute(self, spec, inputs: dict, outputs: list | None = None,

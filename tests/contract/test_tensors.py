@@ -4,6 +4,7 @@ tensor is one InputError naming it."""
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -154,3 +155,37 @@ def test_checked_shape_bounds_the_bytes():
     assert tensors.checked_shape([2, 3], "x", max_bytes=24, itemsize=4) == (2, 3)
     with pytest.raises(InputError, match="over the limit of 20"):
         tensors.checked_shape([2, 3], "x", max_bytes=20, itemsize=4)
+
+
+def test_a_reference_reads_the_same_from_json_and_from_a_message():
+    from deepx_flow.contract.deepx.v1 import tensor_pb2
+    from deepx_flow.contract.tensors import Reference, from_json, from_message
+    as_json = {"name": "x", "datatype": "FP32", "shape": [2, 3],
+               "reference": {"asset": {"name": "raw", "version": "9f2c", "partition": "a"}}}
+    message = tensor_pb2.Tensor(name="x", datatype="FP32", shape=[2, 3],
+                                reference=tensor_pb2.TensorReference(
+                                    asset=tensor_pb2.AssetReference(name="raw", version="9f2c",
+                                                                    partition="a")))
+    want = Reference("x", asset="raw", version="9f2c", partition="a", datatype="FP32",
+                     shape=(2, 3))
+    assert from_json(as_json) == ("x", want) and from_message(message) == want
+    uri = tensor_pb2.Tensor(name="w", reference=tensor_pb2.TensorReference(zarr_uri="s3://b/w"))
+    assert from_message(uri) == Reference("w", zarr_uri="s3://b/w")
+    assert from_json({"name": "w", "reference": {"zarr_uri": "s3://b/w"}}) == \
+        ("w", Reference("w", zarr_uri="s3://b/w"))
+
+
+@pytest.mark.parametrize("tensor, says", [
+    ({"name": "x", "reference": {"zarr_uri": ""}}, "not a path"),
+    ({"name": "x", "reference": {"asset": {"version": "1"}}}, "not {\"name\": NAME}"),
+    ({"name": "x", "reference": {"asset": {"name": "a", "tag": "1"}}}, "not {\"name\": NAME}"),
+    ({"name": "x", "reference": {"zarr_uri": "a", "asset": {"name": "a"}}}, "not {\"zarr_uri"),
+    ({"name": "x", "reference": "a.zarr"}, "not {\"zarr_uri"),
+    ({"name": "x", "reference": {"zarr_uri": "a"}, "data": [1]}, "both a reference and data"),
+    ({"name": "x", "reference": {"zarr_uri": "a"}, "datatype": "FP8"}, "FP8"),
+    ({"name": "x", "reference": {"zarr_uri": "a"}, "shape": [-1]}, "shape"),
+])
+def test_a_bad_reference_is_named(tensor, says):
+    from deepx_flow.contract.tensors import from_json
+    with pytest.raises(InputError, match=re.escape(says)):
+        from_json(tensor)

@@ -196,3 +196,42 @@ def test_unknown_assets_are_not_found(gateway):
     with pytest.raises(InputError, match="range"):
         materialized(gateway, "raw")
         gateway.assets.read("raw", ranges=[[0, 13]])
+
+
+def test_inputs_by_reference_read_an_asset_or_a_zarr_array(gateway, tmp_path):
+    import zarr
+    from deepx_flow.contract.tensors import Reference
+    gateway.assets.define("raw", source())
+    first = materialized(gateway, "raw")["materialized"]["versions"]["raw"]
+    gateway.assets.define("raw", source(step=2.0))
+    materialized(gateway, "raw")
+    stored = zarr.create_array(str(tmp_path / "w.zarr"), shape=(4,), chunks=(2,),
+                               dtype="float64")
+    stored[:] = np.array([1.0, -1.0, 0.5, 2.0])
+    spec = {"deepx": 1, "inputs": {"x": {"shape": [12, 4], "dtype": "float64"},
+                                   "w": {"shape": [4], "dtype": "float64"},
+                                   "b": {"shape": [], "dtype": "float64"}},
+            "nodes": [{"id": "y", "op": "mul", "args": ["x", "w"]},
+                      {"id": "z", "op": "add", "args": ["y", "b"]}],
+            "outputs": ["z"]}
+
+    def run(x, w, b=np.float64(0.25)):
+        answer = asyncio.run(gateway.execute(spec, {"x": x, "w": w, "b": b}))
+        assert answer["state"] == "succeeded", answer
+        return answer["outputs"]["z"]
+
+    w = Reference("w", zarr_uri=str(tmp_path / "w.zarr"))
+    np.testing.assert_array_equal(run(Reference("x", asset="raw"), w),
+                                  expected_raw(2.0) * stored[:] + 0.25)
+    np.testing.assert_array_equal(run(Reference("x", asset="raw", version=first[:8]),
+                                      np.array([1.0, 1.0, 1.0, 1.0])), expected_raw() + 0.25)
+    for x, says in [(Reference("x", asset="nope"), "input 'x': asset 'nope' has no stored"),
+                    (Reference("x", asset="raw", datatype="FP32"), "said to be FP32"),
+                    (Reference("x", asset="raw", shape=(4, 12)), "said to have shape"),
+                    (Reference("x", zarr_uri=str(tmp_path / "none.zarr")), "none.zarr"),
+                    (w, "input 'x' is float64(12, 4) in the graph, given float64(4,)")]:
+        with pytest.raises(InputError, match=says.replace("(", r"\(").replace(")", r"\)")):
+            run(x, w)
+    with pytest.raises(InputError, match="given by reference, but the graph's inputs"):
+        asyncio.run(gateway.execute(spec, {"x": expected_raw(), "w": w, "b": np.float64(0),
+                                           "v": Reference("v", asset="raw")}))

@@ -193,7 +193,8 @@ def test_a_body_without_a_declared_length_is_bounded_as_it_is_read(http):
 
 def test_capabilities_offer_only_what_is_served(http):
     assert http.get("/v1/capabilities").json()["extensions"] == ["binary_tensor_data",
-                                                                 "tensor_streaming", "assets"]
+                                                                 "tensor_streaming", "assets",
+                                                                 "input_references"]
 
 
 @pytest.mark.timeout(120)

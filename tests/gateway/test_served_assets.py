@@ -80,6 +80,32 @@ def test_assets_over_http_grpc_and_dx_connect(tmp_path):
             "versions"]
         assert version["lineage"] == {"raw": listed[0]["latest_version"]}
 
+        # a graph executed on a stored asset, read by reference, over HTTP and gRPC
+        summed = {"deepx": 1, "inputs": {"x": {"shape": [12, 4], "dtype": "float64"}},
+                  "nodes": [{"id": "s", "op": "sum", "args": ["x"], "attrs": {"axes": [0]}}],
+                  "outputs": ["s"]}
+        answer = httpx.post(url + "/v1/graphs:execute", timeout=120, json={
+            "graph": summed, "inputs": [{"name": "x", "reference": {"asset": {"name": "raw"}},
+                                         "datatype": "FP64", "shape": [12, 4]}]}).json()
+        np.testing.assert_allclose(answer["outputs"][0]["data"], expected_raw().sum(axis=0),
+                                   rtol=1e-12)
+        from deepx_flow.contract.deepx.v1 import graphs_pb2, graphs_pb2_grpc
+        with grpc.insecure_channel(served.grpc) as channel:
+            header = graphs_pb2.ExecuteGraphHeader(graph_json=json.dumps(summed), inputs=[
+                tensor_pb2.Tensor(name="x", reference=tensor_pb2.TensorReference(
+                    asset=tensor_pb2.AssetReference(name="raw")))])
+            [done] = graphs_pb2_grpc.GraphServiceStub(channel).ExecuteGraph(
+                iter([graphs_pb2.ExecuteGraphRequest(header=header)]), timeout=120)
+            np.testing.assert_allclose(tensors.from_message(done.operation.outputs[0]),
+                                       expected_raw().sum(axis=0), rtol=1e-12)
+            header.outputs.append(tensor_pb2.Tensor(name="s", reference=tensor_pb2.
+                                                    TensorReference(zarr_uri="/tmp/s.zarr")))
+            with pytest.raises(grpc.RpcError) as err:
+                list(graphs_pb2_grpc.GraphServiceStub(channel).ExecuteGraph(
+                    iter([graphs_pb2.ExecuteGraphRequest(header=header)]), timeout=120))
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "not served yet" in err.value.details()
+
         # bad requests: their status and the DeepxError's text
         for path, body, status, says in [
                 ("/v1/assets:define", {"name": "x", "graph": reader("nope")}, 400,
@@ -90,7 +116,13 @@ def test_assets_over_http_grpc_and_dx_connect(tmp_path):
                 ("/v1/assets/nope:read", {}, 404, "no asset 'nope'"),
                 ("/v1/assets/nope:materialize", {}, 404, "no asset 'nope'"),
                 ("/v1/assets/raw:read", {"slice": [[0, 99]]}, 400, "range"),
-                ("/v1/assets/raw:materialize", {"force": "yes"}, 400, "force")]:
+                ("/v1/assets/raw:materialize", {"force": "yes"}, 400, "force"),
+                ("/v1/graphs:execute", {"graph": summed, "inputs": [
+                    {"name": "x", "reference": {"asset": {"name": "doubled"}}}]}, 400,
+                 "input 'x' is float64(12, 4) in the graph, given float64(12,)"),
+                ("/v1/graphs:execute", {"graph": summed, "inputs": [
+                    {"name": "x", "reference": {"disk": "/etc"}}]}, 400,
+                 "not {\"zarr_uri\": URI}")]:
             answer = httpx.post(url + path, json=body, timeout=60)
             assert answer.status_code == status and says in answer.json()["error"], \
                 (path, answer.text)
