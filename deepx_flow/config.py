@@ -65,6 +65,9 @@ class Settings:
     # generous for a busy machine (`registry/heartbeat.py`).
     heartbeat_s: float = 5.0
     heartbeat_timeout_s: float = 60.0
+    # How long the gateway keeps an operation that ended, its outputs included, for clients
+    # to ask for it again (seconds); then its row and results are removed.
+    operation_ttl_s: float = 7 * 86_400.0
     # Where the dashboard (`deepx-flow ui`) is served: runs print their page's link there.
     dashboard_url: str = "http://127.0.0.1:5006"
     # How long an interactive run goes on before its progress bar shows (seconds; 0 shows
@@ -107,7 +110,9 @@ class Number:
         what = "a whole number" if self.kind is int else "a number"
         what += f" of {self.unit}" if self.unit else ""
         low = f"above {self.low:g}" if self.above else f"{self.low:g} or more"
-        high = "" if self.high == LARGEST_INT else f" and at most {self.high:,g}"
+        # (whole numbers in full: ",g" writes 31,622,400 as 3.16224e+07)
+        most = f"{self.high:,.0f}" if float(self.high).is_integer() else f"{self.high:,g}"
+        high = "" if self.high == LARGEST_INT else f" and at most {most}"
         return f"{what}, {low}{high}"
 
 
@@ -206,6 +211,8 @@ READERS = (
     Reader("DEEPX_HEARTBEAT_S", "heartbeat_s", Number(float, 0, above=True, **SECONDS)),
     Reader("DEEPX_HEARTBEAT_TIMEOUT_S", "heartbeat_timeout_s",
            Number(float, 0, above=True, **SECONDS)),
+    Reader("DEEPX_OPERATION_TTL_S", "operation_ttl_s",
+           Number(float, 0, above=True, unit="seconds", high=366 * 86_400)),
     Reader("DEEPX_DASHBOARD_URL", "dashboard_url", Text("a URL", ("http://", "https://"))),
     Reader("DEEPX_PROGRESS_AFTER_S", "progress_after_s", Number(float, 0, **SECONDS)),
     Reader("DEEPX_BUFFER_POOL_BYTES", "buffer_pool_bytes", Number(int, 0, unit="bytes")),

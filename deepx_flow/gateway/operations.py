@@ -16,6 +16,9 @@ database marks those whose process it can look up and finds gone `interrupted`
 (`interrupt_orphaned`), as `meta/orphans.py` does for runs, and removes their results
 folders, whose files no row lists.
 
+An operation that ended is kept for DEEPX_OPERATION_TTL_S (a week), then forgotten
+(`prune`): its row first, then its results folder, so no row ever lists files that are gone.
+
 A client may choose the operation's id: sending the same request again with the same id
 (after a lost connection) attaches to the first operation instead of running it twice; the
 same id with another request is refused.
@@ -35,7 +38,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
-from sqlmodel import select, update
+from sqlmodel import delete, select, update
 
 from deepx_flow.contract.tensors import datatype_of, to_raw
 from deepx_flow.errors import DeepxError, InputError, shown
@@ -85,6 +88,12 @@ def _reading(graph, stored: dict):
     given = {node.id: stored[node.id] if node.id in stored else
              input_(node.id, node.shape, node.dtype) for node in graph.inputs}
     return build_graph(call(graph, given))
+
+
+def _kept_for() -> str:
+    from deepx_flow.config import settings
+    days = settings().operation_ttl_s / 86_400
+    return f" (an operation is kept for {days:g} days after it ends: DEEPX_OPERATION_TTL_S)"
 
 
 class _RunIdTaker(RunProgress):
@@ -285,7 +294,7 @@ class Operations:
             with self.db.read() as session:
                 found = session.get(Operation, operation_id)
             if found is None:
-                raise NotFound(f"no operation {operation_id!r}")
+                raise NotFound(f"no operation {operation_id!r}{_kept_for()}")
             if found.state in FINAL or (deadline is not None and time.monotonic() >= deadline):
                 return found
             if found.pid == self.me.pid and found.host == self.me.host and \
@@ -343,6 +352,20 @@ class Operations:
                 raise DeepxError(f"operation {found.id!r}: its output {entry['name']!r} "
                                  f"cannot be read from {path}: {err}") from None
         return arrays
+
+    def prune(self, ttl: float | None = None) -> list[str]:
+        """Forget the operations that ended more than `ttl` seconds ago (default
+        DEEPX_OPERATION_TTL_S): their rows, then their results folders; their ids."""
+        from deepx_flow.config import settings
+        cutoff = time.time() - (settings().operation_ttl_s if ttl is None else ttl)
+        with self.db.session() as session:
+            old = list(session.exec(select(Operation.id).where(
+                Operation.state.in_(FINAL), Operation.ended_at < cutoff)))
+            if old:
+                session.exec(delete(Operation).where(Operation.id.in_(old)))
+        for operation_id in old:
+            shutil.rmtree(self.results / operation_id, ignore_errors=True)
+        return old
 
     def cancel(self, operation_id: str) -> Operation:
         """Ask a running operation to stop (it ends interrupted once its run stops: wait

@@ -101,8 +101,9 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
 
 
 async def _heartbeats(operations) -> None:
-    """Every DEEPX_HEARTBEAT_S: say this gateway's operations still run, and mark those of
-    gateways gone silent (on any host) interrupted."""
+    """Every DEEPX_HEARTBEAT_S: say this gateway's operations still run, mark those of
+    gateways gone silent (on any host) interrupted, and forget those that ended longer ago
+    than DEEPX_OPERATION_TTL_S."""
     import asyncio
 
     from deepx_flow.config import settings
@@ -111,6 +112,7 @@ async def _heartbeats(operations) -> None:
         try:
             await asyncio.to_thread(operations.beat)
             await asyncio.to_thread(operations.interrupt_orphaned)
+            await asyncio.to_thread(operations.prune)
         except Exception:  # a busy database: the next beat tries again
             log.warning("deepx-flow serve: a heartbeat failed", exc_info=True)
 

@@ -26,6 +26,7 @@ class Gateway:
         self.limits = limits or caps.Limits()
         self.operations = Operations(db, results, client)
         self.operations.interrupt_orphaned()
+        self.operations.prune()
         self.assets = AssetCalls(db, self.operations, client, self.limits.max_graph_nodes)
 
     def capabilities(self) -> dict:

@@ -222,3 +222,25 @@ def test_one_id_sent_at_once_from_many_threads_runs_once(ops):
     assert outcomes.count(True) == 1 and outcomes.count(False) == 0
     for op_id in ("burst-1", "burst-2"):
         assert ops.get(op_id, wait_seconds=None).state == "succeeded"
+
+
+def test_operations_that_ended_longer_ago_than_their_time_to_live_are_forgotten(
+        client, db, tmp_path, monkeypatch):
+    ops = Operations(db, tmp_path / "results", client)
+    old, _ = ops.execute(graph_of(SPEC, 100), SPEC, {"x": _x(1)})
+    assert ops.get(old, wait_seconds=60).state == "succeeded"
+    assert (ops.results / old).is_dir()
+    time.sleep(0.2)
+    with faults_on(client, Fault("hang")):
+        running, _ = ops.execute(graph_of(SPEC, 100), SPEC, {"x": _x(2)})
+        assert ops.prune(ttl=3600) == []  # nothing that old
+        assert ops.prune(ttl=0.1) == [old]  # the running one stays
+        assert not (ops.results / old).exists()
+        monkeypatch.setenv("DEEPX_OPERATION_TTL_S", "172800")
+        with pytest.raises(NotFound, match=r"no operation '\w+' \(an operation is kept for 2 "
+                                           r"days after it ends: DEEPX_OPERATION_TTL_S\)"):
+            ops.get(old)
+        assert ops.get(running).state == "running"
+        ops.cancel(running)
+        assert ops.get(running, wait_seconds=60).state == "interrupted"
+    assert ops.prune() == []  # the default keeps them a week
