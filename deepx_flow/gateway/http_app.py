@@ -21,6 +21,7 @@ import re
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -140,7 +141,8 @@ def make_app(gateway, creds=None) -> Starlette:
               Route("/v1/assets/{name}/versions", versions, methods=["GET"]),
               Route("/v1/assets/{name}:materialize", materialize, methods=["POST"]),
               Route("/v1/assets/{name}:read", read, methods=["POST"])]
-    app = Starlette(routes=routes, exception_handlers={DeepxError: _error})
+    app = Starlette(routes=routes, exception_handlers={DeepxError: _error,
+                                                       HTTPException: _no_such_call})
     if creds is not None and creds.required:
         app.add_middleware(_Authenticated, creds=creds)
     return app
@@ -170,6 +172,18 @@ class _Authenticated:
 
 async def _error(request: Request, err: DeepxError):
     return JSONResponse({"error": str(err)}, status_code=status_of(err))
+
+
+async def _no_such_call(request: Request, err: HTTPException):
+    """A path or method the contract has no call for (404, 405): said as every error is."""
+    if err.status_code == 404:
+        message = (f"no call {request.method} {request.url.path} in the contract "
+                   f"(docs/contract.md lists its calls)")
+    elif err.status_code == 405:
+        message = f"{request.method} is not a method of {request.url.path} in the contract"
+    else:
+        message = str(err.detail)
+    return JSONResponse({"error": message}, status_code=err.status_code, headers=err.headers)
 
 
 async def _body(request: Request, limits) -> tuple[dict, bytes]:

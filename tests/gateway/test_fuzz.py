@@ -20,6 +20,10 @@ from tests.helpers import free_port
 SPEC = {"deepx": 1, "inputs": {"x": {"shape": [2, 2], "dtype": "float32"}},
         "nodes": [{"id": "y", "op": "neg", "args": ["x"]}], "outputs": ["y"]}
 TENSOR = {"name": "x", "shape": [2, 2], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]}
+SOURCE = {"deepx": 1, "nodes": [{"id": "a", "op": "arange", "shape": [6], "dtype": "float32",
+                                 "attrs": {"start": 0.0, "step": 1.0}}], "outputs": ["a"]}
+READER = {"deepx": 1, "inputs": {"made": {"shape": [6], "dtype": "float32"}},
+          "nodes": [{"id": "y", "op": "neg", "args": ["made"]}], "outputs": ["y"]}
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
                     st.floats(allow_nan=False), st.text(max_size=12))
@@ -44,8 +48,14 @@ def url(tmp_path_factory):
     with threaded_memory_off(), LocalCluster(n_workers=1, threads_per_worker=1,
                                              processes=False) as cluster, \
             Client(cluster, set_as_default=False) as client:
-        gateway = Gateway(client, open_db(), tmp_path_factory.mktemp("results"),
-                          Limits(max_request_bytes=1 << 20))
+        folder = tmp_path_factory.mktemp("fuzz")
+        db = open_db(f"sqlite:///{folder / 'fuzz.db'}")  # its assets: this module's own
+        gateway = Gateway(client, db, folder / "results", Limits(max_request_bytes=1 << 20))
+        # an asset to materialize and read: "made", stored once
+        gateway.assets.define("made", SOURCE)
+        import asyncio
+        assert asyncio.run(gateway.materialize("made", wait_seconds=60))["state"] == \
+            "succeeded"
         port = free_port()
         server = uvicorn.Server(uvicorn.Config(make_app(gateway), host="127.0.0.1",
                                                port=port, log_level="critical"))
@@ -62,7 +72,7 @@ def url(tmp_path_factory):
 
 def _check(url, path, body: bytes):
     answer = httpx.post(url + path, content=body, timeout=60)
-    assert answer.status_code in (200, 400, 404, 413), (answer.status_code, answer.text)
+    assert answer.status_code in (200, 400, 404, 405, 413), (answer.status_code, answer.text)
     if answer.status_code != 200:
         message = answer.json()["error"]
         assert isinstance(message, str) and message and "Traceback" not in message
@@ -87,3 +97,27 @@ def test_execute_answers_every_body_with_a_status(url, body):
 def test_analyze_answers_every_body_with_a_status(url, body):
     _check(url, "/v1/graphs:analyze",
            body if isinstance(body, bytes) else json.dumps(body).encode())
+
+
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=st.one_of(
+    json_values,
+    _mutated({"name": "fuzzed", "graph": READER, "dependencies": ["made"],
+              "description": "d", "partitions": ["a", "b"], "partition_axis": 0,
+              "checks": [{"kind": "in_range", "low": -10.0, "blocking": False}]}),
+    st.builds(lambda c: {"name": "fuzzed", "graph": READER, "checks": [c]},
+              _mutated({"kind": "shape", "shape": [6], "blocking": True}))))
+def test_define_answers_every_body_with_a_status(url, body):
+    _check(url, "/v1/assets:define", json.dumps(body).encode())
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(["made", "nope", "m%C3%A9", "made%2Fx"]),
+       call=st.sampled_from([":read", ":materialize"]),
+       body=st.one_of(json_values, _mutated({"slice": [[0, 3]], "version": "",
+                                             "partition": "", "partitions": [],
+                                             "force": False, "wait_seconds": 5})))
+def test_materialize_and_read_answer_every_body_with_a_status(url, name, call, body):
+    _check(url, f"/v1/assets/{name}{call}", json.dumps(body).encode())

@@ -145,6 +145,20 @@ def test_unknown_operations_are_404(http):
     assert http.post("/v1/operations/nope:cancel").status_code == 404
 
 
+def test_unknown_calls_and_methods_are_said_in_json(http):
+    answer = http.get("/v1/nothing")
+    assert answer.status_code == 404
+    assert answer.json()["error"] == "no call GET /v1/nothing in the contract " \
+                                     "(docs/contract.md lists its calls)"
+    answer = http.post("/v1/assets/a%2Fb:read", json={})  # the %2F is a / again
+    assert answer.status_code == 404 and "no call POST /v1/assets/a/b:read" in \
+        answer.json()["error"]
+    answer = http.delete("/v1/runs")
+    assert answer.status_code == 405 and answer.json()["error"] == \
+        "DELETE is not a method of /v1/runs in the contract"
+    assert answer.headers["allow"] == "GET, HEAD"
+
+
 def test_runs_are_listed_newest_first_and_found_by_id(http, client):
     x = _x()
     body = http.post("/v1/graphs:execute", json={
