@@ -25,19 +25,25 @@ from deepx_flow.sdk.tensor import Tensor
 
 def load(asset, version: str | None = None, partition: str | None = None, db=None) -> Tensor:
     """The stored asset as a lazy tensor: its newest usable version, or `version` (a
-    prefix is enough), or one `partition`. `asset` is a name, or the asset itself: a
+    prefix that names one version is enough; with `partition`, it must be of that
+    partition), or one `partition`. `asset` is a name, or the asset itself: a
     partitioned asset given as itself with no partition reads all its partitions whole."""
     from deepx_flow.assets.definition import AssetDef
 
     database = open_db(db)
     name = asset.name if isinstance(asset, AssetDef) else str(asset)
     if version is not None:
-        row = next((r for r in catalog.history(database, name)
-                    if r.version.startswith(version)), None)
-        if row is None:
+        found = [r for r in catalog.history(database, name) if r.version.startswith(version)]
+        if len({r.version for r in found}) > 1:
+            raise InputError(f"version {version!r} of asset {name!r} is ambiguous: "
+                             f"{len(found)} versions start with it; give more of it")
+        if found and partition is not None and found[0].partition != partition:
+            raise InputError(f"version {found[0].version[:12]} of asset {name!r} is of "
+                             f"partition {found[0].partition!r}, not {partition!r}")
+        if not found:
             raise InputError(f"asset {name!r} has no version {version!r} in "
                              f"{database.display_url}")
-        return stored_tensor(row, database)
+        return stored_tensor(found[0], database)
     if partition is None and isinstance(asset, AssetDef) and asset.partitions is not None:
         return whole(asset, {}, database)[0]
     row = catalog.latest(database, name, partition)

@@ -1,11 +1,17 @@
 """The contract's asset calls, whatever the transport: define an asset from a graph spec,
 list the assets and their versions, materialize one (an operation), read a stored version
-or a slice of it.
+or a slice of it, and read one as a graph's input by reference.
 
 The assets served are those defined through the contract, kept in the metadata database's
 `asset_definitions` (so every gateway on that database serves the same ones, after a
 restart too). They are materialized by `dx.materialize` and read by `dx.load`, the SDK's
 own entry points: the same versions, lineage, staleness and checks as Python's.
+
+A definition is checked and written in one write transaction that holds the definitions'
+lock (SQLite's BEGIN IMMEDIATE, a PostgreSQL advisory lock), so two gateways defining at
+once cannot record a cycle or an input that no longer fits its upstream asset between
+them. A stored definition that can no longer be built (an operator renamed by an upgrade)
+is listed as broken and refused by name; the others are served.
 """
 
 from __future__ import annotations
@@ -13,14 +19,16 @@ from __future__ import annotations
 import hashlib
 import json
 
+from sqlalchemy import text
 from sqlmodel import select
 
-from deepx_flow.errors import DeepxError, GraphError, InputError, shown
+from deepx_flow.errors import CheckFailed, DataError, DeepxError, GraphError, InputError, shown
 from deepx_flow.gateway.asset_specs import asset_from_row, checked_definition
 from deepx_flow.gateway.errors import NotFound
 from deepx_flow.meta.models import AssetDefinition
 
 MAX_VERSIONS = 1000
+_PG_LOCK_ID = 74_700_32  # arbitrary: PostgreSQL sessions defining assets take turns on it
 
 
 class AssetCalls:
@@ -33,76 +41,119 @@ class AssetCalls:
 
     # -- definitions -----------------------------------------------------------------------
 
-    def _rows(self) -> dict[str, AssetDefinition]:
-        with self.db.read() as session:
-            return {r.name: r for r in session.exec(
-                select(AssetDefinition).order_by(AssetDefinition.defined_at,
-                                                 AssetDefinition.name))}
+    def _rows(self, session=None) -> dict[str, AssetDefinition]:
+        query = select(AssetDefinition).order_by(AssetDefinition.defined_at,
+                                                 AssetDefinition.name)
+        if session is not None:
+            return {r.name: r for r in session.exec(query)}
+        with self.db.read() as reading:
+            return {r.name: r for r in reading.exec(query)}
 
     def definitions(self, rows: dict | None = None):
-        """The Definitions of every asset defined through the contract."""
+        """The Definitions of the assets defined through the contract that can be built,
+        and name -> why for those that cannot (or read one that cannot)."""
         from deepx_flow.assets.definition import Definitions
         rows = self._rows() if rows is None else rows
-        return Definitions([asset_from_row(r, self.max_nodes) for r in rows.values()])
+        built, broken = {}, {}
+        for name, row in rows.items():
+            try:
+                built[name] = asset_from_row(row, self.max_nodes)
+            except DeepxError as err:
+                broken[name] = f"its stored definition cannot be built: {err}"
+        changed = True
+        while changed:  # what reads a broken asset is broken too
+            changed = False
+            for name, a in list(built.items()):
+                bad = next((d for d in a.deps if d in broken), None)
+                if bad is not None:
+                    broken[name] = f"it depends on asset {bad}, which is broken"
+                    del built[name]
+                    changed = True
+        return Definitions(built.values()), broken
 
     def define(self, name, graph, dependencies=(), description="", partitions=(),
                partition_axis=None, checks=()) -> dict:
-        """Define (or define again) an asset; the asset as `list` shows it. Refused, with
+        """Define (or define again) an asset; the asset as `assets` lists it. Refused, with
         nothing recorded, when its upstream assets are not defined, when they would form a
-        cycle, or when an input's shape or dtype is not its upstream asset's."""
+        cycle, or when an input's shape or dtype is not its upstream asset's, its own or
+        that of an asset reading it."""
         row = checked_definition(name, graph, dependencies, description, partitions,
                                  partition_axis, checks, self.max_nodes)
-        rows = self._rows()
-        rows[row.name] = row
-        try:
-            defs = self.definitions(rows)
-        except GraphError as err:
-            raise InputError(str(err)) from None
-        _check_reads(defs, rows, row.name, self.max_nodes)
         with self.db.session() as session:
-            found = session.get(AssetDefinition, row.name)
+            if session.get_bind().dialect.name == "postgresql":
+                session.exec(text(f"SELECT pg_advisory_xact_lock({_PG_LOCK_ID})"))
+            rows = self._rows(session)
+            found = rows.get(row.name)
+            rows[row.name] = row
+            defs = self._checked(rows, row.name)
+            fields = ("spec", "dependencies", "description", "partitions", "checks",
+                      "code_version")
             if found is None:
                 session.add(row)
-            elif found.code_version != row.code_version or \
-                    found.description != row.description:
-                for field in ("spec", "dependencies", "description", "partitions", "checks",
-                              "code_version", "defined_at"):
+            elif any(getattr(found, f) != getattr(row, f) for f in fields):
+                for field in (*fields, "defined_at"):
                     setattr(found, field, getattr(row, field))
         return self._answer(defs, row.name)
+
+    def _checked(self, rows: dict, name: str):
+        """The Definitions with `rows[name]` as now defined: InputError if it breaks them."""
+        try:
+            defs, broken = self.definitions(rows)
+        except GraphError as err:  # an upstream asset not defined, a cycle
+            raise InputError(str(err)) from None
+        if name in broken:
+            raise InputError(f"asset {name}: {broken[name]}")
+        readers = [a.name for a in defs.assets.values() if name in a.params]
+        for checked in [name, *readers]:
+            _check_reads(defs, rows, checked, self.max_nodes)
+        return defs
 
     def assets(self) -> dict:
         """Every asset defined through the contract, with its status: upstream assets before
         those that read them, else in the order they were defined."""
-        defs = self.definitions()
-        return {"assets": [self._answer(defs, name, status)
-                           for name, status in _statuses(defs, self.db).items()]}
+        rows = self._rows()
+        defs, broken = self.definitions(rows)
+        statuses = _statuses(defs, self.db)
+        answers = {name: self._answer(defs, name, status) for name, status in statuses.items()}
+        for name, why in broken.items():
+            answers[name] = _broken_answer(rows[name], why)
+        return {"assets": [answers[n] for n in [*defs.order, *broken]]}
 
     def _answer(self, defs, name: str, status=None) -> dict:
+        from deepx_flow.assets import catalog
         a = defs[name]
         if status is None:
             status = _statuses(defs, self.db, [name])[name]
         reasons = "; ".join(status.reasons)
-        state = "never materialized" if status.materialized_at is None else \
-            ("stale: " + reasons if status.stale else "fresh")
+        if not status.stale:
+            state = "fresh"
+        elif not catalog.history(self.db, name)[:1]:
+            state = "never materialized"
+        else:
+            state = "stale: " + reasons
         return {"name": name, "dependencies": list(a.deps), "code_version": a.code_version,
                 "description": a.description or "", "status": state,
                 "latest_version": status.version or "",
                 "partitions": a.partitions.keys() if a.partitions is not None else [],
                 "defined_by": a.metadata["defined_by"], "checks": a.metadata["checks"]}
 
-    def _defined(self, name) -> tuple:
+    def _defined(self, name, where: str = "") -> tuple:
+        """The Definitions and the asset `name` of them; NotFound (its message beginning
+        with `where`) if it is not defined, a server's DeepxError if it is broken."""
         if not isinstance(name, str) or not name:
-            raise NotFound(f"no asset {shown(name)}")
-        defs = self.definitions()
+            raise NotFound(f"{where}no asset {shown(name)}")
+        defs, broken = self.definitions()
+        if name in broken:
+            raise DeepxError(f"{where}asset {name!r}: {broken[name]}; define it again")
         if name not in defs.assets:
-            raise NotFound(f"no asset {name!r} is defined on this gateway")
+            raise NotFound(f"{where}no asset {name!r} is defined on this gateway")
         return defs, defs[name]
 
     # -- versions ----------------------------------------------------------------------------
 
     def versions(self, name) -> dict:
-        """Every stored version of the asset, newest first (those whose blocking check
-        failed too: `checks_passed` says)."""
+        """The stored versions of the asset, newest first, at most MAX_VERSIONS (those
+        whose blocking check failed too: `checks_passed` says)."""
         from deepx_flow.assets import catalog
         from deepx_flow.contract.tensors import datatype_of
         self._defined(name)
@@ -132,9 +183,13 @@ class AssetCalls:
 
         def work(token, took_run_id):
             from deepx_flow.gateway.operations import _RunIdTaker
-            made = materialize(defs, name, partitions=keys, only_stale=not force,
-                               client=self.client, db=self.db.url, cancel=token,
-                               progress=_RunIdTaker(took_run_id))
+            try:
+                made = materialize(defs, name, partitions=keys, only_stale=not force,
+                                   client=self.client, db=self.db.url, cancel=token,
+                                   progress=_RunIdTaker(took_run_id))
+            except CheckFailed as err:  # failed, and what was made is said too
+                err.summary = materialized_summary(err.materialized)
+                raise
             return {}, materialized_summary(made)
         op_id, _ = self.operations.start("materialize", digest, name, work, operation_id)
         return op_id
@@ -145,42 +200,28 @@ class AssetCalls:
         """A stored version of the asset (the newest usable one, or `version`; one
         `partition`, or a partitioned asset with a partition axis whole), or the slice
         `ranges` ([start, stop) per leading axis) of it, as a NumPy array."""
-        from deepx_flow.assets.stored import load
         from deepx_flow.runtime.run import run
         _, a = self._defined(name)
-        for what, value in (("version", version), ("partition", partition)):
-            if value is not None and not isinstance(value, str):
-                raise InputError(f"{what} is {shown(value)}, not text")
-        if partition and a.partitions is None:
-            raise InputError(f"asset {name!r} is not partitioned; leave partition out")
-        if partition and partition not in a.partitions.keys():
-            raise NotFound(f"asset {name!r} has no partition {partition!r}")
-        try:
-            tensor = load(a, version or None, partition or None, self.db.url)
-        except InputError as err:
-            raise NotFound(str(err).replace(f" in {self.db.display_url}", "")) from None
-        if ranges:
+        tensor = self._stored(a, version, partition)
+        if ranges is not None:
             tensor = tensor[_slices(name, ranges, tensor.shape)]
         return run(tensor, client=self.client, progress=False)
 
-
     def stored(self, ref):
-        """The lazy tensor a tensors.Reference names: a stored asset's version (any asset
-        of this database's catalog, read and verified as dx.load reads it) or a Zarr array;
-        checked against the datatype and shape the reference gave."""
-        from deepx_flow.assets.stored import load
+        """The lazy tensor a tensors.Reference names: a stored asset's version (read and
+        verified as dx.load reads it) or a Zarr array; checked against the datatype and
+        shape the reference gave."""
         from deepx_flow.contract.tensors import dtype_of
         from deepx_flow.sdk.functions import read_zarr
         where = f"input {ref.name!r}"
-        try:
-            if ref.zarr_uri is not None:
+        if ref.zarr_uri is not None:
+            try:
                 tensor = read_zarr(ref.zarr_uri)
-            else:
-                tensor = load(ref.asset, ref.version or None, ref.partition or None,
-                              self.db.url)
-        except DeepxError as err:
-            message = str(err).replace(f" in {self.db.display_url}", "")
-            raise InputError(f"{where}: {message}") from None
+            except DeepxError as err:
+                raise InputError(f"{where}: {err}") from None
+        else:
+            _, a = self._defined(ref.asset, where + ": ")
+            tensor = self._stored(a, ref.version, ref.partition, where + ": ")
         if ref.datatype is not None and dtype_of(ref.datatype, ref.name) != tensor.dtype:
             raise InputError(f"{where}: said to be {ref.datatype}, but the stored array is "
                              f"{tensor.dtype}")
@@ -188,6 +229,34 @@ class AssetCalls:
             raise InputError(f"{where}: said to have shape {list(ref.shape)}, but the stored "
                              f"array has {list(tensor.shape)}")
         return tensor
+
+    def _stored(self, a, version, partition, where: str = ""):
+        """The stored tensor of asset `a` (`version` and `partition` as `read` takes
+        them): NotFound where there is none, DataError where it is damaged; each message
+        begins with `where`."""
+        from deepx_flow.assets.stored import load
+        for what, value in (("version", version), ("partition", partition)):
+            if value is not None and not isinstance(value, str):
+                raise InputError(f"{where}{what} is {shown(value)}, not text")
+        if partition and a.partitions is None:
+            raise InputError(f"{where}asset {a.name!r} is not partitioned; leave partition "
+                             f"out")
+        if partition and partition not in a.partitions.keys():
+            raise NotFound(f"{where}asset {a.name!r} has no partition {partition!r}")
+        if not partition and not version and a.partitions is not None and \
+                a.partition_axis is None:
+            raise InputError(f"{where}asset {a.name!r}'s partitions are separate tensors "
+                             f"(it has no partition_axis): give a partition (its keys: "
+                             f"{', '.join(a.partitions.keys())})")
+        try:
+            return load(a, version or None, partition or None, self.db.url)
+        except DataError:
+            raise
+        except InputError as err:
+            message = str(err).replace(f" in {self.db.display_url}", "")
+            error = InputError if "ambiguous" in message or "is of partition" in message \
+                else NotFound
+            raise error(where + message) from None
 
 
 def materialized_summary(made) -> dict:
@@ -199,6 +268,13 @@ def materialized_summary(made) -> dict:
             "checks": [{"target": t, "check": c.check, "passed": c.passed,
                         "blocking": c.blocking, "message": c.message}
                        for t, cs in made.checks.items() for c in cs]}
+
+
+def _broken_answer(row: AssetDefinition, why: str) -> dict:
+    return {"name": row.name, "dependencies": json.loads(row.dependencies),
+            "code_version": row.code_version, "description": row.description or "",
+            "status": f"broken: {why}", "latest_version": "", "partitions": [],
+            "defined_by": "contract", "checks": json.loads(row.checks)}
 
 
 def _statuses(defs, db, names=None) -> dict:
@@ -216,9 +292,9 @@ def _partition_keys(a, partitions) -> list[str] | None:
         raise InputError(f"partitions is {shown(partitions)}, not a list of keys")
     unknown = [k for k in partitions if k not in a.partitions.keys()]
     if unknown:
-        raise InputError(f"asset {a.name!r} has no partition(s) "
-                         f"{', '.join(map(shown, unknown))} (its keys: "
-                         f"{', '.join(a.partitions.keys())})")
+        raise NotFound(f"asset {a.name!r} has no partition(s) "
+                       f"{', '.join(map(shown, unknown))} (its keys: "
+                       f"{', '.join(a.partitions.keys())})")
     return partitions
 
 

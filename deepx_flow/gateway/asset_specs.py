@@ -63,6 +63,10 @@ def checked_definition(name, spec, dependencies=(), description: str = "",
         except GraphError as err:
             raise InputError(f"asset {name}: {err}") from None
     axis = _axis(name, partition_axis, partitions)
+    rank = len(graph[graph.outputs[0][1]].shape)
+    if axis is not None and axis >= rank:
+        raise InputError(f"asset {name}: partition_axis {axis} is not an axis of its "
+                         f"{rank}-dimensional tensor")
     if description is not None and not isinstance(description, str):
         raise InputError(f"asset {name}: description is {shown(description)}, not text")
     checks = [_check(name, c) for c in _list(checks, f"asset {name}: checks")]
@@ -148,16 +152,21 @@ def _check(asset: str, c) -> dict:
             value = c.get(bound)
             if value is None:
                 continue
-            if type(value) not in (int, float) or not math.isfinite(value):
+            try:
+                number = float(value) if type(value) in (int, float) else math.nan
+            except OverflowError:  # an integer past float's range
+                number = math.nan
+            if not math.isfinite(number):
                 raise InputError(f"{where}: {bound} is not a finite number")
-            out[bound] = float(value)  # as over gRPC: one code version either way
+            out[bound] = number  # a float, as over gRPC: one code version either way
         if "low" not in out and "high" not in out:
             raise InputError(f"{where}: in_range needs a low or a high bound")
         if "low" in out and "high" in out and out["low"] > out["high"]:
             raise InputError(f"{where}: low is above high")
     if kind == "shape":
         sizes = c.get("shape")
-        if not isinstance(sizes, list) or not all(type(n) is int and n >= -1 for n in sizes):
+        if not isinstance(sizes, list) or \
+                not all(type(n) is int and -1 <= n < 2 ** 63 for n in sizes):
             raise InputError(f"{where}: shape is a list of sizes (-1 for any size)")
         out["shape"] = sizes
     return out

@@ -264,7 +264,12 @@ def _outputs(body: dict) -> tuple[list | None, set]:
     for entry in listed:
         if isinstance(entry, str):
             names.append(entry)
+        elif isinstance(entry, dict) and "reference" in entry:
+            raise InputError(f"output {shown(entry.get('name'))}: outputs written to storage "
+                             f"by reference are in the contract but not served yet: define "
+                             f"an asset instead")
         elif isinstance(entry, dict) and isinstance(entry.get("name"), str) and \
+                set(entry) <= {"name", "parameters"} and \
                 isinstance(entry.get("parameters") or {}, dict):
             names.append(entry["name"])
             if (entry.get("parameters") or {}).get("binary_data") is True:

@@ -212,7 +212,9 @@ class Operations:
         except RunCancelled as err:
             self._end(operation_id, "interrupted", error=str(err))
         except DeepxError as err:
-            self._end(operation_id, "failed", error=str(err))
+            kept = getattr(err, "summary", None)  # what a failed materialization made
+            self._end(operation_id, "failed", error=str(err),
+                      **({} if kept is None else {"outputs": json.dumps(kept)}))
         except BaseException as err:  # a failure of this gateway's own: said, not hidden
             log.exception("deepx_flow: operation %s failed", operation_id)
             try:
@@ -353,19 +355,24 @@ class Operations:
                                  f"cannot be read from {path}: {err}") from None
         return arrays
 
-    def prune(self, ttl: float | None = None) -> list[str]:
+    def prune(self, ttl: float | None = None, batch: int = 500) -> list[str]:
         """Forget the operations that ended more than `ttl` seconds ago (default
-        DEEPX_OPERATION_TTL_S): their rows, then their results folders; their ids."""
+        DEEPX_OPERATION_TTL_S): their rows, then their results folders, `batch` at a time
+        (a gateway back after a long pause may have many); their ids."""
         from deepx_flow.config import settings
         cutoff = time.time() - (settings().operation_ttl_s if ttl is None else ttl)
-        with self.db.session() as session:
-            old = list(session.exec(select(Operation.id).where(
-                Operation.state.in_(FINAL), Operation.ended_at < cutoff)))
-            if old:
-                session.exec(delete(Operation).where(Operation.id.in_(old)))
-        for operation_id in old:
-            shutil.rmtree(self.results / operation_id, ignore_errors=True)
-        return old
+        pruned = []
+        while True:
+            with self.db.session() as session:
+                old = list(session.exec(select(Operation.id).where(
+                    Operation.state.in_(FINAL), Operation.ended_at < cutoff).limit(batch)))
+                if old:
+                    session.exec(delete(Operation).where(Operation.id.in_(old)))
+            for operation_id in old:
+                shutil.rmtree(self.results / operation_id, ignore_errors=True)
+            pruned += old
+            if len(old) < batch:
+                return pruned
 
     def cancel(self, operation_id: str) -> Operation:
         """Ask a running operation to stop (it ends interrupted once its run stops: wait

@@ -105,12 +105,11 @@ class Gateway:
                   "ended_at": found.ended_at}
         if found.error:
             answer["error"] = found.error
-        if found.state == "succeeded":
-            summary = self.operations.summary(found)
-            if summary is not None:
-                answer["materialized"] = summary
-            else:
-                answer["outputs"] = self.operations.outputs(found)
+        summary = self.operations.summary(found)
+        if summary is not None:  # a materialization: what it made (also when it failed)
+            answer["materialized"] = summary
+        elif found.state == "succeeded":
+            answer["outputs"] = self.operations.outputs(found)
         return answer
 
 

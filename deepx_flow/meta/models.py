@@ -392,7 +392,8 @@ class AssetDefinition(SQLModel, table=True):
     spec: str = _text(nullable=False)  # JSON: the graph spec, one output
     dependencies: str = _text(nullable=False)  # JSON list: upstream assets not read
     description: Optional[str] = _text()
-    partitions: Optional[str] = _text()  # JSON list of static keys, or null
+    # JSON {"keys": static keys, "axis": the partition axis or null}, or null: unpartitioned
+    partitions: Optional[str] = _text()
     checks: str = _text(nullable=False)  # JSON list, in the contract's form
     code_version: str  # the digest of all the above: a new one makes the asset stale
     defined_at: float

@@ -99,12 +99,29 @@ def test_a_failed_blocking_check_fails_the_operation_and_keeps_the_last_good_ver
     gateway.assets.define("raw", source(step=10.0),
                           checks=[{"kind": "in_range", "high": 100},
                                   {"kind": "all_finite", "blocking": False}])
-    failed = materialized(gateway, "raw")
+    gateway.assets.define("doubled", reader())
+    failed = asyncio.run(gateway.materialize("raw", force=True, wait_seconds=120))
     assert failed["state"] == "failed" and "blocking check in_range failed" in failed["error"]
     assert "outside [None, 100.0]" in failed["error"]
+    # what it made is said too: the version kept (not used), and each check
+    made = failed["materialized"]
+    assert [(c["check"], c["passed"], c["blocking"]) for c in made["checks"]] == \
+        [("in_range", False, True), ("all_finite", True, False)]
     newest, kept = gateway.assets.versions("raw")["versions"]
+    assert made["versions"] == {"raw": newest["version"]}
     assert not newest["checks_passed"] and kept["checks_passed"] and kept["version"] == good
     np.testing.assert_array_equal(gateway.assets.read("raw"), expected_raw())
+    status = {a["name"]: a["status"] for a in gateway.assets.assets()["assets"]}
+    assert status["raw"].startswith(f"stale: version {newest['version'][:12]} failed a "
+                                    f"blocking check")
+    assert status["doubled"] == "never materialized"
+
+
+def test_an_asset_whose_only_version_failed_its_check_is_stale_not_never_made(gateway):
+    gateway.assets.define("raw", source(), checks=[{"kind": "in_range", "high": 1}])
+    assert materialized(gateway, "raw")["state"] == "failed"
+    [raw] = gateway.assets.assets()["assets"]
+    assert raw["status"].startswith("stale: version") and raw["latest_version"] == ""
 
 
 def test_partitions_are_made_and_read_one_by_one_or_whole(gateway):
@@ -114,13 +131,29 @@ def test_partitions_are_made_and_read_one_by_one_or_whole(gateway):
     assert list(made) == ["parts[b]"]
     np.testing.assert_array_equal(gateway.assets.read("parts", partition="b"),
                                   expected_raw(shape=(3, 4)))
-    with pytest.raises(DeepxError, match="a"):  # partition a was never made
+    with pytest.raises(NotFound, match="partitions a have never been materialized"):
         gateway.assets.read("parts")
     materialized(gateway, "parts")
     np.testing.assert_array_equal(gateway.assets.read("parts"),
                                   np.concatenate([expected_raw(shape=(3, 4))] * 2))
-    with pytest.raises(InputError, match="no partition"):
+    with pytest.raises(NotFound, match="no partition"):
         asyncio.run(gateway.materialize("parts", partitions=["c"]))
+    [newest_b] = [v["version"] for v in gateway.assets.versions("parts")["versions"]
+                  if v["partition"] == "b"][:1]
+    with pytest.raises(InputError, match="is of partition 'b', not 'a'"):
+        gateway.assets.read("parts", version=newest_b, partition="a")
+    with pytest.raises(InputError, match="ambiguous"):  # "" starts every version
+        from deepx_flow.assets.stored import load
+        load("parts", version="", db=gateway.db.url)
+    with pytest.raises(InputError, match="partition_axis 2 is not an axis of its "
+                                         "2-dimensional tensor"):
+        gateway.assets.define("parts2", source(shape=(3, 4)), partitions=["a"],
+                              partition_axis=2)
+    gateway.assets.define("apart", source(shape=(3, 4)), partitions=["a", "b"])
+    materialized(gateway, "apart")
+    with pytest.raises(InputError, match="separate tensors .* give a partition "
+                                         r"\(its keys: a, b\)"):
+        gateway.assets.read("apart")
     with pytest.raises(NotFound, match="no partition 'c'"):
         gateway.assets.read("parts", partition="c")
 
@@ -163,6 +196,10 @@ def test_an_upstream_never_made_fails_the_operation_naming_it(gateway):
     ("x", source(), {"checks": [{"kind": "shape", "shape": [1.5]}]}, InputError, "sizes"),
     ("x", source(), {"checks": [{"kind": "all_finite", "low": 1}]}, InputError, "takes no"),
     ("x", source(), {"checks": [{"kind": "all_finite"}] * 2}, InputError, "named"),
+    ("x", source(), {"checks": [{"kind": "in_range", "low": 10 ** 400}]}, InputError,
+     "low is not a finite number"),
+    ("x", source(), {"checks": [{"kind": "shape", "shape": [10 ** 30]}]}, InputError,
+     "sizes"),
 ])
 def test_a_bad_definition_is_refused_and_nothing_is_recorded(gateway, db, name, spec, kw,
                                                              error, says):
@@ -171,6 +208,41 @@ def test_a_bad_definition_is_refused_and_nothing_is_recorded(gateway, db, name, 
         gateway.assets.define(name, spec, **kw)
     with db.read() as s:
         assert [r.name for r in s.exec(select(AssetDefinition))] == ["raw"]
+
+
+def test_redefining_an_upstream_asset_that_no_longer_fits_its_reader_is_refused(gateway, db):
+    first = gateway.assets.define("raw", source())
+    gateway.assets.define("doubled", reader())
+    with pytest.raises(InputError, match=r"asset doubled: input 'raw' is float64\[12, 4\], "
+                                         r"but asset raw is float64\[6, 8\]"):
+        gateway.assets.define("raw", source(shape=(6, 8)))
+    with db.read() as s:
+        assert s.get(AssetDefinition, "raw").code_version == first["code_version"]
+    gateway.assets.define("raw", source(step=3.0))  # the same shape: fine
+
+
+def test_a_stored_definition_that_cannot_be_built_is_listed_broken_and_the_rest_served(
+        gateway, db):
+    gateway.assets.define("raw", source())
+    gateway.assets.define("doubled", reader())
+    gateway.assets.define("other", source(step=2.0))
+    materialized(gateway, "other")
+    with db.session() as s:  # as an upgrade that renamed an operator would leave it
+        row = s.get(AssetDefinition, "raw")
+        row.spec = row.spec.replace('"arange"', '"arange_v0"')
+    listed = {a["name"]: a["status"] for a in gateway.assets.assets()["assets"]}
+    assert listed["other"] == "fresh"
+    assert listed["raw"].startswith("broken: its stored definition cannot be built: ")
+    assert "arange_v0" in listed["raw"]
+    assert listed["doubled"] == "broken: it depends on asset raw, which is broken"
+    for call in (lambda: gateway.assets.read("doubled"),
+                 lambda: asyncio.run(gateway.materialize("raw"))):
+        with pytest.raises(DeepxError, match="define it again") as err:
+            call()
+        assert err.value.exit_code != 2  # the server's state, not the request
+    np.testing.assert_array_equal(gateway.assets.read("other"), expected_raw(2.0))
+    gateway.assets.define("raw", source())  # defined again: served again
+    assert materialized(gateway, "raw")["state"] == "succeeded"
 
 
 def test_a_definition_that_would_make_a_cycle_is_refused_and_the_old_one_kept(gateway, db):
@@ -193,9 +265,11 @@ def test_unknown_assets_are_not_found(gateway):
     gateway.assets.define("raw", source())
     with pytest.raises(NotFound, match="has no stored version"):
         gateway.assets.read("raw")
-    with pytest.raises(InputError, match="range"):
-        materialized(gateway, "raw")
-        gateway.assets.read("raw", ranges=[[0, 13]])
+    materialized(gateway, "raw")
+    for ranges in ([[0, 13]], {}, 0, [[1]]):
+        with pytest.raises(InputError, match="range|not a list"):
+            gateway.assets.read("raw", ranges=ranges)
+    np.testing.assert_array_equal(gateway.assets.read("raw", ranges=[]), expected_raw())
 
 
 def test_inputs_by_reference_read_an_asset_or_a_zarr_array(gateway, tmp_path):
@@ -225,7 +299,7 @@ def test_inputs_by_reference_read_an_asset_or_a_zarr_array(gateway, tmp_path):
                                   expected_raw(2.0) * stored[:] + 0.25)
     np.testing.assert_array_equal(run(Reference("x", asset="raw", version=first[:8]),
                                       np.array([1.0, 1.0, 1.0, 1.0])), expected_raw() + 0.25)
-    for x, says in [(Reference("x", asset="nope"), "input 'x': asset 'nope' has no stored"),
+    for x, says in [(Reference("x", asset="nope"), "input 'x': no asset 'nope' is defined"),
                     (Reference("x", asset="raw", datatype="FP32"), "said to be FP32"),
                     (Reference("x", asset="raw", shape=(4, 12)), "said to have shape"),
                     (Reference("x", zarr_uri=str(tmp_path / "none.zarr")), "none.zarr"),
@@ -235,3 +309,42 @@ def test_inputs_by_reference_read_an_asset_or_a_zarr_array(gateway, tmp_path):
     with pytest.raises(InputError, match="given by reference, but the graph's inputs"):
         asyncio.run(gateway.execute(spec, {"x": expected_raw(), "w": w, "b": np.float64(0),
                                            "v": Reference("v", asset="raw")}))
+
+
+def test_two_definitions_at_once_cannot_record_a_cycle_between_them(gateway):
+    """Each alone is fine; together they make a cycle: the definitions' lock lets one in
+    and the other, checked after it, is refused (without it both were recorded)."""
+    import threading
+
+    from deepx_flow.gateway.asset_calls import AssetCalls
+    for attempt in range(8):
+        a, b = f"a{attempt}", f"b{attempt}"
+        gateway.assets.define(a, source(shape=(12, 4)))
+        gateway.assets.define(b, source(shape=(12, 4)))
+        # two gateways' calls: each its own AssetCalls on the same database
+        calls = [AssetCalls(gateway.db, gateway.operations, gateway.client, 1000)
+                 for _ in range(2)]
+        barrier, outcomes = threading.Barrier(2), []
+
+        def define(calls, name, upstream):
+            spec = reader(upstream)
+            spec["nodes"].append({"id": "r", "op": "reshape", "args": ["s"],
+                                  "shape": [12, 1]})
+            spec["nodes"].append({"id": "t", "op": "mul", "args": [upstream, "r"]})
+            spec["outputs"] = ["t"]
+            barrier.wait()
+            try:
+                calls.define(name, spec)
+                outcomes.append("defined")
+            except InputError as err:
+                outcomes.append(str(err))
+
+        threads = [threading.Thread(target=define, args=(calls[0], a, b)),
+                   threading.Thread(target=define, args=(calls[1], b, a))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        first, second = sorted(outcomes, key=lambda o: o != "defined")
+        assert first == "defined" and "in a cycle" in second, outcomes
+    gateway.assets.assets()  # and what is recorded still builds

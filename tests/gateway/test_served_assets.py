@@ -122,7 +122,15 @@ def test_assets_over_http_grpc_and_dx_connect(tmp_path):
                  "input 'x' is float64(12, 4) in the graph, given float64(12,)"),
                 ("/v1/graphs:execute", {"graph": summed, "inputs": [
                     {"name": "x", "reference": {"disk": "/etc"}}]}, 400,
-                 "not {\"zarr_uri\": URI}")]:
+                 "not {\"zarr_uri\": URI}"),
+                ("/v1/graphs:execute", {"graph": summed, "inputs": [
+                    {"name": "x", "reference": {"asset": {"name": "nope"}}}]}, 404,
+                 "input 'x': no asset 'nope' is defined"),
+                ("/v1/graphs:execute", {"graph": summed, "inputs": [
+                    {"name": "x", "reference": {"asset": {"name": "raw"}}}],
+                    "outputs": [{"name": "s", "reference": {"zarr_uri": "/tmp/s.zarr"}}]},
+                 400, "outputs written to storage by reference are in the contract but not "
+                      "served yet")]:
             answer = httpx.post(url + path, json=body, timeout=60)
             assert answer.status_code == status and says in answer.json()["error"], \
                 (path, answer.text)
