@@ -88,11 +88,13 @@ def in_range(low=None, high=None, *, blocking: bool = True, name: str | None = N
         above = math.isnan(hi) or (high is not None and hi > high)
         span = f"values span [{lo:.6g}, {hi:.6g}]"
         if below or above:
-            return Verdict(False, lo if below else hi,
-                           f"{span}, outside [{low}, {high}]")
-        return Verdict(True, None, f"{span}, inside [{low}, {high}]")
+            return Verdict(False, lo if below else hi, f"{span}, outside {bounds}")
+        return Verdict(True, None, f"{span}, inside {bounds}")
 
-    return Check(name or "in_range", measure, judge, blocking, f"values in [{low}, {high}]")
+    # (a missing bound as an infinity, numbers as the span's: "[0, inf]", not "[0.0, None]")
+    lowest, highest = -math.inf if low is None else low, math.inf if high is None else high
+    bounds = f"[{lowest:.6g}, {highest:.6g}]"
+    return Check(name or "in_range", measure, judge, blocking, f"values in {bounds}")
 
 
 def shape(expected, *, blocking: bool = True, name: str | None = None) -> Check:

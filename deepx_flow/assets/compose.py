@@ -61,8 +61,9 @@ def _one(t: Target, up: Target, tensors, versions, written, db) -> tuple[Tensor,
     if row is None:
         why = "has no version whose blocking checks passed" if catalog.latest(
             db, up.asset, up.partition, usable=False) else "has never been materialized"
-        raise InputError(f"asset {t} reads {up}, which {why}: select it too "
-                         f"(e.g. '+{t.asset}')")
+        raise InputError(f"asset {t} reads {up}, which {why}: materialize it first, or "
+                         f"select it too (e.g. '+{t.asset}'; over the gateway, "
+                         f"\"upstream\": true)")
     return stored_tensor(row, db), row.version
 
 

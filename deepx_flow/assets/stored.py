@@ -73,7 +73,7 @@ def whole(asset, made: dict, db, now=None) -> tuple[Tensor, dict[str, str]]:
         why = "have no version whose blocking checks passed" if set(missing) <= failed \
             else "have never been materialized"
         raise InputError(f"asset {asset.name} is read whole, but partitions {shown} {why}: "
-                         f"backfill them first")
+                         f"materialize them first (a backfill)")
     parts = [made[k] if k in made else stored_tensor(stored[k], db) for k in keys]
     used = {f"{asset.name}[{k}]": stored[k].version for k in keys if k not in made}
     return (parts[0] if len(parts) == 1 else concat(parts, axis=asset.partition_axis)), used

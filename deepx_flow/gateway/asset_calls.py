@@ -135,6 +135,7 @@ class AssetCalls:
                 "description": a.description or "", "status": state,
                 "latest_version": status.version or "",
                 "partitions": a.partitions.keys() if a.partitions is not None else [],
+                **({} if a.partition_axis is None else {"partition_axis": a.partition_axis}),
                 "defined_by": a.metadata["defined_by"], "checks": a.metadata["checks"]}
 
     def _defined(self, name, where: str = "") -> tuple:
@@ -169,28 +170,36 @@ class AssetCalls:
     # -- materializing ------------------------------------------------------------------------
 
     def materialize(self, name, partitions=None, force: bool = False,
-                    operation_id: str | None = None) -> str:
+                    operation_id: str | None = None, upstream: bool = False) -> str:
         """Start materializing the asset (its partitions, or all; only what is stale unless
-        `force`): the operation's id. Upstream assets are read from their stored versions
-        (materialize them first)."""
+        `force`), and with `upstream` the assets it depends on, all the way up: the
+        operation's id. Without it, upstream assets are read from their stored versions."""
         from deepx_flow.assets.materialize import materialize
         defs, a = self._defined(name)
         keys = _partition_keys(a, partitions)
-        if type(force) is not bool:
-            raise InputError(f"force is {shown(force)}, not true or false")
+        for flag, value in (("force", force), ("upstream", upstream)):
+            if type(value) is not bool:
+                raise InputError(f"{flag} is {shown(value)}, not true or false")
         digest = hashlib.sha256(json.dumps(
-            ["materialize", name, a.code_version, keys, force]).encode()).hexdigest()
+            ["materialize", name, a.code_version, keys, force, upstream]).encode()).hexdigest()
+        targets = [name] if a.partitions is None else \
+            [f"{name}[{k}]" for k in (keys or a.partitions.keys())]
 
         def work(token, took_run_id):
             from deepx_flow.gateway.operations import _RunIdTaker
             try:
-                made = materialize(defs, name, partitions=keys, only_stale=not force,
-                                   client=self.client, db=self.db.url, cancel=token,
+                made = materialize(defs, ("+" if upstream else "") + name, partitions=keys,
+                                   only_stale=not force, client=self.client,
+                                   db=self.db.url, cancel=token,
                                    progress=_RunIdTaker(took_run_id))
             except CheckFailed as err:  # failed, and what was made is said too
                 err.summary = materialized_summary(err.materialized)
                 raise
-            return {}, materialized_summary(made)
+            summary = materialized_summary(made)
+            for t in targets:  # not made, not skipped: it was fresh
+                if t not in summary["versions"] and t not in summary["skipped"]:
+                    summary["skipped"][t] = "fresh"
+            return {}, summary
         op_id, _ = self.operations.start("materialize", digest, name, work, operation_id)
         return op_id
 
@@ -322,15 +331,21 @@ def _check_reads(defs, rows, name: str, max_nodes: int) -> None:
     graph = graph_of(rows[name].spec, max_nodes)
     a = defs[name]
     for node in graph.inputs:
+        if node.id not in a.params:
+            continue  # the partition's index
         up = defs[node.id]
-        if up.partitions is not None and not reads_partition_by_partition(a, up):
-            continue  # its partitions concatenated: checked when it is read
         up_graph = graph_of(rows[node.id].spec, max_nodes)
         made = up_graph[up_graph.outputs[0][1]]
-        if (made.dtype, made.shape) != (node.dtype, node.shape):
-            raise InputError(f"asset {name}: input {node.id!r} is {node.dtype}"
-                             f"{list(node.shape)}, but asset {node.id} is {made.dtype}"
-                             f"{list(made.shape)}")
+        shape = made.shape
+        if up.partitions is not None and not reads_partition_by_partition(a, up):
+            # its partitions concatenated along its partition axis
+            axis, parts = up.partition_axis, len(up.partitions.keys())
+            shape = shape[:axis] + (shape[axis] * parts,) + shape[axis + 1:]
+        if (made.dtype, shape) != (node.dtype, node.shape):
+            raise InputError(f"asset {name}: input {node.id!r} is {node.dtype}{node.shape}, "
+                             f"but asset {node.id} is {made.dtype}{shape}"
+                             + ("" if shape == made.shape else
+                                f" ({len(up.partitions.keys())} partitions of {made.shape})"))
 
 
 __all__ = ["AssetCalls", "materialized_summary"]

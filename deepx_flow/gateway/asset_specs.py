@@ -5,7 +5,9 @@ spec with one output builds its tensor, each of the spec's inputs reads the upst
 of that name (its newest usable version, or the same partition when both are partitioned
 alike), `dependencies` adds upstream assets it depends on without reading them. The body
 is `dx.call(graph, upstream)`, so the nodes made are the SDK's and the asset has the same
-lineage, staleness and checks as one written in Python.
+lineage, staleness and checks as one written in Python. A partitioned asset's graph may
+have an input named `partition` (int64, a scalar): it is given the index of the
+partition being made (its place among the keys), so partitions can differ.
 
 Its code version is the digest of what defines it (the spec, its dependencies, partitions
 and checks; not its description): defining it again differently makes it stale, defining
@@ -32,6 +34,7 @@ from deepx_flow.errors import InputError, SpecError, shown
 from deepx_flow.meta.models import AssetDefinition
 
 CHECK_KINDS = ("all_finite", "in_range", "shape")
+PARTITION_INPUT = "partition"  # a graph input given the partition's index
 CHECK_FIELDS = {"all_finite": set(), "in_range": {"low", "high"}, "shape": {"shape"}}
 
 
@@ -55,6 +58,13 @@ def checked_definition(name, spec, dependencies=(), description: str = "",
                         f"asset's graph has one (its tensor)")
     dependencies = _names(dependencies, f"asset {name}: dependencies")
     partitions = _names(partitions, f"asset {name}: partitions") or None
+    index = next((n for n in graph.inputs if n.id == PARTITION_INPUT), None)
+    if index is not None and (partitions is None or (index.dtype, index.shape) !=
+                              ("int64", ())):
+        raise InputError(f"asset {name}: its input {PARTITION_INPUT!r} is given the index of "
+                         f"the partition being made, so it is an int64 scalar of a "
+                         f"partitioned asset" + ("" if partitions is not None else
+                                                 " (this asset has no partitions)"))
     if partitions is not None:
         from deepx_flow.assets.partitions import StaticPartitions
         from deepx_flow.errors import GraphError
@@ -94,19 +104,25 @@ def asset_from_row(row: AssetDefinition, max_nodes: int = 100_000):
 
     graph = graph_of(row.spec, max_nodes)
     [(output, _)] = graph.outputs
-    reads = tuple(node.id for node in graph.inputs)
+    reads = tuple(node.id for node in graph.inputs if node.id != PARTITION_INPUT)
+    takes_partition = len(reads) < len(graph.inputs)
     unread = tuple(d for d in json.loads(row.dependencies) if d not in reads)
     partitioned = json.loads(row.partitions) if row.partitions else None
 
-    def body(**upstream):
+    def body(partition=None, **upstream):
+        if takes_partition:
+            from deepx_flow.sdk.functions import full
+            upstream[PARTITION_INPUT] = full((), partition.index, "int64")
         return call(graph, upstream)[output]
 
     return AssetDef(row.name, body, reads, reads + unread, row.code_version,
                     row.description, {"defined_by": "contract",
-                                      "checks": json.loads(row.checks)}, "zarr",
+                                      "checks": json.loads(row.checks),
+                                      "partition_axis": partitioned["axis"]
+                                      if partitioned else None}, "zarr",
                     tuple(to_check(json.loads(row.checks))),
                     StaticPartitions(partitioned["keys"]) if partitioned else None,
-                    partitioned["axis"] if partitioned else None, False, None)
+                    partitioned["axis"] if partitioned else None, takes_partition, None)
 
 
 def to_check(checks: list[dict]) -> list:
@@ -135,8 +151,12 @@ def _check(asset: str, c) -> dict:
     """One check in the contract's form, checked; canonical (no defaults written)."""
     where = f"asset {asset}: check {shown(c)}"
     if not isinstance(c, dict) or c.get("kind") not in CHECK_KINDS:
-        raise InputError(f"{where} is not an object whose kind is one of "
-                         f"{', '.join(CHECK_KINDS)}")
+        from deepx_flow.errors import did_you_mean
+        kind = c.get("kind") if isinstance(c, dict) else None
+        hint = did_you_mean(kind, CHECK_KINDS) if isinstance(kind, str) else ""
+        raise InputError(f"asset {asset}: check kind {shown(kind)} is not one of "
+                         f"{', '.join(CHECK_KINDS)}{hint}" if isinstance(c, dict) else
+                         f"{where} is not an object such as {{\"kind\": \"all_finite\"}}")
     kind = c["kind"]
     unknown = set(c) - {"kind", "blocking"} - CHECK_FIELDS[kind]
     if unknown:

@@ -127,12 +127,15 @@ class Remote:
             body["partition_axis"] = partition_axis
         return self._json("POST", "/v1/assets:define", body)
 
-    def materialize(self, name: str, partitions=None, force: bool = False) -> dict:
-        """Materialize asset `name` on the gateway (only what is stale unless `force`) and
-        wait for it: what was made (versions by target, runs, checks); a RemoteError saying
-        why otherwise (a failed blocking check, an upstream never made)."""
+    def materialize(self, name: str, partitions=None, force: bool = False,
+                    upstream: bool = False) -> dict:
+        """Materialize asset `name` on the gateway (only what is stale unless `force`; with
+        `upstream`, what it depends on too) and wait for it: what was made (versions by
+        target, runs, checks, what was skipped and why); a RemoteError saying why otherwise
+        (a failed blocking check, an upstream never made)."""
         operation_id = uuid.uuid4().hex
-        body = {"force": force, "wait_seconds": POLL_SECONDS, "operation_id": operation_id}
+        body = {"force": force, "upstream": upstream, "wait_seconds": POLL_SECONDS,
+                "operation_id": operation_id}
         if partitions:
             body["partitions"] = list(partitions)
         answer = self._json("POST", f"/v1/assets/{_quoted(name)}:materialize", body)

@@ -207,7 +207,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         wait = request.wait_seconds if request.HasField("wait_seconds") else None
         answer = await _awaited(context, self.gateway.materialize(
             request.name, list(request.partitions) or None, request.force, wait,
-            request.operation_id or None))
+            request.operation_id or None, request.upstream))
         for message in _operation_messages(answer, self.gateway.limits):
             yield message
 

@@ -113,10 +113,10 @@ def make_app(gateway, creds=None) -> Starlette:
 
     async def materialize(request: Request):
         body, _ = await _body(request, limits)
-        _only(body, {"partitions", "force", "wait_seconds", "operation_id"})
+        _only(body, {"partitions", "force", "upstream", "wait_seconds", "operation_id"})
         answer = await gateway.materialize(
             request.path_params["name"], body.get("partitions"), body.get("force", False),
-            body.get("wait_seconds"), body.get("operation_id"))
+            body.get("wait_seconds"), body.get("operation_id"), body.get("upstream", False))
         return await run_in_threadpool(_operation, answer, set())
 
     async def read(request: Request):

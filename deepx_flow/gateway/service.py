@@ -80,11 +80,11 @@ class Gateway:
 
     async def materialize(self, name, partitions=None, force: bool = False,
                           wait_seconds: float | None = None,
-                          operation_id: str | None = None) -> dict:
+                          operation_id: str | None = None, upstream: bool = False) -> dict:
         """Start materializing an asset, then wait as `execute` does; the operation."""
         wait = checked_wait(wait_seconds)
         op_id = await asyncio.to_thread(self.assets.materialize, name, partitions, force,
-                                        operation_id)
+                                        operation_id, upstream)
         return await self.operation(op_id, wait)
 
     def runs(self, status: str | None = None, limit: int | None = None) -> dict:

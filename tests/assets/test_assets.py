@@ -128,7 +128,8 @@ def test_staleness_and_only_stale(client, env):
 
 def test_unmaterialized_upstream_is_a_clear_error(client, env):
     with pytest.raises(dx.InputError, match="reads features, which has never been "
-                                            "materialized: select it too"):
+                                            "materialized: materialize it first, or "
+                                            "select it too"):
         dx.materialize(pipeline(), "embeddings", client=client)
     with pytest.raises(dx.InputError, match="asset 'features' has no stored version"):
         dx.load("features")

@@ -65,7 +65,7 @@ def test_a_backfill_records_each_partition_and_reads_them_back(client, env):
     assert table["events"].stale and table["events"].partitions == (3, 5)
     assert "[2026-01-01] never materialized" in table["events"].reasons
     with pytest.raises(dx.InputError, match="partitions 2026-01-01, 2026-01-05 have never "
-                                            "been materialized: backfill them first"):
+                                            "been materialized: materialize them first"):
         dx.materialize(defs, "totals", client=client)
     with pytest.raises(dx.InputError, match="is partitioned: give partition=KEY"):
         dx.load("events")

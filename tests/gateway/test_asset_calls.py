@@ -102,7 +102,7 @@ def test_a_failed_blocking_check_fails_the_operation_and_keeps_the_last_good_ver
     gateway.assets.define("doubled", reader())
     failed = asyncio.run(gateway.materialize("raw", force=True, wait_seconds=120))
     assert failed["state"] == "failed" and "blocking check in_range failed" in failed["error"]
-    assert "outside [None, 100.0]" in failed["error"]
+    assert "outside [-inf, 100]" in failed["error"]
     # what it made is said too: the version kept (not used), and each check
     made = failed["materialized"]
     assert [(c["check"], c["passed"], c["blocking"]) for c in made["checks"]] == \
@@ -149,6 +149,17 @@ def test_partitions_are_made_and_read_one_by_one_or_whole(gateway):
                                          "2-dimensional tensor"):
         gateway.assets.define("parts2", source(shape=(3, 4)), partitions=["a"],
                               partition_axis=2)
+    # an unpartitioned asset reading it whole: six rows, not one partition's three
+    whole = reader("parts", shape=(6, 4))
+    gateway.assets.define("rows", whole)
+    assert materialized(gateway, "rows")["state"] == "succeeded"
+    np.testing.assert_allclose(gateway.assets.read("rows"),
+                               np.concatenate([expected_raw(shape=(3, 4))] * 2).sum(axis=1)
+                               * 2.0, rtol=1e-12)
+    with pytest.raises(InputError, match=r"input 'parts' is float64\(3, 4\), but asset "
+                                         r"parts is float64\(6, 4\) \(2 partitions of "
+                                         r"\(3, 4\)\)"):
+        gateway.assets.define("rows_bad", reader("parts", shape=(3, 4)))
     gateway.assets.define("apart", source(shape=(3, 4)), partitions=["a", "b"])
     materialized(gateway, "apart")
     with pytest.raises(InputError, match="separate tensors .* give a partition "
@@ -186,10 +197,17 @@ def test_an_upstream_never_made_fails_the_operation_naming_it(gateway):
     ("x", reader("nope"), {}, InputError, "depends on 'nope', which is not defined"),
     ("x", source(), {"dependencies": ["raw", "nope"]}, InputError, "'nope'"),
     ("x", reader(shape=(4, 12)), {}, InputError,
-     r"input 'raw' is float64\[4, 12\], but asset raw is float64\[12, 4\]"),
+     r"input 'raw' is float64\(4, 12\), but asset raw is float64\(12, 4\)"),
     ("x", source(), {"partitions": ["a", "a"]}, InputError, "keys repeat|given twice"),
     ("x", source(), {"partition_axis": 0}, InputError, "partition_axis needs partitions"),
-    ("x", source(), {"checks": ["finite"]}, InputError, "kind is one of"),
+    ("x", source(), {"checks": ["finite"]}, InputError, "not an object such as"),
+    ("x", source(), {"checks": [{"kind": "all_finit"}]}, InputError,
+     "check kind 'all_finit' is not one of all_finite, in_range, shape \\(did you mean "
+     "'all_finite'\\?\\)"),
+    ("x", {**source(), "inputs": {"partition": {"shape": [], "dtype": "int64"}}}, {},
+     InputError, "index of the partition .* \\(this asset has no partitions\\)"),
+    ("x", {**source(), "inputs": {"partition": {"shape": [], "dtype": "int32"}}},
+     {"partitions": ["a"]}, InputError, "int64 scalar"),
     ("x", source(), {"checks": [{"kind": "in_range"}]}, InputError, "low or a high"),
     ("x", source(), {"checks": [{"kind": "in_range", "low": 2, "high": 1}]}, InputError,
      "low is above high"),
@@ -213,8 +231,8 @@ def test_a_bad_definition_is_refused_and_nothing_is_recorded(gateway, db, name, 
 def test_redefining_an_upstream_asset_that_no_longer_fits_its_reader_is_refused(gateway, db):
     first = gateway.assets.define("raw", source())
     gateway.assets.define("doubled", reader())
-    with pytest.raises(InputError, match=r"asset doubled: input 'raw' is float64\[12, 4\], "
-                                         r"but asset raw is float64\[6, 8\]"):
+    with pytest.raises(InputError, match=r"asset doubled: input 'raw' is float64\(12, 4\), "
+                                         r"but asset raw is float64\(6, 8\)"):
         gateway.assets.define("raw", source(shape=(6, 8)))
     with db.read() as s:
         assert s.get(AssetDefinition, "raw").code_version == first["code_version"]
@@ -348,3 +366,29 @@ def test_two_definitions_at_once_cannot_record_a_cycle_between_them(gateway):
         first, second = sorted(outcomes, key=lambda o: o != "defined")
         assert first == "defined" and "in a cycle" in second, outcomes
     gateway.assets.assets()  # and what is recorded still builds
+
+
+def test_upstream_assets_are_made_on_request_and_partitions_see_their_index(gateway):
+    gateway.assets.define("raw", source())
+    gateway.assets.define("doubled", reader())
+    made = materialized(gateway, "doubled", upstream=True)["materialized"]
+    assert sorted(made["versions"]) == ["doubled", "raw"]
+    again = materialized(gateway, "doubled", upstream=True)["materialized"]
+    assert again["versions"] == {} and again["skipped"] == {"doubled": "fresh"}
+    # a partitioned source whose graph reads its partition's index: partitions differ
+    spec = {"deepx": 1, "inputs": {"partition": {"shape": [], "dtype": "int64"}},
+            "nodes": [{"id": "n", "op": "arange", "shape": [4], "dtype": "float64",
+                       "attrs": {"start": 0.0, "step": 1.0}},
+                      {"id": "i", "op": "cast", "args": ["partition"], "dtype": "float64"},
+                      {"id": "y", "op": "add", "args": ["n", "i"]},
+                      {"id": "r", "op": "reshape", "args": ["y"], "shape": [1, 4]}],
+            "outputs": ["r"]}
+    gateway.assets.define("days", spec, partitions=["mon", "tue", "wed"], partition_axis=0)
+    made = materialized(gateway, "days")["materialized"]
+    assert sorted(made["versions"]) == ["days[mon]", "days[tue]", "days[wed]"]
+    np.testing.assert_array_equal(gateway.assets.read("days"),
+                                  np.arange(4.0)[None, :] + np.arange(3.0)[:, None])
+    [days] = [a for a in gateway.assets.assets()["assets"] if a["name"] == "days"]
+    assert days["partition_axis"] == 0 and days["partitions"] == ["mon", "tue", "wed"]
+    assert materialized(gateway, "days", partitions=["tue"])["materialized"]["skipped"] == \
+        {"days[tue]": "fresh"}

@@ -181,7 +181,8 @@ def test_assets_over_http_grpc_and_dx_connect(tmp_path):
                                    rtol=0, atol=1e-12 * np.abs(expected_raw()).max())
         np.testing.assert_array_equal(remote.load("raw", slice=[[0, 1]]), expected_raw()[:1])
         assert remote.materialize("centered") == {"versions": {}, "run_ids": [],
-                                                  "skipped": {}, "checks": []}
+                                                  "skipped": {"centered": "fresh"},
+                                                  "checks": []}
         assert [v["version"] for v in remote.versions("centered")] == \
             list(made["versions"].values())
         with pytest.raises(dx.DeepxError, match="blocking check in_range failed"):

@@ -27,7 +27,7 @@ from deepx_flow.contract.deepx.v1 import graphs_pb2 as deepx_dot_v1_dot_graphs__
 from deepx_flow.contract.deepx.v1 import tensor_pb2 as deepx_dot_v1_dot_tensor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x64\x65\x65px/v1/catalog.proto\x12\x08\x64\x65\x65px.v1\x1a\x15\x64\x65\x65px/v1/graphs.proto\x1a\x15\x64\x65\x65px/v1/tensor.proto\"0\n\x0fListRunsRequest\x12\x0e\n\x06status\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\r\"/\n\x10ListRunsResponse\x12\x1b\n\x04runs\x18\x01 \x03(\x0b\x32\r.deepx.v1.Run\"\x1b\n\rGetRunRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\xa9\x01\n\x03Run\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x12\n\ngraph_hash\x18\x04 \x01(\t\x12\x12\n\nstarted_at\x18\x05 \x01(\x01\x12\x10\n\x08\x65nded_at\x18\x06 \x01(\x01\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\r\n\x05tasks\x18\x08 \x01(\x04\x12\x0f\n\x07workers\x18\t \x01(\r\x12\x0f\n\x07\x63luster\x18\n \x01(\t\"\x13\n\x11ListAssetsRequest\"5\n\x12ListAssetsResponse\x12\x1f\n\x06\x61ssets\x18\x01 \x03(\x0b\x32\x0f.deepx.v1.Asset\"\xcc\x01\n\x05\x41sset\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x64\x65pendencies\x18\x02 \x03(\t\x12\x14\n\x0c\x63ode_version\x18\x03 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x04 \x01(\t\x12\x0e\n\x06status\x18\x05 \x01(\t\x12\x16\n\x0elatest_version\x18\x06 \x01(\t\x12\x12\n\npartitions\x18\x07 \x03(\t\x12\x12\n\ndefined_by\x18\x08 \x01(\t\x12$\n\x06\x63hecks\x18\t \x03(\x0b\x32\x14.deepx.v1.AssetCheck\"\x83\x01\n\nAssetCheck\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x10\n\x03low\x18\x02 \x01(\x01H\x00\x88\x01\x01\x12\x11\n\x04high\x18\x03 \x01(\x01H\x01\x88\x01\x01\x12\r\n\x05shape\x18\x04 \x03(\x03\x12\x15\n\x08\x62locking\x18\x05 \x01(\x08H\x02\x88\x01\x01\x42\x06\n\x04_lowB\x07\n\x05_highB\x0b\n\t_blocking\"(\n\x18ListAssetVersionsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"E\n\x19ListAssetVersionsResponse\x12(\n\x08versions\x18\x01 \x03(\x0b\x32\x16.deepx.v1.AssetVersion\"\x97\x02\n\x0c\x41ssetVersion\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\t\x12\x10\n\x08\x64\x61tatype\x18\x03 \x01(\t\x12\r\n\x05shape\x18\x04 \x03(\x03\x12\x0b\n\x03uri\x18\x05 \x01(\t\x12\x0e\n\x06run_id\x18\x06 \x01(\t\x12\x12\n\ncreated_at\x18\x07 \x01(\x01\x12\x14\n\x0c\x63ode_version\x18\x08 \x01(\t\x12\x34\n\x07lineage\x18\t \x03(\x0b\x32#.deepx.v1.AssetVersion.LineageEntry\x12\x15\n\rchecks_passed\x18\n \x01(\x08\x1a.\n\x0cLineageEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xcb\x01\n\x12\x44\x65\x66ineAssetRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\ngraph_json\x18\x02 \x01(\t\x12\x14\n\x0c\x64\x65pendencies\x18\x03 \x03(\t\x12\x13\n\x0b\x64\x65scription\x18\x04 \x01(\t\x12\x12\n\npartitions\x18\x05 \x03(\t\x12$\n\x06\x63hecks\x18\x06 \x03(\x0b\x32\x14.deepx.v1.AssetCheck\x12\x1b\n\x0epartition_axis\x18\x07 \x01(\rH\x00\x88\x01\x01\x42\x11\n\x0f_partition_axis\"\x8c\x01\n\x17MaterializeAssetRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\t\x12\r\n\x05\x66orce\x18\x03 \x01(\x08\x12\x19\n\x0cwait_seconds\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x14\n\x0coperation_id\x18\x05 \x01(\tB\x0f\n\r_wait_seconds\"[\n\x10ReadAssetRequest\x12\'\n\x05\x61sset\x18\x01 \x01(\x0b\x32\x18.deepx.v1.AssetReference\x12\x1e\n\x05slice\x18\x02 \x03(\x0b\x32\x0f.deepx.v1.Range\"$\n\x05Range\x12\r\n\x05start\x18\x01 \x01(\x03\x12\x0c\n\x04stop\x18\x02 \x01(\x03\"g\n\x11ReadAssetResponse\x12\"\n\x06tensor\x18\x01 \x01(\x0b\x32\x10.deepx.v1.TensorH\x00\x12&\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x15.deepx.v1.TensorChunkH\x00\x42\x06\n\x04part\"\x14\n\x12GetRegistryRequest\"\xdd\x02\n\x08Registry\x12*\n\x07workers\x18\x01 \x03(\x0b\x32\x19.deepx.v1.Registry.Worker\x12&\n\x05links\x18\x02 \x03(\x0b\x32\x17.deepx.v1.Registry.Link\x12\x15\n\rstorage_tiers\x18\x03 \x03(\t\x1ao\n\x06Worker\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0f\n\x07threads\x18\x03 \x01(\r\x12\x14\n\x0cmemory_bytes\x18\x04 \x01(\x04\x12\x0f\n\x07\x64\x65vices\x18\x05 \x03(\t\x12\x0e\n\x06status\x18\x06 \x01(\t\x1au\n\x04Link\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x0e\n\x06target\x18\x02 \x01(\t\x12\x10\n\x08protocol\x18\x03 \x01(\t\x12\"\n\x1a\x62\x61ndwidth_bytes_per_second\x18\x04 \x01(\x01\x12\x17\n\x0flatency_seconds\x18\x05 \x01(\x01\x32\xcc\x04\n\x0e\x43\x61talogService\x12\x41\n\x08ListRuns\x12\x19.deepx.v1.ListRunsRequest\x1a\x1a.deepx.v1.ListRunsResponse\x12\x30\n\x06GetRun\x12\x17.deepx.v1.GetRunRequest\x1a\r.deepx.v1.Run\x12G\n\nListAssets\x12\x1b.deepx.v1.ListAssetsRequest\x1a\x1c.deepx.v1.ListAssetsResponse\x12\\\n\x11ListAssetVersions\x12\".deepx.v1.ListAssetVersionsRequest\x1a#.deepx.v1.ListAssetVersionsResponse\x12<\n\x0b\x44\x65\x66ineAsset\x12\x1c.deepx.v1.DefineAssetRequest\x1a\x0f.deepx.v1.Asset\x12W\n\x10MaterializeAsset\x12!.deepx.v1.MaterializeAssetRequest\x1a\x1e.deepx.v1.ExecuteGraphResponse0\x01\x12\x46\n\tReadAsset\x12\x1a.deepx.v1.ReadAssetRequest\x1a\x1b.deepx.v1.ReadAssetResponse0\x01\x12?\n\x0bGetRegistry\x12\x1c.deepx.v1.GetRegistryRequest\x1a\x12.deepx.v1.RegistryB4\n\x0c\x64\x65v.deepx.v1P\x01Z\"deepx_flow/sdks/go/deepxv1;deepxv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x64\x65\x65px/v1/catalog.proto\x12\x08\x64\x65\x65px.v1\x1a\x15\x64\x65\x65px/v1/graphs.proto\x1a\x15\x64\x65\x65px/v1/tensor.proto\"0\n\x0fListRunsRequest\x12\x0e\n\x06status\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\r\"/\n\x10ListRunsResponse\x12\x1b\n\x04runs\x18\x01 \x03(\x0b\x32\r.deepx.v1.Run\"\x1b\n\rGetRunRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\xa9\x01\n\x03Run\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x12\n\ngraph_hash\x18\x04 \x01(\t\x12\x12\n\nstarted_at\x18\x05 \x01(\x01\x12\x10\n\x08\x65nded_at\x18\x06 \x01(\x01\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\r\n\x05tasks\x18\x08 \x01(\x04\x12\x0f\n\x07workers\x18\t \x01(\r\x12\x0f\n\x07\x63luster\x18\n \x01(\t\"\x13\n\x11ListAssetsRequest\"5\n\x12ListAssetsResponse\x12\x1f\n\x06\x61ssets\x18\x01 \x03(\x0b\x32\x0f.deepx.v1.Asset\"\xfc\x01\n\x05\x41sset\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x64\x65pendencies\x18\x02 \x03(\t\x12\x14\n\x0c\x63ode_version\x18\x03 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x04 \x01(\t\x12\x0e\n\x06status\x18\x05 \x01(\t\x12\x16\n\x0elatest_version\x18\x06 \x01(\t\x12\x12\n\npartitions\x18\x07 \x03(\t\x12\x12\n\ndefined_by\x18\x08 \x01(\t\x12$\n\x06\x63hecks\x18\t \x03(\x0b\x32\x14.deepx.v1.AssetCheck\x12\x1b\n\x0epartition_axis\x18\n \x01(\rH\x00\x88\x01\x01\x42\x11\n\x0f_partition_axis\"\x83\x01\n\nAssetCheck\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x10\n\x03low\x18\x02 \x01(\x01H\x00\x88\x01\x01\x12\x11\n\x04high\x18\x03 \x01(\x01H\x01\x88\x01\x01\x12\r\n\x05shape\x18\x04 \x03(\x03\x12\x15\n\x08\x62locking\x18\x05 \x01(\x08H\x02\x88\x01\x01\x42\x06\n\x04_lowB\x07\n\x05_highB\x0b\n\t_blocking\"(\n\x18ListAssetVersionsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"E\n\x19ListAssetVersionsResponse\x12(\n\x08versions\x18\x01 \x03(\x0b\x32\x16.deepx.v1.AssetVersion\"\x97\x02\n\x0c\x41ssetVersion\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\t\x12\x10\n\x08\x64\x61tatype\x18\x03 \x01(\t\x12\r\n\x05shape\x18\x04 \x03(\x03\x12\x0b\n\x03uri\x18\x05 \x01(\t\x12\x0e\n\x06run_id\x18\x06 \x01(\t\x12\x12\n\ncreated_at\x18\x07 \x01(\x01\x12\x14\n\x0c\x63ode_version\x18\x08 \x01(\t\x12\x34\n\x07lineage\x18\t \x03(\x0b\x32#.deepx.v1.AssetVersion.LineageEntry\x12\x15\n\rchecks_passed\x18\n \x01(\x08\x1a.\n\x0cLineageEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xcb\x01\n\x12\x44\x65\x66ineAssetRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\ngraph_json\x18\x02 \x01(\t\x12\x14\n\x0c\x64\x65pendencies\x18\x03 \x03(\t\x12\x13\n\x0b\x64\x65scription\x18\x04 \x01(\t\x12\x12\n\npartitions\x18\x05 \x03(\t\x12$\n\x06\x63hecks\x18\x06 \x03(\x0b\x32\x14.deepx.v1.AssetCheck\x12\x1b\n\x0epartition_axis\x18\x07 \x01(\rH\x00\x88\x01\x01\x42\x11\n\x0f_partition_axis\"\x9e\x01\n\x17MaterializeAssetRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\t\x12\r\n\x05\x66orce\x18\x03 \x01(\x08\x12\x19\n\x0cwait_seconds\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x14\n\x0coperation_id\x18\x05 \x01(\t\x12\x10\n\x08upstream\x18\x06 \x01(\x08\x42\x0f\n\r_wait_seconds\"[\n\x10ReadAssetRequest\x12\'\n\x05\x61sset\x18\x01 \x01(\x0b\x32\x18.deepx.v1.AssetReference\x12\x1e\n\x05slice\x18\x02 \x03(\x0b\x32\x0f.deepx.v1.Range\"$\n\x05Range\x12\r\n\x05start\x18\x01 \x01(\x03\x12\x0c\n\x04stop\x18\x02 \x01(\x03\"g\n\x11ReadAssetResponse\x12\"\n\x06tensor\x18\x01 \x01(\x0b\x32\x10.deepx.v1.TensorH\x00\x12&\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x15.deepx.v1.TensorChunkH\x00\x42\x06\n\x04part\"\x14\n\x12GetRegistryRequest\"\xdd\x02\n\x08Registry\x12*\n\x07workers\x18\x01 \x03(\x0b\x32\x19.deepx.v1.Registry.Worker\x12&\n\x05links\x18\x02 \x03(\x0b\x32\x17.deepx.v1.Registry.Link\x12\x15\n\rstorage_tiers\x18\x03 \x03(\t\x1ao\n\x06Worker\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0f\n\x07threads\x18\x03 \x01(\r\x12\x14\n\x0cmemory_bytes\x18\x04 \x01(\x04\x12\x0f\n\x07\x64\x65vices\x18\x05 \x03(\t\x12\x0e\n\x06status\x18\x06 \x01(\t\x1au\n\x04Link\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x0e\n\x06target\x18\x02 \x01(\t\x12\x10\n\x08protocol\x18\x03 \x01(\t\x12\"\n\x1a\x62\x61ndwidth_bytes_per_second\x18\x04 \x01(\x01\x12\x17\n\x0flatency_seconds\x18\x05 \x01(\x01\x32\xcc\x04\n\x0e\x43\x61talogService\x12\x41\n\x08ListRuns\x12\x19.deepx.v1.ListRunsRequest\x1a\x1a.deepx.v1.ListRunsResponse\x12\x30\n\x06GetRun\x12\x17.deepx.v1.GetRunRequest\x1a\r.deepx.v1.Run\x12G\n\nListAssets\x12\x1b.deepx.v1.ListAssetsRequest\x1a\x1c.deepx.v1.ListAssetsResponse\x12\\\n\x11ListAssetVersions\x12\".deepx.v1.ListAssetVersionsRequest\x1a#.deepx.v1.ListAssetVersionsResponse\x12<\n\x0b\x44\x65\x66ineAsset\x12\x1c.deepx.v1.DefineAssetRequest\x1a\x0f.deepx.v1.Asset\x12W\n\x10MaterializeAsset\x12!.deepx.v1.MaterializeAssetRequest\x1a\x1e.deepx.v1.ExecuteGraphResponse0\x01\x12\x46\n\tReadAsset\x12\x1a.deepx.v1.ReadAssetRequest\x1a\x1b.deepx.v1.ReadAssetResponse0\x01\x12?\n\x0bGetRegistry\x12\x1c.deepx.v1.GetRegistryRequest\x1a\x12.deepx.v1.RegistryB4\n\x0c\x64\x65v.deepx.v1P\x01Z\"deepx_flow/sdks/go/deepxv1;deepxv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -50,35 +50,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTASSETSRESPONSE']._serialized_start=403
   _globals['_LISTASSETSRESPONSE']._serialized_end=456
   _globals['_ASSET']._serialized_start=459
-  _globals['_ASSET']._serialized_end=663
-  _globals['_ASSETCHECK']._serialized_start=666
-  _globals['_ASSETCHECK']._serialized_end=797
-  _globals['_LISTASSETVERSIONSREQUEST']._serialized_start=799
-  _globals['_LISTASSETVERSIONSREQUEST']._serialized_end=839
-  _globals['_LISTASSETVERSIONSRESPONSE']._serialized_start=841
-  _globals['_LISTASSETVERSIONSRESPONSE']._serialized_end=910
-  _globals['_ASSETVERSION']._serialized_start=913
-  _globals['_ASSETVERSION']._serialized_end=1192
-  _globals['_ASSETVERSION_LINEAGEENTRY']._serialized_start=1146
-  _globals['_ASSETVERSION_LINEAGEENTRY']._serialized_end=1192
-  _globals['_DEFINEASSETREQUEST']._serialized_start=1195
-  _globals['_DEFINEASSETREQUEST']._serialized_end=1398
-  _globals['_MATERIALIZEASSETREQUEST']._serialized_start=1401
-  _globals['_MATERIALIZEASSETREQUEST']._serialized_end=1541
-  _globals['_READASSETREQUEST']._serialized_start=1543
-  _globals['_READASSETREQUEST']._serialized_end=1634
-  _globals['_RANGE']._serialized_start=1636
-  _globals['_RANGE']._serialized_end=1672
-  _globals['_READASSETRESPONSE']._serialized_start=1674
-  _globals['_READASSETRESPONSE']._serialized_end=1777
-  _globals['_GETREGISTRYREQUEST']._serialized_start=1779
-  _globals['_GETREGISTRYREQUEST']._serialized_end=1799
-  _globals['_REGISTRY']._serialized_start=1802
-  _globals['_REGISTRY']._serialized_end=2151
-  _globals['_REGISTRY_WORKER']._serialized_start=1921
-  _globals['_REGISTRY_WORKER']._serialized_end=2032
-  _globals['_REGISTRY_LINK']._serialized_start=2034
-  _globals['_REGISTRY_LINK']._serialized_end=2151
-  _globals['_CATALOGSERVICE']._serialized_start=2154
-  _globals['_CATALOGSERVICE']._serialized_end=2742
+  _globals['_ASSET']._serialized_end=711
+  _globals['_ASSETCHECK']._serialized_start=714
+  _globals['_ASSETCHECK']._serialized_end=845
+  _globals['_LISTASSETVERSIONSREQUEST']._serialized_start=847
+  _globals['_LISTASSETVERSIONSREQUEST']._serialized_end=887
+  _globals['_LISTASSETVERSIONSRESPONSE']._serialized_start=889
+  _globals['_LISTASSETVERSIONSRESPONSE']._serialized_end=958
+  _globals['_ASSETVERSION']._serialized_start=961
+  _globals['_ASSETVERSION']._serialized_end=1240
+  _globals['_ASSETVERSION_LINEAGEENTRY']._serialized_start=1194
+  _globals['_ASSETVERSION_LINEAGEENTRY']._serialized_end=1240
+  _globals['_DEFINEASSETREQUEST']._serialized_start=1243
+  _globals['_DEFINEASSETREQUEST']._serialized_end=1446
+  _globals['_MATERIALIZEASSETREQUEST']._serialized_start=1449
+  _globals['_MATERIALIZEASSETREQUEST']._serialized_end=1607
+  _globals['_READASSETREQUEST']._serialized_start=1609
+  _globals['_READASSETREQUEST']._serialized_end=1700
+  _globals['_RANGE']._serialized_start=1702
+  _globals['_RANGE']._serialized_end=1738
+  _globals['_READASSETRESPONSE']._serialized_start=1740
+  _globals['_READASSETRESPONSE']._serialized_end=1843
+  _globals['_GETREGISTRYREQUEST']._serialized_start=1845
+  _globals['_GETREGISTRYREQUEST']._serialized_end=1865
+  _globals['_REGISTRY']._serialized_start=1868
+  _globals['_REGISTRY']._serialized_end=2217
+  _globals['_REGISTRY_WORKER']._serialized_start=1987
+  _globals['_REGISTRY_WORKER']._serialized_end=2098
+  _globals['_REGISTRY_LINK']._serialized_start=2100
+  _globals['_REGISTRY_LINK']._serialized_end=2217
+  _globals['_CATALOGSERVICE']._serialized_start=2220
+  _globals['_CATALOGSERVICE']._serialized_end=2808
 # @@protoc_insertion_point(module_scope)

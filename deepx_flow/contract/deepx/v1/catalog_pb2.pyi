@@ -64,7 +64,7 @@ class ListAssetsResponse(_message.Message):
     def __init__(self, assets: _Optional[_Iterable[_Union[Asset, _Mapping]]] = ...) -> None: ...
 
 class Asset(_message.Message):
-    __slots__ = ("name", "dependencies", "code_version", "description", "status", "latest_version", "partitions", "defined_by", "checks")
+    __slots__ = ("name", "dependencies", "code_version", "description", "status", "latest_version", "partitions", "defined_by", "checks", "partition_axis")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DEPENDENCIES_FIELD_NUMBER: _ClassVar[int]
     CODE_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -74,6 +74,7 @@ class Asset(_message.Message):
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     DEFINED_BY_FIELD_NUMBER: _ClassVar[int]
     CHECKS_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_AXIS_FIELD_NUMBER: _ClassVar[int]
     name: str
     dependencies: _containers.RepeatedScalarFieldContainer[str]
     code_version: str
@@ -83,7 +84,8 @@ class Asset(_message.Message):
     partitions: _containers.RepeatedScalarFieldContainer[str]
     defined_by: str
     checks: _containers.RepeatedCompositeFieldContainer[AssetCheck]
-    def __init__(self, name: _Optional[str] = ..., dependencies: _Optional[_Iterable[str]] = ..., code_version: _Optional[str] = ..., description: _Optional[str] = ..., status: _Optional[str] = ..., latest_version: _Optional[str] = ..., partitions: _Optional[_Iterable[str]] = ..., defined_by: _Optional[str] = ..., checks: _Optional[_Iterable[_Union[AssetCheck, _Mapping]]] = ...) -> None: ...
+    partition_axis: int
+    def __init__(self, name: _Optional[str] = ..., dependencies: _Optional[_Iterable[str]] = ..., code_version: _Optional[str] = ..., description: _Optional[str] = ..., status: _Optional[str] = ..., latest_version: _Optional[str] = ..., partitions: _Optional[_Iterable[str]] = ..., defined_by: _Optional[str] = ..., checks: _Optional[_Iterable[_Union[AssetCheck, _Mapping]]] = ..., partition_axis: _Optional[int] = ...) -> None: ...
 
 class AssetCheck(_message.Message):
     __slots__ = ("kind", "low", "high", "shape", "blocking")
@@ -161,18 +163,20 @@ class DefineAssetRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., graph_json: _Optional[str] = ..., dependencies: _Optional[_Iterable[str]] = ..., description: _Optional[str] = ..., partitions: _Optional[_Iterable[str]] = ..., checks: _Optional[_Iterable[_Union[AssetCheck, _Mapping]]] = ..., partition_axis: _Optional[int] = ...) -> None: ...
 
 class MaterializeAssetRequest(_message.Message):
-    __slots__ = ("name", "partitions", "force", "wait_seconds", "operation_id")
+    __slots__ = ("name", "partitions", "force", "wait_seconds", "operation_id", "upstream")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     FORCE_FIELD_NUMBER: _ClassVar[int]
     WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: _containers.RepeatedScalarFieldContainer[str]
     force: bool
     wait_seconds: float
     operation_id: str
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[str]] = ..., force: _Optional[bool] = ..., wait_seconds: _Optional[float] = ..., operation_id: _Optional[str] = ...) -> None: ...
+    upstream: bool
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[str]] = ..., force: _Optional[bool] = ..., wait_seconds: _Optional[float] = ..., operation_id: _Optional[str] = ..., upstream: _Optional[bool] = ...) -> None: ...
 
 class ReadAssetRequest(_message.Message):
     __slots__ = ("asset", "slice")
