@@ -35,6 +35,9 @@ def add_parser(sub, parents) -> None:
     p.add_argument("--tls-key", metavar="FILE", help="and this private key")
     p.add_argument("--results", default=str(DEFAULT_RESULTS), metavar="FOLDER",
                    help=f"where operations' outputs are kept (default {DEFAULT_RESULTS})")
+    p.add_argument("--model-repository", metavar="DIR",
+                   help="serve the models of this folder over the Open Inference Protocol "
+                        "(Triton's layout: DIR/<model>/<version>/model.onnx)")
 
 
 def run(args) -> int:
@@ -46,5 +49,6 @@ def run(args) -> int:
     serve(address=args.address, http_port=args.http_port, grpc_port=args.grpc_port,
           scheduler=args.scheduler,
           auth_token=args.auth_token, basic_auth=args.basic_auth, tls_cert=args.tls_cert,
-          tls_key=args.tls_key, results=args.results, db=args.db, ready=ready)
+          tls_key=args.tls_key, results=args.results, db=args.db, ready=ready,
+          model_repository=args.model_repository)
     return 0

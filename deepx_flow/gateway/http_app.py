@@ -53,33 +53,33 @@ def make_app(gateway, creds=None) -> Starlette:
     limits = gateway.limits
 
     async def analyze(request: Request):
-        body, _ = await _body(request, limits)
-        _only(body, {"graph"})
+        body, _ = await read_body(request, limits)
+        only_fields(body, {"graph"})
         return JSONResponse(await run_in_threadpool(gateway.analyze, _needs(body, "graph")))
 
     async def execute(request: Request):
-        body, raw = await _body(request, limits)
+        body, raw = await read_body(request, limits)
 
         def decoded():  # in a thread: a large body would hold the event loop
-            _only(body, {"graph", "inputs", "outputs", "wait_seconds", "operation_id",
+            only_fields(body, {"graph", "inputs", "outputs", "wait_seconds", "operation_id",
                          "parameters"})
             return (tensors.from_json_list(body.get("inputs", []), raw, "inputs"),
-                    _outputs(body))
+                    requested_outputs(body))
         inputs, (names, binary) = await run_in_threadpool(decoded)
         answer = await gateway.execute(_needs(body, "graph"), inputs, names,
                                        body.get("wait_seconds"), body.get("operation_id"))
-        return await run_in_threadpool(_operation, answer, binary)
+        return await run_in_threadpool(tensors_response, answer, binary)
 
     async def operation(request: Request):
         # at once unless asked to wait, as over gRPC
         wait = _number(request.query_params.get("wait_seconds", "0"), "wait_seconds")
         binary = request.query_params.get("binary_data_output", "false") == "true"
         answer = await gateway.operation(request.path_params["id"], wait)
-        return await run_in_threadpool(_operation, answer, {"*"} if binary else set())
+        return await run_in_threadpool(tensors_response, answer, {"*"} if binary else set())
 
     async def cancel(request: Request):
         answer = await gateway.cancel(request.path_params["id"])
-        return await run_in_threadpool(_operation, answer, set())
+        return await run_in_threadpool(tensors_response, answer, set())
 
     async def runs(request: Request):
         limit = request.query_params.get("limit")
@@ -103,8 +103,8 @@ def make_app(gateway, creds=None) -> Starlette:
                                                     request.path_params["name"]))
 
     async def define(request: Request):
-        body, _ = await _body(request, limits)
-        _only(body, {"name", "graph", "dependencies", "description", "partitions",
+        body, _ = await read_body(request, limits)
+        only_fields(body, {"name", "graph", "dependencies", "description", "partitions",
                      "partition_axis", "checks"})
         return JSONResponse(await run_in_threadpool(
             gateway.assets.define, _needs(body, "name"), _needs(body, "graph"),
@@ -112,21 +112,21 @@ def make_app(gateway, creds=None) -> Starlette:
             body.get("partition_axis"), body.get("checks")))
 
     async def materialize(request: Request):
-        body, _ = await _body(request, limits)
-        _only(body, {"partitions", "force", "upstream", "wait_seconds", "operation_id"})
+        body, _ = await read_body(request, limits)
+        only_fields(body, {"partitions", "force", "upstream", "wait_seconds", "operation_id"})
         answer = await gateway.materialize(
             request.path_params["name"], body.get("partitions"), body.get("force", False),
             body.get("wait_seconds"), body.get("operation_id"), body.get("upstream", False))
-        return await run_in_threadpool(_operation, answer, set())
+        return await run_in_threadpool(tensors_response, answer, set())
 
     async def read(request: Request):
-        body, _ = await _body(request, limits)
-        _only(body, {"version", "partition", "slice", "parameters"})
-        _, binary = _outputs(body)
+        body, _ = await read_body(request, limits)
+        only_fields(body, {"version", "partition", "slice", "parameters"})
+        _, binary = requested_outputs(body)
         name = request.path_params["name"]
         array = await run_in_threadpool(gateway.assets.read, name, body.get("version", ""),
                                         body.get("partition", ""), body.get("slice"))
-        return await run_in_threadpool(_operation, {"outputs": {name: array}}, binary)
+        return await run_in_threadpool(tensors_response, {"outputs": {name: array}}, binary)
 
     routes = [Route("/v1/capabilities", capabilities, methods=["GET"]),
               Route("/v1/registry", registry, methods=["GET"]),
@@ -141,6 +141,8 @@ def make_app(gateway, creds=None) -> Starlette:
               Route("/v1/assets/{name}/versions", versions, methods=["GET"]),
               Route("/v1/assets/{name}:materialize", materialize, methods=["POST"]),
               Route("/v1/assets/{name}:read", read, methods=["POST"])]
+    from deepx_flow.gateway.oip_http import routes as inference_routes
+    routes += inference_routes(gateway)
     app = Starlette(routes=routes, exception_handlers={DeepxError: _error,
                                                        HTTPException: _no_such_call})
     if creds is not None and creds.required:
@@ -186,7 +188,7 @@ async def _no_such_call(request: Request, err: HTTPException):
     return JSONResponse({"error": message}, status_code=err.status_code, headers=err.headers)
 
 
-async def _body(request: Request, limits) -> tuple[dict, bytes]:
+async def read_body(request: Request, limits) -> tuple[dict, bytes]:
     """The request's JSON object, and the binary bytes after it (the binary extension).
     The JSON part may be at most `limits.max_json_bytes` (parsed, JSON numbers take about
     ten times their text's memory: large tensors travel as binary data), the whole body at
@@ -226,7 +228,7 @@ async def _body(request: Request, limits) -> tuple[dict, bytes]:
     return body, raw
 
 
-def _only(body: dict, fields: set) -> None:
+def only_fields(body: dict, fields: set) -> None:
     unknown = sorted(set(body) - fields)
     if unknown:
         raise InputError(f"unknown field(s) {', '.join(map(shown, unknown))} (this call "
@@ -248,7 +250,7 @@ def _number(text, name: str):
         raise InputError(f"{name} is {shown(text)}, not a number") from None
 
 
-def _outputs(body: dict) -> tuple[list | None, set]:
+def requested_outputs(body: dict) -> tuple[list | None, set]:
     """The output names asked for (None: all), and those to return as binary data ("*":
     all of them)."""
     params = body.get("parameters") or {}
@@ -280,7 +282,7 @@ def _outputs(body: dict) -> tuple[list | None, set]:
     return names, binary
 
 
-def _operation(answer: dict, binary: set) -> Response:
+def tensors_response(answer: dict, binary: set) -> Response:
     """An operation's answer (or a read's, whose one output is the tensor read): JSON,
     with its outputs as JSON tensors or binary data."""
     outputs = answer.pop("outputs", None)

@@ -32,9 +32,10 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
           auth_token: str | None = None, basic_auth: str | None = None,
           tls_cert: str | None = None, tls_key: str | None = None,
           results: Path = DEFAULT_RESULTS, db: str | None = None,
-          limits: Limits | None = None, ready=None) -> None:
-    """Serve the contract over HTTP and gRPC until stopped. `ready(http_port, grpc_port)`
-    is called once both listen (tests start them on port 0)."""
+          limits: Limits | None = None, ready=None, model_repository=None) -> None:
+    """Serve the contract (and, with `model_repository`, its models over the Open Inference
+    Protocol) over HTTP and gRPC until stopped. `ready(http_port, grpc_port)` is called
+    once both listen (tests start them on port 0)."""
     import asyncio
 
     import grpc
@@ -57,8 +58,15 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
         if not 0 <= port <= 65535:
             raise InputError(f"{flag} {port} is not a port number (0 to 65535)")
     database = open_db(db)
+    models = None
+    if model_repository is not None:
+        from deepx_flow.runtime.run import cluster_spec
+        from deepx_flow.serving.repository import ModelRepository
+        models = ModelRepository(model_repository, cluster_spec())
     with connect(scheduler=scheduler) as client:
-        gateway = Gateway(client, database, Path(results), limits)
+        if models is not None:
+            models.load_all()
+        gateway = Gateway(client, database, Path(results), limits, models)
         config = uvicorn.Config(make_app(gateway, creds), host=address, port=http_port,
                                 log_level="warning", ssl_certfile=tls_cert,
                                 ssl_keyfile=tls_key, timeout_graceful_shutdown=30)

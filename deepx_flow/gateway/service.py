@@ -21,8 +21,10 @@ from deepx_flow.gateway.operations import Operations
 class Gateway:
     """One server's state: its limits, the Dask client it runs on, its operations."""
 
-    def __init__(self, client, db, results: Path, limits: caps.Limits | None = None):
+    def __init__(self, client, db, results: Path, limits: caps.Limits | None = None,
+                 models=None):
         self.client, self.db = client, db
+        self.models = models  # a serving.ModelRepository, or None
         self.limits = limits or caps.Limits()
         self.operations = Operations(db, results, client)
         self.operations.interrupt_orphaned()

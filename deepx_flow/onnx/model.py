@@ -122,6 +122,8 @@ class OnnxModel:
         The graph's inputs (initializers excluded) and outputs, in order.
     input_types : dict
         name -> (shape with None for a symbolic dimension, dtype).
+    output_types : dict
+        The same for the outputs (None for one whose shape the file does not declare).
     inputs : dict
         The arrays of the model's initializers, by the name of the deepx_flow input each
         became. The tensors a call builds carry them already (a run binds them without
@@ -141,6 +143,11 @@ class OnnxModel:
         self.output_names = [o.name for o in graph.output]
         self.input_types = {i.name: _value_type(i, f"{path}: graph input {shown(i.name)}")
                             for i in graph.input if i.name not in initialized}
+        # (an exporter may leave an output's shape or type out: None, known once called)
+        self.output_types = {o.name: _value_type(o, f"{path}: graph output {shown(o.name)}")
+                             if o.type.HasField("tensor_type") and
+                             o.type.tensor_type.HasField("shape") else None
+                             for o in graph.output}
         self.ops = sorted({n.op_type for n in graph.node})
         if len(graph.sparse_initializer):
             raise SpecError(f"{path}: sparse initializers "

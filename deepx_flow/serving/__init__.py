@@ -1,0 +1,3 @@
+"""Serving models over the Open Inference Protocol (KServe v2): a repository of models in
+Triton's layout, each loaded, checked and kept resident, answered by `deepx-flow serve`
+(`docs/serving.md`)."""
