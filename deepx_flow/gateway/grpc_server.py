@@ -277,8 +277,9 @@ class _Authenticated(grpc.aio.ServerInterceptor):
 
 
 def make_server(gateway, creds=None) -> grpc.aio.Server:
-    """A grpc.aio server with the GraphService of `gateway` (ports are added by the
-    caller); calls `creds` does not allow are UNAUTHENTICATED."""
+    """A grpc.aio server with the contract's services of `gateway` and the Open Inference
+    Protocol's (ports are added by the caller); calls `creds` does not allow are
+    UNAUTHENTICATED."""
     limit = gateway.limits.max_message_bytes
     server = grpc.aio.server(
         interceptors=[_Authenticated(creds)] if creds is not None and creds.required else [],
@@ -286,4 +287,8 @@ def make_server(gateway, creds=None) -> grpc.aio.Server:
                  ("grpc.max_send_message_length", limit)])
     graphs_pb2_grpc.add_GraphServiceServicer_to_server(GraphService(gateway), server)
     catalog_pb2_grpc.add_CatalogServiceServicer_to_server(CatalogService(gateway), server)
+    from deepx_flow.contract.inference import grpc_service_pb2_grpc
+    from deepx_flow.gateway.oip_grpc import InferenceService
+    grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
+        InferenceService(gateway), server)
     return server

@@ -1,5 +1,5 @@
-"""The Open Inference Protocol over HTTP, driven by tritonclient.http, unmodified, against a
-real `deepx-flow serve --model-repository`: metadata, readiness, inference in JSON and
+"""The Open Inference Protocol over HTTP and gRPC, driven by tritonclient.http and .grpc,
+unmodified, against a real `deepx-flow serve --model-repository`: metadata, readiness,
 binary equal to ONNX Runtime's, the repository's index, load and unload, statistics that
 count what was sent, and a model that cannot be loaded refused by name while the others
 serve."""
@@ -131,3 +131,34 @@ def test_the_repository_index_load_unload_and_statistics(served):
     assert [s["name"] for s in client.get_inference_statistics()["model_stats"]] == ["mlp"]
     index = {m["name"]: m for m in client.get_model_repository_index()}
     assert index["mlp"]["version"] == "2"
+
+
+def test_over_grpc_tritonclient_gets_the_same(served):
+    import tritonclient.grpc as grpcclient
+    client = grpcclient.InferenceServerClient(url=served[0].grpc)
+    assert client.is_server_live() and client.is_server_ready()
+    assert client.get_server_metadata().name == "deepx_flow"
+    meta = client.get_model_metadata("mlp")
+    assert meta.inputs[0].name == "x" and list(meta.inputs[0].shape) == [-1, 784]
+    assert client.is_model_ready("mlp") and not client.is_model_ready("garbage")
+    x = np.random.default_rng(8).standard_normal((4, 784)).astype(np.float32)
+    given = grpcclient.InferInput("x", list(x.shape), "FP32")
+    given.set_data_from_numpy(x)
+    result = client.infer("mlp", [given], outputs=[grpcclient.InferRequestedOutput("probs")],
+                          request_id="g1")
+    want = runtime(served[1] / "mlp" / "1" / "model.onnx", {"x": x})
+    close(result.as_numpy("probs"), want["probs"])
+    assert result.as_numpy("logits") is None and result.get_response().id == "g1"
+    for model, data, code, says in [
+            ("mlp", x.astype(np.float64), "StatusCode.INVALID_ARGUMENT", "not FP64"),
+            ("nope", x, "StatusCode.NOT_FOUND", "model 'nope' is not in the repository")]:
+        given = grpcclient.InferInput("x", list(data.shape),
+                                      "FP64" if data.dtype == np.float64 else "FP32")
+        given.set_data_from_numpy(data)
+        with pytest.raises(InferenceServerException) as err:
+            client.infer(model, [given])
+        assert err.value.status() == code and says in err.value.message()
+    names = {m.name for m in client.get_model_repository_index().models}
+    assert {"mlp", "garbage", "empty"} <= names
+    stats = client.get_inference_statistics("mlp").model_stats[0]
+    assert stats.name == "mlp" and stats.inference_count >= 4
