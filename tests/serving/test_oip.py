@@ -1,8 +1,8 @@
 """The Open Inference Protocol over HTTP and gRPC, driven by tritonclient.http and .grpc,
 unmodified, against a real `deepx-flow serve --model-repository`: metadata, readiness,
-binary equal to ONNX Runtime's, the repository's index, load and unload, statistics that
-count what was sent, and a model that cannot be loaded refused by name while the others
-serve."""
+inference in JSON and binary equal to ONNX Runtime's, the repository's index, load and unload,
+statistics that count what was sent, and a model that cannot be loaded refused by name
+while the others serve."""
 
 import shutil
 
