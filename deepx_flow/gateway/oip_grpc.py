@@ -66,13 +66,19 @@ class InferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
             outputs=[tensor(**t) for t in meta["outputs"]])
 
     async def ModelInfer(self, request, context):
-        def infer():
+        from deepx_flow.gateway.grpc_server import code_of
+
+        def submit():
             models = self._models()
             models.model(request.model_name, request.model_version)  # NOT_FOUND first
             arrays = _inputs(request)
             names = [o.name for o in request.outputs] or None
-            return models.infer(request.model_name, request.model_version, arrays, names)
-        model, outputs = await self._call(context, infer)
+            return models.submit(request.model_name, request.model_version, arrays, names)
+        model, pending = await self._call(context, submit)
+        try:
+            outputs = await asyncio.wrap_future(pending)  # (no thread held while it waits)
+        except DeepxError as err:
+            await context.abort(code_of(err), str(err))
         answer = pb.ModelInferResponse(model_name=model.name, model_version=model.version,
                                        id=request.id)
         for name, array in outputs.items():

@@ -18,6 +18,8 @@ wrong input name, datatype or shape), 404 for a model or version that is not ser
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -83,7 +85,8 @@ def routes(gateway) -> list[Route]:
                                  f"not a reference to storage")
             return arrays, requested_outputs(body)
         arrays, (names, binary) = await run_in_threadpool(decoded)
-        model, outputs = await run_in_threadpool(models.infer, name, version, arrays, names)
+        model, pending = models.submit(name, version, arrays, names)
+        outputs = await asyncio.wrap_future(pending)  # (no thread held while it waits)
         answer = {"model_name": model.name, "model_version": model.version,
                   "outputs": outputs}
         if "id" in body:

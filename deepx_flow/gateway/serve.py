@@ -104,8 +104,12 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
                 beating.cancel()
                 await stopping
 
-        with _stopped_by_signals():
-            asyncio.run(both())
+        try:
+            with _stopped_by_signals():
+                asyncio.run(both())
+        finally:
+            if models is not None:
+                models.stop()  # the servers answered what they took; the batchers end
 
 
 async def _heartbeats(operations) -> None:

@@ -78,7 +78,14 @@ class ServedModel:
         against the declared inputs first, each mistake one InputError naming it."""
         from deepx_flow.serving.execute import run_here
         from deepx_flow.runtime.inputs import bind_inputs
-        self.check(arrays)
+        wanted = self.check(arrays, outputs)
+        graph, carried = self._graph(arrays)
+        results = run_here(graph, bind_inputs(graph, {**carried, **arrays}), self.cluster)
+        return {n: results[n] for n in wanted}
+
+    def check(self, arrays: dict, outputs: list | None = None) -> list[str]:
+        """Names, datatypes, ranks and fixed sizes of a request's inputs, and the outputs
+        it asks for (all when None): those outputs' names."""
         names = [s.name for s in self.outputs]
         wanted = list(outputs) if outputs else names
         unknown = [n for n in wanted if n not in names]
@@ -86,12 +93,6 @@ class ServedModel:
             raise InputError(f"model {self.name!r} has no output(s) "
                              f"{', '.join(map(shown, unknown))} (its outputs: "
                              f"{', '.join(names)})")
-        graph, carried = self._graph(arrays)
-        results = run_here(graph, bind_inputs(graph, {**carried, **arrays}), self.cluster)
-        return {n: results[n] for n in wanted}
-
-    def check(self, arrays: dict) -> None:
-        """Names, datatypes, ranks and fixed sizes of a request's inputs."""
         declared = {s.name: s for s in self.inputs}
         unknown = sorted(set(arrays) - set(declared))
         missing = [n for n in declared if n not in arrays]
@@ -111,6 +112,7 @@ class ServedModel:
                 raise InputError(f"model {self.name!r}: input {name!r} has shape "
                                  f"{list(spec.shape)} (-1: any size), not "
                                  f"{list(array.shape)}")
+        return wanted
 
     def _graph(self, arrays: dict):
         """The checked graph for inputs of these shapes, and the weights it carries: built

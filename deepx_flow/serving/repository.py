@@ -2,6 +2,7 @@
 
     models/                      (--model-repository models)
       mlp/
+        config.pbtxt             (optional: batching, replicas; `config.py`)
         1/model.onnx
         2/model.onnx             (the newest version is the one served)
       conv_net/
@@ -14,9 +15,14 @@ convert, a graph that does not take its declared inputs) is UNAVAILABLE with its
 the index and in the error of its load; the other models keep serving, and a model that was
 serving keeps its loaded version when a reload fails.
 
+Requests go through the model's batcher (`batcher.py`): its replicas each run one batch at
+a time; with `dynamic_batching` in the config, requests that arrive together run as one
+batch. Each request is checked (names, datatypes, shapes, rows) before it is queued, so a
+bad one fails alone.
+
 Statistics are kept per model as the protocol's statistics extension reports them:
 requests' rows (`inference_count`), executions (`execution_count`: a batch of requests is
-one), time in success and failure, and per batch size.
+one), time in success, failure and queue, and per batch size.
 """
 
 from __future__ import annotations
@@ -29,9 +35,10 @@ from pathlib import Path
 
 from deepx_flow.errors import DeepxError, InputError, shown
 from deepx_flow.gateway.errors import NotFound
+from deepx_flow.serving.batcher import Batcher
+from deepx_flow.serving.config import ServingConfig, checked_against, read_config
 from deepx_flow.serving.model import ServedModel
 
-MODEL_FILE = "model.onnx"
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
@@ -84,6 +91,8 @@ class Entry:
     state: str = "UNAVAILABLE"  # READY, UNAVAILABLE
     reason: str = ""
     stats: Statistics = field(default_factory=Statistics)
+    config: ServingConfig = field(default_factory=ServingConfig)
+    batcher: Batcher | None = None
 
 
 class ModelRepository:
@@ -130,8 +139,10 @@ class ModelRepository:
         keeps serving)."""
         folder = self._folder(name)
         try:
-            version, path = _newest_version(folder)
+            config = read_config(folder, name)
+            version, path = _newest_version(folder, config.model_file)
             model = ServedModel(name, version, path, self.cluster)
+            checked_against(config, model, folder / "config.pbtxt")
         except DeepxError as err:
             with self._lock:
                 entry = self._entries.setdefault(name, Entry())
@@ -139,21 +150,41 @@ class ModelRepository:
                 if entry.model is None:
                     entry.state = "UNAVAILABLE"
             raise InputError(f"model {name!r}: failed to load: {err}") from None
+        batcher = Batcher(name, lambda replica, arrays, outputs: model.infer(arrays, outputs),
+                          config.replicas,
+                          config.max_batch_size if config.dynamic_batching else 0,
+                          config.max_queue_delay_us, config.preferred_batch_sizes,
+                          done=lambda *batch: self._executed(name, model, *batch))
         with self._lock:
             entry = self._entries.setdefault(name, Entry())
             if entry.model is None or entry.model.version != model.version:
                 entry.stats = Statistics()
+            old = entry.batcher
             entry.model, entry.state, entry.reason = model, "READY", ""
+            entry.config, entry.batcher = config, batcher
+        if old is not None:
+            old.stop()  # the requests it holds are answered by the version they came for
         return model
 
     def unload(self, name) -> None:
         """Stop serving model `name` (it stays in the repository's index)."""
         with self._lock:
             entry = self._entries.get(name)
+            old = entry.batcher if entry is not None else None
             if entry is not None:
                 entry.model, entry.state, entry.reason = None, "UNAVAILABLE", "unloaded"
-                return
-        self._folder(name)  # NotFound for a model not in the repository
+                entry.batcher = None
+        if old is not None:
+            old.stop()
+        if entry is None:
+            self._folder(name)  # NotFound for a model not in the repository
+
+    def stop(self) -> None:
+        """Stop serving every model, answering the requests queued first."""
+        with self._lock:
+            batchers = [e.batcher for e in self._entries.values() if e.batcher is not None]
+        for b in batchers:
+            b.stop()
 
     # -- serving ---------------------------------------------------------------------------------
 
@@ -179,34 +210,60 @@ class ModelRepository:
         except NotFound:
             return False
 
-    def infer(self, name, version: str, arrays: dict, outputs=None) -> tuple:
-        """Run one request: (the model, its outputs by name); counted in its statistics."""
-        model = self.model(name, version)
-        began = time.perf_counter_ns()
-        try:
-            result = model.infer(arrays, outputs)
-        except DeepxError:
-            self._count(name, model, time.perf_counter_ns() - began, None)
-            raise
-        rows = _rows(model, arrays)
-        self._count(name, model, time.perf_counter_ns() - began, rows)
-        return model, result
-
-    def _count(self, name: str, model: ServedModel, ns: int, rows: int | None) -> None:
+    def submit(self, name, version: str, arrays: dict, outputs=None) -> tuple:
+        """Check one request and queue it: (the model, a Future of its outputs by name);
+        counted in the model's statistics when it ends. A bad request is refused here, and
+        counted failed, before it can join a batch."""
         with self._lock:
             entry = self._entries.get(name)
-            if entry is None or entry.model is not model:
-                return  # reloaded meanwhile: the new version counts from zero
-            stats = entry.stats
-            stats.last_inference = int(time.time() * 1000)
-            if rows is None:
-                stats.fail.add(ns)
+        model = self.model(name, version)
+        batcher, config = entry.batcher, entry.config
+        began = time.perf_counter_ns()
+        try:
+            model.check(arrays, outputs)
+            rows = _rows(model, arrays)
+            if config.max_batch_size and rows > config.max_batch_size:
+                raise InputError(f"model {name!r}: a request of {rows} rows; its "
+                                 f"max_batch_size is {config.max_batch_size}")
+        except DeepxError:
+            self._ended(name, model, began, False)
+            raise
+        future = batcher.submit(arrays, outputs, rows)
+        future.add_done_callback(
+            lambda f: self._ended(name, model, began, f.exception() is None))
+        return model, future
+
+    def infer(self, name, version: str, arrays: dict, outputs=None) -> tuple:
+        """`submit`, waiting for the outputs: (the model, its outputs by name)."""
+        model, future = self.submit(name, version, arrays, outputs)
+        return model, future.result()
+
+    def _stats(self, name: str, model: ServedModel) -> Statistics | None:
+        """The statistics of `model` (None once another version replaced it); under the
+        lock."""
+        entry = self._entries.get(name)
+        return entry.stats if entry is not None and entry.model is model else None
+
+    def _ended(self, name: str, model: ServedModel, began: int, succeeded: bool) -> None:
+        ns = time.perf_counter_ns() - began
+        with self._lock:
+            stats = self._stats(name, model)
+            if stats is not None:
+                stats.last_inference = int(time.time() * 1000)
+                (stats.success if succeeded else stats.fail).add(ns)
+
+    def _executed(self, name: str, model: ServedModel, rows: int, ns: int, queued_ns: int,
+                  requests: int, succeeded: bool) -> None:
+        with self._lock:
+            stats = self._stats(name, model)
+            if stats is None:
                 return
-            stats.success.add(ns)
-            stats.compute_infer.add(ns)
-            stats.inference_count += rows
-            stats.execution_count += 1
-            stats.batches.setdefault(rows, Duration()).add(ns)
+            stats.queue.add(queued_ns, requests)
+            if succeeded:
+                stats.compute_infer.add(ns)
+                stats.inference_count += rows
+                stats.execution_count += 1
+                stats.batches.setdefault(rows, Duration()).add(ns)
 
     def statistics(self, name: str = "", version: str = "") -> list[dict]:
         """The statistics of one model (at `version`), or of every loaded one."""
@@ -225,15 +282,15 @@ class ModelRepository:
         return self.root / name
 
 
-def _newest_version(folder: Path) -> tuple[str, Path]:
+def _newest_version(folder: Path, model_file: str) -> tuple[str, Path]:
     versions = sorted((int(p.name), p) for p in folder.iterdir()
                       if p.is_dir() and p.name.isdigit() and p.name.isascii())
     if not versions:
-        raise InputError(f"{folder}: no version folder (1/, 2/, ...) with a {MODEL_FILE}")
+        raise InputError(f"{folder}: no version folder (1/, 2/, ...) with a {model_file}")
     number, path = versions[-1]
-    if not (path / MODEL_FILE).is_file():
-        raise InputError(f"{path}: no {MODEL_FILE}")
-    return str(number), path / MODEL_FILE
+    if not (path / model_file).is_file():
+        raise InputError(f"{path}: no {model_file}")
+    return str(number), path / model_file
 
 
 def _rows(model: ServedModel, arrays: dict) -> int:

@@ -1,0 +1,130 @@
+"""Dynamic batching, with Triton's knobs: requests to a model wait up to
+`max_queue_delay_microseconds` for others to join them, up to `max_batch_size` rows (or
+until a `preferred_batch_size` is reached), and run as one batch.
+
+One thread per replica takes requests from the model's queue, gathers a batch of those
+that can go together (the same inputs, the same sizes past the batch axis, the same
+outputs asked for), concatenates their inputs along the batch axis, runs the batch on its
+replica, and hands each request the rows of every output that are its own. An output
+whose first axis is not the batch's rows cannot be split so: every request of that batch
+fails saying so, rather than getting rows that are not its own.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from deepx_flow.errors import ExecutionError
+
+
+@dataclass
+class Request:
+    arrays: dict
+    outputs: tuple | None
+    rows: int
+    future: Future = field(default_factory=Future)
+    queued_ns: int = field(default_factory=time.perf_counter_ns)
+
+    def key(self) -> tuple:
+        """What a request must share with others to join their batch."""
+        return (tuple(sorted((n, a.dtype.str, a.shape[1:]) for n, a in self.arrays.items())),
+                self.outputs)
+
+
+class Batcher:
+    """Batches for one model: `run(replica, arrays, outputs)` computes a batch on replica
+    `replica` (0 to `replicas` - 1); `done(rows, ns, queued_ns)` is told of each batch
+    that ran (for statistics)."""
+
+    def __init__(self, name: str, run, replicas: int, max_batch_size: int,
+                 max_delay_us: int, preferred=(), done=None):
+        self.name, self.run = name, run
+        self.max_batch_size, self.delay_s = max_batch_size, max_delay_us / 1e6
+        self.preferred = set(preferred)
+        self.done = done
+        self._queue: queue.Queue = queue.Queue()
+        self._stopped = threading.Event()
+        self._threads = [threading.Thread(target=self._serve, args=(i,), daemon=True,
+                                          name=f"deepx-batcher-{name}-{i}")
+                         for i in range(replicas)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, arrays: dict, outputs, rows: int) -> Future:
+        """Queue a request of `rows` rows: a Future of its outputs (name -> array)."""
+        request = Request(arrays, tuple(outputs) if outputs else None, rows)
+        if self._stopped.is_set():
+            request.future.set_exception(ExecutionError(f"model {self.name!r} was unloaded"))
+        else:
+            self._queue.put(request)
+        return request.future
+
+    def stop(self) -> None:
+        """Stop taking requests; those queued run first (a graceful stop answers them)."""
+        self._stopped.set()
+        for _ in self._threads:
+            self._queue.put(None)
+        for t in self._threads:
+            t.join(60)
+
+    def _serve(self, replica: int) -> None:
+        carried = None
+        while True:
+            first = carried if carried is not None else self._queue.get()
+            carried = None
+            if first is None:
+                return
+            batch, rows = [first], first.rows
+            deadline = time.monotonic() + self.delay_s
+            while rows < self.max_batch_size and rows not in self.preferred:
+                wait = deadline - time.monotonic()
+                try:
+                    nxt = self._queue.get(timeout=wait) if wait > 0 else \
+                        self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None or nxt.key() != first.key() or \
+                        rows + nxt.rows > self.max_batch_size:
+                    carried = nxt  # the first of the next batch (None: stop after this)
+                    break
+                batch.append(nxt)
+                rows += nxt.rows
+            self._run(replica, batch, rows)
+            if carried is None and self._stopped.is_set() and self._queue.empty():
+                return
+
+    def _run(self, replica: int, batch: list[Request], rows: int) -> None:
+        began = time.perf_counter_ns()
+        queued = sum(began - r.queued_ns for r in batch)
+        try:
+            arrays = batch[0].arrays if len(batch) == 1 else {
+                name: np.concatenate([r.arrays[name] for r in batch])
+                for name in batch[0].arrays}
+            outputs = self.run(replica, arrays, batch[0].outputs)
+            if len(batch) > 1:
+                for name, out in outputs.items():
+                    if out.ndim == 0 or out.shape[0] != rows:
+                        raise ExecutionError(
+                            f"model {self.name!r}: output {name!r} has shape "
+                            f"{list(out.shape)} for a batch of {rows} rows, so it cannot be "
+                            f"split into each request's rows; serve it without "
+                            f"dynamic_batching")
+        except BaseException as err:
+            for r in batch:
+                r.future.set_exception(err)
+            if self.done is not None:
+                self.done(rows, time.perf_counter_ns() - began, queued, len(batch), False)
+            return
+        if self.done is not None:
+            self.done(rows, time.perf_counter_ns() - began, queued, len(batch), True)
+        at = 0
+        for r in batch:
+            r.future.set_result({name: out[at:at + r.rows] if len(batch) > 1 else out
+                                 for name, out in outputs.items()})
+            at += r.rows

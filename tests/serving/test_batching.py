@@ -1,0 +1,116 @@
+"""Dynamic batching: 64 concurrent one-row requests to a model whose config asks for it run
+in batches of more than one row, and every response is its own row's answer; a model's
+config is checked at load (a field not honoured, a GPU kind, inputs that are not the
+model's) and refused with its reason while the others serve; the batcher itself never
+hands a request rows that are not its own."""
+
+import concurrent.futures
+
+import httpx
+import numpy as np
+import pytest
+
+from deepx_flow.errors import ExecutionError
+from deepx_flow.serving.batcher import Batcher
+from tests.gateway.test_serve import Served
+from tests.onnx.test_onnx_import import close, mlp_model
+from tests.serving.test_oip import runtime
+
+BATCHED = """
+max_batch_size: 64
+input [ { name: "x", data_type: TYPE_FP32, dims: [ 784 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 50000 }
+instance_group [ { count: 2, kind: KIND_CPU } ]
+"""
+
+
+def _repository(root, configs: dict):
+    for name, config in configs.items():
+        (root / name / "1").mkdir(parents=True)
+        mlp_model(root / name / "1" / "model.onnx", seed=3)
+        if config is not None:
+            (root / name / "config.pbtxt").write_text(config)
+    return root
+
+
+@pytest.mark.timeout(600)
+def test_concurrent_one_row_requests_are_batched_and_each_gets_its_own_row(tmp_path):
+    repo = _repository(tmp_path / "models", {
+        "mlp": BATCHED,
+        "unknown_field": BATCHED + "optimization { priority: PRIORITY_MAX }\n",
+        "gpu": "instance_group [ { kind: KIND_GPU } ]\n",
+        "wrong_input": 'input [ { name: "x", data_type: TYPE_FP64, dims: [ -1, 784 ] } ]\n',
+        "fixed": 'max_batch_size: 8\ninput [ { name: "x", data_type: TYPE_FP32, '
+                 'dims: [ 5, 784 ] } ]\n'})
+    served = Served(tmp_path, "--model-repository", str(repo))
+    try:
+        url = served.url
+        index = {m["name"]: m for m in httpx.post(url + "/v2/repository/index",
+                                                  timeout=60).json()}
+        assert index["mlp"]["state"] == "READY"
+        for name, says in [("unknown_field", 'no field named "optimization"'),
+                           ("gpu", "KIND_GPU"),
+                           ("wrong_input", "input 'x' is declared FP64[-1, 784], but the "
+                                           "model's is FP32[-1, 784]"),
+                           ("fixed", "input 'x' is declared FP32[5, 784], but the model's "
+                                     "is FP32[784]")]:
+            assert index[name]["state"] == "UNAVAILABLE" and says in index[name]["reason"], \
+                index[name]
+        rows = np.random.default_rng(5).standard_normal((64, 784)).astype(np.float32)
+
+        def one(i):
+            body = {"inputs": [{"name": "x", "shape": [1, 784], "datatype": "FP32",
+                                "data": rows[i].tolist()}], "outputs": [{"name": "probs"}]}
+            answer = httpx.post(url + "/v2/models/mlp/infer", json=body, timeout=120)
+            assert answer.status_code == 200, answer.text
+            return np.array(answer.json()["outputs"][0]["data"], np.float32)
+
+        with concurrent.futures.ThreadPoolExecutor(64) as pool:
+            got = list(pool.map(one, range(64)))
+        want = runtime(repo / "mlp" / "1" / "model.onnx", {"x": rows})["probs"]
+        for i in range(64):  # each its own row, not a neighbour's
+            close(got[i], want[i])
+        [stats] = httpx.get(url + "/v2/models/mlp/stats", timeout=60).json()["model_stats"]
+        sizes = {b["batch_size"]: b["compute_infer"]["count"] for b in stats["batch_stats"]}
+        assert sum(size * n for size, n in sizes.items()) == 64 == stats["inference_count"]
+        assert max(sizes) > 1 and stats["execution_count"] < 64, sizes
+        assert stats["inference_stats"]["success"]["count"] == 64
+        assert stats["inference_stats"]["queue"]["count"] == 64
+        # a request over max_batch_size is refused alone
+        body = {"inputs": [{"name": "x", "shape": [65, 784], "datatype": "FP32",
+                            "data": np.zeros((65, 784)).ravel().tolist()}]}
+        answer = httpx.post(url + "/v2/models/mlp/infer", json=body, timeout=120)
+        assert answer.status_code == 400 and "max_batch_size is 64" in answer.json()["error"]
+    finally:
+        assert served.stop() == 0
+
+
+def test_the_batcher_splits_rows_and_refuses_outputs_it_cannot_split():
+    seen = []
+
+    def run(replica, arrays, outputs):
+        seen.append(arrays["x"].shape[0])
+        return {"y": arrays["x"] * 2, "total": arrays["x"].sum(keepdims=True)[0]}
+
+    batcher = Batcher("m", lambda r, a, o: {"y": run(r, a, o)["y"]}, 1, 8, 200_000)
+    futures = [batcher.submit({"x": np.full((n, 2), i, np.float64)}, None, n)
+               for i, n in enumerate([1, 2, 3])]
+    for i, (f, n) in enumerate(zip(futures, [1, 2, 3])):
+        np.testing.assert_array_equal(f.result(30)["y"], np.full((n, 2), 2.0 * i))
+    assert seen == [6]  # one batch of every row
+    # requests that cannot go together (other sizes past the batch axis) are not batched
+    seen.clear()
+    a = batcher.submit({"x": np.ones((1, 2))}, None, 1)
+    b = batcher.submit({"x": np.ones((1, 3))}, None, 1)
+    assert a.result(30)["y"].shape == (1, 2) and b.result(30)["y"].shape == (1, 3)
+    assert seen == [1, 1]
+    batcher.stop()
+
+    whole = Batcher("sums", lambda r, a, o: {"total": a["x"].sum(axis=0)}, 1, 8, 200_000)
+    futures = [whole.submit({"x": np.ones((2, 2))}, None, 2) for _ in range(2)]
+    for f in futures:
+        with pytest.raises(ExecutionError, match="cannot be split into each request's rows"):
+            f.result(30)
+    whole.stop()
+    assert isinstance(whole.submit({"x": np.ones((1, 2))}, None, 1).exception(1),
+                      ExecutionError)
