@@ -38,6 +38,7 @@ CASES = [
     ("DEEPX_MIN_TASK_SECONDS", "inf"),
     ("DEEPX_HEARTBEAT_S", "0"),
     ("DEEPX_HEARTBEAT_TIMEOUT_S", "1e400"),
+    ("DEEPX_OPERATION_TTL_S", "0"),
     ("DEEPX_PROGRESS_AFTER_S", "nan"),
     ("DEEPX_BUFFER_POOL_BYTES", "-1"),
     ("DEEPX_RECORD", "maybe"),
