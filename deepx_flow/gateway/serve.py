@@ -57,15 +57,20 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
     for flag, port in (("--http-port", http_port), ("--grpc-port", grpc_port)):
         if not 0 <= port <= 65535:
             raise InputError(f"{flag} {port} is not a port number (0 to 65535)")
+    if model_repository is not None and not Path(model_repository).is_dir():
+        raise InputError(f"--model-repository {model_repository}: not a folder")
     database = open_db(db)
-    models = None
-    if model_repository is not None:
-        from deepx_flow.runtime.run import cluster_spec
-        from deepx_flow.serving.repository import ModelRepository
-        models = ModelRepository(model_repository, cluster_spec())
     with connect(scheduler=scheduler) as client:
-        if models is not None:
+        models = None
+        if model_repository is not None:
+            from deepx_flow.runtime.run import cluster_spec
+            from deepx_flow.serving.repository import ModelRepository
+            models = ModelRepository(model_repository, cluster_spec(None, client), client)
             models.load_all()
+            for m in models.index():  # the others serve; these are said once, here
+                if m["state"] != "READY":
+                    log.warning("deepx-flow serve: model %s is not served: %s", m["name"],
+                                m["reason"])
         gateway = Gateway(client, database, Path(results), limits, models)
         config = uvicorn.Config(make_app(gateway, creds), host=address, port=http_port,
                                 log_level="warning", ssl_certfile=tls_cert,

@@ -93,15 +93,21 @@ class Entry:
     stats: Statistics = field(default_factory=Statistics)
     config: ServingConfig = field(default_factory=ServingConfig)
     batcher: Batcher | None = None
+    replicas: object = None  # replica.Replicas on the cluster's workers, or None (here)
 
 
 class ModelRepository:
-    """The models under `root` this server serves, computed for `cluster` (a ClusterSpec)."""
+    """The models under `root` this server serves: on the workers of `client` (a Dask
+    client) as resident replicas, or without one in this process, computed for `cluster`
+    (a ClusterSpec)."""
 
-    def __init__(self, root, cluster):
+    def __init__(self, root, cluster, client=None):
         self.root, self.cluster = Path(root), cluster
         if not self.root.is_dir():
             raise InputError(f"model repository {self.root} is not a folder")
+        # A client of its own that talks to the workers directly: an actor's calls go
+        # through the scheduler otherwise (Dask's default for a client).
+        self.client = None if client is None else _direct_client(client)
         self._lock = threading.Lock()
         self._entries: dict[str, Entry] = {}
 
@@ -143,6 +149,10 @@ class ModelRepository:
             version, path = _newest_version(folder, config.model_file)
             model = ServedModel(name, version, path, self.cluster)
             checked_against(config, model, folder / "config.pbtxt")
+            replicas = None
+            if self.client is not None:
+                from deepx_flow.serving.replica import Replicas
+                replicas = Replicas(self.client, model, config.replicas)
         except DeepxError as err:
             with self._lock:
                 entry = self._entries.setdefault(name, Entry())
@@ -150,8 +160,9 @@ class ModelRepository:
                 if entry.model is None:
                     entry.state = "UNAVAILABLE"
             raise InputError(f"model {name!r}: failed to load: {err}") from None
-        batcher = Batcher(name, lambda replica, arrays, outputs: model.infer(arrays, outputs),
-                          config.replicas,
+        run = replicas.run if replicas is not None else \
+            (lambda replica, arrays, outputs: model.infer(arrays, outputs))
+        batcher = Batcher(name, run, config.replicas,
                           config.max_batch_size if config.dynamic_batching else 0,
                           config.max_queue_delay_us, config.preferred_batch_sizes,
                           done=lambda *batch: self._executed(name, model, *batch))
@@ -159,11 +170,13 @@ class ModelRepository:
             entry = self._entries.setdefault(name, Entry())
             if entry.model is None or entry.model.version != model.version:
                 entry.stats = Statistics()
-            old = entry.batcher
+            old, old_replicas = entry.batcher, entry.replicas
             entry.model, entry.state, entry.reason = model, "READY", ""
-            entry.config, entry.batcher = config, batcher
+            entry.config, entry.batcher, entry.replicas = config, batcher, replicas
         if old is not None:
             old.stop()  # the requests it holds are answered by the version they came for
+        if old_replicas is not None:
+            old_replicas.release()
         return model
 
     def unload(self, name) -> None:
@@ -171,11 +184,14 @@ class ModelRepository:
         with self._lock:
             entry = self._entries.get(name)
             old = entry.batcher if entry is not None else None
+            old_replicas = entry.replicas if entry is not None else None
             if entry is not None:
                 entry.model, entry.state, entry.reason = None, "UNAVAILABLE", "unloaded"
-                entry.batcher = None
+                entry.batcher = entry.replicas = None
         if old is not None:
             old.stop()
+        if old_replicas is not None:
+            old_replicas.release()
         if entry is None:
             self._folder(name)  # NotFound for a model not in the repository
 
@@ -183,8 +199,19 @@ class ModelRepository:
         """Stop serving every model, answering the requests queued first."""
         with self._lock:
             batchers = [e.batcher for e in self._entries.values() if e.batcher is not None]
+            replicas = [e.replicas for e in self._entries.values() if e.replicas is not None]
         for b in batchers:
             b.stop()
+        for r in replicas:
+            r.release()
+        if self.client is not None:
+            self.client.close()
+
+    def placement(self, name) -> list[str]:
+        """The workers model `name`'s replicas run on (empty: in this process)."""
+        with self._lock:
+            entry = self._entries.get(name)
+        return entry.replicas.workers() if entry is not None and entry.replicas else []
 
     # -- serving ---------------------------------------------------------------------------------
 
@@ -280,6 +307,12 @@ class ModelRepository:
                 not (self.root / name).is_dir():
             raise NotFound(f"model {shown(name)} is not in the repository {self.root}")
         return self.root / name
+
+
+def _direct_client(client):
+    from distributed import Client
+    return Client(client.scheduler.address, direct_to_workers=True, set_as_default=False,
+                  timeout="30s")
 
 
 def _newest_version(folder: Path, model_file: str) -> tuple[str, Path]:

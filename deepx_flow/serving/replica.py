@@ -1,0 +1,98 @@
+"""Replicas of a model resident on the cluster's workers: each a Dask actor that loads the
+model once on its worker and keeps it, so a batch reaches it directly (an actor's calls go
+to its worker, not through the scheduler) and costs the model and a message.
+
+A replica checks that the file it loads is the one the gateway checked (the same SHA-256):
+a file changed or damaged between the two is refused, not served. Replicas are spread over
+the workers, one per worker before any worker gets a second. A replica whose worker was
+lost is placed again on a live worker when a batch finds it gone, and the batch runs there
+(a model's answer does not depend on where it runs).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from deepx_flow.errors import DataError, DeepxError, ExecutionError
+
+
+class Replica:
+    """The actor: model `name` at `version` from `path`, whose digest must be `digest`."""
+
+    def __init__(self, name: str, version: str, path: str, digest: str):
+        from deepx_flow.runtime.run import cluster_spec
+        from deepx_flow.serving.model import ServedModel
+        model = ServedModel(name, version, path, cluster_spec())
+        if model.digest != digest:
+            raise DataError(f"model {name!r} version {version}: {path} changed since the "
+                            f"gateway checked it (its SHA-256 is {model.digest[:12]}..., "
+                            f"not {digest[:12]}...)")
+        self.model = model
+
+    def infer(self, arrays: dict, outputs=None) -> dict:
+        return self.model.infer(arrays, outputs)
+
+
+class Replicas:
+    """`count` replicas of `model` (a ServedModel the gateway loaded and checked) on the
+    workers of `client`."""
+
+    def __init__(self, client, model, count: int):
+        self.client, self.model = client, model
+        self._lock = threading.Lock()
+        workers = _workers(client)
+        if not workers:
+            raise ExecutionError("the cluster has no workers to place the model's replicas on")
+        self._placed = [self._place(workers[i % len(workers)]) for i in range(count)]
+
+    def _place(self, worker: str):
+        """(worker, actor future, actor) of a new replica on `worker`."""
+        m = self.model
+        future = self.client.submit(Replica, m.name, m.version, str(m.path), m.digest,
+                                    actor=True, workers=[worker], allow_other_workers=False,
+                                    pure=False)
+        try:
+            # (the actor binds to the current client: the gateway's need not be the default)
+            with self.client.as_current():
+                actor = future.result()
+        except DeepxError:
+            raise
+        except Exception as err:
+            raise ExecutionError(f"model {m.name!r}: a replica could not start on {worker}: "
+                                 f"{type(err).__name__}: {err}") from err
+        return worker, future, actor
+
+    def run(self, replica: int, arrays: dict, outputs) -> dict:
+        """Run a batch on replica `replica`; placed again once if its worker is gone."""
+        with self._lock:
+            _, _, actor = self._placed[replica]
+        try:
+            return actor.infer(arrays, outputs).result()
+        except DeepxError:
+            raise
+        except Exception as err:  # its worker was lost (or the call could not reach it)
+            lost = err
+        live = _workers(self.client)
+        if not live:
+            raise ExecutionError(f"model {self.model.name!r}: its replica's worker is gone "
+                                 f"({type(lost).__name__}: {lost}) and no worker is left")
+        with self._lock:
+            placed = self._placed[replica]
+            others = [w for w in live if w != placed[0]] or live
+            self._placed[replica] = self._place(others[replica % len(others)])
+            _, _, actor = self._placed[replica]
+        return actor.infer(arrays, outputs).result()
+
+    def workers(self) -> list[str]:
+        with self._lock:
+            return [w for w, _, _ in self._placed]
+
+    def release(self) -> None:
+        with self._lock:
+            placed, self._placed = self._placed, []
+        for _, future, _ in placed:
+            future.release()
+
+
+def _workers(client) -> list[str]:
+    return sorted(client.scheduler_info(n_workers=-1)["workers"])

@@ -1,0 +1,73 @@
+"""Replicas resident on the cluster's workers: spread one per worker, each loading the file
+the gateway checked (a changed one is refused), answering as ONNX Runtime does; a replica
+whose worker is lost is placed again on a live worker and the request still answered."""
+
+import shutil
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+from deepx_flow.errors import DataError
+from deepx_flow.runtime.run import cluster_spec
+from deepx_flow.serving.replica import Replica
+from deepx_flow.serving.repository import ModelRepository
+from tests.helpers import threaded_memory_off
+from tests.onnx.test_onnx_import import close, mlp_model
+from tests.serving.test_oip import runtime
+
+
+@pytest.fixture
+def cluster():
+    with threaded_memory_off(), LocalCluster(n_workers=3, threads_per_worker=1,
+                                             processes=False, protocol="tcp",
+                                             dashboard_address=None) as c, \
+            Client(c, set_as_default=False) as client:
+        yield c, client
+
+
+def _repository(tmp_path, replicas: int):
+    (tmp_path / "models" / "mlp" / "1").mkdir(parents=True)
+    path = mlp_model(tmp_path / "models" / "mlp" / "1" / "model.onnx", seed=4)
+    (tmp_path / "models" / "mlp" / "config.pbtxt").write_text(
+        f"instance_group [ {{ count: {replicas} }} ]\n")
+    return tmp_path / "models", path
+
+
+@pytest.mark.timeout(300)
+def test_replicas_spread_over_the_workers_and_survive_the_loss_of_one(tmp_path, cluster):
+    local, client = cluster
+    root, path = _repository(tmp_path, 2)
+    models = ModelRepository(root, cluster_spec(None, client), client)
+    try:
+        models.load("mlp")
+        placed = models.placement("mlp")
+        assert len(set(placed)) == 2 and set(placed) <= set(client.scheduler_info(
+            n_workers=-1)["workers"])
+        x = np.random.default_rng(2).standard_normal((3, 784)).astype(np.float32)
+        want = runtime(path, {"x": x})["probs"]
+        for _ in range(4):
+            close(models.infer("mlp", "", {"x": x})[1]["probs"], want)
+        # lose the worker of the first replica: the next batch on it is placed again
+        lost = placed[0]
+        worker = next(w for w in local.workers.values() if w.address == lost)
+        client.sync(worker.close)
+        for _ in range(200):  # (which replica takes a request is the threads' race)
+            close(models.infer("mlp", "", {"x": x})[1]["probs"], want)
+            if lost not in models.placement("mlp"):
+                break
+        assert lost not in models.placement("mlp")
+        assert len(models.placement("mlp")) == 2
+    finally:
+        models.stop()
+
+
+def test_a_replica_refuses_a_file_that_is_not_the_one_the_gateway_checked(tmp_path):
+    root, path = _repository(tmp_path, 1)
+    with pytest.raises(DataError, match="changed since the gateway checked it"):
+        Replica("mlp", "1", path, "0" * 64)
+    other = tmp_path / "other.onnx"
+    shutil.copy(path, other)
+    from deepx_flow.serving.model import ServedModel
+    digest = ServedModel("mlp", "1", path, cluster_spec()).digest
+    assert Replica("mlp", "1", str(other), digest).model.digest == digest
