@@ -287,8 +287,6 @@ def make_server(gateway, creds=None) -> grpc.aio.Server:
                  ("grpc.max_send_message_length", limit)])
     graphs_pb2_grpc.add_GraphServiceServicer_to_server(GraphService(gateway), server)
     catalog_pb2_grpc.add_CatalogServiceServicer_to_server(CatalogService(gateway), server)
-    from deepx_flow.contract.inference import grpc_service_pb2_grpc
-    from deepx_flow.gateway.oip_grpc import InferenceService
-    grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        InferenceService(gateway), server)
+    from deepx_flow.gateway.oip_grpc import InferenceService, add_to_server
+    add_to_server(InferenceService(gateway), server)
     return server

@@ -13,13 +13,32 @@ from __future__ import annotations
 import asyncio
 
 from deepx_flow.contract import tensors
-from deepx_flow.contract.inference import grpc_service_pb2 as pb, grpc_service_pb2_grpc
+from deepx_flow.contract.inference import grpc_service_pb2 as pb
 from deepx_flow.errors import DeepxError, InputError
 from deepx_flow.gateway.errors import NotFound
 from deepx_flow.gateway.oip_http import EXTENSIONS, SERVER_NAME
 
+SERVICE = "inference.GRPCInferenceService"  # the protocol's name (the .proto's package is
+#                                             deepx.inference: see its first comment)
 
-class InferenceService(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
+
+def add_to_server(servicer, server) -> None:
+    """Serve `servicer`'s calls under the protocol's service name, each call (de)coded with
+    the messages the .proto declares."""
+    import grpc
+    service = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+    handlers = {}
+    for method in service.methods:
+        request = getattr(pb, method.input_type.name)
+        response = getattr(pb, method.output_type.name)
+        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, method.name), request_deserializer=request.FromString,
+            response_serializer=response.SerializeToString)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE,
+                                                                          handlers),))
+
+
+class InferenceService:
     """The protocol's calls over `gateway.models` (a ModelRepository, or None: no model is
     then found)."""
 

@@ -162,3 +162,34 @@ def test_over_grpc_tritonclient_gets_the_same(served):
     assert {"mlp", "garbage", "empty"} <= names
     stats = client.get_inference_statistics("mlp").model_stats[0]
     assert stats.name == "mlp" and stats.inference_count >= 4
+
+
+def test_our_messages_are_tritons_on_the_wire_and_both_load_in_one_process():
+    """Every field we declare has Triton's number, type and label (tritonclient's stubs are
+    Triton's own), and both sets of stubs load together."""
+    from tritonclient.grpc import model_config_pb2 as triton_config, service_pb2 as triton
+    from deepx_flow.contract.inference import grpc_service_pb2, model_config_pb2
+    from deepx_flow.gateway.oip_grpc import SERVICE
+
+    def fields(message):
+        return {f.name: (f.number, f.type, f.is_repeated) for f in message.fields}
+
+    def same(ours, theirs, path):
+        for name, nested in ours.nested_types_by_name.items():
+            same(nested, theirs.nested_types_by_name[name], f"{path}.{name}")
+        mine, tritons = fields(ours), fields(theirs)
+        assert {n: mine[n] for n in mine} == {n: tritons[n] for n in mine}, path
+
+    for module, reference in ((grpc_service_pb2, triton), (model_config_pb2, triton_config)):
+        for name, message in module.DESCRIPTOR.message_types_by_name.items():
+            same(message, reference.DESCRIPTOR.message_types_by_name[name], name)
+    service = triton.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+    assert SERVICE == service.full_name
+    ours = grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+    for method in ours.methods:
+        theirs = service.methods_by_name[method.name]
+        assert (method.input_type.name, method.output_type.name) == \
+            (theirs.input_type.name, theirs.output_type.name)
+    wire = triton.ModelInferRequest(model_name="m", raw_input_contents=[b"ab"])
+    read = grpc_service_pb2.ModelInferRequest.FromString(wire.SerializeToString())
+    assert read.model_name == "m" and list(read.raw_input_contents) == [b"ab"]

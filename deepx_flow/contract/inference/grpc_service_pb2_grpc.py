@@ -36,52 +36,52 @@ class GRPCInferenceServiceStub:
             channel: A grpc.Channel.
         """
         self.ServerLive = channel.unary_unary(
-                '/inference.GRPCInferenceService/ServerLive',
+                '/deepx.inference.GRPCInferenceService/ServerLive',
                 request_serializer=inference_dot_grpc__service__pb2.ServerLiveRequest.SerializeToString,
                 response_deserializer=inference_dot_grpc__service__pb2.ServerLiveResponse.FromString,
                 _registered_method=True)
         self.ServerReady = channel.unary_unary(
-                '/inference.GRPCInferenceService/ServerReady',
+                '/deepx.inference.GRPCInferenceService/ServerReady',
                 request_serializer=inference_dot_grpc__service__pb2.ServerReadyRequest.SerializeToString,
                 response_deserializer=inference_dot_grpc__service__pb2.ServerReadyResponse.FromString,
                 _registered_method=True)
         self.ModelReady = channel.unary_unary(
-                '/inference.GRPCInferenceService/ModelReady',
+                '/deepx.inference.GRPCInferenceService/ModelReady',
                 request_serializer=inference_dot_grpc__service__pb2.ModelReadyRequest.SerializeToString,
                 response_deserializer=inference_dot_grpc__service__pb2.ModelReadyResponse.FromString,
                 _registered_method=True)
         self.ServerMetadata = channel.unary_unary(
-                '/inference.GRPCInferenceService/ServerMetadata',
+                '/deepx.inference.GRPCInferenceService/ServerMetadata',
                 request_serializer=inference_dot_grpc__service__pb2.ServerMetadataRequest.SerializeToString,
                 response_deserializer=inference_dot_grpc__service__pb2.ServerMetadataResponse.FromString,
                 _registered_method=True)
         self.ModelMetadata = channel.unary_unary(
-                '/inference.GRPCInferenceService/ModelMetadata',
+                '/deepx.inference.GRPCInferenceService/ModelMetadata',
                 request_serializer=inference_dot_grpc__service__pb2.ModelMetadataRequest.SerializeToString,
                 response_deserializer=inference_dot_grpc__service__pb2.ModelMetadataResponse.FromString,
                 _registered_method=True)
         self.ModelInfer = channel.unary_unary(
-                '/inference.GRPCInferenceService/ModelInfer',
+                '/deepx.inference.GRPCInferenceService/ModelInfer',
                 request_serializer=inference_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
                 response_deserializer=inference_dot_grpc__service__pb2.ModelInferResponse.FromString,
                 _registered_method=True)
         self.ModelStatistics = channel.unary_unary(
-                '/inference.GRPCInferenceService/ModelStatistics',
+                '/deepx.inference.GRPCInferenceService/ModelStatistics',
                 request_serializer=inference_dot_grpc__service__pb2.ModelStatisticsRequest.SerializeToString,
                 response_deserializer=inference_dot_grpc__service__pb2.ModelStatisticsResponse.FromString,
                 _registered_method=True)
         self.RepositoryIndex = channel.unary_unary(
-                '/inference.GRPCInferenceService/RepositoryIndex',
+                '/deepx.inference.GRPCInferenceService/RepositoryIndex',
                 request_serializer=inference_dot_grpc__service__pb2.RepositoryIndexRequest.SerializeToString,
                 response_deserializer=inference_dot_grpc__service__pb2.RepositoryIndexResponse.FromString,
                 _registered_method=True)
         self.RepositoryModelLoad = channel.unary_unary(
-                '/inference.GRPCInferenceService/RepositoryModelLoad',
+                '/deepx.inference.GRPCInferenceService/RepositoryModelLoad',
                 request_serializer=inference_dot_grpc__service__pb2.RepositoryModelLoadRequest.SerializeToString,
                 response_deserializer=inference_dot_grpc__service__pb2.RepositoryModelLoadResponse.FromString,
                 _registered_method=True)
         self.RepositoryModelUnload = channel.unary_unary(
-                '/inference.GRPCInferenceService/RepositoryModelUnload',
+                '/deepx.inference.GRPCInferenceService/RepositoryModelUnload',
                 request_serializer=inference_dot_grpc__service__pb2.RepositoryModelUnloadRequest.SerializeToString,
                 response_deserializer=inference_dot_grpc__service__pb2.RepositoryModelUnloadResponse.FromString,
                 _registered_method=True)
@@ -205,9 +205,9 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'inference.GRPCInferenceService', rpc_method_handlers)
+            'deepx.inference.GRPCInferenceService', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('inference.GRPCInferenceService', rpc_method_handlers)
+    server.add_registered_method_handlers('deepx.inference.GRPCInferenceService', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
@@ -228,7 +228,7 @@ class GRPCInferenceService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/inference.GRPCInferenceService/ServerLive',
+            '/deepx.inference.GRPCInferenceService/ServerLive',
             inference_dot_grpc__service__pb2.ServerLiveRequest.SerializeToString,
             inference_dot_grpc__service__pb2.ServerLiveResponse.FromString,
             options,
@@ -255,7 +255,7 @@ class GRPCInferenceService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/inference.GRPCInferenceService/ServerReady',
+            '/deepx.inference.GRPCInferenceService/ServerReady',
             inference_dot_grpc__service__pb2.ServerReadyRequest.SerializeToString,
             inference_dot_grpc__service__pb2.ServerReadyResponse.FromString,
             options,
@@ -282,7 +282,7 @@ class GRPCInferenceService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/inference.GRPCInferenceService/ModelReady',
+            '/deepx.inference.GRPCInferenceService/ModelReady',
             inference_dot_grpc__service__pb2.ModelReadyRequest.SerializeToString,
             inference_dot_grpc__service__pb2.ModelReadyResponse.FromString,
             options,
@@ -309,7 +309,7 @@ class GRPCInferenceService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/inference.GRPCInferenceService/ServerMetadata',
+            '/deepx.inference.GRPCInferenceService/ServerMetadata',
             inference_dot_grpc__service__pb2.ServerMetadataRequest.SerializeToString,
             inference_dot_grpc__service__pb2.ServerMetadataResponse.FromString,
             options,
@@ -336,7 +336,7 @@ class GRPCInferenceService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/inference.GRPCInferenceService/ModelMetadata',
+            '/deepx.inference.GRPCInferenceService/ModelMetadata',
             inference_dot_grpc__service__pb2.ModelMetadataRequest.SerializeToString,
             inference_dot_grpc__service__pb2.ModelMetadataResponse.FromString,
             options,
@@ -363,7 +363,7 @@ class GRPCInferenceService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/inference.GRPCInferenceService/ModelInfer',
+            '/deepx.inference.GRPCInferenceService/ModelInfer',
             inference_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
             inference_dot_grpc__service__pb2.ModelInferResponse.FromString,
             options,
@@ -390,7 +390,7 @@ class GRPCInferenceService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/inference.GRPCInferenceService/ModelStatistics',
+            '/deepx.inference.GRPCInferenceService/ModelStatistics',
             inference_dot_grpc__service__pb2.ModelStatisticsRequest.SerializeToString,
             inference_dot_grpc__service__pb2.ModelStatisticsResponse.FromString,
             options,
@@ -417,7 +417,7 @@ class GRPCInferenceService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/inference.GRPCInferenceService/RepositoryIndex',
+            '/deepx.inference.GRPCInferenceService/RepositoryIndex',
             inference_dot_grpc__service__pb2.RepositoryIndexRequest.SerializeToString,
             inference_dot_grpc__service__pb2.RepositoryIndexResponse.FromString,
             options,
@@ -444,7 +444,7 @@ class GRPCInferenceService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/inference.GRPCInferenceService/RepositoryModelLoad',
+            '/deepx.inference.GRPCInferenceService/RepositoryModelLoad',
             inference_dot_grpc__service__pb2.RepositoryModelLoadRequest.SerializeToString,
             inference_dot_grpc__service__pb2.RepositoryModelLoadResponse.FromString,
             options,
@@ -471,7 +471,7 @@ class GRPCInferenceService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/inference.GRPCInferenceService/RepositoryModelUnload',
+            '/deepx.inference.GRPCInferenceService/RepositoryModelUnload',
             inference_dot_grpc__service__pb2.RepositoryModelUnloadRequest.SerializeToString,
             inference_dot_grpc__service__pb2.RepositoryModelUnloadResponse.FromString,
             options,

@@ -25,25 +25,25 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cinference/model_config.proto\x12\tinference\"\xa6\x01\n\x12ModelInstanceGroup\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\x12\x30\n\x04kind\x18\x04 \x01(\x0e\x32\".inference.ModelInstanceGroup.Kind\"A\n\x04Kind\x12\r\n\tKIND_AUTO\x10\x00\x12\x0c\n\x08KIND_GPU\x10\x01\x12\x0c\n\x08KIND_CPU\x10\x02\x12\x0e\n\nKIND_MODEL\x10\x03\"P\n\nModelInput\x12\x0c\n\x04name\x18\x01 \x01(\t\x12&\n\tdata_type\x18\x02 \x01(\x0e\x32\x13.inference.DataType\x12\x0c\n\x04\x64ims\x18\x04 \x03(\x03\"Q\n\x0bModelOutput\x12\x0c\n\x04name\x18\x01 \x01(\t\x12&\n\tdata_type\x18\x02 \x01(\x0e\x32\x13.inference.DataType\x12\x0c\n\x04\x64ims\x18\x03 \x03(\x03\"Z\n\x14ModelDynamicBatching\x12\x1c\n\x14preferred_batch_size\x18\x01 \x03(\x05\x12$\n\x1cmax_queue_delay_microseconds\x18\x02 \x01(\x04\"\xb6\x02\n\x0bModelConfig\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08platform\x18\x02 \x01(\t\x12\x16\n\x0emax_batch_size\x18\x04 \x01(\x05\x12$\n\x05input\x18\x05 \x03(\x0b\x32\x15.inference.ModelInput\x12&\n\x06output\x18\x06 \x03(\x0b\x32\x16.inference.ModelOutput\x12\x35\n\x0einstance_group\x18\x07 \x03(\x0b\x32\x1d.inference.ModelInstanceGroup\x12\x1e\n\x16\x64\x65\x66\x61ult_model_filename\x18\x08 \x01(\t\x12\x39\n\x10\x64ynamic_batching\x18\x0b \x01(\x0b\x32\x1f.inference.ModelDynamicBatching\x12\x0f\n\x07\x62\x61\x63kend\x18\x11 \x01(\t*\xfa\x01\n\x08\x44\x61taType\x12\x10\n\x0cTYPE_INVALID\x10\x00\x12\r\n\tTYPE_BOOL\x10\x01\x12\x0e\n\nTYPE_UINT8\x10\x02\x12\x0f\n\x0bTYPE_UINT16\x10\x03\x12\x0f\n\x0bTYPE_UINT32\x10\x04\x12\x0f\n\x0bTYPE_UINT64\x10\x05\x12\r\n\tTYPE_INT8\x10\x06\x12\x0e\n\nTYPE_INT16\x10\x07\x12\x0e\n\nTYPE_INT32\x10\x08\x12\x0e\n\nTYPE_INT64\x10\t\x12\r\n\tTYPE_FP16\x10\n\x12\r\n\tTYPE_FP32\x10\x0b\x12\r\n\tTYPE_FP64\x10\x0c\x12\x0f\n\x0bTYPE_STRING\x10\r\x12\r\n\tTYPE_BF16\x10\x0e\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cinference/model_config.proto\x12\x0f\x64\x65\x65px.inference\"\xac\x01\n\x12ModelInstanceGroup\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\x12\x36\n\x04kind\x18\x04 \x01(\x0e\x32(.deepx.inference.ModelInstanceGroup.Kind\"A\n\x04Kind\x12\r\n\tKIND_AUTO\x10\x00\x12\x0c\n\x08KIND_GPU\x10\x01\x12\x0c\n\x08KIND_CPU\x10\x02\x12\x0e\n\nKIND_MODEL\x10\x03\"V\n\nModelInput\x12\x0c\n\x04name\x18\x01 \x01(\t\x12,\n\tdata_type\x18\x02 \x01(\x0e\x32\x19.deepx.inference.DataType\x12\x0c\n\x04\x64ims\x18\x04 \x03(\x03\"W\n\x0bModelOutput\x12\x0c\n\x04name\x18\x01 \x01(\t\x12,\n\tdata_type\x18\x02 \x01(\x0e\x32\x19.deepx.inference.DataType\x12\x0c\n\x04\x64ims\x18\x03 \x03(\x03\"Z\n\x14ModelDynamicBatching\x12\x1c\n\x14preferred_batch_size\x18\x01 \x03(\x05\x12$\n\x1cmax_queue_delay_microseconds\x18\x02 \x01(\x04\"\xce\x02\n\x0bModelConfig\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08platform\x18\x02 \x01(\t\x12\x16\n\x0emax_batch_size\x18\x04 \x01(\x05\x12*\n\x05input\x18\x05 \x03(\x0b\x32\x1b.deepx.inference.ModelInput\x12,\n\x06output\x18\x06 \x03(\x0b\x32\x1c.deepx.inference.ModelOutput\x12;\n\x0einstance_group\x18\x07 \x03(\x0b\x32#.deepx.inference.ModelInstanceGroup\x12\x1e\n\x16\x64\x65\x66\x61ult_model_filename\x18\x08 \x01(\t\x12?\n\x10\x64ynamic_batching\x18\x0b \x01(\x0b\x32%.deepx.inference.ModelDynamicBatching\x12\x0f\n\x07\x62\x61\x63kend\x18\x11 \x01(\t*\xfa\x01\n\x08\x44\x61taType\x12\x10\n\x0cTYPE_INVALID\x10\x00\x12\r\n\tTYPE_BOOL\x10\x01\x12\x0e\n\nTYPE_UINT8\x10\x02\x12\x0f\n\x0bTYPE_UINT16\x10\x03\x12\x0f\n\x0bTYPE_UINT32\x10\x04\x12\x0f\n\x0bTYPE_UINT64\x10\x05\x12\r\n\tTYPE_INT8\x10\x06\x12\x0e\n\nTYPE_INT16\x10\x07\x12\x0e\n\nTYPE_INT32\x10\x08\x12\x0e\n\nTYPE_INT64\x10\t\x12\r\n\tTYPE_FP16\x10\n\x12\r\n\tTYPE_FP32\x10\x0b\x12\r\n\tTYPE_FP64\x10\x0c\x12\x0f\n\x0bTYPE_STRING\x10\r\x12\r\n\tTYPE_BF16\x10\x0e\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'inference.model_config_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DATATYPE']._serialized_start=783
-  _globals['_DATATYPE']._serialized_end=1033
-  _globals['_MODELINSTANCEGROUP']._serialized_start=44
-  _globals['_MODELINSTANCEGROUP']._serialized_end=210
-  _globals['_MODELINSTANCEGROUP_KIND']._serialized_start=145
-  _globals['_MODELINSTANCEGROUP_KIND']._serialized_end=210
-  _globals['_MODELINPUT']._serialized_start=212
-  _globals['_MODELINPUT']._serialized_end=292
-  _globals['_MODELOUTPUT']._serialized_start=294
-  _globals['_MODELOUTPUT']._serialized_end=375
-  _globals['_MODELDYNAMICBATCHING']._serialized_start=377
-  _globals['_MODELDYNAMICBATCHING']._serialized_end=467
-  _globals['_MODELCONFIG']._serialized_start=470
-  _globals['_MODELCONFIG']._serialized_end=780
+  _globals['_DATATYPE']._serialized_start=831
+  _globals['_DATATYPE']._serialized_end=1081
+  _globals['_MODELINSTANCEGROUP']._serialized_start=50
+  _globals['_MODELINSTANCEGROUP']._serialized_end=222
+  _globals['_MODELINSTANCEGROUP_KIND']._serialized_start=157
+  _globals['_MODELINSTANCEGROUP_KIND']._serialized_end=222
+  _globals['_MODELINPUT']._serialized_start=224
+  _globals['_MODELINPUT']._serialized_end=310
+  _globals['_MODELOUTPUT']._serialized_start=312
+  _globals['_MODELOUTPUT']._serialized_end=399
+  _globals['_MODELDYNAMICBATCHING']._serialized_start=401
+  _globals['_MODELDYNAMICBATCHING']._serialized_end=491
+  _globals['_MODELCONFIG']._serialized_start=494
+  _globals['_MODELCONFIG']._serialized_end=828
 # @@protoc_insertion_point(module_scope)
