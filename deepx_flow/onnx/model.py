@@ -143,11 +143,9 @@ class OnnxModel:
         self.output_names = [o.name for o in graph.output]
         self.input_types = {i.name: _value_type(i, f"{path}: graph input {shown(i.name)}")
                             for i in graph.input if i.name not in initialized}
-        # (an exporter may leave an output's shape or type out: None, known once called)
-        self.output_types = {o.name: _value_type(o, f"{path}: graph output {shown(o.name)}")
-                             if o.type.HasField("tensor_type") and
-                             o.type.tensor_type.HasField("shape") else None
-                             for o in graph.output}
+        # (an exporter may leave an output's shape out, or its type be one that converts
+        # to no deepx_flow dtype, which the node making it is refused for: None)
+        self.output_types = {o.name: _declared_type(o, path) for o in graph.output}
         self.ops = sorted({n.op_type for n in graph.node})
         if len(graph.sparse_initializer):
             raise SpecError(f"{path}: sparse initializers "
@@ -374,6 +372,17 @@ def _check_supported(graph, opset: int, path: str) -> None:
                                 f"(supported: {', '.join(op.attrs) or 'none'})")
             if attr.type == attr.GRAPH or attr.type == attr.GRAPHS:
                 raise SpecError(f"{where}: subgraphs are not supported")
+
+
+def _declared_type(info, path: str) -> tuple[tuple, str] | None:
+    """A graph output's declared (shape, dtype), or None where the file does not say or
+    says a type deepx_flow has no dtype for."""
+    if not info.type.HasField("tensor_type") or not info.type.tensor_type.HasField("shape"):
+        return None
+    try:
+        return _value_type(info, f"{path}: graph output {shown(info.name)}")
+    except SpecError:
+        return None
 
 
 def _value_type(info, where: str) -> tuple[tuple, str]:
