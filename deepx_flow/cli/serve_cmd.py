@@ -9,7 +9,7 @@ import os
 import sys
 
 from deepx_flow.gateway.serve import (DEFAULT_ADDRESS, DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT,
-                                      DEFAULT_RESULTS)
+                                      DEFAULT_METRICS_PORT, DEFAULT_RESULTS)
 
 
 def add_parser(sub, parents) -> None:
@@ -22,6 +22,9 @@ def add_parser(sub, parents) -> None:
                    help=f"HTTP port (default {DEFAULT_HTTP_PORT}; 0: any free one)")
     p.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT,
                    help=f"gRPC port (default {DEFAULT_GRPC_PORT}; 0: any free one)")
+    p.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT,
+                   help=f"Prometheus metrics port (default {DEFAULT_METRICS_PORT}; 0: any "
+                        f"free one)")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="a running Dask scheduler (default DEEPX_SCHEDULER, else this "
                         "process's embedded cluster)")
@@ -43,12 +46,13 @@ def add_parser(sub, parents) -> None:
 def run(args) -> int:
     from deepx_flow.gateway.serve import serve
 
-    def ready(http_port, grpc_port):
+    def ready(http_port, grpc_port, metrics_port):
         print(f"deepx-flow serve: HTTP on {args.address}:{http_port}, gRPC on "
-              f"{args.address}:{grpc_port}", file=sys.stderr, flush=True)
+              f"{args.address}:{grpc_port}, metrics on {args.address}:{metrics_port}",
+              file=sys.stderr, flush=True)
     serve(address=args.address, http_port=args.http_port, grpc_port=args.grpc_port,
           scheduler=args.scheduler,
           auth_token=args.auth_token, basic_auth=args.basic_auth, tls_cert=args.tls_cert,
           tls_key=args.tls_key, results=args.results, db=args.db, ready=ready,
-          model_repository=args.model_repository)
+          model_repository=args.model_repository, metrics_port=args.metrics_port)
     return 0

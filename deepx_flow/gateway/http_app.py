@@ -150,6 +150,16 @@ def make_app(gateway, creds=None) -> Starlette:
     return app
 
 
+def make_metrics_app(gateway, creds=None) -> Starlette:
+    """The metrics port's app: `GET /metrics` alone, to callers `creds` allows."""
+    from deepx_flow.gateway.oip_http import routes as inference_routes
+    app = Starlette(routes=[r for r in inference_routes(gateway) if r.path == "/metrics"],
+                    exception_handlers={DeepxError: _error, HTTPException: _no_such_call})
+    if creds is not None and creds.required:
+        app.add_middleware(_Authenticated, creds=creds)
+    return app
+
+
 class _Authenticated:
     """Answer 401 to a request whose Authorization header `creds` does not allow."""
 

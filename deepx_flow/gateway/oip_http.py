@@ -11,6 +11,7 @@ that `tritonclient.http` and KServe's clients work unmodified.
     GET  /v2/models[/{model}[/versions/{v}]]/stats
     POST /v2/repository/index
     POST /v2/repository/models/{model}/load, .../unload
+    GET  /metrics                                    Prometheus's text (serving/metrics.py)
 
 Errors are the protocol's `{"error": message}`: 400 for a bad request (a malformed body, a
 wrong input name, datatype or shape), 404 for a model or version that is not served.
@@ -22,7 +23,7 @@ import asyncio
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from deepx_flow.contract import tensors
@@ -113,6 +114,11 @@ def routes(gateway) -> list[Route]:
         await run_in_threadpool(repository().load, request.path_params["model"])
         return JSONResponse({})
 
+    async def metrics(request: Request):
+        from deepx_flow.serving.metrics import CONTENT_TYPE, metrics_text
+        return Response(await run_in_threadpool(metrics_text, gateway.models),
+                        media_type=CONTENT_TYPE)
+
     async def unload(request: Request):
         await run_in_threadpool(repository().unload, request.path_params["model"])
         return JSONResponse({})
@@ -133,7 +139,8 @@ def routes(gateway) -> list[Route]:
             Route(versioned + "/stats", stats, methods=["GET"]),
             Route("/v2/repository/index", index, methods=["POST"]),
             Route("/v2/repository/models/{model}/load", load, methods=["POST"]),
-            Route("/v2/repository/models/{model}/unload", unload, methods=["POST"])]
+            Route("/v2/repository/models/{model}/unload", unload, methods=["POST"]),
+            Route("/metrics", metrics, methods=["GET"])]
 
 
 __all__ = ["routes"]

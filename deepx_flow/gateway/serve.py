@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 DEFAULT_ADDRESS = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8000
 DEFAULT_GRPC_PORT = 8001
+DEFAULT_METRICS_PORT = 8002
 DEFAULT_RESULTS = Path(".deepx") / "operations"
 
 
@@ -32,17 +33,19 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
           auth_token: str | None = None, basic_auth: str | None = None,
           tls_cert: str | None = None, tls_key: str | None = None,
           results: Path = DEFAULT_RESULTS, db: str | None = None,
-          limits: Limits | None = None, ready=None, model_repository=None) -> None:
+          limits: Limits | None = None, ready=None, model_repository=None,
+          metrics_port: int = DEFAULT_METRICS_PORT) -> None:
     """Serve the contract (and, with `model_repository`, its models over the Open Inference
-    Protocol) over HTTP and gRPC until stopped. `ready(http_port, grpc_port)` is called
-    once both listen (tests start them on port 0)."""
+    Protocol, their metrics on `metrics_port`) over HTTP and gRPC until stopped.
+    `ready(http_port, grpc_port, metrics_port)` is called once all listen (tests start them
+    on port 0)."""
     import asyncio
 
     import grpc
     import uvicorn
 
     from deepx_flow.gateway.grpc_server import make_server
-    from deepx_flow.gateway.http_app import make_app
+    from deepx_flow.gateway.http_app import make_app, make_metrics_app
     from deepx_flow.gateway.service import Gateway
     from deepx_flow.meta import open_db
     from deepx_flow.runtime.cluster import connect
@@ -54,7 +57,8 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
     for flag, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
         if path and not Path(path).is_file():
             raise InputError(f"{flag} {path}: no such file")
-    for flag, port in (("--http-port", http_port), ("--grpc-port", grpc_port)):
+    for flag, port in (("--http-port", http_port), ("--grpc-port", grpc_port),
+                       ("--metrics-port", metrics_port)):
         if not 0 <= port <= 65535:
             raise InputError(f"{flag} {port} is not a port number (0 to 65535)")
     if model_repository is not None and not Path(model_repository).is_dir():
@@ -76,6 +80,9 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
                                 log_level="warning", ssl_certfile=tls_cert,
                                 ssl_keyfile=tls_key, timeout_graceful_shutdown=30)
         http_server = uvicorn.Server(config)
+        metrics_server = uvicorn.Server(uvicorn.Config(
+            make_metrics_app(gateway, creds), host=address, port=metrics_port,
+            log_level="warning", ssl_certfile=tls_cert, ssl_keyfile=tls_key))
 
         async def both():
             grpc_server = make_server(gateway, creds)
@@ -90,7 +97,8 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
                 bound = grpc_server.add_insecure_port(target)
             await grpc_server.start()
             if ready is not None:
-                _call_when_started(http_server, lambda port: ready(port, bound))
+                _call_when_started([http_server, metrics_server],
+                                   lambda http, metrics: ready(http, bound, metrics))
 
             async def stop_with_http():
                 # as soon as uvicorn is told to stop: gRPC stops taking calls too, and the
@@ -98,16 +106,19 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
                 # within the grace uvicorn and gRPC give those in flight (30 s)
                 while not http_server.should_exit:
                     await asyncio.sleep(0.1)
+                metrics_server.should_exit = True
                 await asyncio.gather(grpc_server.stop(grace=30),
                                      asyncio.to_thread(gateway.operations.stop))
             stopping = asyncio.create_task(stop_with_http())
             beating = asyncio.create_task(_heartbeats(gateway.operations))
+            metrics = asyncio.create_task(metrics_server.serve())
             try:
                 await http_server.serve()
             finally:
                 http_server.should_exit = True
                 beating.cancel()
                 await stopping
+                await metrics
 
         try:
             with _stopped_by_signals():
@@ -160,12 +171,13 @@ def _stopped_by_signals():
             signal.signal(s, handler)
 
 
-def _call_when_started(server, ready) -> None:
+def _call_when_started(servers, ready) -> None:
+    """`ready(port, ...)` with the port of each of `servers` (uvicorn's), once all listen."""
     import time
 
     def wait():
-        while not server.started and not server.should_exit:
+        while not all(s.started for s in servers) and not any(s.should_exit for s in servers):
             time.sleep(0.05)
-        if server.started:
-            ready(server.servers[0].sockets[0].getsockname()[1])
+        if all(s.started for s in servers):
+            ready(*(s.servers[0].sockets[0].getsockname()[1] for s in servers))
     threading.Thread(target=wait, daemon=True).start()

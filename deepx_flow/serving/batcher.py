@@ -39,8 +39,9 @@ class Request:
 
 class Batcher:
     """Batches for one model: `run(replica, arrays, outputs)` computes a batch on replica
-    `replica` (0 to `replicas` - 1); `done(rows, ns, queued_ns)` is told of each batch
-    that ran (for statistics)."""
+    `replica` (0 to `replicas` - 1); `done(rows, ns, queued, succeeded)` is told of each
+    batch that ran (its rows, nanoseconds, each request's nanoseconds in the queue), for
+    statistics."""
 
     def __init__(self, name: str, run, replicas: int, max_batch_size: int,
                  max_delay_us: int, preferred=(), done=None):
@@ -101,7 +102,7 @@ class Batcher:
 
     def _run(self, replica: int, batch: list[Request], rows: int) -> None:
         began = time.perf_counter_ns()
-        queued = sum(began - r.queued_ns for r in batch)
+        queued = [began - r.queued_ns for r in batch]
         try:
             arrays = batch[0].arrays if len(batch) == 1 else {
                 name: np.concatenate([r.arrays[name] for r in batch])
@@ -119,10 +120,10 @@ class Batcher:
             for r in batch:
                 r.future.set_exception(err)
             if self.done is not None:
-                self.done(rows, time.perf_counter_ns() - began, queued, len(batch), False)
+                self.done(rows, time.perf_counter_ns() - began, queued, False)
             return
         if self.done is not None:
-            self.done(rows, time.perf_counter_ns() - began, queued, len(batch), True)
+            self.done(rows, time.perf_counter_ns() - began, queued, True)
         at = 0
         for r in batch:
             r.future.set_result({name: out[at:at + r.rows] if len(batch) > 1 else out

@@ -27,6 +27,8 @@ one), time in success, failure and queue, and per batch size.
 
 from __future__ import annotations
 
+import bisect
+import copy
 import re
 import threading
 import time
@@ -55,9 +57,37 @@ class Duration:
         return {"count": self.count, "ns": self.ns}
 
 
+# Request and queue latency buckets, in seconds (a millisecond model to a slow batch).
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                   2.5, 5.0, 10.0)
+
+
+@dataclass
+class Histogram:
+    """Observations counted by the bucket they fall in (upper bounds `bounds`, then +Inf),
+    and their sum: what a Prometheus histogram reports."""
+
+    bounds: tuple = LATENCY_BUCKETS
+    counts: list = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    sum: float = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """(upper bound, observations at or under it), +Inf last."""
+        out, total = [], 0
+        for bound, count in zip((*map(str, self.bounds), "+Inf"), self.counts):
+            total += count
+            out.append((bound, total))
+        return out
+
+
 @dataclass
 class Statistics:
-    """One model version's counters, as the statistics extension reports them."""
+    """One model version's counters, as the statistics extension and the metrics report
+    them."""
 
     last_inference: int = 0  # milliseconds since the epoch
     inference_count: int = 0
@@ -67,6 +97,8 @@ class Statistics:
     queue: Duration = field(default_factory=Duration)
     compute_infer: Duration = field(default_factory=Duration)
     batches: dict = field(default_factory=dict)  # batch size -> Duration of compute
+    latency: Histogram = field(default_factory=Histogram)  # each request, end to end
+    queue_latency: Histogram = field(default_factory=Histogram)  # each request's wait
 
     def answer(self, name: str, version: str) -> dict:
         zero = Duration().answer()
@@ -278,19 +310,28 @@ class ModelRepository:
             if stats is not None:
                 stats.last_inference = int(time.time() * 1000)
                 (stats.success if succeeded else stats.fail).add(ns)
+                stats.latency.observe(ns / 1e9)
 
-    def _executed(self, name: str, model: ServedModel, rows: int, ns: int, queued_ns: int,
-                  requests: int, succeeded: bool) -> None:
+    def _executed(self, name: str, model: ServedModel, rows: int, ns: int, queued: list,
+                  succeeded: bool) -> None:
         with self._lock:
             stats = self._stats(name, model)
             if stats is None:
                 return
-            stats.queue.add(queued_ns, requests)
+            stats.queue.add(sum(queued), len(queued))
+            for wait in queued:
+                stats.queue_latency.observe(wait / 1e9)
             if succeeded:
                 stats.compute_infer.add(ns)
                 stats.inference_count += rows
                 stats.execution_count += 1
                 stats.batches.setdefault(rows, Duration()).add(ns)
+
+    def snapshot(self) -> list[tuple[str, str, Statistics]]:
+        """(name, version, a copy of its statistics) of every loaded model."""
+        with self._lock:
+            return [(n, e.model.version, copy.deepcopy(e.stats))
+                    for n, e in sorted(self._entries.items()) if e.model is not None]
 
     def statistics(self, name: str = "", version: str = "") -> list[dict]:
         """The statistics of one model (at `version`), or of every loaded one."""

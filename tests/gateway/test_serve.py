@@ -33,7 +33,7 @@ class Served:
             environ["DEEPX_DB_URL"] = os.environ["DEEPX_DB_URL"]  # this process's
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "deepx_flow.cli.main", "serve", "--http-port", "0",
-             "--grpc-port", "0",
+             "--grpc-port", "0", "--metrics-port", "0",
              "--results", str(folder / "results"), *args],
             cwd=folder, env=environ, stderr=subprocess.PIPE, text=True)
         deadline, line = time.monotonic() + 120, ""
@@ -42,8 +42,9 @@ class Served:
             if not line and self.proc.poll() is not None:
                 raise AssertionError(f"serve exited {self.proc.returncode}")
             assert time.monotonic() < deadline, "serve did not start"
-        found = re.search(r"HTTP on (\S+), gRPC on (\S+)", line)
-        self.url, self.grpc = "http://" + found.group(1), found.group(2)
+        found = re.search(r"HTTP on (\S+), gRPC on (\S+), metrics on (\S+)", line)
+        self.url, self.grpc = "http://" + found.group(1), found.group(2).rstrip(",")
+        self.metrics = "http://" + found.group(3)
 
     def stop(self) -> int:
         self.proc.send_signal(signal.SIGTERM)

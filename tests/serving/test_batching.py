@@ -114,3 +114,49 @@ def test_the_batcher_splits_rows_and_refuses_outputs_it_cannot_split():
     whole.stop()
     assert isinstance(whole.submit({"x": np.ones((1, 2))}, None, 1).exception(1),
                       ExecutionError)
+
+
+def _metric(text: str, name: str, **labels) -> float:
+    """The value of one sample of Prometheus's text format."""
+    import re
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        found = re.fullmatch(rf"{name}\{{(.*)\}} (\S+)", line)
+        if found and ",".join(sorted(found.group(1).split(","))) == want:
+            return float(found.group(2))
+    raise AssertionError(f"no {name}{{{want}}} in the metrics")
+
+
+@pytest.mark.timeout(300)
+def test_the_metrics_count_the_requests_sent(tmp_path):
+    repo = _repository(tmp_path / "models", {"mlp": BATCHED})
+    served = Served(tmp_path, "--model-repository", str(repo))
+    try:
+        url = served.url
+        sent = {1: 5, 3: 2}  # rows: requests
+        for rows, n in sent.items():
+            for _ in range(n):
+                body = {"inputs": [{"name": "x", "shape": [rows, 784], "datatype": "FP32",
+                                    "data": [0.25] * (rows * 784)}]}
+                assert httpx.post(url + "/v2/models/mlp/infer", json=body,
+                                  timeout=120).status_code == 200
+        bad = {"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32",
+                           "data": [0.0] * 3}]}
+        assert httpx.post(url + "/v2/models/mlp/infer", json=bad, timeout=120).status_code \
+            == 400
+        text = httpx.get(served.metrics + "/metrics", timeout=60).text
+        assert text == httpx.get(url + "/metrics", timeout=60).text  # on both ports
+        model = {"model": "mlp", "version": "1"}
+        assert _metric(text, "deepx_inference_request_success_total", **model) == 7
+        assert _metric(text, "deepx_inference_request_failure_total", **model) == 1
+        assert _metric(text, "deepx_inference_count_total", **model) == 11
+        executions = _metric(text, "deepx_inference_exec_count_total", **model)
+        assert _metric(text, "deepx_inference_batch_size_count", **model) == executions
+        assert _metric(text, "deepx_inference_batch_size_sum", **model) == 11
+        assert _metric(text, "deepx_inference_request_duration_seconds_count", **model) == 8
+        assert _metric(text, "deepx_inference_request_duration_seconds_bucket",
+                       le="+Inf", **model) == 8
+        assert _metric(text, "deepx_inference_queue_duration_seconds_count", **model) == 7
+        assert 0 < _metric(text, "deepx_inference_request_duration_seconds_sum", **model)
+    finally:
+        assert served.stop() == 0
