@@ -160,3 +160,46 @@ def test_the_metrics_count_the_requests_sent(tmp_path):
         assert 0 < _metric(text, "deepx_inference_request_duration_seconds_sum", **model)
     finally:
         assert served.stop() == 0
+
+
+@pytest.mark.timeout(300)
+def test_a_graceful_stop_under_load_answers_every_request_it_accepted(tmp_path):
+    import signal
+    import threading
+    import time
+    # requests wait up to 2 s for their batch: those sent first are surely in the server,
+    # queued, when it is told to stop a second later
+    slow = BATCHED.replace("max_queue_delay_microseconds: 50000",
+                           "max_queue_delay_microseconds: 2000000")
+    repo = _repository(tmp_path / "models", {"mlp": slow})
+    served = Served(tmp_path, "--model-repository", str(repo))
+    rows = np.random.default_rng(9).standard_normal((48, 784)).astype(np.float32)
+    want = runtime(repo / "mlp" / "1" / "model.onnx", {"x": rows})["probs"]
+    answers, refused, started = {}, [], threading.Barrier(49)
+
+    def one(i):
+        body = {"inputs": [{"name": "x", "shape": [1, 784], "datatype": "FP32",
+                            "data": rows[i].tolist()}], "outputs": [{"name": "probs"}]}
+        started.wait()
+        if i >= 24:
+            time.sleep(1.05)  # the second half arrives while the server stops
+        try:
+            answer = httpx.post(served.url + "/v2/models/mlp/infer", json=body, timeout=120)
+        except httpx.TransportError:  # not accepted: the server had stopped listening
+            refused.append(i)
+            return
+        answers[i] = answer
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(48)]
+    for t in threads:
+        t.start()
+    started.wait()
+    time.sleep(1.0)
+    served.proc.send_signal(signal.SIGTERM)
+    for t in threads:
+        t.join(120)
+    assert served.proc.wait(60) == 0
+    assert len(answers) + len(refused) == 48 and set(range(24)) <= set(answers)
+    for i, answer in answers.items():  # every request it accepted was answered, rightly
+        assert answer.status_code == 200, (i, answer.text)
+        close(np.array(answer.json()["outputs"][0]["data"], np.float32), want[i])
