@@ -160,14 +160,20 @@ def make_metrics_app(gateway, creds=None) -> Starlette:
     return app
 
 
+# Liveness and readiness say nothing but that: an orchestrator's probes (Kubernetes' send
+# no credentials) ask them without a login, as Triton's and KServe's are asked.
+OPEN_PATHS = frozenset({"/v2/health/live", "/v2/health/ready"})
+
+
 class _Authenticated:
-    """Answer 401 to a request whose Authorization header `creds` does not allow."""
+    """Answer 401 to a request whose Authorization header `creds` does not allow (but for
+    the health checks, OPEN_PATHS)."""
 
     def __init__(self, app, creds):
         self.app, self.creds = app, creds
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
+        if scope["type"] == "http" and scope.get("path") not in OPEN_PATHS:
             headers = dict(scope.get("headers") or ())
             given = headers.get(b"authorization")
             if not self.creds.allows(given.decode("latin-1") if given else None):

@@ -92,6 +92,12 @@ def test_a_token_is_required_once_set(tmp_path):
         assert httpx.get(url).status_code == 401
         assert httpx.get(url, headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert httpx.get(url, headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        # the health checks alone are open (orchestrators' probes send no credentials)
+        for path in ("/v2/health/live", "/v2/health/ready"):
+            assert httpx.get(served.url + path).status_code == 200
+        for path in ("/v2", "/v2/models/stats", "/metrics", "/v2/health/live/x"):
+            assert httpx.get(served.url + path).status_code == 401, path
+        assert httpx.get(served.metrics + "/metrics").status_code == 401
         import grpc
         from deepx_flow.contract.deepx.v1 import graphs_pb2, graphs_pb2_grpc
         with grpc.insecure_channel(served.grpc) as channel:
