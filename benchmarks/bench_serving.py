@@ -1,0 +1,240 @@
+"""Serving one-row requests over HTTP: `deepx-flow serve` against what a user would write
+instead.
+
+What: the MLP 784-256-10 and the small convolutional network of `bench_inference.py`
+(`mlp`, `cnn`), each answering one-row requests of the Open Inference Protocol's JSON
+(`POST /v2/models/NAME/infer`), from a bounded loopback load generator that keeps
+`concurrency` requests in flight (1, 16 and 64) until it has sent `REQUESTS` of them.
+
+Contenders, on the same 2 cores, side by side in one run, the same request bodies:
+
+- deepx_flow: `deepx-flow serve --model-repository`, each model with a config asking for
+  dynamic batching (max_batch_size 64, a queue delay of 500 us) and 2 replicas, resident on
+  the embedded cluster's workers;
+- plain: what a user writes without a server for models: an HTTP endpoint (Starlette on
+  uvicorn) that decodes the same JSON, calls ONNX Runtime's `session.run` on the one row
+  (CPU provider, default threads) and answers the same JSON, no batching.
+
+Reported per model, concurrency and contender: requests/s, and p50 and p99 latency (ms),
+measured by the load generator (a process of its own). Answers are checked against ONNX
+Runtime's (relative 1e-5) for a sample of requests of each run.
+
+Targets: at concurrency 64, deepx_flow's throughput at least 2x the plain endpoint's; at
+concurrency 1, deepx_flow's p50 latency at most the plain endpoint's plus 2 ms.
+
+Run: `python benchmarks/bench_serving.py [--quick]` (--quick: 48 requests a level, no wait
+for a quiet machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import common
+from bench_inference import cnn, mlp
+
+REQUESTS = 2000
+CONCURRENCY = (1, 16, 64)
+CONFIG = """max_batch_size: 64
+dynamic_batching { max_queue_delay_microseconds: 500 }
+instance_group [ { count: 2 } ]
+"""
+INPUTS = {"mlp": [1, 784], "cnn": [1, 1, 28, 28]}
+
+PLAIN = '''
+import json, sys
+import numpy as np, onnxruntime as ort, uvicorn
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+sessions = {name: ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+            for name, path in json.loads(sys.argv[1]).items()}
+
+async def infer(request):
+    body = await request.json()
+    session = sessions[request.path_params["model"]]
+    feed = {t["name"]: np.array(t["data"], np.float32).reshape(t["shape"])
+            for t in body["inputs"]}
+    names = [o.name for o in session.get_outputs()]
+    outs = session.run(None, feed)
+    return JSONResponse({"model_name": request.path_params["model"], "outputs": [
+        {"name": n, "datatype": "FP32", "shape": list(o.shape), "data": o.ravel().tolist()}
+        for n, o in zip(names, outs)]})
+
+app = Starlette(routes=[Route("/v2/models/{model}/infer", infer, methods=["POST"])])
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
+'''
+
+LOAD = '''
+import asyncio, json, sys, time
+import httpx
+
+async def main(url, bodies, concurrency, total):
+    latencies, answers = [], {}
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(limits=limits, timeout=120) as client:
+        await client.post(url, content=bodies[0])  # a connection and the first compile
+        queue = iter(range(total))
+
+        async def worker():
+            for i in queue:
+                began = time.perf_counter()
+                answer = await client.post(url, content=bodies[i % len(bodies)],
+                                           headers={"Content-Type": "application/json"})
+                latencies.append(time.perf_counter() - began)
+                if answer.status_code != 200:
+                    raise SystemExit(f"{url}: {answer.status_code} {answer.text[:300]}")
+                if i < len(bodies):
+                    answers[i] = answer.json()["outputs"][0]["data"]
+        began = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        seconds = time.perf_counter() - began
+    print(json.dumps({"seconds": seconds, "latencies": latencies, "answers": answers}))
+
+url, path, concurrency, total = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+bodies = [line.encode() for line in open(path).read().splitlines()]
+asyncio.run(main(url, bodies, concurrency, total))
+'''
+
+
+def start(command, pattern: str, env=None, timeout: float = 180.0):
+    """A server process, and the first match of `pattern` in its stderr (its ports)."""
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+    deadline, line = time.monotonic() + timeout, ""
+    while not re.search(pattern, line):
+        line = proc.stderr.readline()
+        if not line and proc.poll() is not None:
+            raise SystemExit(f"{command[:3]} exited {proc.returncode}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit(f"{command[:3]} did not start")
+    return proc, re.search(pattern, line)
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(port: int, proc, timeout: float = 120.0) -> None:
+    """Until something listens on `port` (uvicorn at log level warning says nothing)."""
+    import socket
+    deadline = time.monotonic() + timeout
+    while True:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the plain endpoint did not start (exit {proc.poll()})")
+        time.sleep(0.1)
+
+
+def stop(proc) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def load(url: str, bodies: Path, concurrency: int, total: int) -> dict:
+    done = subprocess.run([sys.executable, "-c", LOAD, url, str(bodies), str(concurrency),
+                           str(total)], capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise SystemExit(done.stderr[-2000:])
+    result = json.loads(done.stdout)
+    lat = np.array(result["latencies"]) * 1000
+    return {"requests_per_second": total / result["seconds"],
+            "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
+            "answers": {int(k): v for k, v in result["answers"].items()}}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    total = 48 if args.quick else REQUESTS
+    if not args.quick:
+        common.wait_until_quiet()
+    import onnxruntime as ort
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        paths = {}
+        for name, build in (("mlp", mlp), ("cnn", cnn)):
+            folder = tmp / "models" / name
+            (folder / "1").mkdir(parents=True)
+            paths[name] = build(folder / "1" / "model.onnx")
+            (folder / "config.pbtxt").write_text(CONFIG)
+        rng = np.random.default_rng(0)
+        rows, want, bodies = {}, {}, {}
+        for name, shape in INPUTS.items():
+            rows[name] = rng.standard_normal((64, *shape[1:])).astype(np.float32)
+            session = ort.InferenceSession(paths[name], providers=["CPUExecutionProvider"])
+            want[name] = session.run(None, {"x": rows[name]})[0]
+            bodies[name] = tmp / f"{name}.jsonl"
+            bodies[name].write_text("\n".join(json.dumps({"inputs": [{
+                "name": "x", "shape": shape, "datatype": "FP32",
+                "data": r.ravel().tolist()}]}) for r in rows[name]))
+        env = {**os.environ, "DEEPX_DB_URL": f"sqlite:///{tmp / 'serve.db'}"}
+        deepx, found = start([sys.executable, "-m", "deepx_flow.cli.main", "serve",
+                              "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
+                              "--results", str(tmp / "results"), "--model-repository",
+                              str(tmp / "models")], r"HTTP on (\S+),", env=env)
+        deepx_url = "http://" + found.group(1)
+        port = free_port()
+        plain = subprocess.Popen([sys.executable, "-c", PLAIN, json.dumps(paths), str(port)])
+        wait_listening(port, plain)
+        plain_url = f"http://127.0.0.1:{port}"
+        measured, rows_out = {}, []
+        try:
+            for name in INPUTS:
+                for concurrency in CONCURRENCY:
+                    for contender, url in (("deepx_flow", deepx_url), ("plain", plain_url)):
+                        got = load(f"{url}/v2/models/{name}/infer", bodies[name],
+                                   concurrency, total)
+                        for i, data in got.pop("answers").items():
+                            np.testing.assert_allclose(
+                                np.array(data, np.float32).reshape(want[name][i].shape),
+                                want[name][i], rtol=1e-5,
+                                atol=1e-5 * float(np.abs(want[name]).max()))
+                        measured[f"{name}/{concurrency}/{contender}"] = got
+                        rows_out.append([name, concurrency, contender,
+                                         common.fmt(got["requests_per_second"], 0),
+                                         common.fmt(got["p50_ms"]), common.fmt(got["p99_ms"])])
+        finally:
+            stop(deepx)
+            stop(plain)
+    common.print_table(["model", "concurrency", "contender", "requests/s", "p50 ms",
+                        "p99 ms"], rows_out, "one-row requests over HTTP, same 2 cores")
+    targets = []
+    for name in INPUTS:
+        ours, theirs = measured[f"{name}/64/deepx_flow"], measured[f"{name}/64/plain"]
+        ratio = ours["requests_per_second"] / theirs["requests_per_second"]
+        targets.append(common.target(f"{name}: throughput at concurrency 64 at least 2x the "
+                                     f"plain endpoint's", ratio, ratio >= 2.0))
+        ours, theirs = measured[f"{name}/1/deepx_flow"], measured[f"{name}/1/plain"]
+        extra = ours["p50_ms"] - theirs["p50_ms"]
+        targets.append(common.target(f"{name}: p50 latency at concurrency 1 at most the plain "
+                                     f"endpoint's + 2 ms", extra, extra <= 2.0))
+    common.write_results("bench_serving", {"machine": common.machine_info(),
+                                           "requests": total, "measured": measured,
+                                           "targets": targets, "quick": args.quick},
+                         quick=args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
