@@ -110,7 +110,8 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
                 await asyncio.gather(grpc_server.stop(grace=30),
                                      asyncio.to_thread(gateway.operations.stop))
             stopping = asyncio.create_task(stop_with_http())
-            beating = asyncio.create_task(_heartbeats(gateway.operations))
+            beating = asyncio.create_task(_heartbeats(gateway.operations, models,
+                                                      database))
             metrics = asyncio.create_task(metrics_server.serve())
             try:
                 await http_server.serve()
@@ -128,14 +129,20 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
                 models.stop()  # the servers answered what they took; the batchers end
 
 
-async def _heartbeats(operations) -> None:
+async def _heartbeats(operations, models=None, db=None) -> None:
     """Every DEEPX_HEARTBEAT_S: say this gateway's operations still run, mark those of
-    gateways gone silent (on any host) interrupted, and forget those that ended longer ago
-    than DEEPX_OPERATION_TTL_S."""
+    gateways gone silent (on any host) interrupted, forget those that ended longer ago
+    than DEEPX_OPERATION_TTL_S, and record the models served (`serving/records.py`)."""
     import asyncio
 
     from deepx_flow.config import settings
+    from deepx_flow.serving.records import record
     while True:
+        if models is not None:
+            try:
+                await asyncio.to_thread(record, models, db)
+            except Exception:  # a busy database: the next beat tries again
+                log.warning("deepx-flow serve: recording the models failed", exc_info=True)
         await asyncio.sleep(settings().heartbeat_s)
         try:
             await asyncio.to_thread(operations.beat)

@@ -34,6 +34,7 @@ History:
 14. operations (the gateway's executions and materializations, which clients ask for again
     by id).
 15. asset_definitions (assets defined by a graph spec through the gateway's contract).
+16. served_models (the models each gateway serves, with their request counts).
 
 Every step can run on a database that already has what it adds (columns are added, tables
 and indexes created, only where missing): a database whose version row says less than its
@@ -51,7 +52,7 @@ from sqlmodel import SQLModel
 from deepx_flow.errors import DatabaseError
 from deepx_flow.meta.models import SchemaInfo
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 
 # An arbitrary constant: PostgreSQL sessions migrating at once take turns on this lock.
 _PG_LOCK_ID = 74_700_11
@@ -327,6 +328,27 @@ def _v15_asset_definitions(conn: Connection) -> None:
     frozen.create_all(conn, checkfirst=True)
 
 
+def _v16_served_models(conn: Connection) -> None:
+    # The table as it was at version 16 (frozen, as in step 2).
+    frozen = MetaData()
+    Table("served_models", frozen,
+          Column("gateway", String, primary_key=True),
+          Column("model", String, primary_key=True),
+          Column("version", String, nullable=True),
+          Column("digest", String, nullable=True),
+          Column("state", String, nullable=False),
+          Column("reason", Text, nullable=True),
+          Column("replicas", Text, nullable=True),
+          Column("requests", Integer, nullable=False),
+          Column("failures", Integer, nullable=False),
+          Column("rows", Integer, nullable=False),
+          Column("executions", Integer, nullable=False),
+          Column("latency_seconds", Float, nullable=False),
+          Column("requests_per_second", Float, nullable=False),
+          Column("updated_at", Float, nullable=False, index=True))
+    frozen.create_all(conn, checkfirst=True)
+
+
 STEPS = {
     2: _v2_events_and_username,
     3: _v3_assets,
@@ -342,6 +364,7 @@ STEPS = {
     13: _v13_runs_pid_space,
     14: _v14_operations,
     15: _v15_asset_definitions,
+    16: _v16_served_models,
 }
 
 

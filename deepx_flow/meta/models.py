@@ -397,3 +397,25 @@ class AssetDefinition(SQLModel, table=True):
     checks: str = _text(nullable=False)  # JSON list, in the contract's form
     code_version: str  # the digest of all the above: a new one makes the asset stale
     defined_at: float
+
+
+class ServedModelRecord(SQLModel, table=True):
+    """A model a gateway serves (`deepx-flow serve --model-repository`), as that gateway
+    last recorded it (every DEEPX_HEARTBEAT_S): its version, state, replicas and request
+    counts, for the dashboard's Serving page (`deepx_flow/serving/records.py`)."""
+
+    __tablename__ = "served_models"
+    gateway: str = Field(primary_key=True)  # host:pid of the gateway process
+    model: str = Field(primary_key=True)
+    version: Optional[str] = None  # the version served; None when none is
+    digest: Optional[str] = None  # SHA-256 of its file
+    state: str  # READY, UNAVAILABLE
+    reason: Optional[str] = _text()
+    replicas: Optional[str] = _text()  # JSON list of the workers its replicas run on
+    requests: int = 0  # answered
+    failures: int = 0
+    rows: int = 0  # inferred (a request of 8 rows counts 8)
+    executions: int = 0  # batches run
+    latency_seconds: float = 0.0  # the answered requests' time, summed
+    requests_per_second: float = 0.0  # over the time since the record before
+    updated_at: float = Field(index=True)

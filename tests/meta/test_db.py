@@ -18,7 +18,8 @@ from deepx_flow.meta.db import Database, close_all, database_url, open_db
 from deepx_flow.meta.migrations import SCHEMA_VERSION
 from deepx_flow.meta.models import (AssetDefinition, AssetMaterialization, ChunkPlacement,
                                     Device, Event, GraphRecord, Operation, OperatorSpeed, Run,
-                                    Schedule, SchemaInfo, ScheduleTick, Task, Worker)
+                                    Schedule, SchemaInfo, ScheduleTick, ServedModelRecord,
+                                    Task, Worker)
 from tests.helpers import free_port
 
 SCHEMA_V1 = Path(__file__).parent / "fixtures" / "schema_v1.sql"
@@ -210,8 +211,8 @@ def test_a_version_1_database_is_migrated_with_its_rows(db_url):
     added = {"events", "asset_materializations", "asset_check_results",  # versions 2-4
              "schedules", "schedule_ticks", "operator_speeds",  # and 7
              "trainings", "training_metrics", "training_checkpoints",  # and 9
-             "operations", "asset_definitions"}  # and 14, 15
-    assert stored_version(db_url) == 15 == SCHEMA_VERSION
+             "operations", "asset_definitions", "served_models"}  # and 14 to 16
+    assert stored_version(db_url) == 16 == SCHEMA_VERSION
     assert set(after) == V1_TABLES | added
     assert all(after[t] == [] for t in added)
     assert [r.pop("username") for r in after["runs"]] == ["", "", ""]
@@ -297,7 +298,12 @@ def _drop_version_14(conn) -> None:
 
 
 def _drop_version_15(conn) -> None:
+    _drop_version_16(conn)
     conn.execute(text("DROP TABLE asset_definitions"))
+
+
+def _drop_version_16(conn) -> None:
+    conn.execute(text("DROP TABLE served_models"))
 
 
 def _without_version_14(tables: dict) -> None:
@@ -309,7 +315,13 @@ def _without_version_14(tables: dict) -> None:
 def _without_version_15(tables: dict) -> None:
     """A snapshot as it was before version 15: its asset_definitions table empty, taken
     away."""
+    _without_version_16(tables)
     assert tables.pop("asset_definitions") == []
+
+
+def _without_version_16(tables: dict) -> None:
+    """A snapshot as it was before version 16: its served_models table empty, taken away."""
+    assert tables.pop("served_models") == []
 
 
 def _without_version_9(tables: dict) -> None:
@@ -581,6 +593,25 @@ def test_a_version_14_database_gets_the_asset_definitions_table(db_url):
                               checks="[]", code_version="c0", defined_at=3.0))
     with db.read() as s:
         assert s.get(AssetDefinition, "doubled").partitions is None
+
+
+def test_a_version_15_database_gets_the_served_models_table(db_url):
+    """Version 16: the models gateways serve; the rows before it are kept."""
+    db = open_db(db_url)
+    with db.session() as s:
+        s.add(AssetDefinition(name="doubled", spec='{"nodes": []}', dependencies="[]",
+                              checks="[]", code_version="c0", defined_at=3.0))
+    before = back_to(db_url, 15, _drop_version_16)
+    assert "served_models" not in before and len(before["asset_definitions"]) == 1
+
+    db, after = migrated(db_url)
+
+    _without_version_16(after)
+    assert after == before
+    with db.session() as s:  # and a served model is recorded
+        s.add(ServedModelRecord(gateway="h:1", model="mlp", state="READY", updated_at=4.0))
+    with db.read() as s:
+        assert s.get(ServedModelRecord, ("h:1", "mlp")).requests == 0
 
 
 @pytest.mark.parametrize("stamped", [1, 5, SCHEMA_VERSION - 1])

@@ -85,7 +85,38 @@ def _seed(url: str, client, asset_root: Path) -> SimpleNamespace:
     probe_network(client, db, nbytes=1 << 16)
     register_operators(db)
     fit = _training(dx, client, url)
-    return SimpleNamespace(url=url, db=db, defs=defs, persisted=kept, fit=fit)
+    served = _serving(db, client, asset_root.parent)
+    return SimpleNamespace(url=url, db=db, defs=defs, persisted=kept, fit=fit,
+                           served=served)
+
+
+def _serving(db, client, folder: Path):
+    """A model repository served for real (an MLP on two replicas of the cluster's workers,
+    one file that is not a model), 7 requests of 11 rows and one refused, recorded as a
+    gateway records them."""
+    import numpy as np
+
+    from deepx_flow.errors import InputError
+    from deepx_flow.runtime.run import cluster_spec
+    from deepx_flow.serving.records import record
+    from deepx_flow.serving.repository import ModelRepository
+    from tests.onnx.test_onnx_import import mlp_model
+    root = folder / "models"
+    (root / "mlp" / "1").mkdir(parents=True)
+    mlp_model(root / "mlp" / "1" / "model.onnx")
+    (root / "mlp" / "config.pbtxt").write_text("instance_group [ { count: 2 } ]\n")
+    (root / "broken" / "1").mkdir(parents=True)
+    (root / "broken" / "1" / "model.onnx").write_bytes(b"not a model")
+    models = ModelRepository(root, cluster_spec(None, client), client)
+    try:
+        models.load_all()
+        for rows in (1, 1, 1, 1, 1, 3, 3):
+            models.infer("mlp", "", {"x": np.ones((rows, 784), np.float32)})
+        with pytest.raises(InputError):
+            models.infer("mlp", "", {"x": np.ones((1, 5), np.float32)})
+        return record(models, db, gateway="seed-host:4242")
+    finally:
+        models.stop()
 
 
 def _training(dx, client, url):

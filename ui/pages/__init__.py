@@ -10,7 +10,7 @@ import importlib
 
 # (title in the navigation bar, URL path); the run page is reached from the runs page.
 NAV = [("Overview", "overview"), ("Runs", "runs"), ("Graph", "graph"), ("Assets", "assets"),
-       ("Registry", "registry"), ("Schedules", "schedules")]
+       ("Registry", "registry"), ("Schedules", "schedules"), ("Serving", "serving")]
 PATHS = [path for _, path in NAV] + ["run"]
 
 
