@@ -34,7 +34,7 @@ class ServingConfig:
     replicas: int = 1
     inputs: tuple = ()  # (name, datatype, dims) the config declares, to check
     outputs: tuple = ()
-    model_file: str = "model.onnx"
+    model_file: str | None = None  # None: model.onnx, else model.yaml (or .yml, .json)
 
 
 def read_config(folder: Path, name: str) -> ServingConfig:
@@ -78,7 +78,7 @@ def read_config(folder: Path, name: str) -> ServingConfig:
         (DEFAULT_DELAY_US if batching else 0), replicas,
         tuple((t.name, _datatype(t.data_type, path), tuple(t.dims)) for t in config.input),
         tuple((t.name, _datatype(t.data_type, path), tuple(t.dims)) for t in config.output),
-        config.default_model_filename or "model.onnx")
+        config.default_model_filename or None)
 
 
 def checked_against(config: ServingConfig, model, path: Path) -> None:

@@ -1,5 +1,5 @@
-"""A served model: an ONNX file read, checked and kept, answering batches of inference
-requests with deepx_flow's kernels.
+"""A served model: an ONNX file, or a graph spec with bound weights, read, checked and
+kept, answering batches of inference requests with deepx_flow's kernels.
 
 Loading reads the file (its SHA-256 is the version's digest), checks it as `dx.onnx.load`
 does (ONNX's checker, shape inference, every operator one deepx_flow converts), and builds
@@ -12,6 +12,7 @@ and kept, so a batch costs its kernels and little else (`execute.run_here`).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import threading
 from collections import OrderedDict
@@ -41,18 +42,15 @@ class TensorSpec:
 
 
 class ServedModel:
-    """Version `version` of model `name`, read from the ONNX file at `path`, computed for
-    `cluster` (a ClusterSpec: the worker it runs on)."""
+    """Version `version` of model `name`, read from `path`, computed for `cluster` (a
+    ClusterSpec: the worker it runs on). A flavour (`OnnxModel`, `SpecModel`) says what its
+    inputs are and builds its outputs over tensors of a request's shapes."""
 
-    def __init__(self, name: str, version: str, path: Path, cluster):
-        import deepx_flow as dx
+    platform = PLATFORM
+
+    def __init__(self, name: str, version: str, path: Path, cluster, inputs: list):
         self.name, self.version, self.path, self.cluster = name, version, Path(path), cluster
-        self.digest = _sha256(self.path)
-        self.onnx = dx.onnx.load(self.path)
-        types = self.onnx.input_types
-        self.inputs = [TensorSpec(n, datatype_of(types[n][1]),
-                                  tuple(-1 if d is None else d for d in types[n][0]))
-                       for n in self.onnx.input_names]
+        self.inputs = inputs
         self._lock = threading.Lock()
         self._built: OrderedDict = OrderedDict()
         # built once for a batch of one: a graph that does not take its declared inputs is
@@ -60,16 +58,21 @@ class ServedModel:
         probe = {s.name: np.zeros(tuple(1 if d == -1 else d for d in s.shape),
                                   dtype=_dtype(s.datatype)) for s in self.inputs}
         graph, _ = self._graph(probe)
-        declared = self.onnx.output_types
-        self.outputs = []
-        for name, node_id in graph.outputs:
-            node = graph[node_id]
-            dims = declared.get(name)[0] if declared.get(name) else node.shape
-            self.outputs.append(TensorSpec(name, datatype_of(node.dtype),
-                                           tuple(-1 if d is None else d for d in dims)))
+        self.outputs = [TensorSpec(name, datatype_of(graph[node_id].dtype),
+                                   self._output_shape(name, graph[node_id].shape))
+                        for name, node_id in graph.outputs]
+
+    def _build(self, tensors: dict) -> tuple[dict, dict]:
+        """The outputs (name -> Tensor) over `tensors` (input name -> dx.input), and arrays
+        to bind besides the request's (name -> array)."""
+        raise NotImplementedError
+
+    def _output_shape(self, name: str, built: tuple) -> tuple:
+        """An output's shape as the metadata says it (-1 where it varies)."""
+        return built
 
     def metadata(self) -> dict:
-        return {"name": self.name, "versions": [self.version], "platform": PLATFORM,
+        return {"name": self.name, "versions": [self.version], "platform": self.platform,
                 "inputs": [s.answer() for s in self.inputs],
                 "outputs": [s.answer() for s in self.outputs]}
 
@@ -129,11 +132,11 @@ class ServedModel:
                 return self._built[key]
         tensors = {n: input_(n, arrays[n].shape, arrays[n].dtype) for n in arrays}
         try:
-            outs = self.onnx(**tensors)
+            outs, carried = self._build(tensors)
             graph = infer_types(validate_graph(build_graph(outs)))
         except DeepxError as err:
             raise InputError(f"model {self.name!r}: {err}") from None
-        built = (graph, dict(bound_inputs(outs)))
+        built = (graph, {**bound_inputs(outs), **carried})
         with self._lock:
             self._built[key] = built
             while len(self._built) > BUILT_SHAPES:
@@ -141,17 +144,136 @@ class ServedModel:
         return built
 
 
+class OnnxModel(ServedModel):
+    """A model from an ONNX file (`dx.onnx.load`'s checks: the checker, shape inference,
+    every operator converted); its digest the file's."""
+
+    def __init__(self, name: str, version: str, path: Path, cluster):
+        import deepx_flow as dx
+        self.digest = _sha256(Path(path))
+        self.onnx = dx.onnx.load(path)
+        types = self.onnx.input_types
+        super().__init__(name, version, path, cluster, [
+            TensorSpec(n, datatype_of(types[n][1]),
+                       tuple(-1 if d is None else d for d in types[n][0]))
+            for n in self.onnx.input_names])
+
+    def _build(self, tensors):
+        return self.onnx(**tensors), {}
+
+    def _output_shape(self, name, built):
+        declared = self.onnx.output_types.get(name)
+        return tuple(-1 if d is None else d for d in (declared[0] if declared else built))
+
+
+class SpecModel(ServedModel):
+    """A model from a graph spec (`model.yaml`, the YAML or JSON spec of docs/graph-spec.md)
+    with its weights bound: `weights.npz` beside it holds an array for each spec input it
+    names (checked against the input's dtype and shape at load); the other inputs are the
+    request's. A request input's first axis varies (the batch) when the spec, built again
+    with another size there, still holds together; its digest covers both files."""
+
+    platform = "deepx_flow_graph"
+
+    def __init__(self, name: str, version: str, path: Path, cluster):
+        from deepx_flow.config import settings
+        from deepx_flow.spec.bounded_yaml import load as load_yaml
+        from deepx_flow.spec.yaml_io import from_yaml
+        path = Path(path)
+        weights = path.parent / WEIGHTS_FILE
+        self.digest = _sha256(path, *([weights] if weights.is_file() else []))
+        graph = from_yaml(path)  # read and checked as the CLI reads a spec
+        self.document = load_yaml(_spec_text(path), settings().max_nodes)
+        self.weights = _weights(weights, graph) if weights.is_file() else {}
+        requested = [n for n in graph.inputs if n.id not in self.weights]
+        batch = all(n.shape for n in requested) and self._holds(graph, requested, 2)
+        super().__init__(name, version, path, cluster, [
+            TensorSpec(n.id, datatype_of(n.dtype),
+                       ((-1,) + n.shape[1:]) if batch else n.shape) for n in requested])
+
+    def _holds(self, graph, requested, size: int) -> bool:
+        try:
+            self._instance({n.id: (size,) + n.shape[1:] for n in requested})
+            return True
+        except DeepxError:
+            return False
+
+    def _instance(self, shapes: dict):
+        """The spec's graph with these request inputs' shapes."""
+        from deepx_flow.spec.reader import document_to_graph
+        doc = copy.deepcopy(self.document)
+        for name, shape in shapes.items():
+            doc["inputs"][name]["shape"] = list(shape)
+        return document_to_graph(doc)
+
+    def _build(self, tensors):
+        from deepx_flow.sdk.call import call
+        from deepx_flow.sdk.functions import input as input_
+        graph = self._instance({n: t.shape for n, t in tensors.items()})
+        given = {**tensors, **{n: input_(n, a.shape, a.dtype.name)
+                               for n, a in self.weights.items()}}
+        return call(graph, given), dict(self.weights)
+
+    def _output_shape(self, name, built):
+        if not self.inputs or self.inputs[0].shape[:1] != (-1,) or not built:
+            return built
+        return (-1,) + tuple(built[1:])  # (an output's first axis follows the batch)
+
+
+WEIGHTS_FILE = "weights.npz"
+
+
+def load_model(name: str, version: str, path: Path, cluster) -> ServedModel:
+    """The served model of the file at `path`: an ONNX model (`.onnx`) or a graph spec with
+    bound weights (`.yaml`, `.yml`, `.json`)."""
+    suffix = Path(path).suffix.lower()
+    if suffix == ".onnx":
+        return OnnxModel(name, version, path, cluster)
+    if suffix in (".yaml", ".yml", ".json"):
+        return SpecModel(name, version, path, cluster)
+    raise InputError(f"{path}: a model is an ONNX file (.onnx) or a graph spec (.yaml, "
+                     f".json), not {suffix or 'a file without a suffix'}")
+
+
+def _spec_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot be read: {err}") from None
+
+
+def _weights(path: Path, graph) -> dict:
+    """The arrays of a weights file, each checked against the spec input it binds."""
+    inputs = {n.id: n for n in graph.inputs}
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: np.asarray(data[k]) for k in data.files}
+    except (OSError, ValueError) as err:
+        raise InputError(f"{path}: not a NumPy .npz file of arrays: {err}") from None
+    for name, array in arrays.items():
+        node = inputs.get(name)
+        if node is None:
+            raise InputError(f"{path}: array {name!r} binds no input of the spec (its inputs: "
+                             f"{', '.join(inputs)})")
+        if (array.dtype.name, array.shape) != (node.dtype, node.shape):
+            raise InputError(f"{path}: array {name!r} is {array.dtype.name}{array.shape}, but "
+                             f"the spec's input is {node.dtype}{node.shape}")
+    return arrays
+
+
 def _dtype(datatype: str) -> np.dtype:
     from deepx_flow.contract.tensors import dtype_of
     return np.dtype(dtype_of(datatype, "probe"))
 
 
-def _sha256(path: Path) -> str:
+def _sha256(*paths: Path) -> str:
+    """The SHA-256 of the files' bytes, one after another."""
     h = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-    except OSError as err:
-        raise InputError(f"{path}: cannot be read: {err}") from None
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+        except OSError as err:
+            raise InputError(f"{path}: cannot be read: {err}") from None
     return h.hexdigest()

@@ -21,8 +21,8 @@ class Replica:
 
     def __init__(self, name: str, version: str, path: str, digest: str):
         from deepx_flow.runtime.run import cluster_spec
-        from deepx_flow.serving.model import ServedModel
-        model = ServedModel(name, version, path, cluster_spec())
+        from deepx_flow.serving.model import load_model
+        model = load_model(name, version, path, cluster_spec())
         if model.digest != digest:
             raise DataError(f"model {name!r} version {version}: {path} changed since the "
                             f"gateway checked it (its SHA-256 is {model.digest[:12]}..., "

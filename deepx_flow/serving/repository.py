@@ -5,8 +5,9 @@
         config.pbtxt             (optional: batching, replicas; `config.py`)
         1/model.onnx
         2/model.onnx             (the newest version is the one served)
-      conv_net/
-        1/model.onnx
+      scorer/
+        1/model.yaml             (a graph spec: `model.py`'s SpecModel)
+        1/weights.npz            (arrays bound to its inputs of those names)
 
 Every model is loaded when the server starts; the repository extension's `load` reads a
 model again from disk (a new version, a fixed file) and `unload` stops serving it. A model
@@ -39,7 +40,7 @@ from deepx_flow.errors import DeepxError, InputError, shown
 from deepx_flow.gateway.errors import NotFound
 from deepx_flow.serving.batcher import Batcher
 from deepx_flow.serving.config import ServingConfig, checked_against, read_config
-from deepx_flow.serving.model import ServedModel
+from deepx_flow.serving.model import ServedModel, load_model
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
@@ -179,7 +180,7 @@ class ModelRepository:
         try:
             config = read_config(folder, name)
             version, path = _newest_version(folder, config.model_file)
-            model = ServedModel(name, version, path, self.cluster)
+            model = load_model(name, version, path, self.cluster)
             checked_against(config, model, folder / "config.pbtxt")
             replicas = None
             if self.client is not None:
@@ -356,15 +357,23 @@ def _direct_client(client):
                   timeout="30s")
 
 
-def _newest_version(folder: Path, model_file: str) -> tuple[str, Path]:
+MODEL_FILES = ("model.onnx", "model.yaml", "model.yml", "model.json")
+
+
+def _newest_version(folder: Path, model_file: str | None) -> tuple[str, Path]:
+    """The newest version folder's number and model file (`model_file`, or the first of
+    MODEL_FILES there)."""
+    names = (model_file,) if model_file else MODEL_FILES
     versions = sorted((int(p.name), p) for p in folder.iterdir()
                       if p.is_dir() and p.name.isdigit() and p.name.isascii())
     if not versions:
-        raise InputError(f"{folder}: no version folder (1/, 2/, ...) with a {model_file}")
+        raise InputError(f"{folder}: no version folder (1/, 2/, ...) with a "
+                         f"{' or '.join(names)}")
     number, path = versions[-1]
-    if not (path / model_file).is_file():
-        raise InputError(f"{path}: no {model_file}")
-    return str(number), path / model_file
+    found = next((path / n for n in names if (path / n).is_file()), None)
+    if found is None:
+        raise InputError(f"{path}: no {' or '.join(names)}")
+    return str(number), found
 
 
 def _rows(model: ServedModel, arrays: dict) -> int:

@@ -68,6 +68,6 @@ def test_a_replica_refuses_a_file_that_is_not_the_one_the_gateway_checked(tmp_pa
         Replica("mlp", "1", path, "0" * 64)
     other = tmp_path / "other.onnx"
     shutil.copy(path, other)
-    from deepx_flow.serving.model import ServedModel
-    digest = ServedModel("mlp", "1", path, cluster_spec()).digest
+    from deepx_flow.serving.model import load_model
+    digest = load_model("mlp", "1", path, cluster_spec()).digest
     assert Replica("mlp", "1", str(other), digest).model.digest == digest
