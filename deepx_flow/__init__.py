@@ -62,6 +62,7 @@ _ON_FIRST_USE = {
                     "deepx_flow.assets"),
     "checks": "deepx_flow.assets.checks:",
     "onnx": "deepx_flow.onnx:",  # needs the optional onnx package
+    "serving": "deepx_flow.serving:",
     "schedule": "deepx_flow.assets.schedule",
     "Placement": "deepx_flow.runtime.placement", "placement": "deepx_flow.runtime.placement",
     **dict.fromkeys(["Persisted", "compile", "persist", "run"], "deepx_flow.runtime.run"),

@@ -1,0 +1,158 @@
+"""A trained model as a version in a model repository: `dx.serving.package`.
+
+`dx.train`'s checkpoints hold parameters and optimizer state, not the forward graph a
+server runs. A package writes both: the forward graph, built by `forward(params, **inputs)`
+over the example inputs' shapes, as a graph spec (`model.yaml`), and the parameters bound
+to it (`weights.npz`), into the next version folder of a model in the repository, where
+`deepx-flow serve` serves it (`model.py`'s SpecModel: the batch axis follows the example's
+first axis when the graph holds together with another size there). `package.json` beside
+them records the digests of the graph and of the parameters, and the training and
+checkpoint they came from.
+
+    fit = dx.train(loss, params, data=(x, y), ...)
+    dx.serving.package("classifier", lambda p, x: dx.softmax(model(p, x)), fit,
+                       example_inputs={"x": x[:1]}, repository="models")
+
+A version is written to a hidden folder, then renamed into place: a server never sees half
+of one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from deepx_flow.errors import GraphError, InputError, shown
+
+
+def package(name: str, forward, params, example_inputs: dict, repository) -> Path:
+    """Write `forward` over `params` as the next version of model `name` in `repository`
+    (a folder in Triton's layout); the version folder written.
+
+    Parameters
+    ----------
+    name : str
+        The model's name (its folder).
+    forward : callable
+        `forward(params, **inputs)`: the parameters as tensors (by name), the inputs as
+        tensors of the example inputs' shapes and dtypes; returns a Tensor (the output
+        `output`) or a dict of them.
+    params : dx.Fit, or dict of str to ndarray
+        The trained parameters: a `dx.train` result (its checkpoint is recorded), or arrays.
+    example_inputs : dict of str to ndarray
+        One example of each request input (its first axis is the batch where the graph
+        allows another size there).
+    repository : path
+        The model repository's folder.
+    """
+    from deepx_flow.sdk.build import build_graph
+    from deepx_flow.sdk.functions import input as input_
+    from deepx_flow.sdk.tensor import Tensor
+    from deepx_flow.serving.repository import NAME
+    from deepx_flow.sdk.bindings import bound_inputs
+    from deepx_flow.spec.yaml_io import graph_to_document
+
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise InputError(f"model name {shown(name)} is not 1 to 128 letters, digits, '_', '.' "
+                         f"or '-'")
+    values, origin = _params(params)
+    if not isinstance(example_inputs, dict) or not example_inputs:
+        raise InputError("example_inputs is a dict of input name -> an example array")
+    weights = {_weight_name(n): np.asarray(v) for n, v in values.items()}
+    clash = sorted(set(weights) & set(example_inputs))
+    if clash:
+        raise InputError(f"input(s) {', '.join(map(shown, clash))} are also parameters' names")
+    p = {n: input_(_weight_name(n), v.shape, v.dtype.name) for n, v in values.items()}
+    inputs = {}
+    for n, example in example_inputs.items():
+        example = np.asarray(example)
+        inputs[n] = input_(n, example.shape, example.dtype.name)
+    try:
+        out = forward(p, **inputs)
+    except (GraphError, InputError):
+        raise
+    except Exception as err:
+        raise GraphError(f"model {name}: forward raised {type(err).__name__}: {err}") \
+            from err
+    outputs = {"output": out} if isinstance(out, Tensor) else out
+    if not isinstance(outputs, dict) or not outputs or \
+            not all(isinstance(t, Tensor) for t in outputs.values()):
+        raise GraphError(f"model {name}: forward must return a Tensor or a dict of Tensors, "
+                         f"got {type(out).__name__}")
+    graph = build_graph(outputs)
+    used = {node.id for node in graph.inputs}
+    missing = sorted(set(inputs) - used)
+    if missing:
+        raise GraphError(f"model {name}: forward does not read input(s) "
+                         f"{', '.join(map(shown, missing))}")
+    spec = json.dumps(_untyped(graph_to_document(graph, name)), indent=1)
+    # the parameters, and the arrays the tensors carry (NumPy operands of forward's code)
+    carried = {n: np.asarray(getattr(b, "value", b)) for n, b in bound_inputs(outputs).items()}
+    bound = {n: a for n, a in {**weights, **carried}.items() if n in used}
+    return _write(Path(repository) / name, spec, bound, origin)
+
+
+def _untyped(doc: dict) -> dict:
+    """The spec without the shapes and dtypes its reader infers (those an operator does not
+    declare): built again with another batch size, it still holds together."""
+    from deepx_flow.ops import OPS
+    for entry in doc.get("nodes", ()):
+        declared = OPS[entry["op"]].declared
+        for field in ("shape", "dtype"):
+            if field not in declared:
+                entry.pop(field, None)
+    return doc
+
+
+def _params(params) -> tuple[dict, dict]:
+    from deepx_flow.train import Fit
+    if isinstance(params, Fit):
+        return dict(params.values), {"training": params.training_id,
+                                     "checkpoint": params.checkpoint}
+    if isinstance(params, dict) and all(isinstance(v, np.ndarray) for v in params.values()):
+        return dict(params), {}
+    raise InputError(f"params is {shown(params)}, not a dx.train result or a dict of arrays")
+
+
+def _weight_name(name: str) -> str:
+    """The graph input a parameter becomes (as `Fit.params` names them)."""
+    return "trained_" + "".join(c if c.isalnum() else "_" for c in name)
+
+
+def _write(folder: Path, spec: str, weights: dict, origin: dict) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    versions = [int(p.name) for p in folder.iterdir()
+                if p.is_dir() and p.name.isdigit() and p.name.isascii()]
+    version = str(max(versions, default=0) + 1)
+    hidden = folder / f".{version}.{uuid.uuid4().hex[:8]}.partial"
+    hidden.mkdir()
+    try:
+        (hidden / "model.yaml").write_text(spec)
+        with open(hidden / "weights.npz", "wb") as f:
+            np.savez(f, **weights)
+            f.flush()
+            os.fsync(f.fileno())
+        manifest = {"graph_sha256": hashlib.sha256(spec.encode()).hexdigest(),
+                    "weights_sha256": _file_sha256(hidden / "weights.npz"),
+                    "created_at": time.time(), **origin}
+        (hidden / "package.json").write_text(json.dumps(manifest, indent=1) + "\n")
+        os.rename(hidden, folder / version)  # a version another writer took: refused
+    except BaseException:
+        shutil.rmtree(hidden, ignore_errors=True)
+        raise
+    return folder / version
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

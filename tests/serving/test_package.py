@@ -1,0 +1,86 @@
+"""A model trained by dx.train, packaged as a version of a model repository and served:
+its answers equal dx.run's of the same forward graph over the trained parameters, and
+ONNX Runtime's of the same graph exported; the version is written whole or not at all and
+records the digests and the checkpoint it came from."""
+
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import deepx_flow as dx
+from deepx_flow.errors import GraphError, InputError
+from deepx_flow.runtime.run import cluster_spec
+from deepx_flow.serving.repository import ModelRepository
+
+
+@pytest.fixture(scope="module")
+def trained(client_module):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((256, 6))
+    y = (x[:, 0] + x[:, 1] > 0).astype(np.int64)
+    logits = dx.nn.Sequential(dx.nn.Linear(6, 16, dtype="float64"), dx.relu,
+                              dx.nn.Linear(16, 2, dtype="float64"))
+    fit = dx.train(lambda p, a, b: dx.nn.cross_entropy(logits(p, a), b), logits.init(seed=1),
+                   data=(x, y), batch_size=32, epochs=2, progress=False,
+                   client=client_module)
+    return fit, logits, x
+
+
+@pytest.fixture(scope="module")
+def client_module():
+    from distributed import Client, LocalCluster
+    from tests.helpers import threaded_memory_off
+    with threaded_memory_off(), LocalCluster(n_workers=2, threads_per_worker=1,
+                                             processes=False, dashboard_address=None) as c, \
+            Client(c, set_as_default=False) as client:
+        yield client
+
+
+def test_a_packaged_training_serves_dx_runs_and_onnx_runtimes_answers(trained, tmp_path,
+                                                                      client_module):
+    fit, logits, x = trained
+    forward = lambda p, x: dx.softmax(logits(p, x), axis=1)  # noqa: E731
+    first = dx.serving.package("classifier", forward, fit, {"x": x[:1]}, tmp_path)
+    second = dx.serving.package("classifier", forward, fit, {"x": x[:1]}, tmp_path)
+    assert (first.name, second.name) == ("1", "2")
+    manifest = json.loads((second / "package.json").read_text())
+    assert manifest["checkpoint"] == fit.checkpoint and manifest["training"] == fit.training_id
+    assert len(manifest["graph_sha256"]) == len(manifest["weights_sha256"]) == 64
+    assert not [p for p in (tmp_path / "classifier").iterdir() if p.name.startswith(".")]
+
+    models = ModelRepository(tmp_path, cluster_spec())
+    try:
+        models.load_all()
+        meta = models.model("classifier").metadata()
+        assert meta["versions"] == ["2"] and meta["inputs"] == [
+            {"name": "x", "datatype": "FP64", "shape": [-1, 6]}]
+        rows = x[:9]
+        _, got = models.infer("classifier", "", {"x": rows})
+        want = dx.run(forward(fit.params, dx.input("x", rows.shape, "float64")),
+                      inputs={**fit.inputs, "x": rows}, client=client_module)
+        np.testing.assert_allclose(got["output"], want, rtol=1e-12, atol=1e-12)
+        # the same graph exported, as ONNX Runtime computes it
+        path = tmp_path / "classifier.onnx"
+        dx.onnx.save(forward(fit.params, dx.input("x", rows.shape, "float64")), path,
+                     inputs=fit.inputs)
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        [reference] = session.run(None, {"x": rows})
+        np.testing.assert_allclose(got["output"], reference, rtol=1e-5, atol=1e-12)
+    finally:
+        models.stop()
+
+
+def test_a_package_that_cannot_be_built_writes_nothing(trained, tmp_path):
+    fit, logits, x = trained
+    with pytest.raises(GraphError, match="forward raised ZeroDivisionError"):
+        dx.serving.package("m", lambda p, x: 1 / 0, fit, {"x": x[:1]}, tmp_path)
+    with pytest.raises(GraphError, match="does not read input"):
+        dx.serving.package("m", lambda p, x, y: logits(p, x), fit,
+                           {"x": x[:1], "y": x[:1]}, tmp_path)
+    with pytest.raises(InputError, match="not a dx.train result"):
+        dx.serving.package("m", lambda p, x: x, [1, 2], {"x": x[:1]}, tmp_path)
+    with pytest.raises(InputError, match="model name"):
+        dx.serving.package("../m", lambda p, x: x, fit, {"x": x[:1]}, tmp_path)
+    assert not (tmp_path / "m").exists() or not list((tmp_path / "m").iterdir())
