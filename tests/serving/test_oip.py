@@ -13,7 +13,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.gateway.test_serve import Served
-from tests.onnx.test_onnx_import import close, mlp_model
+from tests.onnx.test_onnx_import import close, cnn_model, mlp_model
 
 
 def runtime(path, feed):
@@ -30,6 +30,8 @@ def served(tmp_path_factory):
     (repo / "garbage" / "1").mkdir(parents=True)
     (repo / "garbage" / "1" / "model.onnx").write_bytes(b"not a model")
     (repo / "empty").mkdir()
+    (repo / "cnn" / "1").mkdir(parents=True)
+    cnn_model(repo / "cnn" / "1" / "model.onnx")
     server = Served(root, "--model-repository", str(repo))
     yield server, repo
     assert server.stop() == 0
@@ -128,7 +130,8 @@ def test_the_repository_index_load_unload_and_statistics(served):
     assert stats["inference_stats"]["fail"]["count"] == 1
     assert {b["batch_size"]: b["compute_infer"]["count"] for b in stats["batch_stats"]} == \
         {1: 1, 3: 2}
-    assert [s["name"] for s in client.get_inference_statistics()["model_stats"]] == ["mlp"]
+    assert [s["name"] for s in client.get_inference_statistics()["model_stats"]] == ["cnn",
+                                                                                "mlp"]
     index = {m["name"]: m for m in client.get_model_repository_index()}
     assert index["mlp"]["version"] == "2"
 
@@ -159,7 +162,7 @@ def test_over_grpc_tritonclient_gets_the_same(served):
             client.infer(model, [given])
         assert err.value.status() == code and says in err.value.message()
     names = {m.name for m in client.get_model_repository_index().models}
-    assert {"mlp", "garbage", "empty"} <= names
+    assert {"mlp", "cnn", "garbage", "empty"} <= names
     stats = client.get_inference_statistics("mlp").model_stats[0]
     assert stats.name == "mlp" and stats.inference_count >= 4
 
@@ -193,3 +196,20 @@ def test_our_messages_are_tritons_on_the_wire_and_both_load_in_one_process():
     wire = triton.ModelInferRequest(model_name="m", raw_input_contents=[b"ab"])
     read = grpc_service_pb2.ModelInferRequest.FromString(wire.SerializeToString())
     assert read.model_name == "m" and list(read.raw_input_contents) == [b"ab"]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_the_conv_net_gives_onnx_runtimes_outputs(served, protocol):
+    import tritonclient.grpc as grpcclient
+    module = httpclient if protocol == "http" else grpcclient
+    [spec] = _client(served).get_model_metadata("cnn")["inputs"]
+    client = _client(served) if protocol == "http" else \
+        grpcclient.InferenceServerClient(url=served[0].grpc)
+    shape = [3] + spec["shape"][1:]  # three images
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    given = module.InferInput("x", shape, "FP32")
+    given.set_data_from_numpy(x)
+    result = client.infer("cnn", [given])
+    want = runtime(served[1] / "cnn" / "1" / "model.onnx", {"x": x})
+    for name, value in want.items():
+        close(result.as_numpy(name), value)
