@@ -4,7 +4,8 @@ to its worker, not through the scheduler) and costs the model and a message.
 
 A replica checks that the file it loads is the one the gateway checked (the same SHA-256):
 a file changed or damaged between the two is refused, not served. Replicas are spread over
-the workers, one per worker before any worker gets a second. A replica whose worker was
+the workers (the GPU workers, where the cluster has any), one per worker before any worker
+gets a second. A replica whose worker was
 lost is placed again on a live worker when a batch finds it gone, and the batch runs there
 (a model's answer does not depend on where it runs).
 """
@@ -35,12 +36,13 @@ class Replica:
 
 class Replicas:
     """`count` replicas of `model` (a ServedModel the gateway loaded and checked) on the
-    workers of `client`."""
+    workers of `client`: on the GPU workers among them, `gpus` (addresses), where there
+    are any."""
 
-    def __init__(self, client, model, count: int):
-        self.client, self.model = client, model
+    def __init__(self, client, model, count: int, gpus=()):
+        self.client, self.model, self.gpus = client, model, tuple(gpus)
         self._lock = threading.Lock()
-        workers = _workers(client)
+        workers = _workers(client, self.gpus)
         if not workers:
             raise ExecutionError("the cluster has no workers to place the model's replicas on")
         self._placed = [self._place(workers[i % len(workers)]) for i in range(count)]
@@ -72,7 +74,7 @@ class Replicas:
             raise
         except Exception as err:  # its worker was lost (or the call could not reach it)
             lost = err
-        live = _workers(self.client)
+        live = _workers(self.client, self.gpus)
         if not live:
             raise ExecutionError(f"model {self.model.name!r}: its replica's worker is gone "
                                  f"({type(lost).__name__}: {lost}) and no worker is left")
@@ -94,5 +96,8 @@ class Replicas:
             future.release()
 
 
-def _workers(client) -> list[str]:
-    return sorted(client.scheduler_info(n_workers=-1)["workers"])
+def _workers(client, gpus=()) -> list[str]:
+    """The live workers replicas may go on: those of `gpus` alive, else every one."""
+    from deepx_flow.registry.live import scheduler_workers
+    live = sorted(scheduler_workers(client))
+    return [w for w in live if w in gpus] or live

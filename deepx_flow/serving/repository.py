@@ -185,7 +185,9 @@ class ModelRepository:
             replicas = None
             if self.client is not None:
                 from deepx_flow.serving.replica import Replicas
-                replicas = Replicas(self.client, model, config.replicas)
+                gpus = [w.address for w in self.cluster.workers
+                        if w.device is not None and w.address]
+                replicas = Replicas(self.client, model, config.replicas, gpus)
         except DeepxError as err:
             with self._lock:
                 entry = self._entries.setdefault(name, Entry())

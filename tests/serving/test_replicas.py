@@ -71,3 +71,31 @@ def test_a_replica_refuses_a_file_that_is_not_the_one_the_gateway_checked(tmp_pa
     from deepx_flow.serving.model import load_model
     digest = load_model("mlp", "1", path, cluster_spec()).digest
     assert Replica("mlp", "1", str(other), digest).model.digest == digest
+
+
+def test_replicas_go_on_the_gpu_workers_where_the_cluster_has_any(tmp_path, cluster):
+    """The cluster as the registry describes it, one worker with a GPU (this machine has
+    none: its spec says so, as a dask-cuda worker's registration would): both replicas go
+    on that worker; without a GPU worker they spread over all."""
+    import dataclasses
+
+    from deepx_flow.registry.cluster import DeviceSpec
+    _, client = cluster
+    root, _ = _repository(tmp_path, 2)
+    spec = cluster_spec(None, client)
+    gpu_worker = spec.workers[1]
+    with_gpu = dataclasses.replace(spec, workers=tuple(
+        dataclasses.replace(w, device=DeviceSpec("gpu", "H100", 80 * 2**30))
+        if w is gpu_worker else w for w in spec.workers))
+    models = ModelRepository(root, with_gpu, client)
+    try:
+        models.load("mlp")
+        assert models.placement("mlp") == [gpu_worker.address] * 2
+    finally:
+        models.stop()
+    models = ModelRepository(root, spec, client)
+    try:
+        models.load("mlp")
+        assert len(set(models.placement("mlp"))) == 2
+    finally:
+        models.stop()
