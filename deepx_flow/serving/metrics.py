@@ -8,6 +8,7 @@ statistics call reports), per model and version:
     deepx_inference_request_failure_total      requests refused or failed
     deepx_inference_count_total                rows inferred (a request of 8 rows counts 8)
     deepx_inference_exec_count_total           executions (a batch of requests counts 1)
+    deepx_inference_chunked_total              requests run as a chunked plan on the cluster
     deepx_inference_request_duration_seconds   each request, end to end (histogram)
     deepx_inference_queue_duration_seconds     each request's wait for its batch (histogram)
     deepx_inference_batch_size                 rows per execution (histogram)
@@ -33,7 +34,9 @@ class ServingCollector:
             "deepx_inference_request_success": ("requests answered", []),
             "deepx_inference_request_failure": ("requests refused or failed", []),
             "deepx_inference_count": ("rows inferred", []),
-            "deepx_inference_exec_count": ("executions (a batch of requests counts one)", [])}
+            "deepx_inference_exec_count": ("executions (a batch of requests counts one)", []),
+            "deepx_inference_chunked": ("requests too large for one task, run as a chunked "
+                                        "plan on the cluster", [])}
         histograms = {
             "deepx_inference_request_duration_seconds": ("each request, end to end", []),
             "deepx_inference_queue_duration_seconds": ("each request's wait for its batch",
@@ -45,6 +48,7 @@ class ServingCollector:
             counters["deepx_inference_request_failure"][1].append((labels, s.fail.count))
             counters["deepx_inference_count"][1].append((labels, s.inference_count))
             counters["deepx_inference_exec_count"][1].append((labels, s.execution_count))
+            counters["deepx_inference_chunked"][1].append((labels, s.chunked))
             for metric, h in (("deepx_inference_request_duration_seconds", s.latency),
                               ("deepx_inference_queue_duration_seconds", s.queue_latency)):
                 histograms[metric][1].append((labels, h.cumulative(), h.sum))

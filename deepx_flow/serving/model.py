@@ -86,6 +86,14 @@ class ServedModel:
         results = run_here(graph, bind_inputs(graph, {**carried, **arrays}), self.cluster)
         return {n: results[n] for n in wanted}
 
+    def footprint(self, arrays: dict) -> int:
+        """Bytes a request holds at once at least: its inputs and its outputs."""
+        graph, _ = self._graph(arrays)
+        nodes = [graph[node_id] for _, node_id in graph.outputs]
+        outs = sum(int(np.prod(n.shape, dtype=np.int64)) * np.dtype(n.dtype).itemsize
+                   for n in nodes)
+        return outs + sum(a.nbytes for a in arrays.values())
+
     def check(self, arrays: dict, outputs: list | None = None) -> list[str]:
         """Names, datatypes, ranks and fixed sizes of a request's inputs, and the outputs
         it asks for (all when None): those outputs' names."""

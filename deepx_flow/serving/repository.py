@@ -19,7 +19,9 @@ serving keeps its loaded version when a reload fails.
 Requests go through the model's batcher (`batcher.py`): its replicas each run one batch at
 a time; with `dynamic_batching` in the config, requests that arrive together run as one
 batch. Each request is checked (names, datatypes, shapes, rows) before it is queued, so a
-bad one fails alone.
+bad one fails alone. A request too large for one task of the smallest worker (its inputs
+and outputs past the cluster's task budget) runs instead as a chunked plan on the whole
+cluster, as `dx.run` runs any graph, its chunks spread over the workers.
 
 Statistics are kept per model as the protocol's statistics extension reports them:
 requests' rows (`inference_count`), executions (`execution_count`: a batch of requests is
@@ -29,6 +31,7 @@ one), time in success, failure and queue, and per batch size.
 from __future__ import annotations
 
 import bisect
+import concurrent.futures
 import copy
 import re
 import threading
@@ -98,6 +101,7 @@ class Statistics:
     queue: Duration = field(default_factory=Duration)
     compute_infer: Duration = field(default_factory=Duration)
     batches: dict = field(default_factory=dict)  # batch size -> Duration of compute
+    chunked: int = 0  # requests run as a chunked plan on the cluster
     latency: Histogram = field(default_factory=Histogram)  # each request, end to end
     queue_latency: Histogram = field(default_factory=Histogram)  # each request's wait
 
@@ -141,6 +145,8 @@ class ModelRepository:
         # A client of its own that talks to the workers directly: an actor's calls go
         # through the scheduler otherwise (Dask's default for a client).
         self.client = None if client is None else _direct_client(client)
+        # large requests, each a chunked plan on the whole cluster: a few at a time
+        self._large = concurrent.futures.ThreadPoolExecutor(2, "deepx-large-request")
         self._lock = threading.Lock()
         self._entries: dict[str, Entry] = {}
 
@@ -239,6 +245,7 @@ class ModelRepository:
             b.stop()
         for r in replicas:
             r.release()
+        self._large.shutdown(wait=True)
         if self.client is not None:
             self.client.close()
 
@@ -290,10 +297,29 @@ class ModelRepository:
         except DeepxError:
             self._ended(name, model, began, False)
             raise
-        future = batcher.submit(arrays, outputs, rows)
+        if self.client is not None and model.footprint(arrays) > self.cluster.task_budget():
+            future = self._large.submit(self._chunked, name, model, arrays, outputs, rows)
+        else:
+            future = batcher.submit(arrays, outputs, rows)
         future.add_done_callback(
             lambda f: self._ended(name, model, began, f.exception() is None))
         return model, future
+
+    def _chunked(self, name: str, model: ServedModel, arrays: dict, outputs, rows: int):
+        """Run one large request as a chunked plan on the cluster (the scheduler places its
+        chunks on the workers)."""
+        from deepx_flow.runtime.run import run
+        wanted = model.check(arrays, outputs)
+        graph, carried = model._graph(arrays)
+        began = time.perf_counter_ns()
+        results = run(graph, inputs={**carried, **arrays}, client=self.client,
+                      cluster=self.cluster, progress=False)  # planned for its memory
+        with self._lock:
+            stats = self._stats(name, model)
+            if stats is not None:
+                stats.chunked += 1
+        self._executed(name, model, rows, time.perf_counter_ns() - began, [0], True)
+        return {n: results[n] for n in wanted}
 
     def infer(self, name, version: str, arrays: dict, outputs=None) -> tuple:
         """`submit`, waiting for the outputs: (the model, its outputs by name)."""

@@ -3,6 +3,7 @@ the gateway checked (a changed one is refused), answering as ONNX Runtime does; 
 whose worker is lost is placed again on a live worker and the request still answered."""
 
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -97,5 +98,45 @@ def test_replicas_go_on_the_gpu_workers_where_the_cluster_has_any(tmp_path, clus
     try:
         models.load("mlp")
         assert len(set(models.placement("mlp"))) == 2
+    finally:
+        models.stop()
+
+
+@pytest.mark.timeout(300)
+def test_a_request_too_large_for_one_task_runs_as_a_chunked_plan_on_the_cluster(
+        tmp_path, cluster):
+    """Workers described with 8 MiB each: a request of 3,000 rows (9.4 MB in) runs as a
+    chunked plan over the cluster, its answers ONNX Runtime's; a small one goes to a
+    replica."""
+    import dataclasses
+
+    from sqlmodel import select
+
+    from deepx_flow.meta import open_db
+    from deepx_flow.meta.models import Run
+    _, client = cluster
+    root, path = _repository(tmp_path, 1)
+    spec = cluster_spec(None, client)
+    small = dataclasses.replace(spec, workers=tuple(
+        dataclasses.replace(w, memory=8 * 2**20, reserved=0) for w in spec.workers))
+    models = ModelRepository(root, small, client)
+    try:
+        models.load("mlp")
+        x = np.random.default_rng(6).standard_normal((3000, 784)).astype(np.float32)
+        began = time.time()
+        _, got = models.infer("mlp", "", {"x": x})
+        close(got["probs"], runtime(path, {"x": x})["probs"])
+        with open_db().read() as s:
+            [run] = s.exec(select(Run).where(Run.started_at >= began)).all()
+        assert run.status == "succeeded"
+        # planned for the workers as described: the rows in several chunks
+        from deepx_flow.compiler.compile import compile_graph
+        graph, _ = models.model("mlp")._graph({"x": x})
+        plan = compile_graph(graph, small)
+        assert len(plan.partition.chunks["x"][0]) > 1
+        assert run.n_tasks >= plan.stats().tasks
+        models.infer("mlp", "", {"x": x[:2]})
+        [(_, _, stats)] = models.snapshot()
+        assert stats.chunked == 1 and stats.execution_count == 2
     finally:
         models.stop()
