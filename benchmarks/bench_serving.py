@@ -8,9 +8,11 @@ What: the MLP 784-256-10 and the small convolutional network of `bench_inference
 
 Contenders, on the same 2 cores, side by side in one run, the same request bodies:
 
-- deepx_flow: `deepx-flow serve --model-repository`, each model with a config asking for
-  dynamic batching (max_batch_size 64, a queue delay of 500 us) and 2 replicas, resident on
-  the embedded cluster's workers;
+- deepx_flow (workers): `deepx-flow serve --model-repository`, each model with a config
+  asking for dynamic batching (max_batch_size 64, a queue delay of 500 us) and 2 replicas,
+  resident on the embedded cluster's workers (Dask actors);
+- deepx_flow (KIND_CPU): the same server and config with `kind: KIND_CPU`, its 2 replicas
+  threads of the gateway's own process (no hop to a worker);
 - plain: what a user writes without a server for models: an HTTP endpoint (Starlette on
   uvicorn) that decodes the same JSON, calls ONNX Runtime's `session.run` on the one row
   (CPU provider, default threads) and answers the same JSON, no batching.
@@ -19,8 +21,8 @@ Reported per model, concurrency and contender: requests/s, and p50 and p99 laten
 measured by the load generator (a process of its own). Answers are checked against ONNX
 Runtime's (relative 1e-5) for a sample of requests of each run.
 
-Targets: at concurrency 64, deepx_flow's throughput at least 2x the plain endpoint's; at
-concurrency 1, deepx_flow's p50 latency at most the plain endpoint's plus 2 ms.
+Targets, for each deepx_flow placement: at concurrency 64, throughput at least 2x the plain
+endpoint's; at concurrency 1, p50 latency at most the plain endpoint's plus 2 ms.
 
 Run: `python benchmarks/bench_serving.py [--quick]` (--quick: 48 requests a level, no wait
 for a quiet machine).
@@ -48,8 +50,10 @@ REQUESTS = 2000
 CONCURRENCY = (1, 16, 64)
 CONFIG = """max_batch_size: 64
 dynamic_batching { max_queue_delay_microseconds: 500 }
-instance_group [ { count: 2 } ]
+instance_group [ { count: 2, kind: KIND } ]
 """
+PLACEMENTS = {"deepx_flow (workers)": ("KIND_AUTO", ""), "deepx_flow (KIND_CPU)": ("KIND_CPU",
+                                                                                  "_cpu")}
 INPUTS = {"mlp": [1, 784], "cnn": [1, 1, 28, 28]}
 
 PLAIN = '''
@@ -174,10 +178,11 @@ def main(argv=None) -> int:
         tmp = Path(tmp)
         paths = {}
         for name, build in (("mlp", mlp), ("cnn", cnn)):
-            folder = tmp / "models" / name
-            (folder / "1").mkdir(parents=True)
-            paths[name] = build(folder / "1" / "model.onnx")
-            (folder / "config.pbtxt").write_text(CONFIG)
+            for kind, suffix in PLACEMENTS.values():
+                folder = tmp / "models" / (name + suffix)
+                (folder / "1").mkdir(parents=True)
+                paths[name] = build(folder / "1" / "model.onnx")
+                (folder / "config.pbtxt").write_text(CONFIG.replace("KIND", kind, 1))
         rng = np.random.default_rng(0)
         rows, want, bodies = {}, {}, {}
         for name, shape in INPUTS.items():
@@ -202,8 +207,10 @@ def main(argv=None) -> int:
         try:
             for name in INPUTS:
                 for concurrency in CONCURRENCY:
-                    for contender, url in (("deepx_flow", deepx_url), ("plain", plain_url)):
-                        got = load(f"{url}/v2/models/{name}/infer", bodies[name],
+                    contenders = [(c, deepx_url, name + suffix)
+                                  for c, (_, suffix) in PLACEMENTS.items()]
+                    for contender, url, served in contenders + [("plain", plain_url, name)]:
+                        got = load(f"{url}/v2/models/{served}/infer", bodies[name],
                                    concurrency, total)
                         for i, data in got.pop("answers").items():
                             np.testing.assert_allclose(
@@ -221,14 +228,17 @@ def main(argv=None) -> int:
                         "p99 ms"], rows_out, "one-row requests over HTTP, same 2 cores")
     targets = []
     for name in INPUTS:
-        ours, theirs = measured[f"{name}/64/deepx_flow"], measured[f"{name}/64/plain"]
-        ratio = ours["requests_per_second"] / theirs["requests_per_second"]
-        targets.append(common.target(f"{name}: throughput at concurrency 64 at least 2x the "
-                                     f"plain endpoint's", ratio, ratio >= 2.0))
-        ours, theirs = measured[f"{name}/1/deepx_flow"], measured[f"{name}/1/plain"]
-        extra = ours["p50_ms"] - theirs["p50_ms"]
-        targets.append(common.target(f"{name}: p50 latency at concurrency 1 at most the plain "
-                                     f"endpoint's + 2 ms", extra, extra <= 2.0))
+        for contender in PLACEMENTS:
+            ours, theirs = measured[f"{name}/64/{contender}"], measured[f"{name}/64/plain"]
+            ratio = ours["requests_per_second"] / theirs["requests_per_second"]
+            targets.append(common.target(f"{name}, {contender}: throughput at concurrency 64 "
+                                         f"at least 2x the plain endpoint's", ratio,
+                                         ratio >= 2.0))
+            ours, theirs = measured[f"{name}/1/{contender}"], measured[f"{name}/1/plain"]
+            extra = ours["p50_ms"] - theirs["p50_ms"]
+            targets.append(common.target(f"{name}, {contender}: p50 latency at concurrency 1 "
+                                         f"at most the plain endpoint's + 2 ms", extra,
+                                         extra <= 2.0))
     common.write_results("bench_serving", {"machine": common.machine_info(),
                                            "requests": total, "measured": measured,
                                            "targets": targets, "quick": args.quick},

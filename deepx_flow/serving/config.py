@@ -4,7 +4,7 @@
     input [ { name: "x", data_type: TYPE_FP32, dims: [ 784 ] } ]
     output [ { name: "probs", data_type: TYPE_FP32, dims: [ 10 ] } ]
     dynamic_batching { preferred_batch_size: [ 16, 32 ], max_queue_delay_microseconds: 500 }
-    instance_group [ { count: 2, kind: KIND_CPU } ]
+    instance_group [ { count: 2, kind: KIND_CPU } ]   (KIND_CPU: in the gateway's process)
 
 Every field is optional: without a config, a model whose inputs all have a varying first
 axis is served with `max_batch_size` 0 (each request alone) and one replica, as Triton
@@ -35,6 +35,7 @@ class ServingConfig:
     inputs: tuple = ()  # (name, datatype, dims) the config declares, to check
     outputs: tuple = ()
     model_file: str | None = None  # None: model.onnx, else model.yaml (or .yml, .json)
+    in_gateway: bool = False  # KIND_CPU: replicas in the gateway's process, no hop to a worker
 
 
 def read_config(folder: Path, name: str) -> ServingConfig:
@@ -67,18 +68,21 @@ def read_config(folder: Path, name: str) -> ServingConfig:
         raise InputError(f"{path}: preferred_batch_size {bad[0]} is not from 1 to "
                          f"max_batch_size {config.max_batch_size}")
     replicas = sum(g.count or 1 for g in config.instance_group) or 1
-    gpu = [g for g in config.instance_group if g.kind == mc.ModelInstanceGroup.KIND_GPU]
-    if gpu:
+    kinds = {mc.ModelInstanceGroup.Kind.Name(g.kind) for g in config.instance_group}
+    if "KIND_GPU" in kinds:
         raise InputError(f"{path}: instance_group kind KIND_GPU: this server places "
                          f"replicas on the cluster's workers itself (GPU workers where "
                          f"there are GPUs); leave kind out or use KIND_AUTO or KIND_CPU")
+    if len(kinds - {"KIND_MODEL"}) > 1:
+        raise InputError(f"{path}: instance_group kinds {', '.join(sorted(kinds))}: give a "
+                         f"model's replicas one kind")
     return ServingConfig(
         config.max_batch_size, batching, preferred,
         config.dynamic_batching.max_queue_delay_microseconds or
         (DEFAULT_DELAY_US if batching else 0), replicas,
         tuple((t.name, _datatype(t.data_type, path), tuple(t.dims)) for t in config.input),
         tuple((t.name, _datatype(t.data_type, path), tuple(t.dims)) for t in config.output),
-        config.default_model_filename or None)
+        config.default_model_filename or None, "KIND_CPU" in kinds)
 
 
 def checked_against(config: ServingConfig, model, path: Path) -> None:

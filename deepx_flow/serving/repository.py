@@ -189,7 +189,7 @@ class ModelRepository:
             model = load_model(name, version, path, self.cluster)
             checked_against(config, model, folder / "config.pbtxt")
             replicas = None
-            if self.client is not None:
+            if self.client is not None and not config.in_gateway:
                 from deepx_flow.serving.replica import Replicas
                 gpus = [w.address for w in self.cluster.workers
                         if w.device is not None and w.address]

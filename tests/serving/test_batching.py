@@ -20,7 +20,7 @@ BATCHED = """
 max_batch_size: 64
 input [ { name: "x", data_type: TYPE_FP32, dims: [ 784 ] } ]
 dynamic_batching { max_queue_delay_microseconds: 50000 }
-instance_group [ { count: 2, kind: KIND_CPU } ]
+instance_group [ { count: 2 } ]
 """
 
 

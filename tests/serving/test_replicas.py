@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 
-from deepx_flow.errors import DataError
+from deepx_flow.errors import DataError, InputError
 from deepx_flow.runtime.run import cluster_spec
 from deepx_flow.serving.replica import Replica
 from deepx_flow.serving.repository import ModelRepository
@@ -27,11 +27,11 @@ def cluster():
         yield c, client
 
 
-def _repository(tmp_path, replicas: int):
+def _repository(tmp_path, replicas: int, kind: str = "KIND_AUTO"):
     (tmp_path / "models" / "mlp" / "1").mkdir(parents=True)
     path = mlp_model(tmp_path / "models" / "mlp" / "1" / "model.onnx", seed=4)
     (tmp_path / "models" / "mlp" / "config.pbtxt").write_text(
-        f"instance_group [ {{ count: {replicas} }} ]\n")
+        f"instance_group [ {{ count: {replicas}, kind: {kind} }} ]\n")
     return tmp_path / "models", path
 
 
@@ -140,3 +140,22 @@ def test_a_request_too_large_for_one_task_runs_as_a_chunked_plan_on_the_cluster(
         assert stats.chunked == 1 and stats.execution_count == 2
     finally:
         models.stop()
+
+
+def test_kind_cpu_keeps_the_replicas_in_the_gateways_process(tmp_path, cluster):
+    _, client = cluster
+    root, path = _repository(tmp_path, 2, "KIND_CPU")
+    models = ModelRepository(root, cluster_spec(None, client), client)
+    try:
+        models.load("mlp")
+        assert models.placement("mlp") == []  # no actor: here
+        x = np.random.default_rng(3).standard_normal((2, 784)).astype(np.float32)
+        close(models.infer("mlp", "", {"x": x})[1]["probs"], runtime(path, {"x": x})["probs"])
+    finally:
+        models.stop()
+    (root / "mlp" / "config.pbtxt").write_text(
+        "instance_group [ { kind: KIND_CPU }, { kind: KIND_AUTO } ]\n")
+    models = ModelRepository(root, cluster_spec(None, client), client)
+    with pytest.raises(InputError, match="give a model's replicas one kind"):
+        models.load("mlp")
+    models.stop()
