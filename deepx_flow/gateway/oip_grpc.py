@@ -11,6 +11,7 @@ NOT_FOUND for a model or version that is not served.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from deepx_flow.contract import tensors
 from deepx_flow.contract.inference import grpc_service_pb2 as pb
@@ -93,7 +94,10 @@ class InferenceService:
             arrays = _inputs(request)
             names = [o.name for o in request.outputs] or None
             return models.submit(request.model_name, request.model_version, arrays, names)
-        model, pending = await self._call(context, submit)
+        arriving = self.gateway.models.arriving(request.model_name) \
+            if self.gateway.models is not None else contextlib.nullcontext()
+        with arriving:
+            model, pending = await self._call(context, submit)
         try:
             outputs = await asyncio.wrap_future(pending)  # (no thread held while it waits)
         except DeepxError as err:

@@ -73,6 +73,19 @@ def routes(gateway) -> list[Route]:
         models = repository()
         name, version = request.path_params["model"], version_of(request)
         models.model(name, version)  # 404 before the body is read
+        with models.arriving(name):
+            model, pending, binary, body = await _received(request, name, version)
+        outputs = await asyncio.wrap_future(pending)  # (no thread held while it waits)
+        answer = {"model_name": model.name, "model_version": model.version,
+                  "outputs": outputs}
+        if "id" in body:
+            answer["id"] = body["id"]
+        return await run_in_threadpool(tensors_response, answer, binary)
+
+    async def _received(request: Request, name: str, version: str):
+        """Read, decode and check an infer request, and queue it: (the model, the future
+        of its outputs, the outputs to answer as binary data, the body)."""
+        models = repository()
         body, raw = await read_body(request, limits)
 
         def decoded():
@@ -86,15 +99,10 @@ def routes(gateway) -> list[Route]:
                                  f"not a reference to storage")
             return arrays, requested_outputs(body)
         arrays, (names, binary) = await run_in_threadpool(decoded)
+        if "id" in body and not isinstance(body["id"], str):
+            raise InputError(f"id is {shown(body['id'])}, not a string")
         model, pending = models.submit(name, version, arrays, names)
-        outputs = await asyncio.wrap_future(pending)  # (no thread held while it waits)
-        answer = {"model_name": model.name, "model_version": model.version,
-                  "outputs": outputs}
-        if "id" in body:
-            if not isinstance(body["id"], str):
-                raise InputError(f"id is {shown(body['id'])}, not a string")
-            answer["id"] = body["id"]
-        return await run_in_threadpool(tensors_response, answer, binary)
+        return model, pending, binary, body
 
     async def stats(request: Request):
         models = repository()

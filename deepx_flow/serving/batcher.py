@@ -1,6 +1,8 @@
 """Dynamic batching, with Triton's knobs: requests to a model wait up to
 `max_queue_delay_microseconds` for others to join them, up to `max_batch_size` rows (or
-until a `preferred_batch_size` is reached), and run as one batch.
+until a `preferred_batch_size` is reached), and run as one batch. A batch waits only while
+other requests are queued or on their way (being read and checked: `arriving`), so a lone
+request runs at once.
 
 One thread per replica takes requests from the model's queue, gathers a batch of those
 that can go together (the same inputs, the same sizes past the batch axis, the same
@@ -12,6 +14,7 @@ fails saying so, rather than getting rows that are not its own.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -50,12 +53,26 @@ class Batcher:
         self.preferred = set(preferred)
         self.done = done
         self._queue: queue.Queue = queue.Queue()
+        self._arriving = 0  # requests being read and checked, not queued yet
+        self._arriving_lock = threading.Lock()
         self._stopped = threading.Event()
         self._threads = [threading.Thread(target=self._serve, args=(i,), daemon=True,
                                           name=f"deepx-batcher-{name}-{i}")
                          for i in range(replicas)]
         for t in self._threads:
             t.start()
+
+    @contextlib.contextmanager
+    def arriving(self):
+        """Around reading and checking a request: a batch waits for others only while
+        some are queued or on their way, never for requests that are not coming."""
+        with self._arriving_lock:
+            self._arriving += 1
+        try:
+            yield
+        finally:
+            with self._arriving_lock:
+                self._arriving -= 1
 
     def submit(self, arrays: dict, outputs, rows: int) -> Future:
         """Queue a request of `rows` rows: a Future of its outputs (name -> array)."""
@@ -84,6 +101,8 @@ class Batcher:
             batch, rows = [first], first.rows
             deadline = time.monotonic() + self.delay_s
             while rows < self.max_batch_size and rows not in self.preferred:
+                if self._queue.empty() and self._arriving == 0:
+                    break  # nothing queued, none on its way: waiting would only add delay
                 wait = deadline - time.monotonic()
                 try:
                     nxt = self._queue.get(timeout=wait) if wait > 0 else \

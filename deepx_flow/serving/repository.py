@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import concurrent.futures
+import contextlib
 import copy
 import re
 import threading
@@ -278,6 +279,18 @@ class ModelRepository:
             return True
         except NotFound:
             return False
+
+    @contextlib.contextmanager
+    def arriving(self, name):
+        """Around reading a request for model `name`: its batcher knows one is on its way."""
+        with self._lock:
+            entry = self._entries.get(name)
+            batcher = entry.batcher if entry is not None else None
+        if batcher is None:
+            yield
+            return
+        with batcher.arriving():
+            yield
 
     def submit(self, name, version: str, arrays: dict, outputs=None) -> tuple:
         """Check one request and queue it: (the model, a Future of its outputs by name);

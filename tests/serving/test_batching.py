@@ -93,21 +93,24 @@ def test_the_batcher_splits_rows_and_refuses_outputs_it_cannot_split():
         return {"y": arrays["x"] * 2, "total": arrays["x"].sum(keepdims=True)[0]}
 
     batcher = Batcher("m", lambda r, a, o: {"y": run(r, a, o)["y"]}, 1, 8, 200_000)
-    futures = [batcher.submit({"x": np.full((n, 2), i, np.float64)}, None, n)
-               for i, n in enumerate([1, 2, 3])]
+    with batcher.arriving():  # (as a request being read: the batch waits for it)
+        futures = [batcher.submit({"x": np.full((n, 2), i, np.float64)}, None, n)
+                   for i, n in enumerate([1, 2, 3])]
     for i, (f, n) in enumerate(zip(futures, [1, 2, 3])):
         np.testing.assert_array_equal(f.result(30)["y"], np.full((n, 2), 2.0 * i))
     assert seen == [6]  # one batch of every row
     # requests that cannot go together (other sizes past the batch axis) are not batched
     seen.clear()
-    a = batcher.submit({"x": np.ones((1, 2))}, None, 1)
-    b = batcher.submit({"x": np.ones((1, 3))}, None, 1)
+    with batcher.arriving():
+        a = batcher.submit({"x": np.ones((1, 2))}, None, 1)
+        b = batcher.submit({"x": np.ones((1, 3))}, None, 1)
     assert a.result(30)["y"].shape == (1, 2) and b.result(30)["y"].shape == (1, 3)
     assert seen == [1, 1]
     batcher.stop()
 
     whole = Batcher("sums", lambda r, a, o: {"total": a["x"].sum(axis=0)}, 1, 8, 200_000)
-    futures = [whole.submit({"x": np.ones((2, 2))}, None, 2) for _ in range(2)]
+    with whole.arriving():
+        futures = [whole.submit({"x": np.ones((2, 2))}, None, 2) for _ in range(2)]
     for f in futures:
         with pytest.raises(ExecutionError, match="cannot be split into each request's rows"):
             f.result(30)
@@ -164,42 +167,58 @@ def test_the_metrics_count_the_requests_sent(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_a_graceful_stop_under_load_answers_every_request_it_accepted(tmp_path):
+    """16 clients send one-row requests back to back; SIGTERM comes in the middle. Every
+    request the server accepted is answered with its own row's values, those sent after
+    are refused at the connection, some were in flight when the signal came, and the exit
+    code is 0."""
     import signal
     import threading
     import time
-    # requests wait up to 2 s for their batch: those sent first are surely in the server,
-    # queued, when it is told to stop a second later
-    slow = BATCHED.replace("max_queue_delay_microseconds: 50000",
-                           "max_queue_delay_microseconds: 2000000")
-    repo = _repository(tmp_path / "models", {"mlp": slow})
+    repo = _repository(tmp_path / "models", {"mlp": BATCHED})
     served = Served(tmp_path, "--model-repository", str(repo))
-    rows = np.random.default_rng(9).standard_normal((48, 784)).astype(np.float32)
+    rows = np.random.default_rng(9).standard_normal((64, 784)).astype(np.float32)
     want = runtime(repo / "mlp" / "1" / "model.onnx", {"x": rows})["probs"]
-    answers, refused, started = {}, [], threading.Barrier(49)
+    answered, refused, stopped_at = [], [], []
 
-    def one(i):
-        body = {"inputs": [{"name": "x", "shape": [1, 784], "datatype": "FP32",
-                            "data": rows[i].tolist()}], "outputs": [{"name": "probs"}]}
-        started.wait()
-        if i >= 24:
-            time.sleep(1.05)  # the second half arrives while the server stops
-        try:
-            answer = httpx.post(served.url + "/v2/models/mlp/infer", json=body, timeout=120)
-        except httpx.TransportError:  # not accepted: the server had stopped listening
-            refused.append(i)
-            return
-        answers[i] = answer
+    def client(k):
+        with httpx.Client(timeout=120) as http:
+            for n in range(10_000):
+                i = (k * 7 + n) % 64
+                body = {"inputs": [{"name": "x", "shape": [1, 784], "datatype": "FP32",
+                                    "data": rows[i].tolist()}], "outputs": [{"name": "probs"}]}
+                sent = time.monotonic()
+                try:
+                    answer = http.post(served.url + "/v2/models/mlp/infer", json=body)
+                except httpx.TransportError:
+                    refused.append(i)
+                    return
+                answered.append((i, sent, time.monotonic(), answer))
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(48)]
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(16)]
     for t in threads:
         t.start()
-    started.wait()
-    time.sleep(1.0)
+    while len(answered) < 50:  # under load
+        time.sleep(0.01)
+    stopped_at.append(time.monotonic())
     served.proc.send_signal(signal.SIGTERM)
     for t in threads:
         t.join(120)
     assert served.proc.wait(60) == 0
-    assert len(answers) + len(refused) == 48 and set(range(24)) <= set(answers)
-    for i, answer in answers.items():  # every request it accepted was answered, rightly
-        assert answer.status_code == 200, (i, answer.text)
+    assert len(refused) == 16  # each client's last request found the server gone
+    for i, _, _, answer in answered:  # every request accepted was answered, rightly
+        assert answer.status_code == 200, answer.text
         close(np.array(answer.json()["outputs"][0]["data"], np.float32), want[i])
+    in_flight = [a for a in answered if a[1] < stopped_at[0] < a[2]]
+    assert in_flight, "no request was in flight when the stop came"
+
+
+def test_a_lone_request_does_not_wait_for_the_queue_delay():
+    """Nothing queued and nothing arriving: the batch of one runs at once, not after the
+    delay (here 5 s)."""
+    import time
+    batcher = Batcher("m", lambda r, a, o: {"y": a["x"] * 2}, 1, 8, 5_000_000)
+    began = time.monotonic()
+    np.testing.assert_array_equal(batcher.submit({"x": np.ones((1, 2))}, None, 1)
+                                  .result(30)["y"], np.full((1, 2), 2.0))
+    assert time.monotonic() - began < 2.5
+    batcher.stop()
