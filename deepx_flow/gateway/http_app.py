@@ -221,6 +221,7 @@ async def read_body(request: Request, limits) -> tuple[dict, bytes]:
             raise TooLarge(f"the request body is over the limit of {limit:,} bytes")
         chunks.append(chunk)
     data = b"".join(chunks)
+    request.state.body_bytes = len(data)  # (how much work decoding it is: small_inline)
     length = request.headers.get(HEADER_LENGTH)
     if length is not None:
         if not DIGITS.fullmatch(length) or int(length) > len(data):
@@ -234,7 +235,7 @@ async def read_body(request: Request, limits) -> tuple[dict, bytes]:
                        f"{limits.max_json_bytes:,}: send large tensors as binary data "
                        f"(\"parameters\": {{\"binary_data_size\": N}})")
     try:
-        body = await run_in_threadpool(json.loads, head)
+        body = await small_inline(len(head), json.loads, head)
     except RecursionError:
         raise InputError("the request's JSON is nested too deep") from None
     except ValueError as err:
@@ -242,6 +243,18 @@ async def read_body(request: Request, limits) -> tuple[dict, bytes]:
     if not isinstance(body, dict):
         raise InputError(f"the request body is {shown(body)}, not a JSON object")
     return body, raw
+
+
+SMALL_BYTES = 64 << 10  # work on a body this small is done on the event loop (a thread hop
+#                        costs more than it does); larger ones go to a thread
+
+
+async def small_inline(size: int, fn, *args):
+    """`fn(*args)` here when `size` bytes are few, else in a thread (a large body must not
+    hold the event loop)."""
+    if size <= SMALL_BYTES:
+        return fn(*args)
+    return await run_in_threadpool(fn, *args)
 
 
 def only_fields(body: dict, fields: set) -> None:

@@ -38,7 +38,7 @@ def routes(gateway) -> list[Route]:
     """The protocol's routes over `gateway` (whose `models` is a ModelRepository, or None
     when the server has no model repository: every model is then not found)."""
     from deepx_flow.gateway.http_app import (only_fields, read_body, requested_outputs,
-                                             tensors_response)
+                                             small_inline, tensors_response)
     limits = gateway.limits
 
     def repository():
@@ -80,7 +80,8 @@ def routes(gateway) -> list[Route]:
                   "outputs": outputs}
         if "id" in body:
             answer["id"] = body["id"]
-        return await run_in_threadpool(tensors_response, answer, binary)
+        size = sum(a.nbytes for a in outputs.values())
+        return await small_inline(size, tensors_response, answer, binary)
 
     async def _received(request: Request, name: str, version: str):
         """Read, decode and check an infer request, and queue it: (the model, the future
@@ -98,7 +99,7 @@ def routes(gateway) -> list[Route]:
                 raise InputError(f"input {stored[0]!r}: inference takes the tensor's data, "
                                  f"not a reference to storage")
             return arrays, requested_outputs(body)
-        arrays, (names, binary) = await run_in_threadpool(decoded)
+        arrays, (names, binary) = await small_inline(request.state.body_bytes, decoded)
         if "id" in body and not isinstance(body["id"], str):
             raise InputError(f"id is {shown(body['id'])}, not a string")
         model, pending = models.submit(name, version, arrays, names)
