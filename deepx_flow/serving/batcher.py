@@ -9,7 +9,9 @@ that can go together (the same inputs, the same sizes past the batch axis, the s
 outputs asked for), concatenates their inputs along the batch axis, runs the batch on its
 replica, and hands each request the rows of every output that are its own. An output
 whose first axis is not the batch's rows cannot be split so: every request of that batch
-fails saying so, rather than getting rows that are not its own.
+fails saying so, rather than getting rows that are not its own. A batch is padded with
+rows of zeros to the next power of two (`padded`): the model is compiled for a few batch
+sizes, not for each of the 64 a batch may have.
 """
 
 from __future__ import annotations
@@ -122,17 +124,21 @@ class Batcher:
     def _run(self, replica: int, batch: list[Request], rows: int) -> None:
         began = time.perf_counter_ns()
         queued = [began - r.queued_ns for r in batch]
+        size = self.padded(rows)
+        split = len(batch) > 1 or size != rows
         try:
-            arrays = batch[0].arrays if len(batch) == 1 else {
-                name: np.concatenate([r.arrays[name] for r in batch])
+            arrays = batch[0].arrays if not split else {
+                name: np.concatenate([r.arrays[name] for r in batch] + ([np.zeros(
+                    (size - rows,) + batch[0].arrays[name].shape[1:],
+                    batch[0].arrays[name].dtype)] if size > rows else []))
                 for name in batch[0].arrays}
             outputs = self.run(replica, arrays, batch[0].outputs)
-            if len(batch) > 1:
+            if split:
                 for name, out in outputs.items():
-                    if out.ndim == 0 or out.shape[0] != rows:
+                    if out.ndim == 0 or out.shape[0] != size:
                         raise ExecutionError(
                             f"model {self.name!r}: output {name!r} has shape "
-                            f"{list(out.shape)} for a batch of {rows} rows, so it cannot be "
+                            f"{list(out.shape)} for a batch of {size} rows, so it cannot be "
                             f"split into each request's rows; serve it without "
                             f"dynamic_batching")
         except BaseException as err:
@@ -145,6 +151,18 @@ class Batcher:
             self.done(rows, time.perf_counter_ns() - began, queued, True)
         at = 0
         for r in batch:
-            r.future.set_result({name: out[at:at + r.rows] if len(batch) > 1 else out
+            r.future.set_result({name: out[at:at + r.rows] if split else out
                                  for name, out in outputs.items()})
             at += r.rows
+
+    def padded(self, rows: int) -> int:
+        """The rows a batch of `rows` runs as: with batching, the next power of two (at
+        most max_batch_size), so the model is built and compiled for a few sizes, not for
+        every size a batch happens to have; the added rows are zeros, whose answers are
+        dropped (batching already takes each row to be computed alone)."""
+        if self.max_batch_size <= 0 or rows >= self.max_batch_size:
+            return rows
+        size = 1
+        while size < rows:
+            size *= 2
+        return min(size, self.max_batch_size)

@@ -98,7 +98,7 @@ def test_the_batcher_splits_rows_and_refuses_outputs_it_cannot_split():
                    for i, n in enumerate([1, 2, 3])]
     for i, (f, n) in enumerate(zip(futures, [1, 2, 3])):
         np.testing.assert_array_equal(f.result(30)["y"], np.full((n, 2), 2.0 * i))
-    assert seen == [6]  # one batch of every row
+    assert seen == [8]  # one batch of every row (6), padded to 8
     # requests that cannot go together (other sizes past the batch axis) are not batched
     seen.clear()
     with batcher.arriving():
@@ -222,3 +222,25 @@ def test_a_lone_request_does_not_wait_for_the_queue_delay():
                                   .result(30)["y"], np.full((1, 2), 2.0))
     assert time.monotonic() - began < 2.5
     batcher.stop()
+
+
+def test_batches_are_padded_to_a_few_sizes_and_answer_only_their_rows():
+    seen = []
+
+    def run(replica, arrays, outputs):
+        seen.append(arrays["x"].shape[0])
+        return {"y": arrays["x"] * 3}
+
+    batcher = Batcher("m", run, 1, 64, 200_000)
+    for rows in (1, 3, 5, 6, 7, 9, 17, 33, 64):
+        x = np.arange(rows * 2, dtype=np.float64).reshape(rows, 2) + 1
+        with batcher.arriving():
+            got = batcher.submit({"x": x}, None, rows).result(30)["y"]
+        np.testing.assert_array_equal(got, x * 3)  # its own rows, none of the padding
+    assert seen == [1, 4, 8, 8, 8, 16, 32, 64, 64]
+    batcher.stop()
+    alone = Batcher("m", run, 1, 0, 0)  # no batching: run as sent
+    seen.clear()
+    assert alone.submit({"x": np.ones((5, 2))}, None, 5).result(30)["y"].shape == (5, 2)
+    assert seen == [5]
+    alone.stop()
