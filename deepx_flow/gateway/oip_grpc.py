@@ -15,7 +15,7 @@ import contextlib
 
 from deepx_flow.contract import tensors
 from deepx_flow.contract.inference import grpc_service_pb2 as pb
-from deepx_flow.errors import DeepxError, InputError
+from deepx_flow.errors import InputError
 from deepx_flow.gateway.errors import NotFound
 from deepx_flow.gateway.oip_http import EXTENSIONS, SERVER_NAME
 
@@ -53,11 +53,8 @@ class InferenceService:
         return self.gateway.models
 
     async def _call(self, context, call, *args):
-        from deepx_flow.gateway.grpc_server import code_of
-        try:
-            return await asyncio.to_thread(call, *args)
-        except DeepxError as err:
-            await context.abort(code_of(err), str(err))
+        from deepx_flow.gateway.grpc_server import _called
+        return await _called(context, call, *args)
 
     async def ServerLive(self, request, context):
         return pb.ServerLiveResponse(live=True)
@@ -86,7 +83,7 @@ class InferenceService:
             outputs=[tensor(**t) for t in meta["outputs"]])
 
     async def ModelInfer(self, request, context):
-        from deepx_flow.gateway.grpc_server import code_of
+        from deepx_flow.gateway.grpc_server import _awaited
 
         def submit():
             models = self._models()
@@ -98,10 +95,8 @@ class InferenceService:
             if self.gateway.models is not None else contextlib.nullcontext()
         with arriving:
             model, pending = await self._call(context, submit)
-        try:
-            outputs = await asyncio.wrap_future(pending)  # (no thread held while it waits)
-        except DeepxError as err:
-            await context.abort(code_of(err), str(err))
+        # (no thread held while it waits)
+        outputs = await _awaited(context, asyncio.wrap_future(pending))
         answer = pb.ModelInferResponse(model_name=model.name, model_version=model.version,
                                        id=request.id)
         for name, array in outputs.items():

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from deepx_flow.errors import GraphError, InputError, shown
+from deepx_flow.serving.model import _sha256
 
 
 def package(name: str, forward, params, example_inputs: dict, repository) -> Path:
@@ -56,6 +57,7 @@ def package(name: str, forward, params, example_inputs: dict, repository) -> Pat
     from deepx_flow.sdk.functions import input as input_
     from deepx_flow.sdk.tensor import Tensor
     from deepx_flow.serving.repository import NAME
+    from deepx_flow.train.loop import _input_name as weight_name  # as Fit.params names them
     from deepx_flow.sdk.bindings import bound_inputs
     from deepx_flow.spec.yaml_io import graph_to_document
 
@@ -65,11 +67,11 @@ def package(name: str, forward, params, example_inputs: dict, repository) -> Pat
     values, origin = _params(params)
     if not isinstance(example_inputs, dict) or not example_inputs:
         raise InputError("example_inputs is a dict of input name -> an example array")
-    weights = {_weight_name(n): np.asarray(v) for n, v in values.items()}
+    weights = {weight_name(n): np.asarray(v) for n, v in values.items()}
     clash = sorted(set(weights) & set(example_inputs))
     if clash:
         raise InputError(f"input(s) {', '.join(map(shown, clash))} are also parameters' names")
-    p = {n: input_(_weight_name(n), v.shape, v.dtype.name) for n, v in values.items()}
+    p = {n: input_(weight_name(n), v.shape, v.dtype.name) for n, v in values.items()}
     inputs = {}
     for n, example in example_inputs.items():
         example = np.asarray(example)
@@ -121,11 +123,6 @@ def _params(params) -> tuple[dict, dict]:
     raise InputError(f"params is {shown(params)}, not a dx.train result or a dict of arrays")
 
 
-def _weight_name(name: str) -> str:
-    """The graph input a parameter becomes (as `Fit.params` names them)."""
-    return "trained_" + "".join(c if c.isalnum() else "_" for c in name)
-
-
 def _write(folder: Path, spec: str, weights: dict, origin: dict) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     versions = [int(p.name) for p in folder.iterdir()
@@ -140,7 +137,7 @@ def _write(folder: Path, spec: str, weights: dict, origin: dict) -> Path:
             f.flush()
             os.fsync(f.fileno())
         manifest = {"graph_sha256": hashlib.sha256(spec.encode()).hexdigest(),
-                    "weights_sha256": _file_sha256(hidden / "weights.npz"),
+                    "weights_sha256": _sha256(hidden / "weights.npz"),
                     "created_at": time.time(), **origin}
         (hidden / "package.json").write_text(json.dumps(manifest, indent=1) + "\n")
         os.rename(hidden, folder / version)  # a version another writer took: refused
@@ -149,10 +146,3 @@ def _write(folder: Path, spec: str, weights: dict, origin: dict) -> Path:
         raise
     return folder / version
 
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
