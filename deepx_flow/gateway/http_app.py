@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 
+import orjson
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -128,7 +129,11 @@ def make_app(gateway, creds=None) -> Starlette:
                                         body.get("partition", ""), body.get("slice"))
         return await run_in_threadpool(tensors_response, {"outputs": {name: array}}, binary)
 
-    routes = [Route("/v1/capabilities", capabilities, methods=["GET"]),
+    from deepx_flow.gateway.oip_http import routes as inference_routes
+    # (the Open Inference Protocol's first: Starlette tries routes in order, and inference
+    # is the call made thousands of times a second)
+    routes = inference_routes(gateway) + [
+              Route("/v1/capabilities", capabilities, methods=["GET"]),
               Route("/v1/registry", registry, methods=["GET"]),
               Route("/v1/runs", runs, methods=["GET"]),
               Route("/v1/runs/{id}", run, methods=["GET"]),
@@ -141,8 +146,6 @@ def make_app(gateway, creds=None) -> Starlette:
               Route("/v1/assets/{name}/versions", versions, methods=["GET"]),
               Route("/v1/assets/{name}:materialize", materialize, methods=["POST"]),
               Route("/v1/assets/{name}:read", read, methods=["POST"])]
-    from deepx_flow.gateway.oip_http import routes as inference_routes
-    routes += inference_routes(gateway)
     app = Starlette(routes=routes, exception_handlers={DeepxError: _error,
                                                        HTTPException: _no_such_call})
     if creds is not None and creds.required:
@@ -235,10 +238,10 @@ async def read_body(request: Request, limits) -> tuple[dict, bytes]:
                        f"{limits.max_json_bytes:,}: send large tensors as binary data "
                        f"(\"parameters\": {{\"binary_data_size\": N}})")
     try:
-        body = await small_inline(len(head), json.loads, head)
-    except RecursionError:
-        raise InputError("the request's JSON is nested too deep") from None
-    except ValueError as err:
+        body = await small_inline(len(head), orjson.loads, head)
+    except orjson.JSONDecodeError as err:  # (its nesting limit included: 1024 deep)
+        if "depth" in str(err):
+            raise InputError("the request's JSON is nested too deep") from None
         raise InputError(f"the request body is not JSON: {err}") from None
     if not isinstance(body, dict):
         raise InputError(f"the request body is {shown(body)}, not a JSON object")

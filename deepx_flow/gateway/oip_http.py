@@ -134,7 +134,10 @@ def routes(gateway) -> list[Route]:
 
     model = "/v2/models/{model}"
     versioned = "/v2/models/{model}/versions/{version}"
-    return [Route("/v2/health/live", live, methods=["GET"]),
+    # (inference first: Starlette tries the routes in order, and it is the hot one)
+    return [Route(model + "/infer", infer, methods=["POST"]),
+            Route(versioned + "/infer", infer, methods=["POST"]),
+            Route("/v2/health/live", live, methods=["GET"]),
             Route("/v2/health/ready", ready, methods=["GET"]),
             Route("/v2", server, methods=["GET"]),
             Route("/v2/models/stats", stats, methods=["GET"]),
@@ -142,8 +145,6 @@ def routes(gateway) -> list[Route]:
             Route(versioned, metadata, methods=["GET"]),
             Route(model + "/ready", model_ready, methods=["GET"]),
             Route(versioned + "/ready", model_ready, methods=["GET"]),
-            Route(model + "/infer", infer, methods=["POST"]),
-            Route(versioned + "/infer", infer, methods=["POST"]),
             Route(model + "/stats", stats, methods=["GET"]),
             Route(versioned + "/stats", stats, methods=["GET"]),
             Route("/v2/repository/index", index, methods=["POST"]),

@@ -1,46 +1,103 @@
-"""Running a small graph in this process, without a scheduler: what a served model does
-for each batch of requests, where a round trip through the cluster's scheduler would cost
-more than the model.
+"""Running a served model's graph in this thread, without a scheduler: what each batch of
+requests does, where a round trip through the cluster's scheduler would cost more than
+the model.
 
-The graph is compiled for `cluster` as any run's is (the plan cache keeps one plan per
-graph, so each batch size compiles once), lowered over the bound inputs, and its tasks run
-in this thread in dependency order by `dask.core.get`, Dask's simplest executor (a third of
-`dask.local.get_sync`'s overhead for a one-row request; it keeps every result until the
-end, which a batch can afford: a request too large for one task goes to the cluster as a
-chunked plan instead, `repository.py`); each output is assembled from its chunks.
+An `Executable` is a graph for one set of input shapes (a batch size, for most models),
+prepared once: compiled for `cluster` as any run's graph is, lowered with the weights it
+carries bound and a slot for each input a request gives, and its tasks put in Dask's order.
+A call fills the slots with a batch's arrays and runs the tasks in that order, dropping
+each value once its last reader ran; each output is assembled from its chunks. Preparing
+(lowering, ordering, hashing the weights) costs ten times what running a small model's
+batch does, so it is done once per shape, not per batch. A request too large for one task
+goes to the cluster as a chunked plan instead (`repository.py`).
 """
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 
 from deepx_flow.errors import DeepxError, ExecutionError
 
 
-def run_here(graph, sources: dict, cluster) -> dict[str, np.ndarray]:
-    """The outputs (name -> array) of `graph` (checked and typed) over `sources` (as
-    `bind_inputs` gives them), computed in this thread."""
-    from dask.core import get
+@dataclass(frozen=True)
+class Slot:
+    """A graph input filled at each call: its chunk tasks cut the call's array."""
 
-    from deepx_flow.runtime.plan_cache import cached_compile
-    plan = cached_compile(graph, cluster)
-    lowered = plan.lower(sources, to_host=False)
-    keys = {name: lowered.output_keys(name) for name, _ in graph.outputs}
-    try:
-        values = get(lowered.dsk, [k for ks in keys.values() for k in ks])
-    except DeepxError:
-        raise
-    except Exception as err:  # a kernel's failure: said, with its kind
-        raise ExecutionError(f"a task failed: {type(err).__name__}: {err}") from err
-    out, at = {}, 0
-    for name, node_id in graph.outputs:
-        node = plan.graph[node_id]
-        chunks = lowered.outputs[name][1]
-        out[name] = _assembled(values[at:at + len(keys[name])], node.shape, node.dtype, chunks)
-        at += len(keys[name])
-    return out
+    name: str
+
+    @property
+    def token(self) -> str:  # (the chunk keys' content address: the same every call)
+        return f"slot-{self.name}"
+
+    def key(self) -> tuple:
+        return ("slot", self.name)
+
+    def task(self, key, region):
+        from deepx_flow.compiler.taskspec import ref, task
+        return task(key, _block, ref(self.key()), tuple(region))
+
+
+def _block(array, region):
+    from deepx_flow.kernels.tasks import to_device
+    block = array[tuple(slice(lo, hi) for lo, hi in region)]
+    return to_device(np.array(block, order="C", copy=None))
+
+
+class Executable:
+    """`graph` (checked and typed) computed for `cluster`, with `carried` (input name ->
+    value: the weights a model binds) bound; called with the other inputs' arrays, it
+    gives every output (name -> array)."""
+
+    def __init__(self, graph, carried: dict, cluster):
+        from dask.order import order
+
+        from deepx_flow.runtime.inputs import bind_inputs
+        from deepx_flow.runtime.plan_cache import cached_compile
+        self.graph = graph
+        self.slots = [Slot(n.id) for n in graph.inputs if n.id not in carried]
+        # the weights checked and bound as any run's inputs are; zeros stand in for the
+        # slots (unwritten pages: they cost nothing) and are replaced before lowering
+        stand_ins = {s.name: np.zeros(graph[s.name].shape, graph[s.name].dtype)
+                     for s in self.slots}
+        sources = bind_inputs(graph, {**carried, **stand_ins})
+        sources.update({s.name: s for s in self.slots})
+        self.plan = cached_compile(graph, cluster)
+        lowered = self.plan.lower(sources, to_host=False)
+        self.output_keys = {name: lowered.output_keys(name) for name, _ in graph.outputs}
+        self.chunks = {name: lowered.outputs[name][1] for name, _ in graph.outputs}
+        wanted = {k for keys in self.output_keys.values() for k in keys}
+        rank = order(lowered.dsk)
+        steps = sorted(lowered.dsk.items(), key=lambda item: rank[item[0]])
+        last_reader = {}
+        for at, (key, node) in enumerate(steps):
+            for dep in getattr(node, "dependencies", ()):
+                last_reader[dep] = at
+        dropped = [[] for _ in steps]
+        for dep, at in last_reader.items():
+            if dep not in wanted:
+                dropped[at].append(dep)
+        self.steps = [(key, node, tuple(drop)) for (key, node), drop in zip(steps, dropped)]
+
+    def __call__(self, arrays: dict) -> dict[str, np.ndarray]:
+        values = {s.key(): arrays[s.name] for s in self.slots}
+        try:
+            for key, node, drop in self.steps:
+                values[key] = node(values)
+                for dep in drop:
+                    del values[dep]
+        except DeepxError:
+            raise
+        except Exception as err:  # a kernel's failure: said, with its kind
+            raise ExecutionError(f"a task failed: {type(err).__name__}: {err}") from err
+        out = {}
+        for name, node_id in self.graph.outputs:
+            node = self.plan.graph[node_id]
+            out[name] = _assembled([values[k] for k in self.output_keys[name]], node.shape,
+                                   node.dtype, self.chunks[name])
+        return out
 
 
 def _assembled(parts, shape, dtype, chunks) -> np.ndarray:

@@ -7,7 +7,8 @@ its graph once for a batch of one, so a model whose graph does not take its decl
 is refused at load, by name, and never served. Each request's inputs are checked against
 the declared ones (names, datatypes, ranks, fixed sizes) before anything runs; a graph is
 built and compiled once per distinct set of input shapes (a batch size, for most models)
-and kept, so a batch costs its kernels and little else (`execute.run_here`).
+and kept, prepared to run, so a batch costs its kernels and little else
+(`execute.Executable`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ class ServedModel:
         self.inputs = inputs
         self._lock = threading.Lock()
         self._built: OrderedDict = OrderedDict()
+        self._executables: OrderedDict = OrderedDict()
+        self._output_bytes: dict = {}  # set of input shapes -> its outputs' bytes
         # built once for a batch of one: a graph that does not take its declared inputs is
         # refused now, and the outputs' datatypes and shapes are known
         probe = {s.name: np.zeros(tuple(1 if d == -1 else d for d in s.shape),
@@ -79,19 +82,50 @@ class ServedModel:
     def infer(self, arrays: dict, outputs: list | None = None) -> dict[str, np.ndarray]:
         """The outputs (all, or those named) for `arrays` (input name -> array): checked
         against the declared inputs first, each mistake one InputError naming it."""
-        from deepx_flow.serving.execute import run_here
-        from deepx_flow.runtime.inputs import bind_inputs
         wanted = self.check(arrays, outputs)
-        graph, carried = self._graph(arrays)
-        results = run_here(graph, bind_inputs(graph, {**carried, **arrays}), self.cluster)
+        results = self._executable(arrays)(arrays)
         return {n: results[n] for n in wanted}
+
+    def _executable(self, arrays: dict):
+        """The graph for inputs of these shapes, prepared to run (`execute.Executable`):
+        once per set of shapes, the most recent BUILT_SHAPES kept."""
+        from deepx_flow.serving.execute import Executable
+        key = _shapes(arrays)
+        with self._lock:
+            if key in self._executables:
+                self._executables.move_to_end(key)
+                return self._executables[key]
+        graph, carried = self._graph(arrays)
+        executable = Executable(graph, carried, self.cluster)
+        with self._lock:
+            self._executables[key] = executable
+            while len(self._executables) > BUILT_SHAPES:
+                self._executables.popitem(last=False)
+        return executable
+
+    def prepare(self, batch_sizes) -> None:
+        """Build, compile and lower the graph for batches of each of `batch_sizes` rows
+        now (Triton's model warm-up), so that the first batches of a size do not wait for
+        it: a model whose inputs vary past the batch axis is prepared as requests come."""
+        if not all(s.shape and s.shape[0] == -1 and -1 not in s.shape[1:]
+                   for s in self.inputs):
+            return
+        for rows in batch_sizes:
+            self._executable({s.name: np.zeros((rows,) + s.shape[1:], _dtype(s.datatype))
+                              for s in self.inputs})
 
     def footprint(self, arrays: dict) -> int:
         """Bytes a request holds at once at least: its inputs and its outputs."""
-        graph, _ = self._graph(arrays)
-        nodes = [graph[node_id] for _, node_id in graph.outputs]
-        outs = sum(int(np.prod(n.shape, dtype=np.int64)) * np.dtype(n.dtype).itemsize
-                   for n in nodes)
+        key = _shapes(arrays)
+        outs = self._output_bytes.get(key)
+        if outs is None:
+            graph, _ = self._graph(arrays)
+            nodes = [graph[node_id] for _, node_id in graph.outputs]
+            outs = sum(int(np.prod(n.shape, dtype=np.int64)) * np.dtype(n.dtype).itemsize
+                       for n in nodes)
+            if len(self._output_bytes) >= 4 * BUILT_SHAPES:
+                self._output_bytes.clear()  # (a bound: clients choose the shapes)
+            self._output_bytes[key] = outs
         return outs + sum(a.nbytes for a in arrays.values())
 
     def check(self, arrays: dict, outputs: list | None = None) -> list[str]:
@@ -133,7 +167,7 @@ class ServedModel:
         from deepx_flow.sdk.bindings import bound_inputs
         from deepx_flow.sdk.build import build_graph
         from deepx_flow.sdk.functions import input as input_
-        key = tuple((n, arrays[n].shape) for n in sorted(arrays))
+        key = _shapes(arrays)
         with self._lock:
             if key in self._built:
                 self._built.move_to_end(key)
@@ -150,6 +184,10 @@ class ServedModel:
             while len(self._built) > BUILT_SHAPES:
                 self._built.popitem(last=False)
         return built
+
+
+def _shapes(arrays: dict) -> tuple:
+    return tuple((n, arrays[n].shape) for n in sorted(arrays))
 
 
 class OnnxModel(ServedModel):

@@ -20,7 +20,7 @@ from deepx_flow.errors import DataError, DeepxError, ExecutionError
 class Replica:
     """The actor: model `name` at `version` from `path`, whose digest must be `digest`."""
 
-    def __init__(self, name: str, version: str, path: str, digest: str):
+    def __init__(self, name: str, version: str, path: str, digest: str, batch_sizes=()):
         from deepx_flow.runtime.run import cluster_spec
         from deepx_flow.serving.model import load_model
         model = load_model(name, version, path, cluster_spec())
@@ -28,6 +28,7 @@ class Replica:
             raise DataError(f"model {name!r} version {version}: {path} changed since the "
                             f"gateway checked it (its SHA-256 is {model.digest[:12]}..., "
                             f"not {digest[:12]}...)")
+        model.prepare(batch_sizes)
         self.model = model
 
     def infer(self, arrays: dict, outputs=None) -> dict:
@@ -39,8 +40,9 @@ class Replicas:
     workers of `client`: on the GPU workers among them, `gpus` (addresses), where there
     are any."""
 
-    def __init__(self, client, model, count: int, gpus=()):
+    def __init__(self, client, model, count: int, gpus=(), batch_sizes=()):
         self.client, self.model, self.gpus = client, model, tuple(gpus)
+        self.batch_sizes = tuple(batch_sizes)
         self._lock = threading.Lock()
         workers = _workers(client, self.gpus)
         if not workers:
@@ -51,7 +53,7 @@ class Replicas:
         """(worker, actor future, actor) of a new replica on `worker`."""
         m = self.model
         future = self.client.submit(Replica, m.name, m.version, str(m.path), m.digest,
-                                    actor=True, workers=[worker], allow_other_workers=False,
+                                    self.batch_sizes, actor=True, workers=[worker], allow_other_workers=False,
                                     pure=False)
         try:
             # (the actor binds to the current client: the gateway's need not be the default)

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from deepx_flow.errors import DeepxError, InputError, shown
 from deepx_flow.gateway.errors import NotFound
-from deepx_flow.serving.batcher import Batcher
+from deepx_flow.serving.batcher import Batcher, batch_sizes
 from deepx_flow.serving.config import ServingConfig, checked_against, read_config
 from deepx_flow.serving.model import ServedModel, load_model
 
@@ -146,6 +146,9 @@ class ModelRepository:
         # A client of its own that talks to the workers directly: an actor's calls go
         # through the scheduler otherwise (Dask's default for a client).
         self.client = None if client is None else _direct_client(client)
+        # what one task of the smallest worker may hold: a request past it runs chunked
+        # (read once: the settings are read from the environment, a cost per request)
+        self.task_budget = cluster.task_budget()
         # large requests, each a chunked plan on the whole cluster: a few at a time
         self._large = concurrent.futures.ThreadPoolExecutor(2, "deepx-large-request")
         self._lock = threading.Lock()
@@ -189,12 +192,15 @@ class ModelRepository:
             version, path = _newest_version(folder, config.model_file)
             model = load_model(name, version, path, self.cluster)
             checked_against(config, model, folder / "config.pbtxt")
+            sizes = batch_sizes(config.max_batch_size) if config.dynamic_batching else []
             replicas = None
             if self.client is not None and not config.in_gateway:
                 from deepx_flow.serving.replica import Replicas
                 gpus = [w.address for w in self.cluster.workers
                         if w.device is not None and w.address]
-                replicas = Replicas(self.client, model, config.replicas, gpus)
+                replicas = Replicas(self.client, model, config.replicas, gpus, sizes)
+            else:
+                model.prepare(sizes)
         except DeepxError as err:
             with self._lock:
                 entry = self._entries.setdefault(name, Entry())
@@ -310,7 +316,7 @@ class ModelRepository:
         except DeepxError:
             self._ended(name, model, began, False)
             raise
-        if self.client is not None and model.footprint(arrays) > self.cluster.task_budget():
+        if self.client is not None and model.footprint(arrays) > self.task_budget:
             future = self._large.submit(self._chunked, name, model, arrays, outputs, rows)
         else:
             future = batcher.submit(arrays, outputs, rows)

@@ -117,6 +117,8 @@ def test_a_run_outlasting_the_wait_answers_running_then_its_results(http, client
 @pytest.mark.parametrize("body, status, says", [
     (b"{", 400, "not JSON"),
     (b"[1]", 400, "not a JSON object"),
+    (b"[" * 2000 + b"]" * 2000, 400, "nested too deep"),
+    (b'{"graph": NaN}', 400, "not JSON"),  # (non-finite numbers travel as strings)
     (json.dumps({"graph": SPEC, "inputs": []}).encode(), 400, "input 'x'"),
     (json.dumps({"graph": SPEC, "inputs": [{"name": "x", "shape": [2, 4], "datatype": "FP32",
                                             "data": [0.0] * 8}]}).encode(), 400, "'x'"),

@@ -244,3 +244,31 @@ def test_batches_are_padded_to_a_few_sizes_and_answer_only_their_rows():
     assert alone.submit({"x": np.ones((5, 2))}, None, 5).result(30)["y"].shape == (5, 2)
     assert seen == [5]
     alone.stop()
+
+
+def test_under_load_a_batch_waits_for_the_requests_in_the_server():
+    """A request in another replica's batch means more are coming (its client, answered,
+    sends again): the next batch waits up to the delay for them instead of running its
+    one request at once, while a lone request still runs at once."""
+    import threading
+    release, seen = threading.Event(), []
+
+    def run(replica, arrays, outputs):
+        seen.append(arrays["x"].shape[0])
+        if len(seen) == 1:
+            assert release.wait(60)  # the first batch holds its replica
+        return {"y": arrays["x"] + 1}
+
+    batcher = Batcher("m", run, 2, 8, 3_000_000)  # a delay of 3 s: far past any timing
+    first = batcher.submit({"x": np.zeros((1, 2))}, None, 1)
+    while not seen:
+        threading.Event().wait(0.01)
+    second = batcher.submit({"x": np.ones((1, 2))}, None, 1)  # waits: `first` is pending
+    threading.Event().wait(0.2)
+    third = batcher.submit({"x": np.full((1, 2), 2.0)}, None, 1)  # joins `second`
+    for want, f in ((2.0, second), (3.0, third)):
+        np.testing.assert_array_equal(f.result(30)["y"], np.full((1, 2), want))
+    release.set()
+    np.testing.assert_array_equal(first.result(30)["y"], np.ones((1, 2)))
+    assert seen == [1, 2]  # the second batch held both requests
+    batcher.stop()

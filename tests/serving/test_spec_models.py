@@ -87,3 +87,28 @@ def test_the_digest_covers_the_weights(tmp_path):
         assert models.load("scorer").digest != first
     finally:
         models.stop()
+
+
+def test_a_model_is_prepared_for_each_batch_size_and_each_batch_gets_its_own_answer(
+        tmp_path):
+    """With dynamic batching, a model is built, compiled and lowered at load for every
+    size a padded batch runs as; each batch then fills the prepared graph with its own
+    rows (nothing of an earlier batch is left in it)."""
+    weights = _weights(3)
+    _model(tmp_path, "scorer", weights=weights)
+    (tmp_path / "scorer" / "config.pbtxt").write_text(
+        "max_batch_size: 8\ndynamic_batching { }\n")
+    models = ModelRepository(tmp_path, cluster_spec())
+    try:
+        models.load_all()
+        model = models.model("scorer")
+        assert sorted(shapes[0][1][0] for shapes in model._executables) == [1, 2, 4, 8]
+        rng = np.random.default_rng(4)
+        for rows in (8, 3, 8, 1, 5):
+            x = rng.standard_normal((rows, 4)).astype(np.float32)
+            _, got = models.infer("scorer", "", {"x": x})
+            want = np.maximum(x.astype(np.float64) @ weights["w"] + weights["b"], 0)
+            np.testing.assert_allclose(got["y"], want, rtol=1e-6, atol=1e-6)
+        assert len(model._executables) == 4  # padded batches: no size past those
+    finally:
+        models.stop()
