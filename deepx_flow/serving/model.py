@@ -87,21 +87,25 @@ class ServedModel:
         return {n: results[n] for n in wanted}
 
     def _executable(self, arrays: dict):
-        """The graph for inputs of these shapes, prepared to run (`execute.Executable`):
-        once per set of shapes, the most recent BUILT_SHAPES kept."""
+        """The graph for inputs of these shapes, prepared to run (`execute.Executable`)."""
         from deepx_flow.serving.execute import Executable
+        return self._kept(self._executables, arrays,
+                          lambda: Executable(*self._graph(arrays), self.cluster))
+
+    def _kept(self, cache: OrderedDict, arrays: dict, make):
+        """`make()` for inputs of these shapes, made once and kept in `cache` (the most
+        recent BUILT_SHAPES)."""
         key = _shapes(arrays)
         with self._lock:
-            if key in self._executables:
-                self._executables.move_to_end(key)
-                return self._executables[key]
-        graph, carried = self._graph(arrays)
-        executable = Executable(graph, carried, self.cluster)
+            if key in cache:
+                cache.move_to_end(key)
+                return cache[key]
+        made = make()
         with self._lock:
-            self._executables[key] = executable
-            while len(self._executables) > BUILT_SHAPES:
-                self._executables.popitem(last=False)
-        return executable
+            cache[key] = made
+            while len(cache) > BUILT_SHAPES:
+                cache.popitem(last=False)
+        return made
 
     def prepare(self, batch_sizes) -> None:
         """Build, compile and lower the graph for batches of each of `batch_sizes` rows
@@ -160,30 +164,22 @@ class ServedModel:
         return wanted
 
     def _graph(self, arrays: dict):
-        """The checked graph for inputs of these shapes, and the weights it carries: built
-        once per set of shapes, the most recent BUILT_SHAPES kept."""
+        """The checked graph for inputs of these shapes, and the weights it carries."""
+        return self._kept(self._built, arrays, lambda: self._built_graph(arrays))
+
+    def _built_graph(self, arrays: dict):
         from deepx_flow.compiler.infer import infer_types
         from deepx_flow.compiler.validate import validate_graph
         from deepx_flow.sdk.bindings import bound_inputs
         from deepx_flow.sdk.build import build_graph
         from deepx_flow.sdk.functions import input as input_
-        key = _shapes(arrays)
-        with self._lock:
-            if key in self._built:
-                self._built.move_to_end(key)
-                return self._built[key]
         tensors = {n: input_(n, arrays[n].shape, arrays[n].dtype) for n in arrays}
         try:
             outs, carried = self._build(tensors)
             graph = infer_types(validate_graph(build_graph(outs)))
         except DeepxError as err:
             raise InputError(f"model {self.name!r}: {err}") from None
-        built = (graph, {**bound_inputs(outs), **carried})
-        with self._lock:
-            self._built[key] = built
-            while len(self._built) > BUILT_SHAPES:
-                self._built.popitem(last=False)
-        return built
+        return graph, {**bound_inputs(outs), **carried}
 
 
 def _shapes(arrays: dict) -> tuple:
