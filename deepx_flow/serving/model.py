@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ import numpy as np
 
 from deepx_flow.contract.tensors import datatype_of
 from deepx_flow.errors import DeepxError, InputError, shown
+
+log = logging.getLogger(__name__)
 
 PLATFORM = "deepx_flow_onnx"
 BUILT_SHAPES = 64  # graphs kept per model (one per distinct set of input shapes)
@@ -109,14 +112,27 @@ class ServedModel:
 
     def prepare(self, batch_sizes) -> None:
         """Build, compile and lower the graph for batches of each of `batch_sizes` rows
-        now (Triton's model warm-up), so that the first batches of a size do not wait for
-        it: a model whose inputs vary past the batch axis is prepared as requests come."""
+        now, and run it once on zeros (Triton's model warm-up), so that the first batches
+        of a size wait for no compile, and the modules and compiled kernels a batch needs
+        are loaded before the server freezes what it holds out of the garbage collector
+        (`gateway/serve.py`; numba's compiler, loaded by a first batch after it, made each
+        full collection take 35 ms). A model whose inputs vary past the batch axis is
+        prepared as requests come. A warm-up batch that fails is said in the log and the
+        model still serves: zeros are not a request, and a request's own failure is
+        answered to it."""
         if not all(s.shape and s.shape[0] == -1 and -1 not in s.shape[1:]
                    for s in self.inputs):
             return
         for rows in batch_sizes:
-            self._executable({s.name: np.zeros((rows,) + s.shape[1:], _dtype(s.datatype))
-                              for s in self.inputs})
+            zeros = {s.name: np.zeros((rows,) + s.shape[1:], _dtype(s.datatype))
+                     for s in self.inputs}
+            executable = self._executable(zeros)
+            try:
+                with np.errstate(all="ignore"):
+                    executable(zeros)
+            except DeepxError as err:
+                log.warning("model %r version %s: a warm-up batch of %d rows of zeros "
+                            "failed: %s", self.name, self.version, rows, err)
 
     def footprint(self, arrays: dict) -> int:
         """Bytes a request holds at once at least: its inputs and its outputs."""
