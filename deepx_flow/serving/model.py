@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import logging
 import threading
 from collections import OrderedDict
@@ -240,6 +241,7 @@ class SpecModel(ServedModel):
         path = Path(path)
         weights = path.parent / WEIGHTS_FILE
         self.digest = _sha256(path, *([weights] if weights.is_file() else []))
+        _check_package(path, weights)
         graph = from_yaml(path)  # read and checked as the CLI reads a spec
         self.document = load_yaml(_spec_text(path), settings().max_nodes)
         self.weights = _weights(weights, graph) if weights.is_file() else {}
@@ -279,6 +281,33 @@ class SpecModel(ServedModel):
 
 
 WEIGHTS_FILE = "weights.npz"
+PACKAGE_FILE = "package.json"
+
+
+def _check_package(spec: Path, weights: Path) -> None:
+    """A version written by `dx.serving.package` records the SHA-256 of its graph and of
+    its parameters in package.json: files that no longer have them (damaged, or changed
+    since) are refused, by name, rather than served."""
+    manifest = spec.parent / PACKAGE_FILE
+    if not manifest.is_file():
+        return  # a graph spec written by hand
+    try:
+        recorded = json.loads(manifest.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise InputError(f"{manifest}: cannot be read as a package's manifest: {err}") \
+            from None
+    if not isinstance(recorded, dict):
+        raise InputError(f"{manifest}: is {shown(recorded)}, not a package's manifest")
+    for field, path in (("graph_sha256", spec), ("weights_sha256", weights)):
+        want = recorded.get(field)
+        if not isinstance(want, str):
+            raise InputError(f"{manifest}: has no {field}")
+        if not path.is_file():
+            raise InputError(f"{path}: missing (the package records its SHA-256)")
+        got = _sha256(path)
+        if got != want:
+            raise InputError(f"{path}: damaged or changed since it was packaged (its SHA-256 "
+                             f"is {got[:12]}..., package.json records {want[:12]}...)")
 
 
 def load_model(name: str, version: str, path: Path, cluster) -> ServedModel:

@@ -84,3 +84,35 @@ def test_a_package_that_cannot_be_built_writes_nothing(trained, tmp_path):
     with pytest.raises(InputError, match="model name"):
         dx.serving.package("../m", lambda p, x: x, fit, {"x": x[:1]}, tmp_path)
     assert not (tmp_path / "m").exists() or not list((tmp_path / "m").iterdir())
+
+
+def test_a_package_whose_files_changed_is_refused_at_load_and_the_others_serve(
+        trained, tmp_path):
+    """package.json records the SHA-256 of the graph and of the parameters: a byte changed
+    in either, or a file gone, and the model is refused with its reason; an intact
+    package beside it serves."""
+    fit, logits, x = trained
+    forward = lambda p, x: logits(p, x)  # noqa: E731
+    for name in ("intact", "weights_flipped", "graph_edited", "weights_gone"):
+        dx.serving.package(name, forward, fit, {"x": x[:1]}, tmp_path)
+    weights = tmp_path / "weights_flipped" / "1" / "weights.npz"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    weights.write_bytes(bytes(data))
+    spec = tmp_path / "graph_edited" / "1" / "model.yaml"
+    spec.write_text(spec.read_text().replace('"deepx": 1', '"deepx": 1 '))
+    (tmp_path / "weights_gone" / "1" / "weights.npz").unlink()
+    models = ModelRepository(tmp_path, cluster_spec())
+    try:
+        models.load_all()
+        index = {m["name"]: m for m in models.index()}
+        assert index["intact"]["state"] == "READY"
+        for name, says in [("weights_flipped", "weights.npz: damaged or changed since"),
+                           ("graph_edited", "model.yaml: damaged or changed since"),
+                           ("weights_gone", "weights.npz: missing")]:
+            assert index[name]["state"] == "UNAVAILABLE", index[name]
+            assert says in index[name]["reason"], index[name]
+        _, got = models.infer("intact", "", {"x": x[:3]})
+        assert got["output"].shape == (3, 2)
+    finally:
+        models.stop()
