@@ -11,8 +11,8 @@ Contenders, on the same 2 cores, side by side in one run, the same request bodie
 - deepx_flow (workers): `deepx-flow serve --model-repository`, each model with a config
   asking for dynamic batching (max_batch_size 64, a queue delay of 500 us) and 2 replicas,
   resident on the embedded cluster's workers (Dask actors);
-- deepx_flow (KIND_CPU): the same server and config with `kind: KIND_CPU`, its 2 replicas
-  threads of the gateway's own process (no hop to a worker);
+- deepx_flow (KIND_CPU): the same server and config with `kind: KIND_CPU` and one replica,
+  a thread of the gateway's own process (no hop to a worker);
 - plain: what a user writes without a server for models: an HTTP endpoint (Starlette on
   uvicorn) that decodes the same JSON, calls ONNX Runtime's `session.run` on the one row
   (CPU provider, default threads) and answers the same JSON, no batching.
@@ -50,10 +50,14 @@ REQUESTS = 2000
 CONCURRENCY = (1, 16, 64)
 CONFIG = """max_batch_size: 64
 dynamic_batching { max_queue_delay_microseconds: 500 }
-instance_group [ { count: 2, kind: KIND } ]
+instance_group [ { count: COUNT, kind: KIND } ]
 """
-PLACEMENTS = {"deepx_flow (workers)": ("KIND_AUTO", ""), "deepx_flow (KIND_CPU)": ("KIND_CPU",
-                                                                                  "_cpu")}
+# (kind, replicas, model name suffix). On the workers, a replica on each of the two; in
+# the gateway's process, one: a second shares the GIL with the first and with the event
+# loop that reads every request, and measured slower (the MLP at 64 clients: 3,070
+# requests/s with two, 4,480 with one).
+PLACEMENTS = {"deepx_flow (workers)": ("KIND_AUTO", 2, ""),
+              "deepx_flow (KIND_CPU)": ("KIND_CPU", 1, "_cpu")}
 INPUTS = {"mlp": [1, 784], "cnn": [1, 1, 28, 28]}
 
 PLAIN = '''
@@ -202,11 +206,12 @@ def main(argv=None) -> int:
         tmp = Path(tmp)
         paths = {}
         for name, build in (("mlp", mlp), ("cnn", cnn)):
-            for kind, suffix in PLACEMENTS.values():
+            for kind, count, suffix in PLACEMENTS.values():
                 folder = tmp / "models" / (name + suffix)
                 (folder / "1").mkdir(parents=True)
                 paths[name] = build(folder / "1" / "model.onnx")
-                (folder / "config.pbtxt").write_text(CONFIG.replace("KIND", kind, 1))
+                (folder / "config.pbtxt").write_text(
+                    CONFIG.replace("KIND", kind, 1).replace("COUNT", str(count), 1))
         rng = np.random.default_rng(0)
         rows, want, bodies = {}, {}, {}
         for name, shape in INPUTS.items():
@@ -232,7 +237,7 @@ def main(argv=None) -> int:
             for name in INPUTS:
                 for concurrency in CONCURRENCY:
                     contenders = [(c, deepx_url, name + suffix)
-                                  for c, (_, suffix) in PLACEMENTS.items()]
+                                  for c, (_, _, suffix) in PLACEMENTS.items()]
                     for contender, url, served in contenders + [("plain", plain_url, name)]:
                         got = load(f"{url}/v2/models/{served}/infer", bodies[name],
                                    concurrency, total)
