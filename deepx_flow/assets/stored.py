@@ -79,6 +79,11 @@ def whole(asset, made: dict, db, now=None) -> tuple[Tensor, dict[str, str]]:
     return (parts[0] if len(parts) == 1 else concat(parts, axis=asset.partition_axis)), used
 
 
+# The storage of a model package's versions (`serving/package.py`): files of a model
+# repository, recorded as an asset's versions for their lineage; no array to read.
+PACKAGE_STORAGE = "model-package"
+
+
 def stored_tensor(row: AssetMaterialization, db) -> Tensor:
     """The stored version `row` (recorded in `db`) as a lazy tensor whose reads check every
     chunk, after a check from a listing that its manifest is the one written, its metadata
@@ -86,6 +91,10 @@ def stored_tensor(row: AssetMaterialization, db) -> Tensor:
     DataError naming the version and what is wrong otherwise)."""
     from deepx_flow.sdk.functions import _read_zarr
     from deepx_flow.storage.engines import get_engine
+    if row.storage == PACKAGE_STORAGE:
+        raise InputError(f"asset {row.asset} version {row.version[:12]} is a served model's "
+                         f"package (its files are in {row.uri}), not an array: serve it "
+                         f"with deepx-flow serve --model-repository")
     if not row.uri:
         raise InputError(f"asset {row.asset} version {row.version[:12]} has no stored data "
                          f"to read (storage {row.storage!r})")

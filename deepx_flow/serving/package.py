@@ -14,7 +14,12 @@ checkpoint they came from.
                        example_inputs={"x": x[:1]}, repository="models")
 
 A version is written to a hidden folder, then renamed into place: a server never sees half
-of one.
+of one. Then it is recorded in the metadata database as a version of the asset
+`model.<name>` (storage PACKAGE_STORAGE, at the version folder): its code version the graph's digest, its manifest digest
+package.json's (which holds both digests), its upstream the training checkpoint it binds,
+so that the asset's versions are the model's, with their lineage (the version folder's
+package.json names the asset version). A package has no array to read: `dx.load` of it
+says so.
 """
 
 from __future__ import annotations
@@ -29,11 +34,18 @@ from pathlib import Path
 
 import numpy as np
 
+from deepx_flow.assets.stored import PACKAGE_STORAGE
 from deepx_flow.errors import GraphError, InputError, shown
 from deepx_flow.serving.model import _sha256
 
 
-def package(name: str, forward, params, example_inputs: dict, repository) -> Path:
+def asset_of(name: str) -> str:
+    """The asset whose versions are model `name`'s packages."""
+    return f"model.{name}"
+
+
+def package(name: str, forward, params, example_inputs: dict, repository,
+            db=None) -> Path:
     """Write `forward` over `params` as the next version of model `name` in `repository`
     (a folder in Triton's layout); the version folder written.
 
@@ -52,6 +64,8 @@ def package(name: str, forward, params, example_inputs: dict, repository) -> Pat
         allows another size there).
     repository : path
         The model repository's folder.
+    db : str or Database, optional
+        The metadata database the version is recorded in (the default one otherwise).
     """
     from deepx_flow.sdk.build import build_graph
     from deepx_flow.sdk.functions import input as input_
@@ -98,7 +112,7 @@ def package(name: str, forward, params, example_inputs: dict, repository) -> Pat
     # the parameters, and the arrays the tensors carry (NumPy operands of forward's code)
     carried = {n: np.asarray(getattr(b, "value", b)) for n, b in bound_inputs(outputs).items()}
     bound = {n: a for n, a in {**weights, **carried}.items() if n in used}
-    return _write(Path(repository) / name, spec, bound, origin)
+    return _write(Path(repository) / name, spec, bound, origin, db)
 
 
 def _untyped(doc: dict) -> dict:
@@ -123,7 +137,11 @@ def _params(params) -> tuple[dict, dict]:
     raise InputError(f"params is {shown(params)}, not a dx.train result or a dict of arrays")
 
 
-def _write(folder: Path, spec: str, weights: dict, origin: dict) -> Path:
+def _write(folder: Path, spec: str, weights: dict, origin: dict, db) -> Path:
+    from deepx_flow.meta import open_db
+    db = open_db(db)  # (opened first: a database that cannot be opened writes nothing)
+    upstream = _checkpoint_asset(db, origin.get("checkpoint"))
+    asset_version = uuid.uuid4().hex
     folder.mkdir(parents=True, exist_ok=True)
     versions = [int(p.name) for p in folder.iterdir()
                 if p.is_dir() and p.name.isdigit() and p.name.isascii()]
@@ -138,11 +156,44 @@ def _write(folder: Path, spec: str, weights: dict, origin: dict) -> Path:
             os.fsync(f.fileno())
         manifest = {"graph_sha256": hashlib.sha256(spec.encode()).hexdigest(),
                     "weights_sha256": _sha256(hidden / "weights.npz"),
-                    "created_at": time.time(), **origin}
+                    "created_at": time.time(), **origin,
+                    "asset": asset_of(folder.name), "asset_version": asset_version}
         (hidden / "package.json").write_text(json.dumps(manifest, indent=1) + "\n")
         os.rename(hidden, folder / version)  # a version another writer took: refused
     except BaseException:
         shutil.rmtree(hidden, ignore_errors=True)
         raise
+    _record(db, folder / version, manifest, asset_version, upstream)
     return folder / version
+
+
+def _checkpoint_asset(db, checkpoint: str | None) -> dict:
+    """{checkpoint's asset: its version} for the packaged training's checkpoint (none for
+    parameters given as arrays, or a training that kept no checkpoint)."""
+    if not checkpoint:
+        return {}
+    from sqlmodel import select
+
+    from deepx_flow.meta.models import AssetMaterialization
+    with db.read() as session:
+        row = session.exec(select(AssetMaterialization).where(
+            AssetMaterialization.version == checkpoint)).first()
+    if row is None:
+        raise InputError(f"the training's checkpoint {checkpoint[:12]}... is not in the "
+                         f"metadata database {db.display_url}: package with the database it was "
+                         f"recorded in (db=)")
+    return {row.asset: checkpoint}
+
+
+def _record(db, where: Path, manifest: dict, asset_version: str, upstream: dict) -> None:
+    """The package as a version of its model's asset (after its files: a version is
+    visible once complete)."""
+    from deepx_flow.assets import catalog
+    from deepx_flow.meta.models import AssetMaterialization
+    nbytes = sum(p.stat().st_size for p in where.iterdir())
+    catalog.record_all(db, [(AssetMaterialization(
+        version=asset_version, asset=manifest["asset"], code_version=manifest["graph_sha256"],
+        upstream_versions=json.dumps(upstream), shape="[]", dtype="package", nbytes=nbytes,
+        storage=PACKAGE_STORAGE, uri=str(where.resolve()),
+        manifest_digest=_sha256(where / "package.json"), created_at=time.time()), [])])
 

@@ -116,3 +116,50 @@ def test_a_package_whose_files_changed_is_refused_at_load_and_the_others_serve(
         assert got["output"].shape == (3, 2)
     finally:
         models.stop()
+
+
+def test_each_package_is_a_version_of_its_models_asset_bound_to_its_checkpoint(
+        trained, tmp_path, client_module):
+    """A package is recorded as a version of the asset model.<name>: its code version the
+    graph's digest, its manifest digest package.json's, its upstream the training
+    checkpoint whose parameters it binds; package.json names the asset version, the row
+    the version folder. It holds no array: dx.load says what it is."""
+    import hashlib
+
+    from deepx_flow.assets import catalog
+    from deepx_flow.meta import open_db
+    _, logits, x = trained
+    y = (x[:, 0] > 0).astype(np.int64)
+    fit = dx.train(lambda p, a, b: dx.nn.cross_entropy(logits(p, a), b), logits.init(seed=2),
+                   data=(x, y), batch_size=64, epochs=1, progress=False, client=client_module,
+                   checkpoint="scorer_training")
+    assert fit.checkpoint is not None
+    forward = lambda p, x: logits(p, x)  # noqa: E731
+    folders = [dx.serving.package("scorer", forward, fit, {"x": x[:1]}, tmp_path)
+               for _ in range(2)]
+    db = open_db()
+    rows = {r.version: r for r in catalog.history(db, "model.scorer")}
+    assert len(rows) == 2
+    [checkpoint] = [r for r in catalog.history(db, "scorer_training")
+                    if r.version == fit.checkpoint]
+    for folder in folders:
+        manifest = json.loads((folder / "package.json").read_text())
+        row = rows[manifest["asset_version"]]
+        assert manifest["asset"] == row.asset == "model.scorer"
+        assert row.code_version == manifest["graph_sha256"]
+        assert row.manifest_digest == hashlib.sha256(
+            (folder / "package.json").read_bytes()).hexdigest()
+        assert catalog.upstream_versions(row) == {checkpoint.asset: fit.checkpoint}
+        assert row.uri == str(folder.resolve()) and row.storage == "model-package"
+    with pytest.raises(InputError, match="is a served model's package"):
+        dx.load("model.scorer")
+    # parameters given as arrays: a version with no upstream
+    arrays = dx.serving.package("plain", forward, dict(fit.values), {"x": x[:1]}, tmp_path)
+    [row] = catalog.history(db, "model.plain")
+    assert row.version == json.loads((arrays / "package.json").read_text())["asset_version"]
+    assert catalog.upstream_versions(row) == {}
+    # a checkpoint the database given does not hold: refused before anything is written
+    with pytest.raises(InputError, match="is not in the metadata database"):
+        dx.serving.package("elsewhere", forward, fit, {"x": x[:1]}, tmp_path,
+                           db=f"sqlite:///{tmp_path / 'other.db'}")
+    assert not (tmp_path / "elsewhere").exists()
