@@ -199,10 +199,12 @@ def _verify_one(db, row, quick: bool, upgrade: bool, damaged: list) -> str:
     """Check one stored version (and with `upgrade` bind it if it is of the older format);
     its result column. A damaged version's first problem is added to `damaged`."""
     from deepx_flow.assets import catalog
-    from deepx_flow.assets.stored import stored_as
+    from deepx_flow.assets.stored import PACKAGE_STORAGE, stored_as
     from deepx_flow.errors import DataError
     from deepx_flow.storage.engines import get_engine
 
+    if row.storage == PACKAGE_STORAGE:
+        return _verify_package(row, damaged)
     engine = get_engine(row.storage)
     if not row.uri or not callable(getattr(engine, "verify", None)):
         return f"not checked: storage {row.storage!r} cannot be verified"
@@ -221,6 +223,24 @@ def _verify_one(db, row, quick: bool, upgrade: bool, damaged: list) -> str:
         return f"DAMAGED: {problems[0].problem}{more}"
     sizes = " (sizes only)" if quick else ""
     return f"ok, older format{sizes}: chunk positions not bound" if older else f"ok{sizes}"
+
+
+def _verify_package(row, damaged: list) -> str:
+    """A served model's package (`dx.serving.package`): its package.json the one the row
+    records, its graph and parameters the ones package.json records."""
+    from pathlib import Path
+
+    from deepx_flow.errors import DataError
+    from deepx_flow.serving.model import PACKAGE_FILE, WEIGHTS_FILE, check_package
+    folder = Path(row.uri or "")
+    try:
+        check_package(folder / "model.yaml", folder / WEIGHTS_FILE,
+                      row.manifest_digest)
+    except DataError as err:
+        damaged.append(DataError(str(err), uri=row.uri, asset=row.asset,
+                                 version=row.version, partition=row.partition))
+        return f"DAMAGED: {err}"
+    return f"ok: a model package, its {PACKAGE_FILE} and both digests"
 
 
 def _gc(args) -> int:

@@ -121,6 +121,10 @@ def from_values(tensor: str, datatype: str, shape, values) -> np.ndarray:
         return array.reshape(shape)
     info = np.iinfo(dtype)
     for v in flat:
+        if type(v) is float and v.is_integer() and abs(v) >= 2**63:  # (a JSON parser reads
+            # integers past 64 bits as floats)
+            raise InputError(f"tensor {shown(tensor)}: {v:.0f} is outside {datatype}'s range "
+                             f"[{info.min}, {info.max}]")
         if type(v) is not int:
             raise InputError(f"tensor {shown(tensor)}: {shown(v)} is not an integer")
         if not info.min <= v <= info.max:

@@ -242,6 +242,9 @@ async def read_body(request: Request, limits) -> tuple[dict, bytes]:
     except orjson.JSONDecodeError as err:  # (its nesting limit included: 1024 deep)
         if "depth" in str(err):
             raise InputError("the request's JSON is nested too deep") from None
+        if "infinity" in str(err):  # valid JSON, but a number past any 64-bit float
+            raise InputError(f"the request holds a number beyond the range of a 64-bit "
+                             f"float ({err})") from None
         raise InputError(f"the request body is not JSON: {err}") from None
     if not isinstance(body, dict):
         raise InputError(f"the request body is {shown(body)}, not a JSON object")

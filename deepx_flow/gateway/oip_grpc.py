@@ -85,16 +85,17 @@ class InferenceService:
     async def ModelInfer(self, request, context):
         from deepx_flow.gateway.grpc_server import _awaited
 
-        def submit():
+        def submit(arrival):
             models = self._models()
             models.model(request.model_name, request.model_version)  # NOT_FOUND first
             arrays = _inputs(request)
             names = [o.name for o in request.outputs] or None
-            return models.submit(request.model_name, request.model_version, arrays, names)
+            return models.submit(request.model_name, request.model_version, arrays, names,
+                                 arrival)
         arriving = self.gateway.models.arriving(request.model_name) \
             if self.gateway.models is not None else contextlib.nullcontext()
-        with arriving:
-            model, pending = await self._call(context, submit)
+        with arriving as arrival:
+            model, pending = await self._call(context, lambda: submit(arrival))
         # (no thread held while it waits)
         outputs = await _awaited(context, asyncio.wrap_future(pending))
         answer = pb.ModelInferResponse(model_name=model.name, model_version=model.version,

@@ -73,8 +73,8 @@ def routes(gateway) -> list[Route]:
         models = repository()
         name, version = request.path_params["model"], version_of(request)
         models.model(name, version)  # 404 before the body is read
-        with models.arriving(name):
-            model, pending, binary, body = await _received(request, name, version)
+        with models.arriving(name) as arrival:
+            model, pending, binary, body = await _received(request, name, version, arrival)
         outputs = await asyncio.wrap_future(pending)  # (no thread held while it waits)
         answer = {"model_name": model.name, "model_version": model.version,
                   "outputs": outputs}
@@ -83,7 +83,7 @@ def routes(gateway) -> list[Route]:
         size = sum(a.nbytes for a in outputs.values())
         return await small_inline(size, tensors_response, answer, binary)
 
-    async def _received(request: Request, name: str, version: str):
+    async def _received(request: Request, name: str, version: str, arrival):
         """Read, decode and check an infer request, and queue it: (the model, the future
         of its outputs, the outputs to answer as binary data, the body)."""
         models = repository()
@@ -102,7 +102,7 @@ def routes(gateway) -> list[Route]:
         arrays, (names, binary) = await small_inline(request.state.body_bytes, decoded)
         if "id" in body and not isinstance(body["id"], str):
             raise InputError(f"id is {shown(body['id'])}, not a string")
-        model, pending = models.submit(name, version, arrays, names)
+        model, pending = models.submit(name, version, arrays, names, arrival)
         return model, pending, binary, body
 
     async def stats(request: Request):

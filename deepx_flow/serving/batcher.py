@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import logging
 import queue
 import threading
 import time
@@ -30,6 +31,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from deepx_flow.errors import ExecutionError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class Arrival:
+    """A request being read for `batcher`, counted among those arriving until queued."""
+
+    batcher: object
+    counted: bool = True
 
 
 @dataclass
@@ -74,21 +85,30 @@ class Batcher:
     @contextlib.contextmanager
     def arriving(self):
         """Around reading and checking a request: a batch waits for others only while
-        some are queued or on their way, never for requests that are not coming."""
+        some are queued or on their way, never for requests that are not coming. Yields
+        the request's Arrival, which `submit` takes: a request is counted once, arriving
+        or pending, never both (a lone request counted twice waited the whole delay)."""
+        arrival = Arrival(self)
         self._arriving.append(None)
         try:
-            yield
+            yield arrival
         finally:
-            self._arriving.pop()
+            if arrival.counted:
+                arrival.counted = False
+                self._arriving.pop()
 
-    def submit(self, arrays: dict, outputs, rows: int) -> Future:
-        """Queue a request of `rows` rows: a Future of its outputs (name -> array)."""
+    def submit(self, arrays: dict, outputs, rows: int, arrival=None) -> Future:
+        """Queue a request of `rows` rows: a Future of its outputs (name -> array).
+        `arrival`: the request's, when it was read inside `arriving()`."""
         request = Request(arrays, tuple(outputs) if outputs else None, rows)
         if self._stopped.is_set():
             request.future.set_exception(ExecutionError(f"model {self.name!r} was unloaded"))
-        else:
-            self._pending.append(None)
-            self._queue.put(request)
+            return request.future
+        self._pending.append(None)
+        if arrival is not None and arrival.batcher is self and arrival.counted:
+            arrival.counted = False
+            self._arriving.pop()
+        self._queue.put(request)
         return request.future
 
     def stop(self) -> None:
@@ -106,6 +126,8 @@ class Batcher:
             carried = None
             if first is None:
                 return
+            if not self._started(first):
+                continue
             batch, rows = [first], first.rows
             deadline = time.monotonic() + self.delay_s
             while rows < self.max_batch_size and rows not in self.preferred:
@@ -122,11 +144,29 @@ class Batcher:
                         rows + nxt.rows > self.max_batch_size:
                     carried = nxt  # the first of the next batch (None: stop after this)
                     break
-                batch.append(nxt)
-                rows += nxt.rows
-            self._run(replica, batch, rows)
+                if self._started(nxt):
+                    batch.append(nxt)
+                    rows += nxt.rows
+            try:
+                self._run(replica, batch, rows)
+            except Exception as err:  # a bug: said, and the model keeps its replica
+                log.exception("model %r: replica %d failed a batch", self.name, replica)
+                for r in batch:
+                    if not r.future.done():
+                        r.future.set_exception(ExecutionError(
+                            f"model {self.name!r}: the batch failed: "
+                            f"{type(err).__name__}: {err}"))
             if carried is None and self._stopped.is_set() and self._queue.empty():
                 return
+
+    def _started(self, request: Request) -> bool:
+        """Mark a request as running (it can no longer be cancelled); False, and no
+        longer pending, for one its caller cancelled while it was queued (a gRPC deadline,
+        a client gone)."""
+        if request.future.set_running_or_notify_cancel():
+            return True
+        self._pending.pop()
+        return False
 
     def _run(self, replica: int, batch: list[Request], rows: int) -> None:
         try:

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from deepx_flow.contract.tensors import datatype_of
-from deepx_flow.errors import DeepxError, InputError, shown
+from deepx_flow.errors import DataError, DeepxError, InputError, shown
 
 log = logging.getLogger(__name__)
 
@@ -118,16 +118,21 @@ class ServedModel:
         are loaded before the server freezes what it holds out of the garbage collector
         (`gateway/serve.py`; numba's compiler, loaded by a first batch after it, made each
         full collection take 35 ms). A model whose inputs vary past the batch axis is
-        prepared as requests come. A warm-up batch that fails is said in the log and the
-        model still serves: zeros are not a request, and a request's own failure is
-        answered to it."""
+        prepared as requests come. A graph that cannot be built for one of the sizes is
+        refused (an InputError saying which size): requests of that size would fail. A
+        warm-up batch that fails to run is said in the log and the model still serves:
+        zeros are not a request, and a request's own failure is answered to it."""
         if not all(s.shape and s.shape[0] == -1 and -1 not in s.shape[1:]
                    for s in self.inputs):
             return
         for rows in batch_sizes:
             zeros = {s.name: np.zeros((rows,) + s.shape[1:], _dtype(s.datatype))
                      for s in self.inputs}
-            executable = self._executable(zeros)
+            try:
+                executable = self._executable(zeros)
+            except DeepxError as err:  # its config allows batches its graph cannot take
+                raise InputError(f"cannot be built for a batch of {rows} rows, which its "
+                                 f"max_batch_size allows: {err}") from None
             try:
                 with np.errstate(all="ignore"):
                     executable(zeros)
@@ -241,7 +246,7 @@ class SpecModel(ServedModel):
         path = Path(path)
         weights = path.parent / WEIGHTS_FILE
         self.digest = _sha256(path, *([weights] if weights.is_file() else []))
-        _check_package(path, weights)
+        check_package(path, weights)
         graph = from_yaml(path)  # read and checked as the CLI reads a spec
         self.document = load_yaml(_spec_text(path), settings().max_nodes)
         self.weights = _weights(weights, graph) if weights.is_file() else {}
@@ -284,30 +289,38 @@ WEIGHTS_FILE = "weights.npz"
 PACKAGE_FILE = "package.json"
 
 
-def _check_package(spec: Path, weights: Path) -> None:
+def check_package(spec: Path, weights: Path, manifest_digest: str | None = None) -> None:
     """A version written by `dx.serving.package` records the SHA-256 of its graph and of
-    its parameters in package.json: files that no longer have them (damaged, or changed
-    since) are refused, by name, rather than served."""
+    its parameters in package.json (and the metadata database, package.json's):
+    files that no longer have them (damaged, or changed since) are refused, by name,
+    with a DataError, rather than served. A graph spec written by hand has no
+    package.json, and is checked only when `manifest_digest` says there was one."""
     manifest = spec.parent / PACKAGE_FILE
     if not manifest.is_file():
-        return  # a graph spec written by hand
+        if manifest_digest is None:
+            return
+        raise DataError(f"{manifest}: missing (the package's recorded version has one)")
+    if manifest_digest is not None and _sha256(manifest) != manifest_digest:
+        raise DataError(f"{manifest}: changed since the package was recorded (its SHA-256 is "
+                        f"{_sha256(manifest)[:12]}..., the database records "
+                        f"{manifest_digest[:12]}...)")
     try:
         recorded = json.loads(manifest.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise InputError(f"{manifest}: cannot be read as a package's manifest: {err}") \
+        raise DataError(f"{manifest}: cannot be read as a package's manifest: {err}") \
             from None
     if not isinstance(recorded, dict):
-        raise InputError(f"{manifest}: is {shown(recorded)}, not a package's manifest")
+        raise DataError(f"{manifest}: is {shown(recorded)}, not a package's manifest")
     for field, path in (("graph_sha256", spec), ("weights_sha256", weights)):
         want = recorded.get(field)
         if not isinstance(want, str):
-            raise InputError(f"{manifest}: has no {field}")
+            raise DataError(f"{manifest}: has no {field}")
         if not path.is_file():
-            raise InputError(f"{path}: missing (the package records its SHA-256)")
+            raise DataError(f"{path}: missing (the package records its SHA-256)")
         got = _sha256(path)
         if got != want:
-            raise InputError(f"{path}: damaged or changed since it was packaged (its SHA-256 "
-                             f"is {got[:12]}..., package.json records {want[:12]}...)")
+            raise DataError(f"{path}: damaged or changed since it was packaged (its SHA-256 "
+                            f"is {got[:12]}..., package.json records {want[:12]}...)")
 
 
 def load_model(name: str, version: str, path: Path, cluster) -> ServedModel:

@@ -15,16 +15,16 @@ checkpoint they came from.
 
 A version is written to a hidden folder, then renamed into place: a server never sees half
 of one. Then it is recorded in the metadata database as a version of the asset
-`model.<name>` (storage PACKAGE_STORAGE, at the version folder): its code version the graph's digest, its manifest digest
-package.json's (which holds both digests), its upstream the training checkpoint it binds,
-so that the asset's versions are the model's, with their lineage (the version folder's
-package.json names the asset version). A package has no array to read: `dx.load` of it
-says so.
+`model.<name>` (storage PACKAGE_STORAGE, at the version folder): its code version the
+graph's digest, its manifest digest package.json's (which holds both digests), its
+upstream the training checkpoint it binds, so that the asset's versions are the model's,
+with their lineage (the version folder's package.json names the asset version). A
+package has no array to read: `dx.load` of it says so; a version whose record fails is
+removed, not left to be served.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -149,12 +149,12 @@ def _write(folder: Path, spec: str, weights: dict, origin: dict, db) -> Path:
     hidden = folder / f".{version}.{uuid.uuid4().hex[:8]}.partial"
     hidden.mkdir()
     try:
-        (hidden / "model.yaml").write_text(spec)
+        (hidden / "model.yaml").write_bytes(spec.encode())  # (hashed as written)
         with open(hidden / "weights.npz", "wb") as f:
             np.savez(f, **weights)
             f.flush()
             os.fsync(f.fileno())
-        manifest = {"graph_sha256": hashlib.sha256(spec.encode()).hexdigest(),
+        manifest = {"graph_sha256": _sha256(hidden / "model.yaml"),
                     "weights_sha256": _sha256(hidden / "weights.npz"),
                     "created_at": time.time(), **origin,
                     "asset": asset_of(folder.name), "asset_version": asset_version}
@@ -163,7 +163,11 @@ def _write(folder: Path, spec: str, weights: dict, origin: dict, db) -> Path:
     except BaseException:
         shutil.rmtree(hidden, ignore_errors=True)
         raise
-    _record(db, folder / version, manifest, asset_version, upstream)
+    try:
+        _record(db, folder / version, manifest, asset_version, upstream)
+    except BaseException:  # not recorded: not left to be served either
+        shutil.rmtree(folder / version, ignore_errors=True)
+        raise
     return folder / version
 
 
@@ -180,8 +184,8 @@ def _checkpoint_asset(db, checkpoint: str | None) -> dict:
             AssetMaterialization.version == checkpoint)).first()
     if row is None:
         raise InputError(f"the training's checkpoint {checkpoint[:12]}... is not in the "
-                         f"metadata database {db.display_url}: package with the database it was "
-                         f"recorded in (db=)")
+                         f"metadata database {db.display_url}: package with the database "
+                         f"it was recorded in (db=)")
     return {row.asset: checkpoint}
 
 

@@ -53,8 +53,8 @@ class Replicas:
         """(worker, actor future, actor) of a new replica on `worker`."""
         m = self.model
         future = self.client.submit(Replica, m.name, m.version, str(m.path), m.digest,
-                                    self.batch_sizes, actor=True, workers=[worker], allow_other_workers=False,
-                                    pure=False)
+                                    self.batch_sizes, actor=True, workers=[worker],
+                                    allow_other_workers=False, pure=False)
         try:
             # (the actor binds to the current client: the gateway's need not be the default)
             with self.client.as_current():

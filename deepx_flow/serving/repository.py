@@ -288,17 +288,18 @@ class ModelRepository:
 
     @contextlib.contextmanager
     def arriving(self, name):
-        """Around reading a request for model `name`: its batcher knows one is on its way."""
+        """Around reading a request for model `name`: its batcher knows one is on its way.
+        Yields the request's arrival (None without a batcher), for `submit`."""
         with self._lock:
             entry = self._entries.get(name)
             batcher = entry.batcher if entry is not None else None
         if batcher is None:
-            yield
+            yield None
             return
-        with batcher.arriving():
-            yield
+        with batcher.arriving() as arrival:
+            yield arrival
 
-    def submit(self, name, version: str, arrays: dict, outputs=None) -> tuple:
+    def submit(self, name, version: str, arrays: dict, outputs=None, arrival=None) -> tuple:
         """Check one request and queue it: (the model, a Future of its outputs by name);
         counted in the model's statistics when it ends. A bad request is refused here, and
         counted failed, before it can join a batch."""
@@ -319,7 +320,7 @@ class ModelRepository:
         if self.client is not None and model.footprint(arrays) > self.task_budget:
             future = self._large.submit(self._chunked, name, model, arrays, outputs, rows)
         else:
-            future = batcher.submit(arrays, outputs, rows)
+            future = batcher.submit(arrays, outputs, rows, arrival)
         future.add_done_callback(
             lambda f: self._ended(name, model, began, f.exception() is None))
         return model, future

@@ -104,6 +104,9 @@ def test_typed_contents_round_trip(data, datatype):
     ({"name": "x", "shape": [2], "datatype": "UINT64", "data": [2**64 - 1, 2**64]},
      "outside UINT64"),
     ({"name": "x", "shape": [3], "datatype": "INT16", "data": [1, 2]}, "2 values, but"),
+    # (an integer past 64 bits, as a JSON parser that reads it as a float gives it)
+    ({"name": "x", "shape": [1], "datatype": "UINT64", "data": [float(2**64)]},
+     "18446744073709551616 is outside UINT64"),
     ({"name": "x", "shape": [1], "datatype": "BYTES", "data": ["a"]}, "not tensors here"),
     ({"name": "x", "shape": [1], "datatype": "FP8", "data": [1]}, "not one of"),
     ({"name": "x", "shape": [-1], "datatype": "FP32", "data": []}, "non-negative"),

@@ -119,6 +119,7 @@ def test_a_run_outlasting_the_wait_answers_running_then_its_results(http, client
     (b"[1]", 400, "not a JSON object"),
     (b"[" * 2000 + b"]" * 2000, 400, "nested too deep"),
     (b'{"graph": NaN}', 400, "not JSON"),  # (non-finite numbers travel as strings)
+    (b'{"graph": 1' + b"0" * 400 + b"}", 400, "beyond the range of a 64-bit float"),
     (json.dumps({"graph": SPEC, "inputs": []}).encode(), 400, "input 'x'"),
     (json.dumps({"graph": SPEC, "inputs": [{"name": "x", "shape": [2, 4], "datatype": "FP32",
                                             "data": [0.0] * 8}]}).encode(), 400, "'x'"),

@@ -272,3 +272,51 @@ def test_under_load_a_batch_waits_for_the_requests_in_the_server():
     np.testing.assert_array_equal(first.result(30)["y"], np.ones((1, 2)))
     assert seen == [1, 2]  # the second batch held both requests
     batcher.stop()
+
+
+def test_a_request_read_inside_arriving_and_queued_from_a_thread_runs_at_once():
+    """gRPC reads a request inside `arriving()` and queues it from a worker thread: the
+    request is counted once (queued, no longer arriving), so alone it runs at once
+    instead of waiting the delay (here 5 s) for itself."""
+    import threading
+    import time
+    batcher = Batcher("m", lambda r, a, o: {"y": a["x"] * 2}, 1, 8, 5_000_000)
+    began = time.monotonic()
+    with batcher.arriving() as arrival:
+        got = {}
+        worker = threading.Thread(target=lambda: got.update(
+            f=batcher.submit({"x": np.ones((1, 2))}, None, 1, arrival)))
+        worker.start()
+        worker.join(30)
+        np.testing.assert_array_equal(got["f"].result(30)["y"], np.full((1, 2), 2.0))
+    assert time.monotonic() - began < 2.5
+    assert not batcher._arriving and not batcher._pending  # nothing left counted
+    batcher.stop()
+
+
+def test_a_request_cancelled_while_queued_is_dropped_and_the_replica_serves_on():
+    """A caller gone while its request waits in the queue (a gRPC deadline) cancels it:
+    the batch leaves it out, the others of the batch get their answers, and the replica
+    keeps serving the requests after."""
+    import threading
+    entered, release = threading.Event(), threading.Event()
+
+    def run(replica, arrays, outputs):
+        if arrays["x"][0, 0] == 0:
+            entered.set()
+            assert release.wait(60)  # the first batch holds the only replica
+        return {"y": arrays["x"] + 1}
+
+    batcher = Batcher("m", run, 1, 8, 0)
+    first = batcher.submit({"x": np.zeros((1, 2))}, None, 1)
+    assert entered.wait(30)
+    gone = batcher.submit({"x": np.full((1, 2), 5.0)}, None, 1)
+    kept = batcher.submit({"x": np.full((1, 2), 6.0)}, None, 1)
+    assert gone.cancel()
+    release.set()
+    np.testing.assert_array_equal(first.result(30)["y"], np.ones((1, 2)))
+    np.testing.assert_array_equal(kept.result(30)["y"], np.full((1, 2), 7.0))
+    after = batcher.submit({"x": np.full((1, 2), 8.0)}, None, 1)
+    np.testing.assert_array_equal(after.result(30)["y"], np.full((1, 2), 9.0))
+    assert gone.cancelled() and not batcher._pending
+    batcher.stop()

@@ -126,36 +126,48 @@ def test_each_package_is_a_version_of_its_models_asset_bound_to_its_checkpoint(
     the version folder. It holds no array: dx.load says what it is."""
     import hashlib
 
+    import uuid
+
     from deepx_flow.assets import catalog
     from deepx_flow.meta import open_db
     _, logits, x = trained
+    # (the session's database is shared: names of this run's own)
+    scorer, plain = (f"{n}_{uuid.uuid4().hex[:8]}" for n in ("scorer", "plain"))
     y = (x[:, 0] > 0).astype(np.int64)
     fit = dx.train(lambda p, a, b: dx.nn.cross_entropy(logits(p, a), b), logits.init(seed=2),
                    data=(x, y), batch_size=64, epochs=1, progress=False, client=client_module,
-                   checkpoint="scorer_training")
+                   checkpoint=f"{scorer}_training")
     assert fit.checkpoint is not None
     forward = lambda p, x: logits(p, x)  # noqa: E731
-    folders = [dx.serving.package("scorer", forward, fit, {"x": x[:1]}, tmp_path)
+    folders = [dx.serving.package(scorer, forward, fit, {"x": x[:1]}, tmp_path)
                for _ in range(2)]
     db = open_db()
-    rows = {r.version: r for r in catalog.history(db, "model.scorer")}
+    rows = {r.version: r for r in catalog.history(db, f"model.{scorer}")}
     assert len(rows) == 2
-    [checkpoint] = [r for r in catalog.history(db, "scorer_training")
+    [checkpoint] = [r for r in catalog.history(db, f"{scorer}_training")
                     if r.version == fit.checkpoint]
     for folder in folders:
         manifest = json.loads((folder / "package.json").read_text())
         row = rows[manifest["asset_version"]]
-        assert manifest["asset"] == row.asset == "model.scorer"
+        assert manifest["asset"] == row.asset == f"model.{scorer}"
         assert row.code_version == manifest["graph_sha256"]
         assert row.manifest_digest == hashlib.sha256(
             (folder / "package.json").read_bytes()).hexdigest()
         assert catalog.upstream_versions(row) == {checkpoint.asset: fit.checkpoint}
         assert row.uri == str(folder.resolve()) and row.storage == "model-package"
     with pytest.raises(InputError, match="is a served model's package"):
-        dx.load("model.scorer")
+        dx.load(f"model.{scorer}")
+    # `deepx-flow assets verify` checks a package's files against what is recorded
+    from deepx_flow.cli.main import main
+    assert main(["assets", "verify", f"model.{scorer}", "--db", db.url]) == 0
+    weights = folders[0] / "weights.npz"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    weights.write_bytes(bytes(data))
+    assert main(["assets", "verify", f"model.{scorer}", "--db", db.url]) == 2
     # parameters given as arrays: a version with no upstream
-    arrays = dx.serving.package("plain", forward, dict(fit.values), {"x": x[:1]}, tmp_path)
-    [row] = catalog.history(db, "model.plain")
+    arrays = dx.serving.package(plain, forward, dict(fit.values), {"x": x[:1]}, tmp_path)
+    [row] = catalog.history(db, f"model.{plain}")
     assert row.version == json.loads((arrays / "package.json").read_text())["asset_version"]
     assert catalog.upstream_versions(row) == {}
     # a checkpoint the database given does not hold: refused before anything is written
