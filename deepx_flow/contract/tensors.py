@@ -141,16 +141,17 @@ def _plain_numbers(tensor: str, datatype: str, dtype: str, shape, values):
     if type(values) is not list:
         return None
     kinds = set(map(type, values))  # (bool is a type of its own here, not an int)
-    if datatype == "BOOL" or not kinds <= ({int, float} if dtypes.is_float(dtype) else {int}):
+    floats = dtypes.is_float(dtype)
+    if datatype == "BOOL" or not kinds <= ({int, float} if floats else {int}):
         return None
     if len(values) != math.prod(shape):
         raise InputError(f"tensor {shown(tensor)}: {len(values):,} values, but shape "
                          f"{list(shape)} holds {math.prod(shape):,}")
     try:
-        wide = np.array(values, dtype=np.float64 if dtypes.is_float(dtype) else np.int64)
+        wide = np.array(values, dtype=np.float64 if floats else np.int64)
     except OverflowError:
         return None
-    if dtypes.is_float(dtype):
+    if floats:
         if wide.size and not np.abs(wide).max() <= _largest(dtype):
             with np.errstate(over="ignore"):  # (some may round down to the largest)
                 array = wide.astype(dtype)

@@ -46,10 +46,14 @@ class ArraySource:
     token: str
 
     def task(self, key, region):
-        block = self.array[tuple(slice(lo, hi) for lo, hi in region)]
-        # copy=None copies only non-contiguous blocks; 0-d blocks stay 0-d.
-        return task(key, to_device, data_node(key + ("data",),
-                                              np.array(block, order="C", copy=None)))
+        return task(key, to_device, data_node(key + ("data",), region_block(self.array,
+                                                                            region)))
+
+
+def region_block(array, region) -> np.ndarray:
+    """The block of `array` in `region` ((lo, hi) per axis), C-contiguous: copy=None copies
+    only a non-contiguous block; a 0-d block stays 0-d."""
+    return np.array(array[tuple(slice(lo, hi) for lo, hi in region)], order="C", copy=None)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from deepx_flow.errors import DeepxError, ExecutionError
+from deepx_flow.kernels.tasks import to_device
+from deepx_flow.runtime.inputs import region_block
 
 
 @dataclass(frozen=True)
@@ -40,10 +42,8 @@ class Slot:
         return task(key, _block, ref(self.key()), tuple(region))
 
 
-def _block(array, region):
-    from deepx_flow.kernels.tasks import to_device
-    block = array[tuple(slice(lo, hi) for lo, hi in region)]
-    return to_device(np.array(block, order="C", copy=None))
+def _block(array, region):  # (a task: its imports are the module's, not each call's)
+    return to_device(region_block(array, region))
 
 
 class Executable:

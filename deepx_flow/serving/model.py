@@ -59,7 +59,7 @@ class ServedModel:
         self._lock = threading.Lock()
         self._built: OrderedDict = OrderedDict()
         self._executables: OrderedDict = OrderedDict()
-        self._output_bytes: dict = {}  # set of input shapes -> its outputs' bytes
+        self._output_bytes: OrderedDict = OrderedDict()  # (kept: read for every request)
         # built once for a batch of one: a graph that does not take its declared inputs is
         # refused now, and the outputs' datatypes and shapes are known
         probe = {s.name: np.zeros(tuple(1 if d == -1 else d for d in s.shape),
@@ -142,17 +142,8 @@ class ServedModel:
 
     def footprint(self, arrays: dict) -> int:
         """Bytes a request holds at once at least: its inputs and its outputs."""
-        key = _shapes(arrays)
-        outs = self._output_bytes.get(key)
-        if outs is None:
-            graph, _ = self._graph(arrays)
-            nodes = [graph[node_id] for _, node_id in graph.outputs]
-            outs = sum(int(np.prod(n.shape, dtype=np.int64)) * np.dtype(n.dtype).itemsize
-                       for n in nodes)
-            if len(self._output_bytes) >= 4 * BUILT_SHAPES:
-                self._output_bytes.clear()  # (a bound: clients choose the shapes)
-            self._output_bytes[key] = outs
-        return outs + sum(a.nbytes for a in arrays.values())
+        return self._kept(self._output_bytes, arrays, lambda: _output_bytes(
+            self._graph(arrays)[0])) + sum(a.nbytes for a in arrays.values())
 
     def check(self, arrays: dict, outputs: list | None = None) -> list[str]:
         """Names, datatypes, ranks and fixed sizes of a request's inputs, and the outputs
@@ -202,6 +193,12 @@ class ServedModel:
         except DeepxError as err:
             raise InputError(f"model {self.name!r}: {err}") from None
         return graph, {**bound_inputs(outs), **carried}
+
+
+def _output_bytes(graph) -> int:
+    nodes = [graph[node_id] for _, node_id in graph.outputs]
+    return sum(int(np.prod(n.shape, dtype=np.int64)) * np.dtype(n.dtype).itemsize
+               for n in nodes)
 
 
 def _shapes(arrays: dict) -> tuple:
