@@ -187,6 +187,8 @@ def to_values(array: np.ndarray) -> list:
     """An array's elements, row-major, as JSON values (non-finite floats as strings)."""
     if dtypes.is_float(array.dtype):
         flat = array.astype(np.float64).ravel().tolist()
+        if np.isfinite(array).all():  # (most answers: no value to write as a string)
+            return flat
         return [v if math.isfinite(v) else
                 ("NaN" if math.isnan(v) else "Infinity" if v > 0 else "-Infinity")
                 for v in flat]

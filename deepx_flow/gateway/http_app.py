@@ -44,9 +44,10 @@ def status_of(err: DeepxError) -> int:
     return 400 if err.exit_code == 2 else 500
 
 
-def make_app(gateway, creds=None) -> Starlette:
-    """The app serving `gateway` (a `service.Gateway`), to callers `creds` (an
-    `auth.Credentials`; default none needed) allows."""
+def make_app(gateway, creds=None):
+    """The ASGI app serving `gateway` (a `service.Gateway`), to callers `creds` (an
+    `auth.Credentials`; default none needed) allows: the protocol's infer call
+    (`oip_infer.py`), then Starlette's routes."""
 
     async def capabilities(request: Request):
         return JSONResponse(gateway.capabilities())
@@ -130,8 +131,7 @@ def make_app(gateway, creds=None) -> Starlette:
         return await run_in_threadpool(tensors_response, {"outputs": {name: array}}, binary)
 
     from deepx_flow.gateway.oip_http import routes as inference_routes
-    # (the Open Inference Protocol's first: Starlette tries routes in order, and inference
-    # is the call made thousands of times a second)
+    from deepx_flow.gateway.oip_infer import InferenceFirst
     routes = inference_routes(gateway) + [
               Route("/v1/capabilities", capabilities, methods=["GET"]),
               Route("/v1/registry", registry, methods=["GET"]),
@@ -146,10 +146,10 @@ def make_app(gateway, creds=None) -> Starlette:
               Route("/v1/assets/{name}/versions", versions, methods=["GET"]),
               Route("/v1/assets/{name}:materialize", materialize, methods=["POST"]),
               Route("/v1/assets/{name}:read", read, methods=["POST"])]
-    app = Starlette(routes=routes, exception_handlers={DeepxError: _error,
-                                                       HTTPException: _no_such_call})
+    app = InferenceFirst(Starlette(routes=routes, exception_handlers={
+        DeepxError: _error, HTTPException: _no_such_call}), gateway)
     if creds is not None and creds.required:
-        app.add_middleware(_Authenticated, creds=creds)
+        app = _Authenticated(app, creds)
     return app
 
 
@@ -212,25 +212,36 @@ async def read_body(request: Request, limits) -> tuple[dict, bytes]:
     The JSON part may be at most `limits.max_json_bytes` (parsed, JSON numbers take about
     ten times their text's memory: large tensors travel as binary data), the whole body at
     most `limits.max_request_bytes`."""
+    data = await gathered(request.stream(), request.headers.get("content-length"), limits)
+    request.state.body_bytes = len(data)  # (how much work decoding it is: small_inline)
+    return await decoded_body(data, request.headers.get(HEADER_LENGTH), limits)
+
+
+async def gathered(chunks, declared: str | None, limits) -> bytes:
+    """A request's body from the async iterator of its `chunks`: TooLarge, before it is
+    read, where its Content-Length (`declared`) is over `limits.max_request_bytes`, or as
+    soon as what came passes it."""
     limit = limits.max_request_bytes
-    declared = request.headers.get("content-length")
     if declared is not None and DIGITS.fullmatch(declared) and int(declared) > limit:
         raise TooLarge(f"the request body is {int(declared):,} bytes, over the limit of "
                        f"{limit:,}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
+    parts, size = [], 0
+    async for chunk in chunks:
         size += len(chunk)
         if size > limit:
             raise TooLarge(f"the request body is over the limit of {limit:,} bytes")
-        chunks.append(chunk)
-    data = b"".join(chunks)
-    request.state.body_bytes = len(data)  # (how much work decoding it is: small_inline)
-    length = request.headers.get(HEADER_LENGTH)
-    if length is not None:
-        if not DIGITS.fullmatch(length) or int(length) > len(data):
-            raise InputError(f"{HEADER_LENGTH} is {shown(length)}, not a length within the "
-                             f"{len(data):,} bytes of the body")
-        head, raw = data[:int(length)], data[int(length):]
+        parts.append(chunk)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+async def decoded_body(data: bytes, json_length: str | None, limits) -> tuple[dict, bytes]:
+    """A body's JSON object and the binary bytes after it: `json_length` is the value of
+    its Inference-Header-Content-Length header (None: all of it is JSON)."""
+    if json_length is not None:
+        if not DIGITS.fullmatch(json_length) or int(json_length) > len(data):
+            raise InputError(f"{HEADER_LENGTH} is {shown(json_length)}, not a length within "
+                             f"the {len(data):,} bytes of the body")
+        head, raw = data[:int(json_length)], data[int(json_length):]
     else:
         head, raw = data, b""
     if len(head) > limits.max_json_bytes:
@@ -320,6 +331,18 @@ def requested_outputs(body: dict) -> tuple[list | None, set]:
 def tensors_response(answer: dict, binary: set) -> Response:
     """An operation's answer (or a read's, whose one output is the tensor read): JSON,
     with its outputs as JSON tensors or binary data."""
+    body, json_length = tensors_body(answer, binary)
+    if json_length is None:
+        return Response(body, media_type="application/json")
+    return Response(body, media_type="application/octet-stream",
+                    headers={HEADER_LENGTH: str(json_length)})
+
+
+def tensors_body(answer: dict, binary: set, dumps=None) -> tuple[bytes, int | None]:
+    """The body of an answer whose "outputs" (name -> array) go as JSON tensors, or as
+    binary data where `binary` names them ("*": all), and the length of its JSON part
+    where binary data follows it (else None). `dumps`: the JSON encoder (by default the
+    standard library's, which refuses a NaN rather than write it as null)."""
     outputs = answer.pop("outputs", None)
     parts = []
     if outputs is not None:
@@ -334,8 +357,8 @@ def tensors_response(answer: dict, binary: set) -> Response:
             else:
                 listed.append(tensors.to_json(name, array))
         answer["outputs"] = listed
-    head = json.dumps(answer, allow_nan=False).encode()
+    head = dumps(answer) if dumps is not None else \
+        json.dumps(answer, allow_nan=False).encode()
     if not parts:
-        return Response(head, media_type="application/json")
-    return Response(b"".join([head, *parts]), media_type="application/octet-stream",
-                    headers={HEADER_LENGTH: str(len(head))})
+        return head, None
+    return b"".join([head, *parts]), len(head)

@@ -84,20 +84,20 @@ class InferenceService:
 
     async def ModelInfer(self, request, context):
         from deepx_flow.gateway.grpc_server import _awaited
+        from deepx_flow.gateway.http_app import small_inline
 
-        def submit(arrival):
+        async def submitted(arrival):  # (queued on the loop: the Future is asyncio's)
             models = self._models()
             models.model(request.model_name, request.model_version)  # NOT_FOUND first
-            arrays = _inputs(request)
+            arrays = await small_inline(request.ByteSize(), _inputs, request)
             names = [o.name for o in request.outputs] or None
             return models.submit(request.model_name, request.model_version, arrays, names,
-                                 arrival)
+                                 arrival, asyncio.get_running_loop())
         arriving = self.gateway.models.arriving(request.model_name) \
             if self.gateway.models is not None else contextlib.nullcontext()
         with arriving as arrival:
-            model, pending = await self._call(context, lambda: submit(arrival))
-        # (no thread held while it waits)
-        outputs = await _awaited(context, asyncio.wrap_future(pending))
+            model, pending = await _awaited(context, submitted(arrival))
+        outputs = await _awaited(context, pending)  # (no thread held while it waits)
         answer = pb.ModelInferResponse(model_name=model.name, model_version=model.version,
                                        id=request.id)
         for name, array in outputs.items():

@@ -7,7 +7,7 @@ that `tritonclient.http` and KServe's clients work unmodified.
     GET  /v2                                         server metadata
     GET  /v2/models/{model}[/versions/{v}]           model metadata
     GET  /v2/models/{model}[/versions/{v}]/ready
-    POST /v2/models/{model}[/versions/{v}]/infer
+    POST /v2/models/{model}[/versions/{v}]/infer     (oip_infer.py: ahead of Starlette)
     GET  /v2/models[/{model}[/versions/{v}]]/stats
     POST /v2/repository/index
     POST /v2/repository/models/{model}/load, .../unload
@@ -18,8 +18,6 @@ wrong input name, datatype or shape), 404 for a model or version that is not ser
 """
 
 from __future__ import annotations
-
-import asyncio
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -34,18 +32,23 @@ SERVER_NAME = "deepx_flow"
 EXTENSIONS = ("binary_tensor_data", "model_repository", "statistics")
 
 
+def repository_of(gateway):
+    """`gateway`'s ModelRepository: NotFound when the server has none (every model is then
+    not found)."""
+    if gateway.models is None:
+        raise NotFound("this server has no model repository (deepx-flow serve "
+                       "--model-repository DIR)")
+    return gateway.models
+
+
 def routes(gateway) -> list[Route]:
     """The protocol's routes over `gateway` (whose `models` is a ModelRepository, or None
-    when the server has no model repository: every model is then not found)."""
-    from deepx_flow.gateway.http_app import (only_fields, read_body, requested_outputs,
-                                             small_inline, tensors_response)
+    when the server has no model repository), but infer's (`oip_infer.InferenceFirst`)."""
+    from deepx_flow.gateway.http_app import only_fields, read_body
     limits = gateway.limits
 
     def repository():
-        if gateway.models is None:
-            raise NotFound("this server has no model repository (deepx-flow serve "
-                           "--model-repository DIR)")
-        return gateway.models
+        return repository_of(gateway)
 
     def version_of(request: Request) -> str:
         return request.path_params.get("version", "")
@@ -68,42 +71,6 @@ def routes(gateway) -> list[Route]:
     async def model_ready(request: Request):
         repository().model(request.path_params["model"], version_of(request))  # or 404
         return JSONResponse({"name": request.path_params["model"], "ready": True})
-
-    async def infer(request: Request):
-        models = repository()
-        name, version = request.path_params["model"], version_of(request)
-        models.model(name, version)  # 404 before the body is read
-        with models.arriving(name) as arrival:
-            model, pending, binary, body = await _received(request, name, version, arrival)
-        outputs = await asyncio.wrap_future(pending)  # (no thread held while it waits)
-        answer = {"model_name": model.name, "model_version": model.version,
-                  "outputs": outputs}
-        if "id" in body:
-            answer["id"] = body["id"]
-        size = sum(a.nbytes for a in outputs.values())
-        return await small_inline(size, tensors_response, answer, binary)
-
-    async def _received(request: Request, name: str, version: str, arrival):
-        """Read, decode and check an infer request, and queue it: (the model, the future
-        of its outputs, the outputs to answer as binary data, the body)."""
-        models = repository()
-        body, raw = await read_body(request, limits)
-
-        def decoded():
-            only_fields(body, {"id", "parameters", "inputs", "outputs"})
-            if "inputs" not in body:
-                raise InputError("the request has no 'inputs'")
-            arrays = tensors.from_json_list(body["inputs"], raw, "inputs")
-            stored = [n for n, a in arrays.items() if isinstance(a, tensors.Reference)]
-            if stored:
-                raise InputError(f"input {stored[0]!r}: inference takes the tensor's data, "
-                                 f"not a reference to storage")
-            return arrays, requested_outputs(body)
-        arrays, (names, binary) = await small_inline(request.state.body_bytes, decoded)
-        if "id" in body and not isinstance(body["id"], str):
-            raise InputError(f"id is {shown(body['id'])}, not a string")
-        model, pending = models.submit(name, version, arrays, names, arrival)
-        return model, pending, binary, body
 
     async def stats(request: Request):
         models = repository()
@@ -134,10 +101,7 @@ def routes(gateway) -> list[Route]:
 
     model = "/v2/models/{model}"
     versioned = "/v2/models/{model}/versions/{version}"
-    # (inference first: Starlette tries the routes in order, and it is the hot one)
-    return [Route(model + "/infer", infer, methods=["POST"]),
-            Route(versioned + "/infer", infer, methods=["POST"]),
-            Route("/v2/health/live", live, methods=["GET"]),
+    return [Route("/v2/health/live", live, methods=["GET"]),
             Route("/v2/health/ready", ready, methods=["GET"]),
             Route("/v2", server, methods=["GET"]),
             Route("/v2/models/stats", stats, methods=["GET"]),
@@ -153,4 +117,4 @@ def routes(gateway) -> list[Route]:
             Route("/metrics", metrics, methods=["GET"])]
 
 
-__all__ = ["routes"]
+__all__ = ["repository_of", "routes"]

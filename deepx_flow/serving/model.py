@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,7 +112,7 @@ class ServedModel:
                 cache.popitem(last=False)
         return made
 
-    def prepare(self, batch_sizes) -> None:
+    def prepare(self, batch_sizes) -> float | None:
         """Build, compile and lower the graph for batches of each of `batch_sizes` rows
         now, and run it once on zeros (Triton's model warm-up), so that the first batches
         of a size wait for no compile, and the modules and compiled kernels a batch needs
@@ -121,10 +122,14 @@ class ServedModel:
         prepared as requests come. A graph that cannot be built for one of the sizes is
         refused (an InputError saying which size): requests of that size would fail. A
         warm-up batch that fails to run is said in the log and the model still serves:
-        zeros are not a request, and a request's own failure is answered to it."""
+        zeros are not a request, and a request's own failure is answered to it.
+
+        The seconds a batch of the largest size then takes, warm (None where none ran):
+        what the server weighs to run the model's batches on its event loop."""
         if not all(s.shape and s.shape[0] == -1 and -1 not in s.shape[1:]
                    for s in self.inputs):
-            return
+            return None
+        took = None
         for rows in batch_sizes:
             zeros = {s.name: np.zeros((rows,) + s.shape[1:], _dtype(s.datatype))
                      for s in self.inputs}
@@ -136,9 +141,14 @@ class ServedModel:
             try:
                 with np.errstate(all="ignore"):
                     executable(zeros)
+                    if rows == max(batch_sizes):
+                        began = time.perf_counter()
+                        executable(zeros)
+                        took = time.perf_counter() - began
             except DeepxError as err:
                 log.warning("model %r version %s: a warm-up batch of %d rows of zeros "
                             "failed: %s", self.name, self.version, rows, err)
+        return took
 
     def footprint(self, arrays: dict) -> int:
         """Bytes a request holds at once at least: its inputs and its outputs."""

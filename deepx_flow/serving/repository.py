@@ -30,10 +30,12 @@ one), time in success, failure and queue, and per batch size.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import concurrent.futures
 import contextlib
 import copy
+import logging
 import re
 import threading
 import time
@@ -45,6 +47,8 @@ from deepx_flow.gateway.errors import NotFound
 from deepx_flow.serving.batcher import Batcher, batch_sizes
 from deepx_flow.serving.config import ServingConfig, checked_against, read_config
 from deepx_flow.serving.model import ServedModel, load_model
+
+log = logging.getLogger(__name__)
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
@@ -193,14 +197,14 @@ class ModelRepository:
             model = load_model(name, version, path, self.cluster)
             checked_against(config, model, folder / "config.pbtxt")
             sizes = batch_sizes(config.max_batch_size) if config.dynamic_batching else []
-            replicas = None
+            replicas, warm_batch_s = None, None
             if self.client is not None and not config.in_gateway:
                 from deepx_flow.serving.replica import Replicas
                 gpus = [w.address for w in self.cluster.workers
                         if w.device is not None and w.address]
                 replicas = Replicas(self.client, model, config.replicas, gpus, sizes)
             else:
-                model.prepare(sizes)
+                warm_batch_s = model.prepare(sizes)
         except DeepxError as err:
             with self._lock:
                 entry = self._entries.setdefault(name, Entry())
@@ -210,10 +214,16 @@ class ModelRepository:
             raise InputError(f"model {name!r}: failed to load: {err}") from None
         run = replicas.run if replicas is not None else \
             (lambda replica, arrays, outputs: model.infer(arrays, outputs))
+        on_loop = replicas is None and config.replicas == 1 and warm_batch_s is not None \
+            and warm_batch_s <= ON_LOOP_S
         batcher = Batcher(name, run, config.replicas,
                           config.max_batch_size if config.dynamic_batching else 0,
                           config.max_queue_delay_us, config.preferred_batch_sizes,
-                          done=lambda *batch: self._executed(name, model, *batch))
+                          done=lambda *batch: self._executed(name, model, *batch),
+                          on_loop=on_loop)
+        log.info("model %r version %s: batches run %s", name, model.version,
+                 "on the event loop" if on_loop else
+                 f"in {config.replicas} replica(s)" + (" on the workers" if replicas else ""))
         with self._lock:
             entry = self._entries.setdefault(name, Entry())
             if entry.model is None or entry.model.version != model.version:
@@ -299,10 +309,12 @@ class ModelRepository:
         with batcher.arriving() as arrival:
             yield arrival
 
-    def submit(self, name, version: str, arrays: dict, outputs=None, arrival=None) -> tuple:
+    def submit(self, name, version: str, arrays: dict, outputs=None, arrival=None,
+               loop=None) -> tuple:
         """Check one request and queue it: (the model, a Future of its outputs by name);
         counted in the model's statistics when it ends. A bad request is refused here, and
-        counted failed, before it can join a batch."""
+        counted failed, before it can join a batch. `loop`: the running event loop of the
+        caller (called on its thread), which then gets an asyncio Future."""
         with self._lock:
             entry = self._entries.get(name)
         model = self.model(name, version)
@@ -319,10 +331,12 @@ class ModelRepository:
             raise
         if self.client is not None and model.footprint(arrays) > self.task_budget:
             future = self._large.submit(self._chunked, name, model, arrays, outputs, rows)
+            if loop is not None:  # (an asyncio Future, set on `loop`, as the batcher's)
+                future = asyncio.wrap_future(future, loop=loop)
         else:
-            future = batcher.submit(arrays, outputs, rows, arrival)
-        future.add_done_callback(
-            lambda f: self._ended(name, model, began, f.exception() is None))
+            future = batcher.submit(arrays, outputs, rows, arrival, loop)
+        future.add_done_callback(lambda f: self._ended(
+            name, model, began, not f.cancelled() and f.exception() is None))
         return model, future
 
     def _chunked(self, name: str, model: ServedModel, arrays: dict, outputs, rows: int):
@@ -404,6 +418,14 @@ def _direct_client(client):
     return Client(client.scheduler.address, direct_to_workers=True, set_as_default=False,
                   timeout="30s")
 
+
+# A model whose largest batch, warm, takes at most this long runs its batches on the event
+# loop that reads the requests, when it has one replica in the gateway's process: in a
+# thread of its own, each kernel of a batch gave the GIL back to the loop and waited to
+# take it again, about 37 hand-overs a batch of the MLP, which made the batch take 3 ms
+# instead of 0.4 and cost the loop the same again. A longer batch runs in its thread,
+# where it holds the loop up for no longer than a kernel.
+ON_LOOP_S = 0.002
 
 MODEL_FILES = ("model.onnx", "model.yaml", "model.yml", "model.json")
 

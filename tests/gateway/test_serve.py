@@ -97,6 +97,7 @@ def test_a_token_is_required_once_set(tmp_path):
             assert httpx.get(served.url + path).status_code == 200
         for path in ("/v2", "/v2/models/stats", "/metrics", "/v2/health/live/x"):
             assert httpx.get(served.url + path).status_code == 401, path
+        assert httpx.post(served.url + "/v2/models/m/infer", json={}).status_code == 401
         assert httpx.get(served.metrics + "/metrics").status_code == 401
         import grpc
         from deepx_flow.contract.deepx.v1 import graphs_pb2, graphs_pb2_grpc

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from deepx_flow.errors import ExecutionError
-from deepx_flow.serving.batcher import Batcher
+from deepx_flow.runtime.run import cluster_spec
+from deepx_flow.serving.batcher import Batcher, batch_sizes
+from deepx_flow.serving.repository import ModelRepository
 from tests.gateway.test_serve import Served
 from tests.onnx.test_onnx_import import close, mlp_model
 from tests.serving.test_oip import runtime
@@ -21,6 +23,13 @@ max_batch_size: 64
 input [ { name: "x", data_type: TYPE_FP32, dims: [ 784 ] } ]
 dynamic_batching { max_queue_delay_microseconds: 50000 }
 instance_group [ { count: 2 } ]
+"""
+# one replica in the gateway's process, of a model whose batches take well under
+# ON_LOOP_S: its batches run on the event loop
+ON_LOOP = """
+max_batch_size: 64
+dynamic_batching { max_queue_delay_microseconds: 500 }
+instance_group [ { count: 1, kind: KIND_CPU } ]
 """
 
 
@@ -166,15 +175,16 @@ def test_the_metrics_count_the_requests_sent(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_a_graceful_stop_under_load_answers_every_request_it_accepted(tmp_path):
+@pytest.mark.parametrize("config", [BATCHED, ON_LOOP], ids=["threads", "on_loop"])
+def test_a_graceful_stop_under_load_answers_every_request_it_accepted(tmp_path, config):
     """16 clients send one-row requests back to back; SIGTERM comes in the middle. Every
     request the server accepted is answered with its own row's values, those sent after
     are refused at the connection, some were in flight when the signal came, and the exit
-    code is 0."""
+    code is 0: with replicas in threads and with batches on the event loop."""
     import signal
     import threading
     import time
-    repo = _repository(tmp_path / "models", {"mlp": BATCHED})
+    repo = _repository(tmp_path / "models", {"mlp": config})
     served = Served(tmp_path, "--model-repository", str(repo))
     rows = np.random.default_rng(9).standard_normal((64, 784)).astype(np.float32)
     want = runtime(repo / "mlp" / "1" / "model.onnx", {"x": rows})["probs"]
@@ -237,7 +247,13 @@ def test_batches_are_padded_to_a_few_sizes_and_answer_only_their_rows():
         with batcher.arriving():
             got = batcher.submit({"x": x}, None, rows).result(30)["y"]
         np.testing.assert_array_equal(got, x * 3)  # its own rows, none of the padding
-    assert seen == [1, 4, 8, 8, 8, 16, 32, 64, 64]
+    assert seen == [1, 4, 8, 8, 8, 16, 24, 40, 64]
+    # a few sizes, none padding more than 7 rows (nor more than doubling a small batch)
+    assert batch_sizes(64) == [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
+    for top in range(1, 130):
+        sizes = batch_sizes(top)
+        assert sizes == sorted(set(sizes)) and sizes[-1] == top and sizes[0] == 1
+        assert all(b - a <= max(8, a) for a, b in zip(sizes, sizes[1:]))
     batcher.stop()
     alone = Batcher("m", run, 1, 0, 0)  # no batching: run as sent
     seen.clear()
@@ -320,3 +336,113 @@ def test_a_request_cancelled_while_queued_is_dropped_and_the_replica_serves_on()
     np.testing.assert_array_equal(after.result(30)["y"], np.full((1, 2), 9.0))
     assert gone.cancelled() and not batcher._pending
     batcher.stop()
+
+
+@pytest.mark.timeout(600)
+def test_batches_on_the_event_loop_answer_http_and_grpc_each_its_own_row(tmp_path):
+    """A one-replica model in the gateway's process whose batches are quick computes them
+    on the event loop: 48 concurrent JSON requests and 16 over gRPC (tritonclient) are
+    batched together, each answered with its own row; the infer call refuses another
+    method (405) and a bad request (400) as every call does."""
+    import tritonclient.grpc as grpcclient
+    repo = _repository(tmp_path / "models", {"mlp": ON_LOOP})
+    models = ModelRepository(repo, cluster_spec(None, None), None)
+    try:
+        models.load("mlp")
+        assert models._entries["mlp"].batcher.on_loop  # (what the server does with it)
+    finally:
+        models.stop()
+    served = Served(tmp_path, "--model-repository", str(repo))
+    try:
+        rows = np.random.default_rng(11).standard_normal((64, 784)).astype(np.float32)
+        want = runtime(repo / "mlp" / "1" / "model.onnx", {"x": rows})["probs"]
+
+        def over_http(i):
+            body = {"inputs": [{"name": "x", "shape": [1, 784], "datatype": "FP32",
+                                "data": rows[i].tolist()}], "outputs": [{"name": "probs"}]}
+            answer = httpx.post(served.url + "/v2/models/mlp/infer", json=body, timeout=120)
+            assert answer.status_code == 200, answer.text
+            return np.array(answer.json()["outputs"][0]["data"], np.float32)
+
+        def over_grpc(i):
+            with grpcclient.InferenceServerClient(served.grpc) as client:
+                given = grpcclient.InferInput("x", [1, 784], "FP32")
+                given.set_data_from_numpy(rows[i:i + 1])
+                return client.infer("mlp", [given]).as_numpy("probs")[0]
+
+        with concurrent.futures.ThreadPoolExecutor(64) as pool:
+            got = list(pool.map(lambda i: (over_grpc if i % 4 == 3 else over_http)(i),
+                                range(64)))
+        for i in range(64):  # each its own row, not a neighbour's
+            close(got[i], want[i])
+        [stats] = httpx.get(served.url + "/v2/models/mlp/stats",
+                            timeout=60).json()["model_stats"]
+        sizes = {b["batch_size"]: b["compute_infer"]["count"] for b in stats["batch_stats"]}
+        assert sum(size * n for size, n in sizes.items()) == 64 == stats["inference_count"]
+        assert max(sizes) > 1, sizes
+        answer = httpx.get(served.url + "/v2/models/mlp/infer", timeout=60)
+        assert answer.status_code == 405 and answer.headers["allow"] == "POST"
+        assert answer.json()["error"] == \
+            "GET is not a method of /v2/models/mlp/infer in the contract"
+        answer = httpx.post(served.url + "/v2/models/mlp/versions/1/infer", timeout=60,
+                            json={"inputs": [{"name": "x", "shape": [1, 3],
+                                              "datatype": "FP32", "data": [1, 2, 3]}]})
+        assert answer.status_code == 400 and "has shape [-1, 784]" in answer.json()["error"]
+    finally:
+        assert served.stop() == 0
+
+
+def test_only_a_quick_model_with_one_replica_here_runs_on_the_event_loop(tmp_path):
+    """Two replicas (the parallelism asked for), or no batching (nothing measured at
+    warm-up), keep the replicas' threads."""
+    for n, (config, on_loop) in enumerate((
+            (ON_LOOP, True), (ON_LOOP.replace("count: 1", "count: 2"), False),
+            ('instance_group [ { count: 1, kind: KIND_CPU } ]\n', False))):
+        repo = _repository(tmp_path / f"m{n}", {"mlp": config})
+        models = ModelRepository(repo, cluster_spec(None, None), None)
+        try:
+            models.load("mlp")
+            assert models._entries["mlp"].batcher.on_loop is on_loop, config
+            x = np.random.default_rng(2).standard_normal((3, 784)).astype(np.float32)
+            close(models.infer("mlp", "", {"x": x})[1]["probs"],  # (from no loop: at once)
+                  runtime(repo / "mlp" / "1" / "model.onnx", {"x": x})["probs"])
+        finally:
+            models.stop()
+
+
+def test_on_the_loop_the_requests_of_one_turn_run_as_one_batch():
+    """Requests queued in one turn of the event loop run as one batch, each given its own
+    rows; one cancelled while queued is left out; a request from a thread with no loop
+    runs at once, alone; requests whose loop ended before it came to them are answered
+    by stop()."""
+    import asyncio
+    seen = []
+
+    def run(replica, arrays, outputs):
+        seen.append(arrays["x"].shape[0])
+        return {"y": arrays["x"] * 2}
+
+    batcher = Batcher("m", run, 1, 8, 500, on_loop=True)
+
+    async def turn():
+        loop = asyncio.get_running_loop()
+        futures = [batcher.submit({"x": np.full((1, 2), float(i))}, None, 1, loop=loop)
+                   for i in range(5)]
+        gone = batcher.submit({"x": np.full((1, 2), 9.0)}, None, 1, loop=loop)
+        gone.cancel()
+        got = await asyncio.gather(*futures)
+        return got, gone
+
+    got, gone = asyncio.run(turn())
+    for i, outputs in enumerate(got):
+        np.testing.assert_array_equal(outputs["y"], np.full((1, 2), 2.0 * i))
+    assert seen == [8] and gone.cancelled()  # 5 rows, padded to 8; the cancelled one out
+    assert not batcher._pending and not batcher._queue
+    alone = batcher.submit({"x": np.ones((2, 2))}, None, 2)
+    np.testing.assert_array_equal(alone.result(0)["y"], np.full((2, 2), 2.0))  # done
+    ended = asyncio.new_event_loop()
+    left = batcher.submit({"x": np.ones((1, 2))}, None, 1, loop=ended)
+    ended.close()  # before it ran the batch
+    batcher.stop()
+    np.testing.assert_array_equal(left.result()["y"], np.full((1, 2), 2.0))
+    assert seen == [8, 2, 1] and not batcher._pending
