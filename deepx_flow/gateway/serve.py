@@ -70,6 +70,7 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
         models = None
         if model_repository is not None:
             from deepx_flow.runtime.run import cluster_spec
+            from deepx_flow.serving.heap import retain_freed_memory
             from deepx_flow.serving.repository import ModelRepository
             models = ModelRepository(model_repository, cluster_spec(None, client), client)
             # Replicas in this process (KIND_CPU) each compute on one thread, so that their
@@ -77,6 +78,7 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
             # spinning beside two replicas and the event loop on 2 cores, made a batch of
             # 32 rows take 40 ms instead of 0.4. (Workers get this from their nannies.)
             threadpool_limits(1, user_api="blas")
+            retain_freed_memory()  # (before the models' warm-up: their buffers stay)
             models.load_all()
             for m in models.index():  # the others serve; these are said once, here
                 if m["state"] != "READY":
