@@ -135,22 +135,29 @@ def from_values(tensor: str, datatype: str, shape, values) -> np.ndarray:
 
 def _plain_numbers(tensor: str, datatype: str, dtype: str, shape, values):
     """The array of `values` when they are a flat list of plain numbers of the datatype's
-    kind (what clients send, and most of a request's work to check one by one), checked
-    by NumPy as a whole; None for anything else (nested lists, non-finite strings, a value
-    too large for a machine integer), which `from_values` checks one by one."""
-    if type(values) is not list:
-        return None
-    kinds = set(map(type, values))  # (bool is a type of its own here, not an int)
+    kind (what clients send, and most of a request's work to check one by one), or
+    `Numbers`, checked by NumPy as a whole; None for anything else (nested lists,
+    non-finite strings, a value too large for a machine integer), which `from_values`
+    checks one by one."""
     floats = dtypes.is_float(dtype)
-    if datatype == "BOOL" or not kinds <= ({int, float} if floats else {int}):
-        return None
-    if len(values) != math.prod(shape):
-        raise InputError(f"tensor {shown(tensor)}: {len(values):,} values, but shape "
+    if type(values) is Numbers and floats:
+        wide = values.array
+    else:
+        if type(values) is not list:
+            return None
+        kinds = set(map(type, values))  # (bool is a type of its own here, not an int)
+        if datatype == "BOOL" or not kinds <= ({int, float} if floats else {int}):
+            return None
+        if len(values) != math.prod(shape):
+            raise InputError(f"tensor {shown(tensor)}: {len(values):,} values, but shape "
+                             f"{list(shape)} holds {math.prod(shape):,}")
+        try:
+            wide = np.array(values, dtype=np.float64 if floats else np.int64)
+        except OverflowError:
+            return None
+    if wide.size != math.prod(shape):
+        raise InputError(f"tensor {shown(tensor)}: {wide.size:,} values, but shape "
                          f"{list(shape)} holds {math.prod(shape):,}")
-    try:
-        wide = np.array(values, dtype=np.float64 if floats else np.int64)
-    except OverflowError:
-        return None
     if floats:
         if wide.size and not np.abs(wide).max() <= _largest(dtype):
             with np.errstate(over="ignore"):  # (some may round down to the largest)
@@ -291,6 +298,87 @@ def from_json(obj, raw: bytes | None = None) -> tuple[str, np.ndarray | Referenc
     if "data" not in obj:
         raise InputError(f"tensor {shown(name)}: no data")
     return name, from_values(name, obj["datatype"], obj["shape"], obj["data"])
+
+
+@dataclass(frozen=True, eq=False)
+class Numbers:
+    """A tensor's "data" as `loads_with_numbers` reads it: its numbers, in order (nested
+    lists flattened, as `from_values` flattens them), as float64."""
+
+    array: np.ndarray
+
+    def __len__(self) -> int:
+        return self.array.size
+
+
+FLOAT_DATATYPES = frozenset(n for n, d in DATATYPES.items() if dtypes.is_float(d))
+
+
+def loads_with_numbers(text: bytes) -> dict | None:
+    """The JSON object of `text`, as orjson would read it, but that the "data" of each
+    tensor of its "inputs" of a float datatype, when every value in it is a number, is
+    `Numbers`: read by simdjson straight into a buffer of doubles, without a Python float
+    for each value (what decoding an inference request of 784 numbers mostly cost). None
+    where simdjson reads no object from `text`: the caller reads it with orjson, whose
+    errors say what is wrong."""
+    import simdjson
+    try:
+        doc = simdjson.Parser().parse(text)  # (a parser each: its values live as long)
+    except (ValueError, RuntimeError, TypeError):
+        return None
+    if not isinstance(doc, simdjson.Object):
+        return None
+    out = {}
+    try:
+        for key in _keys(doc):  # (by key: items() gives every value made Python, data too)
+            value = doc[key]
+            if key == "inputs" and isinstance(value, simdjson.Array):
+                out[key] = [_tensor_with_numbers(t, simdjson) for t in value]
+            else:
+                out[key] = _as_python(value, simdjson)
+    except _RepeatedKey:
+        return None
+    return out
+
+
+class _RepeatedKey(Exception):
+    """A key given twice in an object read by key: orjson's reading (the last wins) then."""
+
+
+def _keys(obj) -> list:
+    keys = list(obj.keys())
+    if len(set(keys)) != len(keys):  # (simdjson finds the first; orjson keeps the last)
+        raise _RepeatedKey()
+    return keys
+
+
+def _tensor_with_numbers(tensor, simdjson):
+    if not isinstance(tensor, simdjson.Object):
+        return _as_python(tensor, simdjson)
+    obj = {key: tensor[key] for key in _keys(tensor)}
+    data, datatype = obj.get("data"), obj.get("datatype")
+    for key, value in obj.items():
+        if key != "data":
+            obj[key] = _as_python(value, simdjson)
+    if isinstance(data, simdjson.Array):
+        numbers = None
+        if datatype.__class__ is str and datatype in FLOAT_DATATYPES:
+            try:  # (refused, and read as a list, where a value is no number)
+                numbers = np.frombuffer(data.as_buffer(of_type="d"), np.float64)
+            except (TypeError, ValueError):
+                pass
+        obj["data"] = data.as_list() if numbers is None else Numbers(numbers)
+    elif "data" in obj:
+        obj["data"] = _as_python(data, simdjson)
+    return obj
+
+
+def _as_python(value, simdjson):
+    if isinstance(value, simdjson.Object):
+        return value.as_dict()
+    if isinstance(value, simdjson.Array):
+        return value.as_list()
+    return value
 
 
 def from_json_list(listed, raw: bytes, what: str) -> dict:

@@ -234,9 +234,11 @@ async def gathered(chunks, declared: str | None, limits) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-async def decoded_body(data: bytes, json_length: str | None, limits) -> tuple[dict, bytes]:
+async def decoded_body(data: bytes, json_length: str | None, limits,
+                       loads=None) -> tuple[dict, bytes]:
     """A body's JSON object and the binary bytes after it: `json_length` is the value of
-    its Inference-Header-Content-Length header (None: all of it is JSON)."""
+    its Inference-Header-Content-Length header (None: all of it is JSON). `loads`: a
+    reader tried first (`tensors.loads_with_numbers`), None where it reads no object."""
     if json_length is not None:
         if not DIGITS.fullmatch(json_length) or int(json_length) > len(data):
             raise InputError(f"{HEADER_LENGTH} is {shown(json_length)}, not a length within "
@@ -248,8 +250,10 @@ async def decoded_body(data: bytes, json_length: str | None, limits) -> tuple[di
         raise TooLarge(f"the request's JSON is {len(head):,} bytes, over the limit of "
                        f"{limits.max_json_bytes:,}: send large tensors as binary data "
                        f"(\"parameters\": {{\"binary_data_size\": N}})")
+    body = None if loads is None else await small_inline(len(head), loads, head)
     try:
-        body = await small_inline(len(head), orjson.loads, head)
+        if body is None:
+            body = await small_inline(len(head), orjson.loads, head)
     except orjson.JSONDecodeError as err:  # (its nesting limit included: 1024 deep)
         if "depth" in str(err):
             raise InputError("the request's JSON is nested too deep") from None

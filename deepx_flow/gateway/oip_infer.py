@@ -6,7 +6,8 @@ Inference is the call a server of models takes thousands of times a second, and 
 request Starlette's layers (its middleware, routing, Request and Response objects) cost
 about as much as all the rest: at 64 clients of the MLP, the event loop that reads every
 request spent 40% of its time in them. Here the path is matched first and the call made in
-the fewest steps: the body read (within the gateway's limits), decoded and checked
+the fewest steps: the body read (within the gateway's limits), decoded (its tensors'
+numbers by simdjson, straight into arrays: `tensors.loads_with_numbers`) and checked
 (`contract/tensors.py`), queued for the model's batcher (`serving/batcher.py`), and the
 outputs written with orjson. Its answers and errors are those of every other call: the
 protocol's `{"error": message}`, 400 for a bad request, 404 for a model or version not
@@ -83,7 +84,8 @@ class InferenceFirst:
         loop = asyncio.get_running_loop()
         with models.arriving(name) as arrival:
             data = await gathered(_chunks(receive), declared, limits)
-            body, raw = await decoded_body(data, json_length, limits)
+            body, raw = await decoded_body(data, json_length, limits,
+                                           tensors.loads_with_numbers)
             arrays, (names, binary) = await small_inline(len(data), _inputs, body, raw)
             model, pending = models.submit(name, version, arrays, names, arrival, loop)
         outputs = await pending  # (no thread held while it waits)

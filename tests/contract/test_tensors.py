@@ -127,6 +127,76 @@ def test_malformed_json_tensors_are_named_input_errors(obj, says):
         assert "'x'" in str(err.value)
 
 
+def _read_body(text: bytes, fast: bool):
+    """An inference body's input arrays, read as the infer call reads it (`fast`: simdjson's
+    numbers first, orjson where it reads no object) or with orjson alone; or the error."""
+    import orjson
+    try:
+        body = tensors.loads_with_numbers(text) if fast else None
+        if body is None:
+            body = orjson.loads(text)
+        if not isinstance(body, dict):
+            return "not an object"
+        return tensors.from_json_list(body["inputs"], b"", "inputs")
+    except (InputError, orjson.JSONDecodeError) as err:
+        return type(err), str(err)
+
+
+def _same_reading(text: bytes):
+    fast, plain = _read_body(text, True), _read_body(text, False)
+    if not isinstance(plain, dict):  # (an error: the same)
+        assert fast == plain
+        return
+    assert isinstance(fast, dict) and fast.keys() == plain.keys()
+    for name in plain:
+        _same_values(fast[name], plain[name])
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from(DTYPES), nested=st.booleans())
+def test_numbers_read_by_simdjson_are_orjsons_values(data, dtype, nested):
+    """The infer call's reader (simdjson's numbers straight into arrays) gives what orjson
+    and `from_json` give, for every datatype, flat and nested, NaN and infinities."""
+    array = data.draw(_arrays(dtype))
+    obj = tensors.to_json("x", array)
+    if nested and array.ndim:
+        obj["data"] = np.array(obj["data"], dtype=object).reshape(array.shape).tolist()
+    text = json.dumps({"inputs": [obj, {**obj, "name": "y"}], "id": "r",
+                       "parameters": {"p": [1, {"q": None}]}}).encode()
+    _same_reading(text)
+    fast = tensors.loads_with_numbers(text)
+    assert fast["id"] == "r" and fast["parameters"] == {"p": [1, {"q": None}]}
+    finite = array.dtype.kind == "f" and np.isfinite(array.astype(np.float64)).all() or \
+        array.dtype.name == "bfloat16" and np.isfinite(array.astype(np.float64)).all()
+    assert isinstance(fast["inputs"][0]["data"], tensors.Numbers) == bool(finite)
+
+
+@pytest.mark.parametrize("text", [
+    b'{"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1.0, true]}]}',
+    b'{"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1.0, null]}]}',
+    b'{"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1.0, "2"]}]}',
+    b'{"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [[1.0], 2]}]}',
+    b'{"inputs": [{"name": "x", "shape": [3], "datatype": "FP32", "data": [[1.0], 2]}]}',
+    b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1e39]}]}',
+    b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP64", "data": [1e400]}]}',
+    b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP16", "data": [70000]}]}',
+    b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP64", "data": [1' + b'0' * 30
+    + b']}]}',
+    b'{"inputs": [{"name": "x", "shape": [1], "datatype": "INT8", "data": [1.0]}]}',
+    b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": {"a": 1}}]}',
+    b'{"inputs": [{"name": "x", "shape": [1], "datatype": ["FP32"], "data": [1]}]}',
+    b'{"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1, 2]},'
+    b' {"name": "x", "shape": [1], "datatype": "FP32", "data": [3]}]}',
+    b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}], "inputs":'
+    b' [{"name": "y", "shape": [1], "datatype": "FP32", "data": [2]}]}',
+    b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [NaN]}]}',
+    b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}',
+    b'{"inputs": "x"}', b'[1, 2]', b'{"inputs": [[1.0, 2.0]]}',
+])
+def test_bodies_read_by_simdjson_are_refused_or_read_as_orjson_reads_them(text):
+    _same_reading(text)
+
+
 def test_malformed_raw_and_message_tensors_are_named_input_errors():
     with pytest.raises(InputError, match="7 bytes of data, but a FP32 tensor of shape"):
         tensors.from_raw("x", "FP32", [2], b"\0" * 7)
