@@ -7,9 +7,11 @@ top of its heap once freed, so the next batch faulted its pages in again: the co
 kept (on the virtual machines this project is measured on, a page faulted in after it was
 handed back costs about ten times what it does on bare metal: `kernels/recycled.py`).
 glibc's own answer is its thresholds (`mallopt`): allocations under `mmap_bytes` come from
-the heap, and up to `trim_bytes` of free memory at its top stay there. Dask's workers keep
-their own setting (the nanny asks them to trim at once, for its memory monitor); this is
-for the gateway, whose replicas compute in its process.
+the heap, and up to `trim_bytes` of free memory at its top stay there. The gateway sets
+them for the replicas in its process, and a replica on a worker for its worker, whose
+nanny otherwise asks it to trim at once (for Dask's memory monitor: the worker's memory
+then counts up to `trim_bytes` more than its arrays). On the workers, the conv net served
+4,500 requests/s at 64 clients with them and 3,800 without.
 """
 
 from __future__ import annotations

@@ -28,6 +28,8 @@ class Replica:
             raise DataError(f"model {name!r} version {version}: {path} changed since the "
                             f"gateway checked it (its SHA-256 is {model.digest[:12]}..., "
                             f"not {digest[:12]}...)")
+        from deepx_flow.serving.heap import retain_freed_memory
+        retain_freed_memory()  # (each batch's buffers reused, not faulted in again)
         model.prepare(batch_sizes)
         self.model = model
 
