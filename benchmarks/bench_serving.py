@@ -18,7 +18,8 @@ Contenders, on the same 2 cores, side by side in one run, the same request bodie
   (CPU provider, default threads) and answers the same JSON, no batching.
 
 Reported per model, concurrency and contender: requests/s, and p50 and p99 latency (ms),
-measured by the load generator (a process of its own). Every answer is checked against ONNX
+measured by the load generator (a process of its own), each the median of ROUNDS rounds
+that take the contenders in turn. Every answer is checked against ONNX
 Runtime's for its own row (relative 1e-5).
 
 Targets, for each deepx_flow placement: at concurrency 64, throughput at least 2x the plain
@@ -46,7 +47,14 @@ import numpy as np
 import common
 from bench_inference import cnn, mlp
 
-REQUESTS = 2000
+# (a second or more at 64 clients: with 2,000, a run of 0.3 s counted the 64 connections'
+# setup and the first requests' as much as the steady state, and repeated runs differed
+# by a fifth)
+REQUESTS = 6000
+# Each measurement is taken this many times, the contenders in turn, and the median of each
+# figure reported (each round's are recorded): on a shared 2-core machine single runs of
+# the same server differed by a third.
+ROUNDS = 3
 CONCURRENCY = (1, 16, 64)
 CONFIG = """max_batch_size: 64
 dynamic_batching { max_queue_delay_microseconds: 500 }
@@ -201,6 +209,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     total = 48 if args.quick else REQUESTS
+    rounds_of = 1 if args.quick else ROUNDS
     if not args.quick:
         common.wait_until_quiet()
     import onnxruntime as ort
@@ -240,16 +249,23 @@ def main(argv=None) -> int:
                 for concurrency in CONCURRENCY:
                     contenders = [(c, deepx_url, name + suffix)
                                   for c, (_, _, suffix) in PLACEMENTS.items()]
-                    for contender, url, served in contenders + [("plain", plain_url, name)]:
-                        got = load(f"{url}/v2/models/{served}/infer", bodies[name],
-                                   concurrency, total)
-                        answers = got.pop("answers")
-                        assert len(answers) == total, (contender, len(answers))
-                        for i, data in answers.items():  # each request its own row's
-                            row = want[name][i % len(want[name])]
-                            np.testing.assert_allclose(
-                                np.array(data, np.float32).reshape(row.shape), row,
-                                rtol=1e-5, atol=1e-5 * float(np.abs(want[name]).max()))
+                    rounds: dict = {}
+                    for _ in range(rounds_of):  # (the contenders in turn, each round)
+                        for contender, url, served in contenders + [("plain", plain_url,
+                                                                     name)]:
+                            got = load(f"{url}/v2/models/{served}/infer", bodies[name],
+                                       concurrency, total)
+                            answers = got.pop("answers")
+                            assert len(answers) == total, (contender, len(answers))
+                            for i, data in answers.items():  # each request its own row's
+                                row = want[name][i % len(want[name])]
+                                np.testing.assert_allclose(
+                                    np.array(data, np.float32).reshape(row.shape), row,
+                                    rtol=1e-5, atol=1e-5 * float(np.abs(want[name]).max()))
+                            rounds.setdefault(contender, []).append(got)
+                    for contender, runs in rounds.items():
+                        got = {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
+                        got["rounds"] = runs
                         measured[f"{name}/{concurrency}/{contender}"] = got
                         rows_out.append([name, concurrency, contender,
                                          common.fmt(got["requests_per_second"], 0),

@@ -152,7 +152,7 @@ class Batcher:
         alone."""
         if request.loop is None:
             if self._started(request):
-                self._run(0, [request], request.rows)
+                self._run_answered(0, [request], request.rows)
             return request.future
         with self._lock:
             self._queue.append(request)
@@ -170,7 +170,7 @@ class Batcher:
             batch, _ = self._head() if self._queue else ([], 0)
         batch = [r for r in batch if self._started(r)]
         if batch:
-            self._run(0, batch, sum(r.rows for r in batch), loop)
+            self._run_answered(0, batch, sum(r.rows for r in batch), loop)
         with self._lock:
             again = bool(self._queue) and not self._draining
             self._draining = self._draining or again
@@ -193,7 +193,7 @@ class Batcher:
                 batch, _ = self._head()
             batch = [r for r in batch if self._started(r)]
             if batch:
-                self._run(0, batch, sum(r.rows for r in batch))
+                self._run_answered(0, batch, sum(r.rows for r in batch))
         with self._lock:
             self._work.notify_all()
             self._filled.notify_all()
@@ -205,15 +205,19 @@ class Batcher:
             batch, rows = self._gathered()
             if batch is None:
                 return
-            if not batch:
-                continue
-            try:
-                self._run(replica, batch, rows)
-            except Exception as err:  # a bug: said, and the model keeps its replica
-                log.exception("model %r: replica %d failed a batch", self.name, replica)
-                self._settle([(r, False, ExecutionError(
-                    f"model {self.name!r}: the batch failed: {type(err).__name__}: {err}"))
-                    for r in batch if not r.future.done()])
+            if batch:
+                self._run_answered(replica, batch, rows)
+
+    def _run_answered(self, replica: int, batch: list, rows: int, loop=None) -> None:
+        """`_run`, every request of the batch answered even where a bug stops it: said,
+        and the model keeps its replica."""
+        try:
+            self._run(replica, batch, rows, loop)
+        except Exception as err:
+            log.exception("model %r: replica %d failed a batch", self.name, replica)
+            self._settle([(r, False, ExecutionError(
+                f"model {self.name!r}: the batch failed: {type(err).__name__}: {err}"))
+                for r in batch if not r.future.done()], loop)
 
     def _gathered(self) -> tuple[list | None, int]:
         """The next batch and its rows: the requests at the head of the queue that go

@@ -446,3 +446,36 @@ def test_on_the_loop_the_requests_of_one_turn_run_as_one_batch():
     batcher.stop()
     np.testing.assert_array_equal(left.result()["y"], np.full((1, 2), 2.0))
     assert seen == [8, 2, 1] and not batcher._pending
+
+
+def test_a_batch_that_fails_past_its_model_is_answered_and_the_loop_serves_on():
+    """A bug past the model's run (here: the statistics' callback raising) answers every
+    request of the batch with the error, on the loop as in a replica's thread, and the
+    next batch is served."""
+    import asyncio
+    broken = [True]
+
+    def done(*batch):
+        if broken[0]:
+            broken[0] = False
+            raise RuntimeError("statistics broke")
+
+    for on_loop in (True, False):
+        broken[0] = True
+        batcher = Batcher("m", lambda r, a, o: {"y": a["x"] + 1}, 1, 8, 500, done=done,
+                          on_loop=on_loop)
+
+        async def two_batches():
+            loop = asyncio.get_running_loop()
+            first = [batcher.submit({"x": np.zeros((1, 2))}, None, 1, loop=loop)
+                     for _ in range(3)]
+            failed = await asyncio.gather(*first, return_exceptions=True)
+            second = await batcher.submit({"x": np.ones((1, 2))}, None, 1, loop=loop)
+            return failed, second
+
+        failed, second = asyncio.run(two_batches())
+        assert all(isinstance(e, ExecutionError) and "statistics broke" in str(e)
+                   for e in failed), failed
+        np.testing.assert_array_equal(second["y"], np.full((1, 2), 2.0))
+        batcher.stop()  # (a replica's thread counts its batch answered after answering it)
+        assert not batcher._pending
