@@ -124,7 +124,7 @@ class ServedModel:
         warm-up batch that fails to run is said in the log and the model still serves:
         zeros are not a request, and a request's own failure is answered to it.
 
-        The seconds a batch of the largest size then takes, warm (the least of 3 runs;
+        The CPU seconds a batch of the largest size then takes, warm (the least of 3 runs;
         None where none ran):
         what the server weighs to run the model's batches on its event loop."""
         if not all(s.shape and s.shape[0] == -1 and -1 not in s.shape[1:]
@@ -142,12 +142,13 @@ class ServedModel:
             try:
                 with np.errstate(all="ignore"):
                     executable(zeros)
-                    if rows == max(batch_sizes):  # (the least of 3: the server's start,
-                        # its cluster's processes included, is a busy time to measure)
+                    if rows == max(batch_sizes):  # (this thread's CPU time, the least of
+                        # 3: the server's start, its cluster's processes included, is a
+                        # busy time, and a busy machine is no slower model)
                         for _ in range(3):
-                            began = time.perf_counter()
+                            began = time.thread_time()
                             executable(zeros)
-                            took = min(took or np.inf, time.perf_counter() - began)
+                            took = min(took or np.inf, time.thread_time() - began)
             except DeepxError as err:
                 log.warning("model %r version %s: a warm-up batch of %d rows of zeros "
                             "failed: %s", self.name, self.version, rows, err)

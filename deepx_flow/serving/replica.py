@@ -1,6 +1,8 @@
 """Replicas of a model resident on the cluster's workers: each a Dask actor that loads the
-model once on its worker and keeps it, so a batch reaches it directly (an actor's calls go
-to its worker, not through the scheduler) and costs the model and a message.
+model once on its worker and keeps it, so a batch reaches it directly, not through the
+scheduler, and costs the model and a message: over a connection of the replica's own
+where the cluster's connections are plain TCP (`channel.py`: an actor call took the GIL
+from the gateway's event loop at each of its hops), else as an actor call.
 
 A replica checks that the file it loads is the one the gateway checked (the same SHA-256):
 a file changed or damaged between the two is refused, not served. Replicas are spread over
@@ -12,9 +14,13 @@ lost is placed again on a live worker when a batch finds it gone, and the batch 
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from deepx_flow.errors import DataError, DeepxError, ExecutionError
+from deepx_flow.serving.channel import ChannelLost
+
+log = logging.getLogger(__name__)
 
 
 class Replica:
@@ -32,9 +38,38 @@ class Replica:
         retain_freed_memory()  # (each batch's buffers reused, not faulted in again)
         model.prepare(batch_sizes)
         self.model = model
+        self._server = _batch_server(model)
 
     def infer(self, arrays: dict, outputs=None) -> dict:
         return self.model.infer(arrays, outputs)
+
+    def endpoint(self):
+        """(host, port, token) of this replica's own connection for batches; None where
+        its worker's connections are not plain TCP (batches then come as actor calls)."""
+        if self._server is None:
+            return None
+        return (*self._server.address, self._server.token)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+
+
+def _batch_server(model):
+    """A BatchServer for `model` on this worker's host, where its address is plain TCP."""
+    from distributed import get_worker
+    from distributed.comm.addressing import get_address_host, parse_address
+
+    from deepx_flow.serving.channel import BatchServer
+    from distributed.core import Status
+    try:
+        worker = get_worker()
+    except ValueError:  # (not on a worker: a test's own process)
+        return None
+    if parse_address(worker.address)[0] != "tcp":
+        return None
+    return BatchServer(get_address_host(worker.address), model.infer,
+                       alive=lambda: worker.status in (Status.running, Status.paused))
 
 
 class Replicas:
@@ -52,7 +87,8 @@ class Replicas:
         self._placed = [self._place(workers[i % len(workers)]) for i in range(count)]
 
     def _place(self, worker: str):
-        """(worker, actor future, actor) of a new replica on `worker`."""
+        """(worker, actor future, actor, its BatchChannel or None) of a new replica on
+        `worker`."""
         m = self.model
         future = self.client.submit(Replica, m.name, m.version, str(m.path), m.digest,
                                     self.batch_sizes, actor=True, workers=[worker],
@@ -66,14 +102,16 @@ class Replicas:
         except Exception as err:
             raise ExecutionError(f"model {m.name!r}: a replica could not start on {worker}: "
                                  f"{type(err).__name__}: {err}") from err
-        return worker, future, actor
+        return worker, future, actor, _channel(m.name, worker, actor)
 
     def run(self, replica: int, arrays: dict, outputs) -> dict:
         """Run a batch on replica `replica`; placed again once if its worker is gone."""
         with self._lock:
-            _, _, actor = self._placed[replica]
+            placed = self._placed[replica]
         try:
-            return actor.infer(arrays, outputs).result()
+            return _call(placed, arrays, outputs)
+        except ChannelLost as err:
+            lost = err
         except DeepxError:
             raise
         except Exception as err:  # its worker was lost (or the call could not reach it)
@@ -84,20 +122,53 @@ class Replicas:
                                  f"({type(lost).__name__}: {lost}) and no worker is left")
         with self._lock:
             placed = self._placed[replica]
+            _closed(placed)
             others = [w for w in live if w != placed[0]] or live
-            self._placed[replica] = self._place(others[replica % len(others)])
-            _, _, actor = self._placed[replica]
-        return actor.infer(arrays, outputs).result()
+            self._placed[replica] = placed = self._place(others[replica % len(others)])
+        return _call(placed, arrays, outputs)
 
     def workers(self) -> list[str]:
         with self._lock:
-            return [w for w, _, _ in self._placed]
+            return [p[0] for p in self._placed]
 
     def release(self) -> None:
         with self._lock:
             placed, self._placed = self._placed, []
-        for _, future, _ in placed:
-            future.release()
+        for p in placed:
+            _closed(p)
+            p[1].release()
+
+
+def _channel(name: str, worker: str, actor):
+    """A BatchChannel to `actor`'s own connection, or None (its worker's connections are
+    not plain TCP, or it could not be reached: batches then go as actor calls)."""
+    from deepx_flow.serving.channel import BatchChannel
+    try:
+        endpoint = actor.endpoint().result()
+        return None if endpoint is None else BatchChannel(endpoint[:2], endpoint[2])
+    except Exception as err:  # (said: the model still serves, as actor calls)
+        log.warning("model %r: the replica on %s takes its batches as actor calls: its "
+                    "connection could not be opened (%s: %s)", name, worker,
+                    type(err).__name__, err)
+        return None
+
+
+def _call(placed, arrays: dict, outputs) -> dict:
+    _, _, actor, channel = placed
+    if channel is not None:
+        return channel.run(arrays, outputs)
+    return actor.infer(arrays, outputs).result()
+
+
+def _closed(placed) -> None:
+    """Close a replica's connection and stop its server (where its worker still is)."""
+    _, _, actor, channel = placed
+    if channel is not None:
+        channel.close()
+    try:
+        actor.stop()  # (not waited for: a worker gone answers nothing)
+    except Exception:
+        pass
 
 
 def _workers(client, gpus=()) -> list[str]:

@@ -419,7 +419,8 @@ def _direct_client(client):
                   timeout="30s")
 
 
-# A model whose largest batch, warm, takes at most this long runs its batches on the event
+# A model whose largest batch, warm, takes at most this much CPU time (its thread's, so that
+# a busy machine does not make a quick model look slow) runs its batches on the event
 # loop that reads the requests, when it has one replica in the gateway's process: in a
 # thread of its own, each kernel of a batch gave the GIL back to the loop and waited to
 # take it again, about 37 hand-overs a batch of the MLP, which made the batch take 3 ms

@@ -345,10 +345,12 @@ def test_batches_on_the_event_loop_answer_http_and_grpc_each_its_own_row(tmp_pat
     batched together, each answered with its own row; the infer call refuses another
     method (405) and a bad request (400) as every call does."""
     import tritonclient.grpc as grpcclient
+    from threadpoolctl import threadpool_limits
     repo = _repository(tmp_path / "models", {"mlp": ON_LOOP})
     models = ModelRepository(repo, cluster_spec(None, None), None)
     try:
-        models.load("mlp")
+        with threadpool_limits(1, user_api="blas"):  # (as `serve` computes its replicas)
+            models.load("mlp")
         assert models._entries["mlp"].batcher.on_loop  # (what the server does with it)
     finally:
         models.stop()
@@ -395,13 +397,15 @@ def test_batches_on_the_event_loop_answer_http_and_grpc_each_its_own_row(tmp_pat
 def test_only_a_quick_model_with_one_replica_here_runs_on_the_event_loop(tmp_path):
     """Two replicas (the parallelism asked for), or no batching (nothing measured at
     warm-up), keep the replicas' threads."""
+    from threadpoolctl import threadpool_limits
     for n, (config, on_loop) in enumerate((
             (ON_LOOP, True), (ON_LOOP.replace("count: 1", "count: 2"), False),
             ('instance_group [ { count: 1, kind: KIND_CPU } ]\n', False))):
         repo = _repository(tmp_path / f"m{n}", {"mlp": config})
         models = ModelRepository(repo, cluster_spec(None, None), None)
         try:
-            models.load("mlp")
+            with threadpool_limits(1, user_api="blas"):  # (as `serve` computes replicas)
+                models.load("mlp")
             assert models._entries["mlp"].batcher.on_loop is on_loop, config
             x = np.random.default_rng(2).standard_normal((3, 784)).astype(np.float32)
             close(models.infer("mlp", "", {"x": x})[1]["probs"],  # (from no loop: at once)
