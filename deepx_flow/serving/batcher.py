@@ -13,8 +13,13 @@ outputs asked for), concatenates their inputs along the batch axis, runs the bat
 replica, and hands each request the rows of every output that are its own. An output
 whose first axis is not the batch's rows cannot be split so: every request of that batch
 fails saying so, rather than getting rows that are not its own. A batch is padded with
-rows of zeros to the next power of two (`padded`): the model is compiled for a few batch
-sizes, not for each of the 64 a batch may have.
+rows of zeros to the next of a few sizes (`padded`): the model is compiled for those, not
+for each of the 64 a batch may have.
+
+A batcher `on_loop` has no thread: the event loop that reads the requests runs their
+batches itself, each of the requests queued when it comes to it (`repository.py` says
+which models: those whose batches are quicker than handing the GIL to and from a thread).
+Requests awaited on a loop get asyncio Futures, set there, a batch's in one hop.
 """
 
 from __future__ import annotations
@@ -158,7 +163,7 @@ class Batcher:
             self._queue.append(request)
             self._queued_rows += request.rows
             scheduled, self._draining = self._draining, True
-        if not scheduled:  # (threadsafe: gRPC queues its requests from a thread)
+        if not scheduled:  # (threadsafe: a caller may queue from another thread)
             request.loop.call_soon_threadsafe(self._drain, request.loop)
         return request.future
 
