@@ -202,16 +202,20 @@ def to_values(array: np.ndarray) -> list:
     return array.ravel().tolist()
 
 
-def _flattened(values, tensor: str, depth: int = 0) -> Iterator:
+def _flattened(values, tensor: str) -> Iterator:
+    """The values of nested lists, in order, at any depth (a stack, not recursion: the
+    JSON parsers bound the depth, at 1024, as `loads_with_numbers` flattens too)."""
     if not isinstance(values, (list, tuple)):
         raise InputError(f"tensor {shown(tensor)}: data is {shown(values)}, not a list")
-    for v in values:
-        if isinstance(v, (list, tuple)):
-            if depth > 32:
-                raise InputError(f"tensor {shown(tensor)}: data is nested over 32 deep")
-            yield from _flattened(v, tensor, depth + 1)
-        else:
+    stack = [iter(values)]
+    while stack:
+        for v in stack[-1]:
+            if isinstance(v, (list, tuple)):
+                stack.append(iter(v))
+                break
             yield v
+        else:
+            stack.pop()
 
 
 # -- references to storage ------------------------------------------------------------------
@@ -322,6 +326,8 @@ def loads_with_numbers(text: bytes) -> dict | None:
     where simdjson reads no object from `text`: the caller reads it with orjson, whose
     errors say what is wrong."""
     import simdjson
+    if text[:3] == b"\xef\xbb\xbf":  # (a byte-order mark: simdjson skips it, orjson not)
+        return None
     try:
         doc = simdjson.Parser().parse(text)  # (a parser each: its values live as long)
     except (ValueError, RuntimeError, TypeError):
@@ -342,12 +348,15 @@ def loads_with_numbers(text: bytes) -> dict | None:
 
 
 class _RepeatedKey(Exception):
-    """A key given twice in an object read by key: orjson's reading (the last wins) then."""
+    """A key given twice (or holding a NUL) in an object read by key: orjson's reading
+    (the last wins) then."""
 
 
 def _keys(obj) -> list:
     keys = list(obj.keys())
-    if len(set(keys)) != len(keys):  # (simdjson finds the first; orjson keeps the last)
+    # (simdjson finds a repeated key's first value, orjson keeps the last; and its lookup
+    # stops at a NUL in a key)
+    if len(set(keys)) != len(keys) or any("\x00" in k for k in keys):
         raise _RepeatedKey()
     return keys
 

@@ -87,10 +87,9 @@ class Batcher:
         self._queue: collections.deque = collections.deque()
         self._queued_rows = 0
         self._idle = 0  # replicas waiting for a first request
-        self._gathering = None  # [rows, requests] of the batch a replica gathers, if any
-        # Counted as the lengths of deques, whose appends and pops are atomic: a lock here,
-        # taken by the event loop for every request and by the replicas for every batch,
-        # cost the event loop 13 us a request in waits behind replicas holding the GIL.
+        self._gathering = None  # [rows, requests, key] of the batch gathered, if any
+        # Counted as the lengths of deques, whose appends and pops are atomic, so that
+        # `arriving` and a replica's last count take no lock.
         self._arriving = collections.deque()  # requests being read and checked, not queued
         self._pending = collections.deque()  # requests queued or in a batch, not answered
         self._stopped = threading.Event()
@@ -128,41 +127,47 @@ class Batcher:
         request = Request(arrays, tuple(outputs) if outputs else None, rows,
                           future=Future() if loop is None else loop.create_future(),
                           loop=loop)
-        if self._stopped.is_set():
-            request.future.set_exception(ExecutionError(f"model {self.name!r} was unloaded"))
-            return request.future
-        self._pending.append(None)
         if arrival is not None and arrival.batcher is self and arrival.counted:
             arrival.counted = False
             self._arriving.pop()
         if self.on_loop:
             return self._submitted_on_loop(request)
-        with self._lock:
+        with self._lock:  # (stopped is read under the lock stop() sets it under)
+            if self._stopped.is_set():
+                return _unloaded(self.name, request)
+            self._pending.append(None)
             self._queue.append(request)
             self._queued_rows += rows
             gathering = self._gathering
             if gathering is not None:
                 if self._queued_rows + gathering[0] >= self.max_batch_size or \
                         self._queued_rows + gathering[0] in self.preferred or \
-                        self._nothing_coming(gathering[1] + len(self._queue)):
-                    self._filled.notify()
+                        self._nothing_coming(gathering[1] + len(self._queue)) or \
+                        self._queue[0] is request and (request.key() != gathering[2] or
+                                                       gathering[0] + rows >
+                                                       self.max_batch_size):
+                    self._filled.notify()  # (the last: it cannot join; the batch goes)
             elif self._idle:
                 self._work.notify()
         return request.future
 
-    def _submitted_on_loop(self, request: Request) -> Future:
+    def _submitted_on_loop(self, request: Request):
         """Queue `request` for a batch computed on its loop: the requests queued when the
         loop comes to it (those read in the same turn of the loop, under load tens of
         them) run as one batch. A request from no loop (a caller in a thread) runs here,
         alone."""
+        with self._lock:
+            if self._stopped.is_set():
+                return _unloaded(self.name, request)
+            self._pending.append(None)
+            if request.loop is not None:
+                self._queue.append(request)
+                self._queued_rows += request.rows
+                scheduled, self._draining = self._draining, True
         if request.loop is None:
             if self._started(request):
                 self._run_answered(0, [request], request.rows)
             return request.future
-        with self._lock:
-            self._queue.append(request)
-            self._queued_rows += request.rows
-            scheduled, self._draining = self._draining, True
         if not scheduled:  # (threadsafe: a caller may queue from another thread)
             request.loop.call_soon_threadsafe(self._drain, request.loop)
         return request.future
@@ -190,7 +195,8 @@ class Batcher:
 
     def stop(self) -> None:
         """Stop taking requests; those queued run first (a graceful stop answers them)."""
-        self._stopped.set()
+        with self._lock:
+            self._stopped.set()
         while self.on_loop:  # (what their loop did not come to before it ended)
             with self._lock:
                 if not self._queue:
@@ -237,12 +243,13 @@ class Batcher:
                 self._work.wait()
                 self._idle -= 1
             batch, rows = self._head()
-            self._gathering = gathering = [rows, len(batch)]
+            key = batch[0].key()
+            self._gathering = gathering = [rows, len(batch), key]
             deadline = time.monotonic() + self.delay_s
             try:
                 while True:
                     rows = self._joined(batch, rows)
-                    gathering[:] = [rows, len(batch)]
+                    gathering[:] = [rows, len(batch), key]
                     wait = deadline - time.monotonic()
                     if self._queue or rows >= self.max_batch_size or rows in self.preferred \
                             or wait <= 0 or self._stopped.is_set() or \
@@ -323,6 +330,8 @@ class Batcher:
             if self.done is not None:
                 self.done(rows, time.perf_counter_ns() - began, queued, False)
             self._settle([(r, False, err) for r in batch], loop)
+            if not isinstance(err, Exception):
+                raise  # (an interrupt, a stop: said to its requests, and not swallowed)
             return
         if self.done is not None:
             self.done(rows, time.perf_counter_ns() - began, queued, True)
@@ -349,8 +358,12 @@ class Batcher:
         for loop, settled in on_loops.items():
             try:
                 loop.call_soon_threadsafe(_set_all, settled)
-            except RuntimeError:  # the loop is closed: no one awaits there any more
-                _set_all(settled)
+            except RuntimeError:  # the loop is closed: set here, each (a future's
+                for outcome in settled:  # callbacks cannot be scheduled on it: said,
+                    try:  # and the others still set)
+                        _set(outcome)
+                    except RuntimeError:
+                        pass
 
     def padded(self, rows: int) -> int:
         """The rows a batch of `rows` runs as: with batching, the next of `batch_sizes`,
@@ -364,7 +377,7 @@ class Batcher:
 
 def _set(outcome: tuple) -> None:
     request, succeeded, value = outcome
-    if request.future.done():  # (failed by a replica's last resort, `_serve`)
+    if request.future.done():  # (failed by the last resort, `_run_answered`; cancelled)
         return
     if succeeded:
         request.future.set_result(value)
@@ -377,14 +390,23 @@ def _set_all(outcomes: list) -> None:
         _set(outcome)
 
 
+def _unloaded(name: str, request: Request):
+    request.future.set_exception(ExecutionError(f"model {name!r} was unloaded"))
+    return request.future
+
+
 def batch_sizes(max_batch_size: int) -> list[int]:
-    """Every size a padded batch runs as (`Batcher.padded`): 1, 2, 4, 8, then every
-    multiple of 8 below `max_batch_size`, and it. A model is prepared for each when it
-    loads. (Powers of two all the way padded the 18 rows of a typical batch at 64 clients
-    to 32, nearly twice the work; multiples of 8 pad at most 7 rows.)"""
+    """Every size a padded batch runs as (`Batcher.padded`): 1, 2, 4, 8, every multiple
+    of 8 up to 64, then the powers of two below `max_batch_size`, and it. A model is
+    prepared for each when it loads, and keeps them all (a few more than 11 even for
+    thousands of rows: `model.BUILT_SHAPES`). (Powers of two all the way padded the 18
+    rows of a typical batch at 64 clients to 32, nearly twice the work; multiples of 8 pad
+    at most 7 rows where batches are small, and above 64 rows a batch is work enough.)"""
     sizes = [1]
     while sizes[-1] < min(8, max_batch_size):
         sizes.append(min(sizes[-1] * 2, max_batch_size))
-    while sizes[-1] + 8 < max_batch_size:
-        sizes.append(sizes[-1] + 8)
+    while sizes[-1] < min(64, max_batch_size):
+        sizes.append(min(sizes[-1] + 8, max_batch_size))
+    while sizes[-1] * 2 < max_batch_size:
+        sizes.append(sizes[-1] * 2)
     return sizes + ([max_batch_size] if max_batch_size > sizes[-1] else [])

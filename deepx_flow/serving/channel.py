@@ -9,9 +9,12 @@ gateway's replica thread writes the batch and waits on the socket (no GIL held),
 thread of the replica reads it, runs the model and writes the outputs.
 
 The connection is opened with a token of 32 random bytes that the replica gave the
-gateway over Dask's own (authenticated, and where configured encrypted) connection: only
-the gateway can send it batches. Batches travel unencrypted, so a cluster whose Dask
-connections are not plain TCP (TLS, UCX) keeps the actor calls (`Replicas`).
+gateway through Dask: only who holds it is answered, one connection (the replica stops
+listening once the gateway's is open), and a connection that does not give it within
+TOKEN_WAIT_S is closed. Like Dask's own plain-TCP connections, this one is not encrypted:
+a cluster whose Dask connections are not plain TCP (TLS, UCX) keeps the actor calls
+(`Replicas`). Both ends use TCP keepalive and a user timeout (as Dask's connections do),
+so a worker that vanishes fails its batch within about 30 s instead of holding it.
 
 A frame is two unsigned 64-bit lengths (big-endian: the JSON header's and the bytes'
 after it), the header, then each array's bytes, C order, in the order the header lists
@@ -28,6 +31,7 @@ import logging
 import secrets
 import socket
 import struct
+import sys
 import threading
 
 import numpy as np
@@ -39,7 +43,21 @@ log = logging.getLogger(__name__)
 
 _LENGTHS = struct.Struct("!QQ")
 TOKEN_BYTES = 32
+TOKEN_WAIT_S = 5.0
 MAX_HEADER_BYTES = 1 << 20
+MAX_FRAME_BYTES = 1 << 40  # (what a frame may say it carries: a corrupt length is refused)
+KEEPALIVE_S, USER_TIMEOUT_S = 10, 30  # (Dask's `distributed.comm.timeouts.tcp` is 30 s)
+
+
+def _kept_alive(sock: socket.socket) -> None:
+    """TCP_NODELAY, and keepalive probes with a user timeout where the system has them:
+    a peer gone without a word (its host down, the network cut) then fails the call."""
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", KEEPALIVE_S), ("TCP_KEEPINTVL", KEEPALIVE_S // 5),
+                        ("TCP_KEEPCNT", 5), ("TCP_USER_TIMEOUT", USER_TIMEOUT_S * 1000)):
+        if hasattr(socket, name):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
 class ChannelLost(ExecutionError):
@@ -59,16 +77,19 @@ class BatchServer:
         self._listener = socket.create_server(
             (host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
         self.address = (host, self._listener.getsockname()[1])
-        self._stopped = False
+        self._stopped, self._conn = False, None
         threading.Thread(target=self._accept, daemon=True,
                          name="deepx-replica-batches").start()
 
-    def stop(self) -> None:
+    def stop(self, connection: bool = False) -> None:
+        """Take no more connections; and with `connection`, end the gateway's too."""
         self._stopped = True
-        try:  # (shut down first: a close alone leaves the accept() waiting on it)
-            self._listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        # (shut down, not only closed: a close alone leaves a blocked call waiting)
+        for sock in [self._listener] + ([self._conn] if connection and self._conn else []):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         self._listener.close()
 
     def _accept(self) -> None:
@@ -76,17 +97,24 @@ class BatchServer:
             try:
                 conn, _ = self._listener.accept()
             except OSError:
-                return  # (closed: stopped)
+                if self._stopped:
+                    return  # (closed)
+                continue  # (a connection aborted, or no descriptor left: the next)
             threading.Thread(target=self._serve, args=(conn,), daemon=True,
                              name="deepx-replica-batch").start()
 
     def _serve(self, conn: socket.socket) -> None:
         with conn:
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
-                if not hmac.compare_digest(_read_exactly(conn, TOKEN_BYTES), self.token):
+                _kept_alive(conn)
+                conn.settimeout(TOKEN_WAIT_S)
+                if not hmac.compare_digest(bytes(_read_exactly(conn, TOKEN_BYTES)),
+                                           self.token):
                     return  # not the gateway: nothing is said to it
-                while not self._stopped:
+                conn.settimeout(None)
+                self._conn = conn
+                self.stop()  # the gateway's connection: no other is taken
+                while True:
                     header, arrays = _read_frame(conn)
                     if not self.alive():
                         self.stop()
@@ -94,15 +122,17 @@ class BatchServer:
                     try:
                         outputs = self.infer(arrays, header.get("outputs"))
                     except DeepxError as err:
-                        _write_frame(conn, {"error": [type(err).__name__, str(err)]}, {})
+                        _write_frame(conn, {"error": [type(err).__name__, str(err),
+                                                      getattr(err, "kind", None)]}, {})
                         continue
                     except Exception as err:  # a kernel's failure: said, with its kind
                         _write_frame(conn, {"error": ["ExecutionError",
-                                                      f"{type(err).__name__}: {err}"]}, {})
+                                                      f"{type(err).__name__}: {err}",
+                                                      None]}, {})
                         continue
                     _write_frame(conn, {}, outputs)
-            except (OSError, ChannelLost, ValueError):
-                return  # the gateway went away (or sent what is no frame)
+            except (OSError, ChannelLost, ValueError, TypeError):
+                return  # the gateway went away, was too slow, or sent what is no frame
 
 
 class BatchChannel:
@@ -113,7 +143,7 @@ class BatchChannel:
     def __init__(self, address: tuple, token: bytes, timeout: float = 30.0):
         self._sock = socket.create_connection(tuple(address), timeout=timeout)
         self._sock.settimeout(None)  # (a batch takes what its model takes)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _kept_alive(self._sock)
         self._sock.sendall(token)
 
     def run(self, arrays: dict, outputs) -> dict:
@@ -121,14 +151,17 @@ class BatchChannel:
             _write_frame(self._sock, {"outputs": list(outputs) if outputs else None},
                          arrays)
             header, results = _read_frame(self._sock)
-        except OSError as err:
+        except (OSError, ValueError, TypeError) as err:  # (or it sent what is no frame)
             raise ChannelLost(f"the connection to the replica broke: {err}") from None
         if "error" in header:
-            kind, message = header["error"]
-            cls = getattr(errors, kind, None)
+            name, message, kind = header["error"]
+            cls = getattr(errors, name, None)
             if not (isinstance(cls, type) and issubclass(cls, DeepxError)):
                 cls = ExecutionError
-            raise cls(message)
+            err = cls(message)
+            if kind is not None:
+                err.kind = kind
+            raise err
         return results
 
     def close(self) -> None:
@@ -139,7 +172,8 @@ class BatchChannel:
 
 
 def _write_frame(sock: socket.socket, header: dict, arrays: dict) -> None:
-    blocks = [np.require(a, requirements="C") for a in arrays.values()]  # (0-d stays)
+    # little-endian on the wire (each end's own order after), C order; a 0-d array stays
+    blocks = [np.require(_little(a), requirements="C") for a in arrays.values()]
     header = {**header, "arrays": [[name, a.dtype.name, list(a.shape)]
                                    for name, a in zip(arrays, blocks)]}
     head = json.dumps(header).encode()
@@ -151,21 +185,40 @@ def _write_frame(sock: socket.socket, header: dict, arrays: dict) -> None:
 
 
 def _read_frame(sock: socket.socket) -> tuple[dict, dict]:
+    """A frame's header and arrays: ValueError for anything that is not a frame (a length
+    past the limits, a header that is no object, arrays that do not take its bytes
+    exactly, a name twice)."""
     head_bytes, size = _LENGTHS.unpack(_read_exactly(sock, _LENGTHS.size))
-    if head_bytes > MAX_HEADER_BYTES:
-        raise ValueError(f"a frame's header of {head_bytes:,} bytes")
+    if head_bytes > MAX_HEADER_BYTES or size > MAX_FRAME_BYTES:
+        raise ValueError(f"a frame of {head_bytes:,} + {size:,} bytes")
     header = json.loads(_read_exactly(sock, head_bytes))
+    listed = header.pop("arrays", None) if isinstance(header, dict) else None
+    if not isinstance(listed, list):
+        raise ValueError("a frame's header is not an object listing its arrays")
     payload = _read_exactly(sock, size)
     arrays, at = {}, 0
-    for name, dtype, shape in header.pop("arrays", []):
-        dtype = np.dtype(_dtype(dtype))
+    for name, dtype, shape in listed:
+        if not isinstance(name, str) or name in arrays or not isinstance(shape, list) or \
+                not all(type(d) is int and d >= 0 for d in shape):
+            raise ValueError(f"a frame's array {name!r} is listed twice or malformed")
+        dtype = np.dtype(_dtype(dtype)).newbyteorder("<")
         n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if at + n > len(payload):
             raise ValueError("a frame's arrays pass its bytes")
-        arrays[name] = np.frombuffer(payload, dtype, count=n // dtype.itemsize,
-                                     offset=at).reshape(shape)
+        array = np.frombuffer(payload, dtype, count=n // dtype.itemsize,
+                              offset=at).reshape(shape)
+        arrays[name] = array if sys.byteorder == "little" else \
+            array.astype(dtype.newbyteorder("="))
         at += n
+    if at != len(payload):
+        raise ValueError(f"a frame's arrays take {at:,} of its {len(payload):,} bytes")
     return header, arrays
+
+
+def _little(a: np.ndarray) -> np.ndarray:
+    if a.dtype.byteorder == ">" or (a.dtype.byteorder == "=" and sys.byteorder == "big"):
+        return a.astype(a.dtype.newbyteorder("<"))
+    return a
 
 
 def _dtype(name: str):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 
 from deepx_flow.errors import DataError, DeepxError, ExecutionError
 from deepx_flow.serving.channel import ChannelLost
@@ -39,6 +40,8 @@ class Replica:
         model.prepare(batch_sizes)
         self.model = model
         self._server = _batch_server(model)
+        if self._server is not None:  # (stopped with the actor, if not told before)
+            weakref.finalize(self, self._server.stop, True)
 
     def infer(self, arrays: dict, outputs=None) -> dict:
         return self.model.infer(arrays, outputs)
@@ -52,7 +55,7 @@ class Replica:
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.stop()
+            self._server.stop(connection=True)
 
 
 def _batch_server(model):
@@ -123,6 +126,7 @@ class Replicas:
         with self._lock:
             placed = self._placed[replica]
             _closed(placed)
+            placed[1].release()  # (the old actor goes, where its worker still is)
             others = [w for w in live if w != placed[0]] or live
             self._placed[replica] = placed = self._place(others[replica % len(others)])
         return _call(placed, arrays, outputs)

@@ -192,6 +192,13 @@ def test_numbers_read_by_simdjson_are_orjsons_values(data, dtype, nested):
     b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [NaN]}]}',
     b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}',
     b'{"inputs": "x"}', b'[1, 2]', b'{"inputs": [[1.0, 2.0]]}',
+    b'\xef\xbb\xbf{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]}',
+    b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1],'
+    b' "data\\u0000": [2]}]}',
+    b'{"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1.0, '
+    + b'[' * 100 + b'2.0' + b']' * 100 + b']}]}',
+    b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": '
+    + b'[' * 1100 + b'2.0' + b']' * 1100 + b'}]}',
 ])
 def test_bodies_read_by_simdjson_are_refused_or_read_as_orjson_reads_them(text):
     _same_reading(text)

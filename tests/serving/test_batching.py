@@ -250,10 +250,12 @@ def test_batches_are_padded_to_a_few_sizes_and_answer_only_their_rows():
     assert seen == [1, 4, 8, 8, 8, 16, 24, 40, 64]
     # a few sizes, none padding more than 7 rows (nor more than doubling a small batch)
     assert batch_sizes(64) == [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
-    for top in range(1, 130):
+    from deepx_flow.serving.model import BUILT_SHAPES
+    for top in list(range(1, 300)) + [1000, 4096, 1 << 20]:
         sizes = batch_sizes(top)
         assert sizes == sorted(set(sizes)) and sizes[-1] == top and sizes[0] == 1
         assert all(b - a <= max(8, a) for a, b in zip(sizes, sizes[1:]))
+        assert len(sizes) <= BUILT_SHAPES // 2  # (every prepared size stays kept)
     batcher.stop()
     alone = Batcher("m", run, 1, 0, 0)  # no batching: run as sent
     seen.clear()

@@ -115,7 +115,7 @@ def test_replicas_on_a_tcp_cluster_take_their_batches_over_their_connection(tmp_
     (tmp_path / "models" / "mlp" / "config.pbtxt").write_text(
         "instance_group [ { count: 2, kind: KIND_AUTO } ]\n")
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, protocol="tcp",
-                      dashboard_address=None) as local, \
+                      dashboard_address=":0") as local, \
             Client(local, set_as_default=False) as client:
         models = ModelRepository(tmp_path / "models", cluster_spec(None, client), client)
         try:
@@ -130,3 +130,58 @@ def test_replicas_on_a_tcp_cluster_take_their_batches_over_their_connection(tmp_
                 placed[0][3].run({"x": np.ones((1, 5), np.float32)}, None)
         finally:
             models.stop()
+
+
+def test_a_frame_that_is_not_one_is_refused_whole():
+    """Bytes past its arrays, a name twice, a header that is no object, a length past the
+    limit: each a ValueError, never arrays read from the wrong bytes."""
+    import json
+    import struct
+
+    from deepx_flow.serving import channel
+
+    def frame(header, payload=b""):
+        head = json.dumps(header).encode()
+        return struct.pack("!QQ", len(head), len(payload)) + head + payload
+
+    cases = [frame({"arrays": [["a", "float32", [1]]]}, b"\0" * 8),
+             frame({"arrays": [["a", "float32", [1]], ["a", "float32", [1]]]}, b"\0" * 8),
+             frame({"arrays": [["a", "float32", [2]]]}, b"\0" * 4),
+             frame({"arrays": [["a", "float32", [-1]]]}), frame([1, 2]), frame({}),
+             frame({"arrays": [["a", "nonsense", [1]]]}, b"\0" * 4),
+             struct.pack("!QQ", 8, 1 << 62)]
+    for sent in cases:
+        left, right = socket.socketpair()
+        with left, right:
+            left.sendall(sent)
+            left.shutdown(socket.SHUT_WR)
+            with pytest.raises((ValueError, TypeError, ChannelLost)):
+                channel._read_frame(right)
+    left, right = socket.socketpair()  # and a good one reads as sent
+    with left, right:
+        left.sendall(frame({"arrays": [["a", "float32", [2]]], "outputs": None},
+                           np.array([1.5, 2.5], "<f4").tobytes()))
+        header, arrays = channel._read_frame(right)
+    assert header == {"outputs": None}
+    np.testing.assert_array_equal(arrays["a"], [1.5, 2.5])
+
+
+def test_a_silent_connection_is_closed_and_the_gateways_is_the_only_one(monkeypatch):
+    from deepx_flow.serving import channel
+    monkeypatch.setattr(channel, "TOKEN_WAIT_S", 0.5)
+    server = BatchServer("127.0.0.1", lambda a, o: {})
+    try:
+        with socket.create_connection(server.address) as idle:
+            idle.settimeout(30)
+            try:
+                assert idle.recv(1) == b""  # closed after TOKEN_WAIT_S, unanswered
+            except ConnectionResetError:
+                pass
+        gateway = BatchChannel(server.address, server.token)
+        assert gateway.run({}, None) == {}
+        with pytest.raises((OSError, ChannelLost)):  # no second connection is taken
+            BatchChannel(server.address, server.token, timeout=5).run({}, None)
+        assert gateway.run({"x": np.ones(1)}, None).keys() == set()  # the first serves on
+        gateway.close()
+    finally:
+        server.stop(connection=True)
