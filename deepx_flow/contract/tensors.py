@@ -311,9 +311,6 @@ class Numbers:
 
     array: np.ndarray
 
-    def __len__(self) -> int:
-        return self.array.size
-
 
 FLOAT_DATATYPES = frozenset(n for n, d in DATATYPES.items() if dtypes.is_float(d))
 

@@ -201,10 +201,15 @@ async def _no_such_call(request: Request, err: HTTPException):
         message = (f"no call {request.method} {request.url.path} in the contract "
                    f"(docs/contract.md lists its calls)")
     elif err.status_code == 405:
-        message = f"{request.method} is not a method of {request.url.path} in the contract"
+        message = not_a_method(request.method, request.url.path)
     else:
         message = str(err.detail)
     return JSONResponse({"error": message}, status_code=err.status_code, headers=err.headers)
+
+
+def not_a_method(method: str, path: str) -> str:
+    """What a 405 says: the same for Starlette's routes and the infer call."""
+    return f"{method} is not a method of {path} in the contract"
 
 
 async def read_body(request: Request, limits) -> tuple[dict, bytes]:

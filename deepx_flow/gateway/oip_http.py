@@ -47,9 +47,6 @@ def routes(gateway) -> list[Route]:
     from deepx_flow.gateway.http_app import only_fields, read_body
     limits = gateway.limits
 
-    def repository():
-        return repository_of(gateway)
-
     def version_of(request: Request) -> str:
         return request.path_params.get("version", "")
 
@@ -65,15 +62,17 @@ def routes(gateway) -> list[Route]:
                              "extensions": list(EXTENSIONS)})
 
     async def metadata(request: Request):
-        model = repository().model(request.path_params["model"], version_of(request))
+        model = repository_of(gateway).model(request.path_params["model"],
+                                             version_of(request))
         return JSONResponse(model.metadata())
 
     async def model_ready(request: Request):
-        repository().model(request.path_params["model"], version_of(request))  # or 404
+        repository_of(gateway).model(request.path_params["model"],  # or 404
+                                     version_of(request))
         return JSONResponse({"name": request.path_params["model"], "ready": True})
 
     async def stats(request: Request):
-        models = repository()
+        models = repository_of(gateway)
         return JSONResponse({"model_stats": await run_in_threadpool(
             models.statistics, request.path_params.get("model", ""), version_of(request))})
 
@@ -84,10 +83,10 @@ def routes(gateway) -> list[Route]:
         ready_only = body.get("ready", False)
         if type(ready_only) is not bool:
             raise InputError(f"ready is {shown(ready_only)}, not true or false")
-        return JSONResponse(await run_in_threadpool(repository().index, ready_only))
+        return JSONResponse(await run_in_threadpool(repository_of(gateway).index, ready_only))
 
     async def load(request: Request):
-        await run_in_threadpool(repository().load, request.path_params["model"])
+        await run_in_threadpool(repository_of(gateway).load, request.path_params["model"])
         return JSONResponse({})
 
     async def metrics(request: Request):
@@ -96,7 +95,7 @@ def routes(gateway) -> list[Route]:
                         media_type=CONTENT_TYPE)
 
     async def unload(request: Request):
-        await run_in_threadpool(repository().unload, request.path_params["model"])
+        await run_in_threadpool(repository_of(gateway).unload, request.path_params["model"])
         return JSONResponse({})
 
     model = "/v2/models/{model}"

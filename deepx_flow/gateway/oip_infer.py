@@ -24,9 +24,9 @@ import orjson
 
 from deepx_flow.contract import tensors
 from deepx_flow.errors import DeepxError, InputError, shown
-from deepx_flow.gateway.http_app import (HEADER_LENGTH, decoded_body, gathered, only_fields,
-                                         requested_outputs, small_inline, status_of,
-                                         tensors_body)
+from deepx_flow.gateway.http_app import (HEADER_LENGTH, decoded_body, gathered, not_a_method,
+                                         only_fields, requested_outputs, small_inline,
+                                         status_of, tensors_body)
 from deepx_flow.gateway.oip_http import repository_of
 
 log = logging.getLogger(__name__)
@@ -53,8 +53,7 @@ class InferenceFirst:
         try:
             if scope["method"] != "POST":
                 status, headers = 405, JSON + [(b"allow", b"POST")]
-                body = orjson.dumps({"error": f"{scope['method']} is not a method of "
-                                              f"{scope['path']} in the contract"})
+                body = orjson.dumps({"error": not_a_method(scope["method"], scope["path"])})
             else:
                 status = 200
                 body, headers = await self._infer(scope, receive, found[1], found[2] or "")

@@ -38,10 +38,9 @@ def normalize(dtype, node: str | None = None) -> str:
     """Return the canonical name of `dtype`, or raise GraphError for an unsupported one."""
     if dtype.__class__ is str and dtype in DTYPES:  # a canonical name already (most calls)
         return dtype
-    if dtype.__class__ is np.dtype or isinstance(dtype, np.dtype):
-        name = _NAME_OF.get(dtype)  # (None for one of another byte order: below)
-        if name is not None:
-            return name
+    name = _NAME_OF.get(dtype) if isinstance(dtype, np.dtype) else None
+    if name is not None:  # (None too for one of another byte order: below)
+        return name
     try:
         name = np.dtype(dtype).name
     except Exception:  # NumPy raises TypeError, ValueError, KeyError... for what is no dtype
@@ -57,7 +56,7 @@ def itemsize(dtype: str) -> int:
 
 def is_float(dtype: str) -> bool:
     """Whether `dtype` is a floating-point type (bfloat16 included, whose NumPy kind is V)."""
-    if isinstance(dtype, np.dtype) and dtype in _NAME_OF:
+    if isinstance(dtype, np.dtype) and dtype in _NAME_OF:  # (NumPy's own: looked up)
         return _NAME_OF[dtype] in FLOATS
     return (dtype if dtype.__class__ is str and dtype in DTYPES else np.dtype(dtype).name) \
         in FLOATS

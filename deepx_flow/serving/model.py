@@ -124,13 +124,13 @@ class ServedModel:
         warm-up batch that fails to run is said in the log and the model still serves:
         zeros are not a request, and a request's own failure is answered to it.
 
-        The CPU seconds a batch of the largest size then takes, warm (the least of 3 runs;
-        None where none ran):
-        what the server weighs to run the model's batches on its event loop."""
+        The CPU seconds a batch of the largest size then takes, warm (the least of 3
+        runs; None where none ran): what the server weighs to run the model's batches on
+        its event loop."""
         if not all(s.shape and s.shape[0] == -1 and -1 not in s.shape[1:]
                    for s in self.inputs):
             return None
-        took = None
+        took, largest = None, max(batch_sizes, default=0)
         for rows in batch_sizes:
             zeros = {s.name: np.zeros((rows,) + s.shape[1:], _dtype(s.datatype))
                      for s in self.inputs}
@@ -142,13 +142,10 @@ class ServedModel:
             try:
                 with np.errstate(all="ignore"):
                     executable(zeros)
-                    if rows == max(batch_sizes):  # (this thread's CPU time, the least of
-                        # 3: the server's start, its cluster's processes included, is a
-                        # busy time, and a busy machine is no slower model)
-                        for _ in range(3):
-                            began = time.thread_time()
-                            executable(zeros)
-                            took = min(took or np.inf, time.thread_time() - began)
+                    if rows == largest:  # (this thread's CPU time, the least of 3: the
+                        # server's start, its cluster's processes included, is a busy
+                        # time, and a busy machine is no slower model)
+                        took = min(_cpu_seconds(executable, zeros) for _ in range(3))
             except DeepxError as err:
                 log.warning("model %r version %s: a warm-up batch of %d rows of zeros "
                             "failed: %s", self.name, self.version, rows, err)
@@ -207,6 +204,12 @@ class ServedModel:
         except DeepxError as err:
             raise InputError(f"model {self.name!r}: {err}") from None
         return graph, {**bound_inputs(outs), **carried}
+
+
+def _cpu_seconds(executable, arrays: dict) -> float:
+    began = time.thread_time()
+    executable(arrays)
+    return time.thread_time() - began
 
 
 def _output_bytes(graph) -> int:

@@ -36,7 +36,7 @@ import numpy as np
 
 from deepx_flow.assets.stored import PACKAGE_STORAGE
 from deepx_flow.errors import GraphError, InputError, shown
-from deepx_flow.serving.model import _sha256
+from deepx_flow.serving.model import PACKAGE_FILE, WEIGHTS_FILE, _sha256
 
 
 def asset_of(name: str) -> str:
@@ -150,15 +150,15 @@ def _write(folder: Path, spec: str, weights: dict, origin: dict, db) -> Path:
     hidden.mkdir()
     try:
         (hidden / "model.yaml").write_bytes(spec.encode())  # (hashed as written)
-        with open(hidden / "weights.npz", "wb") as f:
+        with open(hidden / WEIGHTS_FILE, "wb") as f:
             np.savez(f, **weights)
             f.flush()
             os.fsync(f.fileno())
         manifest = {"graph_sha256": _sha256(hidden / "model.yaml"),
-                    "weights_sha256": _sha256(hidden / "weights.npz"),
+                    "weights_sha256": _sha256(hidden / WEIGHTS_FILE),
                     "created_at": time.time(), **origin,
                     "asset": asset_of(folder.name), "asset_version": asset_version}
-        (hidden / "package.json").write_text(json.dumps(manifest, indent=1) + "\n")
+        (hidden / PACKAGE_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
         os.rename(hidden, folder / version)  # a version another writer took: refused
     except BaseException:
         shutil.rmtree(hidden, ignore_errors=True)
@@ -199,5 +199,5 @@ def _record(db, where: Path, manifest: dict, asset_version: str, upstream: dict)
         version=asset_version, asset=manifest["asset"], code_version=manifest["graph_sha256"],
         upstream_versions=json.dumps(upstream), shape="[]", dtype="package", nbytes=nbytes,
         storage=PACKAGE_STORAGE, uri=str(where.resolve()),
-        manifest_digest=_sha256(where / "package.json"), created_at=time.time()), [])])
+        manifest_digest=_sha256(where / PACKAGE_FILE), created_at=time.time()), [])])
 

@@ -62,9 +62,9 @@ def _batch_server(model):
     """A BatchServer for `model` on this worker's host, where its address is plain TCP."""
     from distributed import get_worker
     from distributed.comm.addressing import get_address_host, parse_address
+    from distributed.core import Status
 
     from deepx_flow.serving.channel import BatchServer
-    from distributed.core import Status
     try:
         worker = get_worker()
     except ValueError:  # (not on a worker: a test's own process)
