@@ -8,9 +8,18 @@ order a row's products differently for another row count). What changes is where
 activations live: a block's are a few hundred KiB to a few MiB, in cache from one layer to
 the next, where a chunk's are written to memory and read back by the next task (a 3x3 conv
 with 8 filters on 28x28 images writes 25 KB an image; a chunk of 65,536 images, 1.6 GB).
+
+A served model runs the same tasks thousands of times (`serving/execute.py`): there, within
+`kept_between_calls()`, a chain takes up the plans and buffers of its last call on as many
+images in this thread, where planning the blocks again was half a one-row batch. Elsewhere a
+task runs once, and what it kept goes with it (the plan's memory budget counts on that).
 """
 
 from __future__ import annotations
+
+import collections
+import contextlib
+import threading
 
 import numpy as np
 
@@ -30,26 +39,90 @@ def batch_chain(stages, block, n_images, *arrays):
     run before it (`compiler.pool_first`) when its operands at these positions are finite."""
     images, wholes = arrays[:n_images], arrays[n_images:]
     xp = dispatch.array_module(*arrays)
-    stages = _pools_first(list(stages), wholes, xp)
     n = images[0].shape[0]
     if xp is not np:
         # On a GPU the whole chunk is one block (its kernels want all the work at once) and
         # each layer's value is freed once its last reader has run: the task holds the
         # values still to be read (a skip connection's across the layers it skips).
-        return _through(stages, [None] * len(stages), images, wholes)
+        return _through(_pools_first(list(stages), wholes, xp), [None] * len(stages),
+                        images, wholes)
+    keeping = getattr(_local, "keeping", False)
+    state = _reused(stages, wholes, n) if keeping else _Reuse(stages, wholes, len(stages))
+    if state.stages is None:
+        state.stages = _pools_first(list(stages), wholes, xp)
     block = max(1, min(n, block))
     out = None
-    kept = [_Kept() for _ in stages]  # each stage's buffers and plans, for every block
+    kept = state.kept  # each stage's buffers and plans, for every block
     for lo in range(0, max(n, 1), block):
         if lo and lo + block > n:  # a smaller last block: the full blocks' buffers go
-            kept = [_Kept() for _ in stages]  # (plans hold them), as the budget assumes
-        value = _through(stages, kept, [x[lo:lo + block] for x in images], wholes)
+            if not keeping:  # (plans hold them), as the budget assumes
+                state.kept = None
+            kept = state.last_kept()
+        value = _through(state.stages, kept, [x[lo:lo + block] for x in images], wholes)
         if block >= n:
-            return value
+            return value.copy() if keeping else value  # (a kept buffer: the next call's)
         if out is None:
             out = recycled.empty((n,) + value.shape[1:], value.dtype)
         out[lo:lo + block] = value
     return out
+
+
+@contextlib.contextmanager
+def kept_between_calls():
+    """Within it, this thread's chains keep their plans and buffers from call to call (of
+    the same task on as many images: `_reused`); their results are then copies."""
+    before = getattr(_local, "keeping", False)
+    _local.keeping = True
+    try:
+        yield
+    finally:
+        _local.keeping = before
+
+
+REUSED_CALLS = 16  # a thread keeps the state of this many (chain, size) calls, the latest
+_local = threading.local()
+
+
+class _Reuse:
+    """A chain's state for chunks of one size: its stages (pooling first where it may),
+    and each stage's plans and buffers for its full blocks and for a smaller last block,
+    with the whole operands they were made for."""
+
+    __slots__ = ("chain", "wholes", "stages", "kept", "_last")
+
+    def __init__(self, chain, wholes, n_stages: int):
+        self.chain, self.wholes, self.stages = chain, wholes, None
+        self.kept, self._last = [_Kept() for _ in range(n_stages)], None
+
+    def last_kept(self) -> list:
+        if self._last is None:
+            self._last = [_Kept() for _ in self.chain]
+        return self._last
+
+
+def _reused(stages, wholes, n: int) -> _Reuse:
+    """The state this thread kept for the chain `stages` (the very object: a task's, called
+    again) on `n` images, where its whole operands are those it was made for (the same
+    memory, held here so that no other array can take its place); else a fresh one, kept
+    in place of the least recently used."""
+    calls = getattr(_local, "calls", None)
+    if calls is None:
+        calls = _local.calls = collections.OrderedDict()
+    key = (id(stages), n)
+    state = calls.get(key)
+    if state is None or state.chain is not stages or not _same_memory(state.wholes, wholes):
+        state = calls[key] = _Reuse(stages, wholes, len(stages))
+    calls.move_to_end(key)
+    while len(calls) > REUSED_CALLS:
+        calls.popitem(last=False)
+    return state
+
+
+def _same_memory(held, wholes) -> bool:
+    return len(held) == len(wholes) and all(
+        a is b or (a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
+                   and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
+        for a, b in zip(held, wholes))
 
 
 def _pools_first(stages: list, wholes, xp) -> list:

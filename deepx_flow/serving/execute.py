@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from deepx_flow.errors import DeepxError, ExecutionError
+from deepx_flow.kernels.batch_chain import kept_between_calls
 from deepx_flow.kernels.tasks import to_device
 from deepx_flow.runtime.inputs import region_block
 
@@ -84,10 +85,11 @@ class Executable:
     def __call__(self, arrays: dict) -> dict[str, np.ndarray]:
         values = {s.key(): arrays[s.name] for s in self.slots}
         try:
-            for key, node, drop in self.steps:
-                values[key] = node(values)
-                for dep in drop:
-                    del values[dep]
+            with kept_between_calls():  # (the same tasks again: their plans are kept)
+                for key, node, drop in self.steps:
+                    values[key] = node(values)
+                    for dep in drop:
+                        del values[dep]
         except DeepxError:
             raise
         except Exception as err:  # a kernel's failure: said, with its kind
