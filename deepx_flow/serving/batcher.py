@@ -19,11 +19,17 @@ for each of the 64 a batch may have.
 A batcher `on_loop` has no thread: the event loop that reads the requests runs their
 batches itself, each of the requests queued when it comes to it (`repository.py` says
 which models: those whose batches are quicker than handing the GIL to and from a thread).
+A batcher with `run_async` (replicas on the workers, `replica.py`) has none either: the
+loop sends each replica a batch of the requests queued when it comes to it, and the next
+when that one is answered; while every replica is busy, requests queue and the next
+batches are larger. (A thread per replica, waiting on its connection, took the GIL back
+from the loop at each call: every request read was slower.)
 Requests awaited on a loop get asyncio Futures, set there, a batch's in one hop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import collections
 import contextlib
@@ -38,6 +44,8 @@ import numpy as np
 from deepx_flow.errors import ExecutionError
 
 log = logging.getLogger(__name__)
+
+STOP_WAIT_S = 60.0  # how long stopping waits for the batches a loop still sends
 
 
 @dataclass(eq=False)
@@ -67,11 +75,14 @@ class Batcher:
     """Batches for one model: `run(replica, arrays, outputs)` computes a batch on replica
     `replica` (0 to `replicas` - 1); `done(rows, ns, queued, succeeded)` is told of each
     batch that ran (its rows, nanoseconds, each request's nanoseconds in the queue), for
-    statistics."""
+    statistics. `run_async`: a coroutine function like `run`, which the event loop of the
+    requests awaits instead (`run` is then for requests from no loop)."""
 
     def __init__(self, name: str, run, replicas: int, max_batch_size: int,
-                 max_delay_us: int, preferred=(), done=None, on_loop: bool = False):
-        self.name, self.run, self.on_loop = name, run, on_loop
+                 max_delay_us: int, preferred=(), done=None, on_loop: bool = False,
+                 run_async=None):
+        self.name, self.run, self.run_async = name, run, run_async
+        self.on_loop = on_loop or run_async is not None
         self.max_batch_size, self.delay_s = max_batch_size, max_delay_us / 1e6
         self.preferred = set(preferred)
         self.done = done
@@ -94,7 +105,9 @@ class Batcher:
         self._pending = collections.deque()  # requests queued or in a batch, not answered
         self._stopped = threading.Event()
         self._draining = False  # (on_loop) a drain is scheduled on a loop
-        self._threads = [] if on_loop else [
+        self._loop = None  # (on_loop) the loop of the requests, once one came
+        self._free = list(range(replicas))[::-1]  # (run_async) replicas with no batch
+        self._threads = [] if self.on_loop else [
             threading.Thread(target=self._serve, args=(i,), daemon=True,
                              name=f"deepx-batcher-{name}-{i}") for i in range(replicas)]
         for t in self._threads:
@@ -161,6 +174,7 @@ class Batcher:
                 return _unloaded(self.name, request)
             self._pending.append(None)
             if request.loop is not None:
+                self._loop = request.loop
                 self._queue.append(request)
                 self._queued_rows += request.rows
                 scheduled, self._draining = self._draining, True
@@ -174,7 +188,10 @@ class Batcher:
 
     def _drain(self, loop) -> None:
         """Run the next batch of the queue on `loop` (this thread's), and come back for
-        the rest."""
+        the rest; with run_async, send the next batches to the replicas that have none."""
+        if self.run_async is not None:
+            self._send(loop)
+            return
         with self._lock:
             self._draining = False
             batch, _ = self._head() if self._queue else ([], 0)
@@ -187,6 +204,42 @@ class Batcher:
         if again:
             loop.call_soon(self._drain, loop)
 
+    def _send(self, loop) -> None:
+        with self._lock:
+            self._draining = False
+            taken = []
+            while self._queue and self._free:
+                taken.append((self._free.pop(), self._head()[0]))
+        for replica, batch in taken:
+            batch = [r for r in batch if self._started(r)]
+            if batch:
+                loop.create_task(self._sent(replica, batch, sum(r.rows for r in batch),
+                                            loop))
+            else:
+                self._freed(replica, loop)
+
+    async def _sent(self, replica: int, batch: list, rows: int, loop) -> None:
+        """A batch sent to `replica` and awaited: `_run_answered`'s, on the loop."""
+        try:
+            try:
+                await self._compute_async(replica, batch, rows, loop)
+            finally:
+                for _ in batch:
+                    self._pending.pop()
+        except Exception as err:
+            self._last_resort(replica, batch, err, loop)
+        finally:
+            self._freed(replica, loop)
+
+    def _freed(self, replica: int, loop) -> None:
+        """`replica` has no batch now: the next goes to it, where requests are queued."""
+        with self._lock:
+            self._free.append(replica)
+            again = bool(self._queue) and not self._draining
+            self._draining = self._draining or again
+        if again:
+            loop.call_soon(self._drain, loop)
+
     def _nothing_coming(self, held: int) -> bool:
         """Whether no request but the `held` ones (queued, or in the batch gathered) is in
         the server: none arriving, none in another replica's batch (whose clients,
@@ -194,9 +247,15 @@ class Batcher:
         return not self._arriving and len(self._pending) <= held
 
     def stop(self) -> None:
-        """Stop taking requests; those queued run first (a graceful stop answers them)."""
+        """Stop taking requests; those queued run first (a graceful stop answers them):
+        with run_async, on their loop where it still runs (this waits for them, up to
+        STOP_WAIT_S), else here."""
         with self._lock:
             self._stopped.set()
+        loop, deadline = self._loop, time.monotonic() + STOP_WAIT_S
+        while self.run_async is not None and self._pending and loop is not None and \
+                loop.is_running() and not _runs(loop) and time.monotonic() < deadline:
+            time.sleep(0.002)
         while self.on_loop:  # (what their loop did not come to before it ended)
             with self._lock:
                 if not self._queue:
@@ -225,10 +284,14 @@ class Batcher:
         try:
             self._run(replica, batch, rows, loop)
         except Exception as err:
-            log.exception("model %r: replica %d failed a batch", self.name, replica)
-            self._settle([(r, False, ExecutionError(
-                f"model {self.name!r}: the batch failed: {type(err).__name__}: {err}"))
-                for r in batch if not r.future.done()], loop)
+            self._last_resort(replica, batch, err, loop)
+
+    def _last_resort(self, replica: int, batch: list, err: Exception, loop) -> None:
+        log.exception("model %r: replica %d failed a batch", self.name, replica,
+                      exc_info=err)
+        self._settle([(r, False, ExecutionError(
+            f"model {self.name!r}: the batch failed: {type(err).__name__}: {err}"))
+            for r in batch if not r.future.done()], loop)
 
     def _gathered(self) -> tuple[list | None, int]:
         """The next batch and its rows: the requests at the head of the queue that go
@@ -308,37 +371,69 @@ class Batcher:
 
     def _compute(self, replica: int, batch: list[Request], rows: int, loop=None) -> None:
         began = time.perf_counter_ns()
-        queued = [began - r.queued_ns for r in batch]
-        size = self.padded(rows)
-        split = len(batch) > 1 or size != rows
         try:
-            arrays = batch[0].arrays if not split else {
-                name: np.concatenate([r.arrays[name] for r in batch] + ([np.zeros(
-                    (size - rows,) + batch[0].arrays[name].shape[1:],
-                    batch[0].arrays[name].dtype)] if size > rows else []))
-                for name in batch[0].arrays}
-            outputs = self.run(replica, arrays, batch[0].outputs)
-            if split:
-                for name, out in outputs.items():
-                    if out.ndim == 0 or out.shape[0] != size:
-                        raise ExecutionError(
-                            f"model {self.name!r}: output {name!r} has shape "
-                            f"{list(out.shape)} for a batch of {size} rows, so it cannot be "
-                            f"split into each request's rows; serve it without "
-                            f"dynamic_batching")
+            arrays, size, split = self._batched(batch, rows)
+            outputs = self._split_checked(self.run(replica, arrays, batch[0].outputs),
+                                          size, split)
         except BaseException as err:
-            if self.done is not None:
-                self.done(rows, time.perf_counter_ns() - began, queued, False)
-            self._settle([(r, False, err) for r in batch], loop)
+            self._ended(batch, rows, began, False, err, False, loop)
             if not isinstance(err, Exception):
                 raise  # (an interrupt, a stop: said to its requests, and not swallowed)
             return
+        self._ended(batch, rows, began, True, outputs, split, loop)
+
+    async def _compute_async(self, replica: int, batch: list[Request], rows: int,
+                             loop) -> None:
+        """`_compute`, the batch awaited from `run_async`."""
+        began = time.perf_counter_ns()
+        try:
+            arrays, size, split = self._batched(batch, rows)
+            outputs = self._split_checked(
+                await self.run_async(replica, arrays, batch[0].outputs), size, split)
+        except BaseException as err:
+            self._ended(batch, rows, began, False, err, False, loop)
+            if not isinstance(err, Exception):
+                raise  # (a cancelled task: said to its requests, and not swallowed)
+            return
+        self._ended(batch, rows, began, True, outputs, split, loop)
+
+    def _batched(self, batch: list[Request], rows: int) -> tuple[dict, int, bool]:
+        """The batch's arrays (its requests' rows, padded with zeros to `padded(rows)`),
+        that size, and whether the outputs are split among requests."""
+        size = self.padded(rows)
+        split = len(batch) > 1 or size != rows
+        arrays = batch[0].arrays if not split else {
+            name: np.concatenate([r.arrays[name] for r in batch] + ([np.zeros(
+                (size - rows,) + batch[0].arrays[name].shape[1:],
+                batch[0].arrays[name].dtype)] if size > rows else []))
+            for name in batch[0].arrays}
+        return arrays, size, split
+
+    def _split_checked(self, outputs: dict, size: int, split: bool) -> dict:
+        if split:
+            for name, out in outputs.items():
+                if out.ndim == 0 or out.shape[0] != size:
+                    raise ExecutionError(
+                        f"model {self.name!r}: output {name!r} has shape "
+                        f"{list(out.shape)} for a batch of {size} rows, so it cannot be "
+                        f"split into each request's rows; serve it without "
+                        f"dynamic_batching")
+        return outputs
+
+    def _ended(self, batch: list[Request], rows: int, began: int, succeeded: bool, value,
+               split: bool, loop) -> None:
+        """Count the batch (begun at `began`) and answer its requests: each its rows of
+        the outputs `value`, or the error `value`."""
+        queued = [began - r.queued_ns for r in batch]
         if self.done is not None:
-            self.done(rows, time.perf_counter_ns() - began, queued, True)
+            self.done(rows, time.perf_counter_ns() - began, queued, succeeded)
+        if not succeeded:
+            self._settle([(r, False, value) for r in batch], loop)
+            return
         outcomes, at = [], 0
         for r in batch:
             outcomes.append((r, True, {name: out[at:at + r.rows] if split else out
-                                       for name, out in outputs.items()}))
+                                       for name, out in value.items()}))
             at += r.rows
         self._settle(outcomes, loop)
 
@@ -373,6 +468,14 @@ class Batcher:
         if self.max_batch_size <= 0 or rows >= self.max_batch_size:
             return rows
         return self._sizes[bisect.bisect_left(self._sizes, rows)]
+
+
+def _runs(loop) -> bool:
+    """Whether this thread runs `loop`."""
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
 
 
 def _set(outcome: tuple) -> None:

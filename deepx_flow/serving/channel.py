@@ -5,8 +5,10 @@ Why: an actor call crosses four threads and two event loops (the replica thread'
 Dask client's I/O loop, the worker's loop, its actor thread, and back), each taking the
 GIL from whoever holds it; in the gateway that is the event loop reading every request.
 At 64 clients of the MLP a 0.4 ms batch took 5 ms there and back that way. Here the
-gateway's replica thread writes the batch and waits on the socket (no GIL held), and a
-thread of the replica reads it, runs the model and writes the outputs.
+gateway's event loop writes the batch and reads the answer when it comes, as it reads the
+requests (a thread of the gateway's per replica, blocked on the socket, took the GIL back
+from the loop at each call and made every request slower), and a thread of the replica
+reads it, runs the model and writes the outputs.
 
 The connection is opened with a token of 32 random bytes that the replica gave the
 gateway through Dask: only who holds it is answered, one connection (the replica stops
@@ -25,6 +27,7 @@ connection carries is data, never code.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -46,6 +49,7 @@ TOKEN_BYTES = 32
 TOKEN_WAIT_S = 5.0
 MAX_HEADER_BYTES = 1 << 20
 MAX_FRAME_BYTES = 1 << 40  # (what a frame may say it carries: a corrupt length is refused)
+JOINED_BYTES = 1 << 20  # a batch this small is written as one piece
 KEEPALIVE_S, USER_TIMEOUT_S = 10, 30  # (Dask's `distributed.comm.timeouts.tcp` is 30 s)
 
 
@@ -136,22 +140,36 @@ class BatchServer:
 
 
 class BatchChannel:
-    """The gateway's side of one replica's connection: `run` sends a batch and returns its
-    outputs (name -> array), raising the replica's DeepxError as its own kind, or
-    ChannelLost where the connection broke. One batch at a time (a replica runs one)."""
+    """The gateway's side of one replica's connection, on the gateway's event loop: `await
+    run(...)` sends a batch and gives its outputs (name -> array), raising the replica's
+    DeepxError as its own kind, or ChannelLost where the connection broke. One batch at a
+    time (a replica runs one). Open it with `await BatchChannel.open(address, token)`."""
 
-    def __init__(self, address: tuple, token: bytes, timeout: float = 30.0):
-        self._sock = socket.create_connection(tuple(address), timeout=timeout)
-        self._sock.settimeout(None)  # (a batch takes what its model takes)
-        _kept_alive(self._sock)
-        self._sock.sendall(token)
+    def __init__(self, reader, writer):
+        self._reader, self._writer = reader, writer
+        self.loop = asyncio.get_running_loop()
 
-    def run(self, arrays: dict, outputs) -> dict:
+    @classmethod
+    async def open(cls, address: tuple, token: bytes, timeout: float = 30.0):
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(*address), timeout)
+        _kept_alive(writer.get_extra_info("socket"))
+        writer.write(token)
+        return cls(reader, writer)
+
+    async def run(self, arrays: dict, outputs) -> dict:
         try:
-            _write_frame(self._sock, {"outputs": list(outputs) if outputs else None},
-                         arrays)
-            header, results = _read_frame(self._sock)
-        except (OSError, ValueError, TypeError) as err:  # (or it sent what is no frame)
+            parts = _frame({"outputs": list(outputs) if outputs else None}, arrays)
+            if sum(map(len, parts)) <= JOINED_BYTES:  # (one send, where it is small)
+                parts = [b"".join(parts)]
+            for part in parts:
+                self._writer.write(part)
+            await self._writer.drain()
+            head_bytes, size = _LENGTHS.unpack(await self._reader.readexactly(_LENGTHS.size))
+            _check_lengths(head_bytes, size)
+            head = await self._reader.readexactly(head_bytes)
+            header, results = _parsed(head, bytearray(await self._reader.readexactly(size)))
+        except (OSError, asyncio.IncompleteReadError, ValueError, TypeError) as err:
+            # (or it sent what is no frame)
             raise ChannelLost(f"the connection to the replica broke: {err}") from None
         if "error" in header:
             name, message, kind = header["error"]
@@ -165,37 +183,51 @@ class BatchChannel:
         return results
 
     def close(self) -> None:
+        """Close the connection; from any thread (on its loop, where that still runs)."""
         try:
-            self._sock.close()
-        except OSError:
+            self.loop.call_soon_threadsafe(self._writer.close)
+        except RuntimeError:  # (its loop has closed, and its connections with it)
             pass
 
 
-def _write_frame(sock: socket.socket, header: dict, arrays: dict) -> None:
-    # little-endian on the wire (each end's own order after), C order; a 0-d array stays
+def _frame(header: dict, arrays: dict) -> list:
+    """The bytes of a frame of `header` and `arrays`, in parts: little-endian on the wire
+    (each end's own order after), C order; a 0-d array stays."""
     blocks = [np.require(_little(a), requirements="C") for a in arrays.values()]
     header = {**header, "arrays": [[name, a.dtype.name, list(a.shape)]
                                    for name, a in zip(arrays, blocks)]}
     head = json.dumps(header).encode()
     size = sum(a.nbytes for a in blocks)
-    sock.sendall(_LENGTHS.pack(len(head), size) + head)
-    for a in blocks:
-        if a.nbytes:
-            sock.sendall(a.reshape(-1).view(np.uint8))  # (bfloat16 has no buffer format)
+    return [_LENGTHS.pack(len(head), size) + head] + [
+        memoryview(a.reshape(-1).view(np.uint8)) for a in blocks if a.nbytes]  # (bfloat16
+    #                                                                have no buffer format)
+
+
+def _write_frame(sock: socket.socket, header: dict, arrays: dict) -> None:
+    for part in _frame(header, arrays):
+        sock.sendall(part)
 
 
 def _read_frame(sock: socket.socket) -> tuple[dict, dict]:
-    """A frame's header and arrays: ValueError for anything that is not a frame (a length
-    past the limits, a header that is no object, arrays that do not take its bytes
-    exactly, a name twice)."""
     head_bytes, size = _LENGTHS.unpack(_read_exactly(sock, _LENGTHS.size))
+    _check_lengths(head_bytes, size)
+    head = _read_exactly(sock, head_bytes)
+    return _parsed(head, _read_exactly(sock, size))
+
+
+def _check_lengths(head_bytes: int, size: int) -> None:
     if head_bytes > MAX_HEADER_BYTES or size > MAX_FRAME_BYTES:
         raise ValueError(f"a frame of {head_bytes:,} + {size:,} bytes")
-    header = json.loads(_read_exactly(sock, head_bytes))
+
+
+def _parsed(head, payload) -> tuple[dict, dict]:
+    """A frame's header and arrays from its header's bytes and the bytes after: ValueError
+    for anything that is not a frame (a header that is no object, arrays that do not take
+    its bytes exactly, a name twice)."""
+    header = json.loads(head)
     listed = header.pop("arrays", None) if isinstance(header, dict) else None
     if not isinstance(listed, list):
         raise ValueError("a frame's header is not an object listing its arrays")
-    payload = _read_exactly(sock, size)
     arrays, at = {}, 0
     for name, dtype, shape in listed:
         if not isinstance(name, str) or name in arrays or not isinstance(shape, list) or \

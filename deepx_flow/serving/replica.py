@@ -14,6 +14,7 @@ lost is placed again on a live worker when a batch finds it gone, and the batch 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import weakref
@@ -78,20 +79,22 @@ def _batch_server(model):
 class Replicas:
     """`count` replicas of `model` (a ServedModel the gateway loaded and checked) on the
     workers of `client`: on the GPU workers among them, `gpus` (addresses), where there
-    are any."""
+    are any. A batch goes over the replica's own connection from the gateway's event loop
+    (`run_async`), or as an actor call (`run`, for a caller with no event loop)."""
 
     def __init__(self, client, model, count: int, gpus=(), batch_sizes=()):
         self.client, self.model, self.gpus = client, model, tuple(gpus)
         self.batch_sizes = tuple(batch_sizes)
         self._lock = threading.Lock()
+        self._channels: dict = {}  # replica -> (its placement, its BatchChannel or None)
         workers = _workers(client, self.gpus)
         if not workers:
             raise ExecutionError("the cluster has no workers to place the model's replicas on")
         self._placed = [self._place(workers[i % len(workers)]) for i in range(count)]
 
     def _place(self, worker: str):
-        """(worker, actor future, actor, its BatchChannel or None) of a new replica on
-        `worker`."""
+        """(worker, actor future, actor, (host, port, token) of its connection or None) of
+        a new replica on `worker`."""
         m = self.model
         future = self.client.submit(Replica, m.name, m.version, str(m.path), m.digest,
                                     self.batch_sizes, actor=True, workers=[worker],
@@ -105,31 +108,85 @@ class Replicas:
         except Exception as err:
             raise ExecutionError(f"model {m.name!r}: a replica could not start on {worker}: "
                                  f"{type(err).__name__}: {err}") from err
-        return worker, future, actor, _channel(m.name, worker, actor)
+        return worker, future, actor, _endpoint(m.name, worker, actor)
 
     def run(self, replica: int, arrays: dict, outputs) -> dict:
-        """Run a batch on replica `replica`; placed again once if its worker is gone."""
+        """Run a batch on replica `replica` as an actor call; placed again once if its
+        worker is gone."""
         with self._lock:
             placed = self._placed[replica]
         try:
-            return _call(placed, arrays, outputs)
+            return _actor_call(placed, arrays, outputs)
+        except DeepxError:
+            raise
+        except Exception as err:  # its worker was lost (or the call could not reach it)
+            lost = err
+        return _actor_call(self._placed_again(replica, placed, lost), arrays, outputs)
+
+    async def run_async(self, replica: int, arrays: dict, outputs) -> dict:
+        """Run a batch on replica `replica` over its connection, from this event loop (as an
+        actor call, in a thread, where it has none); placed again once if its worker is
+        gone (in a thread: placing waits on the cluster)."""
+        with self._lock:
+            placed = self._placed[replica]
+        try:
+            return await self._sent(replica, placed, arrays, outputs)
         except ChannelLost as err:
             lost = err
         except DeepxError:
             raise
         except Exception as err:  # its worker was lost (or the call could not reach it)
             lost = err
+        placed = await asyncio.to_thread(self._placed_again, replica, placed, lost)
+        return await self._sent(replica, placed, arrays, outputs)
+
+    async def _sent(self, replica: int, placed, arrays: dict, outputs) -> dict:
+        channel = await self._channel(replica, placed)
+        if channel is None:
+            return await asyncio.to_thread(_actor_call, placed, arrays, outputs)
+        return await channel.run(arrays, outputs)
+
+    async def _channel(self, replica: int, placed):
+        """The connection to replica `replica` as `placed`, opened on this loop at its
+        first batch; None where its batches go as actor calls (its worker's connections
+        are not plain TCP, or it could not be reached: said)."""
+        from deepx_flow.serving.channel import BatchChannel
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            held = self._channels.get(replica)
+        if held is not None and held[0] is placed and (held[1] is None or
+                                                       held[1].loop is loop):
+            return held[1]
+        channel, endpoint = None, placed[3]
+        if endpoint is not None:
+            try:
+                channel = await BatchChannel.open(endpoint[:2], endpoint[2])
+            except (OSError, asyncio.TimeoutError) as err:
+                log.warning("model %r: the replica on %s takes its batches as actor calls: "
+                            "its connection could not be opened (%s: %s)", self.model.name,
+                            placed[0], type(err).__name__, err)
+        with self._lock:
+            if self._placed[replica] is placed:  # (not placed again meanwhile)
+                self._channels[replica] = (placed, channel)
+        return channel
+
+    def _placed_again(self, replica: int, placed, lost: Exception):
+        """Replica `replica`, whose placement `placed` failed a batch with `lost`, on a live
+        worker (another, where there is one); the old actor released and its connection
+        closed."""
         live = _workers(self.client, self.gpus)
         if not live:
             raise ExecutionError(f"model {self.model.name!r}: its replica's worker is gone "
                                  f"({type(lost).__name__}: {lost}) and no worker is left")
         with self._lock:
-            placed = self._placed[replica]
-            _closed(placed)
+            current = self._placed[replica]
+            if current is not placed:
+                return current  # (placed again already, by another batch)
+            _closed(placed, self._channels.pop(replica, None))
             placed[1].release()  # (the old actor goes, where its worker still is)
             others = [w for w in live if w != placed[0]] or live
             self._placed[replica] = placed = self._place(others[replica % len(others)])
-        return _call(placed, arrays, outputs)
+        return placed
 
     def workers(self) -> list[str]:
         with self._lock:
@@ -138,39 +195,35 @@ class Replicas:
     def release(self) -> None:
         with self._lock:
             placed, self._placed = self._placed, []
-        for p in placed:
-            _closed(p)
+            channels, self._channels = self._channels, {}
+        for i, p in enumerate(placed):
+            _closed(p, channels.get(i))
             p[1].release()
 
 
-def _channel(name: str, worker: str, actor):
-    """A BatchChannel to `actor`'s own connection, or None (its worker's connections are
-    not plain TCP, or it could not be reached: batches then go as actor calls)."""
-    from deepx_flow.serving.channel import BatchChannel
+def _endpoint(name: str, worker: str, actor):
+    """(host, port, token) of `actor`'s own connection, or None (its worker's connections
+    are not plain TCP, or it could not say: batches then go as actor calls)."""
     try:
-        endpoint = actor.endpoint().result()
-        return None if endpoint is None else BatchChannel(endpoint[:2], endpoint[2])
+        return actor.endpoint().result()
     except Exception as err:  # (said: the model still serves, as actor calls)
         log.warning("model %r: the replica on %s takes its batches as actor calls: its "
-                    "connection could not be opened (%s: %s)", name, worker,
+                    "connection's address could not be had (%s: %s)", name, worker,
                     type(err).__name__, err)
         return None
 
 
-def _call(placed, arrays: dict, outputs) -> dict:
-    _, _, actor, channel = placed
-    if channel is not None:
-        return channel.run(arrays, outputs)
-    return actor.infer(arrays, outputs).result()
+def _actor_call(placed, arrays: dict, outputs) -> dict:
+    return placed[2].infer(arrays, outputs).result()
 
 
-def _closed(placed) -> None:
-    """Close a replica's connection and stop its server (where its worker still is)."""
-    _, _, actor, channel = placed
-    if channel is not None:
-        channel.close()
+def _closed(placed, channel=None) -> None:
+    """Close a replica's connection (`channel`: (placement, BatchChannel or None)) and stop
+    its server (where its worker still is)."""
+    if channel is not None and channel[1] is not None:
+        channel[1].close()
     try:
-        actor.stop()  # (not waited for: a worker gone answers nothing)
+        placed[2].stop()  # (not waited for: a worker gone answers nothing)
     except Exception:
         pass
 

@@ -220,10 +220,12 @@ class ModelRepository:
                           config.max_batch_size if config.dynamic_batching else 0,
                           config.max_queue_delay_us, config.preferred_batch_sizes,
                           done=lambda *batch: self._executed(name, model, *batch),
-                          on_loop=on_loop)
+                          on_loop=on_loop,
+                          run_async=replicas.run_async if replicas is not None else None)
         log.info("model %r version %s: batches run %s", name, model.version,
                  "on the event loop" if on_loop else
-                 f"in {config.replicas} replica(s)" + (" on the workers" if replicas else ""))
+                 f"in {config.replicas} replica(s)" + (" on the workers, sent from the event "
+                                                       "loop" if replicas else ""))
         with self._lock:
             entry = self._entries.setdefault(name, Entry())
             if entry.model is None or entry.model.version != model.version:

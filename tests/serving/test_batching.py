@@ -485,3 +485,90 @@ def test_a_batch_that_fails_past_its_model_is_answered_and_the_loop_serves_on():
         np.testing.assert_array_equal(second["y"], np.full((1, 2), 2.0))
         batcher.stop()  # (a replica's thread counts its batch answered after answering it)
         assert not batcher._pending
+
+
+def test_replicas_awaited_from_the_loop_take_one_batch_each_and_larger_ones_when_busy():
+    """With run_async (replicas on the workers) the loop sends each replica one batch at a
+    time: while both are busy, requests queue and the next batches are larger; every
+    request gets its own rows; a batch that fails is answered with its error and its
+    replica serves on; a request from no loop runs at once, alone, with `run`."""
+    import asyncio
+    in_flight, most, batches = set(), [0], []
+
+    async def run_async(replica, arrays, outputs):
+        assert replica not in in_flight  # one batch a replica
+        in_flight.add(replica)
+        most[0] = max(most[0], len(in_flight))
+        batches.append((replica, arrays["x"].shape[0]))
+        try:
+            await asyncio.sleep(0.01)
+            if (arrays["x"] < 0).any():
+                raise ExecutionError("a negative row")
+            return {"y": arrays["x"] * 2}
+        finally:
+            in_flight.discard(replica)
+
+    batcher = Batcher("m", lambda r, a, o: {"y": a["x"] * 3}, 2, 64, 500,
+                      run_async=run_async)
+
+    async def load():
+        loop = asyncio.get_running_loop()
+        futures = []
+        for turn in range(10):
+            futures += [batcher.submit({"x": np.full((1, 3), 10.0 * turn + i)}, None, 1,
+                                       loop=loop) for i in range(6)]
+            await asyncio.sleep(0.002)
+        got = await asyncio.gather(*futures)
+        bad = batcher.submit({"x": -np.ones((1, 3))}, None, 1, loop=loop)
+        with pytest.raises(ExecutionError, match="a negative row"):
+            await bad
+        after = await batcher.submit({"x": np.ones((2, 3))}, None, 2, loop=loop)
+        return got, after
+
+    got, after = asyncio.run(load())
+    for k, outputs in enumerate(got):
+        np.testing.assert_array_equal(outputs["y"], np.full((1, 3), 2 * (10.0 * (k // 6)
+                                                                         + k % 6)))
+    np.testing.assert_array_equal(after["y"], np.full((2, 3), 2.0))
+    assert most[0] == 2 and {r for r, _ in batches} == {0, 1}
+    assert max(rows for _, rows in batches[:-2]) > 6  # queued while both were busy
+    assert not batcher._pending and sorted(batcher._free) == [0, 1]
+    alone = batcher.submit({"x": np.ones((1, 3))}, None, 1)  # from no loop: `run`
+    np.testing.assert_array_equal(alone.result(0)["y"], np.full((1, 3), 3.0))
+    batcher.stop()
+
+
+def test_stopping_replicas_awaited_from_a_running_loop_answers_what_is_queued():
+    """stop() from another thread (an unload) while the loop sends batches waits for the
+    queued requests to be answered, each its own; one submitted after is refused."""
+    import asyncio
+    import threading
+
+    async def run_async(replica, arrays, outputs):
+        await asyncio.sleep(0.02)
+        return {"y": arrays["x"] + 1}
+
+    batcher = Batcher("m", None, 1, 4, 500, run_async=run_async)
+    stopped, left = threading.Event(), []
+
+    async def load():
+        loop = asyncio.get_running_loop()
+        futures = [batcher.submit({"x": np.full((1, 1), float(i))}, None, 1, loop=loop)
+                   for i in range(20)]  # five batches of 4, one at a time
+        stopper = threading.Thread(target=lambda: (batcher.stop(), stopped.set(),
+                                                   left.append(len(batcher._pending))))
+        stopper.start()
+        while not batcher._stopped.is_set():
+            await asyncio.sleep(0.001)
+        late = batcher.submit({"x": np.zeros((1, 1))}, None, 1, loop=loop)
+        got = await asyncio.gather(*futures)
+        with pytest.raises(ExecutionError, match="unloaded"):
+            await late
+        await asyncio.to_thread(stopper.join, 60)
+        return got
+
+    got = asyncio.run(load())
+    assert stopped.is_set() and left == [0]  # it returned once every one was answered
+    for i, outputs in enumerate(got):
+        np.testing.assert_array_equal(outputs["y"], [[i + 1.0]])
+    assert not batcher._pending

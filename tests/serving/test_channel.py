@@ -1,8 +1,10 @@
 """A replica's own connection for batches (`serving/channel.py`): every dtype and shape
 crosses it as sent, the replica's errors come back as their own kind, only the holder of
 the token is answered, a replica whose worker closed closes its connection, and replicas
-on a plain-TCP cluster take their batches over it."""
+on a plain-TCP cluster take their batches over it from the event loop of the requests
+(and as actor calls from a caller with no loop)."""
 
+import asyncio
 import socket
 import threading
 
@@ -17,9 +19,14 @@ DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"
           "float16", "float32", "float64", ml_dtypes.bfloat16]
 
 
-def _server(infer, alive=lambda: True):
+def _on_a_loop(test):
+    """Run `test()`, a coroutine function, on an event loop of its own."""
+    return asyncio.run(asyncio.wait_for(test(), 120))
+
+
+async def _server(infer, alive=lambda: True):
     server = BatchServer("127.0.0.1", infer, alive)
-    return server, BatchChannel(server.address, server.token)
+    return server, await BatchChannel.open(server.address, server.token)
 
 
 def test_every_dtype_and_shape_crosses_as_sent():
@@ -29,21 +36,25 @@ def test_every_dtype_and_shape_crosses_as_sent():
         seen.append(outputs)
         return {name: a.copy() for name, a in arrays.items()}
 
-    server, channel = _server(infer)
-    try:
-        rng = np.random.default_rng(0)
-        for dtype in DTYPES:
-            for shape in [(), (0,), (3, 0, 2), (5,), (2, 3, 4)]:
-                a = (rng.standard_normal(shape) * 100).astype(dtype)
-                b = np.asfortranarray(rng.integers(0, 2, (3, 2))).astype(dtype)  # (F order)
-                got = channel.run({"a": a, "b": b[::2]}, ["y"])
-                for name, want in (("a", a), ("b", b[::2])):
-                    assert got[name].dtype == want.dtype and got[name].shape == want.shape
-                    assert got[name].tobytes() == np.ascontiguousarray(want).tobytes()
-        assert seen[-1] == ["y"] and channel.run({}, None) == {} and seen[-1] is None
-    finally:
-        channel.close()
-        server.stop()
+    async def test():
+        server, channel = await _server(infer)
+        try:
+            rng = np.random.default_rng(0)
+            for dtype in DTYPES:
+                for shape in [(), (0,), (3, 0, 2), (5,), (2, 3, 4), (300, 1000)]:
+                    a = (rng.standard_normal(shape) * 100).astype(dtype)
+                    b = np.asfortranarray(rng.integers(0, 2, (3, 2))).astype(dtype)  # F
+                    got = await channel.run({"a": a, "b": b[::2]}, ["y"])
+                    for name, want in (("a", a), ("b", b[::2])):
+                        assert got[name].dtype == want.dtype
+                        assert got[name].shape == want.shape
+                        assert got[name].tobytes() == np.ascontiguousarray(want).tobytes()
+            assert seen[-1] == ["y"] and await channel.run({}, None) == {}
+            assert seen[-1] is None
+        finally:
+            channel.close()
+            server.stop()
+    _on_a_loop(test)
 
 
 def test_the_replicas_errors_come_back_as_their_kind():
@@ -55,25 +66,33 @@ def test_the_replicas_errors_come_back_as_their_kind():
     def broken(arrays, outputs):
         raise KeyError("nothing")
 
-    for fn, kind, says in ((infer, InputError, "input 'bad' has shape"),
-                           (broken, ExecutionError, "KeyError: 'nothing'")):
-        server, channel = _server(fn)
-        try:
-            with pytest.raises(kind, match=says):
-                channel.run({"bad": np.ones(2)}, None)
-            if fn is infer:  # and the connection serves on
-                assert np.isnan(channel.run({"x": np.ones(1)}, None)["y"]).all()
-        finally:
-            channel.close()
-            server.stop()
+    async def test():
+        for fn, kind, says in ((infer, InputError, "input 'bad' has shape"),
+                               (broken, ExecutionError, "KeyError: 'nothing'")):
+            server, channel = await _server(fn)
+            try:
+                with pytest.raises(kind, match=says):
+                    await channel.run({"bad": np.ones(2)}, None)
+                if fn is infer:  # and the connection serves on
+                    assert np.isnan((await channel.run({"x": np.ones(1)}, None))["y"]).all()
+            finally:
+                channel.close()
+                server.stop()
+    _on_a_loop(test)
 
 
 def test_only_the_token_holder_is_answered():
     calls = []
     server = BatchServer("127.0.0.1", lambda a, o: calls.append(1) or {})
     try:
+        async def wrong_token():
+            channel = await BatchChannel.open(server.address, b"\0" * 32)
+            try:
+                await channel.run({"x": np.ones(2)}, None)
+            finally:
+                channel.close()
         with pytest.raises(ChannelLost):
-            BatchChannel(server.address, b"\0" * 32).run({"x": np.ones(2)}, None)
+            _on_a_loop(wrong_token)
         with socket.create_connection(server.address) as raw:  # a frame, no token
             raw.sendall(b"\0" * 64)
             raw.settimeout(30)
@@ -89,17 +108,22 @@ def test_only_the_token_holder_is_answered():
 def test_a_replica_whose_worker_closed_closes_its_connection():
     alive = threading.Event()
     alive.set()
-    server, channel = _server(lambda a, o: {"y": a["x"] * 2}, alive.is_set)
-    try:
-        np.testing.assert_array_equal(channel.run({"x": np.ones(2)}, None)["y"], [2, 2])
-        alive.clear()
-        with pytest.raises(ChannelLost):
-            channel.run({"x": np.ones(2)}, None)
-        with pytest.raises((OSError, ChannelLost)):  # and serves no new connection
-            BatchChannel(server.address, server.token, timeout=5).run({}, None)
-    finally:
-        channel.close()
-        server.stop()
+
+    async def test():
+        server, channel = await _server(lambda a, o: {"y": a["x"] * 2}, alive.is_set)
+        try:
+            got = await channel.run({"x": np.ones(2)}, None)
+            np.testing.assert_array_equal(got["y"], [2, 2])
+            alive.clear()
+            with pytest.raises(ChannelLost):
+                await channel.run({"x": np.ones(2)}, None)
+            with pytest.raises((OSError, ChannelLost)):  # and serves no new connection
+                await (await BatchChannel.open(server.address, server.token, 5)).run({},
+                                                                                    None)
+        finally:
+            channel.close()
+            server.stop()
+    _on_a_loop(test)
 
 
 @pytest.mark.timeout(300)
@@ -120,14 +144,26 @@ def test_replicas_on_a_tcp_cluster_take_their_batches_over_their_connection(tmp_
         models = ModelRepository(tmp_path / "models", cluster_spec(None, client), client)
         try:
             models.load("mlp")
-            placed = models._entries["mlp"].replicas._placed
-            assert all(p[3] is not None for p in placed)  # a channel each
-            x = np.random.default_rng(2).standard_normal((3, 784)).astype(np.float32)
-            for _ in range(3):
-                close(models.infer("mlp", "", {"x": x})[1]["probs"],
-                      runtime(path, {"x": x})["probs"])
-            with pytest.raises(InputError, match="has shape"):
-                placed[0][3].run({"x": np.ones((1, 5), np.float32)}, None)
+            replicas = models._entries["mlp"].replicas
+            assert all(p[3] is not None for p in replicas._placed)  # an endpoint each
+            rng = np.random.default_rng(2)
+            xs = [rng.standard_normal((k, 784)).astype(np.float32) for k in (1, 3, 2, 5)]
+
+            async def requests():
+                loop = asyncio.get_running_loop()
+                for _ in range(3):  # (over the connections, both replicas busy)
+                    pending = [models.submit("mlp", "", {"x": x}, loop=loop)[1] for x in xs]
+                    for x, got in zip(xs, await asyncio.gather(*pending)):
+                        close(got["probs"], runtime(path, {"x": x})["probs"])
+                    channels = [held[1] for held in replicas._channels.values()]
+                    assert len(channels) == 2 and all(c is not None for c in channels)
+                with pytest.raises(InputError, match="has shape"):
+                    await replicas.run_async(0, {"x": np.ones((1, 5), np.float32)}, None)
+
+            _on_a_loop(requests)
+            # from no loop: as actor calls
+            close(models.infer("mlp", "", {"x": xs[1]})[1]["probs"],
+                  runtime(path, {"x": xs[1]})["probs"])
         finally:
             models.stop()
 
@@ -177,11 +213,14 @@ def test_a_silent_connection_is_closed_and_the_gateways_is_the_only_one(monkeypa
                 assert idle.recv(1) == b""  # closed after TOKEN_WAIT_S, unanswered
             except ConnectionResetError:
                 pass
-        gateway = BatchChannel(server.address, server.token)
-        assert gateway.run({}, None) == {}
-        with pytest.raises((OSError, ChannelLost)):  # no second connection is taken
-            BatchChannel(server.address, server.token, timeout=5).run({}, None)
-        assert gateway.run({"x": np.ones(1)}, None).keys() == set()  # the first serves on
-        gateway.close()
+        async def test():
+            gateway = await BatchChannel.open(server.address, server.token)
+            assert await gateway.run({}, None) == {}
+            with pytest.raises((OSError, ChannelLost)):  # no second connection is taken
+                await (await BatchChannel.open(server.address, server.token, 5)).run(
+                    {}, None)
+            assert (await gateway.run({"x": np.ones(1)}, None)).keys() == set()  # the
+            gateway.close()  # first serves on
+        _on_a_loop(test)
     finally:
         server.stop(connection=True)

@@ -63,6 +63,47 @@ def test_replicas_spread_over_the_workers_and_survive_the_loss_of_one(tmp_path, 
         models.stop()
 
 
+@pytest.mark.timeout(300)
+def test_from_the_event_loop_a_lost_replica_is_placed_again_and_its_batch_answered(
+        tmp_path, cluster):
+    """Batches sent from the loop over the replicas' connections: the worker of one is
+    closed, its connection breaks at the next batch, the replica is placed again on a
+    live worker (in a thread: the loop serves on) and that batch still answered."""
+    import asyncio
+    local, client = cluster
+    root, path = _repository(tmp_path, 2)
+    models = ModelRepository(root, cluster_spec(None, client), client)
+    try:
+        models.load("mlp")
+        placed = models.placement("mlp")
+        x = np.random.default_rng(5).standard_normal((2, 784)).astype(np.float32)
+        want = runtime(path, {"x": x})["probs"]
+
+        async def requests(n: int):
+            loop = asyncio.get_running_loop()
+            for _ in range(n):
+                futures = [models.submit("mlp", "", {"x": x}, loop=loop)[1]
+                           for _ in range(4)]
+                for got in await asyncio.gather(*futures):
+                    close(got["probs"], want)
+                if placed[0] not in models.placement("mlp"):
+                    return
+
+        async def lose_one_then_serve():
+            await requests(3)
+            replicas = models._entries["mlp"].replicas
+            assert all(held[1] is not None for held in replicas._channels.values())
+            worker = next(w for w in local.workers.values() if w.address == placed[0])
+            await asyncio.to_thread(client.sync, worker.close)
+            await requests(50)
+
+        asyncio.run(asyncio.wait_for(lose_one_then_serve(), 240))
+        assert placed[0] not in models.placement("mlp")
+        assert len(models.placement("mlp")) == 2
+    finally:
+        models.stop()
+
+
 def test_a_replica_refuses_a_file_that_is_not_the_one_the_gateway_checked(tmp_path):
     root, path = _repository(tmp_path, 1)
     with pytest.raises(DataError, match="changed since the gateway checked it"):
