@@ -107,6 +107,7 @@ class Batcher:
         self._draining = False  # (on_loop) a drain is scheduled on a loop
         self._loop = None  # (on_loop) the loop of the requests, once one came
         self._free = list(range(replicas))[::-1]  # (run_async) replicas with no batch
+        self._sending: set = set()  # (run_async) the tasks of the batches sent
         self._threads = [] if self.on_loop else [
             threading.Thread(target=self._serve, args=(i,), daemon=True,
                              name=f"deepx-batcher-{name}-{i}") for i in range(replicas)]
@@ -205,6 +206,8 @@ class Batcher:
             loop.call_soon(self._drain, loop)
 
     def _send(self, loop) -> None:
+        """Give each replica with no batch the next batch of the queue, as a task of
+        `loop` (held here: the loop keeps only weak references to its tasks)."""
         with self._lock:
             self._draining = False
             taken = []
@@ -213,8 +216,10 @@ class Batcher:
         for replica, batch in taken:
             batch = [r for r in batch if self._started(r)]
             if batch:
-                loop.create_task(self._sent(replica, batch, sum(r.rows for r in batch),
-                                            loop))
+                task = loop.create_task(self._sent(replica, batch,
+                                                   sum(r.rows for r in batch), loop))
+                self._sending.add(task)
+                task.add_done_callback(self._sending.discard)
             else:
                 self._freed(replica, loop)
 
