@@ -10,9 +10,12 @@ the next, where a chunk's are written to memory and read back by the next task (
 with 8 filters on 28x28 images writes 25 KB an image; a chunk of 65,536 images, 1.6 GB).
 
 A served model runs the same tasks thousands of times (`serving/execute.py`): there, within
-`kept_between_calls()`, a chain takes up the plans and buffers of its last call on as many
-images in this thread, where planning the blocks again was half a one-row batch. Elsewhere a
-task runs once, and what it kept goes with it (the plan's memory budget counts on that).
+`kept_between_calls()`, a chain whose whole operands (its weights) are read-only takes up
+the plans and buffers of its last call on as many images in this thread, where planning the
+blocks again was half a one-row batch (a plan holds what it derived from the weights, which
+a writeable operand could change under it). A thread keeps the latest REUSED_CALLS, weights
+included, until later calls replace them, an unloaded model's too. Elsewhere a task runs
+once, and what it kept goes with it (the plan's memory budget counts on that).
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ def batch_chain(stages, block, n_images, *arrays):
         # values still to be read (a skip connection's across the layers it skips).
         return _through(_pools_first(list(stages), wholes, xp), [None] * len(stages),
                         images, wholes)
-    keeping = getattr(_local, "keeping", False)
+    keeping = getattr(_local, "keeping", False) and not any(a.flags.writeable
+                                                             for a in wholes)
     state = _reused(stages, wholes, n) if keeping else _Reuse(stages, wholes, len(stages))
     if state.stages is None:
         state.stages = _pools_first(list(stages), wholes, xp)
@@ -70,7 +74,8 @@ def batch_chain(stages, block, n_images, *arrays):
 @contextlib.contextmanager
 def kept_between_calls():
     """Within it, this thread's chains keep their plans and buffers from call to call (of
-    the same task on as many images: `_reused`); their results are then copies."""
+    the same task on as many images, its whole operands read-only: `_reused`); their
+    results are then copies."""
     before = getattr(_local, "keeping", False)
     _local.keeping = True
     try:

@@ -148,6 +148,7 @@ class BatchChannel:
     def __init__(self, reader, writer):
         self._reader, self._writer = reader, writer
         self.loop = asyncio.get_running_loop()
+        self.broken = False  # a batch ended mid-frame: the connection is closed
 
     @classmethod
     async def open(cls, address: tuple, token: bytes, timeout: float = 30.0):
@@ -157,6 +158,8 @@ class BatchChannel:
         return cls(reader, writer)
 
     async def run(self, arrays: dict, outputs) -> dict:
+        if self.broken:
+            raise ChannelLost("the connection to the replica broke in an earlier batch")
         try:
             parts = _frame({"outputs": list(outputs) if outputs else None}, arrays)
             if sum(map(len, parts)) <= JOINED_BYTES:  # (one send, where it is small)
@@ -170,7 +173,11 @@ class BatchChannel:
             header, results = _parsed(head, bytearray(await self._reader.readexactly(size)))
         except (OSError, asyncio.IncompleteReadError, ValueError, TypeError) as err:
             # (or it sent what is no frame)
+            self._break()
             raise ChannelLost(f"the connection to the replica broke: {err}") from None
+        except BaseException:  # (cancelled mid-frame: its answer must not be the next's)
+            self._break()
+            raise
         if "error" in header:
             name, message, kind = header["error"]
             cls = getattr(errors, name, None)
@@ -181,6 +188,10 @@ class BatchChannel:
                 err.kind = kind
             raise err
         return results
+
+    def _break(self) -> None:
+        self.broken = True
+        self._writer.close()
 
     def close(self) -> None:
         """Close the connection; from any thread (on its loop, where that still runs)."""

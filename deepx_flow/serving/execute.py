@@ -63,7 +63,10 @@ class Executable:
         # slots (unwritten pages: they cost nothing) and are replaced before lowering
         stand_ins = {s.name: np.zeros(graph[s.name].shape, graph[s.name].dtype)
                      for s in self.slots}
-        sources = bind_inputs(graph, {**carried, **stand_ins})
+        # the weights read-only: no call writes them, and a kernel that keeps its plans
+        # from call to call keeps them only over read-only operands (`kernels.batch_chain`)
+        sources = bind_inputs(graph, {**{n: _read_only(v) for n, v in carried.items()},
+                                      **stand_ins})
         sources.update({s.name: s for s in self.slots})
         self.plan = cached_compile(graph, cluster)
         lowered = self.plan.lower(sources, to_host=False)
@@ -100,6 +103,18 @@ class Executable:
             out[name] = _assembled([values[k] for k in self.output_keys[name]], node.shape,
                                    node.dtype, self.chunks[name])
         return out
+
+
+def _read_only(value):
+    """A bound value as a read-only view (a NumPy array's, or a Binding's array's)."""
+    from deepx_flow.sdk.bindings import Binding
+    if isinstance(value, Binding):
+        return Binding(_read_only(value.value), value.token)
+    if isinstance(value, np.ndarray):
+        view = value.view()
+        view.flags.writeable = False
+        return view
+    return value
 
 
 def _assembled(parts, shape, dtype, chunks) -> np.ndarray:

@@ -85,7 +85,11 @@ class Replicas:
     def __init__(self, client, model, count: int, gpus=(), batch_sizes=()):
         self.client, self.model, self.gpus = client, model, tuple(gpus)
         self.batch_sizes = tuple(batch_sizes)
+        # `_lock` guards the placements and channels and is held only to read or swap
+        # them (the event loop takes it); placing a replica again, which waits on the
+        # cluster for seconds, holds that replica's own lock instead, in a thread
         self._lock = threading.Lock()
+        self._placing = [threading.Lock() for _ in range(count)]
         self._channels: dict = {}  # replica -> (its placement, its BatchChannel or None)
         workers = _workers(client, self.gpus)
         if not workers:
@@ -113,8 +117,7 @@ class Replicas:
     def run(self, replica: int, arrays: dict, outputs) -> dict:
         """Run a batch on replica `replica` as an actor call; placed again once if its
         worker is gone."""
-        with self._lock:
-            placed = self._placed[replica]
+        placed = self._current(replica)
         try:
             return _actor_call(placed, arrays, outputs)
         except DeepxError:
@@ -127,8 +130,7 @@ class Replicas:
         """Run a batch on replica `replica` over its connection, from this event loop (as an
         actor call, in a thread, where it has none); placed again once if its worker is
         gone (in a thread: placing waits on the cluster)."""
-        with self._lock:
-            placed = self._placed[replica]
+        placed = self._current(replica)
         try:
             return await self._sent(replica, placed, arrays, outputs)
         except ChannelLost as err:
@@ -139,6 +141,12 @@ class Replicas:
             lost = err
         placed = await asyncio.to_thread(self._placed_again, replica, placed, lost)
         return await self._sent(replica, placed, arrays, outputs)
+
+    def _current(self, replica: int):
+        with self._lock:
+            if not self._placed:
+                raise ExecutionError(f"model {self.model.name!r} was unloaded")
+            return self._placed[replica]
 
     async def _sent(self, replica: int, placed, arrays: dict, outputs) -> dict:
         channel = await self._channel(replica, placed)
@@ -154,9 +162,14 @@ class Replicas:
         loop = asyncio.get_running_loop()
         with self._lock:
             held = self._channels.get(replica)
-        if held is not None and held[0] is placed and (held[1] is None or
-                                                       held[1].loop is loop):
+        if held is not None and held[0] is placed and (held[1] is None or (
+                held[1].loop is loop and not held[1].broken)):
             return held[1]
+        if held is not None and held[0] is placed and held[1] is not None and \
+                held[1].broken:  # (its server takes no other: the replica is placed again)
+            raise ChannelLost("the connection to the replica broke in an earlier batch")
+        if held is not None and held[1] is not None:
+            held[1].close()  # (another loop's, or a placement's before)
         channel, endpoint = None, placed[3]
         if endpoint is not None:
             try:
@@ -166,27 +179,45 @@ class Replicas:
                             "its connection could not be opened (%s: %s)", self.model.name,
                             placed[0], type(err).__name__, err)
         with self._lock:
-            if self._placed[replica] is placed:  # (not placed again meanwhile)
+            kept = bool(self._placed) and self._placed[replica] is placed
+            if kept:  # (not placed again, nor released, meanwhile)
                 self._channels[replica] = (placed, channel)
+        if not kept:
+            if channel is not None:
+                channel.close()
+            raise ChannelLost("the replica was placed again while its connection opened")
         return channel
 
     def _placed_again(self, replica: int, placed, lost: Exception):
         """Replica `replica`, whose placement `placed` failed a batch with `lost`, on a live
         worker (another, where there is one); the old actor released and its connection
         closed."""
-        live = _workers(self.client, self.gpus)
-        if not live:
-            raise ExecutionError(f"model {self.model.name!r}: its replica's worker is gone "
-                                 f"({type(lost).__name__}: {lost}) and no worker is left")
-        with self._lock:
-            current = self._placed[replica]
-            if current is not placed:
-                return current  # (placed again already, by another batch)
-            _closed(placed, self._channels.pop(replica, None))
+        with self._placing[replica]:  # (one placement of it at a time)
+            with self._lock:
+                current = self._placed[replica] if self._placed else None
+                if current is not placed:
+                    if current is None:
+                        raise ExecutionError(f"model {self.model.name!r} was unloaded")
+                    return current  # (placed again already, by another batch)
+                channel = self._channels.pop(replica, None)
+            live = _workers(self.client, self.gpus)
+            if not live:
+                raise ExecutionError(f"model {self.model.name!r}: its replica's worker is "
+                                     f"gone ({type(lost).__name__}: {lost}) and no worker "
+                                     f"is left")
+            _closed(placed, channel)
             placed[1].release()  # (the old actor goes, where its worker still is)
             others = [w for w in live if w != placed[0]] or live
-            self._placed[replica] = placed = self._place(others[replica % len(others)])
-        return placed
+            new = self._place(others[replica % len(others)])
+            with self._lock:
+                released = not self._placed
+                if not released:
+                    self._placed[replica] = new
+            if released:  # (unloaded meanwhile: the new one goes too)
+                _closed(new)
+                new[1].release()
+                raise ExecutionError(f"model {self.model.name!r} was unloaded")
+            return new
 
     def workers(self) -> list[str]:
         with self._lock:

@@ -121,8 +121,28 @@ def test_a_large_write_goes_at_once_after_what_is_held():
     asyncio.run(main())
 
 
-def test_uvicorn_on_it_answers_pipelined_and_streamed_responses_whole():
+class _Counted:
+    """A transport that counts the writes made on it (the socket's sends)."""
+
+    def __init__(self, transport, writes):
+        self._transport, self.writes = transport, writes
+
+    def write(self, data):
+        self.writes.append(bytes(data))
+        self._transport.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._transport, name)
+
+
+def test_uvicorn_on_it_answers_pipelined_and_streamed_responses_whole_in_one_send_each():
     import uvicorn
+
+    writes = []
+
+    class Counted(OneSendHttp):
+        def connection_made(self, transport):
+            super().connection_made(_Counted(transport, writes))
 
     async def app(scope, receive, send):
         if scope["type"] != "http":
@@ -141,7 +161,7 @@ def test_uvicorn_on_it_answers_pipelined_and_streamed_responses_whole():
     async def main():
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
-        config = uvicorn.Config(app, http=OneSendHttp, log_level="warning", lifespan="off")
+        config = uvicorn.Config(app, http=Counted, log_level="warning", lifespan="off")
         server = uvicorn.Server(config)
         serving = asyncio.create_task(server.serve(sockets=[sock]))
         try:
@@ -158,6 +178,9 @@ def test_uvicorn_on_it_answers_pipelined_and_streamed_responses_whole():
             assert await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), 10) == \
                 b"5\r\naaaaa\r\n3\r\nend\r\n0\r\n\r\n"
             writer.close()
+            # the first answer, headers and body, left in one send (the second's parts
+            # were sent from different turns of the loop, as the app sent them)
+            assert writes[0].startswith(b"HTTP/1.1 200") and writes[0].endswith(b"first")
         finally:
             server.should_exit = True
             await asyncio.wait_for(serving, 30)

@@ -224,3 +224,30 @@ def test_a_silent_connection_is_closed_and_the_gateways_is_the_only_one(monkeypa
         _on_a_loop(test)
     finally:
         server.stop(connection=True)
+
+
+def test_a_batch_cancelled_mid_frame_breaks_its_connection_for_good():
+    """A batch whose task is cancelled after it was sent leaves its answer on the wire:
+    the connection is closed and every later batch on it is refused (ChannelLost: the
+    replica is placed again), never given the earlier batch's answer."""
+    import time
+
+    def slow(arrays, outputs):
+        time.sleep(0.3)
+        return {"y": arrays["x"] + 1}
+
+    async def test():
+        server, channel = await _server(slow)
+        try:
+            sent = asyncio.create_task(channel.run({"x": np.zeros(2)}, None))
+            await asyncio.sleep(0.05)
+            sent.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await sent
+            assert channel.broken
+            with pytest.raises(ChannelLost):
+                await channel.run({"x": np.ones(2)}, None)
+        finally:
+            channel.close()
+            server.stop()
+    _on_a_loop(test)

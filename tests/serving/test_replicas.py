@@ -68,7 +68,8 @@ def test_from_the_event_loop_a_lost_replica_is_placed_again_and_its_batch_answer
         tmp_path, cluster):
     """Batches sent from the loop over the replicas' connections: the worker of one is
     closed, its connection breaks at the next batch, the replica is placed again on a
-    live worker (in a thread: the loop serves on) and that batch still answered."""
+    live worker (in a thread, made slow here: the loop serves on, the other replica's
+    batches too) and that batch still answered."""
     import asyncio
     local, client = cluster
     root, path = _repository(tmp_path, 2)
@@ -89,15 +90,34 @@ def test_from_the_event_loop_a_lost_replica_is_placed_again_and_its_batch_answer
                 if placed[0] not in models.placement("mlp"):
                     return
 
+        replicas = models._entries["mlp"].replicas
+        place = replicas._place
+
+        def slow_place(worker):
+            time.sleep(1.5)
+            return place(worker)
+
+        replicas._place = slow_place
+        gaps = []
+
+        async def ticker():
+            while True:
+                began = time.monotonic()
+                await asyncio.sleep(0.01)
+                gaps.append(time.monotonic() - began)
+
         async def lose_one_then_serve():
             await requests(3)
-            replicas = models._entries["mlp"].replicas
+            assert len(replicas._channels) == 2  # both replicas took batches
             assert all(held[1] is not None for held in replicas._channels.values())
             worker = next(w for w in local.workers.values() if w.address == placed[0])
             await asyncio.to_thread(client.sync, worker.close)
+            ticking = asyncio.create_task(ticker())
             await requests(50)
+            ticking.cancel()
 
         asyncio.run(asyncio.wait_for(lose_one_then_serve(), 240))
+        assert max(gaps) < 1.0, max(gaps)  # (placing took 1.5 s: the loop never waited)
         assert placed[0] not in models.placement("mlp")
         assert len(models.placement("mlp")) == 2
     finally:
