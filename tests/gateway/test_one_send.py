@@ -135,8 +135,11 @@ class _Counted:
         return getattr(self._transport, name)
 
 
-def test_uvicorn_on_it_answers_pipelined_and_streamed_responses_whole_in_one_send_each():
+@pytest.mark.parametrize("loop", ["asyncio", "the gateway's"])
+def test_uvicorn_on_it_answers_pipelined_and_streamed_responses_whole_in_one_send_each(loop):
     import uvicorn
+
+    from deepx_flow.gateway.serve import run_event_loop
 
     writes = []
 
@@ -184,4 +187,4 @@ def test_uvicorn_on_it_answers_pipelined_and_streamed_responses_whole_in_one_sen
         finally:
             server.should_exit = True
             await asyncio.wait_for(serving, 30)
-    asyncio.run(main())
+    (asyncio.run if loop == "asyncio" else run_event_loop)(main())

@@ -20,8 +20,10 @@ DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"
 
 
 def _on_a_loop(test):
-    """Run `test()`, a coroutine function, on an event loop of its own."""
-    return asyncio.run(asyncio.wait_for(test(), 120))
+    """Run `test()`, a coroutine function, on an event loop of its own, of the kind the
+    gateway runs (uvloop's, where it is installed)."""
+    from deepx_flow.gateway.serve import run_event_loop
+    return run_event_loop(asyncio.wait_for(test(), 120))
 
 
 async def _server(infer, alive=lambda: True):
