@@ -49,8 +49,8 @@ def batch_chain(stages, block, n_images, *arrays):
         # values still to be read (a skip connection's across the layers it skips).
         return _through(_pools_first(list(stages), wholes, xp), [None] * len(stages),
                         images, wholes)
-    keeping = getattr(_local, "keeping", False) and not any(a.flags.writeable
-                                                             for a in wholes)
+    keeping = getattr(_local, "keeping", False) and all(
+        isinstance(a, np.ndarray) and not a.flags.writeable for a in wholes)
     state = _reused(stages, wholes, n) if keeping else _Reuse(stages, wholes, len(stages))
     if state.stages is None:
         state.stages = _pools_first(list(stages), wholes, xp)
