@@ -5,6 +5,7 @@ model's) and refused with its reason while the others serve; the batcher itself 
 hands a request rows that are not its own."""
 
 import concurrent.futures
+import threading
 
 import httpx
 import numpy as np
@@ -66,11 +67,15 @@ def test_concurrent_one_row_requests_are_batched_and_each_gets_its_own_row(tmp_p
             assert index[name]["state"] == "UNAVAILABLE" and says in index[name]["reason"], \
                 index[name]
         rows = np.random.default_rng(5).standard_normal((64, 784)).astype(np.float32)
+        together = threading.Barrier(64)  # (connected first, then all sent at once)
 
         def one(i):
             body = {"inputs": [{"name": "x", "shape": [1, 784], "datatype": "FP32",
                                 "data": rows[i].tolist()}], "outputs": [{"name": "probs"}]}
-            answer = httpx.post(url + "/v2/models/mlp/infer", json=body, timeout=120)
+            with httpx.Client(timeout=120) as client:
+                assert client.get(url + "/v2/health/ready").status_code == 200
+                together.wait(60)
+                answer = client.post(url + "/v2/models/mlp/infer", json=body)
             assert answer.status_code == 200, answer.text
             return np.array(answer.json()["outputs"][0]["data"], np.float32)
 
@@ -361,17 +366,27 @@ def test_batches_on_the_event_loop_answer_http_and_grpc_each_its_own_row(tmp_pat
         rows = np.random.default_rng(11).standard_normal((64, 784)).astype(np.float32)
         want = runtime(repo / "mlp" / "1" / "model.onnx", {"x": rows})["probs"]
 
+        # each client connected first, then all sent at once: requests read in one turn
+        # of the loop are one batch, and a fast loop takes requests spread over the time
+        # of 64 connections being opened one by one
+        together = threading.Barrier(64)
+
         def over_http(i):
             body = {"inputs": [{"name": "x", "shape": [1, 784], "datatype": "FP32",
                                 "data": rows[i].tolist()}], "outputs": [{"name": "probs"}]}
-            answer = httpx.post(served.url + "/v2/models/mlp/infer", json=body, timeout=120)
+            with httpx.Client(timeout=120) as client:
+                assert client.get(served.url + "/v2/health/ready").status_code == 200
+                together.wait(60)
+                answer = client.post(served.url + "/v2/models/mlp/infer", json=body)
             assert answer.status_code == 200, answer.text
             return np.array(answer.json()["outputs"][0]["data"], np.float32)
 
         def over_grpc(i):
             with grpcclient.InferenceServerClient(served.grpc) as client:
+                assert client.is_server_ready()
                 given = grpcclient.InferInput("x", [1, 784], "FP32")
                 given.set_data_from_numpy(rows[i:i + 1])
+                together.wait(60)
                 return client.infer("mlp", [given]).as_numpy("probs")[0]
 
         with concurrent.futures.ThreadPoolExecutor(64) as pool:
