@@ -2,9 +2,10 @@
 DEEPX_SCHEDULER) or this process's embedded one, until SIGTERM or Ctrl-C.
 
 The HTTP mirror is served by uvicorn and the gRPC services by grpcio's asyncio server, in
-one event loop (uvloop's, where it is installed: `run_event_loop`). Stopping is graceful: both stop taking new calls and finish those in flight
-(up to 30 s) before the process exits (operations still running are then interrupted by
-the next gateway to start, `operations.py`).
+one event loop (uvloop's, where it is installed: `run_event_loop`). Stopping is graceful:
+both stop taking new calls and finish those in flight (up to 30 s) before the process
+exits (operations still running are then interrupted by the next gateway to start,
+`operations.py`).
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ TOKEN_BYTES = 32
 TOKEN_WAIT_S = 5.0
 MAX_HEADER_BYTES = 1 << 20
 MAX_FRAME_BYTES = 1 << 40  # (what a frame may say it carries: a corrupt length is refused)
-JOINED_BYTES = 1 << 20  # a batch this small is written as one piece
+JOINED_BYTES = 1 << 20  # a frame this small is written as one piece
 KEEPALIVE_S, USER_TIMEOUT_S = 10, 30  # (Dask's `distributed.comm.timeouts.tcp` is 30 s)
 
 
@@ -161,10 +161,7 @@ class BatchChannel:
         if self.broken:
             raise ChannelLost("the connection to the replica broke in an earlier batch")
         try:
-            parts = _frame({"outputs": list(outputs) if outputs else None}, arrays)
-            if sum(map(len, parts)) <= JOINED_BYTES:  # (one send, where it is small)
-                parts = [b"".join(parts)]
-            for part in parts:
+            for part in _frame({"outputs": list(outputs) if outputs else None}, arrays):
                 self._writer.write(part)
             await self._writer.drain()
             head_bytes, size = _LENGTHS.unpack(await self._reader.readexactly(_LENGTHS.size))
@@ -202,16 +199,18 @@ class BatchChannel:
 
 
 def _frame(header: dict, arrays: dict) -> list:
-    """The bytes of a frame of `header` and `arrays`, in parts: little-endian on the wire
-    (each end's own order after), C order; a 0-d array stays."""
+    """The bytes of a frame of `header` and `arrays`, in parts (one, where the frame is at
+    most JOINED_BYTES: one send): little-endian on the wire (each end's own order after),
+    C order; a 0-d array stays."""
     blocks = [np.require(_little(a), requirements="C") for a in arrays.values()]
     header = {**header, "arrays": [[name, a.dtype.name, list(a.shape)]
                                    for name, a in zip(arrays, blocks)]}
     head = json.dumps(header).encode()
     size = sum(a.nbytes for a in blocks)
-    return [_LENGTHS.pack(len(head), size) + head] + [
+    parts = [_LENGTHS.pack(len(head), size) + head] + [
         memoryview(a.reshape(-1).view(np.uint8)) for a in blocks if a.nbytes]  # (bfloat16
     #                                                                have no buffer format)
+    return [b"".join(parts)] if len(parts[0]) + size <= JOINED_BYTES else parts
 
 
 def _write_frame(sock: socket.socket, header: dict, arrays: dict) -> None:

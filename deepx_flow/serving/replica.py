@@ -145,8 +145,11 @@ class Replicas:
     def _current(self, replica: int):
         with self._lock:
             if not self._placed:
-                raise ExecutionError(f"model {self.model.name!r} was unloaded")
+                raise self._unloaded()
             return self._placed[replica]
+
+    def _unloaded(self) -> ExecutionError:
+        return ExecutionError(f"model {self.model.name!r} was unloaded")
 
     async def _sent(self, replica: int, placed, arrays: dict, outputs) -> dict:
         channel = await self._channel(replica, placed)
@@ -162,12 +165,12 @@ class Replicas:
         loop = asyncio.get_running_loop()
         with self._lock:
             held = self._channels.get(replica)
-        if held is not None and held[0] is placed and (held[1] is None or (
-                held[1].loop is loop and not held[1].broken)):
-            return held[1]
-        if held is not None and held[0] is placed and held[1] is not None and \
-                held[1].broken:  # (its server takes no other: the replica is placed again)
-            raise ChannelLost("the connection to the replica broke in an earlier batch")
+        if held is not None and held[0] is placed:
+            channel = held[1]
+            if channel is None or (channel.loop is loop and not channel.broken):
+                return channel
+            if channel.broken:  # (its server takes no other: the replica is placed again)
+                raise ChannelLost("the connection to the replica broke in an earlier batch")
         if held is not None and held[1] is not None:
             held[1].close()  # (another loop's, or a placement's before)
         channel, endpoint = None, placed[3]
@@ -197,7 +200,7 @@ class Replicas:
                 current = self._placed[replica] if self._placed else None
                 if current is not placed:
                     if current is None:
-                        raise ExecutionError(f"model {self.model.name!r} was unloaded")
+                        raise self._unloaded()
                     return current  # (placed again already, by another batch)
                 channel = self._channels.pop(replica, None)
             live = _workers(self.client, self.gpus)
@@ -216,7 +219,7 @@ class Replicas:
             if released:  # (unloaded meanwhile: the new one goes too)
                 _closed(new)
                 new[1].release()
-                raise ExecutionError(f"model {self.model.name!r} was unloaded")
+                raise self._unloaded()
             return new
 
     def workers(self) -> list[str]:

@@ -305,8 +305,8 @@ class ModelRepository:
         with self._lock:
             entry = self._entries.get(name)
             batcher = entry.batcher if entry is not None else None
-        if batcher is None:
-            yield None
+        if batcher is None or batcher.on_loop:  # (a loop's batches wait for no arrival:
+            yield None  # only a replica thread's gathering reads them)
             return
         with batcher.arriving() as arrival:
             yield arrival
