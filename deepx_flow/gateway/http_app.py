@@ -243,7 +243,14 @@ async def decoded_body(data: bytes, json_length: str | None, limits,
                        loads=None) -> tuple[dict, bytes]:
     """A body's JSON object and the binary bytes after it: `json_length` is the value of
     its Inference-Header-Content-Length header (None: all of it is JSON). `loads`: a
-    reader tried first (`tensors.loads_with_numbers`), None where it reads no object."""
+    reader tried first (`tensors.loads_with_numbers`), None where it reads no object.
+    Decoded on the event loop where small, else in a thread."""
+    head, raw = split_body(data, json_length, limits)
+    return await small_inline(len(head), decoded_json, head, loads), raw
+
+
+def split_body(data: bytes, json_length: str | None, limits) -> tuple[bytes, bytes]:
+    """A body's JSON part and the binary bytes after it, the JSON within its limit."""
     if json_length is not None:
         if not DIGITS.fullmatch(json_length) or int(json_length) > len(data):
             raise InputError(f"{HEADER_LENGTH} is {shown(json_length)}, not a length within "
@@ -255,10 +262,15 @@ async def decoded_body(data: bytes, json_length: str | None, limits,
         raise TooLarge(f"the request's JSON is {len(head):,} bytes, over the limit of "
                        f"{limits.max_json_bytes:,}: send large tensors as binary data "
                        f"(\"parameters\": {{\"binary_data_size\": N}})")
-    body = None if loads is None else await small_inline(len(head), loads, head)
+    return head, raw
+
+
+def decoded_json(head: bytes, loads=None) -> dict:
+    """The JSON object of `head`, read by `loads` first where given (see decoded_body)."""
+    body = None if loads is None else loads(head)
     try:
         if body is None:
-            body = await small_inline(len(head), orjson.loads, head)
+            body = orjson.loads(head)
     except orjson.JSONDecodeError as err:  # (its nesting limit included: 1024 deep)
         if "depth" in str(err):
             raise InputError("the request's JSON is nested too deep") from None
@@ -268,7 +280,7 @@ async def decoded_body(data: bytes, json_length: str | None, limits,
         raise InputError(f"the request body is not JSON: {err}") from None
     if not isinstance(body, dict):
         raise InputError(f"the request body is {shown(body)}, not a JSON object")
-    return body, raw
+    return body
 
 
 SMALL_BYTES = 64 << 10  # work on a body this small is done on the event loop (a thread hop

@@ -1,6 +1,8 @@
 """The Open Inference Protocol's infer call over HTTP,
 `POST /v2/models/{model}[/versions/{version}]/infer`, answered by a plain ASGI app in front
-of the gateway's Starlette app (`http_app.make_app`), which takes every other path.
+of the gateway's Starlette app (`http_app.make_app`), which takes every other path. (A
+small request, the most common, is answered by the HTTP protocol itself, without an ASGI
+cycle, in the same steps: `direct_infer.py`, which shares them from here.)
 
 Inference is the call a server of models takes thousands of times a second, and on a one-row
 request Starlette's layers (its middleware, routing, Request and Response objects) cost
@@ -34,7 +36,7 @@ log = logging.getLogger(__name__)
 PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/infer")  # Starlette's {x}: [^/]+
 JSON = [(b"content-type", b"application/json")]
 BINARY = [(b"content-type", b"application/octet-stream")]
-_LENGTH, _JSON_LENGTH = b"content-length", HEADER_LENGTH.lower().encode()
+LENGTH_KEY, JSON_LENGTH_KEY = b"content-length", HEADER_LENGTH.lower().encode()
 
 
 class InferenceFirst:
@@ -59,14 +61,10 @@ class InferenceFirst:
                 body, headers = await self._infer(scope, receive, found[1], found[2] or "")
         except _Gone:
             return  # (no one to answer)
-        except DeepxError as err:
-            status, body = status_of(err), orjson.dumps({"error": str(err)})
-        except Exception as err:  # a bug: said, as Starlette's ServerErrorMiddleware would
-            log.exception("%s %s failed", scope["method"], scope["path"])
-            status = 500
-            body = orjson.dumps({"error": f"internal error: {type(err).__name__}: {err}"})
+        except Exception as err:
+            status, body = error_answer(err, scope["method"], scope["path"])
         await send({"type": "http.response.start", "status": status,
-                    "headers": headers + [(_LENGTH, b"%d" % len(body))]})
+                    "headers": headers + [(LENGTH_KEY, b"%d" % len(body))]})
         await send({"type": "http.response.body", "body": body})
 
     async def _infer(self, scope, receive, name: str, version: str) -> tuple[bytes, list]:
@@ -76,32 +74,45 @@ class InferenceFirst:
         models.model(name, version)  # 404 before the body is read
         declared = json_length = None
         for key, value in scope["headers"]:
-            if key == _LENGTH:
+            if key == LENGTH_KEY:
                 declared = value.decode("latin-1")
-            elif key == _JSON_LENGTH:
+            elif key == JSON_LENGTH_KEY:
                 json_length = value.decode("latin-1")
         loop = asyncio.get_running_loop()
         with models.arriving(name) as arrival:
             data = await gathered(_chunks(receive), declared, limits)
             body, raw = await decoded_body(data, json_length, limits,
                                            tensors.loads_with_numbers)
-            arrays, (names, binary) = await small_inline(len(data), _inputs, body, raw)
+            arrays, (names, binary) = await small_inline(len(data), request_inputs, body, raw)
             model, pending = models.submit(name, version, arrays, names, arrival, loop)
         outputs = await pending  # (no thread held while it waits)
-        answer = {"model_name": model.name, "model_version": model.version,
-                  "outputs": outputs}
-        if "id" in body:
-            answer["id"] = body["id"]
-        size = sum(a.nbytes for a in outputs.values())
-        # (orjson: every value here is a string, or a number made finite by to_values)
-        body, json_length = await small_inline(size, tensors_body, answer, binary,
-                                               orjson.dumps)
-        if json_length is None:
-            return body, JSON
-        return body, BINARY + [(_JSON_LENGTH, b"%d" % json_length)]
+        return await small_inline(sum(a.nbytes for a in outputs.values()), answer_of,
+                                  model, outputs, body, binary)
 
 
-def _inputs(body: dict, raw: bytes) -> tuple[dict, tuple]:
+def answer_of(model, outputs: dict, body: dict, binary: set) -> tuple[bytes, list]:
+    """The answer to an infer request `body` that `model` gave `outputs` (name -> array):
+    its body, and its headers but the length."""
+    answer = {"model_name": model.name, "model_version": model.version, "outputs": outputs}
+    if "id" in body:
+        answer["id"] = body["id"]
+    # (orjson: every value here is a string, or a number made finite by to_values)
+    data, json_length = tensors_body(answer, binary, orjson.dumps)
+    if json_length is None:
+        return data, JSON
+    return data, BINARY + [(JSON_LENGTH_KEY, b"%d" % json_length)]
+
+
+def error_answer(err: Exception, method: str, path: str) -> tuple[int, bytes]:
+    """The status and body that say what went wrong: a DeepxError's own status, or 500 for
+    anything else (a bug: logged, as Starlette's ServerErrorMiddleware would)."""
+    if isinstance(err, DeepxError):
+        return status_of(err), orjson.dumps({"error": str(err)})
+    log.error("%s %s failed", method, path, exc_info=err)
+    return 500, orjson.dumps({"error": f"internal error: {type(err).__name__}: {err}"})
+
+
+def request_inputs(body: dict, raw: bytes) -> tuple[dict, tuple]:
     """An infer request's inputs (name -> array) and the outputs it asks for (names, and
     those to answer as binary data), each mistake an InputError naming it."""
     only_fields(body, {"id", "parameters", "inputs", "outputs"})

@@ -51,7 +51,7 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
 
     from deepx_flow.gateway.grpc_server import make_server
     from deepx_flow.gateway.http_app import make_app, make_metrics_app
-    from deepx_flow.gateway.one_send import OneSendHttp
+    from deepx_flow.gateway.direct_infer import direct_infer_http
     from deepx_flow.gateway.service import Gateway
     from deepx_flow.meta import open_db
     from deepx_flow.runtime.cluster import connect
@@ -102,11 +102,13 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         # (proxy_headers off: nothing here reads a client's address, and uvicorn's
         # middleware for X-Forwarded-For cost every request 3% of the event loop's time;
-        # OneSendHttp: an answer's headers and body in one send, one_send.py)
+        # the protocol answers a small infer request itself, without an ASGI cycle,
+        # direct_infer.py, and each answer's headers and body in one send, one_send.py)
         config = uvicorn.Config(make_app(gateway, creds), host=address, port=http_port,
                                 log_level="warning", ssl_certfile=tls_cert,
                                 ssl_keyfile=tls_key, timeout_graceful_shutdown=30,
-                                proxy_headers=False, http=OneSendHttp)
+                                proxy_headers=False,
+                                http=direct_infer_http(gateway, creds))
         http_server = uvicorn.Server(config)
         metrics_server = uvicorn.Server(uvicorn.Config(
             make_metrics_app(gateway, creds), host=address, port=metrics_port,
