@@ -9,8 +9,9 @@ What: the MLP 784-256-10 and the small convolutional network of `bench_inference
 Contenders, on the same 2 cores, side by side in one run, the same request bodies:
 
 - deepx_flow (workers): `deepx-flow serve --model-repository`, each model with a config
-  asking for dynamic batching (max_batch_size 64, a queue delay of 500 us) and 2 replicas,
-  resident on the embedded cluster's workers (Dask actors);
+  asking for dynamic batching (max_batch_size 64, a queue delay of 500 us) and one replica
+  (the default count), resident on a worker of the embedded cluster (a Dask actor, batches
+  over its own connection);
 - deepx_flow (KIND_CPU): the same server and config with `kind: KIND_CPU` and one replica,
   a thread of the gateway's own process (no hop to a worker);
 - plain: what a user writes without a server for models: an HTTP endpoint (Starlette on
@@ -60,11 +61,15 @@ CONFIG = """max_batch_size: 64
 dynamic_batching { max_queue_delay_microseconds: 500 }
 instance_group [ { count: COUNT, kind: KIND } ]
 """
-# (kind, replicas, model name suffix). On the workers, a replica on each of the two; in
-# the gateway's process, one: a second shares the GIL with the first and with the event
-# loop that reads every request, and measured slower (the MLP at 64 clients: 3,070
-# requests/s with two, 4,480 with one).
-PLACEMENTS = {"deepx_flow (workers)": ("KIND_AUTO", 2, ""),
+# (kind, replicas, model name suffix). One replica in each placement, the default count.
+# In the gateway's process a second shares the GIL with the first and with the event loop
+# that reads every request, and measured slower (the MLP at 64 clients: 3,070 requests/s
+# with two, 4,480 with one). On the workers a second adds no core here (the gateway, the
+# load generator and both workers share these 2), only a process more to schedule and
+# smaller batches: at 64 clients of the conv net, 6,900-8,460 requests/s with one (median
+# 8,320) and 7,210-8,160 with two (median 7,450), four runs each in turn; the MLP
+# 10,040-11,380 with one, 9,860-10,660 with two.
+PLACEMENTS = {"deepx_flow (workers)": ("KIND_AUTO", 1, ""),
               "deepx_flow (KIND_CPU)": ("KIND_CPU", 1, "_cpu")}
 INPUTS = {"mlp": [1, 784], "cnn": [1, 1, 28, 28]}
 
