@@ -14,14 +14,19 @@ It takes only what it answers exactly as the ASGI path would (`oip_infer.Inferen
 which shares its steps): a POST to the infer path without escapes, one HTTP/1.x request at
 a time on its connection (a pipelined one waits as uvicorn makes it wait), a body of at
 most SMALL_BYTES by its Content-Length (not chunked, no `Expect: 100-continue`), allowed by
-the gateway's credentials. Everything else (a larger body, a 405, a 401, other calls) goes
-the ASGI way. Answers carry uvicorn's own default headers (date, server), close the
-connection where the request asked or the server is stopping, and a graceful stop waits
-for them as for any other (uvicorn waits for connections to close).
+the gateway's credentials, on a connection whose client reads its answers (while the
+transport's buffer is full, the ASGI way waits for the client before answering, and reads
+nothing more meanwhile). Everything else (a larger body, a 405, a 401, other calls) goes
+the ASGI way. Every answer is written from a callback after the parser's (so the keep-alive
+timer never runs while a request pipelined behind it is read), carries uvicorn's own
+default headers (date, server), and closes the connection where the request asked or the
+server is stopping; a graceful stop waits for them as for any other (uvicorn waits for
+connections to close).
 """
 
 from __future__ import annotations
 
+import logging
 from http import HTTPStatus
 
 from deepx_flow.contract import tensors
@@ -30,6 +35,8 @@ from deepx_flow.gateway.oip_http import repository_of
 from deepx_flow.gateway.oip_infer import (JSON, JSON_LENGTH_KEY, LENGTH_KEY, PATH,
                                           answer_of, error_answer, request_inputs)
 from deepx_flow.gateway.one_send import OneSendHttp
+
+log = logging.getLogger(__name__)
 
 _PREFIX = b"/v2/models/"
 _STATUS_LINES = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode())
@@ -56,6 +63,14 @@ class DirectInferHttp(OneSendHttp):
         else:
             self.cycle = call  # (uvicorn's on_body gathers into it, as into its own)
 
+    def on_body(self, body: bytes) -> None:
+        if isinstance(self.cycle, _DirectCall):
+            # (never paused: nothing but the end of the body would resume reading, and a
+            # direct call's body is at most SMALL_BYTES)
+            self.cycle.body += body
+            return
+        super().on_body(body)
+
     def on_message_complete(self) -> None:
         cycle = self.cycle
         if isinstance(cycle, _DirectCall) and cycle.more_body:
@@ -68,6 +83,7 @@ class DirectInferHttp(OneSendHttp):
         """A _DirectCall for the request whose headers are in, or None where it goes the
         ASGI way."""
         if self.gateway is None or self.limit_concurrency is not None or \
+                self.flow.write_paused or \
                 (self.cycle is not None and not self.cycle.response_complete) or \
                 self.expect_100_continue or self.root_path or \
                 self.parser.get_method() != b"POST" or self.parser.should_upgrade():
@@ -142,7 +158,10 @@ class _DirectCall:
                 model, pending = models.submit(self.name, self.version, arrays, names,
                                                arrival, self.protocol.loop)
         except Exception as err:
-            self._failed(err)
+            # answered once the parser's callbacks are done (as every answer is): a request
+            # pipelined behind this one then waits for it, as uvicorn makes it wait, and
+            # its keep-alive timer is not started while that one is read
+            self.protocol.loop.call_soon(self._failed, err)
             return
         pending.add_done_callback(lambda done: self._answer(done, model, request, binary))
 
@@ -151,24 +170,27 @@ class _DirectCall:
             return  # (no one to answer)
         try:
             outputs = done.result()
-            if sum(a.nbytes for a in outputs.values()) <= SMALL_BYTES:
-                self._send(200, *answer_of(model, outputs, request, binary))
+            if sum(a.nbytes for a in outputs.values()) > SMALL_BYTES:
+                # a large answer is encoded in a thread: the event loop must not wait on it
+                self.protocol.loop.run_in_executor(
+                    None, answer_of, model, outputs, request, binary).add_done_callback(
+                        self._encoded)
                 return
-            # a large answer is encoded in a thread: the event loop must not wait on it
-            encoding = self.protocol.loop.run_in_executor(None, answer_of, model, outputs,
-                                                          request, binary)
+            answer = answer_of(model, outputs, request, binary)
         except BaseException as err:  # (cancelled included: the batcher stopped)
             self._failed(err)
             return
-        encoding.add_done_callback(self._encoded)
+        self._send(200, *answer)
 
     def _encoded(self, done) -> None:
         if self.disconnected:
             return
         try:
-            self._send(200, *done.result())
+            answer = done.result()
         except BaseException as err:
             self._failed(err)
+            return
+        self._send(200, *answer)
 
     def _failed(self, err: BaseException) -> None:
         if not isinstance(err, Exception):
@@ -177,11 +199,23 @@ class _DirectCall:
         self._send(*error_answer(err, "POST", self.path), JSON)
 
     def _send(self, status: int, body: bytes, headers: list) -> None:
+        """Write the answer, once; the connection is aborted where that fails (a callback's
+        error would only be logged, and the client left waiting)."""
         protocol = self.protocol
         transport = protocol.transport
-        if self.disconnected or transport.is_closing():
-            self.response_complete = True
+        if self.response_complete:
             return
+        self.response_complete = True
+        if self.disconnected or transport.is_closing():
+            return
+        try:
+            self._write(transport, status, body, headers)
+        except Exception:
+            log.exception("answering POST %s failed", self.path)
+            transport.abort()
+
+    def _write(self, transport, status: int, body: bytes, headers: list) -> None:
+        protocol = self.protocol
         lines = [_STATUS_LINES[status]]
         for name, value in protocol.server_state.default_headers + headers:
             lines += [name, b": ", value, b"\r\n"]
@@ -190,7 +224,6 @@ class _DirectCall:
             lines.append(b"connection: close\r\n")
         lines += [b"\r\n", body]
         transport.write(b"".join(lines))
-        self.response_complete = True
         if not self.keep_alive:
             transport.close()
         protocol.on_response_complete()  # (a pipelined request next, or keep-alive's timer)

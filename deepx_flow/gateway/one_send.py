@@ -43,7 +43,8 @@ class OneSendTransport:
             return
         if len(data) >= JOINED_BYTES:
             self._send()
-            self._transport.write(data)
+            if not self._transport.is_closing():  # (uvloop's raises once it is closed)
+                self._transport.write(data)
             return
         if not self._held:
             asyncio.get_running_loop().call_soon(self._send)

@@ -34,7 +34,7 @@ TOKEN = "a-token-for-the-tests"
 class _Server:
     """deepx_flow's HTTP app with the direct protocol, on a loopback port, in a thread."""
 
-    def __init__(self, tmp_path, creds=None):
+    def __init__(self, tmp_path, creds=None, **config):
         root = tmp_path / "models"
         for name, classes in (("mlp", 10), ("wide", 20000)):  # (wide: a 160 KB answer)
             (root / name / "1").mkdir(parents=True)
@@ -57,7 +57,7 @@ class _Server:
         self.address = sock.getsockname()
         self.server = uvicorn.Server(uvicorn.Config(
             recorded, log_level="warning", lifespan="off",
-            http=direct_infer_http(gateway, creds)))
+            http=direct_infer_http(gateway, creds), **config))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]},
                                        daemon=True)
         self.thread.start()
@@ -129,6 +129,10 @@ def _in_turn(server, *requests) -> list:
 def _json_body(x, **extra) -> bytes:
     return json.dumps({"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32",
                                    "data": x.ravel().tolist()}], **extra}).encode()
+
+
+def _connections(server) -> list:
+    return list(server.server.server_state.connections)
 
 
 def _rows(n, seed=0):
@@ -311,3 +315,73 @@ def test_with_credentials_only_allowed_requests_are_answered_and_the_rest_refuse
     finally:
         server.stop()
 
+
+
+@pytest.mark.parametrize("first", ["unknown model", "not JSON"])
+def test_a_request_pipelined_behind_a_refused_one_is_answered_before_keep_alive_ends(
+        tmp_path, first):
+    """The refusal is answered after the parser's callbacks: the next request, already in
+    the same packet, waits behind it as uvicorn makes it wait, and the keep-alive timer
+    (here 0 s: it ends the connection at the loop's next turn) starts only once both are
+    answered."""
+    server = _Server(tmp_path, timeout_keep_alive=0)
+    try:
+        x = _rows(1)
+        refused = _request("/v2/models/nope/infer", _json_body(x)) if first == "unknown model" \
+            else _request("/v2/models/mlp/infer", b"[1")
+        for _ in range(5):
+            answers = _exchange(server, refused, _request("/v2/models/mlp/infer",
+                                                          _json_body(x, id="second")))
+            assert [a[0] for a in answers] == [404 if first == "unknown model" else 400, 200]
+            assert json.loads(answers[1][2])["id"] == "second"
+    finally:
+        server.stop()
+
+
+def test_a_client_that_does_not_read_its_answers_holds_little_of_the_servers_memory(served):
+    """Requests for a large answer (about 0.8 MB of JSON each), each sent once the last is
+    answered (so none is pipelined) by a client that reads nothing: once the connection's
+    write buffer is full, the next request goes the ASGI way, which waits for the client to
+    read before answering, and the server reads no more meanwhile. It holds a few answers,
+    not one per request."""
+    request = _request("/v2/models/wide/infer", _json_body(_rows(1)))
+    state = served.server.server_state
+    most = 0
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(served.address)
+        sock.settimeout(0.5)
+        deadline = time.monotonic() + 6
+        for _ in range(60):
+            answered = state.total_requests
+            try:
+                sock.sendall(request)
+            except socket.timeout:  # (the server reads no more: the test is done)
+                break
+            while state.total_requests == answered and time.monotonic() < deadline:
+                time.sleep(0.005)
+            most = max([most] + [c.transport.get_write_buffer_size()
+                                 for c in _connections(served)])
+            if time.monotonic() >= deadline:
+                break
+    assert state.total_requests >= 3, "too few answered for the buffer to fill"
+    assert most < 16 << 20, f"the server held {most:,} bytes for one connection"
+
+
+def test_a_body_in_pieces_is_gathered_whatever_uvicorns_high_water_mark(served, monkeypatch):
+    """uvicorn pauses reading a body past its HIGH_WATER_LIMIT until the app reads it; a
+    direct call is never paused (nothing would resume it before the body's end)."""
+    from uvicorn.protocols.http import httptools_impl
+    monkeypatch.setattr(httptools_impl, "HIGH_WATER_LIMIT", 1000)
+    x = _rows(40, seed=5)
+    request = _request("/v2/models/mlp/infer", _json_body(x))
+    assert len(request) < SMALL_BYTES
+    with socket.create_connection(served.address) as sock:
+        for start in range(0, len(request), 4000):
+            sock.sendall(request[start:start + 4000])
+            time.sleep(0.02)
+        [(status, _, body)] = _answers(sock, 1)
+    assert status == 200
+    close(np.array(json.loads(body)["outputs"][0]["data"], np.float32).reshape(40, 10),
+          _want(served, "mlp", x)["logits"])
+    assert served.through_asgi == []

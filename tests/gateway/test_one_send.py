@@ -108,6 +108,22 @@ def test_a_large_write_goes_at_once_after_what_is_held():
     asyncio.run(main())
 
 
+def test_a_write_after_close_is_dropped_on_the_gateways_loop_too():
+    """uvloop's transport raises for a write once closed (asyncio's drops it): a large
+    write, which goes to it at once, is dropped as a small one is."""
+    from deepx_flow.gateway.serve import run_event_loop
+
+    async def main():
+        async with _paired() as (transport, client):
+            transport.close()
+            await asyncio.sleep(0.05)  # (closed, not only closing)
+            transport.write(b"small")
+            transport.write(bytes(JOINED_BYTES))
+            await asyncio.sleep(0.05)
+            assert client.recv(100) == b""  # (the server's end closed, nothing sent)
+    run_event_loop(main())
+
+
 class _Counted:
     """A transport that counts the writes made on it (the socket's sends)."""
 
