@@ -98,6 +98,16 @@ def normalize_attrs(op: str, attrs: dict[str, Any], inputs: list[Node],
             out["axes"] = (normalize_axis(draft, axes, ndim),)
     elif op == "slice" and len(inputs) == 1:
         out.update(_slice_bounds(out, inputs[0].shape))
+    elif op in ("conv", "max_pool", "avg_pool") and inputs and inputs[0].ndim >= 3:
+        # what the SDK's functions write (nn/convolution.py), one value per spatial axis
+        spatial = inputs[0].ndim - 2
+        out.setdefault("strides", (1,) * spatial)
+        out.setdefault("pads", (0,) * (2 * spatial))
+        out.setdefault("dilations", (1,) * spatial)
+        if op == "conv":
+            out.setdefault("groups", 1)
+        if op == "avg_pool" and type(out.setdefault("count_include_pad", 0)) is bool:
+            out["count_include_pad"] = int(out["count_include_pad"])  # (the IR's 0 or 1)
     return out
 
 

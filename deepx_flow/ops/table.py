@@ -1,0 +1,123 @@
+"""The operator table (`operators.yaml` beside this file): every operator a graph may name,
+primitive or composite, with its inputs, typed attributes and their defaults, what it
+states, its dtype rule, whether gradients flow through it, and the version it appeared in.
+
+It is the one source every SDK's operator functions are generated from (`sdks/generate.py`),
+so that no language lacks a function another has. Python's registry (`OPS`) stays the
+compiler's truth; a test holds the two equal, attribute by attribute and default by default.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+TABLE = Path(__file__).with_name("operators.yaml")
+
+KINDS = ("primitive", "composite")
+ATTR_TYPES = ("bool", "int", "float", "number", "scalar", "string", "ints", "int_pairs",
+              "shape", "dtype")
+DTYPE_RULES = ("same", "promote", "true_divide", "float", "reduce", "bool", "int64", "stated")
+STATES = ("shape", "dtype")
+
+
+@dataclass(frozen=True)
+class Attr:
+    """One attribute (or stated field): its type, and its default unless `required`."""
+
+    name: str
+    type: str
+    required: bool = False
+    default: object = None
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One entry of the table (see the comments at the top of `operators.yaml`)."""
+
+    name: str
+    kind: str
+    inputs: tuple[str, ...]
+    attrs: tuple[Attr, ...]
+    states: tuple[Attr, ...]
+    dtype: str
+    differentiable: bool
+    since: str
+    doc: str
+    category: str = ""
+    python: str = ""
+
+    @property
+    def variadic(self) -> bool:
+        return any(i.endswith("...") for i in self.inputs)
+
+    def input_names(self) -> tuple[str, ...]:
+        """The inputs' bare names (no `...` or `?`)."""
+        return tuple(i.rstrip("?").removesuffix("...") for i in self.inputs)
+
+    def optional_inputs(self) -> tuple[str, ...]:
+        return tuple(i[:-1] for i in self.inputs if i.endswith("?"))
+
+
+@functools.cache
+def operator_table() -> dict[str, Operator]:
+    """The table's operators by name, in the file's order (ValueError for a malformed
+    table: a test reads it, so a mistake is found before any SDK is generated from it)."""
+    document = yaml.safe_load(TABLE.read_text())
+    if not isinstance(document, dict) or document.get("version") != 1:
+        raise ValueError(f"{TABLE}: not an operator table of version 1")
+    out: dict[str, Operator] = {}
+    for entry in document["operators"]:
+        op = _operator(entry)
+        if op.name in out:
+            raise ValueError(f"{TABLE}: operator {op.name!r} is listed twice")
+        out[op.name] = op
+    return out
+
+
+def _operator(entry: dict) -> Operator:
+    name = entry.get("name")
+    where = f"{TABLE}: operator {name!r}"
+    known = {"name", "kind", "category", "python", "inputs", "attrs", "states", "dtype",
+             "differentiable", "since", "doc"}
+    if set(entry) - known:
+        raise ValueError(f"{where}: unknown fields {sorted(set(entry) - known)}")
+    if entry.get("kind") not in KINDS:
+        raise ValueError(f"{where}: kind must be one of {KINDS}")
+    if entry.get("dtype") not in DTYPE_RULES:
+        raise ValueError(f"{where}: dtype rule {entry.get('dtype')!r} is not one of "
+                         f"{DTYPE_RULES}")
+    if (entry["kind"] == "composite") != bool(entry.get("python")):
+        raise ValueError(f"{where}: a composite, and only a composite, names its python "
+                         f"function")
+    inputs = entry.get("inputs")
+    if not isinstance(inputs, list) or not all(isinstance(i, str) and i for i in inputs):
+        raise ValueError(f"{where}: inputs must be a list of names")
+    attrs = tuple(_attr(where, n, a, ATTR_TYPES) for n, a in (entry.get("attrs") or {}).items())
+    states = tuple(_attr(where, n, a, STATES) for n, a in (entry.get("states") or {}).items())
+    if any(s.name not in STATES or s.type != s.name for s in states):
+        raise ValueError(f"{where}: states are shape and dtype, each of its own type")
+    if not isinstance(entry.get("differentiable"), bool) or \
+            not isinstance(entry.get("since"), str) or not isinstance(entry.get("doc"), str):
+        raise ValueError(f"{where}: differentiable (a bool), since and doc (strings) are "
+                         f"required")
+    return Operator(name, entry["kind"], tuple(inputs), attrs, states, entry["dtype"],
+                    entry["differentiable"], entry["since"], entry["doc"],
+                    entry.get("category", ""), entry.get("python", ""))
+
+
+def _attr(where: str, name: str, fields: dict, types: tuple) -> Attr:
+    if not isinstance(fields, dict) or fields.get("type") not in types or \
+            set(fields) - {"type", "required", "default", "doc"} or \
+            ("required" in fields) == ("default" in fields):
+        raise ValueError(f"{where}: attribute {name!r} needs a type of {types} and either "
+                         f"required: true or a default")
+    return Attr(name, fields["type"], bool(fields.get("required", False)),
+                fields.get("default"), fields.get("doc", ""))
+
+
+__all__ = ["Attr", "Operator", "operator_table", "TABLE"]
