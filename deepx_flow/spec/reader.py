@@ -30,6 +30,8 @@ from deepx_flow.errors import GraphError, SpecError, did_you_mean, shown
 from deepx_flow.ir import Graph, Node, dtypes
 from deepx_flow.ir.node import make_attrs
 from deepx_flow.ops import OPS
+from deepx_flow.ops.table import operator_table
+from deepx_flow.spec.composites import check_attrs, composite, expand
 from deepx_flow.spec.normalize import is_literal, literal_dtype, literal_node, normalize_attrs
 
 VERSION = 1
@@ -178,13 +180,16 @@ def _parse_node(position: int, fields: Any) -> Entry:
     if not isinstance(op, str):
         raise SpecError("missing 'op' (the operator name)" if op is None else
                         f"'op' must be an operator name, not {shown(op)}", node_id)
-    if op not in OPS:
-        raise GraphError(f"unknown operator {shown(op)}{did_you_mean(op, OPS)} (see "
+    expanded = composite(op)
+    if op not in OPS and expanded is None:
+        names = list(OPS) + [n for n, o in operator_table().items() if o.kind == "composite"]
+        raise GraphError(f"unknown operator {shown(op)}{did_you_mean(op, names)} (see "
                          "docs/graph-spec.md or `deepx-flow ops` for the list)", node_id)
+    attr_names = OPS[op].attrs if expanded is None else [a.name for a in expanded.attrs]
     for key in fields:
         if key not in NODE_KEYS:
             hint = (f"; {shown(key)} is an attribute of {op}: put it under attrs"
-                    if key in OPS[op].attrs else did_you_mean(key, NODE_KEYS))
+                    if key in attr_names else did_you_mean(key, NODE_KEYS))
             raise SpecError(f"unknown key {shown(key)}{hint}; a node has {', '.join(NODE_KEYS)}",
                             node_id)
     args = fields.get("args") or []
@@ -329,25 +334,32 @@ def _type_nodes(entries: dict[str, Entry], order: list[tuple]) -> tuple[Node, ..
     done: dict[str, Node] = {}
     literals: dict[tuple[str, int], Node] = {}
     made: dict[tuple, Node] = {}  # (type, repr, dtype) -> its node: one per constant
+    steps: dict[str, list[Node]] = {}  # a composite's id -> the nodes before its last
     for item in order:
         if item[0] == "node":
-            done[item[1]] = _type_node(entries[item[1]], done, literals, made)
+            *steps[item[1]], done[item[1]] = _type_node(entries[item[1]], done, literals,
+                                                        made)
     nodes: dict[str, Node] = {}
     for item in order:
-        node = done[item[1]] if item[0] == "node" else literals[(item[1], item[2])]
-        if node.id in nodes:
-            # The same constant written twice is one node, as in the SDK; anything else
-            # sharing an id (a node copied with another value) is an error.
-            if nodes[node.id] != node:
-                raise SpecError("duplicate id: a literal and a node give different nodes this "
-                                "id", node.id)
-            continue
-        nodes[node.id] = node
+        if item[0] == "node":
+            placed = steps[item[1]] + [done[item[1]]]
+        else:
+            placed = [literals[(item[1], item[2])]]
+        for node in placed:
+            if node.id in nodes:
+                # The same constant written twice is one node, as in the SDK (and so is the
+                # same step of two composites); anything else sharing an id (a node copied
+                # with another value) is an error.
+                if nodes[node.id] != node:
+                    raise SpecError("duplicate id: two different nodes have this id", node.id)
+                continue
+            nodes[node.id] = node
     return tuple(nodes.values())
 
 
 def _type_node(entry: Entry, done: dict[str, Node], literals: dict[tuple[str, int], Node],
-               made: dict[tuple, Node]) -> Node:
+               made: dict[tuple, Node]) -> list[Node]:
+    """The typed node of `entry`, after the nodes it expands to where it is a composite."""
     arg_dtypes = [None if isinstance(a, Literal) else done[a].dtype for a in entry.args]
     operands: list[Node] = []
     for position, arg in enumerate(entry.args):
@@ -364,11 +376,15 @@ def _type_node(entry: Entry, done: dict[str, Node], literals: dict[tuple[str, in
             operands.append(literal)
         else:
             operands.append(done[arg])
+    expanded = composite(entry.op)
+    if expanded is not None:
+        check_attrs(expanded, entry.attrs, entry.id)
+        return expand(expanded, entry.id, operands, entry.attrs, entry.shape, entry.dtype)
     attrs = normalize_attrs(entry.op, entry.attrs, operands, entry.id)
     node = Node(entry.id, entry.op, tuple(t.id for t in operands), entry.shape, entry.dtype,
                 make_attrs(**attrs))
     OPS[entry.op].check_arity(node)
-    return infer_node(node, operands)
+    return [infer_node(node, operands)]
 
 
 # -- message helpers -----------------------------------------------------------------------
