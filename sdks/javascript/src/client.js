@@ -1,0 +1,131 @@
+// The gateway's contract over HTTP (docs/contract.md): analyze and run graphs, follow
+// operations, call served models. Tensors travel as binary data both ways.
+
+import { DeepxError } from "./errors.js";
+import { Graph } from "./graph.js";
+import { WIRE, fromRaw, rawBytes, tensor } from "./tensors.js";
+
+const HEADER_LENGTH = "Inference-Header-Content-Length";
+const KIND_OF_STATUS = { 400: "InputError", 401: "Unauthenticated", 404: "NotFound",
+  405: "NotFound", 413: "TooLarge", 500: "ExecutionError" };
+
+export class Client {
+  /** A client of the gateway at `url` (deepx-flow serve's HTTP port); `token` for a gateway
+   * that needs one (else DEEPX_GATEWAY_TOKEN where set). */
+  constructor(url = "http://127.0.0.1:8000", { token = process.env.DEEPX_GATEWAY_TOKEN } = {}) {
+    this.url = url.replace(/\/+$/, "");
+    this.token = token;
+  }
+
+  /** The gateway's analysis of `graph`: every node's shape and dtype, and the plan. */
+  async analyze(graph) {
+    return this._json("POST", "/v1/graphs:analyze", { graph: specOf(graph) });
+  }
+
+  /** Run `graph` on `inputs` (name -> tensor, see `tensor`) and wait for its outputs:
+   * {state, operation, run_id, outputs: {name: {shape, dtype, data}}}. */
+  async execute(graph, inputs = {}, { outputs, waitSeconds } = {}) {
+    const body = { graph: specOf(graph), parameters: { binary_data_output: true } };
+    if (outputs !== undefined) body.outputs = outputs;
+    if (waitSeconds !== undefined) body.wait_seconds = waitSeconds;
+    return this._operation(await this._withTensors("/v1/graphs:execute", body, inputs));
+  }
+
+  /** An operation as the gateway has it now, or once it ends within `waitSeconds`. */
+  async operation(id, { waitSeconds = 0 } = {}) {
+    const query = waitSeconds ? `?wait_seconds=${waitSeconds}` : "";
+    return this._operation(await this._call("GET", `/v1/operations/${encodeURIComponent(id)}${query}`));
+  }
+
+  /** The runs the gateway's database records, newest first. */
+  async runs({ status, limit } = {}) {
+    const query = new URLSearchParams();
+    if (status !== undefined) query.set("status", status);
+    if (limit !== undefined) query.set("limit", String(limit));
+    return this._json("GET", `/v1/runs${query.size ? "?" + query : ""}`);
+  }
+
+  /** Call served model `model` (the Open Inference Protocol's infer) on `inputs`. */
+  async infer(model, inputs, { version } = {}) {
+    const path = `/v2/models/${encodeURIComponent(model)}` +
+      (version ? `/versions/${encodeURIComponent(version)}` : "") + "/infer";
+    const answer = await this._withTensors(path, { parameters: { binary_data_output: true } }, inputs);
+    return this._operation(answer);
+  }
+
+  async _withTensors(path, body, inputs) {
+    const parts = [];
+    body.inputs = Object.entries(inputs).map(([name, given]) => {
+      const t = given?.data !== undefined && given?.shape !== undefined ? tensor(given.data, given.shape, given.dtype)
+        : tensor(given);
+      const raw = rawBytes(t);
+      parts.push(raw);
+      return { name, datatype: WIRE[t.dtype][0], shape: t.shape, parameters: { binary_data_size: raw.length } };
+    });
+    const head = new TextEncoder().encode(JSON.stringify(body));
+    const data = new Uint8Array(head.length + parts.reduce((n, p) => n + p.length, 0));
+    data.set(head, 0);
+    let at = head.length;
+    for (const p of parts) { data.set(p, at); at += p.length; }
+    return this._call("POST", path, data, head.length);
+  }
+
+  async _json(method, path, body) {
+    const [bytes] = await this._call(method, path,
+      body === undefined ? undefined : new TextEncoder().encode(JSON.stringify(body)));
+    return JSON.parse(new TextDecoder().decode(bytes));
+  }
+
+  async _call(method, path, body, headerLength) {
+    const headers = { "Content-Type": headerLength === undefined ? "application/json" : "application/octet-stream" };
+    if (headerLength !== undefined) headers[HEADER_LENGTH] = String(headerLength);
+    if (this.token) headers.Authorization = `Bearer ${this.token}`;
+    let answer;
+    try {
+      answer = await fetch(this.url + path, { method, headers, body });
+    } catch (err) {
+      throw new DeepxError(`cannot reach the gateway at ${this.url}: ${err.cause?.message ?? err.message}`,
+        { kind: "RemoteError" });
+    }
+    const bytes = new Uint8Array(await answer.arrayBuffer());
+    if (!answer.ok) {
+      let message = new TextDecoder().decode(bytes);
+      let kind = KIND_OF_STATUS[answer.status] ?? "RemoteError";
+      try {
+        const said = JSON.parse(message);
+        message = said.error ?? message;
+        kind = said.kind ?? kind;
+      } catch { /* (not JSON: said as it came) */ }
+      throw new DeepxError(message, { kind, status: answer.status });
+    }
+    const length = answer.headers.get(HEADER_LENGTH);
+    return [bytes, length === null ? undefined : Number(length)];
+  }
+
+  _operation([bytes, length]) {
+    const head = JSON.parse(new TextDecoder().decode(length === undefined ? bytes : bytes.subarray(0, length)));
+    if (Array.isArray(head.outputs)) {
+      const outputs = {};
+      let at = length ?? bytes.length;
+      for (const entry of head.outputs) {
+        const size = entry.parameters?.binary_data_size;
+        if (size === undefined) {
+          outputs[entry.name] = tensor(entry.data, entry.shape, fromDatatype(entry.datatype));
+          continue;
+        }
+        outputs[entry.name] = fromRaw(entry, bytes.subarray(at, at + size));
+        at += size;
+      }
+      head.outputs = outputs;
+    }
+    return head;
+  }
+}
+
+function fromDatatype(datatype) {
+  return Object.entries(WIRE).find(([, [w]]) => w === datatype)?.[0];
+}
+
+function specOf(graph) {
+  return graph instanceof Graph ? graph.toSpec() : graph;
+}
