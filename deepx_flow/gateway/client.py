@@ -25,11 +25,12 @@ POLL_SECONDS = 60.0  # how long one call waits for an operation; the HTTP timeou
 
 
 class RemoteError(DeepxError):
-    """The gateway refused a call or could not be reached: its message, as it said it."""
+    """The gateway refused a call or could not be reached: its message, as it said it, and
+    its kind (the gateway's error class: GraphError, NotFound, ...), where it said one."""
 
-    def __init__(self, message: str, status: int | None = None):
+    def __init__(self, message: str, status: int | None = None, kind: str | None = None):
         super().__init__(message)
-        self.status = status
+        self.status, self.kind = status, kind
         self.exit_code = 2 if status is not None and 400 <= status < 500 else 1
 
 
@@ -203,11 +204,13 @@ class Remote:
                 return answer.read(), None if length is None else int(length)
         except urllib.error.HTTPError as err:
             text = err.read().decode(errors="replace")
+            kind = None
             try:
-                message = json.loads(text)["error"]
-            except (ValueError, KeyError, TypeError):
+                said = json.loads(text)
+                message, kind = said["error"], said.get("kind")
+            except (ValueError, KeyError, TypeError, AttributeError):
                 message = text or err.reason
-            raise RemoteError(f"{self.url}: {message}", err.code) from None
+            raise RemoteError(f"{self.url}: {message}", err.code, kind) from None
         except (urllib.error.URLError, OSError) as err:
             raise RemoteError(f"cannot reach the gateway at {self.url}: "
                               f"{getattr(err, 'reason', err)}") from None

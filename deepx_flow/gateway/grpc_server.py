@@ -65,7 +65,7 @@ class GraphService(graphs_pb2_grpc.GraphServiceServicer):
         try:
             header, inputs = await _execute_request(request_iterator, limits)
         except DeepxError as err:
-            await context.abort(code_of(err), str(err))
+            await abort_with(context, err)
         outputs = [t.name for t in header.outputs] or None
         wait = header.wait_seconds if header.HasField("wait_seconds") else None
         answer = await _awaited(context, self.gateway.execute(
@@ -96,7 +96,16 @@ async def _awaited(context, pending):
     try:
         return await pending
     except DeepxError as err:
-        await context.abort(code_of(err), str(err))
+        await abort_with(context, err)
+
+
+KIND_KEY = "deepx-error-kind"  # (trailing metadata: the error's kind, as HTTP's "kind")
+
+
+async def abort_with(context, err: DeepxError) -> None:
+    """End the call with `err`'s status code and text, its kind in the trailing metadata."""
+    context.set_trailing_metadata(((KIND_KEY, type(err).__name__),))
+    await context.abort(code_of(err), str(err))
 
 
 async def _execute_request(messages, limits) -> tuple:

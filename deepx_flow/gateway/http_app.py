@@ -8,7 +8,8 @@ the bytes of each input that says `"parameters": {"binary_data_size": n}`, in or
 outputs asked for with `"parameters": {"binary_data_output": true}` (all) or an output's
 `{"name": ..., "parameters": {"binary_data": true}}` come back the same way.
 
-Errors are `{"error": message}`, the message the Python DeepxError carries, with 400 for a
+Errors are `{"error": message, "kind": class}`, the message and class name of the Python
+DeepxError (the Open Inference Protocol's calls answer `{"error": message}` alone), 400 for a
 bad request (a malformed body, an unknown operator, a bad shape or dtype, a missing input,
 a plan that cannot fit), 404 for an unknown operation or asset, 413 for a body over the
 limit.
@@ -192,7 +193,10 @@ class _Authenticated:
 
 
 async def _error(request: Request, err: DeepxError):
-    return JSONResponse({"error": str(err)}, status_code=status_of(err))
+    answer = {"error": str(err)}
+    if not request.url.path.startswith("/v2/"):  # (the protocol's errors are its own)
+        answer["kind"] = type(err).__name__  # what every SDK's error carries
+    return JSONResponse(answer, status_code=status_of(err))
 
 
 async def _no_such_call(request: Request, err: HTTPException):

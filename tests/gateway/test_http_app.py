@@ -148,6 +148,23 @@ def test_unknown_operations_are_404(http):
     assert http.post("/v1/operations/nope:cancel").status_code == 404
 
 
+def test_an_error_says_its_kind_as_pythons_class_name(http):
+    """What every SDK's error carries: the kind beside the message (not on the Open
+    Inference Protocol's calls, whose errors are the protocol's)."""
+    unknown_op = {"graph": {**SPEC, "nodes": [{"id": "y", "op": "exq", "args": ["x"]}]},
+                  "inputs": []}
+    for answer, kind in [
+            (http.post("/v1/graphs:execute", json=unknown_op), "GraphError"),
+            (http.post("/v1/graphs:execute", json={"graph": SPEC, "inputs": []}),
+             "InputError"),
+            (http.post("/v1/graphs:execute", json={"graph": {"deepx": 7}}), "SpecError"),
+            (http.get("/v1/operations/nope"), "NotFound"),
+            (http.post("/v1/graphs:execute", content=b" " * (2 << 20)), "TooLarge")]:
+        assert answer.json()["kind"] == kind, answer.json()
+    protocol = http.get("/v2/models/nope")
+    assert protocol.status_code == 404 and set(protocol.json()) == {"error"}
+
+
 def test_unknown_calls_and_methods_are_said_in_json(http):
     answer = http.get("/v1/nothing")
     assert answer.status_code == 404

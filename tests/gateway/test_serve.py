@@ -172,11 +172,14 @@ def test_over_grpc_a_large_input_and_output_stream_in_bounded_chunks(tmp_path, c
             with pytest.raises(grpc.RpcError) as err:
                 list(stub.GetOperation(graphs_pb2.GetOperationRequest(id="nope")))
             assert err.value.code() == grpc.StatusCode.NOT_FOUND
+            # (the error's kind in the trailing metadata, as HTTP's "kind")
+            assert ("deepx-error-kind", "NotFound") in err.value.trailing_metadata()
             huge = graphs_pb2.ExecuteGraphHeader(graph_json=json.dumps(spec), inputs=[
                 tensor_pb2.Tensor(name="x", datatype="FP64", shape=[1 << 40], streamed=True)])
             with pytest.raises(grpc.RpcError) as err:
                 list(stub.ExecuteGraph(iter([graphs_pb2.ExecuteGraphRequest(header=huge)])))
             assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert ("deepx-error-kind", "TooLarge") in err.value.trailing_metadata()
             by_reference = graphs_pb2.ExecuteGraphHeader(
                 graph_json=json.dumps(spec), inputs=[tensors.to_message("x", x, 0)],
                 outputs=[tensor_pb2.Tensor(name="y", reference=tensor_pb2.TensorReference(
@@ -309,8 +312,9 @@ def test_dx_connect_runs_sdk_graphs_remotely_with_dx_runs_bits(tmp_path, tcp_cli
         assert ops[0]["status"] == "succeeded"
         monkeypatch.undo()
         newest = remote.runs(limit=1)[0]
-        with pytest.raises(dx.DeepxError, match="input 'x' .* was not given"):
+        with pytest.raises(dx.DeepxError, match="input 'x' .* was not given") as refused:
             remote.run(s)
+        assert refused.value.kind == "InputError" and refused.value.status == 400
         assert remote.runs(limit=1) == [newest]  # refused before any run started
         # a client whose operator table differs is told what differs, at once
         from deepx_flow.gateway import capabilities

@@ -49,6 +49,7 @@ test("the gateway's refusals are DeepxErrors with their kind and message", { ski
   await assert.rejects(client.execute(spec, { x: tensor([1, 2]) }), (err) => {
     assert.ok(err instanceof DeepxError);
     assert.equal(err.status, 400);
+    assert.equal(err.kind, "SpecError");
     assert.match(err.message, /missing input 'missing'/);
     return true;
   });
@@ -56,6 +57,7 @@ test("the gateway's refusals are DeepxErrors with their kind and message", { ski
   g.output(g.relu(g.input("x", [2])));
   await assert.rejects(client.execute(g, { x: tensor([1, 2, 3], [3]) }), (err) => {
     assert.equal(err.status, 400);
+    assert.equal(err.kind, "InputError");
     assert.match(err.message, /x/);
     return true;
   });
