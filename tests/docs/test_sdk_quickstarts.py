@@ -1,0 +1,51 @@
+"""docs/sdks.md's quickstarts run as written, against a real `deepx-flow serve` with a model
+repository (the models they call), each in its language's toolchain."""
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.gateway.test_serve import Served
+from tests.onnx.test_onnx_import import mlp_model
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "sdks.md"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sdk-doc")
+    (root / "models" / "mlp" / "1").mkdir(parents=True)
+    mlp_model(root / "models" / "mlp" / "1" / "model.onnx")
+    server = Served(root, "--model-repository", str(root / "models"))
+    yield server
+    assert server.stop() == 0
+
+
+def _blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", DOC.read_text(), re.S)
+
+
+@pytest.mark.timeout(300)
+def test_the_javascript_quickstart_runs_as_written(served, tmp_path):
+    node = shutil.which("node")
+    if node is None:
+        if os.environ.get("DEEPX_REQUIRE_SDK_TOOLCHAINS"):
+            pytest.fail("node is not installed (DEEPX_REQUIRE_SDK_TOOLCHAINS is set)")
+        pytest.skip("node is not installed")
+    [code] = _blocks("js")
+    # as `npm install /path/to/sdks/javascript` leaves it: the package in node_modules
+    (tmp_path / "node_modules").mkdir()
+    (tmp_path / "node_modules" / "deepx-flow").symlink_to(ROOT / "sdks" / "javascript")
+    (tmp_path / "quickstart.mjs").write_text(code)
+    done = subprocess.run([node, "quickstart.mjs"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=240, env={**os.environ, "DEEPX_URL": served.url})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    # what the comments in the quickstart say each line prints
+    said = re.findall(r"console\.log\(.*?\); // (.*)", code)
+    assert lines == said, (lines, said)
