@@ -1,0 +1,200 @@
+"""Write the conformance suite's cases (`cases/*.json`), one per operator of the table (but
+`input`, which every case uses, and `read_zarr`, which needs a store), from Python's SDK:
+the steps any SDK takes through its public API, the canonical graph spec those steps must
+give, inputs, and the outputs Python computes for them (`dx.run`, in process).
+
+    python sdks/conformance/make_cases.py          # write them
+    python sdks/conformance/make_cases.py --check  # exit 1 where they are not current
+
+A case (JSON):
+  name      the case's name
+  steps     [{"input": name, "shape": [...], "dtype": d}
+             | {"op": name, "args": [tensor id or number, ...], "attrs": {...},
+                "shape": [...]?, "dtype": d?, "id": id}]
+            each op step is the SDK's method of that name (generated from the operator
+            table), called on the tensors its args name, with the attributes, the stated
+            shape and dtype where given, and the id
+  outputs   [[name, tensor id], ...]: graph.output(tensor, name), in order
+  spec      the graph spec the steps give (docs/sdks.md says how the SDKs write it)
+  inputs    {name: {"dtype", "shape", "data"}}: flat values (int64 as decimal strings)
+  expected  {name: {"dtype", "shape", "data"}}: the same form; non-finite floats as
+            "NaN", "Infinity", "-Infinity"
+  rtol, atol  how close each SDK's results must be (the gateway computes them, so they
+            match but for the order of float sums)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+
+import deepx_flow as dx  # noqa: E402
+from deepx_flow.ops.table import operator_table  # noqa: E402
+from deepx_flow.spec.reader import document_to_graph  # noqa: E402
+
+F = ([2, 3], "float32")
+IMAGE = ([2, 3, 4, 4], "float32")
+MATRIX = ([4, 5], "float32")
+# operands (name -> (shape, dtype)), attributes and stated fields for one use of each
+USES = {
+    "where": ({"cond": ([2, 3], "bool"), "a": F, "b": F}, {}),
+    "matmul": ({"a": ([2, 3], "float32"), "b": ([3, 4], "float32")}, {}),
+    "concat": ({"t0": F, "t1": F}, {"axis": 1}),
+    "take": ({"x": ([4, 3], "float32"), "indices": ([2], "int64")}, {"axis": 0}),
+    "gather_elements": ({"x": F, "indices": ([2, 3], "int64")}, {"axis": 1}),
+    "gather_nd": ({"x": F, "indices": ([1, 1], "int64")}, {}),
+    "scatter_elements": ({"x": F, "indices": ([2, 3], "int64"), "updates": F},
+                         {"axis": 1, "reduction": "add"}),
+    "scatter_nd": ({"x": F, "indices": ([1, 1], "int64"), "updates": ([1, 3], "float32")},
+                   {}),
+    "conv": ({"x": IMAGE, "w": ([2, 3, 3, 3], "float32")}, {"pads": [1, 1, 1, 1]}),
+    "max_pool": ({"x": IMAGE}, {"kernel": [2, 2], "strides": [2, 2]}),
+    "avg_pool": ({"x": IMAGE}, {"kernel": [3, 3], "pads": [1, 1, 1, 1]}),
+    "sum": ({"x": F}, {"axes": [1]}), "mean": ({"x": F}, {"keepdims": True}),
+    "prod": ({"x": F}, {"axes": [0]}), "max": ({"x": F}, {"axes": [1]}),
+    "min": ({"x": F}, {}), "softmax": ({"x": F}, {"axis": 1}),
+    "log_softmax": ({"x": F}, {}), "cumsum": ({"x": F}, {"axis": 1, "reverse": True}),
+    "transpose": ({"x": F}, {"axes": [1, 0]}),
+    "slice": ({"x": F}, {"starts": [0, 1], "stops": [2, 3]}),
+    "flip": ({"x": F}, {"axes": [1]}),
+    "full": ({}, {"value": 2.5}), "arange": ({}, {"start": 1, "step": 2}),
+    "random_normal": ({}, {"seed": 7}), "random_uniform": ({}, {"seed": 7, "low": -1.0}),
+    "argmax": ({"x": MATRIX}, {"axis": 1}),
+    "argmin": ({"x": MATRIX}, {"axis": 0, "keepdims": True}),
+    "clip": ({"x": MATRIX}, {"lo": 0.7, "hi": 1.2}),
+    "pad": ({"x": MATRIX}, {"widths": [[1, 0], [0, 2]], "mode": "reflect"}),
+    "take_along_axis": ({"x": MATRIX, "indices": ([4, 2], "int64")}, {"axis": 1}),
+    "scatter": ({"x": MATRIX, "indices": ([4, 2], "int64"), "updates": ([4, 2], "float32")},
+                {"axis": 1, "reduction": "add"}),
+    "scatter_add": ({"x": MATRIX, "indices": ([4, 2], "int64"),
+                     "updates": ([4, 2], "float32")}, {"axis": 1}),
+    "prelu": ({"x": IMAGE, "slope": ([3, 1, 1], "float32")}, {}),
+    "conv_transpose": ({"x": IMAGE, "w": ([3, 2, 3, 3], "float32"), "b": ([2], "float32")},
+                       {"stride": [2, 2], "padding": [1, 1, 1, 1]}),
+    "batch_norm": ({"x": IMAGE, "scale": ([3], "float32"), "bias": ([3], "float32"),
+                    "mean": ([3], "float32"), "var": ([3], "float32")}, {"eps": 0.001}),
+    "layer_norm": ({"x": MATRIX, "scale": ([5], "float32")}, {}),
+    "instance_norm": ({"x": IMAGE, "scale": ([3], "float32"), "bias": ([3], "float32")}, {}),
+    "group_norm": ({"x": IMAGE, "scale": ([3], "float32"), "bias": ([3], "float32")},
+                   {"groups": 3}),
+    "one_hot": ({"labels": ([4], "int64")}, {"classes": 6}),
+    "cross_entropy": ({"logits": MATRIX, "labels": ([4], "int64")}, {"reduction": "sum"}),
+    "mse": ({"predictions": MATRIX, "targets": MATRIX}, {}),
+    "dropout": ({"x": MATRIX}, {"rate": 0.25, "seed": 7, "step": 3}),
+    "global_avg_pool": ({"x": IMAGE}, {}), "global_max_pool": ({"x": IMAGE}, {}),
+}
+STATED = {"full": ([2, 2], "float32"), "arange": ([4], "int64"),
+          "random_normal": ([3], "float32"), "random_uniform": ([3], "float64"),
+          "reshape": ([3, 2], None), "cast": (None, "float64"),
+          "zeros": ([2, 3], "float64"), "ones": ([3], None), "one_hot": (None, "float64")}
+SKIPPED = {"input", "read_zarr"}
+
+
+def _values(name: str, shape, dtype, rng, inputs_of_case) -> np.ndarray:
+    if dtype == "bool":
+        return rng.integers(0, 2, shape).astype(bool)
+    if dtype == "int64":  # (indices: valid along the axis they address, labels: classes)
+        return rng.integers(0, 2, shape).astype(np.int64)
+    return rng.uniform(0.5, 1.5, shape).astype(dtype)
+
+
+def _wire(array: np.ndarray) -> dict:
+    flat = array.ravel()
+    if array.dtype.kind == "f":
+        data = [v if math.isfinite(v) else ("NaN" if math.isnan(v) else
+                                            "Infinity" if v > 0 else "-Infinity")
+                for v in flat.astype(np.float64).tolist()]
+    elif array.dtype == np.int64 or array.dtype == np.uint64:
+        data = [str(v) for v in flat.tolist()]
+    else:
+        data = flat.tolist()
+    return {"dtype": str(array.dtype), "shape": list(array.shape), "data": data}
+
+
+def case(name: str) -> dict:
+    op = operator_table()[name]
+    operands, attrs = USES.get(name, ({n: F for n in op.input_names()
+                                       if n not in op.optional_inputs()}, {}))
+    rng = np.random.default_rng(sum(map(ord, name)))
+    steps, inputs, spec_inputs = [], {}, {}
+    for given, (shape, dtype) in operands.items():
+        steps.append({"input": given, "shape": shape, "dtype": dtype})
+        spec_inputs[given] = {"shape": shape, "dtype": dtype}
+        inputs[given] = _values(given, shape, dtype, rng, inputs)
+    step = {"op": name, "args": list(operands), "attrs": attrs, "id": "y"}
+    node = {"id": "y", "op": name, "args": list(operands)}
+    shape, dtype = STATED.get(name, (None, None))
+    for field, value in (("shape", shape), ("dtype", dtype)):
+        if value is not None:
+            step[field] = node[field] = value
+    if attrs:
+        node["attrs"] = attrs
+    spec = {"deepx": 1, "inputs": spec_inputs, "nodes": [node], "outputs": ["y"]}
+    graph = document_to_graph(spec)
+    got = dx.run(graph, inputs=inputs)
+    return {"name": name, "steps": steps + [step], "outputs": [["y", "y"]], "spec": spec,
+            "inputs": {n: _wire(a) for n, a in inputs.items()},
+            "expected": {n: _wire(np.asarray(a)) for n, a in got.items()},
+            "rtol": 1e-6, "atol": 1e-6}
+
+
+def cases() -> dict[str, str]:
+    """Every case's file name -> its JSON text."""
+    out = {}
+    for name in operator_table():
+        if name in SKIPPED:
+            continue
+        out[f"op_{name}.json"] = json.dumps(case(name), indent=1) + "\n"
+    return out
+
+
+def same(stored: dict, made: dict) -> bool:
+    """A stored case is the one made now: the same in every field, but that its expected
+    values need only be as close as its tolerance (another machine's BLAS may sum in
+    another order)."""
+    if {k: v for k, v in stored.items() if k != "expected"} != \
+            {k: v for k, v in made.items() if k != "expected"}:
+        return False
+    if stored["expected"].keys() != made["expected"].keys():
+        return False
+    for name, want in made["expected"].items():
+        got = stored["expected"][name]
+        if (got["dtype"], got["shape"]) != (want["dtype"], want["shape"]):
+            return False
+        a, b = (np.array([float(v) for v in t["data"]]) for t in (got, want))
+        if not np.allclose(a, b, rtol=made["rtol"], atol=made["atol"], equal_nan=True):
+            return False
+    return True
+
+
+def main(argv) -> int:
+    target = HERE / "cases"
+    made = cases()
+    if "--check" in argv:
+        stale = [n for n, text in made.items()
+                 if not (target / n).is_file() or
+                 not same(json.loads((target / n).read_text()), json.loads(text))]
+        stale += [p.name for p in target.glob("op_*.json") if p.name not in made]
+        if stale:
+            print("not current (run python sdks/conformance/make_cases.py): " +
+                  ", ".join(sorted(stale)))
+            return 1
+        return 0
+    target.mkdir(exist_ok=True)
+    for old in target.glob("op_*.json"):
+        if old.name not in made:
+            old.unlink()
+    for n, text in made.items():
+        (target / n).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,74 @@
+// The conformance suite's runner for JavaScript (sdks/conformance/run.sh calls it): each
+// case is built through the SDK's public API (its steps, by method name) and must give the
+// stored graph spec; then it runs on the gateway at DEEPX_URL and must give the stored
+// outputs. Prints each failure and one line: `javascript http: N passed, N failed`.
+//
+//   node conformance.mjs CASES_FOLDER
+import assert from "node:assert/strict";
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { Client, Graph, WIRE, tensor } from "./src/index.js";
+
+function built(c) {
+  const g = new Graph();
+  const tensors = {};
+  for (const step of c.steps) {
+    if ("input" in step) {
+      tensors[step.input] = g.input(step.input, step.shape, step.dtype);
+      continue;
+    }
+    const args = step.args.map((a) => (typeof a === "string" ? tensors[a] : a));
+    const options = { ...step.attrs, id: step.id };
+    if (step.shape !== undefined) options.shape = step.shape;
+    if (step.dtype !== undefined) options.dtype = step.dtype;
+    tensors[step.id] = g[step.op](...args, options);
+  }
+  for (const [name, id] of c.outputs) g.output(tensors[id], name);
+  return g;
+}
+
+function values({ dtype, shape, data }) {
+  const Kind = WIRE[dtype][1];
+  const parsed = data.map((v) => (Kind === BigInt64Array || Kind === BigUint64Array ? BigInt(v)
+    : v === "NaN" ? NaN : v === "Infinity" ? Infinity : v === "-Infinity" ? -Infinity
+      : typeof v === "boolean" ? Number(v) : v));
+  return tensor(Kind.from(parsed), shape, dtype);
+}
+
+function close(got, want, rtol, atol, name) {
+  assert.equal(got.dtype, want.dtype, `${name}: dtype`);
+  assert.deepEqual(got.shape, want.shape, `${name}: shape`);
+  const a = Array.from(got.data), b = Array.from(want.data);
+  for (let i = 0; i < b.length; i++) {
+    if (typeof b[i] === "bigint" || Number.isNaN(b[i]) && Number.isNaN(a[i])) {
+      if (typeof b[i] === "bigint") assert.equal(a[i], b[i], `${name}[${i}]`);
+      continue;
+    }
+    const ok = a[i] === b[i] || Math.abs(a[i] - b[i]) <= atol + rtol * Math.abs(b[i]);
+    assert.ok(ok, `${name}[${i}]: ${a[i]}, not ${b[i]}`);
+  }
+}
+
+const folder = process.argv[2];
+const client = new Client(process.env.DEEPX_URL);
+let passed = 0, failed = 0;
+for (const file of readdirSync(folder).filter((f) => f.endsWith(".json")).sort()) {
+  const c = JSON.parse(readFileSync(join(folder, file), "utf8"));
+  try {
+    const g = built(c);
+    assert.deepEqual(g.toSpec(), c.spec, "the graph the steps build");
+    const inputs = Object.fromEntries(Object.entries(c.inputs).map(([n, t]) => [n, values(t)]));
+    const done = await client.execute(g, inputs);
+    assert.equal(done.state, "succeeded", JSON.stringify(done.error));
+    for (const [name, want] of Object.entries(c.expected)) {
+      close(done.outputs[name], values(want), c.rtol, c.atol, name);
+    }
+    passed++;
+  } catch (err) {
+    failed++;
+    console.log(`FAILED ${c.name}: ${err.message.split("\n")[0]}`);
+  }
+}
+console.log(`javascript http: ${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);

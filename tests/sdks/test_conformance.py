@@ -1,0 +1,62 @@
+"""The conformance suite (sdks/conformance): its cases are what Python makes now; its entry
+point, run.sh, starts a gateway and every language's runner passes every case; and a
+runner fails a case whose graph or results differ (so a pass means something)."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.gateway.test_http_app import http  # noqa: F401  (the gateway on loopback)
+
+ROOT = Path(__file__).resolve().parents[2]
+SUITE = ROOT / "sdks" / "conformance"
+CASES = sorted((SUITE / "cases").glob("*.json"))
+
+
+def _node():
+    node = shutil.which("node")
+    if node is None:
+        if os.environ.get("DEEPX_REQUIRE_SDK_TOOLCHAINS"):
+            pytest.fail("node is not installed (DEEPX_REQUIRE_SDK_TOOLCHAINS is set)")
+        pytest.skip("node is not installed")
+    return node
+
+
+def test_the_cases_are_current():
+    done = subprocess.run([sys.executable, str(SUITE / "make_cases.py"), "--check"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.timeout(900)
+def test_every_language_passes_every_case_against_one_gateway():
+    _node()
+    done = subprocess.run(["bash", str(SUITE / "run.sh")], capture_output=True, text=True,
+                          timeout=800, env={**os.environ, "PYTHON": sys.executable})
+    lines = dict(re.findall(r"^(\w+ \w+): (.*)$", done.stdout, re.M))
+    assert lines == {"javascript http": f"{len(CASES)} passed, 0 failed"}, done.stdout
+    assert done.returncode == 0
+
+
+def test_a_runner_fails_a_case_whose_graph_or_results_differ(http, tmp_path):  # noqa: F811
+    node = _node()
+    case = json.loads((SUITE / "cases" / "op_add.json").read_text())
+    (tmp_path / "right.json").write_text(json.dumps(case))
+    wrong_graph = json.loads(json.dumps(case))
+    wrong_graph["spec"]["nodes"][0]["op"] = "sub"
+    (tmp_path / "wrong_graph.json").write_text(json.dumps(wrong_graph))
+    wrong_result = json.loads(json.dumps(case))
+    wrong_result["expected"]["y"]["data"][0] += 0.001
+    (tmp_path / "wrong_result.json").write_text(json.dumps(wrong_result))
+    done = subprocess.run([node, str(ROOT / "sdks" / "javascript" / "conformance.mjs"),
+                           str(tmp_path)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "DEEPX_URL": str(http.base_url).rstrip("/")})
+    assert done.returncode == 1
+    assert "javascript http: 1 passed, 2 failed" in done.stdout, done.stdout
+    assert "the graph the steps build" in done.stdout and "y[0]" in done.stdout
