@@ -31,18 +31,77 @@ export class Client {
     return this._operation(await this._withTensors("/v1/graphs:execute", body, inputs));
   }
 
-  /** An operation as the gateway has it now, or once it ends within `waitSeconds`. */
+  /** An operation (a graph's execution, an asset's materialization) as the gateway has it
+   * now, or once it ends within `waitSeconds`: {operation, state, run_id, outputs, ...}. */
   async operation(id, { waitSeconds = 0 } = {}) {
-    const query = waitSeconds ? `?wait_seconds=${waitSeconds}` : "";
+    const query = `?binary_data_output=true${waitSeconds ? `&wait_seconds=${waitSeconds}` : ""}`;
     return this._operation(await this._call("GET", `/v1/operations/${encodeURIComponent(id)}${query}`));
   }
 
-  /** The runs the gateway's database records, newest first. */
+  /** Stop a running operation; the operation once it ended. */
+  async cancel(id) {
+    return this._operation(await this._call("POST", `/v1/operations/${encodeURIComponent(id)}:cancel`));
+  }
+
+  /** The runs the gateway's database records, newest first (`status`: running,
+   * succeeded, failed, interrupted). */
   async runs({ status, limit } = {}) {
     const query = new URLSearchParams();
     if (status !== undefined) query.set("status", status);
     if (limit !== undefined) query.set("limit", String(limit));
-    return this._json("GET", `/v1/runs${query.size ? "?" + query : ""}`);
+    const text = query.toString();
+    return (await this._json("GET", `/v1/runs${text ? "?" + text : ""}`)).runs;
+  }
+
+  /** One run by id: its status, tasks, workers, times, error. */
+  async run(id) {
+    return this._json("GET", `/v1/runs/${encodeURIComponent(id)}`);
+  }
+
+  /** Define (or define again) asset `name` computed by `graph` (one output; each input
+   * reads the upstream asset of its name). Options: dependencies, description, partitions,
+   * partitionAxis, checks (as docs/contract.md lists them). */
+  async defineAsset(name, graph, { dependencies, description, partitions, partitionAxis, checks } = {}) {
+    const body = { name, graph: specOf(graph) };
+    if (dependencies !== undefined) body.dependencies = dependencies;
+    if (description !== undefined) body.description = description;
+    if (partitions !== undefined) body.partitions = partitions;
+    if (partitionAxis !== undefined) body.partition_axis = partitionAxis;
+    if (checks !== undefined) body.checks = checks;
+    return this._json("POST", "/v1/assets:define", body);
+  }
+
+  /** Every asset defined: name, status, latest version, checks, ... */
+  async assets() {
+    return (await this._json("GET", "/v1/assets")).assets;
+  }
+
+  /** The stored versions of asset `name`, newest first. */
+  async assetVersions(name) {
+    return (await this._json("GET", `/v1/assets/${encodeURIComponent(name)}/versions`)).versions;
+  }
+
+  /** Make a new version of asset `name` (what is stale, or all with `force`): the operation,
+   * whose `materialized` says what was made and checked. */
+  async materialize(name, { partitions, force, upstream, waitSeconds } = {}) {
+    const body = {};
+    if (partitions !== undefined) body.partitions = partitions;
+    if (force !== undefined) body.force = force;
+    if (upstream !== undefined) body.upstream = upstream;
+    if (waitSeconds !== undefined) body.wait_seconds = waitSeconds;
+    return this._json("POST", `/v1/assets/${encodeURIComponent(name)}:materialize`, body);
+  }
+
+  /** The newest usable version of asset `name` (or `version`, `partition`; `slice`: [start,
+   * stop) per leading axis) as a tensor {shape, dtype, data}. */
+  async readAsset(name, { version, partition, slice } = {}) {
+    const body = { parameters: { binary_data_output: true } };
+    if (version !== undefined) body.version = version;
+    if (partition !== undefined) body.partition = partition;
+    if (slice !== undefined) body.slice = slice;
+    const answer = this._operation(await this._call("POST", `/v1/assets/${encodeURIComponent(name)}:read`,
+      new TextEncoder().encode(JSON.stringify(body))));
+    return answer.outputs[name];
   }
 
   /** Call served model `model` (the Open Inference Protocol's infer) on `inputs`. */

@@ -56,7 +56,18 @@ export declare class Client {
   execute(graph: Graph | object, inputs?: Record<string, Values | TypedData | number[]>,
           options?: { outputs?: string[]; waitSeconds?: number }): Promise<Operation>;
   operation(id: string, options?: { waitSeconds?: number }): Promise<Operation>;
-  runs(options?: { status?: string; limit?: number }): Promise<Record<string, unknown>>;
+  cancel(id: string): Promise<Operation>;
+  runs(options?: { status?: string; limit?: number }): Promise<Record<string, unknown>[]>;
+  run(id: string): Promise<Record<string, unknown>>;
+  defineAsset(name: string, graph: Graph | object, options?: {
+    dependencies?: string[]; description?: string; partitions?: string[];
+    partitionAxis?: number; checks?: Record<string, unknown>[] }): Promise<Record<string, unknown>>;
+  assets(): Promise<Record<string, unknown>[]>;
+  assetVersions(name: string): Promise<Record<string, unknown>[]>;
+  materialize(name: string, options?: { partitions?: string[]; force?: boolean;
+    upstream?: boolean; waitSeconds?: number }): Promise<Operation>;
+  readAsset(name: string, options?: { version?: string; partition?: string;
+    slice?: number[][] }): Promise<Values>;
   infer(model: string, inputs: Record<string, Values | TypedData | number[]>,
         options?: { version?: string }): Promise<Operation>;
 }

@@ -67,3 +67,45 @@ test("the gateway's refusals are DeepxErrors with their kind and message", { ski
     return true;
   });
 });
+
+test("an operation is followed by id, and its run is listed", { skip }, async () => {
+  const client = new Client(url);
+  const g = new Graph();
+  g.output(g.exp(g.input("x", [3])), "e");
+  const started = await client.execute(g, { x: tensor([0, 1, 2]) }, { waitSeconds: 60 });
+  const again = await client.operation(started.operation, { waitSeconds: 30 });
+  assert.equal(again.state, "succeeded");
+  assert.deepEqual(Array.from(again.outputs.e.data), Array.from(started.outputs.e.data));
+  const [newest] = await client.runs({ limit: 1 });
+  assert.equal(newest.id ?? newest.run_id, started.run_id);
+  const run = await client.run(started.run_id);
+  assert.equal(run.status, "succeeded");
+  // (cancelling what has ended changes nothing: its final state)
+  assert.equal((await client.cancel(started.operation)).state, "succeeded");
+  await assert.rejects(client.operation("no-such-operation"), (err) => err.kind === "NotFound" && err.status === 404);
+});
+
+test("assets are defined from graphs, materialized, listed and read", { skip }, async () => {
+  const client = new Client(url);
+  const name = `js_readings_${process.pid}`;
+  const g = new Graph();
+  const n = g.arange({ shape: [8], dtype: "float64", start: 0, step: 0.5 });
+  g.output(g.reshape(n, { shape: [4, 2] }), "r");
+  await client.defineAsset(name, g, { description: "eight readings", checks: [{ kind: "all_finite" }] });
+  const totals = new Graph();
+  totals.output(totals.sum(totals.input(name, [4, 2], "float64"), { axes: [1] }), "t");
+  await client.defineAsset(`${name}_totals`, totals);
+  const made = await client.materialize(`${name}_totals`, { upstream: true, waitSeconds: 120 });
+  assert.equal(made.state, "succeeded", JSON.stringify(made.error));
+  const read = await client.readAsset(`${name}_totals`);
+  assert.equal(read.dtype, "float64");
+  assert.deepEqual(Array.from(read.data), [0.5, 2.5, 4.5, 6.5]);
+  const slice = await client.readAsset(name, { slice: [[1, 3]] });
+  assert.deepEqual(slice.shape, [2, 2]);
+  assert.deepEqual(Array.from(slice.data), [1, 1.5, 2, 2.5]);
+  const listed = (await client.assets()).find((a) => a.name === name);
+  assert.equal(listed.status, "fresh");
+  const [version] = await client.assetVersions(name);
+  assert.equal(version.checks_passed, true);
+  await assert.rejects(client.readAsset("no_such_asset"), (err) => err.kind === "NotFound");
+});
