@@ -49,3 +49,24 @@ def test_the_javascript_quickstart_runs_as_written(served, tmp_path):
     # what the comments in the quickstart say each line prints
     said = re.findall(r"console\.log\(.*?\); // (.*)", code)
     assert lines == said, (lines, said)
+
+
+@pytest.mark.timeout(600)
+def test_the_go_quickstart_runs_as_written(served, tmp_path):
+    go = shutil.which("go")
+    if go is None:
+        if os.environ.get("DEEPX_REQUIRE_SDK_TOOLCHAINS"):
+            pytest.fail("go is not installed (DEEPX_REQUIRE_SDK_TOOLCHAINS is set)")
+        pytest.skip("go is not installed")
+    [code] = _blocks("go")
+    # a module of its own using the SDK from this checkout, as the doc says to
+    (tmp_path / "go.mod").write_text(
+        "module quickstart\n\ngo 1.19\n\nrequire github.com/deepx-flow/deepx-go v0.0.0\n"
+        f"replace github.com/deepx-flow/deepx-go => {ROOT / 'sdks' / 'go'}\n")
+    (tmp_path / "main.go").write_text(code)
+    done = subprocess.run([go, "run", "."], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=500, env={**os.environ, "DEEPX_URL": served.url,
+                                            "GOFLAGS": "-mod=mod", "GOPROXY": "off"})
+    assert done.returncode == 0, done.stderr
+    said = re.findall(r"fmt\.Println\(.*?\) // (.*)", code)
+    assert done.stdout.splitlines() == said, (done.stdout, said)

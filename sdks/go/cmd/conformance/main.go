@@ -1,0 +1,256 @@
+// The conformance suite's runner for Go (sdks/conformance/run.sh calls it): each case is
+// built through the SDK's public API (its steps, by method name) and must give the stored
+// graph spec; then it runs on the gateway at DEEPX_URL and must give the stored outputs.
+// Prints each failure and one line: `go http: N passed, N failed`.
+//
+//	go run ./cmd/conformance CASES_FOLDER
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strconv"
+
+	"github.com/deepx-flow/deepx-go/deepx"
+)
+
+type tensor struct {
+	Dtype string `json:"dtype"`
+	Shape []int  `json:"shape"`
+	Data  []any  `json:"data"`
+}
+
+type testCase struct {
+	Name     string            `json:"name"`
+	Steps    []map[string]any  `json:"steps"`
+	Outputs  [][2]string       `json:"outputs"`
+	Spec     map[string]any    `json:"spec"`
+	Inputs   map[string]tensor `json:"inputs"`
+	Expected map[string]tensor `json:"expected"`
+	Rtol     float64           `json:"rtol"`
+	Atol     float64           `json:"atol"`
+}
+
+func ints(v any) []int {
+	var out []int
+	for _, x := range v.([]any) {
+		out = append(out, int(x.(float64)))
+	}
+	return out
+}
+
+// built makes the case's graph by calling the method named by each step.
+func built(c testCase) (*deepx.Graph, error) {
+	g := deepx.NewGraph()
+	tensors := map[string]*deepx.Tensor{}
+	for _, step := range c.Steps {
+		if name, ok := step["input"].(string); ok {
+			tensors[name] = g.Input(name, ints(step["shape"]), step["dtype"].(string))
+			continue
+		}
+		op := step["op"].(string)
+		var operands []deepx.Operand
+		for _, a := range step["args"].([]any) {
+			if id, ok := a.(string); ok {
+				operands = append(operands, tensors[id])
+			} else {
+				operands = append(operands, a)
+			}
+		}
+		options := deepx.Options{"id": step["id"]}
+		for k, v := range step["attrs"].(map[string]any) {
+			options[k] = v
+		}
+		if s, ok := step["shape"]; ok {
+			options["shape"] = ints(s)
+		}
+		if d, ok := step["dtype"]; ok {
+			options["dtype"] = d
+		}
+		method := reflect.ValueOf(g).MethodByName(deepx.MethodName(op))
+		if !method.IsValid() {
+			return nil, fmt.Errorf("no method %s", deepx.MethodName(op))
+		}
+		kind := method.Type()
+		var args []reflect.Value
+		if kind.NumIn() > 1 && kind.In(0) == reflect.TypeOf([]deepx.Operand{}) {
+			args = append(args, reflect.ValueOf(operands)) // (a list of operands: concat)
+		} else {
+			for i := 0; i < kind.NumIn()-1; i++ { // (nil for an optional input left out)
+				var v deepx.Operand
+				if i < len(operands) {
+					v = operands[i]
+				}
+				args = append(args, reflect.ValueOf(&v).Elem())
+			}
+		}
+		args = append(args, reflect.ValueOf(options))
+		tensors[step["id"].(string)] = method.Call(args)[0].Interface().(*deepx.Tensor)
+	}
+	for _, o := range c.Outputs {
+		g.Output(tensors[o[1]], o[0])
+	}
+	return g, g.Err()
+}
+
+func number(v any) float64 {
+	switch x := v.(type) {
+	case string:
+		switch x {
+		case "NaN":
+			return math.NaN()
+		case "Infinity":
+			return math.Inf(1)
+		case "-Infinity":
+			return math.Inf(-1)
+		}
+		f, _ := strconv.ParseFloat(x, 64)
+		return f
+	case bool:
+		if x {
+			return 1
+		}
+		return 0
+	}
+	return v.(float64)
+}
+
+func values(t tensor) deepx.Values {
+	v := deepx.Values{Shape: t.Shape, Dtype: t.Dtype}
+	n := len(t.Data)
+	switch t.Dtype {
+	case "float32":
+		d := make([]float32, n)
+		for i, x := range t.Data {
+			d[i] = float32(number(x))
+		}
+		v.Data = d
+	case "float64":
+		d := make([]float64, n)
+		for i, x := range t.Data {
+			d[i] = number(x)
+		}
+		v.Data = d
+	case "int64":
+		d := make([]int64, n)
+		for i, x := range t.Data {
+			d[i], _ = strconv.ParseInt(x.(string), 10, 64)
+		}
+		v.Data = d
+	case "int32":
+		d := make([]int32, n)
+		for i, x := range t.Data {
+			d[i] = int32(number(x))
+		}
+		v.Data = d
+	case "bool":
+		d := make([]bool, n)
+		for i, x := range t.Data {
+			d[i] = x.(bool)
+		}
+		v.Data = d
+	default:
+		panic("no conversion for " + t.Dtype)
+	}
+	return v
+}
+
+func flat(v deepx.Values) []float64 {
+	r := reflect.ValueOf(v.Data)
+	out := make([]float64, r.Len())
+	for i := range out {
+		switch x := r.Index(i).Interface().(type) {
+		case bool:
+			if x {
+				out[i] = 1
+			}
+		default:
+			out[i] = reflect.ValueOf(x).Convert(reflect.TypeOf(float64(0))).Float()
+		}
+	}
+	return out
+}
+
+func compare(got, want deepx.Values, rtol, atol float64, name string) error {
+	if got.Dtype != want.Dtype || !reflect.DeepEqual(got.Shape, want.Shape) {
+		return fmt.Errorf("%s: %s%v, not %s%v", name, got.Dtype, got.Shape, want.Dtype, want.Shape)
+	}
+	if want.Dtype == "int64" {
+		if !reflect.DeepEqual(got.Data, want.Data) {
+			return fmt.Errorf("%s: %v, not %v", name, got.Data, want.Data)
+		}
+		return nil
+	}
+	a, b := flat(got), flat(want)
+	for i := range b {
+		if math.IsNaN(a[i]) && math.IsNaN(b[i]) || a[i] == b[i] || math.Abs(a[i]-b[i]) <= atol+rtol*math.Abs(b[i]) {
+			continue
+		}
+		return fmt.Errorf("%s[%d]: %v, not %v", name, i, a[i], b[i])
+	}
+	return nil
+}
+
+func run(c testCase, client *deepx.Client) error {
+	g, err := built(c)
+	if err != nil {
+		return err
+	}
+	spec, err := g.Spec()
+	if err != nil {
+		return err
+	}
+	if !reflect.DeepEqual(spec, c.Spec) {
+		a, _ := json.Marshal(spec)
+		return fmt.Errorf("the graph the steps build: %s", a)
+	}
+	inputs := map[string]deepx.Values{}
+	for name, t := range c.Inputs {
+		inputs[name] = values(t)
+	}
+	done, err := client.Execute(g, inputs)
+	if err != nil {
+		return err
+	}
+	if done.State != "succeeded" {
+		return fmt.Errorf("%s: %s", done.State, done.Error)
+	}
+	for name, want := range c.Expected {
+		if err := compare(done.Outputs[name], values(want), c.Rtol, c.Atol, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func main() {
+	files, _ := filepath.Glob(filepath.Join(os.Args[1], "*.json"))
+	sort.Strings(files)
+	client := deepx.NewClient(os.Getenv("DEEPX_URL"))
+	passed, failed := 0, 0
+	for _, file := range files {
+		var c testCase
+		text, err := os.ReadFile(file)
+		if err == nil {
+			err = json.Unmarshal(text, &c)
+		}
+		if err == nil {
+			err = run(c, client)
+		}
+		if err != nil {
+			failed++
+			fmt.Printf("FAILED %s: %v\n", filepath.Base(file), err)
+			continue
+		}
+		passed++
+	}
+	fmt.Printf("go http: %d passed, %d failed\n", passed, failed)
+	if failed > 0 {
+		os.Exit(1)
+	}
+}

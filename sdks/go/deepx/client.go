@@ -1,0 +1,299 @@
+package deepx
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const headerLength = "Inference-Header-Content-Length"
+
+var kindOfStatus = map[int]string{400: "InputError", 401: "Unauthenticated", 404: "NotFound",
+	405: "NotFound", 413: "TooLarge", 500: "ExecutionError"}
+
+// Client calls a deepx_flow gateway (deepx-flow serve's HTTP port) over its contract
+// (docs/contract.md). Tensors travel as the protocol's binary data both ways.
+type Client struct {
+	URL   string
+	Token string // a bearer token, for a gateway that needs one
+	HTTP  *http.Client
+}
+
+// NewClient is a client of the gateway at baseURL, with DEEPX_GATEWAY_TOKEN as its token
+// where that is set.
+func NewClient(baseURL string) *Client {
+	return &Client{URL: strings.TrimRight(baseURL, "/"), Token: os.Getenv("DEEPX_GATEWAY_TOKEN"),
+		HTTP: &http.Client{Timeout: 10 * time.Minute}}
+}
+
+// Operation is an operation's answer: State, Operation (its id), RunID, its Outputs once
+// it succeeded, and every other field the gateway said (Fields).
+type Operation struct {
+	State     string
+	Operation string
+	RunID     string
+	Error     string
+	Outputs   map[string]Values
+	Fields    map[string]any
+}
+
+func specOf(graph any) (any, error) {
+	if g, ok := graph.(*Graph); ok {
+		return g.Spec()
+	}
+	return graph, nil
+}
+
+// Analyze is the gateway's analysis of graph (a *Graph, or a spec): every node's shape and
+// dtype, and the plan.
+func (c *Client) Analyze(graph any) (map[string]any, error) {
+	spec, err := specOf(graph)
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]any
+	return out, c.callJSON("POST", "/v1/graphs:analyze", map[string]any{"graph": spec}, &out)
+}
+
+// Execute runs graph on inputs and waits for its outputs.
+func (c *Client) Execute(graph any, inputs map[string]Values) (*Operation, error) {
+	spec, err := specOf(graph)
+	if err != nil {
+		return nil, err
+	}
+	body := map[string]any{"graph": spec, "parameters": map[string]any{"binary_data_output": true}}
+	return c.withTensors("/v1/graphs:execute", body, inputs)
+}
+
+// GetOperation is an operation as the gateway has it now, or once it ends within wait.
+func (c *Client) GetOperation(id string, wait time.Duration) (*Operation, error) {
+	path := "/v1/operations/" + url.PathEscape(id) + "?binary_data_output=true"
+	if wait > 0 {
+		path += "&wait_seconds=" + strconv.FormatFloat(wait.Seconds(), 'f', -1, 64)
+	}
+	data, length, err := c.call("GET", path, nil, -1)
+	if err != nil {
+		return nil, err
+	}
+	return operationOf(data, length)
+}
+
+// Runs are the runs the gateway's database records, newest first.
+func (c *Client) Runs(limit int) ([]map[string]any, error) {
+	var out struct {
+		Runs []map[string]any `json:"runs"`
+	}
+	path := "/v1/runs"
+	if limit > 0 {
+		path += "?limit=" + strconv.Itoa(limit)
+	}
+	return out.Runs, c.callJSON("GET", path, nil, &out)
+}
+
+// DefineAsset defines (or defines again) asset name computed by graph; options: fields of
+// assets:define (dependencies, description, partitions, partition_axis, checks).
+func (c *Client) DefineAsset(name string, graph any, options map[string]any) error {
+	spec, err := specOf(graph)
+	if err != nil {
+		return err
+	}
+	body := map[string]any{"name": name, "graph": spec}
+	for k, v := range options {
+		body[k] = v
+	}
+	var out map[string]any
+	return c.callJSON("POST", "/v1/assets:define", body, &out)
+}
+
+// Materialize makes a new version of asset name (options: partitions, force, upstream,
+// wait_seconds): the operation.
+func (c *Client) Materialize(name string, options map[string]any) (*Operation, error) {
+	if options == nil {
+		options = map[string]any{}
+	}
+	text, _ := json.Marshal(options)
+	data, length, err := c.call("POST", "/v1/assets/"+url.PathEscape(name)+":materialize", text, -1)
+	if err != nil {
+		return nil, err
+	}
+	return operationOf(data, length)
+}
+
+// ReadAsset is the newest usable version of asset name (options: version, partition, slice).
+func (c *Client) ReadAsset(name string, options map[string]any) (Values, error) {
+	body := map[string]any{"parameters": map[string]any{"binary_data_output": true}}
+	for k, v := range options {
+		body[k] = v
+	}
+	text, _ := json.Marshal(body)
+	data, length, err := c.call("POST", "/v1/assets/"+url.PathEscape(name)+":read", text, -1)
+	if err != nil {
+		return Values{}, err
+	}
+	op, err := operationOf(data, length)
+	if err != nil {
+		return Values{}, err
+	}
+	return op.Outputs[name], nil
+}
+
+// Infer calls served model (the Open Inference Protocol's infer) on inputs.
+func (c *Client) Infer(model string, inputs map[string]Values) (*Operation, error) {
+	body := map[string]any{"parameters": map[string]any{"binary_data_output": true}}
+	return c.withTensors("/v2/models/"+url.PathEscape(model)+"/infer", body, inputs)
+}
+
+func (c *Client) withTensors(path string, body map[string]any, inputs map[string]Values) (*Operation, error) {
+	var listed []map[string]any
+	var raw bytes.Buffer
+	for name, v := range inputs {
+		b, err := v.raw()
+		if err != nil {
+			err.(*Error).Message = fmt.Sprintf("input %s: %s", shown(name), err.(*Error).Message)
+			return nil, err
+		}
+		listed = append(listed, map[string]any{"name": name, "datatype": datatypes[v.Dtype],
+			"shape": v.Shape, "parameters": map[string]any{"binary_data_size": len(b)}})
+		raw.Write(b)
+	}
+	if listed == nil {
+		listed = []map[string]any{}
+	}
+	body["inputs"] = listed
+	head, err := json.Marshal(body)
+	if err != nil {
+		return nil, &Error{Kind: "InputError", Message: err.Error()}
+	}
+	data, length, err := c.call("POST", path, append(head, raw.Bytes()...), len(head))
+	if err != nil {
+		return nil, err
+	}
+	return operationOf(data, length)
+}
+
+func (c *Client) callJSON(method, path string, body any, out any) error {
+	var text []byte
+	if body != nil {
+		var err error
+		if text, err = json.Marshal(body); err != nil {
+			return &Error{Kind: "InputError", Message: err.Error()}
+		}
+	}
+	data, _, err := c.call(method, path, text, -1)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return &Error{Kind: "RemoteError", Message: "the gateway's answer is not JSON: " + err.Error()}
+	}
+	return nil
+}
+
+func (c *Client) call(method, path string, body []byte, jsonLength int) ([]byte, int, error) {
+	var reader io.Reader
+	if body != nil {
+		reader = bytes.NewReader(body)
+	}
+	request, err := http.NewRequest(method, c.URL+path, reader)
+	if err != nil {
+		return nil, -1, &Error{Kind: "InputError", Message: err.Error()}
+	}
+	request.Header.Set("Content-Type", "application/json")
+	if jsonLength >= 0 {
+		request.Header.Set("Content-Type", "application/octet-stream")
+		request.Header.Set(headerLength, strconv.Itoa(jsonLength))
+	}
+	if c.Token != "" {
+		request.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	answer, err := c.HTTP.Do(request)
+	if err != nil {
+		return nil, -1, &Error{Kind: "RemoteError", Message: fmt.Sprintf("cannot reach the gateway at %s: %v", c.URL, err)}
+	}
+	defer answer.Body.Close()
+	data, err := io.ReadAll(answer.Body)
+	if err != nil {
+		return nil, -1, &Error{Kind: "RemoteError", Message: err.Error()}
+	}
+	if answer.StatusCode >= 400 {
+		said := struct {
+			Error string `json:"error"`
+			Kind  string `json:"kind"`
+		}{}
+		message, kind := string(data), kindOfStatus[answer.StatusCode]
+		if json.Unmarshal(data, &said) == nil && said.Error != "" {
+			message = said.Error
+			if said.Kind != "" {
+				kind = said.Kind
+			}
+		}
+		if kind == "" {
+			kind = "RemoteError"
+		}
+		return nil, -1, &Error{Kind: kind, Message: message, Status: answer.StatusCode}
+	}
+	length := -1
+	if text := answer.Header.Get(headerLength); text != "" {
+		if length, err = strconv.Atoi(text); err != nil || length > len(data) {
+			return nil, -1, &Error{Kind: "RemoteError", Message: "the gateway sent a bad " + headerLength}
+		}
+	}
+	return data, length, nil
+}
+
+func operationOf(data []byte, length int) (*Operation, error) {
+	head := data
+	if length >= 0 {
+		head = data[:length]
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(head, &fields); err != nil {
+		return nil, &Error{Kind: "RemoteError", Message: "the gateway's answer is not JSON: " + err.Error()}
+	}
+	op := &Operation{Fields: fields, Outputs: map[string]Values{}}
+	op.State, _ = fields["state"].(string)
+	op.Operation, _ = fields["operation"].(string)
+	op.RunID, _ = fields["run_id"].(string)
+	op.Error, _ = fields["error"].(string)
+	listed, _ := fields["outputs"].([]any)
+	at := len(data)
+	if length >= 0 {
+		at = length
+	}
+	for _, item := range listed {
+		entry, _ := item.(map[string]any)
+		name, _ := entry["name"].(string)
+		datatype, _ := entry["datatype"].(string)
+		shape := []int{}
+		listedShape, _ := entry["shape"].([]any)
+		for _, d := range listedShape {
+			extent, _ := d.(float64)
+			shape = append(shape, int(extent))
+		}
+		params, _ := entry["parameters"].(map[string]any)
+		sizeOf, ok := params["binary_data_size"].(float64)
+		if !ok || at+int(sizeOf) > len(data) {
+			return nil, &Error{Kind: "RemoteError", Message: fmt.Sprintf("output %s came without its binary data", shown(name))}
+		}
+		dtype := ""
+		for d, w := range datatypes {
+			if w == datatype {
+				dtype = d
+			}
+		}
+		v, err := fromRaw(dtype, shape, data[at:at+int(sizeOf)])
+		if err != nil {
+			return nil, err
+		}
+		at += int(sizeOf)
+		op.Outputs[name] = v
+	}
+	return op, nil
+}

@@ -1,0 +1,3 @@
+module github.com/deepx-flow/deepx-go
+
+go 1.19
