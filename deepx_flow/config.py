@@ -76,6 +76,9 @@ class Settings:
     # Bytes of free chunk-sized buffers a worker keeps for reuse (`kernels/recycled.py`; 0
     # turns the pool off); None: a tenth of the worker's memory limit.
     buffer_pool_bytes: int | None = None
+    # A YAML file of composite operators to add to the operator table (its format): the
+    # gateway expands them, and `sdks/generate.py` writes them into every SDK.
+    extra_operators: str | None = None
 
 
 # -- reading them: one row per variable --------------------------------------------------------
@@ -216,6 +219,7 @@ READERS = (
     Reader("DEEPX_DASHBOARD_URL", "dashboard_url", Text("a URL", ("http://", "https://"))),
     Reader("DEEPX_PROGRESS_AFTER_S", "progress_after_s", Number(float, 0, **SECONDS)),
     Reader("DEEPX_BUFFER_POOL_BYTES", "buffer_pool_bytes", Number(int, 0, unit="bytes")),
+    Reader("DEEPX_EXTRA_OPERATORS", "extra_operators", Text("the path of a YAML operator table")),
 )
 
 

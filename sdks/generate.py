@@ -3,6 +3,10 @@
 
     python sdks/generate.py          # write them
     python sdks/generate.py --check  # exit 1 (naming the files) where they are not current
+    python sdks/generate.py --out DIR  # write them into DIR, a copy of sdks/
+
+With DEEPX_EXTRA_OPERATORS naming a table of composites, they are written too: adding an
+operator to the table and generating is all an SDK needs (tests/sdks/test_extra_operator.py).
 
 The tests run the check (tests/sdks/test_generated.py): a table changed without
 regenerating fails CI. Each language's generated files live in its `generated/` folder and
@@ -149,9 +153,11 @@ def generated() -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
+    # --out DIR: write under DIR (a copy of sdks/) instead of here
+    out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else ROOT
     stale = []
     for path, text in generated().items():
-        target = ROOT / path
+        target = out / path
         if "--check" in argv:
             if not target.is_file() or target.read_text() != text:
                 stale.append(path)

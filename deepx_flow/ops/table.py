@@ -63,25 +63,50 @@ class Operator:
         return tuple(i[:-1] for i in self.inputs if i.endswith("?"))
 
 
-@functools.cache
 def operator_table() -> dict[str, Operator]:
-    """The table's operators by name, in the file's order (ValueError for a malformed
-    table: a test reads it, so a mistake is found before any SDK is generated from it)."""
-    document = yaml.safe_load(TABLE.read_text())
-    if not isinstance(document, dict) or document.get("version") != 1:
-        raise ValueError(f"{TABLE}: not an operator table of version 1")
+    """The table's operators by name, in the file's order, and after them the composites of
+    DEEPX_EXTRA_OPERATORS where it names a file (ValueError for a malformed table: a test
+    reads this one, so a mistake is found before any SDK is generated from it)."""
+    from deepx_flow.config import settings
+    return _tables(settings().extra_operators)
+
+
+@functools.cache
+def _tables(extra: str | None) -> dict[str, Operator]:
+    out = _read(TABLE)
+    if extra is None:
+        return out
+    added = _read(Path(extra))
+    for op in added.values():
+        if op.kind != "composite" or op.name in out:
+            raise ValueError(f"{extra}: operator {op.name!r} "
+                             f"{'is already in the table' if op.name in out else 'is no composite'}"
+                             f": an extra table adds composites")
+    return {**out, **added}
+
+
+def _read(path: Path) -> dict[str, Operator]:
+    try:
+        document = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise ValueError(f"{path}: cannot be read as an operator table: {err}") from None
+    if not isinstance(document, dict) or document.get("version") != 1 or \
+            not isinstance(document.get("operators"), list):
+        raise ValueError(f"{path}: not an operator table of version 1")
     out: dict[str, Operator] = {}
     for entry in document["operators"]:
-        op = _operator(entry)
+        if not isinstance(entry, dict):
+            raise ValueError(f"{path}: an operator is not a mapping")
+        op = _operator(entry, path)
         if op.name in out:
-            raise ValueError(f"{TABLE}: operator {op.name!r} is listed twice")
+            raise ValueError(f"{path}: operator {op.name!r} is listed twice")
         out[op.name] = op
     return out
 
 
-def _operator(entry: dict) -> Operator:
+def _operator(entry: dict, path: Path = TABLE) -> Operator:
     name = entry.get("name")
-    where = f"{TABLE}: operator {name!r}"
+    where = f"{path}: operator {name!r}"
     known = {"name", "kind", "category", "python", "inputs", "attrs", "states", "dtype",
              "differentiable", "since", "doc"}
     if set(entry) - known:

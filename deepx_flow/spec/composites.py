@@ -18,10 +18,9 @@ from deepx_flow.ir import Node
 from deepx_flow.ops.table import Operator, operator_table
 
 
-def composite(name: str) -> Operator | None:
-    """The composite operator `name`, or None where it is no composite."""
-    op = operator_table().get(name)
-    return op if op is not None and op.kind == "composite" else None
+def composites() -> dict[str, Operator]:
+    """The composite operators by name (those of DEEPX_EXTRA_OPERATORS too)."""
+    return {n: op for n, op in operator_table().items() if op.kind == "composite"}
 
 
 def check_attrs(op: Operator, attrs: dict[str, Any], node_id: str) -> None:
@@ -87,9 +86,20 @@ def _operand_names(op: Operator, count: int, node_id: str) -> list[str]:
 
 
 def _function(op: Operator):
+    """The Python function a composite names: `dx.name`, `dx.nn.name`, or (an extra
+    table's) `package.module:name`."""
+    import importlib
+
     import deepx_flow as dx
+    if ":" in op.python:
+        module, _, name = op.python.partition(":")
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as err:
+            raise GraphError(f"{op.name} is expanded by {op.python}, which cannot be "
+                             f"imported here: {err}") from None
     module, _, name = op.python.rpartition(".")
     return getattr(dx if module == "dx" else dx.nn, name)
 
 
-__all__ = ["check_attrs", "composite", "expand"]
+__all__ = ["check_attrs", "composites", "expand"]

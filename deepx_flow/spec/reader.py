@@ -30,8 +30,7 @@ from deepx_flow.errors import GraphError, SpecError, did_you_mean, shown
 from deepx_flow.ir import Graph, Node, dtypes
 from deepx_flow.ir.node import make_attrs
 from deepx_flow.ops import OPS
-from deepx_flow.ops.table import operator_table
-from deepx_flow.spec.composites import check_attrs, composite, expand
+from deepx_flow.spec.composites import check_attrs, composites, expand
 from deepx_flow.spec.normalize import is_literal, literal_dtype, literal_node, normalize_attrs
 
 VERSION = 1
@@ -62,6 +61,7 @@ class Entry:
     shape: tuple[int, ...] | None
     dtype: str | None
     attrs: dict[str, Any]
+    composite: Any = None  # the table's Operator, for a composite (expanded when typed)
 
 
 def document_to_graph(doc: Any) -> Graph:
@@ -88,7 +88,7 @@ def document_to_graph(doc: Any) -> Graph:
         shapes or dtypes do not fit, a stated shape or dtype that disagrees with the inferred one.
     """
     _check_top(doc)
-    entries = _parse_entries(doc)
+    entries = _parse_entries(doc, composites())  # (the table read once a document)
     outputs = _parse_outputs(doc["outputs"], entries)
     order = _walk(entries, [node_id for _, node_id in outputs])
     # Each node was typed as it was made (`_type_node`), its operands before it.
@@ -119,7 +119,7 @@ def _check_top(doc: Any) -> None:
         raise SpecError("missing 'outputs': list the ids of the nodes the graph computes")
 
 
-def _parse_entries(doc: dict) -> dict[str, Entry]:
+def _parse_entries(doc: dict, composites: dict) -> dict[str, Entry]:
     """Inputs then nodes, by id, in file order; checks types and that ids are unique."""
     entries: dict[str, Entry] = {}
     inputs = doc.get("inputs") or {}
@@ -133,7 +133,7 @@ def _parse_entries(doc: dict) -> dict[str, Entry]:
     if not isinstance(nodes, list):
         raise SpecError(f"'nodes' must be a list of node mappings, not a {_kind(nodes)}")
     for position, fields in enumerate(nodes):
-        entry = _parse_node(position, fields)
+        entry = _parse_node(position, fields, composites)
         if entry.id in entries:
             what = "an input" if entries[entry.id].op == "input" else "another node"
             raise SpecError(f"duplicate id: {what} already has the id {shown(entry.id)}; ids "
@@ -166,7 +166,7 @@ def _input_error(name: str, message: str) -> SpecError:
     return err
 
 
-def _parse_node(position: int, fields: Any) -> Entry:
+def _parse_node(position: int, fields: Any, composites: dict) -> Entry:
     if not isinstance(fields, dict):
         raise SpecError(f"nodes entry {position + 1} must be a mapping {{id, op, args, ...}}, "
                         f"not a {_kind(fields)}")
@@ -180,9 +180,9 @@ def _parse_node(position: int, fields: Any) -> Entry:
     if not isinstance(op, str):
         raise SpecError("missing 'op' (the operator name)" if op is None else
                         f"'op' must be an operator name, not {shown(op)}", node_id)
-    expanded = composite(op)
+    expanded = composites.get(op)
     if op not in OPS and expanded is None:
-        names = list(OPS) + [n for n, o in operator_table().items() if o.kind == "composite"]
+        names = list(OPS) + list(composites)
         raise GraphError(f"unknown operator {shown(op)}{did_you_mean(op, names)} (see "
                          "docs/graph-spec.md or `deepx-flow ops` for the list)", node_id)
     attr_names = OPS[op].attrs if expanded is None else [a.name for a in expanded.attrs]
@@ -215,7 +215,7 @@ def _parse_node(position: int, fields: Any) -> Entry:
             raise SpecError(f"attribute names must be strings, got {shown(key)}", node_id)
         _check_attr_value(key, value, node_id)
     attrs = {key: _yaml12_number(value) for key, value in attrs.items()}
-    return Entry(node_id, op, tuple(parsed_args), shape, dtype, attrs)
+    return Entry(node_id, op, tuple(parsed_args), shape, dtype, attrs, expanded)
 
 
 def _parse_shape(shape: Any, node_id: str) -> tuple[int, ...]:
@@ -376,10 +376,10 @@ def _type_node(entry: Entry, done: dict[str, Node], literals: dict[tuple[str, in
             operands.append(literal)
         else:
             operands.append(done[arg])
-    expanded = composite(entry.op)
-    if expanded is not None:
-        check_attrs(expanded, entry.attrs, entry.id)
-        return expand(expanded, entry.id, operands, entry.attrs, entry.shape, entry.dtype)
+    if entry.composite is not None:
+        check_attrs(entry.composite, entry.attrs, entry.id)
+        return expand(entry.composite, entry.id, operands, entry.attrs, entry.shape,
+                      entry.dtype)
     attrs = normalize_attrs(entry.op, entry.attrs, operands, entry.id)
     node = Node(entry.id, entry.op, tuple(t.id for t in operands), entry.shape, entry.dtype,
                 make_attrs(**attrs))
