@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 from sqlmodel import delete, select, update
 
-from deepx_flow.contract.tensors import datatype_of, to_raw
+from deepx_flow.contract.tensors import datatype_of, dtype_of, to_raw
 from deepx_flow.errors import DeepxError, InputError, shown
 from deepx_flow.gateway.errors import NotFound
 from deepx_flow.meta.models import Operation
@@ -349,7 +349,11 @@ class Operations:
         for entry in listed:
             path = folder / entry["file"]
             try:
-                arrays[entry["name"]] = np.load(path, mmap_mode="r", allow_pickle=False)
+                array = np.load(path, mmap_mode="r", allow_pickle=False)
+                if entry["datatype"] == "BF16" and array.dtype.kind == "V":
+                    # (.npy has no bfloat16: it keeps its 2-byte elements as void, `<V2`)
+                    array = array.view(np.dtype(dtype_of("BF16", entry["name"])))
+                arrays[entry["name"]] = array
             except (OSError, ValueError) as err:
                 raise DeepxError(f"operation {found.id!r}: its output {entry['name']!r} "
                                  f"cannot be read from {path}: {err}") from None

@@ -1,5 +1,7 @@
 """Write the conformance suite's cases (`cases/*.json`), one per operator of the table (but
-`input`, which every case uses, and `read_zarr`, which needs a store), from Python's SDK:
+`input`, which every case uses, and `read_zarr`, which needs a store), one per dtype on the
+wire (its edge values: least, greatest, NaN, infinities, -0.0, compared exactly) and an
+empty tensor, from Python's SDK:
 the steps any SDK takes through its public API, the canonical graph spec those steps must
 give, inputs, and the outputs Python computes for them (`dx.run`, in process).
 
@@ -16,7 +18,8 @@ A case (JSON):
             shape and dtype where given, and the id
   outputs   [[name, tensor id], ...]: graph.output(tensor, name), in order
   spec      the graph spec the steps give (docs/sdks.md says how the SDKs write it)
-  inputs    {name: {"dtype", "shape", "data"}}: flat values (int64 as decimal strings)
+  inputs    {name: {"dtype", "shape", "data"}}: flat values (int64 and uint64 as decimal
+            strings; float16 and bfloat16 as their 16-bit patterns, with "encoding": "bits")
   expected  {name: {"dtype", "shape", "data"}}: the same form; non-finite floats as
             "NaN", "Infinity", "-Infinity"
   rtol, atol  how close each SDK's results must be (the gateway computes them, so they
@@ -107,11 +110,14 @@ def _values(name: str, shape, dtype, rng, inputs_of_case) -> np.ndarray:
 
 def _wire(array: np.ndarray) -> dict:
     flat = array.ravel()
+    if array.dtype.name in ("float16", "bfloat16"):  # (their 16-bit patterns, exactly)
+        return {"dtype": array.dtype.name, "shape": list(array.shape),
+                "data": flat.view(np.uint16).tolist(), "encoding": "bits"}
     if array.dtype.kind == "f":
         data = [v if math.isfinite(v) else ("NaN" if math.isnan(v) else
                                             "Infinity" if v > 0 else "-Infinity")
                 for v in flat.astype(np.float64).tolist()]
-    elif array.dtype == np.int64 or array.dtype == np.uint64:
+    elif array.dtype in (np.int64, np.uint64):
         data = [str(v) for v in flat.tolist()]
     else:
         data = flat.tolist()
@@ -145,6 +151,39 @@ def case(name: str) -> dict:
             "rtol": 1e-6, "atol": 1e-6}
 
 
+# Every dtype on the wire, each with the values at its edges (its least and greatest, NaN,
+# the infinities and -0.0 for floats): flipped on the gateway, so every value comes back, in
+# another order.
+def _edges(dtype: str) -> np.ndarray:
+    import ml_dtypes
+    if dtype == "bool":
+        return np.array([True, False, True])
+    if dtype in ("float16", "bfloat16", "float32", "float64"):
+        kind = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+        info = ml_dtypes.finfo(kind)
+        return np.array([float(info.min), float(info.max), float(info.tiny), np.nan, np.inf,
+                         -np.inf, -0.0, 1.5, -2.25], dtype=kind)
+    info = np.iinfo(dtype)
+    return np.array([info.min, info.max, 0, 1, info.max // 3], dtype=dtype)
+
+
+def dtype_case(dtype: str, shape=None) -> dict:
+    values = _edges(dtype) if shape is None else np.zeros(shape, dtype=_edges(dtype).dtype)
+    shape = list(values.shape)
+    spec = {"deepx": 1, "inputs": {"x": {"shape": shape, "dtype": dtype}},
+            "nodes": [{"id": "y", "op": "flip", "args": ["x"]}], "outputs": ["y"]}
+    got = dx.run(document_to_graph(spec), inputs={"x": values})["y"]
+    return {"name": f"dtype_{dtype}" if values.size else f"empty_{dtype}",
+            "steps": [{"input": "x", "shape": shape, "dtype": dtype},
+                      {"op": "flip", "args": ["x"], "attrs": {}, "id": "y"}],
+            "outputs": [["y", "y"]], "spec": spec, "inputs": {"x": _wire(values)},
+            "expected": {"y": _wire(np.asarray(got))}, "rtol": 0.0, "atol": 0.0}
+
+
+DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", "bfloat16", "float32", "float64")
+
+
 def cases() -> dict[str, str]:
     """Every case's file name -> its JSON text."""
     out = {}
@@ -152,6 +191,9 @@ def cases() -> dict[str, str]:
         if name in SKIPPED:
             continue
         out[f"op_{name}.json"] = json.dumps(case(name), indent=1) + "\n"
+    for dtype in DTYPES:
+        out[f"dtype_{dtype}.json"] = json.dumps(dtype_case(dtype), indent=1) + "\n"
+    out["empty_float32.json"] = json.dumps(dtype_case("float32", (0, 3)), indent=1) + "\n"
     return out
 
 
@@ -181,14 +223,14 @@ def main(argv) -> int:
         stale = [n for n, text in made.items()
                  if not (target / n).is_file() or
                  not same(json.loads((target / n).read_text()), json.loads(text))]
-        stale += [p.name for p in target.glob("op_*.json") if p.name not in made]
+        stale += [p.name for p in target.glob("*.json") if p.name not in made]
         if stale:
             print("not current (run python sdks/conformance/make_cases.py): " +
                   ", ".join(sorted(stale)))
             return 1
         return 0
     target.mkdir(exist_ok=True)
-    for old in target.glob("op_*.json"):
+    for old in target.glob("*.json"):
         if old.name not in made:
             old.unlink()
     for n, text in made.items():

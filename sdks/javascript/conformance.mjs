@@ -28,8 +28,9 @@ function built(c) {
   return g;
 }
 
-function values({ dtype, shape, data }) {
+function values({ dtype, shape, data, encoding }) {
   const Kind = WIRE[dtype][1];
+  if (encoding === "bits") return tensor(Uint16Array.from(data), shape, dtype); // (float16, bfloat16)
   const parsed = data.map((v) => (Kind === BigInt64Array || Kind === BigUint64Array ? BigInt(v)
     : v === "NaN" ? NaN : v === "Infinity" ? Infinity : v === "-Infinity" ? -Infinity
       : typeof v === "boolean" ? Number(v) : v));
@@ -40,6 +41,11 @@ function close(got, want, rtol, atol, name) {
   assert.equal(got.dtype, want.dtype, `${name}: dtype`);
   assert.deepEqual(got.shape, want.shape, `${name}: shape`);
   const a = Array.from(got.data), b = Array.from(want.data);
+  assert.equal(a.length, b.length, `${name}: ${a.length} values, not ${b.length}`);
+  if (rtol === 0 && atol === 0) { // exactly: -0 is not 0, and NaN is NaN
+    for (let i = 0; i < b.length; i++) assert.ok(Object.is(a[i], b[i]), `${name}[${i}]: ${a[i]}, not ${b[i]}`);
+    return;
+  }
   for (let i = 0; i < b.length; i++) {
     if (typeof b[i] === "bigint" || Number.isNaN(b[i]) && Number.isNaN(a[i])) {
       if (typeof b[i] === "bigint") assert.equal(a[i], b[i], `${name}[${i}]`);

@@ -143,6 +143,31 @@ def test_bad_requests_get_their_status_and_the_deepx_error_text(http, body, stat
     assert http.get("/v1/capabilities").status_code == 200  # and it keeps serving
 
 
+def test_a_bfloat16_result_comes_back_as_bfloat16_in_json_and_binary(http):
+    """Results are kept as .npy files, which have no bfloat16 (they hold void `<V2`): read
+    back, they are bfloat16 again."""
+    import ml_dtypes
+    spec = {"deepx": 1, "inputs": {"x": {"shape": [3], "dtype": "bfloat16"}},
+            "nodes": [{"id": "y", "op": "flip", "args": ["x"]}], "outputs": ["y"]}
+    x = np.array([1.5, -2.0, 3.0], ml_dtypes.bfloat16)
+    answer = http.post("/v1/graphs:execute", json={"graph": spec, "inputs": [
+        {"name": "x", "shape": [3], "datatype": "BF16", "data": [1.5, -2.0, 3.0]}]})
+    assert answer.status_code == 200, answer.text
+    [y] = answer.json()["outputs"]
+    assert y["datatype"] == "BF16" and y["data"] == [3.0, -2.0, 1.5]
+    head = json.dumps({"graph": spec, "parameters": {"binary_data_output": True},
+                       "inputs": [{"name": "x", "shape": [3], "datatype": "BF16",
+                                   "parameters": {"binary_data_size": 6}}]}).encode()
+    answer = http.post("/v1/graphs:execute", content=head + x.tobytes(),
+                       headers={HEADER_LENGTH: str(len(head)),
+                                "Content-Type": "application/octet-stream"})
+    assert answer.status_code == 200, answer.text
+    n = int(answer.headers[HEADER_LENGTH])
+    assert json.loads(answer.content[:n])["outputs"][0]["datatype"] == "BF16"
+    np.testing.assert_array_equal(np.frombuffer(answer.content[n:], ml_dtypes.bfloat16),
+                                  x[::-1])
+
+
 def test_unknown_operations_are_404(http):
     assert http.get("/v1/operations/nope").status_code == 404
     assert http.post("/v1/operations/nope:cancel").status_code == 404

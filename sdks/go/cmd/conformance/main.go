@@ -20,9 +20,10 @@ import (
 )
 
 type tensor struct {
-	Dtype string `json:"dtype"`
-	Shape []int  `json:"shape"`
-	Data  []any  `json:"data"`
+	Dtype    string `json:"dtype"`
+	Shape    []int  `json:"shape"`
+	Data     []any  `json:"data"`
+	Encoding string `json:"encoding"` // "bits": float16 and bfloat16 as their 16-bit patterns
 }
 
 type testCase struct {
@@ -123,7 +124,46 @@ func number(v any) float64 {
 func values(t tensor) deepx.Values {
 	v := deepx.Values{Shape: t.Shape, Dtype: t.Dtype}
 	n := len(t.Data)
+	if t.Shape == nil {
+		v.Shape = []int{}
+	}
 	switch t.Dtype {
+	case "float16", "bfloat16", "uint16":
+		d := make([]uint16, n)
+		for i, x := range t.Data {
+			d[i] = uint16(number(x))
+		}
+		v.Data = d
+	case "int8":
+		d := make([]int8, n)
+		for i, x := range t.Data {
+			d[i] = int8(number(x))
+		}
+		v.Data = d
+	case "int16":
+		d := make([]int16, n)
+		for i, x := range t.Data {
+			d[i] = int16(number(x))
+		}
+		v.Data = d
+	case "uint8":
+		d := make([]uint8, n)
+		for i, x := range t.Data {
+			d[i] = uint8(number(x))
+		}
+		v.Data = d
+	case "uint32":
+		d := make([]uint32, n)
+		for i, x := range t.Data {
+			d[i] = uint32(number(x))
+		}
+		v.Data = d
+	case "uint64":
+		d := make([]uint64, n)
+		for i, x := range t.Data {
+			d[i], _ = strconv.ParseUint(x.(string), 10, 64)
+		}
+		v.Data = d
 	case "float32":
 		d := make([]float32, n)
 		for i, x := range t.Data {
@@ -180,14 +220,24 @@ func compare(got, want deepx.Values, rtol, atol float64, name string) error {
 	if got.Dtype != want.Dtype || !reflect.DeepEqual(got.Shape, want.Shape) {
 		return fmt.Errorf("%s: %s%v, not %s%v", name, got.Dtype, got.Shape, want.Dtype, want.Shape)
 	}
-	if want.Dtype == "int64" {
-		if !reflect.DeepEqual(got.Data, want.Data) {
+	exact := rtol == 0 && atol == 0
+	if want.Dtype == "int64" || want.Dtype == "uint64" || exact && want.Dtype != "float32" && want.Dtype != "float64" {
+		if reflect.ValueOf(got.Data).Len() != reflect.ValueOf(want.Data).Len() || (reflect.ValueOf(want.Data).Len() > 0 && !reflect.DeepEqual(got.Data, want.Data)) {
 			return fmt.Errorf("%s: %v, not %v", name, got.Data, want.Data)
 		}
 		return nil
 	}
 	a, b := flat(got), flat(want)
+	if len(a) != len(b) {
+		return fmt.Errorf("%s: %d values, not %d", name, len(a), len(b))
+	}
 	for i := range b {
+		if exact { // (-0 is not 0, and NaN is NaN)
+			if math.Float64bits(a[i]) != math.Float64bits(b[i]) && !(math.IsNaN(a[i]) && math.IsNaN(b[i])) {
+				return fmt.Errorf("%s[%d]: %v, not %v", name, i, a[i], b[i])
+			}
+			continue
+		}
 		if math.IsNaN(a[i]) && math.IsNaN(b[i]) || a[i] == b[i] || math.Abs(a[i]-b[i]) <= atol+rtol*math.Abs(b[i]) {
 			continue
 		}
