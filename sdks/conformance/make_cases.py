@@ -24,6 +24,9 @@ A case (JSON):
             "NaN", "Infinity", "-Infinity"
   rtol, atol  how close each SDK's results must be (the gateway computes them, so they
             match but for the order of float sums)
+  error     instead of spec and expected where the case is a mistake: {"at": "build",
+            "kind", "message"} (the SDK refuses the last step, in Python's words) or {"at":
+            "run", "kind", "contains"} (the gateway refuses the run; its message holds that)
 """
 
 from __future__ import annotations
@@ -180,6 +183,49 @@ def dtype_case(dtype: str, shape=None) -> dict:
             "expected": {"y": _wire(np.asarray(got))}, "rtol": 0.0, "atol": 0.0}
 
 
+def _build_error(name: str, op: str, args: list, attrs: dict) -> dict:
+    """A case whose last step is a mistake an SDK must refuse as it builds, with the kind
+    and message Python's reader gives for the same node."""
+    from deepx_flow.errors import DeepxError
+    spec = {"deepx": 1, "inputs": {"x": {"shape": [2, 3], "dtype": "float32"}},
+            "nodes": [{"id": "y", "op": op, "args": args, "attrs": attrs}], "outputs": ["y"]}
+    try:
+        document_to_graph(spec)
+    except DeepxError as err:
+        refused = {"at": "build", "kind": type(err).__name__, "message": str(err)}
+    else:
+        raise AssertionError(f"{name}: Python takes it")
+    return {"name": name, "steps": [{"input": "x", "shape": [2, 3], "dtype": "float32"},
+                                    {"op": op, "args": args, "attrs": attrs, "id": "y"}],
+            "outputs": [["y", "y"]], "error": refused}
+
+
+def _run_error(name: str, given: dict, contains: str) -> dict:
+    """A case the gateway refuses when it runs: the kind, and words the message holds."""
+    spec = {"deepx": 1, "inputs": {"x": {"shape": [2, 3], "dtype": "float32"},
+                                   "z": {"shape": [3], "dtype": "float32"}},
+            "nodes": [{"id": "y", "op": "add", "args": ["x", "z"]}], "outputs": ["y"]}
+    return {"name": name, "steps": [{"input": "x", "shape": [2, 3], "dtype": "float32"},
+                                    {"input": "z", "shape": [3], "dtype": "float32"},
+                                    {"op": "add", "args": ["x", "z"], "attrs": {}, "id": "y"}],
+            "outputs": [["y", "y"]], "spec": spec,
+            "inputs": {n: _wire(np.zeros(s, np.float32)) for n, s in given.items()},
+            "error": {"at": "run", "kind": "InputError", "contains": contains}}
+
+
+ERRORS = {
+    "error_unknown_operator": lambda: _build_error("error_unknown_operator", "relux", ["x"], {}),
+    "error_unknown_attribute": lambda: _build_error("error_unknown_attribute", "sum", ["x"],
+                                                    {"axis": 1}),
+    "error_missing_attribute": lambda: _build_error("error_missing_attribute", "one_hot",
+                                                    ["x"], {}),
+    "error_arity": lambda: _build_error("error_arity", "add", ["x"], {}),
+    "error_composite_arity": lambda: _build_error("error_composite_arity", "leaky_relu",
+                                                  ["x", "x"], {}),
+    "error_missing_input": lambda: _run_error("error_missing_input", {"x": (2, 3)}, "'z'"),
+    "error_bad_shape": lambda: _run_error("error_bad_shape", {"x": (2, 3), "z": (4,)}, "'z'"),
+}
+
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
           "float16", "bfloat16", "float32", "float64")
 
@@ -194,6 +240,8 @@ def cases() -> dict[str, str]:
     for dtype in DTYPES:
         out[f"dtype_{dtype}.json"] = json.dumps(dtype_case(dtype), indent=1) + "\n"
     out["empty_float32.json"] = json.dumps(dtype_case("float32", (0, 3)), indent=1) + "\n"
+    for name, make in ERRORS.items():
+        out[f"{name}.json"] = json.dumps(make(), indent=1) + "\n"
     return out
 
 
@@ -204,6 +252,8 @@ def same(stored: dict, made: dict) -> bool:
     if {k: v for k, v in stored.items() if k != "expected"} != \
             {k: v for k, v in made.items() if k != "expected"}:
         return False
+    if "expected" not in made:
+        return "expected" not in stored
     if stored["expected"].keys() != made["expected"].keys():
         return False
     for name, want in made["expected"].items():
