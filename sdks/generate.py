@@ -85,7 +85,10 @@ def javascript() -> dict[str, str]:
                 typed.append(f"{n}: Operand[]")
             else:
                 typed.append(f"{n}{'?' if raw.endswith('?') else ''}: Operand")
-        fields = [f"{a.name}{'' if a.required else '?'}: {TS_TYPES[a.type]}"
+        # (a primitive's ints are lists, one value per axis; a composite's function also
+        # takes one int for all)
+        types = TS_TYPES if op.kind == "composite" else {**TS_TYPES, "ints": "number[]"}
+        fields = [f"{a.name}{'' if a.required else '?'}: {types[a.type]}"
                   + ("" if a.required else " | null") for a in op.attrs]
         fields += [f"{s.name}{'' if s.required else '?'}: {TS_TYPES[s.type]}"
                    for s in op.states]

@@ -56,6 +56,8 @@ def serve(address: str = DEFAULT_ADDRESS, http_port: int = DEFAULT_HTTP_PORT,
     from deepx_flow.meta import open_db
     from deepx_flow.runtime.cluster import connect
 
+    from deepx_flow.ops.table import operator_table
+    operator_table()  # (an extra table of DEEPX_EXTRA_OPERATORS refused now, not per graph)
     creds = auth.credentials(auth_token, basic_auth)
     auth.check_bind(address, creds)
     if bool(tls_cert) != bool(tls_key):

@@ -72,6 +72,12 @@ def conv_transpose(x, w, b=None, stride=1, padding=0, dilation=1, groups: int = 
     n = _spatial(x, "conv_transpose")
     stride, dilation = _per_axis("stride", stride, n), _per_axis("dilation", dilation, n)
     pads, extra = _pads(padding, n), _per_axis("output_padding", output_padding, n)
+    # (checked here: the stride-1 conv it is built as would take a stride of 0 as 1)
+    if min(stride) < 1 or min(dilation) < 1 or min(pads) < 0 or min(extra) < 0 or \
+            not is_integer(groups) or groups < 1:
+        raise GraphError(f"conv_transpose: strides, dilations and groups must be positive and "
+                         f"paddings non-negative, got stride {stride}, dilation {dilation}, "
+                         f"padding {pads}, output_padding {extra}, groups {shown(groups)}")
     if w.ndim != x.ndim or w.shape[0] != x.shape[1] or x.shape[1] % groups:
         raise GraphError(f"conv_transpose: weights must be (C, M / groups, *kernel) for input "
                          f"{x.shape} and {groups} group(s), got {w.shape}")

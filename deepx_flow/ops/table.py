@@ -10,6 +10,7 @@ compiler's truth; a test holds the two equal, attribute by attribute and default
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,13 +63,23 @@ class Operator:
     def optional_inputs(self) -> tuple[str, ...]:
         return tuple(i[:-1] for i in self.inputs if i.endswith("?"))
 
+    def state(self, name: str) -> Attr | None:
+        return next((s for s in self.states if s.name == name), None)
+
 
 def operator_table() -> dict[str, Operator]:
     """The table's operators by name, in the file's order, and after them the composites of
     DEEPX_EXTRA_OPERATORS where it names a file (ValueError for a malformed table: a test
     reads this one, so a mistake is found before any SDK is generated from it)."""
     from deepx_flow.config import settings
-    return _tables(settings().extra_operators)
+    from deepx_flow.errors import SettingsError
+    extra = settings().extra_operators
+    try:
+        return _tables(extra)
+    except ValueError as err:
+        if extra is None:
+            raise  # (this package's own table: a test reads it)
+        raise SettingsError(f"DEEPX_EXTRA_OPERATORS: {err}") from None
 
 
 @functools.cache
@@ -78,11 +89,33 @@ def _tables(extra: str | None) -> dict[str, Operator]:
         return out
     added = _read(Path(extra))
     for op in added.values():
-        if op.kind != "composite" or op.name in out:
-            raise ValueError(f"{extra}: operator {op.name!r} "
-                             f"{'is already in the table' if op.name in out else 'is no composite'}"
-                             f": an extra table adds composites")
+        problem = ("is already in the table" if op.name in out else
+                   "is no composite" if op.kind != "composite" else
+                   "is not named package.module:function by its python"
+                   if not re.fullmatch(r"[\w.]+:\w+", op.python) else
+                   "is not a lower-case identifier, or is a member of the SDKs' Graph"
+                   if not NAME.fullmatch(op.name) or op.name in GRAPH_MEMBERS else
+                   "has an input named as a keyword of an SDK's language, or no identifier"
+                   if any(not NAME.fullmatch(i) or i in KEYWORDS for i in op.input_names())
+                   else None)
+        if problem:
+            raise ValueError(f"{extra}: operator {op.name!r} {problem} (an extra table adds "
+                             f"composites that every SDK can name)")
     return {**out, **added}
+
+
+NAME = re.compile(r"[a-z][a-z0-9_]*")
+GRAPH_MEMBERS = {"op", "input", "output", "to_spec", "spec", "err", "graph", "nodes", "inputs",
+                 "outputs", "constructor", "prototype"}
+KEYWORDS = {"var", "func", "type", "map", "range", "chan", "go", "select", "defer", "package",
+            "import", "interface", "struct", "default", "case", "switch", "const", "for",
+            "if", "else", "return", "break", "continue", "goto", "fallthrough", "new",
+            "delete", "function", "class", "in", "do", "while", "this", "void", "with",
+            "yield", "let", "static", "enum", "await", "try", "catch", "finally", "throw",
+            "typeof", "instanceof", "export", "extends", "super", "null", "true", "false",
+            "end", "local", "then", "elseif", "repeat", "until", "nil", "not", "and", "or",
+            "public", "private", "protected", "final", "int", "long", "double", "float",
+            "char", "short", "byte", "boolean"}
 
 
 def _read(path: Path) -> dict[str, Operator]:
@@ -107,6 +140,8 @@ def _read(path: Path) -> dict[str, Operator]:
 def _operator(entry: dict, path: Path = TABLE) -> Operator:
     name = entry.get("name")
     where = f"{path}: operator {name!r}"
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{path}: an operator has no name (a string)")
     known = {"name", "kind", "category", "python", "inputs", "attrs", "states", "dtype",
              "differentiable", "since", "doc"}
     if set(entry) - known:

@@ -44,6 +44,9 @@ def spatial_attrs(node, spatial: int, kernel=None) -> tuple:
     """(strides, pads, dilations) of a window node, checked against `spatial` axes."""
     def get(name, default, length):
         value = node.attr(name)
+        if value is not None and not isinstance(value, (tuple, list)):
+            raise GraphError(f"{node.op}: {name} must be {length} integers, got "
+                             f"{shown(value)}", node.id)
         value = tuple([default] * length) if value is None else tuple(value)
         if len(value) != length or not all(isinstance(v, int) and not isinstance(v, bool)
                                            for v in value):
@@ -127,7 +130,7 @@ def _infer_pool(node, inputs):
     (x,) = inputs
     spatial = _check_x(node, x)
     kernel = node.attr("kernel")
-    if kernel is None or len(kernel) != spatial or not all(
+    if not isinstance(kernel, (tuple, list)) or len(kernel) != spatial or not all(
             isinstance(k, int) and k >= 1 for k in kernel):
         raise GraphError(f"{node.op}: kernel must be {spatial} positive integers, got "
                          f"{shown(kernel)}", node.id)

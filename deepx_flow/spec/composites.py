@@ -16,6 +16,7 @@ from typing import Any
 from deepx_flow.errors import DeepxError, GraphError, closest, shown
 from deepx_flow.ir import Node
 from deepx_flow.ops.table import Operator, operator_table
+from deepx_flow.sdk.tensor import Tensor
 
 
 def composites() -> dict[str, Operator]:
@@ -43,7 +44,6 @@ def expand(op: Operator, node_id: str, operands: list[Node], attrs: dict[str, An
     operands first, the last with id `node_id`. A stated `shape` or `dtype` is passed to a
     composite that states them, and checked against the result of any other."""
     from deepx_flow.sdk.build import build_graph
-    from deepx_flow.sdk.tensor import Tensor
     names = _operand_names(op, len(operands), node_id)
     kwargs: dict[str, Any] = {n: Tensor(node) for n, node in zip(names, operands)}
     kwargs.update({k: v for k, v in attrs.items() if v is not None})
@@ -51,12 +51,18 @@ def expand(op: Operator, node_id: str, operands: list[Node], attrs: dict[str, An
     for field, value in (("shape", shape), ("dtype", dtype)):
         if value is not None and field in stated:
             kwargs[field] = tuple(value) if field == "shape" else value
+        elif value is None and field in stated and op.state(field).required:
+            raise GraphError(f"{op.name} needs a declared {field}", node_id)  # (as `full`)
+    function = _function(op)
     try:
-        result = _function(op)(**kwargs)
-    except (DeepxError, TypeError, ValueError) as err:  # (or an attribute of the wrong kind)
-        message = str(err)
+        result = function(**kwargs)
+    except Exception as err:  # its refusal, or a value it cannot take: said, never raw
+        message = str(err) if isinstance(err, DeepxError) else f"{type(err).__name__}: {err}"
         raise GraphError(message if message.startswith(op.name) else
                          f"{op.name}: {message}", node_id) from None
+    if not isinstance(result, Tensor):
+        raise GraphError(f"{op.name}: its function {op.python} gave {type(result).__name__}, "
+                         f"not one tensor", node_id)
     if shape is not None and "shape" not in stated and tuple(shape) != result.shape:
         raise GraphError(f"{op.name} gives shape {result.shape}, but the node states "
                          f"{tuple(shape)}", node_id)

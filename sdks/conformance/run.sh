@@ -15,7 +15,14 @@ export DEEPX_DB_URL="sqlite:///$work/conformance.db"  # (a database of its own)
 "$python" -m deepx_flow.cli.main serve --http-port 0 --grpc-port 0 --metrics-port 0 \
   --results "$work/results" 2> "$work/serve.log" &
 server=$!
-trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$work"' EXIT
+stop() {  # the gateway stopped (killed where it does not within 60 s) and its folder removed
+  kill -TERM $server 2>/dev/null
+  for _ in $(seq 600); do kill -0 $server 2>/dev/null || break; sleep 0.1; done
+  kill -KILL $server 2>/dev/null
+  rm -rf "$work"
+}
+trap stop EXIT
+trap 'exit 130' INT TERM  # (then stop, as at any exit)
 for _ in $(seq 600); do  # (up to a minute for the embedded cluster to start)
   url=$(sed -n 's/.*HTTP on \([^,]*\),.*/\1/p' "$work/serve.log" | head -1)
   [ -n "$url" ] && break

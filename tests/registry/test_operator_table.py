@@ -166,3 +166,58 @@ def test_a_differentiable_composite_passes_a_gradient_to_its_first_input(name):
     first = next(iter(args.values()))
     gradient = dx.grad(dx.sum(dx.cast(y, "float32")), first)
     assert gradient.shape == first.shape
+
+
+EXTRA = """version: 1
+operators:
+  - name: {name}
+    kind: composite
+    python: "{python}"
+    inputs: [{inputs}]
+    attrs: {{}}
+    states: {{}}
+    dtype: same
+    differentiable: true
+    since: "0.2.0"
+    doc: "an extra"
+"""
+
+
+@pytest.mark.parametrize("name, python, inputs, says", [
+    ("relu", "m:f", "x", "is already in the table"),
+    ("op", "m:f", "x", "is a member of the SDKs' Graph"),
+    ("Soft-Sign", "m:f", "x", "is not a lower-case identifier"),
+    ("softsign", "m.f", "x", "is not named package.module:function"),
+    ("softsign", "m:f", "var", "has an input named as a keyword"),
+])
+def test_an_extra_table_is_refused_with_its_reason(tmp_path, monkeypatch, name, python,
+                                                   inputs, says):
+    from deepx_flow.errors import SettingsError
+    path = tmp_path / "extra.yaml"
+    path.write_text(EXTRA.format(name=name, python=python, inputs=inputs))
+    monkeypatch.setenv("DEEPX_EXTRA_OPERATORS", str(path))
+    with pytest.raises(SettingsError, match=f"DEEPX_EXTRA_OPERATORS: .*{says}"):
+        operator_table()
+    path.with_name("broken.yaml").write_text("version: [")
+    monkeypatch.setenv("DEEPX_EXTRA_OPERATORS", str(path.with_name("broken.yaml")))
+    with pytest.raises(SettingsError, match="cannot be read as an operator table"):
+        operator_table()
+
+
+@pytest.mark.parametrize("body, says", [
+    ("    raise KeyError('scale')", "KeyError: 'scale'"),
+    ("    return 3", "gave int, not one tensor"),
+])
+def test_an_extra_function_that_fails_is_a_graph_error_naming_it(tmp_path, monkeypatch, body,
+                                                                 says):
+    (tmp_path / f"extra_fail_{len(body)}.py").write_text(f"def f(x):\n{body}\n")
+    path = tmp_path / "extra.yaml"
+    path.write_text(EXTRA.format(name="softsign", python=f"extra_fail_{len(body)}:f",
+                                 inputs="x"))
+    monkeypatch.setenv("DEEPX_EXTRA_OPERATORS", str(path))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = {"deepx": 1, "inputs": {"x": {"shape": [2], "dtype": "float32"}},
+            "nodes": [{"id": "y", "op": "softsign", "args": ["x"]}], "outputs": ["y"]}
+    with pytest.raises(GraphError, match=says) as caught:
+        document_to_graph(spec)
+    assert caught.value.node == "y"

@@ -137,6 +137,10 @@ def test_a_composite_that_gives_its_operand_back_is_a_node_of_its_own():
     ({"op": "pad", "args": ["x"], "attrs": {"widths": "wide"}}, "pad"),
     ({"op": "leaky_relu", "args": ["x"], "alpha": 0.1},
      "'alpha' is an attribute of leaky_relu: put it under attrs"),
+    ({"op": "zeros", "dtype": "float32"}, "zeros needs a declared shape"),
+    ({"op": "conv_transpose", "args": ["x", "x"], "attrs": {"groups": 0}},
+     "conv_transpose"),  # (refused by name, never a ZeroDivisionError)
+    ({"op": "pad", "args": ["x"], "attrs": {"widths": [[1, 1], [0, 0]], "mode": 3}}, "pad"),
 ])
 def test_what_a_composite_node_gets_wrong_is_refused_naming_it(node, says):
     spec = {"deepx": 1, "inputs": {"x": {"shape": [4, 5], "dtype": "float32"}},
@@ -168,3 +172,26 @@ def test_the_gateway_runs_a_graph_that_writes_composites(http):
         "inputs": [{"name": "x", "shape": [4, 5], "datatype": "FP32",
                     "data": x.ravel().tolist()}]})
     assert bad.status_code == 400 and "did you mean 'axis'?" in bad.json()["error"]
+
+
+def test_conv_transpose_refuses_a_stride_it_would_take_as_one():
+    spec = {"deepx": 1, "inputs": {"x": {"shape": [1, 2, 4, 4], "dtype": "float32"},
+                                   "w": {"shape": [2, 3, 2, 2], "dtype": "float32"}},
+            "nodes": [{"id": "y", "op": "conv_transpose", "args": ["x", "w"],
+                       "attrs": {"stride": 0}}], "outputs": ["y"]}
+    for stride, padding in [(0, 0), (-1, 0), (1, -1)]:
+        spec["nodes"][0]["attrs"] = {"stride": stride, "padding": padding}
+        with pytest.raises(GraphError, match="conv_transpose: strides, dilations and groups"):
+            document_to_graph(spec)
+
+
+@pytest.mark.parametrize("attrs", [{"kernel": 2}, {"kernel": [2, 2], "strides": 1},
+                                   {"kernel": [2, 2], "dilations": 1}])
+def test_a_window_attribute_given_as_one_int_is_refused_by_name(attrs):
+    """(a primitive's window attributes are lists, one value per spatial axis: a bare int
+    was a TypeError, which the gateway answered 500)"""
+    spec = {"deepx": 1, "inputs": {"x": {"shape": [1, 1, 4, 4], "dtype": "float32"}},
+            "nodes": [{"id": "y", "op": "max_pool", "args": ["x"], "attrs": attrs}],
+            "outputs": ["y"]}
+    with pytest.raises(GraphError, match="max_pool: .* must be 2 .*integers, got 2|got 1"):
+        document_to_graph(spec)

@@ -1,9 +1,11 @@
 package deepx
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
+	"reflect"
 	"sort"
 	"strings"
 )
@@ -102,7 +104,7 @@ func (g *Graph) Op(name string, inputs []Operand, options ...Options) *Tensor {
 			given[k] = v
 		}
 	}
-	id := fmt.Sprintf("%s_%d", name, len(g.nodes))
+	id := g.autoID(name)
 	if v, ok := given["id"]; ok {
 		s, isString := v.(string)
 		if !isString || s == "" {
@@ -127,17 +129,15 @@ func (g *Graph) Op(name string, inputs []Operand, options ...Options) *Tensor {
 		return g.fail(err)
 	}
 	n := node{ID: id, Op: name, Args: []any{}}
+	// (a node may state its shape or dtype: the gateway checks it against its rule)
 	for _, field := range []string{"shape", "dtype"} {
-		value, given2 := given[field]
+		value, isGiven := given[field]
 		delete(given, field)
-		if !given2 || value == nil {
+		if !isGiven || value == nil {
 			if st, ok := entry.states[field]; ok && st.required {
-				return g.fail(graphError(id, "%s needs its %s stated", name, field))
+				return g.fail(graphError(id, "%s needs a declared %s", name, field))
 			}
 			continue
-		}
-		if _, ok := entry.states[field]; !ok {
-			return g.fail(graphError(id, "%s does not state its %s (its rule gives it)", name, field))
 		}
 		if field == "shape" {
 			shape, ok := value.([]int)
@@ -161,7 +161,7 @@ func (g *Graph) Op(name string, inputs []Operand, options ...Options) *Tensor {
 	}
 	for _, operand := range inputs {
 		if operand == nil {
-			continue // (an optional input left out)
+			continue // (an optional input left out: only at the end, checkInputs says)
 		}
 		arg, err := g.arg(operand, id)
 		if err != nil {
@@ -219,13 +219,15 @@ func (g *Graph) Spec() (map[string]any, error) {
 		}
 	}
 	spec := map[string]any{"deepx": 1, "inputs": g.inputs, "nodes": g.nodes, "outputs": outputs}
-	// (as JSON reads it back: the form every SDK compares)
+	// (as JSON reads it back, numbers kept as written: an int64 past 2**53 is not rounded)
 	text, err := json.Marshal(spec)
 	if err != nil {
 		return nil, &Error{Kind: "GraphError", Message: err.Error()}
 	}
+	decoder := json.NewDecoder(bytes.NewReader(text))
+	decoder.UseNumber()
 	var out map[string]any
-	if err := json.Unmarshal(text, &out); err != nil {
+	if err := decoder.Decode(&out); err != nil {
 		return nil, &Error{Kind: "GraphError", Message: err.Error()}
 	}
 	return out, nil
@@ -279,8 +281,12 @@ func checkInputs(entry opEntry, inputs []Operand, id string) *Error {
 		}
 	}
 	given := 0
-	for _, in := range inputs {
+	for i, in := range inputs {
 		if in != nil {
+			if given < i { // (a nil before it: the operands would shift into its place)
+				return graphError(id, "%s: input %d is given after one left out (nil); only the "+
+					"last inputs may be left out", entry.name, i+1)
+			}
 			given++
 		}
 	}
@@ -326,6 +332,11 @@ func checkAttrs(entry opEntry, given Options, id string) *Error {
 		}
 		if value == nil {
 			delete(given, key)
+			continue
+		}
+		if problem := checkValue(value, 0); problem != "" {
+			return graphError(id, "attribute %s is %s, not a value a spec holds (a finite number, "+
+				"a string, a bool, nil, or a list of them)", shown(key), problem)
 		}
 	}
 	for _, key := range entry.attrOrder {
@@ -356,4 +367,39 @@ func MethodName(name string) string {
 		}
 	}
 	return strings.Join(parts, "")
+}
+
+// autoID is <op>_<n>, n the node's place; past an id taken by a name given, the next free n.
+func (g *Graph) autoID(name string) string {
+	for n := len(g.nodes); ; n++ {
+		if id := fmt.Sprintf("%s_%d", name, n); !g.ids[id] {
+			return id
+		}
+	}
+}
+
+// checkValue is what is wrong with an attribute's value, or "": a spec holds finite
+// numbers, strings, bools and lists of them (NaN and the infinities do not cross as JSON).
+func checkValue(value any, depth int) string {
+	switch v := value.(type) {
+	case bool, string, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, json.Number:
+		return ""
+	case float32:
+		return checkValue(float64(v), depth)
+	case float64:
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Sprint(v)
+		}
+		return ""
+	}
+	list := reflect.ValueOf(value)
+	if (list.Kind() == reflect.Slice || list.Kind() == reflect.Array) && depth < 32 {
+		for i := 0; i < list.Len(); i++ {
+			if problem := checkValue(list.Index(i).Interface(), depth+1); problem != "" {
+				return problem
+			}
+		}
+		return ""
+	}
+	return fmt.Sprintf("%T", value)
 }

@@ -2,7 +2,9 @@ package deepx
 
 import (
 	"encoding/json"
+	"math"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -18,12 +20,14 @@ func TestOperatorsBuildTheCanonicalSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want map[string]any
-	json.Unmarshal([]byte(`{"deepx": 1, "inputs": {"x": {"shape": [2, 3], "dtype": "float32"}},
+	decoder := json.NewDecoder(strings.NewReader(`{"deepx": 1, "inputs": {"x": {"shape": [2, 3], "dtype": "float32"}},
 	  "nodes": [{"id": "add_0", "op": "add", "args": ["x", 1.5]},
 	            {"id": "relu_1", "op": "relu", "args": ["add_0"]},
 	            {"id": "total", "op": "sum", "args": ["relu_1"], "attrs": {"axes": [1], "keepdims": true}},
 	            {"id": "argmax_3", "op": "argmax", "args": ["x"], "attrs": {"axis": -1}}],
-	  "outputs": ["total", {"label": "argmax_3"}]}`), &want)
+	  "outputs": ["total", {"label": "argmax_3"}]}`))
+	decoder.UseNumber() // (as Spec gives numbers: as written)
+	decoder.Decode(&want)
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %v\nwant %v", got, want)
 	}
@@ -62,8 +66,12 @@ func TestMistakesAreKeptWithPythonsMessages(t *testing.T) {
 			"node 'leaky_relu_0': leaky_relu takes 1 input(s) (x), got 2"},
 		{func(g *Graph, x *Tensor) { g.Full(Options{"shape": []int{1}, "dtype": "float32"}) },
 			"node 'full_0': full needs attribute 'value'"},
-		{func(g *Graph, x *Tensor) { g.Relu(x, Options{"shape": []int{2, 3}}) },
-			"node 'relu_0': relu does not state its shape (its rule gives it)"},
+		{func(g *Graph, x *Tensor) { g.Full(Options{"dtype": "float32", "value": 1}) },
+			"node 'full_0': full needs a declared shape"},
+		{func(g *Graph, x *Tensor) { g.LeakyRelu(x, Options{"alpha": math.Inf(1)}) },
+			"node 'leaky_relu_0': attribute 'alpha' is +Inf, not a value a spec holds (a finite number, a string, a bool, nil, or a list of them)"},
+		{func(g *Graph, x *Tensor) { g.LayerNorm(x, nil, x) },
+			"node 'layer_norm_0': layer_norm: input 3 is given after one left out (nil); only the last inputs may be left out"},
 		{func(g *Graph, x *Tensor) { g.Relu(NewGraph().Input("y", []int{1}, "float32")) },
 			"an operand of 'relu_0' is not a tensor of this graph"},
 		{func(g *Graph, x *Tensor) { g.Input("x", []int{1}, "float32") }, "node 'x': this id is taken by another input or node"},
@@ -124,5 +132,32 @@ func TestValuesCrossAsBytesExactly(t *testing.T) {
 	b16, _ := ToFloat32(Values{Dtype: "bfloat16", Data: []uint16{0x3f80, 0x4049}})
 	if !reflect.DeepEqual(f, []float32{1, -2}) || !reflect.DeepEqual(b16, []float32{1, 3.140625}) {
 		t.Errorf("got %v %v", f, b16)
+	}
+}
+
+func TestLargeIntegersAreWrittenAsGiven(t *testing.T) {
+	g := NewGraph()
+	x := g.Input("x", []int{2}, "int64")
+	g.Output(g.Add(x, int64(1)<<62+1, Options{"id": "y"}), "")
+	g.Output(g.RandomNormal(Options{"shape": []int{1}, "dtype": "float32", "seed": int64(1)<<60 + 1}), "r")
+	spec, err := g.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := json.Marshal(spec["nodes"])
+	want := `[{"args":["x",4611686018427387905],"id":"y","op":"add"},` +
+		`{"args":[],"attrs":{"seed":1152921504606846977},"dtype":"float32","id":"random_normal_1","op":"random_normal","shape":[1]}]`
+	if string(text) != want {
+		t.Fatalf("got %s", text)
+	}
+}
+
+func TestANodeMayStateItsShapeAndIDsMadeDoNotTakeANameGiven(t *testing.T) {
+	g := NewGraph()
+	x := g.Input("x", []int{2, 3}, "float32")
+	g.Relu(x, Options{"id": "relu_1"})
+	y := g.Relu(x, Options{"shape": []int{2, 3}})
+	if y.ID != "relu_2" || g.Err() != nil {
+		t.Fatalf("got %s, %v", y.ID, g.Err())
 	}
 }

@@ -50,7 +50,7 @@ export class Graph {
    * Every operator of the table also has a method of its own (generated/operators.js). */
   op(name, inputs = [], attrs = {}, { shape, dtype, id } = {}) {
     const entry = OPERATORS[name];
-    const nodeId = id ?? `${name}_${this.nodes.length}`;
+    const nodeId = id ?? this._autoId(name);
     if (entry === undefined || name === "input") {
       const names = Object.keys(OPERATORS).filter((n) => n !== "input");
       throw new DeepxError(`unknown operator ${shown(name)}${didYouMean(name, names)} (see ` +
@@ -59,18 +59,19 @@ export class Graph {
     checkInputs(entry, inputs, nodeId);
     const given = checkAttrs(entry, attrs, nodeId);
     const node = { id: nodeId, op: name, args: inputs.map((t) => this._arg(t, nodeId)) };
+    // (a node may state its shape or dtype: the gateway checks it against its rule)
     for (const [field, value] of [["shape", shape], ["dtype", dtype]]) {
-      if (value === undefined) continue;
-      if (!(field in entry.states)) {
-        throw new DeepxError(`${name} does not state its ${field} (its rule gives it)`,
+      if (value === undefined || value === null) continue;
+      if (field === "shape") checkShape(value, nodeId);
+      else if (!DTYPES.includes(value)) {
+        throw new DeepxError(`unknown dtype ${shown(value)}${didYouMean(String(value), DTYPES)}`,
           { kind: "GraphError", node: nodeId });
       }
-      if (field === "shape") checkShape(value, nodeId);
       node[field] = field === "shape" ? [...value] : value;
     }
     for (const [field, state] of Object.entries(entry.states)) {
       if (state.required && node[field] === undefined) {
-        throw new DeepxError(`${name} needs its ${field} stated`, { kind: "GraphError", node: nodeId });
+        throw new DeepxError(`${name} needs a declared ${field}`, { kind: "GraphError", node: nodeId });
       }
     }
     if (Object.keys(given).length) node.attrs = given;
@@ -119,6 +120,13 @@ export class Graph {
     if (!(tensor instanceof Tensor) || tensor.graph !== this) {
       throw new DeepxError(`${what} is not a tensor of this graph`, { kind: "GraphError" });
     }
+  }
+
+  _autoId(name) {
+    // <op>_<n>, n the node's place; past an id taken by a name given, the next free n
+    let n = this.nodes.length;
+    while (this._ids.has(`${name}_${n}`)) n++;
+    return `${name}_${n}`;
   }
 
   _claim(id) {
@@ -173,7 +181,7 @@ function checkAttrs(entry, attrs, nodeId) {
       throw new DeepxError(`${entry.name} has no attribute ${shown(key)} (allowed: ` +
         `${known.join(", ") || "none"})${close}`, { kind: "GraphError", node: nodeId });
     }
-    if (value !== undefined) given[key] = value;
+    if (value !== undefined) given[key] = checkValue(value, key, nodeId);
   }
   for (const [key, attr] of Object.entries(entry.attrs)) {
     if (attr.required && (given[key] === undefined || given[key] === null)) {
@@ -181,4 +189,18 @@ function checkAttrs(entry, attrs, nodeId) {
     }
   }
   return given;
+}
+
+// An attribute's value as a spec holds it: null, a bool, a finite number, a string, or a list
+// of them; anything else (NaN, the infinities, a BigInt, an object) would not cross as
+// written (JSON writes NaN as null: the operator's default), so it is refused.
+function checkValue(value, key, nodeId, depth = 0) {
+  if (value === null || typeof value === "boolean" || typeof value === "string") return value;
+  if (typeof value === "number" && Number.isFinite(value)) return value;
+  if (Array.isArray(value) && depth < 32) {
+    return value.map((v) => checkValue(v, key, nodeId, depth + 1));
+  }
+  throw new DeepxError(`attribute ${shown(key)} is ${typeof value === "bigint" ? `${value}n` : String(value)}, ` +
+    "not a value a spec holds (a finite number, a string, a bool, null, or a list of them)",
+    { kind: "GraphError", node: nodeId });
 }

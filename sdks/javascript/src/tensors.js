@@ -24,6 +24,11 @@ export function tensor(data, shape = undefined, dtype = undefined) {
   dtype = dtype ?? dtypeOfArray(data) ?? "float32";
   if (!(dtype in WIRE)) throw new DeepxError(`unknown dtype ${shown(dtype)}`, { kind: "InputError" });
   const Kind = WIRE[dtype][1];
+  if ((dtype === "float16" || dtype === "bfloat16") && !(data instanceof Uint16Array)) {
+    // (numbers would be taken for bit patterns: their values are given as the patterns)
+    throw new DeepxError(`${dtype} values are given as a Uint16Array of their 16-bit patterns`,
+      { kind: "InputError" });
+  }
   let values = data;
   if (!(data instanceof Kind)) {
     if (!Array.isArray(data) && !ArrayBuffer.isView(data)) {
@@ -33,6 +38,10 @@ export function tensor(data, shape = undefined, dtype = undefined) {
     values = Kind.from(data, (v) => exact(v, dtype, Kind));
   }
   shape = shape ?? [values.length];
+  if (!Array.isArray(shape) || !shape.every((d) => Number.isInteger(d) && d >= 0)) {
+    throw new DeepxError(`a shape is a list of non-negative integers, not ${shown(String(shape))}`,
+      { kind: "InputError" });
+  }
   const size = shape.reduce((a, b) => a * b, 1);
   if (size !== values.length) {
     throw new DeepxError(`${values.length} values, but shape [${shape}] holds ${size}`, { kind: "InputError" });

@@ -50,7 +50,13 @@ test("mistakes are refused as they are made, with Python's messages", () => {
     "node 'relux_0': unknown operator 'relux' (did you mean 'relu'?) (see docs/graph-spec.md or `deepx-flow ops` for the list)");
   refused(() => g.add(x), "GraphError", "node 'add_0': add takes 2 input(s), got 1");
   refused(() => g.full({ shape: [1], dtype: "float32" }), "GraphError", "node 'full_0': full needs attribute 'value'");
-  refused(() => g.relu(x, { shape: [2, 3] }), "GraphError", "node 'relu_0': relu does not state its shape (its rule gives it)");
+  refused(() => g.full({ dtype: "float32", value: 1 }), "GraphError", "node 'full_0': full needs a declared shape");
+  refused(() => g.leaky_relu(x, { alpha: Infinity }), "GraphError",
+    "node 'leaky_relu_0': attribute 'alpha' is Infinity, not a value a spec holds (a finite number, a string, a bool, null, or a list of them)");
+  refused(() => g.pad(x, { widths: [[1, 1], [0, 0]], value: NaN }), "GraphError",
+    "node 'pad_0': attribute 'value' is NaN, not a value a spec holds (a finite number, a string, a bool, null, or a list of them)");
+  refused(() => g.full({ shape: [1], dtype: "float32", value: 2n }), "GraphError",
+    "node 'full_0': attribute 'value' is 2n, not a value a spec holds (a finite number, a string, a bool, null, or a list of them)");
   refused(() => g.sum(x, { axis: 1 }), "GraphError",
     "node 'sum_0': sum has no attribute 'axis' (allowed: axes, keepdims); did you mean 'axes'?");
   refused(() => g.one_hot(x, {}), "GraphError", "node 'one_hot_0': one_hot needs attribute 'classes'");
@@ -73,7 +79,21 @@ test("every operator of the table but input is a method of Graph", () => {
   }
 });
 
+test("a node may state its shape; ids made do not take a name given", () => {
+  const g = new Graph();
+  const x = g.input("x", [2, 3]);
+  g.relu(x, { id: "relu_1" });
+  const y = g.relu(x, { shape: [2, 3] }); // (the gateway checks it against relu's rule)
+  assert.equal(y.id, "relu_2");
+  g.output(y);
+  assert.deepEqual(g.toSpec().nodes[1], { id: "relu_2", op: "relu", args: ["x"], shape: [2, 3] });
+});
+
 test("tensors hold what their dtype holds exactly, or are refused", () => {
+  assert.throws(() => tensor([1, 2], [2], "float16"), /float16 values are given as a Uint16Array of their 16-bit patterns/);
+  assert.throws(() => tensor(new Float32Array([3]), [1], "bfloat16"), /bfloat16 values are given as a Uint16Array/);
+  assert.deepEqual(tensor(new Uint16Array([0x3c00]), [1], "float16").data, new Uint16Array([0x3c00]));
+  assert.throws(() => tensor([1, 2], [-1, -2]), /a shape is a list of non-negative integers/);
   assert.deepEqual(tensor([1, 2, 3], [3], "int64").data, new BigInt64Array([1n, 2n, 3n]));
   assert.equal(tensor(new Float64Array([1, 2])).dtype, "float64");
   assert.throws(() => tensor([1.5], [1], "int32"), /1.5 is not a int32 value/);

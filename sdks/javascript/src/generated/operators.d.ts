@@ -16,7 +16,7 @@ export interface GraphOperators {
   /** inverse hyperbolic tangent (NaN outside [-1, 1]) (primitive, since 0.1.0) */
   atanh(x: Operand, options?: { id?: string }): Tensor;
   /** the mean of each window, padding not counted unless count_include_pad (primitive, since 0.1.0) */
-  avg_pool(x: Operand, options: { kernel: number[] | number; strides?: number[] | number | null; pads?: number[] | number | null; dilations?: number[] | number | null; count_include_pad?: number | null; id?: string }): Tensor;
+  avg_pool(x: Operand, options: { kernel: number[]; strides?: number[] | null; pads?: number[] | null; dilations?: number[] | null; count_include_pad?: number | null; id?: string }): Tensor;
   /** convert to the node's dtype (primitive, since 0.1.0) */
   cast(x: Operand, options: { dtype: Dtype; id?: string }): Tensor;
   /** the smallest integer >= x (integers unchanged) (primitive, since 0.1.0) */
@@ -24,7 +24,7 @@ export interface GraphOperators {
   /** join tensors along an axis (primitive, since 0.1.0) */
   concat(tensors: Operand[], options?: { axis?: number | null; id?: string }): Tensor;
   /** N-D convolution (cross-correlation), NC... layout, with strides, pads, dilations and groups (primitive, since 0.1.0) */
-  conv(x: Operand, w: Operand, options?: { strides?: number[] | number | null; pads?: number[] | number | null; dilations?: number[] | number | null; groups?: number | null; id?: string }): Tensor;
+  conv(x: Operand, w: Operand, options?: { strides?: number[] | null; pads?: number[] | null; dilations?: number[] | null; groups?: number | null; id?: string }): Tensor;
   /** cosine (radians) (primitive, since 0.1.0) */
   cos(x: Operand, options?: { id?: string }): Tensor;
   /** hyperbolic cosine (primitive, since 0.1.0) */
@@ -40,7 +40,7 @@ export interface GraphOperators {
   /** e**x (primitive, since 0.1.0) */
   exp(x: Operand, options?: { id?: string }): Tensor;
   /** reverse the order of the elements along axes (primitive, since 0.1.0) */
-  flip(x: Operand, options?: { axes?: number[] | number | null; id?: string }): Tensor;
+  flip(x: Operand, options?: { axes?: number[] | null; id?: string }): Tensor;
   /** the largest integer <= x (integers unchanged) (primitive, since 0.1.0) */
   floor(x: Operand, options?: { id?: string }): Tensor;
   /** tensor filled with one value (primitive, since 0.1.0) */
@@ -66,15 +66,15 @@ export interface GraphOperators {
   /** (..., M, K) @ (..., K, N) (primitive, since 0.1.0) */
   matmul(a: Operand, b: Operand, options?: { id?: string }): Tensor;
   /** max over axes (primitive, since 0.1.0) */
-  max(x: Operand, options?: { axes?: number[] | number | null; keepdims?: boolean | null; id?: string }): Tensor;
+  max(x: Operand, options?: { axes?: number[] | null; keepdims?: boolean | null; id?: string }): Tensor;
   /** the largest value of each window (NaN propagates); padding is skipped (primitive, since 0.1.0) */
-  max_pool(x: Operand, options: { kernel: number[] | number; strides?: number[] | number | null; pads?: number[] | number | null; dilations?: number[] | number | null; id?: string }): Tensor;
+  max_pool(x: Operand, options: { kernel: number[]; strides?: number[] | null; pads?: number[] | null; dilations?: number[] | null; id?: string }): Tensor;
   /** elementwise maximum (NaN propagates) (primitive, since 0.1.0) */
   maximum(a: Operand, b: Operand, options?: { id?: string }): Tensor;
   /** mean over axes (primitive, since 0.1.0) */
-  mean(x: Operand, options?: { axes?: number[] | number | null; keepdims?: boolean | null; id?: string }): Tensor;
+  mean(x: Operand, options?: { axes?: number[] | null; keepdims?: boolean | null; id?: string }): Tensor;
   /** min over axes (primitive, since 0.1.0) */
-  min(x: Operand, options?: { axes?: number[] | number | null; keepdims?: boolean | null; id?: string }): Tensor;
+  min(x: Operand, options?: { axes?: number[] | null; keepdims?: boolean | null; id?: string }): Tensor;
   /** elementwise minimum (NaN propagates) (primitive, since 0.1.0) */
   minimum(a: Operand, b: Operand, options?: { id?: string }): Tensor;
   /** a * b (primitive, since 0.1.0) */
@@ -86,13 +86,13 @@ export interface GraphOperators {
   /** a ** b (primitive, since 0.1.0) */
   pow(a: Operand, b: Operand, options?: { id?: string }): Tensor;
   /** prod over axes (primitive, since 0.1.0) */
-  prod(x: Operand, options?: { axes?: number[] | number | null; keepdims?: boolean | null; id?: string }): Tensor;
+  prod(x: Operand, options?: { axes?: number[] | null; keepdims?: boolean | null; id?: string }): Tensor;
   /** normal values from (seed, element index) (primitive, since 0.1.0) */
   random_normal(options: { seed: number; mean?: number | null; std?: number | null; shape: number[]; dtype: Dtype; id?: string }): Tensor;
   /** uniform values in [low, high) from (seed, index) (primitive, since 0.1.0) */
   random_uniform(options: { seed: number; low?: number | null; high?: number | null; shape: number[]; dtype: Dtype; id?: string }): Tensor;
   /** a stored Zarr array (a path or fsspec URL), read chunk by chunk, each chunk checked (primitive, since 0.1.0) */
-  read_zarr(options: { uri: string; storage_chunks?: number[] | number | null; missing?: string | null; asset?: string | null; version?: string | null; partition?: string | null; manifest?: string | null; shape: number[]; dtype: Dtype; id?: string }): Tensor;
+  read_zarr(options: { uri: string; storage_chunks?: number[] | null; missing?: string | null; asset?: string | null; version?: string | null; partition?: string | null; manifest?: string | null; shape: number[]; dtype: Dtype; id?: string }): Tensor;
   /** 1 / x (integers become floats) (primitive, since 0.1.0) */
   reciprocal(x: Operand, options?: { id?: string }): Tensor;
   /** max(x, 0) (primitive, since 0.1.0) */
@@ -114,7 +114,7 @@ export interface GraphOperators {
   /** hyperbolic sine (primitive, since 0.1.0) */
   sinh(x: Operand, options?: { id?: string }): Tensor;
   /** start:stop:step on each axis (primitive, since 0.1.0) */
-  slice(x: Operand, options?: { starts?: number[] | number | null; stops?: number[] | number | null; steps?: number[] | number | null; id?: string }): Tensor;
+  slice(x: Operand, options?: { starts?: number[] | null; stops?: number[] | null; steps?: number[] | null; id?: string }): Tensor;
   /** softmax along one axis (kept whole in each chunk) (primitive, since 0.1.0) */
   softmax(x: Operand, options?: { axis?: number | null; id?: string }): Tensor;
   /** log(1 + e**x), without overflow for large x (primitive, since 0.1.0) */
@@ -124,7 +124,7 @@ export interface GraphOperators {
   /** a - b (primitive, since 0.1.0) */
   sub(a: Operand, b: Operand, options?: { id?: string }): Tensor;
   /** sum over axes (primitive, since 0.1.0) */
-  sum(x: Operand, options?: { axes?: number[] | number | null; keepdims?: boolean | null; id?: string }): Tensor;
+  sum(x: Operand, options?: { axes?: number[] | null; keepdims?: boolean | null; id?: string }): Tensor;
   /** elements at integer indices along an axis (np.take) (primitive, since 0.1.0) */
   take(x: Operand, indices: Operand, options?: { axis?: number | null; id?: string }): Tensor;
   /** tangent (radians) (primitive, since 0.1.0) */
@@ -132,7 +132,7 @@ export interface GraphOperators {
   /** hyperbolic tangent (primitive, since 0.1.0) */
   tanh(x: Operand, options?: { id?: string }): Tensor;
   /** permute axes (primitive, since 0.1.0) */
-  transpose(x: Operand, options?: { axes?: number[] | number | null; id?: string }): Tensor;
+  transpose(x: Operand, options?: { axes?: number[] | null; id?: string }): Tensor;
   /** cond ? a : b (primitive, since 0.1.0) */
   where(cond: Operand, a: Operand, b: Operand, options?: { id?: string }): Tensor;
   /** index of the largest value along an axis (the first, on ties) (composite, since 0.1.0) */
