@@ -272,3 +272,22 @@ class WorkerRss:
 def _rss() -> int:
     import psutil
     return psutil.Process().memory_info().rss
+
+
+# Go builds offline: the standard library only (no module proxy is reachable from CI).
+GO_OFFLINE = {"GOFLAGS": "-mod=mod", "GOPROXY": "off"}
+
+
+def toolchain(name: str) -> str:
+    """The path of an SDK's tool (`node`, `go`); the test skips where it is not installed,
+    or fails where DEEPX_REQUIRE_SDK_TOOLCHAINS says it must be (as .ci/run does)."""
+    import os
+    import shutil
+
+    import pytest
+    found = shutil.which(name)
+    if found is None:
+        if os.environ.get("DEEPX_REQUIRE_SDK_TOOLCHAINS"):
+            pytest.fail(f"{name} is not installed (DEEPX_REQUIRE_SDK_TOOLCHAINS is set)")
+        pytest.skip(f"{name} is not installed")
+    return found

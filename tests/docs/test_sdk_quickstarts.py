@@ -3,13 +3,13 @@ repository (the models they call), each in its language's toolchain."""
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.gateway.test_serve import Served
+from tests.helpers import GO_OFFLINE, toolchain
 from tests.onnx.test_onnx_import import mlp_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,11 +32,7 @@ def _blocks(language: str) -> list[str]:
 
 @pytest.mark.timeout(300)
 def test_the_javascript_quickstart_runs_as_written(served, tmp_path):
-    node = shutil.which("node")
-    if node is None:
-        if os.environ.get("DEEPX_REQUIRE_SDK_TOOLCHAINS"):
-            pytest.fail("node is not installed (DEEPX_REQUIRE_SDK_TOOLCHAINS is set)")
-        pytest.skip("node is not installed")
+    node = toolchain("node")
     [code] = _blocks("js")
     # as `npm install /path/to/sdks/javascript` leaves it: the package in node_modules
     (tmp_path / "node_modules").mkdir()
@@ -53,11 +49,7 @@ def test_the_javascript_quickstart_runs_as_written(served, tmp_path):
 
 @pytest.mark.timeout(600)
 def test_the_go_quickstart_runs_as_written(served, tmp_path):
-    go = shutil.which("go")
-    if go is None:
-        if os.environ.get("DEEPX_REQUIRE_SDK_TOOLCHAINS"):
-            pytest.fail("go is not installed (DEEPX_REQUIRE_SDK_TOOLCHAINS is set)")
-        pytest.skip("go is not installed")
+    go = toolchain("go")
     [code] = _blocks("go")
     # a module of its own using the SDK from this checkout, as the doc says to
     (tmp_path / "go.mod").write_text(
@@ -66,7 +58,7 @@ def test_the_go_quickstart_runs_as_written(served, tmp_path):
     (tmp_path / "main.go").write_text(code)
     done = subprocess.run([go, "run", "."], cwd=tmp_path, capture_output=True, text=True,
                           timeout=500, env={**os.environ, "DEEPX_URL": served.url,
-                                            "GOFLAGS": "-mod=mod", "GOPROXY": "off"})
+                                            **GO_OFFLINE})
     assert done.returncode == 0, done.stderr
     said = re.findall(r"fmt\.Println\(.*?\) // (.*)", code)
     assert done.stdout.splitlines() == said, (done.stdout, said)

@@ -13,19 +13,11 @@ from pathlib import Path
 import pytest
 
 from tests.gateway.test_http_app import http  # noqa: F401  (the gateway on loopback)
+from tests.helpers import GO_OFFLINE, toolchain
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "sdks" / "conformance"
 CASES = sorted((SUITE / "cases").glob("*.json"))
-
-
-def _node():
-    node = shutil.which("node")
-    if node is None:
-        if os.environ.get("DEEPX_REQUIRE_SDK_TOOLCHAINS"):
-            pytest.fail("node is not installed (DEEPX_REQUIRE_SDK_TOOLCHAINS is set)")
-        pytest.skip("node is not installed")
-    return node
 
 
 def test_the_cases_are_current():
@@ -53,7 +45,7 @@ def test_every_language_passes_every_case_against_one_gateway():
 
 
 def test_a_runner_fails_a_case_whose_graph_or_results_differ(http, tmp_path):  # noqa: F811
-    node = _node()
+    node = toolchain("node")
     case = json.loads((SUITE / "cases" / "op_add.json").read_text())
     (tmp_path / "right.json").write_text(json.dumps(case))
     wrong_graph = json.loads(json.dumps(case))
@@ -73,7 +65,7 @@ def test_a_runner_fails_a_case_whose_graph_or_results_differ(http, tmp_path):  #
     runner = tmp_path / "go-conformance"
     subprocess.run(["go", "build", "-o", str(runner), "./cmd/conformance"],
                    cwd=ROOT / "sdks" / "go", check=True, timeout=300,
-                   env={**os.environ, "GOFLAGS": "-mod=mod", "GOPROXY": "off"})
+                   env={**os.environ, **GO_OFFLINE})
     done = subprocess.run([str(runner), str(tmp_path)], capture_output=True, text=True,
                           timeout=120,
                           env={**os.environ, "DEEPX_URL": str(http.base_url).rstrip("/")})

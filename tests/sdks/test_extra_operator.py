@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from tests.gateway.test_serve import Served
+from tests.helpers import GO_OFFLINE, toolchain
 
 ROOT = Path(__file__).resolve().parents[2]
 EXTRA = """version: 1
@@ -38,15 +39,6 @@ def softsign(x, scale=1.0):
     return scale * x / (1 + dx.abs(x))
 """
 X = [-3.0, -0.5, 0.0, 2.0]
-
-
-def _tool(name):
-    found = shutil.which(name)
-    if found is None:
-        if os.environ.get("DEEPX_REQUIRE_SDK_TOOLCHAINS"):
-            pytest.fail(f"{name} is not installed (DEEPX_REQUIRE_SDK_TOOLCHAINS is set)")
-        pytest.skip(f"{name} is not installed")
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +74,7 @@ def test_this_checkouts_sdks_have_no_such_method():
 @pytest.mark.timeout(300)
 def test_javascript_regenerated_has_it_and_the_gateway_runs_it(regenerated):
     root, server = regenerated
-    node = _tool("node")
+    node = toolchain("node")
     script = root / "sdks" / "javascript" / "softsign.mjs"
     script.write_text(f"""
 import {{ Client, Graph, tensor }} from "./src/index.js";
@@ -100,7 +92,7 @@ console.log(JSON.stringify(Array.from(done.outputs.y.data)));
 @pytest.mark.timeout(600)
 def test_go_regenerated_has_it_and_the_gateway_runs_it(regenerated):
     root, server = regenerated
-    go = _tool("go")
+    go = toolchain("go")
     program = root / "softsign"
     program.mkdir(exist_ok=True)
     (program / "go.mod").write_text(
@@ -132,6 +124,6 @@ func main() {{
 """)
     done = subprocess.run([go, "run", "."], cwd=program, capture_output=True, text=True,
                           timeout=500, env={**os.environ, "DEEPX_URL": server.url,
-                                            "GOFLAGS": "-mod=mod", "GOPROXY": "off"})
+                                            **GO_OFFLINE})
     assert done.returncode == 0, done.stderr
     np.testing.assert_allclose(json.loads(done.stdout), _want(0.5), rtol=1e-6)

@@ -4,31 +4,21 @@ process)."""
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.gateway.test_http_app import http  # noqa: F401  (the gateway on loopback)
+from tests.helpers import GO_OFFLINE, toolchain
 
 SDK = Path(__file__).resolve().parents[2] / "sdks" / "go"
 
 
-def go() -> str:
-    found = shutil.which("go")
-    if found is None:
-        if os.environ.get("DEEPX_REQUIRE_SDK_TOOLCHAINS"):
-            pytest.fail("go is not installed (.ci/run installs Debian's golang-go)")
-        pytest.skip("go is not installed")
-    return found
-
-
 @pytest.mark.timeout(600)
 def test_the_go_sdk_is_formatted_vetted_and_its_tests_pass(http):  # noqa: F811
-    tool = go()
-    env = {**os.environ, "DEEPX_URL": str(http.base_url).rstrip("/"), "GOFLAGS": "-mod=mod",
-           "GOPROXY": "off"}  # (the standard library only: no module is fetched)
+    tool = toolchain("go")  # (.ci/run installs Debian's golang-go)
+    env = {**os.environ, "DEEPX_URL": str(http.base_url).rstrip("/"), **GO_OFFLINE}
     unformatted = subprocess.run([str(Path(tool).with_name("gofmt")), "-l", "."], cwd=SDK,
                                  capture_output=True, text=True, env=env)
     assert unformatted.returncode == 0 and unformatted.stdout == "", unformatted.stdout

@@ -4,14 +4,12 @@ this process, as tests/gateway/test_http_app.py starts it)."""
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.gateway.test_http_app import http  # noqa: F401  (the gateway on loopback)
+from tests.helpers import toolchain
 
 ROOT = Path(__file__).resolve().parents[2]
 SDK = ROOT / "sdks" / "javascript"
@@ -25,17 +23,8 @@ def test_the_generated_files_are_current():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def _node():
-    node = shutil.which("node")
-    if node is None:
-        if os.environ.get("DEEPX_REQUIRE_SDK_TOOLCHAINS"):
-            pytest.fail("node is not installed (DEEPX_REQUIRE_SDK_TOOLCHAINS is set)")
-        pytest.skip("node is not installed")
-    return node
-
-
 def test_the_sdks_tests_pass_against_a_gateway(http):  # noqa: F811
-    done = subprocess.run([_node(), "--test", "test/"], cwd=SDK, capture_output=True,
+    done = subprocess.run([toolchain("node"), "--test", "test/"], cwd=SDK, capture_output=True,
                           text=True, timeout=300,
                           env={**os.environ, "DEEPX_URL": str(http.base_url).rstrip("/")})
     counts = dict(re.findall(r"^# (pass|fail|skipped) (\d+)$", done.stdout, re.M))
