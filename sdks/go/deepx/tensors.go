@@ -1,9 +1,11 @@
 package deepx
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
+	"reflect"
 )
 
 // Values are a tensor's values with its shape and dtype. Data is a slice of the dtype's Go
@@ -29,159 +31,65 @@ func size(shape []int) int {
 	return n
 }
 
-// raw is the values' little-endian bytes (the protocol's binary data).
-func (v Values) raw() ([]byte, error) {
-	le := binary.LittleEndian
-	var out []byte
-	count := -1
-	switch d := v.Data.(type) {
-	case []float32:
-		count, out = len(d), make([]byte, 4*len(d))
-		for i, x := range d {
-			le.PutUint32(out[4*i:], math.Float32bits(x))
-		}
-	case []float64:
-		count, out = len(d), make([]byte, 8*len(d))
-		for i, x := range d {
-			le.PutUint64(out[8*i:], math.Float64bits(x))
-		}
-	case []int8:
-		count, out = len(d), make([]byte, len(d))
-		for i, x := range d {
-			out[i] = byte(x)
-		}
-	case []int16:
-		count, out = len(d), make([]byte, 2*len(d))
-		for i, x := range d {
-			le.PutUint16(out[2*i:], uint16(x))
-		}
-	case []int32:
-		count, out = len(d), make([]byte, 4*len(d))
-		for i, x := range d {
-			le.PutUint32(out[4*i:], uint32(x))
-		}
-	case []int64:
-		count, out = len(d), make([]byte, 8*len(d))
-		for i, x := range d {
-			le.PutUint64(out[8*i:], uint64(x))
-		}
-	case []uint8:
-		count, out = len(d), append([]byte{}, d...)
-	case []uint16:
-		count, out = len(d), make([]byte, 2*len(d))
-		for i, x := range d {
-			le.PutUint16(out[2*i:], x)
-		}
-	case []uint32:
-		count, out = len(d), make([]byte, 4*len(d))
-		for i, x := range d {
-			le.PutUint32(out[4*i:], x)
-		}
-	case []uint64:
-		count, out = len(d), make([]byte, 8*len(d))
-		for i, x := range d {
-			le.PutUint64(out[8*i:], x)
-		}
-	case []bool:
-		count, out = len(d), make([]byte, len(d))
-		for i, x := range d {
-			if x {
-				out[i] = 1
-			}
-		}
-	default:
-		return nil, &Error{Kind: "InputError", Message: fmt.Sprintf("a tensor's data is %T, not a slice of a dtype's values", v.Data)}
-	}
-	if want, ok := goType[v.Dtype]; !ok || want != fmt.Sprintf("%T", v.Data) {
-		return nil, &Error{Kind: "InputError", Message: fmt.Sprintf("dtype %s holds %s, not %T", v.Dtype, goType[v.Dtype], v.Data)}
-	}
-	if count != size(v.Shape) {
-		return nil, &Error{Kind: "InputError", Message: fmt.Sprintf("%d values, but shape %v holds %d", count, v.Shape, size(v.Shape))}
-	}
-	return out, nil
-}
-
 var goType = map[string]string{"bool": "[]bool", "int8": "[]int8", "int16": "[]int16",
 	"int32": "[]int32", "int64": "[]int64", "uint8": "[]uint8", "uint16": "[]uint16",
 	"uint32": "[]uint32", "uint64": "[]uint64", "float16": "[]uint16", "bfloat16": "[]uint16",
 	"float32": "[]float32", "float64": "[]float64"}
 
+// newSlice is an empty slice of n values of dtype's Go type.
+func newSlice(dtype string, n int) any {
+	switch goType[dtype] {
+	case "[]bool":
+		return make([]bool, n)
+	case "[]int8":
+		return make([]int8, n)
+	case "[]int16":
+		return make([]int16, n)
+	case "[]int32":
+		return make([]int32, n)
+	case "[]int64":
+		return make([]int64, n)
+	case "[]uint8":
+		return make([]uint8, n)
+	case "[]uint16":
+		return make([]uint16, n)
+	case "[]uint32":
+		return make([]uint32, n)
+	case "[]uint64":
+		return make([]uint64, n)
+	case "[]float32":
+		return make([]float32, n)
+	case "[]float64":
+		return make([]float64, n)
+	}
+	return nil
+}
+
+// raw is the values' little-endian bytes (the protocol's binary data).
+func (v Values) raw() ([]byte, error) {
+	if want, ok := goType[v.Dtype]; !ok || want != fmt.Sprintf("%T", v.Data) {
+		return nil, &Error{Kind: "InputError", Message: fmt.Sprintf("dtype %s holds %s, not %T", v.Dtype, goType[v.Dtype], v.Data)}
+	}
+	if count := reflect.ValueOf(v.Data).Len(); count != size(v.Shape) {
+		return nil, &Error{Kind: "InputError", Message: fmt.Sprintf("%d values, but shape %v holds %d", count, v.Shape, size(v.Shape))}
+	}
+	var out bytes.Buffer
+	if err := binary.Write(&out, binary.LittleEndian, v.Data); err != nil {
+		return nil, &Error{Kind: "InputError", Message: err.Error()}
+	}
+	return out.Bytes(), nil
+}
+
 // fromRaw is the values of dtype and shape in little-endian bytes.
 func fromRaw(dtype string, shape []int, b []byte) (Values, error) {
-	le := binary.LittleEndian
-	n := size(shape)
-	width := map[string]int{"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2,
-		"float16": 2, "bfloat16": 2, "int32": 4, "uint32": 4, "float32": 4, "int64": 8,
-		"uint64": 8, "float64": 8}[dtype]
-	if width == 0 || len(b) != n*width {
+	data := newSlice(dtype, size(shape))
+	if data == nil || len(b) != binary.Size(data) {
 		return Values{}, &Error{Kind: "RemoteError", Message: fmt.Sprintf("the gateway sent %d bytes for %s%v", len(b), dtype, shape)}
 	}
-	v := Values{Shape: shape, Dtype: dtype}
-	switch dtype {
-	case "float32":
-		d := make([]float32, n)
-		for i := range d {
-			d[i] = math.Float32frombits(le.Uint32(b[4*i:]))
-		}
-		v.Data = d
-	case "float64":
-		d := make([]float64, n)
-		for i := range d {
-			d[i] = math.Float64frombits(le.Uint64(b[8*i:]))
-		}
-		v.Data = d
-	case "int8":
-		d := make([]int8, n)
-		for i := range d {
-			d[i] = int8(b[i])
-		}
-		v.Data = d
-	case "int16":
-		d := make([]int16, n)
-		for i := range d {
-			d[i] = int16(le.Uint16(b[2*i:]))
-		}
-		v.Data = d
-	case "int32":
-		d := make([]int32, n)
-		for i := range d {
-			d[i] = int32(le.Uint32(b[4*i:]))
-		}
-		v.Data = d
-	case "int64":
-		d := make([]int64, n)
-		for i := range d {
-			d[i] = int64(le.Uint64(b[8*i:]))
-		}
-		v.Data = d
-	case "uint8":
-		v.Data = append([]uint8{}, b...)
-	case "uint16", "float16", "bfloat16":
-		d := make([]uint16, n)
-		for i := range d {
-			d[i] = le.Uint16(b[2*i:])
-		}
-		v.Data = d
-	case "uint32":
-		d := make([]uint32, n)
-		for i := range d {
-			d[i] = le.Uint32(b[4*i:])
-		}
-		v.Data = d
-	case "uint64":
-		d := make([]uint64, n)
-		for i := range d {
-			d[i] = le.Uint64(b[8*i:])
-		}
-		v.Data = d
-	case "bool":
-		d := make([]bool, n)
-		for i := range d {
-			d[i] = b[i] != 0
-		}
-		v.Data = d
+	if err := binary.Read(bytes.NewReader(b), binary.LittleEndian, data); err != nil {
+		return Values{}, &Error{Kind: "RemoteError", Message: err.Error()}
 	}
-	return v, nil
+	return Values{Shape: shape, Dtype: dtype, Data: data}, nil
 }
 
 // ToFloat32 is the values of a float16 or bfloat16 tensor as float32.

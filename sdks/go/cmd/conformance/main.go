@@ -134,79 +134,50 @@ func number(v any) float64 {
 	return v.(float64)
 }
 
+// each converts a case's values to a Go slice of T.
+func each[T any](data []any, convert func(any) T) []T {
+	out := make([]T, len(data))
+	for i, x := range data {
+		out[i] = convert(x)
+	}
+	return out
+}
+
+func decimal[T int64 | uint64](parse func(string) (T, error)) func(any) T {
+	return func(x any) T {
+		v, _ := parse(x.(string))
+		return v
+	}
+}
+
 func values(t tensor) deepx.Values {
 	v := deepx.Values{Shape: t.Shape, Dtype: t.Dtype}
-	n := len(t.Data)
 	if t.Shape == nil {
 		v.Shape = []int{}
 	}
 	switch t.Dtype {
-	case "float16", "bfloat16", "uint16":
-		d := make([]uint16, n)
-		for i, x := range t.Data {
-			d[i] = uint16(number(x))
-		}
-		v.Data = d
+	case "float16", "bfloat16", "uint16": // (16-bit floats as their patterns)
+		v.Data = each(t.Data, func(x any) uint16 { return uint16(number(x)) })
 	case "int8":
-		d := make([]int8, n)
-		for i, x := range t.Data {
-			d[i] = int8(number(x))
-		}
-		v.Data = d
+		v.Data = each(t.Data, func(x any) int8 { return int8(number(x)) })
 	case "int16":
-		d := make([]int16, n)
-		for i, x := range t.Data {
-			d[i] = int16(number(x))
-		}
-		v.Data = d
-	case "uint8":
-		d := make([]uint8, n)
-		for i, x := range t.Data {
-			d[i] = uint8(number(x))
-		}
-		v.Data = d
-	case "uint32":
-		d := make([]uint32, n)
-		for i, x := range t.Data {
-			d[i] = uint32(number(x))
-		}
-		v.Data = d
-	case "uint64":
-		d := make([]uint64, n)
-		for i, x := range t.Data {
-			d[i], _ = strconv.ParseUint(x.(string), 10, 64)
-		}
-		v.Data = d
-	case "float32":
-		d := make([]float32, n)
-		for i, x := range t.Data {
-			d[i] = float32(number(x))
-		}
-		v.Data = d
-	case "float64":
-		d := make([]float64, n)
-		for i, x := range t.Data {
-			d[i] = number(x)
-		}
-		v.Data = d
-	case "int64":
-		d := make([]int64, n)
-		for i, x := range t.Data {
-			d[i], _ = strconv.ParseInt(x.(string), 10, 64)
-		}
-		v.Data = d
+		v.Data = each(t.Data, func(x any) int16 { return int16(number(x)) })
 	case "int32":
-		d := make([]int32, n)
-		for i, x := range t.Data {
-			d[i] = int32(number(x))
-		}
-		v.Data = d
+		v.Data = each(t.Data, func(x any) int32 { return int32(number(x)) })
+	case "uint8":
+		v.Data = each(t.Data, func(x any) uint8 { return uint8(number(x)) })
+	case "uint32":
+		v.Data = each(t.Data, func(x any) uint32 { return uint32(number(x)) })
+	case "int64": // (decimal strings: exact past 2**53)
+		v.Data = each(t.Data, decimal(func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }))
+	case "uint64":
+		v.Data = each(t.Data, decimal(func(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) }))
+	case "float32":
+		v.Data = each(t.Data, func(x any) float32 { return float32(number(x)) })
+	case "float64":
+		v.Data = each(t.Data, number)
 	case "bool":
-		d := make([]bool, n)
-		for i, x := range t.Data {
-			d[i] = x.(bool)
-		}
-		v.Data = d
+		v.Data = each(t.Data, func(x any) bool { return x.(bool) })
 	default:
 		panic("no conversion for " + t.Dtype)
 	}
