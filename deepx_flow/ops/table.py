@@ -115,7 +115,7 @@ KEYWORDS = {"var", "func", "type", "map", "range", "chan", "go", "select", "defe
             "typeof", "instanceof", "export", "extends", "super", "null", "true", "false",
             "end", "local", "then", "elseif", "repeat", "until", "nil", "not", "and", "or",
             "public", "private", "protected", "final", "int", "long", "double", "float",
-            "char", "short", "byte", "boolean"}
+            "char", "short", "byte", "boolean", "implements", "debugger"}
 
 
 def _read(path: Path) -> dict[str, Operator]:

@@ -140,7 +140,7 @@ export interface GraphOperators {
   /** index of the smallest value along an axis (the first, on ties) (composite, since 0.1.0) */
   argmin(x: Operand, options?: { axis?: number | null; keepdims?: boolean | null; id?: string }): Tensor;
   /** batch normalization with given statistics (inference) (composite, since 0.1.0) */
-  batch_norm(x: Operand, scale: Operand, bias: Operand, mean: Operand, var_: Operand, options?: { eps?: number | null; id?: string }): Tensor;
+  batch_norm(x: Operand, scale: Operand, bias: Operand, mean: Operand, variance: Operand, options?: { eps?: number | null; id?: string }): Tensor;
   /** max(0, x) + min(0, alpha * (e**(x / alpha) - 1)) (composite, since 0.1.0) */
   celu(x: Operand, options?: { alpha?: number | null; id?: string }): Tensor;
   /** x limited to [lo, hi] (either bound null: none) (composite, since 0.1.0) */
