@@ -103,7 +103,7 @@ STATED = {"full": ([2, 2], "float32"), "arange": ([4], "int64"),
 SKIPPED = {"input", "read_zarr"}
 
 
-def _values(name: str, shape, dtype, rng, inputs_of_case) -> np.ndarray:
+def _values(shape, dtype, rng) -> np.ndarray:
     if dtype == "bool":
         return rng.integers(0, 2, shape).astype(bool)
     if dtype == "int64":  # (indices: valid along the axis they address, labels: classes)
@@ -136,7 +136,7 @@ def case(name: str) -> dict:
     for given, (shape, dtype) in operands.items():
         steps.append({"input": given, "shape": shape, "dtype": dtype})
         spec_inputs[given] = {"shape": shape, "dtype": dtype}
-        inputs[given] = _values(given, shape, dtype, rng, inputs)
+        inputs[given] = _values(shape, dtype, rng)
     step = {"op": name, "args": list(operands), "attrs": attrs, "id": "y"}
     node = {"id": "y", "op": name, "args": list(operands)}
     shape, dtype = STATED.get(name, (None, None))
