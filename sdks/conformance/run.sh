@@ -32,18 +32,18 @@ done
 [ -n "$url" ] || { echo "the gateway did not start"; cat "$work/serve.log"; exit 1; }
 export DEEPX_URL="http://$url"
 
-# each language whose toolchain is here (one missing is said, and fails the run where
+export DEEPX_GRPC="$(sed -n 's/.*gRPC on \([^ ,]*\).*/\1/p' "$work/serve.log" | head -1)"
+
+# each language's runner, sdks/<language>/conformance.sh, with the cases' folder: it prints
+# its lines, and exits 3 where its toolchain is not installed (said, and a failure where
 # DEEPX_REQUIRE_SDK_TOOLCHAINS is set)
 status=0
-missing() {
-  echo "$1: not run ($2 is not installed)"
-  [ -z "${DEEPX_REQUIRE_SDK_TOOLCHAINS:-}" ] || status=1
-}
-if command -v node > /dev/null; then
-  node "$root/sdks/javascript/conformance.mjs" "$here/cases" || status=1
-else missing javascript node; fi
-if command -v go > /dev/null; then
-  (cd "$root/sdks/go" && go build -o "$work/go-conformance" ./cmd/conformance) &&
-    "$work/go-conformance" "$here/cases" || status=1
-else missing go go; fi
+for runner in "$root"/sdks/*/conformance.sh; do
+  bash "$runner" "$here/cases"
+  case $? in
+    0) ;;
+    3) [ -z "${DEEPX_REQUIRE_SDK_TOOLCHAINS:-}" ] || status=1 ;;
+    *) status=1 ;;
+  esac
+done
 exit $status
