@@ -48,9 +48,9 @@ def regenerated(tmp_path_factory):
     root = tmp_path_factory.mktemp("extra-operator")
     (root / "extra.yaml").write_text(EXTRA)
     (root / "extra_ops.py").write_text(MODULE)
-    for language in ("javascript", "go"):
-        shutil.copytree(ROOT / "sdks" / language, root / "sdks" / language,
-                        ignore=shutil.ignore_patterns("node_modules"))
+    for runner in (ROOT / "sdks").glob("*/conformance.sh"):  # (every SDK's folder)
+        shutil.copytree(runner.parent, root / "sdks" / runner.parent.name,
+                        ignore=shutil.ignore_patterns("node_modules", "build", "target"))
     env = {**os.environ, "DEEPX_EXTRA_OPERATORS": str(root / "extra.yaml")}
     subprocess.run([sys.executable, str(ROOT / "sdks" / "generate.py"), "--out",
                     str(root / "sdks")], check=True, env=env, timeout=120)
