@@ -157,7 +157,8 @@ def _operation(answer: dict, outputs: list) -> graphs_pb2.Operation:
         id=answer["operation"], state=answer["state"], kind=answer["kind"],
         run_id=answer.get("run_id") or "", error=answer.get("error") or "",
         outputs=outputs, created_at=answer.get("created_at") or 0.0,
-        ended_at=answer.get("ended_at") or 0.0,
+        ended_at=answer.get("ended_at") or 0.0, dashboard=answer.get("dashboard") or "",
+        progress=None if "progress" not in answer else graphs_pb2.Progress(**answer["progress"]),
         materialized=None if made is None else graphs_pb2.Materialized(
             versions=made["versions"], run_ids=made["run_ids"], skipped=made["skipped"],
             checks=[graphs_pb2.Materialized.CheckResult(**c) for c in made["checks"]]))

@@ -97,7 +97,8 @@ def _kept_for() -> str:
 
 
 class _RunIdTaker(RunProgress):
-    """Progress that shows nothing and hands on the run's id as the run is submitted."""
+    """Progress that shows nothing and hands on the run's id and task count as the run is
+    submitted."""
 
     def __init__(self, took):
         super().__init__(show=False)
@@ -105,7 +106,7 @@ class _RunIdTaker(RunProgress):
 
     def attach(self, client, run_id: str, total: int, recorded: bool) -> None:
         super().attach(client, run_id, total, recorded)
-        self._took(run_id)
+        self._took(run_id, total)
 
 
 class Operations:
@@ -117,6 +118,8 @@ class Operations:
         self.me = this_process()
         self._lock = threading.Lock()
         self._running: dict[str, tuple[threading.Thread, Cancellation, threading.Event]] = {}
+        # operation id -> (its current run's id, the run's task count), while it runs here
+        self._runs: dict[str, tuple[str, int]] = {}
 
     # -- starting ----------------------------------------------------------------------------
 
@@ -205,8 +208,8 @@ class Operations:
 
     def _carry_out(self, operation_id, work, token, done) -> None:
         try:
-            arrays, summary = work(token,
-                                   lambda run_id: self._set(operation_id, run_id=run_id))
+            arrays, summary = work(token, lambda run_id, total: self._took_run(
+                operation_id, run_id, total))
             kept = summary if summary is not None else self._store(operation_id, arrays)
             self._end(operation_id, "succeeded", outputs=json.dumps(kept))
         except RunCancelled as err:
@@ -225,7 +228,36 @@ class Operations:
         finally:
             with self._lock:
                 self._running.pop(operation_id, None)
+                self._runs.pop(operation_id, None)
             done.set()
+
+    def _took_run(self, operation_id: str, run_id: str, total: int) -> None:
+        with self._lock:
+            self._runs[operation_id] = (run_id, total)
+        self._set(operation_id, run_id=run_id)
+
+    def progress(self, found) -> dict | None:
+        """How far the operation `found` (its row) has got: {"tasks_done", "tasks_total"} of
+        its run (the current one, for a materialization of several); for one that
+        succeeded, its last run's whole count; None before a run started, or once one that
+        did not succeed ended (then its run's page says how far it got)."""
+        if found.state == "succeeded" and found.run_id:
+            from deepx_flow.meta.models import Run
+            with self.db.read() as session:
+                run = session.get(Run, found.run_id)
+            return None if run is None else {"tasks_done": run.n_tasks,
+                                             "tasks_total": run.n_tasks}
+        with self._lock:
+            current = self._runs.get(found.id)
+        if found.state != "running" or current is None:
+            return None
+        from deepx_flow.runtime.supervisor import progress
+        run_id, total = current
+        try:
+            done, _ = self.client.run_on_scheduler(progress, run_id=run_id)
+        except Exception:  # (the scheduler is busy or gone: the count is a display only)
+            done = 0
+        return {"tasks_done": min(done, total), "tasks_total": total}
 
     def _store(self, operation_id: str, arrays: dict) -> list[dict]:
         """Write each output to its own file (a temporary name, then renamed, then the

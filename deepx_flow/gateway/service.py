@@ -16,6 +16,7 @@ from deepx_flow.gateway import capabilities as caps
 from deepx_flow.gateway.asset_calls import AssetCalls
 from deepx_flow.gateway.graphs import analyze, graph_of, spec_document
 from deepx_flow.gateway.operations import Operations
+from deepx_flow.runtime.progress import run_link
 
 
 class Gateway:
@@ -107,6 +108,11 @@ class Gateway:
                   "ended_at": found.ended_at}
         if found.error:
             answer["error"] = found.error
+        if found.run_id:
+            answer["dashboard"] = run_link(found.run_id)
+        progress = self.operations.progress(found)
+        if progress is not None:
+            answer["progress"] = progress
         summary = self.operations.summary(found)
         if summary is not None:  # a materialization: what it made (also when it failed)
             answer["materialized"] = summary

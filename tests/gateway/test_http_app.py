@@ -110,8 +110,18 @@ def test_a_run_outlasting_the_wait_answers_running_then_its_results(http, client
             "inputs": [{"name": "x", "shape": [3, 4], "datatype": "FP32",
                         "data": x.ravel().tolist()}]}).json()
         assert body["state"] == "running" and "outputs" not in body
+        deadline = time.monotonic() + 30
+        while "progress" not in body and time.monotonic() < deadline:  # (once submitted)
+            time.sleep(0.05)
+            body = http.get("/v1/operations/slow-1").json()
+        # a hung task: the run is under way, not done
+        total = body["progress"]["tasks_total"]
+        assert total > 0 and 0 <= body["progress"]["tasks_done"] < total
+        assert body["dashboard"].endswith(f"/run?id={body['run_id']}")
     done = http.get("/v1/operations/slow-1?wait_seconds=60").json()
     assert done["state"] == "succeeded"
+    assert done["progress"] == {"tasks_done": total, "tasks_total": total}
+    assert done["dashboard"] == body["dashboard"]
 
 
 @pytest.mark.parametrize("body, status, says", [

@@ -164,6 +164,10 @@ def test_over_grpc_a_large_input_and_output_stream_in_bounded_chunks(tmp_path, c
             catalog = catalog_pb2_grpc.CatalogServiceStub(channel)
             run = catalog.GetRun(catalog_pb2.GetRunRequest(id=operation.run_id))
             assert run.status == "succeeded" and run.tasks >= 1
+            # how far it got (all of it) and its page on the dashboard
+            assert (operation.progress.tasks_done, operation.progress.tasks_total) == \
+                (run.tasks, run.tasks)
+            assert operation.dashboard.endswith(f"/run?id={operation.run_id}")
             newest = catalog.ListRuns(catalog_pb2.ListRunsRequest(limit=1)).runs
             assert [r.id for r in newest] == [operation.run_id]
             # asked again by id: the same outputs

@@ -124,7 +124,7 @@ class ExecuteGraphResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., output_chunk: _Optional[_Union[_tensor_pb2.TensorChunk, _Mapping]] = ...) -> None: ...
 
 class Operation(_message.Message):
-    __slots__ = ("id", "state", "kind", "run_id", "error", "outputs", "created_at", "ended_at", "materialized")
+    __slots__ = ("id", "state", "kind", "run_id", "error", "outputs", "created_at", "ended_at", "materialized", "dashboard", "progress")
     ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -134,6 +134,8 @@ class Operation(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     ENDED_AT_FIELD_NUMBER: _ClassVar[int]
     MATERIALIZED_FIELD_NUMBER: _ClassVar[int]
+    DASHBOARD_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
     id: str
     state: str
     kind: str
@@ -143,7 +145,17 @@ class Operation(_message.Message):
     created_at: float
     ended_at: float
     materialized: Materialized
-    def __init__(self, id: _Optional[str] = ..., state: _Optional[str] = ..., kind: _Optional[str] = ..., run_id: _Optional[str] = ..., error: _Optional[str] = ..., outputs: _Optional[_Iterable[_Union[_tensor_pb2.Tensor, _Mapping]]] = ..., created_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., materialized: _Optional[_Union[Materialized, _Mapping]] = ...) -> None: ...
+    dashboard: str
+    progress: Progress
+    def __init__(self, id: _Optional[str] = ..., state: _Optional[str] = ..., kind: _Optional[str] = ..., run_id: _Optional[str] = ..., error: _Optional[str] = ..., outputs: _Optional[_Iterable[_Union[_tensor_pb2.Tensor, _Mapping]]] = ..., created_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., materialized: _Optional[_Union[Materialized, _Mapping]] = ..., dashboard: _Optional[str] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ...) -> None: ...
+
+class Progress(_message.Message):
+    __slots__ = ("tasks_done", "tasks_total")
+    TASKS_DONE_FIELD_NUMBER: _ClassVar[int]
+    TASKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    tasks_done: int
+    tasks_total: int
+    def __init__(self, tasks_done: _Optional[int] = ..., tasks_total: _Optional[int] = ...) -> None: ...
 
 class Materialized(_message.Message):
     __slots__ = ("versions", "run_ids", "skipped", "checks")
