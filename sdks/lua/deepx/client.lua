@@ -1,0 +1,259 @@
+-- The gateway's contract over HTTP (docs/contract.md), on LuaSocket: analyze and run graphs,
+-- follow operations, runs and assets, call served models. Tensors travel as the protocol's
+-- binary data both ways. Every call returns its answer or raises a deepx error (errors.lua)
+-- with the gateway's kind, message and HTTP status.
+
+local http = require("socket.http")
+local ltn12 = require("ltn12")
+local url_escape = require("socket.url").escape
+
+local errors = require("deepx.errors")
+local graph = require("deepx.graph")
+local json = require("deepx.json")
+local tensors = require("deepx.tensors")
+
+local HEADER_LENGTH = "Inference-Header-Content-Length"
+-- (the Open Inference Protocol's calls answer {"error"} alone: the kind is the status's)
+local KIND_OF_STATUS = { [400] = "InputError", [401] = "Unauthenticated", [404] = "NotFound",
+  [405] = "NotFound", [413] = "TooLarge", [500] = "ExecutionError" }
+
+local Client = { __name = "deepx.Client" }
+Client.__index = Client
+
+local M = { Client = Client }
+
+--- A client of the gateway at url (deepx-flow serve's HTTP port). options: token (a bearer
+-- token, for a gateway that needs one; else DEEPX_GATEWAY_TOKEN where set), timeout (seconds
+-- a call may take; default 600).
+function M.new(url, options)
+  options = options or {}
+  local token = options.token
+  if token == nil then token = os.getenv("DEEPX_GATEWAY_TOKEN") end
+  if token == "" then token = nil end
+  return setmetatable({ url = (url or "http://127.0.0.1:8000"):gsub("/+$", ""), token = token,
+    timeout = options.timeout or 600 }, Client)
+end
+
+local function escape(text)
+  return (url_escape(tostring(text)))
+end
+
+-- The graph as JSON for a request: a Graph's spec, JSON text as it is, or a spec table.
+local function spec_of(g)
+  if getmetatable(g) == graph.Graph then return json.raw(g:spec_json()) end
+  if type(g) == "string" then return json.raw(g) end
+  return g
+end
+
+-- Raise what the gateway answered with a status >= 400.
+local function refused(status, body)
+  local message, kind = body, KIND_OF_STATUS[status] or "RemoteError"
+  local ok, said = pcall(json.decode, body)
+  if ok and type(said) == "table" and type(said.error) == "string" then
+    message = said.error
+    if type(said.kind) == "string" then kind = said.kind end
+  end
+  errors.raise(kind, message, { status = status })
+end
+
+-- (the body in one piece: ltn12.source.string would send it 2 KiB at a time)
+local function whole(body)
+  local sent = false
+  return function()
+    if sent then return nil end
+    sent = true
+    return body
+  end
+end
+
+-- One HTTP call: the answer's bytes and the length of its JSON head (nil: all of it).
+function Client:_call(method, path, body, head_length)
+  local headers = { ["Content-Type"] = "application/json" }
+  if head_length then
+    headers["Content-Type"] = "application/octet-stream"
+    headers[HEADER_LENGTH] = tostring(head_length)
+  end
+  headers["Content-Length"] = tostring(body and #body or 0)
+  if self.token then headers["Authorization"] = "Bearer " .. self.token end
+  local chunks = {}
+  http.TIMEOUT = self.timeout
+  local ok, status, answer_headers = http.request({
+    url = self.url .. path, method = method, headers = headers,
+    source = body and whole(body), sink = ltn12.sink.table(chunks),
+  })
+  if not ok then
+    errors.raise("RemoteError", "cannot reach the gateway at " .. self.url .. ": " .. tostring(status))
+  end
+  local data = table.concat(chunks)
+  if status >= 400 then refused(status, data) end
+  local length = answer_headers[HEADER_LENGTH:lower()]
+  if length then
+    length = math.tointeger(tonumber(length))
+    if not length or length > #data then
+      errors.raise("RemoteError", "the gateway sent a bad " .. HEADER_LENGTH)
+    end
+  end
+  return data, length
+end
+
+function Client:_json(method, path, body)
+  local data = self:_call(method, path, body ~= nil and json.encode(body) or nil)
+  local ok, out = pcall(json.decode, data)
+  if not ok then
+    errors.raise("RemoteError", "the gateway's answer is not JSON: " .. tostring(out.message or out))
+  end
+  return out
+end
+
+-- An answer with outputs (an operation, an inference): its JSON head, outputs made tensors
+-- from the binary data after it.
+local function operation_of(data, length)
+  local ok, head = pcall(json.decode, length and data:sub(1, length) or data)
+  if not ok or type(head) ~= "table" then
+    errors.raise("RemoteError", "the gateway's answer is not JSON: " ..
+      tostring(type(head) == "table" and head.message or head))
+  end
+  if getmetatable(head.outputs) == json.array_mt then
+    local outputs, at = {}, (length or #data) + 1
+    for _, entry in ipairs(head.outputs) do
+      local shape = {}
+      for i, d in ipairs(entry.shape or {}) do shape[i] = math.tointeger(d) end
+      local bytes = type(entry.parameters) == "table" and entry.parameters.binary_data_size
+      if bytes then
+        if at + bytes - 1 > #data then
+          errors.raise("RemoteError", "output " .. errors.shown(entry.name) ..
+            " came without its binary data")
+        end
+        outputs[entry.name] = tensors.from_raw(entry.datatype, shape, data, at, at + bytes - 1)
+        at = at + bytes
+      else -- (as JSON: the protocol allows it)
+        local dtype
+        for d, wire in pairs(tensors.WIRE) do if wire == entry.datatype then dtype = d end end
+        outputs[entry.name] = tensors.tensor(entry.data, shape, dtype)
+      end
+    end
+    head.outputs = outputs
+  end
+  return head
+end
+
+-- A request with tensors: the JSON head, then each input's bytes (names in sorted order).
+function Client:_with_tensors(path, body, inputs)
+  local names, listed, parts = {}, json.array(), {}
+  for name in pairs(inputs or {}) do names[#names + 1] = name end
+  table.sort(names)
+  for i, name in ipairs(names) do
+    local t = inputs[name]
+    local ok, raw = pcall(tensors.raw, t)
+    if not ok then
+      if errors.is_error(raw) then raw.message = "input " .. errors.shown(name) .. ": " .. raw.message end
+      error(raw, 0)
+    end
+    parts[i] = raw
+    listed[i] = { name = name, datatype = tensors.WIRE[t.dtype], shape = json.array(t.shape),
+      parameters = { binary_data_size = #raw } }
+  end
+  body.inputs = listed
+  local head = json.encode(body)
+  return operation_of(self:_call("POST", path, head .. table.concat(parts), #head))
+end
+
+--- The gateway's analysis of graph (a Graph, or a spec): every node's shape and dtype, and
+-- the plan.
+function Client:analyze(g)
+  return self:_json("POST", "/v1/graphs:analyze", { graph = spec_of(g) })
+end
+
+--- Run graph on inputs (name -> tensor, see deepx.tensor) and wait for its outputs:
+-- {state, operation, run_id, outputs = {name = tensor}, ...}. options: outputs (the names
+-- to return), wait_seconds, operation (an id of the caller's).
+function Client:execute(g, inputs, options)
+  options = options or {}
+  local body = { graph = spec_of(g), parameters = { binary_data_output = true },
+    outputs = options.outputs, wait_seconds = options.wait_seconds,
+    operation = options.operation }
+  return self:_with_tensors("/v1/graphs:execute", body, inputs)
+end
+
+--- An operation (a graph's execution, an asset's materialization) as the gateway has it
+-- now, or once it ends within options.wait_seconds.
+function Client:operation(id, options)
+  local wait = (options or {}).wait_seconds
+  local path = "/v1/operations/" .. escape(id) .. "?binary_data_output=true" ..
+      (wait and wait > 0 and "&wait_seconds=" .. tostring(wait) or "")
+  return operation_of(self:_call("GET", path))
+end
+
+--- Stop a running operation: the operation once it ended.
+function Client:cancel(id)
+  return operation_of(self:_call("POST", "/v1/operations/" .. escape(id) .. ":cancel"))
+end
+
+--- The runs the gateway's database records, newest first. options: status (running,
+-- succeeded, failed, interrupted), limit.
+function Client:runs(options)
+  options = options or {}
+  local query = {}
+  if options.status then query[#query + 1] = "status=" .. escape(options.status) end
+  if options.limit then query[#query + 1] = "limit=" .. tostring(options.limit) end
+  local path = "/v1/runs" .. (#query > 0 and "?" .. table.concat(query, "&") or "")
+  return self:_json("GET", path).runs
+end
+
+--- One run by id (or a prefix of it): its status, tasks, workers, times, error.
+function Client:run(id)
+  return self:_json("GET", "/v1/runs/" .. escape(id))
+end
+
+--- Define (or define again) asset name computed by graph (one output; each input reads the
+-- upstream asset of its name). options: dependencies, description, partitions,
+-- partition_axis, checks (as docs/contract.md lists them).
+function Client:define_asset(name, g, options)
+  options = options or {}
+  return self:_json("POST", "/v1/assets:define", { name = name, graph = spec_of(g),
+    dependencies = options.dependencies, description = options.description,
+    partitions = options.partitions, partition_axis = options.partition_axis,
+    checks = options.checks })
+end
+
+--- Every asset defined: name, status, latest version, checks, ...
+function Client:assets()
+  return self:_json("GET", "/v1/assets").assets
+end
+
+--- The stored versions of asset name, newest first.
+function Client:asset_versions(name)
+  return self:_json("GET", "/v1/assets/" .. escape(name) .. "/versions").versions
+end
+
+--- Make a new version of asset name (what is stale, or all with force): the operation, whose
+-- materialized says what was made and checked. options: partitions, force, upstream,
+-- wait_seconds.
+function Client:materialize(name, options)
+  options = options or {}
+  return self:_json("POST", "/v1/assets/" .. escape(name) .. ":materialize", json.object({
+    partitions = options.partitions, force = options.force, upstream = options.upstream,
+    wait_seconds = options.wait_seconds }))
+end
+
+--- The newest usable version of asset name as a tensor. options: version, partition, slice
+-- ({start, stop} per leading axis).
+function Client:read_asset(name, options)
+  options = options or {}
+  local body = { parameters = { binary_data_output = true }, version = options.version,
+    partition = options.partition, slice = options.slice }
+  local answer = operation_of(self:_call("POST", "/v1/assets/" .. escape(name) .. ":read",
+    json.encode(body)))
+  return answer.outputs[name]
+end
+
+--- Call served model (the Open Inference Protocol's infer) on inputs (name -> tensor):
+-- {model_name, outputs = {name = tensor}, ...}. options: version.
+function Client:infer(model, inputs, options)
+  local version = (options or {}).version
+  local path = "/v2/models/" .. escape(model) ..
+      (version and "/versions/" .. escape(version) or "") .. "/infer"
+  return self:_with_tensors(path, { parameters = { binary_data_output = true } }, inputs)
+end
+
+return M
