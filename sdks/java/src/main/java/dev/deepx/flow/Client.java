@@ -1,0 +1,318 @@
+package dev.deepx.flow;
+
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.net.URI;
+import java.net.URLEncoder;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * A client of a deepx_flow gateway ({@code deepx-flow serve}'s HTTP port) over its contract
+ * (docs/contract.md): analyze and run graphs, follow operations and runs, define, materialize
+ * and read assets, call served models. Tensors travel as the protocol's binary data both ways.
+ * The gateway's refusals are {@link DeepxException}s with its kind, message and HTTP status.
+ */
+public final class Client {
+  private static final String HEADER_LENGTH = "Inference-Header-Content-Length";
+  // (the Open Inference Protocol's /v2 calls answer {"error"} alone: the kind from the status)
+  private static final Map<Integer, String> KIND_OF_STATUS = Map.of(400, "InputError",
+      401, "Unauthenticated", 404, "NotFound", 405, "NotFound", 413, "TooLarge",
+      500, "ExecutionError");
+
+  private final String url;
+  private final String token;
+  private final HttpClient http;
+
+  /** A client of the gateway at {@code url}, with DEEPX_GATEWAY_TOKEN as its bearer token where set. */
+  public Client(String url) {
+    this(url, System.getenv("DEEPX_GATEWAY_TOKEN"));
+  }
+
+  /** A client of the gateway at {@code url} with a bearer {@code token} (null: none). */
+  public Client(String url, String token) {
+    this.url = (url == null || url.isEmpty() ? "http://127.0.0.1:8000" : url).replaceAll("/+$", "");
+    this.token = token == null || token.isEmpty() ? null : token;
+    this.http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1)
+        .connectTimeout(Duration.ofSeconds(30)).build();
+  }
+
+  /** The gateway's analysis of {@code graph} (a Graph, or a spec as a Map): shapes, dtypes, plan. */
+  public Map<String, Object> analyze(Object graph) {
+    return json("POST", "/v1/graphs:analyze", Map.of("graph", specOf(graph)));
+  }
+
+  /** Runs {@code graph} on {@code inputs} and waits for its outputs. */
+  public Operation execute(Object graph, Map<String, Values> inputs) {
+    return execute(graph, inputs, Map.of());
+  }
+
+  /**
+   * Runs {@code graph} on {@code inputs}; options: fields of graphs:execute ("wait_seconds":
+   * answer "running" past it, "operation_id", "outputs").
+   */
+  public Operation execute(Object graph, Map<String, Values> inputs, Map<String, ?> options) {
+    Map<String, Object> body = new LinkedHashMap<>();
+    body.put("graph", specOf(graph));
+    body.putAll(options);
+    body.put("parameters", Map.of("binary_data_output", true));
+    return withTensors("/v1/graphs:execute", body, inputs);
+  }
+
+  /** An operation as the gateway has it now. */
+  public Operation operation(String id) {
+    return operation(id, Duration.ZERO);
+  }
+
+  /** An operation as the gateway has it once it ends, or after {@code wait}. */
+  public Operation operation(String id, Duration wait) {
+    String path = "/v1/operations/" + escape(id) + "?binary_data_output=true";
+    if (!wait.isZero()) {
+      path += "&wait_seconds=" + wait.toMillis() / 1000.0;
+    }
+    return operationOf(call("GET", path, null, -1));
+  }
+
+  /** Stops a running operation: the operation once it ended (one that ended is unchanged). */
+  public Operation cancel(String id) {
+    return operationOf(call("POST", "/v1/operations/" + escape(id) + ":cancel", null, -1));
+  }
+
+  /** The runs the gateway's database records, newest first. */
+  public List<Map<String, Object>> runs() {
+    return runs(null, 0);
+  }
+
+  /** The runs of {@code status} (null: any), newest first, at most {@code limit} (0: the gateway's). */
+  @SuppressWarnings("unchecked")
+  public List<Map<String, Object>> runs(String status, int limit) {
+    List<String> query = new ArrayList<>();
+    if (status != null) {
+      query.add("status=" + escape(status));
+    }
+    if (limit > 0) {
+      query.add("limit=" + limit);
+    }
+    String path = "/v1/runs" + (query.isEmpty() ? "" : "?" + String.join("&", query));
+    return (List<Map<String, Object>>) json("GET", path, null).get("runs");
+  }
+
+  /** One run by id (or a prefix of it): its status, tasks, workers, times, error. */
+  public Map<String, Object> run(String id) {
+    return json("GET", "/v1/runs/" + escape(id), null);
+  }
+
+  /** Defines (or defines again) asset {@code name} computed by {@code graph}'s one output. */
+  public Map<String, Object> defineAsset(String name, Object graph) {
+    return defineAsset(name, graph, Map.of());
+  }
+
+  /**
+   * Defines (or defines again) asset {@code name} computed by {@code graph} (each input reads
+   * the upstream asset of its name); options: fields of assets:define (dependencies,
+   * description, partitions, partition_axis, checks).
+   */
+  public Map<String, Object> defineAsset(String name, Object graph, Map<String, ?> options) {
+    Map<String, Object> body = new LinkedHashMap<>();
+    body.put("name", name);
+    body.put("graph", specOf(graph));
+    body.putAll(options);
+    return json("POST", "/v1/assets:define", body);
+  }
+
+  /** Every asset defined: name, status, latest version, checks, ... */
+  @SuppressWarnings("unchecked")
+  public List<Map<String, Object>> assets() {
+    return (List<Map<String, Object>>) json("GET", "/v1/assets", null).get("assets");
+  }
+
+  /** The stored versions of asset {@code name}, newest first. */
+  @SuppressWarnings("unchecked")
+  public List<Map<String, Object>> assetVersions(String name) {
+    return (List<Map<String, Object>>) json("GET", "/v1/assets/" + escape(name) + "/versions",
+        null).get("versions");
+  }
+
+  /** Makes a new version of asset {@code name} where it is stale, and waits: the operation. */
+  public Operation materialize(String name) {
+    return materialize(name, Map.of());
+  }
+
+  /**
+   * Makes a new version of asset {@code name}; options: partitions, force, upstream,
+   * wait_seconds. The operation's field "materialized" says what was made and checked.
+   */
+  public Operation materialize(String name, Map<String, ?> options) {
+    return operationOf(call("POST", "/v1/assets/" + escape(name) + ":materialize",
+        Json.write(options).getBytes(StandardCharsets.UTF_8), -1));
+  }
+
+  /** The newest usable version of asset {@code name}. */
+  public Values readAsset(String name) {
+    return readAsset(name, Map.of());
+  }
+
+  /** A version of asset {@code name}; options: version, partition, slice ([start, stop) per leading axis). */
+  public Values readAsset(String name, Map<String, ?> options) {
+    Map<String, Object> body = new LinkedHashMap<>(options);
+    body.put("parameters", Map.of("binary_data_output", true));
+    Operation read = operationOf(call("POST", "/v1/assets/" + escape(name) + ":read",
+        Json.write(body).getBytes(StandardCharsets.UTF_8), -1));
+    return read.outputs().get(name);
+  }
+
+  /** Calls served model {@code model} (the Open Inference Protocol's infer) on {@code inputs}. */
+  public Operation infer(String model, Map<String, Values> inputs) {
+    Map<String, Object> body = new LinkedHashMap<>();
+    body.put("parameters", Map.of("binary_data_output", true));
+    return withTensors("/v2/models/" + escape(model) + "/infer", body, inputs);
+  }
+
+  private static Object specOf(Object graph) {
+    return graph instanceof Graph ? ((Graph) graph).toSpec() : graph;
+  }
+
+  private static String escape(String part) {
+    return URLEncoder.encode(part, StandardCharsets.UTF_8).replace("+", "%20");
+  }
+
+  private Operation withTensors(String path, Map<String, Object> body, Map<String, Values> inputs) {
+    List<Map<String, Object>> listed = new ArrayList<>();
+    ByteArrayOutputStream raw = new ByteArrayOutputStream();
+    for (Map.Entry<String, Values> e : inputs.entrySet()) {
+      Values v = e.getValue();
+      byte[] bytes = v.toBytes();
+      Map<String, Object> entry = new LinkedHashMap<>();
+      entry.put("name", e.getKey());
+      entry.put("datatype", Values.WIRE.get(v.dtype()));
+      entry.put("shape", v.shape());
+      entry.put("parameters", Map.of("binary_data_size", bytes.length));
+      listed.add(entry);
+      raw.writeBytes(bytes);
+    }
+    body.put("inputs", listed);
+    byte[] head = Json.write(body).getBytes(StandardCharsets.UTF_8);
+    ByteArrayOutputStream all = new ByteArrayOutputStream(head.length + raw.size());
+    all.writeBytes(head);
+    all.writeBytes(raw.toByteArray());
+    return operationOf(call("POST", path, all.toByteArray(), head.length));
+  }
+
+  @SuppressWarnings("unchecked")
+  private Map<String, Object> json(String method, String path, Object body) {
+    byte[] text = body == null ? null : Json.write(body).getBytes(StandardCharsets.UTF_8);
+    Answer answer = call(method, path, text, -1);
+    return (Map<String, Object>) parse(answer.body, 0, answer.body.length);
+  }
+
+  private record Answer(byte[] body, int headLength) {}
+
+  private Answer call(String method, String path, byte[] body, int jsonLength) {
+    HttpRequest.Builder request = HttpRequest.newBuilder(URI.create(url + path))
+        .timeout(Duration.ofMinutes(10))
+        .method(method, body == null ? HttpRequest.BodyPublishers.noBody()
+            : HttpRequest.BodyPublishers.ofByteArray(body));
+    request.header("Content-Type", jsonLength >= 0 ? "application/octet-stream" : "application/json");
+    if (jsonLength >= 0) {
+      request.header(HEADER_LENGTH, Integer.toString(jsonLength));
+    }
+    if (token != null) {
+      request.header("Authorization", "Bearer " + token);
+    }
+    HttpResponse<byte[]> answer;
+    try {
+      answer = http.send(request.build(), HttpResponse.BodyHandlers.ofByteArray());
+    } catch (IOException e) {
+      String why = e.getMessage() != null ? e.getMessage() : e.getClass().getSimpleName();
+      throw new DeepxException("RemoteError", "cannot reach the gateway at " + url + ": " + why);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new DeepxException("RemoteError", "interrupted while calling the gateway at " + url);
+    }
+    byte[] data = answer.body();
+    if (answer.statusCode() >= 400) {
+      String message = new String(data, StandardCharsets.UTF_8);
+      String kind = KIND_OF_STATUS.getOrDefault(answer.statusCode(), "RemoteError");
+      try {
+        if (Json.parse(message) instanceof Map<?, ?> said && said.get("error") instanceof String e) {
+          message = e;
+          if (said.get("kind") instanceof String k) {
+            kind = k;
+          }
+        }
+      } catch (DeepxException notJson) {
+        // (not JSON: said as it came)
+      }
+      throw new DeepxException(kind, message, answer.statusCode(), null);
+    }
+    int length = -1;
+    String said = answer.headers().firstValue(HEADER_LENGTH).orElse(null);
+    if (said != null) {
+      try {
+        length = Integer.parseInt(said.trim());
+      } catch (NumberFormatException e) {
+        length = Integer.MAX_VALUE;
+      }
+      if (length < 0 || length > data.length) {
+        throw new DeepxException("RemoteError", "the gateway sent a bad " + HEADER_LENGTH);
+      }
+    }
+    return new Answer(data, length);
+  }
+
+  private static Object parse(byte[] data, int from, int to) {
+    String text = new String(data, from, to - from, StandardCharsets.UTF_8);
+    try {
+      return Json.parse(text);
+    } catch (DeepxException e) {
+      throw new DeepxException("RemoteError", "the gateway's answer is " + e.getMessage());
+    }
+  }
+
+  @SuppressWarnings("unchecked")
+  private static Operation operationOf(Answer answer) {
+    byte[] data = answer.body;
+    int at = answer.headLength >= 0 ? answer.headLength : data.length;
+    Map<String, Object> fields = (Map<String, Object>) parse(data, 0, at);
+    Map<String, Values> outputs = new LinkedHashMap<>();
+    if (fields.get("outputs") instanceof List<?> listed) {
+      for (Object item : listed) {
+        Map<String, Object> entry = (Map<String, Object>) item;
+        String name = (String) entry.get("name");
+        List<Object> extents = (List<Object>) entry.get("shape");
+        int[] shape = new int[extents.size()];
+        for (int i = 0; i < shape.length; i++) {
+          shape[i] = ((Number) extents.get(i)).intValue();
+        }
+        Object size = entry.get("parameters") instanceof Map<?, ?> p ? p.get("binary_data_size") : null;
+        if (!(size instanceof Number) || at + ((Number) size).longValue() > data.length) {
+          throw new DeepxException("RemoteError", "output " + Spelling.shown(name)
+              + " came without its binary data");
+        }
+        String dtype = null;
+        for (Map.Entry<String, String> w : Values.WIRE.entrySet()) {
+          if (w.getValue().equals(entry.get("datatype"))) {
+            dtype = w.getKey();
+          }
+        }
+        if (dtype == null) {
+          throw new DeepxException("RemoteError", "the gateway sent datatype "
+              + Spelling.shown(entry.get("datatype")));
+        }
+        int n = ((Number) size).intValue();
+        outputs.put(name, Values.fromBytes(dtype, shape, data, at, n));
+        at += n;
+      }
+    }
+    return new Operation((String) fields.get("operation"), (String) fields.get("state"),
+        (String) fields.get("run_id"), fields.get("error") == null ? null
+        : String.valueOf(fields.get("error")), outputs, fields);
+  }
+}
