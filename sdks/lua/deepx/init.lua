@@ -20,6 +20,7 @@ return {
   tensor = tensors.tensor, -- deepx.tensor(data, shape, dtype)
   to_float32 = tensors.to_float32,
   uint64_tostring = tensors.uint64_tostring,
+  uint64_fromstring = tensors.uint64_fromstring,
   is_error = errors.is_error,
   closest = errors.closest,
   Graph = graph.Graph,

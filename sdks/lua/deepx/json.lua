@@ -183,7 +183,7 @@ function json.decode(s)
       -- (an integer past int64 reads as the nearest float, as Lua's own tonumber does)
       return math.tointeger(tonumber(text)) or tonumber(text)
     end
-    return tonumber(text) + 0.0
+    return tonumber(text) -- (a float: a fraction or an exponent; -0.0 keeps its sign)
   end
 
   function value()

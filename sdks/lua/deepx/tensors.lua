@@ -36,7 +36,6 @@ local RANGE = { int8 = { -128, 127 }, int16 = { -32768, 32767 },
   int32 = { -2147483648, 2147483647 }, uint8 = { 0, 255 }, uint16 = { 0, 65535 },
   uint32 = { 0, 4294967295 }, float16 = { 0, 65535 }, bfloat16 = { 0, 65535 },
   int64 = { math.mininteger, math.maxinteger } }
-local FLOAT32_MAX = 3.4028234663852886e38
 local CHUNK = 4096 -- (values packed or unpacked per string.pack call)
 
 local function input_error(message) errors.raise("InputError", message) end
@@ -104,6 +103,12 @@ local function parse_integer(text, dtype)
   return v
 end
 
+--- A decimal string as the integer with the bits of that uint64 value ("18446744073709551615"
+-- is -1), or nil where it is not one.
+function M.uint64_fromstring(text)
+  return parse_integer(text, "uint64")
+end
+
 -- value as the integer or number string.pack writes for dtype, or an InputError.
 local function exact(value, dtype)
   if dtype == "bool" then
@@ -115,7 +120,7 @@ local function exact(value, dtype)
           math.abs(string.unpack("<f", string.pack("<f", value))) == math.huge then
         input_error(shown(value) .. " is beyond float32's range")
       end
-      return value + 0.0
+      return value
     end
   elseif type(value) == "string" and (dtype == "int64" or dtype == "uint64") then
     local v = parse_integer(value, dtype)

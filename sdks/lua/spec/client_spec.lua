@@ -1,0 +1,134 @@
+-- Against a running gateway (DEEPX_URL, as the Python tests start one; pending without):
+-- graphs built here run there, outputs come back exact in every dtype, runs and assets are
+-- followed, and the gateway's refusals arrive as deepx errors with their kind and status.
+local deepx = require("deepx")
+
+local url = os.getenv("DEEPX_URL")
+
+-- it(), or pending where no gateway is named
+local function with_gateway(name, body)
+  if url and url ~= "" then
+    it(name, body)
+  else
+    pending(name .. " (DEEPX_URL names no gateway)")
+  end
+end
+
+-- the deepx error fn raises, or a failure
+local function refusal(fn, ...)
+  local ok, err = pcall(fn, ...)
+  assert.is_false(ok, "no error was raised")
+  assert.is_true(deepx.is_error(err), tostring(err))
+  return err
+end
+
+describe("the client", function()
+  with_gateway("runs a graph built here, and its outputs come back with shape and dtype", function()
+    local g = deepx.graph()
+    local x = g:input("x", { 2, 3 })
+    local y = g:leaky_relu(g:mul(x, 2), { alpha = 0.5 })
+    g:output(g:sum(y, { axes = { 1 } }), "total"):output(g:argmax(x, { axis = 1 }), "label")
+    local done = deepx.client(url):execute(g, { x = deepx.tensor({ 1, -2, 3, -4, 5, -6 }, { 2, 3 }) })
+    assert.are.equal("succeeded", done.state)
+    assert.are.same({ shape = { 2 }, dtype = "float32", data = { 2 - 2 + 6, -4 + 10 - 6 } },
+      done.outputs.total)
+    assert.are.same({ shape = { 2 }, dtype = "int64", data = { 2, 1 } }, done.outputs.label)
+    assert.are.equal("integer", math.type(done.outputs.label.data[1]))
+  end)
+
+  with_gateway("sends and receives int64 past 2^53 and uint64 past 2^63 exactly", function()
+    local g = deepx.graph()
+    local n = g:input("n", { 2 }, "int64")
+    local u = g:input("u", { 3 }, "uint64")
+    g:output(g:add(n, 1), "next"):output(g:flip(u), "flipped")
+    local big = (1 << 62) + 3
+    local done = deepx.client(url):execute(g, {
+      n = deepx.tensor({ big, -big }, { 2 }, "int64"),
+      u = deepx.tensor({ "18446744073709551615", 0, (1 << 63) + 1 }, { 3 }, "uint64"),
+    })
+    assert.are.same({ big + 1, -big + 1 }, done.outputs.next.data)
+    assert.are.same({ (1 << 63) + 1, 0, -1 }, done.outputs.flipped.data)
+    assert.are.equal("18446744073709551615", deepx.uint64_tostring(done.outputs.flipped.data[3]))
+  end)
+
+  with_gateway("gives the gateway's analysis: every output's shape and dtype, and the plan", function()
+    local g = deepx.graph()
+    local x = g:input("x", { 4, 5 })
+    g:output(g:matmul(x, g:transpose(x)), "gram")
+    local analysis = deepx.client(url):analyze(g)
+    assert.are.equal("gram", analysis.outputs[1].name)
+    assert.are.same({ 4, 4 }, { table.unpack(analysis.outputs[1].shape) })
+    assert.are.equal("FP32", analysis.outputs[1].datatype)
+    assert.is_truthy(analysis.plan:find("matmul", 1, true))
+  end)
+
+  with_gateway("raises the gateway's refusals as errors with their kind, message and status", function()
+    local client = deepx.client(url)
+    local spec = '{"deepx": 1, "inputs": {"x": {"shape": [2], "dtype": "float32"}}, ' ..
+        '"nodes": [{"id": "y", "op": "add", "args": ["x", "missing"]}], "outputs": ["y"]}'
+    local err = refusal(client.execute, client, spec, { x = deepx.tensor({ 1, 2 }) })
+    assert.are.equal("SpecError", err.kind)
+    assert.are.equal(400, err.status)
+    assert.is_truthy(err.message:find("missing input 'missing'", 1, true))
+    local g = deepx.graph()
+    g:output(g:relu(g:input("x", { 2 })))
+    err = refusal(client.execute, client, g, { x = deepx.tensor({ 1, 2, 3 }) })
+    assert.are.equal("InputError", err.kind)
+    assert.are.equal(400, err.status)
+    err = refusal(client.execute, client, g, { x = deepx.tensor({ 1, 2.5 }, { 2 }, "int8") })
+    assert.are.equal("input 'x': 2.5 is not a int8 value", tostring(err))
+    err = refusal(client.operation, client, "no-such-operation")
+    assert.are.equal("NotFound", err.kind)
+    assert.are.equal(404, err.status)
+    -- (the Open Inference Protocol's answer has no kind: the status says it)
+    err = refusal(client.infer, client, "no_such_model", { x = deepx.tensor({ 1 }) })
+    assert.are.equal("NotFound", err.kind)
+    assert.are.equal(404, err.status)
+    local nowhere = deepx.client("http://127.0.0.1:9")
+    err = refusal(nowhere.runs, nowhere)
+    assert.are.equal("RemoteError", err.kind)
+    assert.is_truthy(tostring(err):find("cannot reach the gateway at http://127.0.0.1:9", 1, true))
+  end)
+
+  with_gateway("follows an operation by id, with its progress, and lists its run", function()
+    local client = deepx.client(url)
+    local g = deepx.graph()
+    g:output(g:exp(g:input("x", { 3 })), "e")
+    local started = client:execute(g, { x = deepx.tensor({ 0, 1, 2 }) }, { wait_seconds = 60 })
+    local again = client:operation(started.operation, { wait_seconds = 30 })
+    assert.are.equal("succeeded", again.state)
+    assert.are.same(started.outputs.e, again.outputs.e)
+    assert.are.equal(again.progress.tasks_total, again.progress.tasks_done)
+    assert.is_truthy(again.dashboard:find(started.run_id, 1, true))
+    local newest = client:runs({ limit = 1 })[1]
+    assert.are.equal(started.run_id, newest.id)
+    assert.are.equal("succeeded", client:run(started.run_id).status)
+    -- (cancelling what has ended changes nothing: its final state)
+    assert.are.equal("succeeded", client:cancel(started.operation).state)
+  end)
+
+  with_gateway("defines assets from graphs, materializes, lists and reads them", function()
+    local client = deepx.client(url)
+    local name = string.format("lua_readings_%d_%d", os.time(), math.random(1 << 30))
+    local g = deepx.graph()
+    local n = g:arange({ shape = { 8 }, dtype = "float64", start = 0, step = 0.5 })
+    g:output(g:reshape(n, { shape = { 4, 2 } }), "r")
+    client:define_asset(name, g, { description = "eight readings", checks = { { kind = "all_finite" } } })
+    local totals = deepx.graph()
+    totals:output(totals:sum(totals:input(name, { 4, 2 }, "float64"), { axes = { 1 } }), "t")
+    client:define_asset(name .. "_totals", totals)
+    local made = client:materialize(name .. "_totals", { upstream = true, wait_seconds = 120 })
+    assert.are.equal("succeeded", made.state, tostring(made.error))
+    assert.are.same({ shape = { 4 }, dtype = "float64", data = { 0.5, 2.5, 4.5, 6.5 } },
+      client:read_asset(name .. "_totals"))
+    local slice = client:read_asset(name, { slice = { { 1, 3 } } })
+    assert.are.same({ shape = { 2, 2 }, dtype = "float64", data = { 1, 1.5, 2, 2.5 } }, slice)
+    local listed
+    for _, asset in ipairs(client:assets()) do
+      if asset.name == name then listed = asset end
+    end
+    assert.are.equal("fresh", listed.status)
+    assert.is_true(client:asset_versions(name)[1].checks_passed)
+    assert.are.equal("NotFound", refusal(client.read_asset, client, "no_such_asset").kind)
+  end)
+end)
