@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The conformance suite: start a gateway on loopback, run every language's runner on every
-# case in sdks/conformance/cases/, print a line per language and transport
+# The conformance suite: start a gateway on loopback (serving model.py's classifier), run
+# every language's runner on every case in sdks/conformance/cases/ and every scenario in
+# sdks/conformance/scenarios/, print a line per language and transport
 # (`<language> <transport>: N passed, N failed`); the exit code is 1 where any failed.
 #
 #   sdks/conformance/run.sh            (PYTHON: the interpreter with deepx_flow; default
@@ -12,8 +13,9 @@ python="${PYTHON:-$root/.venv/bin/python}"
 [ -x "$python" ] || python=python3
 work=$(mktemp -d "${TMPDIR:-/tmp}/deepx-conformance.XXXXXX")
 export DEEPX_DB_URL="sqlite:///$work/conformance.db"  # (a database of its own)
+"$python" "$here/model.py" "$work/models" || exit 1  # (the model the scenarios call)
 "$python" -m deepx_flow.cli.main serve --http-port 0 --grpc-port 0 --metrics-port 0 \
-  --results "$work/results" 2> "$work/serve.log" &
+  --results "$work/results" --model-repository "$work/models" 2> "$work/serve.log" &
 server=$!
 stop() {  # the gateway stopped (killed where it does not within 60 s) and its folder removed
   kill -TERM $server 2>/dev/null
@@ -34,12 +36,13 @@ export DEEPX_URL="http://$url"
 
 export DEEPX_GRPC="$(sed -n 's/.*gRPC on \([^ ,]*\).*/\1/p' "$work/serve.log" | head -1)"
 
-# each language's runner, sdks/<language>/conformance.sh, with the cases' folder: it prints
+# each language's runner, sdks/<language>/conformance.sh, with the folders of cases and
+# scenarios (it runs both, and counts each file as one): it prints
 # its lines, and exits 3 where its toolchain is not installed (said, and a failure where
 # DEEPX_REQUIRE_SDK_TOOLCHAINS is set)
 status=0
 for runner in "$root"/sdks/*/conformance.sh; do
-  bash "$runner" "$here/cases"
+  bash "$runner" "$here/cases" "$here/scenarios"
   case $? in
     0) ;;
     3) [ -z "${DEEPX_REQUIRE_SDK_TOOLCHAINS:-}" ] || status=1 ;;

@@ -1,9 +1,10 @@
 // The conformance suite's runner for JavaScript (sdks/conformance/run.sh calls it): each
 // case is built through the SDK's public API (its steps, by method name) and must give the
 // stored graph spec; then it runs on the gateway at DEEPX_URL and must give the stored
-// outputs. Prints each failure and one line: `javascript http: N passed, N failed`.
+// outputs. Each scenario's calls are made in order (make_scenarios.py says what each must
+// give). Prints each failure and one line: `javascript http: N passed, N failed`.
 //
-//   node conformance.mjs CASES_FOLDER
+//   node conformance.mjs FOLDER...    (of cases and scenarios)
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -30,8 +31,13 @@ function built(c) {
   return g;
 }
 
-function values({ dtype, shape, data, encoding }) {
+function values({ dtype, shape, data, encoding, pattern }) {
   const Kind = WIRE[dtype][1];
+  if (pattern) { // (value i is (i mod modulo) * scale)
+    const made = new Kind(shape.reduce((n, d) => n * d, 1));
+    for (let i = 0; i < made.length; i++) made[i] = (i % pattern.modulo) * pattern.scale;
+    return tensor(made, shape, dtype);
+  }
   if (encoding === "bits") return tensor(Uint16Array.from(data), shape, dtype); // (float16, bfloat16)
   const parsed = data.map((v) => (Kind === BigInt64Array || Kind === BigUint64Array ? BigInt(v)
     : v === "NaN" ? NaN : v === "Infinity" ? Infinity : v === "-Infinity" ? -Infinity
@@ -55,43 +61,128 @@ function close(got, want, rtol, atol, name) {
   }
 }
 
-const folder = process.argv[2];
-const client = new Client(process.env.DEEPX_URL);
-let passed = 0, failed = 0;
-for (const file of readdirSync(folder).filter((f) => f.endsWith(".json")).sort()) {
-  const c = JSON.parse(readFileSync(join(folder, file), "utf8"));
-  try {
-    if (c.error?.at === "build") {
-      assert.throws(() => built(c), (err) => {
-        assert.equal(err.kind, c.error.kind, "the kind");
-        assert.equal(err.message, c.error.message, "the message");
-        return true;
-      }, "the mistake is refused as it is made");
-      passed++;
-      continue;
+function inputsOf(given) {
+  return Object.fromEntries(Object.entries(given).map(([n, t]) => [n, values(t)]));
+}
+
+async function runCase(c) {
+  if (c.error?.at === "build") {
+    assert.throws(() => built(c), (err) => {
+      assert.equal(err.kind, c.error.kind, "the kind");
+      assert.equal(err.message, c.error.message, "the message");
+      return true;
+    }, "the mistake is refused as it is made");
+    return;
+  }
+  const g = built(c);
+  assert.deepEqual(g.toSpec(), c.spec, "the graph the steps build");
+  if (c.error?.at === "run") {
+    await assert.rejects(client.execute(g, inputsOf(c.inputs)), (err) => {
+      assert.equal(err.kind, c.error.kind, "the kind");
+      assert.ok(err.message.includes(c.error.contains), `the message: ${err.message}`);
+      return true;
+    });
+    return;
+  }
+  const done = await client.execute(g, inputsOf(c.inputs));
+  assert.equal(done.state, "succeeded", JSON.stringify(done.error));
+  for (const [name, want] of Object.entries(c.expected)) {
+    close(done.outputs[name], values(want), c.rtol, c.atol, name);
+  }
+}
+
+function graphOf(call) {
+  const g = built(call.graph);
+  assert.deepEqual(g.toSpec(), call.graph.spec, "the graph the steps build");
+  return g;
+}
+
+// Each call of a scenario, by its "do".
+const CALLS = {
+  async define_asset(call) {
+    await client.defineAsset(call.asset, graphOf(call));
+  },
+  async materialize(call) {
+    const done = await client.materialize(call.asset);
+    assert.equal(done.state, call.state, `${call.asset}: ${done.error}`);
+  },
+  async read_asset(call) {
+    close(await client.readAsset(call.asset), values(call.expected), call.rtol, call.atol, call.asset);
+  },
+  async list_assets(call) {
+    const names = (await client.assets()).map((a) => a.name);
+    for (const name of call.includes) assert.ok(names.includes(name), `${name} is not listed`);
+  },
+  async asset_versions(call) {
+    const versions = await client.assetVersions(call.asset);
+    assert.ok(versions.length >= call.at_least, `${versions.length} versions of ${call.asset}`);
+  },
+  async execute(call) {
+    const g = graphOf(call);
+    let done = await client.execute(g, inputsOf(call.inputs), call.follow ? { waitSeconds: 0 } : {});
+    if (call.follow) {
+      while (done.state === "running") done = await client.operation(done.operation, { waitSeconds: 1 });
+      assert.equal(done.state, "succeeded", done.error);
+      assert.ok(done.progress.tasks_total > 0 && done.progress.tasks_done === done.progress.tasks_total,
+        `progress ${JSON.stringify(done.progress)}`);
+      assert.ok(done.dashboard.endsWith(`/run?id=${done.run_id}`), `dashboard ${done.dashboard}`);
+      assert.equal((await client.run(done.run_id)).status, "succeeded");
+      const runs = await client.runs({ limit: 100 });
+      assert.ok(runs.some((r) => r.id === done.run_id), "the run is listed");
     }
-    const g = built(c);
-    assert.deepEqual(g.toSpec(), c.spec, "the graph the steps build");
-    if (c.error?.at === "run") {
-      const inputs = Object.fromEntries(Object.entries(c.inputs).map(([n, t]) => [n, values(t)]));
-      await assert.rejects(client.execute(g, inputs), (err) => {
-        assert.equal(err.kind, c.error.kind, "the kind");
-        assert.ok(err.message.includes(c.error.contains), `the message: ${err.message}`);
+    assert.equal(done.state, "succeeded", done.error);
+    for (const [name, want] of Object.entries(call.expected)) {
+      close(done.outputs[name], values(want), call.rtol, call.atol, name);
+    }
+  },
+  async infer(call) {
+    if (call.error) {
+      await assert.rejects(client.infer(call.model, inputsOf(call.inputs)), (err) => {
+        assert.equal(err.kind, call.error.kind, "the kind");
+        assert.ok(err.message.includes(call.error.contains), `the message: ${err.message}`);
         return true;
       });
+      return;
+    }
+    const done = await client.infer(call.model, inputsOf(call.inputs));
+    for (const [name, want] of Object.entries(call.expected)) {
+      close(done.outputs[name], values(want), call.rtol, call.atol, name);
+    }
+  },
+  async cancel(call) {
+    const started = await client.execute(graphOf(call), inputsOf(call.inputs), { waitSeconds: 0 });
+    assert.equal(started.state, "running");
+    const done = await client.cancel(started.operation);
+    assert.equal(done.state, "interrupted");
+    assert.ok(done.error.includes("cancelled"), `the error: ${done.error}`);
+    assert.equal((await client.run(done.run_id)).status, "interrupted");
+  },
+};
+
+async function runScenario(s) {
+  for (const [i, call] of s.scenario.entries()) {
+    try {
+      await CALLS[call.do](call);
+    } catch (err) {
+      err.message = `call ${i + 1} (${call.do}): ${err.message}`;
+      throw err;
+    }
+  }
+}
+
+const client = new Client(process.env.DEEPX_URL);
+const PREFIX = "javascript_http_"; // (this runner's assets, on a gateway others use too)
+let passed = 0, failed = 0;
+for (const folder of process.argv.slice(2)) {
+  for (const file of readdirSync(folder).filter((f) => f.endsWith(".json")).sort()) {
+    const c = JSON.parse(readFileSync(join(folder, file), "utf8").replaceAll("{prefix}", PREFIX));
+    try {
+      await (c.scenario ? runScenario(c) : runCase(c));
       passed++;
-      continue;
+    } catch (err) {
+      failed++;
+      console.log(`FAILED ${c.name}: ${err.message.split("\n")[0]}`);
     }
-    const inputs = Object.fromEntries(Object.entries(c.inputs).map(([n, t]) => [n, values(t)]));
-    const done = await client.execute(g, inputs);
-    assert.equal(done.state, "succeeded", JSON.stringify(done.error));
-    for (const [name, want] of Object.entries(c.expected)) {
-      close(done.outputs[name], values(want), c.rtol, c.atol, name);
-    }
-    passed++;
-  } catch (err) {
-    failed++;
-    console.log(`FAILED ${c.name}: ${err.message.split("\n")[0]}`);
   }
 }
 console.log(`javascript http: ${passed} passed, ${failed} failed`);

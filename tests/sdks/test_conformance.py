@@ -17,11 +17,12 @@ from tests.helpers import GO_OFFLINE, toolchain
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "sdks" / "conformance"
-CASES = sorted((SUITE / "cases").glob("*.json"))
+CASES = sorted((SUITE / "cases").glob("*.json")) + sorted((SUITE / "scenarios").glob("*.json"))
 
 
-def test_the_cases_are_current():
-    done = subprocess.run([sys.executable, str(SUITE / "make_cases.py"), "--check"],
+@pytest.mark.parametrize("maker", ["make_cases.py", "make_scenarios.py"])
+def test_the_cases_and_scenarios_are_current(maker):
+    done = subprocess.run([sys.executable, str(SUITE / maker), "--check"],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -62,12 +63,18 @@ def test_a_runner_fails_a_case_whose_graph_or_results_differ(http, tmp_path):  #
     wrong_result = json.loads(json.dumps(case))
     wrong_result["expected"]["y"]["data"][0] += 0.001
     (tmp_path / "wrong_result.json").write_text(json.dumps(wrong_result))
+    # a scenario whose asset reads back other values than it says
+    wrong_read = json.loads((SUITE / "scenarios" / "assets.json").read_text())
+    read = next(c for c in wrong_read["scenario"] if c["do"] == "read_asset")
+    read["expected"]["data"][2] += 1
+    (tmp_path / "wrong_read.json").write_text(json.dumps(wrong_read))
     done = subprocess.run([node, str(ROOT / "sdks" / "javascript" / "conformance.mjs"),
                            str(tmp_path)], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "DEEPX_URL": str(http.base_url).rstrip("/")})
     assert done.returncode == 1
-    assert "javascript http: 1 passed, 2 failed" in done.stdout, done.stdout
+    assert "javascript http: 1 passed, 3 failed" in done.stdout, done.stdout
     assert "the graph the steps build" in done.stdout and "y[0]" in done.stdout
+    assert "call 5 (read_asset)" in done.stdout
     if shutil.which("go") is None:
         return
     runner = tmp_path / "go-conformance"
@@ -78,5 +85,6 @@ def test_a_runner_fails_a_case_whose_graph_or_results_differ(http, tmp_path):  #
                           timeout=120,
                           env={**os.environ, "DEEPX_URL": str(http.base_url).rstrip("/")})
     assert done.returncode == 1
-    assert "go http: 1 passed, 2 failed" in done.stdout, done.stdout
+    assert "go http: 1 passed, 3 failed" in done.stdout, done.stdout
     assert "the graph the steps build" in done.stdout and "y[0]" in done.stdout
+    assert "call 5 (read_asset)" in done.stdout

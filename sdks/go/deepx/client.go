@@ -33,15 +33,23 @@ func NewClient(baseURL string) *Client {
 		HTTP: &http.Client{Timeout: 10 * time.Minute}}
 }
 
-// Operation is an operation's answer: State, Operation (its id), RunID, its Outputs once
-// it succeeded, and every other field the gateway said (Fields).
+// Operation is an operation's answer: State, Operation (its id), RunID, Dashboard (the
+// run's page), Progress (while it runs, and once it succeeded), its Outputs once it
+// succeeded, and every other field the gateway said (Fields).
 type Operation struct {
 	State     string
 	Operation string
 	RunID     string
+	Dashboard string
+	Progress  *Progress
 	Error     string
 	Outputs   map[string]Values
 	Fields    map[string]any
+}
+
+// Progress is how far an operation's run has got: TasksDone of TasksTotal.
+type Progress struct {
+	TasksDone, TasksTotal int
 }
 
 func specOf(graph any) (any, error) {
@@ -72,6 +80,27 @@ func (c *Client) Execute(graph any, inputs map[string]Values) (*Operation, error
 	return c.withTensors("/v1/graphs:execute", body, inputs)
 }
 
+// Start starts running graph on inputs and answers at once: the operation, running (or
+// ended already); follow it with GetOperation.
+func (c *Client) Start(graph any, inputs map[string]Values) (*Operation, error) {
+	spec, err := specOf(graph)
+	if err != nil {
+		return nil, err
+	}
+	body := map[string]any{"graph": spec, "wait_seconds": 0,
+		"parameters": map[string]any{"binary_data_output": true}}
+	return c.withTensors("/v1/graphs:execute", body, inputs)
+}
+
+// Cancel stops a running operation: the operation once it ended.
+func (c *Client) Cancel(id string) (*Operation, error) {
+	data, length, err := c.call("POST", "/v1/operations/"+url.PathEscape(id)+":cancel", nil, -1)
+	if err != nil {
+		return nil, err
+	}
+	return operationOf(data, length)
+}
+
 // GetOperation is an operation as the gateway has it now, or once it ends within wait.
 func (c *Client) GetOperation(id string, wait time.Duration) (*Operation, error) {
 	path := "/v1/operations/" + url.PathEscape(id) + "?binary_data_output=true"
@@ -95,6 +124,28 @@ func (c *Client) Runs(limit int) ([]map[string]any, error) {
 		path += "?limit=" + strconv.Itoa(limit)
 	}
 	return out.Runs, c.callJSON("GET", path, nil, &out)
+}
+
+// Run is one run by its id (or a prefix of it): status, tasks, workers, times, error.
+func (c *Client) Run(id string) (map[string]any, error) {
+	var out map[string]any
+	return out, c.callJSON("GET", "/v1/runs/"+url.PathEscape(id), nil, &out)
+}
+
+// Assets are the assets defined through the gateway: name, status, latest version, ...
+func (c *Client) Assets() ([]map[string]any, error) {
+	var out struct {
+		Assets []map[string]any `json:"assets"`
+	}
+	return out.Assets, c.callJSON("GET", "/v1/assets", nil, &out)
+}
+
+// AssetVersions are the stored versions of asset name, newest first.
+func (c *Client) AssetVersions(name string) ([]map[string]any, error) {
+	var out struct {
+		Versions []map[string]any `json:"versions"`
+	}
+	return out.Versions, c.callJSON("GET", "/v1/assets/"+url.PathEscape(name)+"/versions", nil, &out)
 }
 
 // DefineAsset defines (or defines again) asset name computed by graph; options: fields of
@@ -262,6 +313,12 @@ func operationOf(data []byte, length int) (*Operation, error) {
 	op.Operation, _ = fields["operation"].(string)
 	op.RunID, _ = fields["run_id"].(string)
 	op.Error, _ = fields["error"].(string)
+	op.Dashboard, _ = fields["dashboard"].(string)
+	if p, ok := fields["progress"].(map[string]any); ok {
+		done, _ := p["tasks_done"].(float64)
+		total, _ := p["tasks_total"].(float64)
+		op.Progress = &Progress{TasksDone: int(done), TasksTotal: int(total)}
+	}
 	listed, _ := fields["outputs"].([]any)
 	at := len(data)
 	if length >= 0 {

@@ -1,9 +1,10 @@
 // The conformance suite's runner for Go (sdks/conformance/run.sh calls it): each case is
 // built through the SDK's public API (its steps, by method name) and must give the stored
 // graph spec; then it runs on the gateway at DEEPX_URL and must give the stored outputs.
+// Each scenario's calls are made in order (make_scenarios.py says what each must give).
 // Prints each failure and one line: `go http: N passed, N failed`.
 //
-//	go run ./cmd/conformance CASES_FOLDER
+//	go run ./cmd/conformance FOLDER...   (of cases and scenarios)
 package main
 
 import (
@@ -25,6 +26,10 @@ type tensor struct {
 	Shape    []int  `json:"shape"`
 	Data     []any  `json:"data"`
 	Encoding string `json:"encoding"` // "bits": float16 and bfloat16 as their 16-bit patterns
+	Pattern  *struct {
+		Modulo int     `json:"modulo"`
+		Scale  float64 `json:"scale"`
+	} `json:"pattern"` // value i is (i mod Modulo) * Scale
 }
 
 type refusal struct {
@@ -35,6 +40,7 @@ type refusal struct {
 }
 
 type testCase struct {
+	Scenario []call            `json:"scenario"`
 	Error    *refusal          `json:"error"`
 	Name     string            `json:"name"`
 	Steps    []map[string]any  `json:"steps"`
@@ -155,6 +161,15 @@ func values(t tensor) deepx.Values {
 	if t.Shape == nil {
 		v.Shape = []int{}
 	}
+	if t.Pattern != nil {
+		t.Data = make([]any, 1)
+		for _, d := range t.Shape {
+			t.Data = make([]any, len(t.Data)*d)
+		}
+		for i := range t.Data {
+			t.Data[i] = float64(i%t.Pattern.Modulo) * t.Pattern.Scale
+		}
+	}
 	switch t.Dtype {
 	case "float16", "bfloat16", "uint16": // (16-bit floats as their patterns)
 		v.Data = each(t.Data, func(x any) uint16 { return uint16(number(x)) })
@@ -245,6 +260,21 @@ func refused(err error, want *refusal) error {
 	return nil
 }
 
+// sameSpec is nil where g's spec is the stored one (compared as JSON writes them: the SDK
+// keeps numbers as written, json.Number).
+func sameSpec(g *deepx.Graph, stored map[string]any) error {
+	spec, err := g.Spec()
+	if err != nil {
+		return err
+	}
+	built, _ := json.Marshal(spec)
+	want, _ := json.Marshal(stored)
+	if string(built) != string(want) {
+		return fmt.Errorf("the graph the steps build: %s", built)
+	}
+	return nil
+}
+
 func run(c testCase, client *deepx.Client) error {
 	g, err := built(c)
 	if c.Error != nil && c.Error.At == "build" {
@@ -253,21 +283,10 @@ func run(c testCase, client *deepx.Client) error {
 	if err != nil {
 		return err
 	}
-	spec, err := g.Spec()
-	if err != nil {
+	if err := sameSpec(g, c.Spec); err != nil {
 		return err
 	}
-	// (compared as JSON writes them: the SDK keeps numbers as written, json.Number)
-	built, _ := json.Marshal(spec)
-	stored, _ := json.Marshal(c.Spec)
-	if string(built) != string(stored) {
-		return fmt.Errorf("the graph the steps build: %s", built)
-	}
-	inputs := map[string]deepx.Values{}
-	for name, t := range c.Inputs {
-		inputs[name] = values(t)
-	}
-	done, err := client.Execute(g, inputs)
+	done, err := client.Execute(g, inputsOf(c.Inputs))
 	if c.Error != nil {
 		return refused(err, c.Error)
 	}
@@ -285,18 +304,27 @@ func run(c testCase, client *deepx.Client) error {
 	return nil
 }
 
+// prefix names this runner's assets, on a gateway others use too
+const prefix = "go_http_"
+
 func main() {
-	files, _ := filepath.Glob(filepath.Join(os.Args[1], "*.json"))
-	sort.Strings(files)
+	var files []string
+	for _, folder := range os.Args[1:] {
+		found, _ := filepath.Glob(filepath.Join(folder, "*.json"))
+		sort.Strings(found)
+		files = append(files, found...)
+	}
 	client := deepx.NewClient(os.Getenv("DEEPX_URL"))
 	passed, failed := 0, 0
 	for _, file := range files {
 		var c testCase
 		text, err := os.ReadFile(file)
 		if err == nil {
-			err = json.Unmarshal(text, &c)
+			err = json.Unmarshal([]byte(strings.ReplaceAll(string(text), "{prefix}", prefix)), &c)
 		}
-		if err == nil {
+		if err == nil && c.Scenario != nil {
+			err = runScenario(c, client)
+		} else if err == nil {
 			err = run(c, client)
 		}
 		if err != nil {
