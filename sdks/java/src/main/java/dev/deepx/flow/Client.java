@@ -291,11 +291,6 @@ public final class Client {
         for (int i = 0; i < shape.length; i++) {
           shape[i] = ((Number) extents.get(i)).intValue();
         }
-        Object size = entry.get("parameters") instanceof Map<?, ?> p ? p.get("binary_data_size") : null;
-        if (!(size instanceof Number) || at + ((Number) size).longValue() > data.length) {
-          throw new DeepxException("RemoteError", "output " + Spelling.shown(name)
-              + " came without its binary data");
-        }
         String dtype = null;
         for (Map.Entry<String, String> w : Values.WIRE.entrySet()) {
           if (w.getValue().equals(entry.get("datatype"))) {
@@ -305,6 +300,15 @@ public final class Client {
         if (dtype == null) {
           throw new DeepxException("RemoteError", "the gateway sent datatype "
               + Spelling.shown(entry.get("datatype")));
+        }
+        Object size = entry.get("parameters") instanceof Map<?, ?> p ? p.get("binary_data_size") : null;
+        if (size == null && entry.containsKey("data")) { // (JSON data: a cancelled operation's)
+          outputs.put(name, Values.fromJson(dtype, shape, entry.get("data")));
+          continue;
+        }
+        if (!(size instanceof Number) || at + ((Number) size).longValue() > data.length) {
+          throw new DeepxException("RemoteError", "output " + Spelling.shown(name)
+              + " came without its binary data");
         }
         int n = ((Number) size).intValue();
         outputs.put(name, Values.fromBytes(dtype, shape, data, at, n));
