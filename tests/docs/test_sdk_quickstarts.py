@@ -62,3 +62,46 @@ def test_the_go_quickstart_runs_as_written(served, tmp_path):
     assert done.returncode == 0, done.stderr
     said = re.findall(r"fmt\.Println\(.*?\) // (.*)", code)
     assert done.stdout.splitlines() == said, (done.stdout, said)
+
+
+@pytest.mark.timeout(300)
+def test_the_lua_quickstart_runs_as_written(served, tmp_path):
+    lua = toolchain("lua5.4")
+    [code] = _blocks("lua")
+    (tmp_path / "quickstart.lua").write_text(code)
+    # the module path as the doc's install step sets it
+    sdk = ROOT / "sdks" / "lua"
+    done = subprocess.run([lua, "quickstart.lua"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=240, env={**os.environ, "DEEPX_URL": served.url,
+                                            "LUA_PATH": f"{sdk}/?.lua;{sdk}/?/init.lua;;"})
+    assert done.returncode == 0, done.stderr
+    # what the comments say each line prints (print's tabs shown as spaces)
+    said = re.findall(r"print\(.*?\) -- (.*)", code)
+    assert done.stdout.replace("\t", " ").splitlines() == said, (done.stdout, said)
+
+
+@pytest.mark.timeout(600)
+def test_the_java_quickstart_runs_as_written(served, tmp_path):
+    from pathlib import Path
+
+    java = toolchain("java")
+    toolchain("javac")
+    if not Path("/usr/share/java/gson.jar").is_file():  # (Debian's libgoogle-gson-java)
+        if os.environ.get("DEEPX_REQUIRE_SDK_TOOLCHAINS"):
+            pytest.fail("gson is not installed (DEEPX_REQUIRE_SDK_TOOLCHAINS is set)")
+        pytest.skip("gson is not installed")
+    [code] = _blocks("java")
+    [install] = [b for b in re.findall(r"```\n(.*?)```", DOC.read_text(), re.S)
+                 if "sdks/java/build.sh" in b]
+    build, run = install.strip().splitlines()
+    # the install lines as written, with this checkout for /path/to/deepx_flow
+    built = subprocess.run(build.replace("/path/to/deepx_flow", str(ROOT)).split(),
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stdout + built.stderr
+    (tmp_path / "Quickstart.java").write_text(code)
+    done = subprocess.run([java if word == "java" else word for word in run.split()],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "DEEPX_URL": served.url})
+    assert done.returncode == 0, done.stderr
+    said = re.findall(r"System\.out\.println\(.*?\); // (.*)", code)
+    assert done.stdout.splitlines() == said, (done.stdout, said)
