@@ -91,8 +91,8 @@ def test_the_java_quickstart_runs_as_written(served, tmp_path):
             pytest.fail("gson is not installed (DEEPX_REQUIRE_SDK_TOOLCHAINS is set)")
         pytest.skip("gson is not installed")
     [code] = _blocks("java")
-    [install] = [b for b in re.findall(r"```\n(.*?)```", DOC.read_text(), re.S)
-                 if "sdks/java/build.sh" in b]
+    install = re.search(r"\n```\n(bash \S*sdks/java/build\.sh.*?)```", DOC.read_text(),
+                        re.S).group(1)
     build, run = install.strip().splitlines()
     # the install lines as written, with this checkout for /path/to/deepx_flow
     built = subprocess.run(build.replace("/path/to/deepx_flow", str(ROOT)).split(),
