@@ -1,9 +1,10 @@
 """JavaScript: sdks/javascript/src/generated/ (the table, a method of Graph per operator,
-and their TypeScript declarations)."""
+their TypeScript declarations, and the contract's protos the gRPC client loads)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from deepx_flow.ops.table import operator_table
 from generators.common import HEADER, parameters, table_entry
@@ -63,4 +64,25 @@ def files() -> dict[str, str]:
     declarations.append("}\n")
     files["operators.js"] = "".join(methods)
     files["operators.d.ts"] = "".join(declarations)
+    files.update(protos())
     return {f"javascript/src/generated/{name}": text for name, text in files.items()}
+
+
+PROTO = Path(__file__).resolve().parents[2] / "proto"
+PROTOS = ["deepx/v1/tensor.proto", "deepx/v1/graphs.proto", "deepx/v1/catalog.proto",
+          "inference/grpc_service.proto"]
+
+
+def protos() -> dict[str, str]:
+    """The contract's .proto files as the gRPC client loads them (the package holds its own
+    copy). The Open Inference Protocol's keeps the protocol's package name, `inference`:
+    proto/'s is `deepx.inference` only so that Python can hold it beside tritonclient's, and
+    a client that loads the file names the service by its package."""
+    out = {}
+    for name in PROTOS:
+        text = (PROTO / name).read_text()
+        if name.startswith("inference/"):
+            assert "\npackage deepx.inference;\n" in text
+            text = text.replace("\npackage deepx.inference;\n", "\npackage inference;\n")
+        out[f"proto/{name}"] = "// Copied by sdks/generate.py from proto/: do not edit.\n" + text
+    return out

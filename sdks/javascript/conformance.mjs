@@ -2,7 +2,8 @@
 // case is built through the SDK's public API (its steps, by method name) and must give the
 // stored graph spec; then it runs on the gateway at DEEPX_URL and must give the stored
 // outputs. Each scenario's calls are made in order (make_scenarios.py says what each must
-// give). Prints each failure and one line: `javascript http: N passed, N failed`.
+// give). Over HTTP (DEEPX_URL), then gRPC (DEEPX_GRPC, where set): prints each failure and a
+// line per transport: `javascript http: N passed, N failed`, `javascript grpc: ...`.
 //
 //   node conformance.mjs FOLDER...    (of cases and scenarios)
 import assert from "node:assert/strict";
@@ -170,20 +171,32 @@ async function runScenario(s) {
   }
 }
 
-const client = new Client(process.env.DEEPX_URL);
-const PREFIX = "javascript_http_"; // (this runner's assets, on a gateway others use too)
-let passed = 0, failed = 0;
-for (const folder of process.argv.slice(2)) {
-  for (const file of readdirSync(folder).filter((f) => f.endsWith(".json")).sort()) {
-    const c = JSON.parse(readFileSync(join(folder, file), "utf8").replaceAll("{prefix}", PREFIX));
-    try {
-      await (c.scenario ? runScenario(c) : runCase(c));
-      passed++;
-    } catch (err) {
-      failed++;
-      console.log(`FAILED ${c.name}: ${err.message.split("\n")[0]}`);
+// Every case and scenario over each transport: HTTP, and gRPC where DEEPX_GRPC says where
+let client;
+let failedAny = false;
+const transports = [["http", () => new Client(process.env.DEEPX_URL)]];
+if (process.env.DEEPX_GRPC) { // (its packages, from npm: loaded only here)
+  const { GrpcClient } = await import("./src/grpc.js");
+  transports.push(["grpc", () => new GrpcClient(process.env.DEEPX_GRPC)]);
+}
+for (const [transport, make] of transports) {
+  client = make();
+  const prefix = `javascript_${transport}_`; // (this runner's assets, on a gateway others use too)
+  let passed = 0, failed = 0;
+  for (const folder of process.argv.slice(2)) {
+    for (const file of readdirSync(folder).filter((f) => f.endsWith(".json")).sort()) {
+      const c = JSON.parse(readFileSync(join(folder, file), "utf8").replaceAll("{prefix}", prefix));
+      try {
+        await (c.scenario ? runScenario(c) : runCase(c));
+        passed++;
+      } catch (err) {
+        failed++;
+        console.log(`FAILED ${transport} ${c.name}: ${err.message.split("\n")[0]}`);
+      }
     }
   }
+  client.close?.();
+  console.log(`javascript ${transport}: ${passed} passed, ${failed} failed`);
+  failedAny ||= failed > 0;
 }
-console.log(`javascript http: ${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+process.exit(failedAny ? 1 : 0);

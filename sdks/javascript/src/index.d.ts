@@ -46,6 +46,11 @@ export interface Operation {
   state: string;
   operation: string;
   run_id?: string;
+  /** The run's page on the dashboard, once a run started. */
+  dashboard?: string;
+  /** How far the run has got, while it runs (and the whole count once it succeeded). */
+  progress?: { tasks_done: number; tasks_total: number };
+  error?: string;
   outputs?: Record<string, Values>;
   [field: string]: unknown;
 }
