@@ -64,15 +64,22 @@ def test_the_runner_fails_a_case_whose_graph_or_results_differ(http, tmp_path): 
     at = [str(v) for v in signed["expected"]["y"]["data"]].index("-0.0")
     signed["expected"]["y"]["data"][at] = 0.0
     (tmp_path / "wrong_zero.json").write_text(json.dumps(signed))
+    # (a scenario whose asset reads back other values than it says)
+    wrong_read = json.loads((ROOT / "sdks" / "conformance" / "scenarios" /
+                             "assets.json").read_text())
+    read = next(c for c in wrong_read["scenario"] if c["do"] == "read_asset")
+    read["expected"]["data"][2] += 1
+    (tmp_path / "wrong_read.json").write_text(json.dumps(wrong_read))
     done = subprocess.run(["bash", str(SDK / "conformance.sh"), str(tmp_path)],
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "DEEPX_URL": str(http.base_url).rstrip("/")})
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "lua http: 1 passed, 4 failed" in done.stdout, done.stdout
+    assert "lua http: 1 passed, 5 failed" in done.stdout, done.stdout
     assert "FAILED wrong_graph.json: the graph the steps build" in done.stdout
     assert "FAILED wrong_result.json: y[0]" in done.stdout
     assert "FAILED wrong_number.json: the graph the steps build" in done.stdout
     assert f"FAILED wrong_zero.json: y[{at}]: -0.0, not 0.0" in done.stdout
+    assert "FAILED wrong_read.json: call 5 (read_asset): lua_http_numbers[2]" in done.stdout
 
 
 def test_the_runner_says_when_lua_is_missing(tmp_path):

@@ -17,6 +17,9 @@ local HEADER_LENGTH = "Inference-Header-Content-Length"
 local KIND_OF_STATUS = { [400] = "InputError", [401] = "Unauthenticated", [404] = "NotFound",
   [405] = "NotFound", [413] = "TooLarge", [500] = "ExecutionError" }
 
+-- (answers are read with a null field left out: nil, as Lua has it)
+local ANSWER = { drop_nulls = true }
+
 local Client = { __name = "deepx.Client" }
 Client.__index = Client
 
@@ -48,7 +51,7 @@ end
 -- Raise what the gateway answered with a status >= 400.
 local function refused(status, body)
   local message, kind = body, KIND_OF_STATUS[status] or "RemoteError"
-  local ok, said = pcall(json.decode, body)
+  local ok, said = pcall(json.decode, body, ANSWER)
   if ok and type(said) == "table" and type(said.error) == "string" then
     message = said.error
     if type(said.kind) == "string" then kind = said.kind end
@@ -98,7 +101,7 @@ end
 
 function Client:_json(method, path, body)
   local data = self:_call(method, path, body ~= nil and json.encode(body) or nil)
-  local ok, out = pcall(json.decode, data)
+  local ok, out = pcall(json.decode, data, ANSWER)
   if not ok then
     errors.raise("RemoteError", "the gateway's answer is not JSON: " .. tostring(out.message or out))
   end
@@ -108,7 +111,7 @@ end
 -- An answer with outputs (an operation, an inference): its JSON head, outputs made tensors
 -- from the binary data after it.
 local function operation_of(data, length)
-  local ok, head = pcall(json.decode, length and data:sub(1, length) or data)
+  local ok, head = pcall(json.decode, length and data:sub(1, length) or data, ANSWER)
   if not ok or type(head) ~= "table" then
     errors.raise("RemoteError", "the gateway's answer is not JSON: " ..
       tostring(type(head) == "table" and head.message or head))
@@ -173,6 +176,14 @@ function Client:execute(g, inputs, options)
     outputs = options.outputs, wait_seconds = options.wait_seconds,
     operation = options.operation }
   return self:_with_tensors("/v1/graphs:execute", body, inputs)
+end
+
+--- Start running graph on inputs and answer at once: the operation, "running" (or ended
+-- already); follow it with client:operation(id, {wait_seconds}).
+function Client:start(g, inputs, options)
+  local given = { wait_seconds = 0 }
+  for k, v in pairs(options or {}) do given[k] = v end
+  return self:execute(g, inputs, given)
 end
 
 --- An operation (a graph's execution, an asset's materialization) as the gateway has it

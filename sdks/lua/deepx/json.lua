@@ -130,7 +130,9 @@ local unescapes = { ['"'] = '"', ["\\"] = "\\", ["/"] = "/", b = "\b", f = "\f",
   r = "\r", t = "\t" }
 
 --- The value of JSON text; raises {json = true, message = ...} where it is not JSON.
-function json.decode(s)
+-- options.drop_nulls: an object's null fields are left out (nil) rather than json.null.
+function json.decode(s, options)
+  local drop_nulls = options and options.drop_nulls
   local pos = 1
   local value
 
@@ -201,7 +203,8 @@ function json.decode(s)
         skip()
         if s:sub(pos, pos) ~= ":" then fail("no ':' at " .. pos) end
         pos = pos + 1
-        t[k] = value()
+        local v = value()
+        if not (drop_nulls and v == json.null) then t[k] = v end
         skip()
         c = s:sub(pos, pos)
         pos = pos + 1

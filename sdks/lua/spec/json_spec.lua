@@ -46,3 +46,12 @@ describe("json", function()
     end
   end)
 end)
+
+describe("json's drop_nulls", function()
+  it("leaves an object's null fields out, and keeps an array's", function()
+    local t = json.decode('{"a": null, "b": [null, 1]}', { drop_nulls = true })
+    assert.is_nil(t.a)
+    assert.are.equal(json.null, t.b[1])
+    assert.are.equal(2, #t.b)
+  end)
+end)

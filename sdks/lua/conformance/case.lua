@@ -1,12 +1,7 @@
--- The conformance suite's runner for Lua (conformance.sh calls it; sdks/conformance/run.sh
--- calls that): each case is built through the SDK's public API (its steps, by method name)
--- and must give the stored graph spec; then it runs on the gateway at DEEPX_URL and must give
--- the stored outputs. Prints each failure and one line: `lua http: N passed, N failed`.
---
---   lua5.4 conformance.lua CASES_FOLDER
-
-local here = (arg[0]:match("^(.*)/[^/]*$") or ".")
-package.path = here .. "/?.lua;" .. here .. "/?/init.lua;" .. package.path
+-- A conformance case (sdks/conformance/make_cases.py): its graph built through the SDK's
+-- public API by calling the method named by each step, compared with the stored spec; then
+-- run on the gateway, its outputs compared with the stored ones. The scenarios' calls
+-- (scenario.lua) use the same pieces.
 
 local deepx = require("deepx")
 local json = deepx.json
@@ -60,6 +55,12 @@ local SPECIAL = { NaN = 0 / 0, Infinity = math.huge, ["-Infinity"] = -math.huge 
 -- non-finite floats spelled out, the rest as they are.
 local function values(t)
   local data = {}
+  if t.pattern then -- (value i is (i mod modulo) * scale: too large a tensor to store)
+    local n, modulo, scale = 1, t.pattern.modulo, t.pattern.scale
+    for _, d in ipairs(t.shape) do n = n * d end
+    for i = 1, n do data[i] = ((i - 1) % modulo) * scale end
+    return deepx.tensor(data, t.shape, t.dtype)
+  end
   for i, v in ipairs(t.data) do
     if t.dtype == "uint64" then
       data[i] = deepx.uint64_fromstring(v)
@@ -72,11 +73,11 @@ local function values(t)
   return deepx.tensor(data, t.shape, t.dtype)
 end
 
-local function inputs_of(c)
+local function inputs_of(given)
   local out = {}
-  for name, t in pairs(c.inputs) do
+  for name, t in pairs(given) do
     -- (int64 and uint64 given as the case writes them: decimal strings the SDK takes)
-    out[name] = (t.dtype == "int64" or t.dtype == "uint64") and
+    out[name] = (t.dtype == "int64" or t.dtype == "uint64") and t.data and
         deepx.tensor(t.data, t.shape, t.dtype) or values(t)
   end
   return out
@@ -120,6 +121,23 @@ local function refused(err, want)
   end
 end
 
+-- The graph of a case (or a scenario's call), which must give the stored spec.
+local function graph_of(c)
+  local g = built(c)
+  if not same(g:spec(), c.spec) then fail("the graph the steps build: %s", g:spec_json()) end
+  return g
+end
+
+-- Every expected tensor, by name, as the SDK gave it.
+local function compare_all(outputs, expected, rtol, atol)
+  local names = {}
+  for name in pairs(expected) do names[#names + 1] = name end
+  table.sort(names)
+  for _, name in ipairs(names) do
+    compare(outputs[name], values(expected[name]), rtol, atol, name)
+  end
+end
+
 local function run(c, client)
   local ok, g = pcall(built, c)
   if c.error and c.error.at == "build" then
@@ -129,47 +147,16 @@ local function run(c, client)
   if not ok then error(g, 0) end
   if not same(g:spec(), c.spec) then fail("the graph the steps build: %s", g:spec_json()) end
   local done
-  ok, done = pcall(client.execute, client, g, inputs_of(c))
+  ok, done = pcall(client.execute, client, g, inputs_of(c.inputs))
   if c.error then
     if ok then fail("the run is not refused") end
     return refused(done, c.error)
   end
   if not ok then error(done, 0) end
   if done.state ~= "succeeded" then fail("%s: %s", done.state, tostring(done.error)) end
-  local names = {}
-  for name in pairs(c.expected) do names[#names + 1] = name end
-  table.sort(names)
-  for _, name in ipairs(names) do
-    compare(done.outputs[name], values(c.expected[name]), c.rtol, c.atol, name)
-  end
+  compare_all(done.outputs, c.expected, c.rtol, c.atol)
 end
 
-local folder = assert(arg[1], "usage: lua5.4 conformance.lua CASES_FOLDER")
-local listing = io.popen('ls -1 "' .. folder:gsub('"', '\\"') .. '"')
-local files = {}
-for file in listing:lines() do
-  if file:match("%.json$") then files[#files + 1] = file end
-end
-listing:close()
-table.sort(files)
+return { fail = fail, graph_of = graph_of, inputs_of = inputs_of, values = values,
+  compare = compare, compare_all = compare_all, refused = refused, run = run }
 
-local client = deepx.client(os.getenv("DEEPX_URL"))
-local passed, failed = 0, 0
-for _, file in ipairs(files) do
-  local ok, err = pcall(function()
-    local handle = assert(io.open(folder .. "/" .. file, "rb"))
-    local c = json.decode(handle:read("a"))
-    handle:close()
-    run(c, client)
-  end)
-  if ok then
-    passed = passed + 1
-  else
-    failed = failed + 1
-    local said = type(err) == "table" and (err.conformance or err.message) or err
-    if deepx.is_error(err) then said = err.kind .. ": " .. tostring(err) end
-    print(string.format("FAILED %s: %s", file, tostring(said)))
-  end
-end
-print(string.format("lua http: %d passed, %d failed", passed, failed))
-os.exit(failed > 0 and 1 or 0)
