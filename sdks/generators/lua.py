@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from deepx_flow.gateway.capabilities import PROTOCOL_VERSION, table_hash
+from deepx_flow.gateway.capabilities import operator_table as contract_table
 from deepx_flow.ops.table import operator_table
 from generators.common import parameters, table_entry
 
@@ -42,8 +44,9 @@ def _lua(value, indent: str = "") -> str:
 
 
 def files() -> dict[str, str]:
-    """sdks/lua/deepx/generated/: table.lua (the table, as the SDK checks graphs with it) and
-    operators.lua (a method of Graph per operator)."""
+    """sdks/lua/deepx/generated/: table.lua (the table, as the SDK checks graphs with it),
+    operators.lua (a method of Graph per operator) and version.lua (the protocol and the
+    table's hash, as the gateway's capabilities give them)."""
     table = operator_table()
     entries = []
     for op in table.values():
@@ -75,5 +78,10 @@ def files() -> dict[str, str]:
             + (f"  -- options: {'; '.join(attrs)}.\n" if attrs else "")
             + f"  function Graph:{op.name}(...) return self:_call({_string(op.name)}, ...) end\n")
     methods.append("end\n")
-    return {"lua/deepx/generated/table.lua": table_lua,
+    version_lua = (LUA_HEADER + "-- The contract this SDK speaks, and its table's hash as the "
+                   "gateway's capabilities\n-- give it: client:check_server() compares them.\n"
+                   f"return {{ protocol_version = {_string(PROTOCOL_VERSION)}, "
+                   f"operator_table_hash = {_string(table_hash(contract_table()))} }}\n")
+    return {"lua/deepx/generated/version.lua": version_lua,
+            "lua/deepx/generated/table.lua": table_lua,
             "lua/deepx/generated/operators.lua": "".join(methods)}

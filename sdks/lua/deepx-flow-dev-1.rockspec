@@ -20,5 +20,6 @@ build = {
     ["deepx.tensors"] = "deepx/tensors.lua",
     ["deepx.generated.operators"] = "deepx/generated/operators.lua",
     ["deepx.generated.table"] = "deepx/generated/table.lua",
+    ["deepx.generated.version"] = "deepx/generated/version.lua",
   },
 }

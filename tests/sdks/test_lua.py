@@ -100,14 +100,25 @@ def test_lua_regenerated_has_it_and_the_gateway_runs_it(regenerated):  # noqa: F
     root, server = regenerated
     done = _lua(f"""
 local deepx = require("deepx")
+local client = deepx.client(os.getenv("DEEPX_URL"))
+client:check_server() -- (the regenerated SDK has the gateway's table)
 local g = deepx.graph()
 g:output(g:softsign(g:input("x", {{4}}), {{scale = 2}}), "y")
-local done = deepx.client(os.getenv("DEEPX_URL")):execute(g, {{
-  x = deepx.tensor({{{", ".join(map(repr, X))}}}) }})
+local done = client:execute(g, {{ x = deepx.tensor({{{", ".join(map(repr, X))}}}) }})
 print(deepx.json.encode(done.outputs.y.data))
 """, root / "sdks" / "lua", server.url)
     assert done.returncode == 0, done.stderr
     np.testing.assert_allclose(json.loads(done.stdout), _want(2.0), rtol=1e-6)
+    # this checkout's SDK finds the gateway's table is another one, and says how
+    done = _lua("""
+local deepx = require("deepx")
+local client = deepx.client(os.getenv("DEEPX_URL"))
+local ok, err = pcall(client.check_server, client)
+print(err.kind .. ": " .. tostring(err))
+""", SDK, server.url)
+    assert done.stdout == (f"RemoteError: {server.url} has another operator table than this "
+                           "SDK: missing none; not in this SDK softsign (upgrade one side)\n"), \
+        done.stdout + done.stderr
 
 
 @pytest.mark.timeout(600)

@@ -91,6 +91,19 @@ function CALLS.cancel(call, client)
   if run.status ~= "interrupted" then fail("its run: %s", tostring(run.status)) end
 end
 
+-- The SDK carries the stored protocol and table hash, and finds the gateway speaks them.
+function CALLS.check_server(call, client)
+  local deepx = require("deepx")
+  if deepx.PROTOCOL_VERSION ~= call.protocol_version or
+      deepx.OPERATOR_TABLE_HASH ~= call.operator_table_hash then
+    fail("this SDK: %s %s", deepx.PROTOCOL_VERSION, deepx.OPERATOR_TABLE_HASH)
+  end
+  local caps = client:check_server()
+  if caps.operator_table_hash ~= call.operator_table_hash then
+    fail("the gateway's hash: %s", tostring(caps.operator_table_hash))
+  end
+end
+
 -- Every call of the scenario, in order; a failure names the call.
 return function(s, client)
   for i, call in ipairs(s.scenario) do

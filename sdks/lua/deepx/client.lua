@@ -11,6 +11,8 @@ local errors = require("deepx.errors")
 local graph = require("deepx.graph")
 local json = require("deepx.json")
 local tensors = require("deepx.tensors")
+local OPERATORS = require("deepx.generated.table")
+local VERSION = require("deepx.generated.version")
 
 local HEADER_LENGTH = "Inference-Header-Content-Length"
 -- (the Open Inference Protocol's calls answer {"error"} alone: the kind is the status's)
@@ -159,6 +161,40 @@ function Client:_with_tensors(path, body, inputs)
   body.inputs = listed
   local head = json.encode(body)
   return operation_of(self:_call("POST", path, head .. table.concat(parts), #head))
+end
+
+--- What the gateway speaks: protocol version, operator table and its hash, limits.
+function Client:capabilities()
+  return self:_json("GET", "/v1/capabilities")
+end
+
+local function listed_or_none(names)
+  table.sort(names)
+  return #names > 0 and table.concat(names, ", ") or "none"
+end
+
+--- The capabilities, once the gateway is found to speak this SDK's protocol and operator
+-- table (a RemoteError saying what differs, otherwise), as Python's dx.connect checks.
+function Client:check_server()
+  local caps = self:capabilities()
+  if caps.protocol_version ~= VERSION.protocol_version then
+    errors.raise("RemoteError", string.format("%s speaks %s, this SDK %s", self.url,
+      errors.shown(caps.protocol_version), VERSION.protocol_version))
+  end
+  if caps.operator_table_hash ~= VERSION.operator_table_hash then
+    local theirs, missing, unknown = {}, {}, {}
+    for _, op in ipairs(caps.operators or {}) do theirs[op.name] = true end
+    for name in pairs(OPERATORS) do
+      if not theirs[name] then missing[#missing + 1] = name end
+    end
+    for name in pairs(theirs) do
+      if not OPERATORS[name] then unknown[#unknown + 1] = name end
+    end
+    errors.raise("RemoteError", string.format("%s has another operator table than this SDK: " ..
+      "missing %s; not in this SDK %s (upgrade one side)", self.url, listed_or_none(missing),
+      listed_or_none(unknown)))
+  end
+  return caps
 end
 
 --- The gateway's analysis of graph (a Graph, or a spec): every node's shape and dtype, and

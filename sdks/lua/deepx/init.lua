@@ -30,5 +30,7 @@ return {
   DTYPES = graph.DTYPES,
   WIRE = tensors.WIRE,
   OPERATORS = require("deepx.generated.table"),
+  PROTOCOL_VERSION = require("deepx.generated.version").protocol_version,
+  OPERATOR_TABLE_HASH = require("deepx.generated.version").operator_table_hash,
   json = json,
 }

@@ -140,3 +140,16 @@ describe("the client", function()
     assert.are.equal("NotFound", refusal(client.read_asset, client, "no_such_asset").kind)
   end)
 end)
+
+describe("the client's check of the gateway", function()
+  with_gateway("finds the gateway speaks this SDK's protocol and operator table", function()
+    local caps = deepx.client(url):check_server()
+    assert.are.equal(deepx.PROTOCOL_VERSION, caps.protocol_version)
+    assert.are.equal(deepx.OPERATOR_TABLE_HASH, caps.operator_table_hash)
+    assert.are.equal(#caps.operators, (function()
+      local n = 0
+      for _ in pairs(deepx.OPERATORS) do n = n + 1 end
+      return n
+    end)())
+  end)
+end)
