@@ -73,7 +73,7 @@ def test_the_sdk_builds_and_its_tests_pass_against_a_gateway(http, classpath):  
     assert counts["found"] == counts["successful"] >= 20, counts
 
 
-def test_the_runner_fails_a_case_whose_graph_or_results_differ(http, classpath, tmp_path):  # noqa: F811
+def test_the_runner_fails_a_case_or_scenario_whose_graph_or_results_differ(http, classpath, tmp_path):  # noqa: F811
     case = json.loads((ROOT / "sdks" / "conformance" / "cases" / "op_add.json").read_text())
     (tmp_path / "right.json").write_text(json.dumps(case))
     wrong_graph = json.loads(json.dumps(case))
@@ -88,15 +88,22 @@ def test_the_runner_fails_a_case_whose_graph_or_results_differ(http, classpath, 
     assert uniform["spec"]["nodes"][0]["attrs"]["low"] == -1.0
     uniform["spec"]["nodes"][0]["attrs"]["low"] = -1
     (tmp_path / "wrong_number.json").write_text(json.dumps(uniform))
+    # a scenario whose asset reads back other values than it says
+    wrong_read = json.loads((ROOT / "sdks" / "conformance" / "scenarios" / "assets.json")
+                            .read_text())
+    read = next(c for c in wrong_read["scenario"] if c["do"] == "read_asset")
+    read["expected"]["data"][2] += 1
+    (tmp_path / "wrong_read.json").write_text(json.dumps(wrong_read))
     done = subprocess.run([toolchain("java"), "-cp", classpath,
                            "dev.deepx.flow.conformance.Conformance", str(tmp_path)],
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "DEEPX_URL": str(http.base_url).rstrip("/")})
     assert done.returncode == 1
-    assert "java http: 1 passed, 3 failed" in done.stdout, done.stdout
+    assert "java http: 1 passed, 4 failed" in done.stdout, done.stdout
     assert "FAILED wrong_graph.json: the graph the steps build" in done.stdout
     assert "FAILED wrong_number.json: the graph the steps build" in done.stdout
     assert "FAILED wrong_result.json: y[0]" in done.stdout
+    assert "FAILED wrong_read.json: call 5 (read_asset)" in done.stdout
 
 
 def test_this_checkouts_java_sdk_has_no_softsign():

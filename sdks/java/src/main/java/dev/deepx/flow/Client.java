@@ -66,6 +66,14 @@ public final class Client {
     return withTensors("/v1/graphs:execute", body, inputs);
   }
 
+  /**
+   * Starts running {@code graph} on {@code inputs} and answers at once: the operation,
+   * "running" (or ended already); follow it with {@link #operation(String, Duration)}.
+   */
+  public Operation start(Object graph, Map<String, Values> inputs) {
+    return execute(graph, inputs, Map.of("wait_seconds", 0));
+  }
+
   /** An operation as the gateway has it now. */
   public Operation operation(String id) {
     return operation(id, Duration.ZERO);
