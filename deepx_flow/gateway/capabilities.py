@@ -2,8 +2,8 @@
 version, the operator table and its hash, the limits on messages and graphs, the optional
 parts (extensions) and the datatypes tensors may have.
 
-The operator table is the one the YAML spec reader checks graphs against (`ops.OPS`), and
-its hash is the SHA-256 of its canonical JSON (sorted keys, no spaces) without the
+The operator table is the one the spec reader checks graphs against and the SDKs are
+generated from (`ops/operators.yaml`), and its hash is the SHA-256 of its canonical JSON (sorted keys, no spaces) without the
 descriptions, which are for people (a reworded one changes no graph): an SDK
 generated from the same table carries the same hash, so a client learns of a gap (an
 operator its server lacks, an attribute it does not take) by comparing once, not when a
@@ -40,14 +40,18 @@ class Limits:
 
 
 def operator_table() -> list[dict]:
-    """The operators a graph may use, as the contract describes them, by name."""
-    from deepx_flow.ops import OPS
-    return [{"name": spec.name, "kind": spec.kind,
-             "arity": -1 if spec.arity is None else spec.arity,
-             "attributes": list(spec.attrs), "required_attributes": list(spec.required_attrs),
-             "declared": list(spec.declared), "differentiable": spec.vjp is not None,
-             "description": spec.doc}
-            for spec in sorted(OPS.values(), key=lambda s: s.name)]
+    """The operators a graph may use, as the contract describes them, by name: the operator
+    table's (`ops/operators.yaml`, with DEEPX_EXTRA_OPERATORS' composites), primitives and
+    composites alike (the spec reader expands a composite; the compiler's own operators,
+    such as `fused`, are not a graph's to use). The SDKs are generated from the same table."""
+    from deepx_flow.ops.table import operator_table as table
+    return [{"name": op.name, "kind": op.kind,
+             "arity": -1 if op.variadic else len(op.inputs),
+             "attributes": [a.name for a in op.attrs],
+             "required_attributes": [a.name for a in op.attrs if a.required],
+             "declared": [s.name for s in op.states], "differentiable": op.differentiable,
+             "description": op.doc}
+            for op in sorted(table().values(), key=lambda op: op.name)]
 
 
 def table_hash(table: list[dict]) -> str:

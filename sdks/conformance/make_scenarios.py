@@ -29,6 +29,8 @@ message limit: the gateway and the SDKs stream them). The calls ("do"):
                  Protocol); run.sh serves model.py's `classifier`
   cancel         {"graph", "inputs"}: start it without waiting, cancel it: the operation
                  is "interrupted", its error says "cancelled", and its run is "interrupted"
+  check_server   {"protocol_version", "operator_table_hash"}: the SDK carries these (its
+                 generated code) and its check of the gateway's capabilities passes
 """
 
 from __future__ import annotations
@@ -156,10 +158,17 @@ def cancel() -> dict:
         {"do": "cancel", "graph": graph_of(spec), "inputs": {}}]}
 
 
+def check_server() -> dict:
+    from deepx_flow.gateway.capabilities import PROTOCOL_VERSION, operator_table, table_hash
+    return {"name": "check_server", "scenario": [
+        {"do": "check_server", "protocol_version": PROTOCOL_VERSION,
+         "operator_table_hash": table_hash(operator_table())}]}
+
+
 def scenarios() -> dict[str, str]:
     """Every scenario's file name -> its JSON text."""
     return {f"{s['name']}.json": json.dumps(s, indent=1) + "\n"
-            for s in (assets(), follow(), large(), infer(), cancel())}
+            for s in (assets(), follow(), large(), infer(), cancel(), check_server())}
 
 
 def _same(stored: dict, made: dict) -> bool:

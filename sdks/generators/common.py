@@ -26,3 +26,16 @@ def parameters(op: Operator) -> list[str]:
     clash = set(names) & KEYWORDS
     assert not clash, f"{op.name}: inputs {clash} are keywords; add them to RENAMED"
     return names
+
+
+def table_hash() -> str:
+    """The operator table's hash, as the gateway's capabilities give it: an SDK generated
+    from the same table carries the same, so a client finds a gateway with another table
+    by comparing once."""
+    from deepx_flow.gateway.capabilities import operator_table, table_hash as hashed
+    return hashed(operator_table())
+
+
+def protocol_version() -> str:
+    from deepx_flow.gateway.capabilities import PROTOCOL_VERSION
+    return PROTOCOL_VERSION

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from deepx_flow.ops.table import operator_table
-from generators.common import HEADER, parameters, table_entry
+from generators.common import HEADER, parameters, protocol_version, table_entry, table_hash
 
 TS_TYPES = {"bool": "boolean", "int": "number", "float": "number", "number": "number",
             "scalar": "number | boolean", "string": "string", "ints": "number[] | number",
@@ -21,7 +21,11 @@ def files() -> dict[str, str]:
     ops = [op for op in table.values() if op.name != "input"]  # (graph.input is Graph's own)
     data = {op.name: table_entry(op) for op in table.values()}
     files = {"table.js": HEADER + "// The operator table, as the SDK checks graphs with it.\n"
-             "export const OPERATORS = " + json.dumps(data, indent=1) + ";\n"}
+             "export const OPERATORS = " + json.dumps(data, indent=1) + ";\n"
+             "// The contract this SDK speaks, and its table's hash as the gateway's capabilities\n"
+             "// give it: Client.checkServer compares them.\n"
+             f"export const PROTOCOL_VERSION = {json.dumps(protocol_version())};\n"
+             f"export const OPERATOR_TABLE_HASH = {json.dumps(table_hash())};\n"}
     methods = [HEADER, 'import { Graph, Tensor } from "../graph.js";\n\n',
                "// (the operands given, and the options object that may follow them)\n",
                "function split(args) {\n",

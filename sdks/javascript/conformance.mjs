@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 
-import { Client, Graph, WIRE, tensor } from "./src/index.js";
+import { Client, Graph, OPERATOR_TABLE_HASH, PROTOCOL_VERSION, WIRE, tensor } from "./src/index.js";
 
 function built(c) {
   const g = new Graph();
@@ -149,6 +149,12 @@ const CALLS = {
     for (const [name, want] of Object.entries(call.expected)) {
       close(done.outputs[name], values(want), call.rtol, call.atol, name);
     }
+  },
+  async check_server(call) {
+    assert.equal(PROTOCOL_VERSION, call.protocol_version);
+    assert.equal(OPERATOR_TABLE_HASH, call.operator_table_hash);
+    const caps = await client.checkServer();
+    assert.equal(caps.operator_table_hash, call.operator_table_hash);
   },
   async cancel(call) {
     const started = await client.execute(graphOf(call), inputsOf(call.inputs), { waitSeconds: 0 });

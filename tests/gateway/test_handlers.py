@@ -13,6 +13,7 @@ from deepx_flow.errors import GraphError, SpecError
 from deepx_flow.gateway import capabilities as caps
 from deepx_flow.gateway.graphs import analyze, graph_of
 from deepx_flow.ops import OPS
+from deepx_flow.ops.table import operator_table
 from deepx_flow.runtime.run import cluster_spec
 from deepx_flow.spec.yaml_io import from_yaml
 
@@ -22,9 +23,14 @@ GRAPHS = sorted((Path(__file__).resolve().parents[2] / "graphs").glob("*.yaml"))
 def test_capabilities_list_every_operator_and_hash_the_canonical_table():
     answer = caps.capabilities(caps.Limits())
     assert answer["protocol_version"] == "deepx.v1"
-    assert [o["name"] for o in answer["operators"]] == sorted(OPS)
+    # the operator table's, composites included; not the compiler's own (fused)
+    table = operator_table()
+    assert [o["name"] for o in answer["operators"]] == sorted(table)
+    assert set(OPS) - set(table) == {"fused"}
     conv = next(o for o in answer["operators"] if o["name"] == "conv")
     assert conv["attributes"] == list(OPS["conv"].attrs) and conv["arity"] == OPS["conv"].arity
+    clip = next(o for o in answer["operators"] if o["name"] == "clip")
+    assert (clip["kind"], clip["arity"], clip["attributes"]) == ("composite", 1, ["lo", "hi"])
     bare = [{k: v for k, v in o.items() if k != "description"} for o in answer["operators"]]
     text = json.dumps(bare, sort_keys=True, separators=(",", ":"))
     assert answer["operator_table_hash"] == hashlib.sha256(text.encode()).hexdigest()

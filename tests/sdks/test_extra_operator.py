@@ -60,6 +60,26 @@ def regenerated(tmp_path_factory):
     assert server.stop() == 0
 
 
+@pytest.mark.timeout(300)
+def test_this_checkouts_sdk_finds_the_gateways_table_is_another(regenerated):
+    _, server = regenerated
+    node = toolchain("node")
+    script = f"""
+import {{ Client }} from "{ROOT / 'sdks' / 'javascript' / 'src' / 'index.js'}";
+try {{
+  await new Client(process.env.DEEPX_URL).checkServer();
+}} catch (err) {{
+  console.log(err.kind, err.message);
+}}
+"""
+    done = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "DEEPX_URL": server.url})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        f"RemoteError {server.url} has another operator table than this SDK: missing none; "
+        "not in this SDK softsign (upgrade one side)")
+
+
 def _want(scale):
     x = np.array(X, np.float32)
     return scale * x / (1 + np.abs(x))
@@ -78,9 +98,11 @@ def test_javascript_regenerated_has_it_and_the_gateway_runs_it(regenerated):
     script = root / "sdks" / "javascript" / "softsign.mjs"
     script.write_text(f"""
 import {{ Client, Graph, tensor }} from "./src/index.js";
+const client = new Client(process.env.DEEPX_URL);
+await client.checkServer();  // (the same table as the gateway's: no complaint)
 const g = new Graph();
 g.output(g.softsign(g.input("x", [4]), {{ scale: 2 }}), "y");
-const done = await new Client(process.env.DEEPX_URL).execute(g, {{ x: tensor({X}) }});
+const done = await client.execute(g, {{ x: tensor({X}) }});
 console.log(JSON.stringify(Array.from(done.outputs.y.data)));
 """)
     done = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=120,
@@ -110,6 +132,9 @@ import (
 )
 
 func main() {{
+	if _, err := deepx.NewClient(os.Getenv("DEEPX_URL")).CheckServer(); err != nil {{
+		log.Fatal(err) // (the same table as the gateway's: no complaint)
+	}}
 	g := deepx.NewGraph()
 	g.Output(g.Softsign(g.Input("x", []int{{4}}, "float32"), deepx.Options{{"scale": 0.5}}), "y")
 	done, err := deepx.NewClient(os.Getenv("DEEPX_URL")).Execute(g, map[string]deepx.Values{{

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -57,6 +58,58 @@ func specOf(graph any) (any, error) {
 		return g.Spec()
 	}
 	return graph, nil
+}
+
+// Capabilities is what the gateway speaks: protocol version, operator table and its hash,
+// limits.
+func (c *Client) Capabilities() (map[string]any, error) {
+	var out map[string]any
+	return out, c.callJSON("GET", "/v1/capabilities", nil, &out)
+}
+
+// CheckServer is the capabilities, once the gateway is found to speak this SDK's protocol
+// and operator table (an *Error of kind RemoteError saying what differs, otherwise), as
+// Python's dx.connect checks.
+func (c *Client) CheckServer() (map[string]any, error) {
+	caps, err := c.Capabilities()
+	if err != nil {
+		return nil, err
+	}
+	if caps["protocol_version"] != ProtocolVersion {
+		return nil, &Error{Kind: "RemoteError", Message: fmt.Sprintf("%s speaks %s, this SDK %s",
+			c.URL, shown(caps["protocol_version"]), ProtocolVersion)}
+	}
+	if caps["operator_table_hash"] != OperatorTableHash {
+		theirs := map[string]bool{}
+		listed, _ := caps["operators"].([]any)
+		for _, o := range listed {
+			entry, _ := o.(map[string]any)
+			theirs[fmt.Sprint(entry["name"])] = true
+		}
+		var missing, unknown []string
+		for name := range operators {
+			if !theirs[name] {
+				missing = append(missing, name)
+			}
+		}
+		for name := range theirs {
+			if _, ok := operators[name]; !ok {
+				unknown = append(unknown, name)
+			}
+		}
+		return nil, &Error{Kind: "RemoteError", Message: fmt.Sprintf("%s has another operator "+
+			"table than this SDK: missing %s; not in this SDK %s (upgrade one side)", c.URL,
+			listedOrNone(missing), listedOrNone(unknown))}
+	}
+	return caps, nil
+}
+
+func listedOrNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
 }
 
 // Analyze is the gateway's analysis of graph (a *Graph, or a spec): every node's shape and

@@ -15,6 +15,12 @@ type opEntry struct {
 	states     map[string]attrEntry
 }
 
+// ProtocolVersion is the contract this SDK speaks, and OperatorTableHash its table's
+// hash as the gateway's capabilities give it: Client.CheckServer compares them.
+const ProtocolVersion = "deepx.v1"
+
+const OperatorTableHash = "37d8cbcd79e8dbe15f1c0ef92db7c0b0225a2372730ca4538d5564318ab34c4c"
+
 // operators is the operator table, as the SDK checks graphs with it.
 var operators = map[string]opEntry{
 	"abs": {

@@ -3,6 +3,7 @@
 
 import { DeepxError } from "./errors.js";
 import { Graph } from "./graph.js";
+import { OPERATORS, OPERATOR_TABLE_HASH, PROTOCOL_VERSION } from "./generated/table.js";
 import { WIRE, fromRaw, rawBytes, tensor } from "./tensors.js";
 
 const HEADER_LENGTH = "Inference-Header-Content-Length";
@@ -15,6 +16,17 @@ export class Client {
   constructor(url = "http://127.0.0.1:8000", { token = process.env.DEEPX_GATEWAY_TOKEN } = {}) {
     this.url = url.replace(/\/+$/, "");
     this.token = token;
+  }
+
+  /** What the gateway speaks: protocol version, operator table and its hash, limits. */
+  async capabilities() {
+    return this._json("GET", "/v1/capabilities");
+  }
+
+  /** The capabilities, once the gateway is found to speak this SDK's protocol and operator
+   * table (a DeepxError of kind RemoteError saying what differs, otherwise). */
+  async checkServer() {
+    return compatible(await this.capabilities(), this.url);
   }
 
   /** The gateway's analysis of `graph`: every node's shape and dtype, and the plan. */
@@ -187,4 +199,22 @@ function fromDatatype(datatype) {
 
 function specOf(graph) {
   return graph instanceof Graph ? graph.toSpec() : graph;
+}
+
+/** `caps` (a gateway's capabilities) where they are this SDK's protocol and operator table;
+ * a DeepxError naming what differs, as Python's `dx.connect` says it, otherwise. */
+export function compatible(caps, where) {
+  if (caps.protocol_version !== PROTOCOL_VERSION) {
+    throw new DeepxError(`${where} speaks '${caps.protocol_version}', this SDK ${PROTOCOL_VERSION}`,
+      { kind: "RemoteError" });
+  }
+  if (caps.operator_table_hash !== OPERATOR_TABLE_HASH) {
+    const theirs = new Set(caps.operators.map((o) => o.name));
+    const missing = Object.keys(OPERATORS).filter((n) => !theirs.has(n)).sort();
+    const unknown = [...theirs].filter((n) => !(n in OPERATORS)).sort();
+    throw new DeepxError(`${where} has another operator table than this SDK: missing ` +
+      `${missing.join(", ") || "none"}; not in this SDK ${unknown.join(", ") || "none"} ` +
+      "(upgrade one side)", { kind: "RemoteError" });
+  }
+  return caps;
 }

@@ -4,6 +4,8 @@ import type { Client } from "./index.js";
 export declare class GrpcClient implements Client {
   constructor(address?: string, options?: { token?: string; credentials?: unknown });
   close(): void;
+  capabilities: Client["capabilities"];
+  checkServer: Client["checkServer"];
   analyze: Client["analyze"];
   execute: Client["execute"];
   operation: Client["operation"];

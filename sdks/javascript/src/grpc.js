@@ -12,6 +12,7 @@ import { fileURLToPath } from "node:url";
 import grpc from "@grpc/grpc-js";
 import protoLoader from "@grpc/proto-loader";
 
+import { compatible } from "./client.js";
 import { DeepxError } from "./errors.js";
 import { Graph } from "./graph.js";
 import { WIRE, fromRaw, rawBytes, tensor } from "./tensors.js";
@@ -47,6 +48,7 @@ export class GrpcClient {
   constructor(address = "127.0.0.1:8001", { token = process.env.DEEPX_GATEWAY_TOKEN,
     credentials = grpc.credentials.createInsecure() } = {}) {
     const { graphs, catalog, inference } = loaded();
+    this.address = address;
     const options = { "grpc.max_receive_message_length": MESSAGE_BYTES + HEADER_SLACK };
     this.graphs = new graphs(address, credentials, options);
     this.catalog = new catalog(address, credentials, options);
@@ -58,6 +60,17 @@ export class GrpcClient {
   /** Close the connections. */
   close() {
     for (const stub of [this.graphs, this.catalog, this.inference]) stub.close();
+  }
+
+  /** What the gateway speaks: protocol version, operator table and its hash, limits. */
+  async capabilities() {
+    return this._unary(this.graphs, "GetCapabilities", {});
+  }
+
+  /** The capabilities, once the gateway is found to speak this SDK's protocol and operator
+   * table (a DeepxError of kind RemoteError saying what differs, otherwise). */
+  async checkServer() {
+    return compatible(await this.capabilities(), this.address);
   }
 
   /** The gateway's analysis of `graph`: every node's shape and dtype, and the plan. */

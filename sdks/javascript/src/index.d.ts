@@ -57,6 +57,8 @@ export interface Operation {
 
 export declare class Client {
   constructor(url?: string, options?: { token?: string });
+  capabilities(): Promise<Record<string, unknown>>;
+  checkServer(): Promise<Record<string, unknown>>;
   analyze(graph: Graph | object): Promise<Record<string, unknown>>;
   execute(graph: Graph | object, inputs?: Record<string, Values | TypedData | number[]>,
           options?: { outputs?: string[]; waitSeconds?: number }): Promise<Operation>;
@@ -79,6 +81,8 @@ export declare class Client {
 
 export declare const DTYPES: Dtype[];
 export declare const OPERATORS: Record<string, Record<string, unknown>>;
+export declare const OPERATOR_TABLE_HASH: string;
+export declare const PROTOCOL_VERSION: string;
 export declare const WIRE: Record<Dtype, [string, unknown]>;
 export declare function tensor(data: TypedData | ArrayLike<number | bigint | boolean>,
                                shape?: number[], dtype?: Dtype): Values;

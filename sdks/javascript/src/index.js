@@ -6,5 +6,5 @@ import "./generated/operators.js";
 export { Client } from "./client.js";
 export { DeepxError, closest } from "./errors.js";
 export { DTYPES, Graph, Tensor } from "./graph.js";
-export { OPERATORS } from "./generated/table.js";
+export { OPERATORS, OPERATOR_TABLE_HASH, PROTOCOL_VERSION } from "./generated/table.js";
 export { WIRE, tensor, toFloat32 } from "./tensors.js";

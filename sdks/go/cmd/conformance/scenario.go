@@ -24,6 +24,9 @@ type call struct {
 	Rtol     float64           `json:"rtol"`
 	Atol     float64           `json:"atol"`
 	Error    *refusal          `json:"error"`
+
+	ProtocolVersion string `json:"protocol_version"`
+	TableHash       string `json:"operator_table_hash"`
 }
 
 func runScenario(c testCase, client *deepx.Client) error {
@@ -131,6 +134,17 @@ func makeCall(step call, client *deepx.Client) error {
 			return err
 		}
 		return compareAll(done.Outputs, step)
+	case "check_server":
+		if deepx.ProtocolVersion != step.ProtocolVersion || deepx.OperatorTableHash != step.TableHash {
+			return fmt.Errorf("this SDK: %s %s", deepx.ProtocolVersion, deepx.OperatorTableHash)
+		}
+		caps, err := client.CheckServer()
+		if err != nil {
+			return err
+		}
+		if caps["operator_table_hash"] != step.TableHash {
+			return fmt.Errorf("the gateway's hash: %v", caps["operator_table_hash"])
+		}
 	case "cancel":
 		g, err := graphOf(step)
 		if err != nil {

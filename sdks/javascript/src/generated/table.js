@@ -1787,3 +1787,7 @@ export const OPERATORS = {
   "doc": "a tensor of zeros"
  }
 };
+// The contract this SDK speaks, and its table's hash as the gateway's capabilities
+// give it: Client.checkServer compares them.
+export const PROTOCOL_VERSION = "deepx.v1";
+export const OPERATOR_TABLE_HASH = "37d8cbcd79e8dbe15f1c0ef92db7c0b0225a2372730ca4538d5564318ab34c4c";
