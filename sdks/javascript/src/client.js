@@ -3,6 +3,7 @@
 
 import { DeepxError } from "./errors.js";
 import { Graph } from "./graph.js";
+import { toJson } from "./json.js";
 import { OPERATORS, OPERATOR_TABLE_HASH, PROTOCOL_VERSION } from "./generated/table.js";
 import { WIRE, fromRaw, rawBytes, tensor } from "./tensors.js";
 
@@ -112,7 +113,7 @@ export class Client {
     if (partition !== undefined) body.partition = partition;
     if (slice !== undefined) body.slice = slice;
     const answer = this._operation(await this._call("POST", `/v1/assets/${encodeURIComponent(name)}:read`,
-      new TextEncoder().encode(JSON.stringify(body))));
+      new TextEncoder().encode(toJson(body))));
     return answer.outputs[name];
   }
 
@@ -133,7 +134,7 @@ export class Client {
       parts.push(raw);
       return { name, datatype: WIRE[t.dtype][0], shape: t.shape, parameters: { binary_data_size: raw.length } };
     });
-    const head = new TextEncoder().encode(JSON.stringify(body));
+    const head = new TextEncoder().encode(toJson(body));
     const data = new Uint8Array(head.length + parts.reduce((n, p) => n + p.length, 0));
     data.set(head, 0);
     let at = head.length;
@@ -143,7 +144,7 @@ export class Client {
 
   async _json(method, path, body) {
     const [bytes] = await this._call(method, path,
-      body === undefined ? undefined : new TextEncoder().encode(JSON.stringify(body)));
+      body === undefined ? undefined : new TextEncoder().encode(toJson(body)));
     return JSON.parse(new TextDecoder().decode(bytes));
   }
 

@@ -15,6 +15,7 @@ import protoLoader from "@grpc/proto-loader";
 import { compatible } from "./client.js";
 import { DeepxError } from "./errors.js";
 import { Graph } from "./graph.js";
+import { toJson } from "./json.js";
 import { WIRE, fromRaw, rawBytes, tensor } from "./tensors.js";
 
 const MESSAGE_BYTES = 4 << 20; // gRPC's usual limit on one message
@@ -253,5 +254,5 @@ function errorOf(err) {
 }
 
 function specJson(graph) {
-  return JSON.stringify(graph instanceof Graph ? graph.toSpec() : graph);
+  return toJson(graph instanceof Graph ? graph.toSpec() : graph);
 }

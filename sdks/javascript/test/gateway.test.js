@@ -109,3 +109,10 @@ test("assets are defined from graphs, materialized, listed and read", { skip }, 
   assert.equal(version.checks_passed, true);
   await assert.rejects(client.readAsset("no_such_asset"), (err) => err.kind === "NotFound");
 });
+
+test("a -0 literal reaches the gateway as -0.0: -0 + -0 is -0", { skip }, async () => {
+  const g = new Graph();
+  g.output(g.add(g.input("x", [2]), -0), "y");
+  const done = await new Client(url).execute(g, { x: tensor(new Float32Array([-0, 1])) });
+  assert.ok(Object.is(done.outputs.y.data[0], -0), String(done.outputs.y.data[0]));
+});

@@ -105,3 +105,11 @@ test("tensors hold what their dtype holds exactly, or are refused", () => {
   assert.deepEqual(Array.from(toFloat32({ dtype: "bfloat16", data: new Uint16Array([0x3f80, 0x4049]) })),
     [1, 3.140625]);
 });
+
+test("a -0 literal travels as -0.0, not as 0", async () => {
+  const { toJson } = await import("../src/json.js");
+  const g = new Graph();
+  g.output(g.add(g.input("x", [1]), -0), "y");
+  assert.match(toJson(g.toSpec()), /"args":\["x",-0\.0\]/);
+  assert.equal(toJson({ a: [0, -0, "-0", 1.5] }), '{"a":[0,-0.0,"-0",1.5]}');
+});
