@@ -1,11 +1,14 @@
 """Java: sdks/java/src/main/java/dev/deepx/flow/ OperatorTable.java (the table, as the SDK
-checks graphs with it) and GraphOperators.java (a method of Graph per operator, which Graph
-extends)."""
+checks graphs with it), GraphOperators.java (a method of Graph per operator, which Graph
+extends) and Contract.java (the protocol and the table's hash, which Client.checkServer
+compares with the gateway's)."""
 
 from __future__ import annotations
 
 import json
 
+from deepx_flow.gateway.capabilities import PROTOCOL_VERSION, table_hash
+from deepx_flow.gateway.capabilities import operator_table as contract_table
 from deepx_flow.ops.table import operator_table
 from generators.common import HEADER, parameters
 
@@ -89,5 +92,15 @@ def files() -> dict[str, str]:
     for op in ops:
         methods.append("\n" + "\n".join(_methods(op)))
     methods.append("}\n")
+    contract = (HEADER + "package dev.deepx.flow;\n\n"
+                "/** What this SDK speaks: {@link Client#checkServer()} compares it with the "
+                "gateway's capabilities. */\n"
+                "public final class Contract {\n  private Contract() {}\n\n"
+                "  /** The contract's protocol version. */\n"
+                f"  public static final String PROTOCOL_VERSION = {json.dumps(PROTOCOL_VERSION)};\n\n"
+                "  /** The operator table's hash, as the gateway's capabilities give it. */\n"
+                "  public static final String OPERATOR_TABLE_HASH =\n"
+                f"      {json.dumps(table_hash(contract_table()))};\n}}\n")
     return {PACKAGE + "OperatorTable.java": _table(table.values()),
-            PACKAGE + "GraphOperators.java": "".join(methods)}
+            PACKAGE + "GraphOperators.java": "".join(methods),
+            PACKAGE + "Contract.java": contract}

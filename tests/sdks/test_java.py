@@ -70,7 +70,7 @@ def test_the_sdk_builds_and_its_tests_pass_against_a_gateway(http, classpath):  
               re.findall(r"^\[\s+(\d+) tests (\w+)\s+\]$", done.stdout, re.M)}
     assert done.returncode == 0 and counts.get("failed") == 0, done.stdout[-6000:]
     assert counts["skipped"] == 0 and counts["aborted"] == 0, counts
-    assert counts["found"] == counts["successful"] >= 20, counts
+    assert counts["found"] == counts["successful"] >= 21, counts
 
 
 def test_the_runner_fails_a_case_or_scenario_whose_graph_or_results_differ(http, classpath, tmp_path):  # noqa: F811
@@ -111,6 +111,28 @@ def test_this_checkouts_java_sdk_has_no_softsign():
                               "GraphOperators.java").read_text()
 
 
+@pytest.mark.timeout(300)
+def test_this_checkouts_java_sdk_finds_the_gateways_table_is_another(regenerated, classpath,  # noqa: F811
+                                                                       tmp_path):
+    _, server = regenerated
+    out = _java_program(classpath, """
+import dev.deepx.flow.*;
+
+public class Check {
+  public static void main(String[] args) {
+    try {
+      new Client(System.getenv("DEEPX_URL")).checkServer();
+    } catch (DeepxException e) {
+      System.out.println(e.kind() + " " + e.getMessage());
+    }
+  }
+}
+""", "Check", tmp_path, server.url)
+    assert out.strip() == (
+        f"RemoteError {server.url} has another operator table than this SDK: missing none; "
+        "not in this SDK softsign (upgrade one side)")
+
+
 @pytest.mark.timeout(600)
 def test_java_regenerated_has_the_new_operator_and_the_gateway_runs_it(regenerated, tmp_path):  # noqa: F811
     root, server = regenerated
@@ -122,10 +144,12 @@ import java.util.Map;
 
 public class Softsign {{
   public static void main(String[] args) {{
+    Client client = new Client(System.getenv("DEEPX_URL"));
+    client.checkServer(); // (the same table as the gateway's: no complaint)
     Graph g = new Graph();
     g.output(g.softsign(g.input("x", 4), Map.of("scale", 2)), "y");
-    Operation done = new Client(System.getenv("DEEPX_URL"))
-        .execute(g, Map.of("x", Values.of(new float[] {{{", ".join(f"{v}f" for v in X)}}})));
+    Operation done = client.execute(g,
+        Map.of("x", Values.of(new float[] {{{", ".join(f"{v}f" for v in X)}}})));
     System.out.println(Arrays.toString(done.outputs().get("y").floats()));
   }}
 }}

@@ -13,6 +13,8 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
+import java.util.TreeSet;
 
 /**
  * A client of a deepx_flow gateway ({@code deepx-flow serve}'s HTTP port) over its contract
@@ -42,6 +44,39 @@ public final class Client {
     this.token = token == null || token.isEmpty() ? null : token;
     this.http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1)
         .connectTimeout(Duration.ofSeconds(30)).build();
+  }
+
+  /** What the gateway speaks: protocol version, operator table and its hash, limits. */
+  public Map<String, Object> capabilities() {
+    return json("GET", "/v1/capabilities", null);
+  }
+
+  /**
+   * The capabilities, once the gateway is found to speak this SDK's protocol and operator
+   * table ({@link Contract}); a RemoteError saying what differs otherwise, as Python's
+   * dx.connect says it.
+   */
+  @SuppressWarnings("unchecked")
+  public Map<String, Object> checkServer() {
+    Map<String, Object> caps = capabilities();
+    if (!Contract.PROTOCOL_VERSION.equals(caps.get("protocol_version"))) {
+      throw new DeepxException("RemoteError", url + " speaks "
+          + Spelling.shown(caps.get("protocol_version")) + ", this SDK " + Contract.PROTOCOL_VERSION);
+    }
+    if (!Contract.OPERATOR_TABLE_HASH.equals(caps.get("operator_table_hash"))) {
+      Set<String> theirs = new TreeSet<>();
+      for (Object o : (List<Object>) caps.getOrDefault("operators", List.of())) {
+        theirs.add(String.valueOf(((Map<String, Object>) o).get("name")));
+      }
+      Set<String> missing = new TreeSet<>(OperatorTable.OPERATORS.keySet());
+      missing.removeAll(theirs);
+      theirs.removeAll(OperatorTable.OPERATORS.keySet());
+      throw new DeepxException("RemoteError", url + " has another operator table than this SDK: "
+          + "missing " + (missing.isEmpty() ? "none" : String.join(", ", missing))
+          + "; not in this SDK " + (theirs.isEmpty() ? "none" : String.join(", ", theirs))
+          + " (upgrade one side)");
+    }
+    return caps;
   }
 
   /** The gateway's analysis of {@code graph} (a Graph, or a spec as a Map): shapes, dtypes, plan. */

@@ -77,6 +77,13 @@ class ClientTest {
   }
 
   @Test
+  void theGatewaySpeaksThisSdksProtocolAndOperatorTable() {
+    Map<String, Object> caps = client.checkServer();
+    assertEquals(Contract.PROTOCOL_VERSION, caps.get("protocol_version"));
+    assertEquals(Contract.OPERATOR_TABLE_HASH, caps.get("operator_table_hash"));
+  }
+
+  @Test
   void theGatewaysAnalysisGivesEveryOutputsShapeAndDtype() {
     Graph g = new Graph();
     Tensor x = g.input("x", 4, 5);

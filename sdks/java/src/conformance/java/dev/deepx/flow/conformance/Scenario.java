@@ -3,6 +3,7 @@ package dev.deepx.flow.conformance;
 import com.google.gson.JsonElement;
 import com.google.gson.JsonObject;
 import dev.deepx.flow.Client;
+import dev.deepx.flow.Contract;
 import dev.deepx.flow.DeepxException;
 import dev.deepx.flow.Graph;
 import dev.deepx.flow.Operation;
@@ -122,6 +123,17 @@ final class Scenario {
         Object status = client.run(done.runId()).get("status");
         if (!"interrupted".equals(status)) {
           throw new Conformance.Failed("its run: " + status);
+        }
+      }
+      case "check_server" -> {
+        if (!Contract.PROTOCOL_VERSION.equals(call.get("protocol_version").getAsString())
+            || !Contract.OPERATOR_TABLE_HASH.equals(call.get("operator_table_hash").getAsString())) {
+          throw new Conformance.Failed("this SDK: " + Contract.PROTOCOL_VERSION + " "
+              + Contract.OPERATOR_TABLE_HASH);
+        }
+        Object hash = client.checkServer().get("operator_table_hash");
+        if (!call.get("operator_table_hash").getAsString().equals(hash)) {
+          throw new Conformance.Failed("the gateway's hash: " + hash);
         }
       }
       default -> throw new Conformance.Failed("no such call");
