@@ -74,12 +74,12 @@ public final class Graph extends GraphOperators {
       }
       id = (String) v;
     }
-    OperatorTable.Operator entry = OperatorTable.OPERATORS.get(name);
+    OperatorTable.Operator entry = name == null ? null : OperatorTable.OPERATORS.get(name);
     if (entry == null || name.equals("input")) {
       Set<String> names = new TreeSet<>(OperatorTable.OPERATORS.keySet());
       names.remove("input");
       throw DeepxException.graph(id, "unknown operator " + Spelling.shown(name)
-          + Spelling.didYouMean(String.valueOf(name), names)
+          + Spelling.didYouMean(name == null ? "None" : name, names)
           + " (see docs/graph-spec.md or `deepx-flow ops` for the list)");
     }
     List<?> operands = inputs == null ? List.of() : inputs;

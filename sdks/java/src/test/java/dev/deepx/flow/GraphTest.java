@@ -78,6 +78,8 @@ class GraphTest {
   void mistakesAreRefusedAsTheyAreMadeInPythonsWords() {
     refused(g -> g.op("relux", List.of(), Map.of("id", "y")), "node 'y': unknown operator 'relux' "
         + "(did you mean 'relu'?) (see docs/graph-spec.md or `deepx-flow ops` for the list)");
+    refused(g -> g.op(null, List.of(), Map.of("id", "y")), "node 'y': unknown operator None "
+        + "(did you mean 'ones'?) (see docs/graph-spec.md or `deepx-flow ops` for the list)");
     refused(g -> g.op("input", List.of(), null), "node 'input_0': unknown operator 'input' "
         + "(see docs/graph-spec.md or `deepx-flow ops` for the list)");
     refused(g -> g.op("add", List.of(1), null), "node 'add_0': add takes 2 input(s), got 1");
