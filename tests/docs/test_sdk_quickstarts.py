@@ -105,3 +105,30 @@ def test_the_java_quickstart_runs_as_written(served, tmp_path):
     assert done.returncode == 0, done.stderr
     said = re.findall(r"System\.out\.println\(.*?\); // (.*)", code)
     assert done.stdout.splitlines() == said, (done.stdout, said)
+
+
+@pytest.mark.timeout(900)
+def test_the_cpp_and_c_quickstarts_run_as_written(served, tmp_path):
+    toolchain("cmake")
+    toolchain("g++")
+    [code] = _blocks("cpp")
+    [c_code] = _blocks("c")
+    install = re.search(r"\n```\n(cmake -S /path/to/deepx_flow/sdks/cpp.*?)```", DOC.read_text(),
+                        re.S).group(1)
+    (tmp_path / "quickstart.cpp").write_text(code)
+    (tmp_path / "quickstart.c").write_text(c_code)
+    # the install lines as written, with this checkout for /path/to/deepx_flow and a HOME
+    # of the test's own
+    env = {**os.environ, "HOME": str(tmp_path), "DEEPX_URL": served.url}
+    for line in install.strip().splitlines():
+        done = subprocess.run(["bash", "-c", line.replace("/path/to/deepx_flow", str(ROOT))],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+        assert done.returncode == 0, (line, done.stdout[-3000:], done.stderr[-3000:])
+    for program, source, printing in (("quickstart", code, r"std::cout"),
+                                      ("quickstart_c", c_code, r"printf")):
+        done = subprocess.run([str(tmp_path / program)], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=240, env=env)
+        assert done.returncode == 0, done.stderr
+        # what the comments say each printing line prints
+        said = re.findall(rf"{printing}.*?; +// (.*)", source)
+        assert done.stdout.splitlines() == said, (done.stdout, said)
