@@ -2,6 +2,7 @@
 #include "deepx/graph.hpp"
 
 #include <cmath>
+#include <set>
 
 #include "table.hpp"
 
@@ -200,14 +201,14 @@ Tensor Graph::op(const std::string& name, const std::vector<Operand>& inputs,
                  const Options& options) {
   json given = options.fields();
   std::string id = state_->auto_id(name);
-  if (given.contains("id")) {
+  if (given.contains("id") && !given["id"].is_null()) {
     const json& chosen = given["id"];
     if (!chosen.is_string() || chosen.get<std::string>().empty()) {
       throw graph_error(id, "an id is a non-empty string, not " + chosen.dump());
     }
     id = chosen.get<std::string>();
-    given.erase("id");
   }
+  given.erase("id");
   const auto& table = detail::operator_table();
   auto found = table.find(name);
   if (found == table.end() || name == "input") {

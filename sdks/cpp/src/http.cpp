@@ -2,7 +2,10 @@
 // Protocol's binary data both ways (the JSON head, then each tensor's raw bytes, the head's
 // length in Inference-Header-Content-Length).
 #include <curl/curl.h>
+#include <strings.h>
 
+#include <cctype>
+#include <cstdio>
 #include <mutex>
 
 #include "deepx/client.hpp"

@@ -9,9 +9,7 @@
 
 #include <cstdint>
 #include <initializer_list>
-#include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
