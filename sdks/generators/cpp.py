@@ -99,8 +99,9 @@ def files() -> dict[str, str]:
         else:
             arity = len(op.inputs)
             call = f"g.{name}({''.join(f'a[{i}], ' for i in range(arity))}o)"
-        dispatch.append(f"    {{{_c(op.name)}, {{{arity}, [](Graph& g, const std::vector<Operand>& "
-                        f"a, const Options& o) {{ return {call}; }}}}}},\n")
+        operands = "" if arity == 0 else " a"  # (no name where unused: no warning)
+        dispatch.append(f"    {{{_c(op.name)}, {{{arity}, [](Graph& g, const std::vector<Operand>&"
+                        f"{operands}, const Options& o) {{ return {call}; }}}}}},\n")
     dispatch.append("  };\n  return table;\n}\n\n}  // namespace deepx_conformance\n")
     return {"cpp/include/deepx/generated/operators.hpp": "".join(methods),
             "cpp/src/generated/table.cpp": "".join(table_cpp),

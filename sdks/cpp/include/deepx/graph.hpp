@@ -53,6 +53,9 @@ class Operand {
   Operand(unsigned long long value) : literal_(value) {}
   Operand(double value) : literal_(value) {}
   Operand(float value) : literal_(static_cast<double>(value)) {}
+  // (text is no operand: a tensor is given as its Tensor, not its id; without this a string
+  // literal would become the bool true)
+  Operand(const char*) = delete;
   // A literal as JSON holds it (the conformance runner's numbers, as the cases write them).
   static Operand literal(nlohmann::json value);
 
