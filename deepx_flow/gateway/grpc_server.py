@@ -81,7 +81,6 @@ class GraphService(graphs_pb2_grpc.GraphServiceServicer):
 
     async def CancelOperation(self, request, context):
         answer = await _awaited(context, self.gateway.cancel(request.id))
-        answer.pop("outputs", None)
         return _operation(answer, [])
 
 
@@ -165,14 +164,18 @@ def _operation(answer: dict, outputs: list) -> graphs_pb2.Operation:
 
 
 def _operation_messages(answer: dict, limits):
-    """The operation (outputs' headers, small ones with their bytes), then the chunks of
-    the large ones."""
+    """The operation (outputs' headers, with their bytes while together they fit one
+    message), then the chunks of the others."""
     outputs = answer.pop("outputs", None) or {}
-    headers, pending = [], []
+    headers, pending, room = [], [], limits.max_message_bytes - HEADER_SLACK
     for index, (name, array) in enumerate(outputs.items()):
-        message = tensors.to_message(name, array, limits.max_message_bytes - HEADER_SLACK)
+        # (a running total, not each tensor alone: two of 3 MB make no 6 MB message)
+        inline = array.nbytes <= room
+        message = tensors.to_message(name, array, None if inline else -1)
         headers.append(message)
-        if message.streamed:
+        if inline:
+            room -= array.nbytes
+        else:
             pending.append((index, array))
     yield graphs_pb2.ExecuteGraphResponse(operation=_operation(answer, headers))
     for index, array in pending:

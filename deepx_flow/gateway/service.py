@@ -77,9 +77,12 @@ class Gateway:
         return await asyncio.to_thread(self._answer, found)
 
     async def cancel(self, operation_id: str, wait_seconds: float = 30.0) -> dict:
-        """Stop a running operation and wait (up to `wait_seconds`) for it to end."""
+        """Stop a running operation and wait (up to `wait_seconds`) for it to end: the
+        operation without its outputs (one that had ended keeps them: ask for it again)."""
         await asyncio.to_thread(self.operations.cancel, operation_id)
-        return await self.operation(operation_id, wait_seconds)
+        answer = await self.operation(operation_id, wait_seconds)
+        answer.pop("outputs", None)
+        return answer
 
     async def materialize(self, name, partitions=None, force: bool = False,
                           wait_seconds: float | None = None,

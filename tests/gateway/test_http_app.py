@@ -282,6 +282,18 @@ def test_a_running_operation_is_cancelled_over_http(http, client):
     assert http.get(f"/v1/runs/{cancelled['run_id']}").json()["status"] == "interrupted"
 
 
+def test_cancelling_an_operation_that_ended_changes_nothing_and_answers_no_outputs(http):
+    body = http.post("/v1/graphs:execute", json={
+        "graph": SPEC, "operation_id": "done-before",
+        "inputs": [{"name": "x", "shape": [3, 4], "datatype": "FP32",
+                    "data": _x().ravel().tolist()}]}).json()
+    assert body["state"] == "succeeded" and body["outputs"]
+    cancelled = http.post("/v1/operations/done-before:cancel").json()
+    assert cancelled["state"] == "succeeded" and "outputs" not in cancelled
+    # (its outputs are kept: asked for again, they come)
+    assert http.get("/v1/operations/done-before").json()["outputs"] == body["outputs"]
+
+
 def test_many_waiting_calls_hold_no_thread_a_cancel_needs(http, client):
     """Fifty calls waiting on hung operations (more than the servers' thread pools) do not
     keep a cancel from being answered."""

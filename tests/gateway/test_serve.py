@@ -439,3 +439,22 @@ def test_every_example_graph_over_http_and_grpc_gives_dx_runs_bits(tmp_path, tcp
                                                       err_msg=f"{path.stem}: {name}")
     finally:
         assert served.stop() == 0
+
+
+def test_an_answers_tensors_are_inline_only_while_together_they_fit_one_message():
+    """Two outputs of 3 MB: each under the 4 MiB limit, together over it; the first is
+    inline, the second streamed, and no message passes the limit."""
+    from deepx_flow.gateway.capabilities import Limits
+    from deepx_flow.gateway.grpc_server import _operation_messages
+    a = np.arange(750_000, dtype=np.float32)
+    answer = {"operation": "o", "state": "succeeded", "kind": "execute", "run_id": "r",
+              "outputs": {"a": a, "b": a[::-1].copy()}}
+    limits = Limits()
+    messages = list(_operation_messages(answer, limits))
+    assert all(m.ByteSize() <= limits.max_message_bytes for m in messages)
+    a_head, b_head = messages[0].operation.outputs
+    assert (a_head.streamed, b_head.streamed) == (False, True)
+    assert np.frombuffer(a_head.raw_contents, "<f4").tolist() == a.tolist()
+    streamed = b"".join(m.output_chunk.data for m in messages[1:])
+    assert {m.output_chunk.tensor for m in messages[1:]} == {1}
+    assert np.frombuffer(streamed, "<f4").tolist() == a[::-1].tolist()
