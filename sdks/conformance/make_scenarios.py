@@ -31,6 +31,9 @@ message limit: the gateway and the SDKs stream them). The calls ("do"):
                  is "interrupted", its error says "cancelled", and its run is "interrupted"
   check_server   {"protocol_version", "operator_table_hash"}: the SDK carries these (its
                  generated code) and its check of the gateway's capabilities passes
+  cancel_ended   {"graph", "inputs"}: run it to its end, then cancel it: that changes
+                 nothing (the operation is "succeeded" and the answer has no outputs), and
+                 asked for again the operation still has them
 """
 
 from __future__ import annotations
@@ -134,6 +137,35 @@ def large() -> dict:
          "rtol": 1e-5, "atol": 0.0, "follow": False}]}
 
 
+def two_large() -> dict:
+    """Two tensors each way of 2.5 MB: each under gRPC's 4 MiB message limit, together
+    over it (one is inline, the other streamed, both ways)."""
+    shape = [625_000]
+    given_a, a = pattern("float32", shape, 1000, 1.0)
+    given_b, b = pattern("float32", shape, 7, 0.25)
+    spec = {"deepx": 1, "inputs": {"a": {"shape": shape, "dtype": "float32"},
+                                   "b": {"shape": shape, "dtype": "float32"}},
+            "nodes": [{"id": "a2", "op": "mul", "args": ["a", 2.0]},
+                      {"id": "b4", "op": "mul", "args": ["b", 4.0]}],
+            "outputs": ["a2", "b4"]}
+    got = computed(spec, {"a": a, "b": b})
+    want_a2, a2 = pattern("float32", shape, 1000, 2.0)
+    want_b4, b4 = pattern("float32", shape, 7, 1.0)
+    assert np.array_equal(got["a2"], a2) and np.array_equal(got["b4"], b4)
+    return {"name": "two_large_tensors", "scenario": [
+        {"do": "execute", "graph": graph_of(spec), "inputs": {"a": given_a, "b": given_b},
+         "expected": {"a2": want_a2, "b4": want_b4}, "rtol": 0.0, "atol": 0.0,
+         "follow": False}]}
+
+
+def cancel_ended() -> dict:
+    spec = {"deepx": 1, "inputs": {"x": {"shape": [3], "dtype": "float32"}},
+            "nodes": [{"id": "y", "op": "neg", "args": ["x"]}], "outputs": ["y"]}
+    return {"name": "cancel_ended", "scenario": [
+        {"do": "cancel_ended", "graph": graph_of(spec),
+         "inputs": {"x": _wire(np.array([1.5, -2.0, 0.0], np.float32))}}]}
+
+
 def infer() -> dict:
     x = np.random.default_rng(11).standard_normal((5, 4)).astype(np.float32)
     want = model.answer(x.astype(np.float64)).astype(np.float32)
@@ -168,7 +200,8 @@ def check_server() -> dict:
 def scenarios() -> dict[str, str]:
     """Every scenario's file name -> its JSON text."""
     return {f"{s['name']}.json": json.dumps(s, indent=1) + "\n"
-            for s in (assets(), follow(), large(), infer(), cancel(), check_server())}
+            for s in (assets(), follow(), large(), two_large(), infer(), cancel(),
+                      cancel_ended(), check_server())}
 
 
 def _same(stored: dict, made: dict) -> bool:

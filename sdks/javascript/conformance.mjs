@@ -150,6 +150,15 @@ const CALLS = {
       close(done.outputs[name], values(want), call.rtol, call.atol, name);
     }
   },
+  async cancel_ended(call) {
+    const done = await client.execute(graphOf(call), inputsOf(call.inputs));
+    assert.equal(done.state, "succeeded", done.error);
+    const cancelled = await client.cancel(done.operation);
+    assert.equal(cancelled.state, "succeeded"); // (it had ended: nothing changes)
+    assert.equal(cancelled.outputs, undefined, "a cancel answers no outputs");
+    const again = await client.operation(done.operation);
+    for (const [name, t] of Object.entries(done.outputs)) close(again.outputs[name], t, 0, 0, name);
+  },
   async check_server(call) {
     assert.equal(PROTOCOL_VERSION, call.protocol_version);
     assert.equal(OPERATOR_TABLE_HASH, call.operator_table_hash);

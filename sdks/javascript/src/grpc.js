@@ -122,7 +122,7 @@ export class GrpcClient {
 
   /** Stop a running operation; the operation once it ended. */
   async cancel(id) {
-    return operationFields(await this._unary(this.graphs, "CancelOperation", { id }), {});
+    return operationFields(await this._unary(this.graphs, "CancelOperation", { id }), undefined);
   }
 
   /** The runs the gateway's database records, newest first. */
@@ -207,7 +207,7 @@ export class GrpcClient {
   }
 }
 
-// An operation as Client (HTTP) gives it: the same field names.
+// An operation as Client (HTTP) gives it: the same field names (a cancel's: no outputs).
 function operationFields(o, outputs) {
   const answer = { operation: o.id, state: o.state, kind: o.kind, run_id: o.run_id,
     created_at: o.created_at, ended_at: o.ended_at };
@@ -215,7 +215,7 @@ function operationFields(o, outputs) {
   if (o.dashboard) answer.dashboard = o.dashboard;
   if (o.progress) answer.progress = { tasks_done: o.progress.tasks_done, tasks_total: o.progress.tasks_total };
   if (o.materialized) answer.materialized = o.materialized;
-  else if (o.state === "succeeded") answer.outputs = outputs;
+  else if (o.state === "succeeded" && outputs !== undefined) answer.outputs = outputs;
   return answer;
 }
 

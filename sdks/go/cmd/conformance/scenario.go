@@ -134,6 +134,34 @@ func makeCall(step call, client *deepx.Client) error {
 			return err
 		}
 		return compareAll(done.Outputs, step)
+	case "cancel_ended":
+		g, err := graphOf(step)
+		if err != nil {
+			return err
+		}
+		done, err := client.Execute(g, inputsOf(step.Inputs))
+		if err != nil {
+			return err
+		}
+		if done.State != "succeeded" {
+			return fmt.Errorf("%s: %s", done.State, done.Error)
+		}
+		cancelled, err := client.Cancel(done.Operation)
+		if err != nil {
+			return err
+		}
+		if cancelled.State != "succeeded" || len(cancelled.Outputs) != 0 {
+			return fmt.Errorf("cancelled after its end: %s with %d outputs", cancelled.State, len(cancelled.Outputs))
+		}
+		again, err := client.GetOperation(done.Operation, 0)
+		if err != nil {
+			return err
+		}
+		for name, want := range done.Outputs {
+			if err := compare(again.Outputs[name], want, 0, 0, name); err != nil {
+				return err
+			}
+		}
 	case "check_server":
 		if deepx.ProtocolVersion != step.ProtocolVersion || deepx.OperatorTableHash != step.TableHash {
 			return fmt.Errorf("this SDK: %s %s", deepx.ProtocolVersion, deepx.OperatorTableHash)
