@@ -1,6 +1,8 @@
 // The gateway's contract over HTTP (docs/contract.md): analyze and run graphs, follow
 // operations, call served models. Tensors travel as binary data both ways.
 
+import { randomUUID } from "node:crypto";
+
 import { DeepxError } from "./errors.js";
 import { Graph } from "./graph.js";
 import { toJson } from "./json.js";
@@ -8,15 +10,20 @@ import { OPERATORS, OPERATOR_TABLE_HASH, PROTOCOL_VERSION } from "./generated/ta
 import { WIRE, fromRaw, rawBytes, tensor } from "./tensors.js";
 
 const HEADER_LENGTH = "Inference-Header-Content-Length";
+// How long one exchange waits for a run: a longer run is asked for again by its id (one the
+// client chose), never left to a transport's timeout.
+export const POLL_SECONDS = 60;
 const KIND_OF_STATUS = { 400: "InputError", 401: "Unauthenticated", 404: "NotFound",
   405: "NotFound", 413: "TooLarge", 500: "ExecutionError" };
 
 export class Client {
   /** A client of the gateway at `url` (deepx-flow serve's HTTP port); `token` for a gateway
    * that needs one (else DEEPX_GATEWAY_TOKEN where set). */
-  constructor(url = "http://127.0.0.1:8000", { token = process.env.DEEPX_GATEWAY_TOKEN } = {}) {
+  constructor(url = "http://127.0.0.1:8000", { token = process.env.DEEPX_GATEWAY_TOKEN,
+    pollSeconds = POLL_SECONDS } = {}) {
     this.url = url.replace(/\/+$/, "");
     this.token = token;
+    this.pollSeconds = pollSeconds;
   }
 
   /** What the gateway speaks: protocol version, operator table and its hash, limits. */
@@ -36,12 +43,16 @@ export class Client {
   }
 
   /** Run `graph` on `inputs` (name -> tensor, see `tensor`) and wait for its outputs:
-   * {state, operation, run_id, outputs: {name: {shape, dtype, data}}}. */
-  async execute(graph, inputs = {}, { outputs, waitSeconds } = {}) {
-    const body = { graph: specOf(graph), parameters: { binary_data_output: true } };
+   * {state, operation, run_id, outputs: {name: {shape, dtype, data}}}. With `waitSeconds`,
+   * answer once the run ends or that long passed (0: at once; follow with `operation`).
+   * `operationId`: the caller's id for it (sent again, it attaches instead of running twice);
+   * one is made otherwise. */
+  async execute(graph, inputs = {}, { outputs, waitSeconds, operationId } = {}) {
+    const body = { graph: specOf(graph), parameters: { binary_data_output: true },
+      operation_id: operationId ?? newOperationId(), wait_seconds: waitSeconds ?? this.pollSeconds };
     if (outputs !== undefined) body.outputs = outputs;
-    if (waitSeconds !== undefined) body.wait_seconds = waitSeconds;
-    return this._operation(await this._withTensors("/v1/graphs:execute", body, inputs));
+    const answer = this._operation(await this._withTensors("/v1/graphs:execute", body, inputs));
+    return waitSeconds === undefined ? this._ended(answer) : answer;
   }
 
   /** An operation (a graph's execution, an asset's materialization) as the gateway has it
@@ -96,13 +107,22 @@ export class Client {
 
   /** Make a new version of asset `name` (what is stale, or all with `force`): the operation,
    * whose `materialized` says what was made and checked. */
-  async materialize(name, { partitions, force, upstream, waitSeconds } = {}) {
-    const body = {};
+  async materialize(name, { partitions, force, upstream, waitSeconds, operationId } = {}) {
+    const body = { operation_id: operationId ?? newOperationId(),
+      wait_seconds: waitSeconds ?? this.pollSeconds };
     if (partitions !== undefined) body.partitions = partitions;
     if (force !== undefined) body.force = force;
     if (upstream !== undefined) body.upstream = upstream;
-    if (waitSeconds !== undefined) body.wait_seconds = waitSeconds;
-    return this._json("POST", `/v1/assets/${encodeURIComponent(name)}:materialize`, body);
+    const answer = await this._json("POST", `/v1/assets/${encodeURIComponent(name)}:materialize`, body);
+    return waitSeconds === undefined ? this._ended(answer) : answer;
+  }
+
+  // (asked for again, a poll at a time, until it is not running)
+  async _ended(answer) {
+    while (answer.state === "running") {
+      answer = await this.operation(answer.operation, { waitSeconds: this.pollSeconds });
+    }
+    return answer;
   }
 
   /** The newest usable version of asset `name` (or `version`, `partition`; `slice`: [start,
@@ -188,6 +208,10 @@ export class Client {
         outputs[entry.name] = fromRaw(entry, bytes.subarray(at, at + size));
         at += size;
       }
+      if (at !== bytes.length) { // (bytes the outputs do not account for: not guessed at)
+        throw new DeepxError(`the gateway sent ${bytes.length - (length ?? bytes.length)} bytes of ` +
+          `binary data for outputs of ${at - (length ?? bytes.length)}`, { kind: "RemoteError" });
+      }
       head.outputs = outputs;
     }
     return head;
@@ -196,6 +220,11 @@ export class Client {
 
 function fromDatatype(datatype) {
   return Object.entries(WIRE).find(([, [w]]) => w === datatype)?.[0];
+}
+
+/** A new operation id: 32 random hex digits. */
+export function newOperationId() {
+  return randomUUID().replaceAll("-", "");
 }
 
 function specOf(graph) {

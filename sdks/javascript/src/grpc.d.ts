@@ -2,7 +2,7 @@
 import type { Client } from "./index.js";
 
 export declare class GrpcClient implements Client {
-  constructor(address?: string, options?: { token?: string; credentials?: unknown });
+  constructor(address?: string, options?: { token?: string; credentials?: unknown; pollSeconds?: number });
   close(): void;
   capabilities: Client["capabilities"];
   checkServer: Client["checkServer"];

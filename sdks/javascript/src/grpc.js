@@ -12,7 +12,7 @@ import { fileURLToPath } from "node:url";
 import grpc from "@grpc/grpc-js";
 import protoLoader from "@grpc/proto-loader";
 
-import { compatible } from "./client.js";
+import { POLL_SECONDS, compatible, newOperationId } from "./client.js";
 import { DeepxError } from "./errors.js";
 import { Graph } from "./graph.js";
 import { toJson } from "./json.js";
@@ -47,7 +47,8 @@ export class GrpcClient {
    * that needs one (else DEEPX_GATEWAY_TOKEN where set). Plain text: on loopback, or
    * `credentials` (grpc.credentials.createSsl()) for TLS. */
   constructor(address = "127.0.0.1:8001", { token = process.env.DEEPX_GATEWAY_TOKEN,
-    credentials = grpc.credentials.createInsecure() } = {}) {
+    credentials = grpc.credentials.createInsecure(), pollSeconds = POLL_SECONDS } = {}) {
+    this.pollSeconds = pollSeconds;
     const { graphs, catalog, inference } = loaded();
     this.address = address;
     const options = { "grpc.max_receive_message_length": MESSAGE_BYTES + HEADER_SLACK };
@@ -81,10 +82,10 @@ export class GrpcClient {
 
   /** Run `graph` on `inputs` (name -> tensor) and wait for its outputs (or `waitSeconds`):
    * the operation, as Client.execute gives it. */
-  async execute(graph, inputs = {}, { outputs, waitSeconds } = {}) {
-    const header = { graph_json: specJson(graph), inputs: [] };
+  async execute(graph, inputs = {}, { outputs, waitSeconds, operationId } = {}) {
+    const header = { graph_json: specJson(graph), inputs: [],
+      operation_id: operationId ?? newOperationId(), wait_seconds: waitSeconds ?? this.pollSeconds };
     if (outputs !== undefined) header.outputs = outputs.map((name) => ({ name }));
-    if (waitSeconds !== undefined) header.wait_seconds = waitSeconds;
     const streamed = [];
     let room = MESSAGE_BYTES - HEADER_SLACK;
     for (const [name, given] of Object.entries(inputs)) {
@@ -112,7 +113,15 @@ export class GrpcClient {
       }
     }
     call.end();
-    return answered;
+    return waitSeconds === undefined ? this._ended(await answered) : answered;
+  }
+
+  // (asked for again, a poll at a time, until it is not running)
+  async _ended(answer) {
+    while (answer.state === "running") {
+      answer = await this.operation(answer.operation, { waitSeconds: this.pollSeconds });
+    }
+    return answer;
   }
 
   /** An operation as the gateway has it now, or once it ends within `waitSeconds`. */
@@ -155,10 +164,11 @@ export class GrpcClient {
 
   /** Make a new version of asset `name`: the operation, whose `materialized` says what was
    * made and checked. */
-  async materialize(name, { partitions, force, upstream, waitSeconds } = {}) {
-    const request = { name, partitions: partitions ?? [], force: force ?? false, upstream: upstream ?? false };
-    if (waitSeconds !== undefined) request.wait_seconds = waitSeconds;
-    return this._operationOf(this.catalog.MaterializeAsset(request, this.metadata));
+  async materialize(name, { partitions, force, upstream, waitSeconds, operationId } = {}) {
+    const request = { name, partitions: partitions ?? [], force: force ?? false, upstream: upstream ?? false,
+      operation_id: operationId ?? newOperationId(), wait_seconds: waitSeconds ?? this.pollSeconds };
+    const answer = await this._operationOf(this.catalog.MaterializeAsset(request, this.metadata));
+    return waitSeconds === undefined ? this._ended(answer) : answer;
   }
 
   /** The newest usable version of asset `name` (or `version`, `partition`; `slice`: [start,
@@ -166,7 +176,7 @@ export class GrpcClient {
   async readAsset(name, { version, partition, slice } = {}) {
     const request = { asset: { name, version: version ?? "", partition: partition ?? "" },
       slice: (slice ?? []).map(([start, stop]) => ({ start, stop })) };
-    const messages = await collected(this.catalog.ReadAsset(request, this.metadata));
+    const messages = await collected(this.catalog.ReadAsset(request, this.metadata), this.address);
     const [first, ...chunks] = messages;
     const header = first.tensor;
     return tensorOf(header, header.streamed ? joined(chunks.map((m) => m.chunk), 0) : header.raw_contents);
@@ -191,12 +201,12 @@ export class GrpcClient {
 
   _unary(stub, method, request) {
     return new Promise((resolve, reject) => {
-      stub[method](request, this.metadata, (err, answer) => (err ? reject(errorOf(err)) : resolve(answer)));
+      stub[method](request, this.metadata, (err, answer) => (err ? reject(errorOf(err, ` at ${this.address}`)) : resolve(answer)));
     });
   }
 
   async _operationOf(call) {
-    const [first, ...rest] = await collected(call);
+    const [first, ...rest] = await collected(call, this.address);
     const operation = first?.operation;
     if (operation === undefined) throw new DeepxError("the answer does not start with the operation", { kind: "RemoteError" });
     const outputs = {};
@@ -219,11 +229,11 @@ function operationFields(o, outputs) {
   return answer;
 }
 
-function collected(call) {
+function collected(call, where) {
   return new Promise((resolve, reject) => {
     const messages = [];
     call.on("data", (m) => messages.push(m));
-    call.on("error", (err) => reject(errorOf(err)));
+    call.on("error", (err) => reject(errorOf(err, ` at ${where}`)));
     call.on("end", () => resolve(messages));
   });
 }
@@ -244,10 +254,11 @@ function tensorOf(message, raw) {
     new Uint8Array(raw.buffer, raw.byteOffset, raw.length));
 }
 
-function errorOf(err) {
+function errorOf(err, where = "") {
   const said = err.metadata?.get(KIND_KEY)?.[0];
   const kind = said === undefined ? KIND_OF_CODE[err.code] ?? "RemoteError" : String(said);
-  const message = err.code === grpc.status.UNAVAILABLE ? `cannot reach the gateway: ${err.details}` : err.details;
+  const message = err.code === grpc.status.UNAVAILABLE ? `cannot reach the gateway${where}: ${err.details}`
+    : err.details;
   const error = new DeepxError(message, { kind });
   error.code = err.code;
   return error;

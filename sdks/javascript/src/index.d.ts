@@ -56,12 +56,13 @@ export interface Operation {
 }
 
 export declare class Client {
-  constructor(url?: string, options?: { token?: string });
+  /** pollSeconds: how long one exchange waits for a run (60): a longer one is asked for again. */
+  constructor(url?: string, options?: { token?: string; pollSeconds?: number });
   capabilities(): Promise<Record<string, unknown>>;
   checkServer(): Promise<Record<string, unknown>>;
   analyze(graph: Graph | object): Promise<Record<string, unknown>>;
   execute(graph: Graph | object, inputs?: Record<string, Values | TypedData | number[]>,
-          options?: { outputs?: string[]; waitSeconds?: number }): Promise<Operation>;
+          options?: { outputs?: string[]; waitSeconds?: number; operationId?: string }): Promise<Operation>;
   operation(id: string, options?: { waitSeconds?: number }): Promise<Operation>;
   cancel(id: string): Promise<Operation>;
   runs(options?: { status?: string; limit?: number }): Promise<Record<string, unknown>[]>;
@@ -72,7 +73,7 @@ export declare class Client {
   assets(): Promise<Record<string, unknown>[]>;
   assetVersions(name: string): Promise<Record<string, unknown>[]>;
   materialize(name: string, options?: { partitions?: string[]; force?: boolean;
-    upstream?: boolean; waitSeconds?: number }): Promise<Operation>;
+    upstream?: boolean; waitSeconds?: number; operationId?: string }): Promise<Operation>;
   readAsset(name: string, options?: { version?: string; partition?: string;
     slice?: number[][] }): Promise<Values>;
   infer(model: string, inputs: Record<string, Values | TypedData | number[]>,

@@ -123,14 +123,14 @@ export function fromRaw(entry, bytes) {
     throw new DeepxError(`the gateway sent datatype ${shown(entry.datatype)}`, { kind: "RemoteError" });
   }
   const Kind = WIRE[dtype][1];
+  const size = entry.shape.reduce((a, b) => a * b, 1);
+  if (bytes.length !== size * Kind.BYTES_PER_ELEMENT) {
+    throw new DeepxError(`output ${shown(entry.name)}: the gateway sent ${bytes.length} bytes for ` +
+      `${dtype}[${entry.shape}]`, { kind: "RemoteError" });
+  }
   const copy = new Uint8Array(bytes); // (aligned, and the answer's buffer released)
   if (!LITTLE && Kind.BYTES_PER_ELEMENT > 1) copy.reverse();
   let data = new Kind(copy.buffer, 0, copy.length / Kind.BYTES_PER_ELEMENT);
   if (!LITTLE && Kind.BYTES_PER_ELEMENT > 1) data = data.reverse();
-  const size = entry.shape.reduce((a, b) => a * b, 1);
-  if (data.length !== size) {
-    throw new DeepxError(`output ${shown(entry.name)}: ${data.length} values for shape [${entry.shape}]`,
-      { kind: "RemoteError" });
-  }
   return { shape: entry.shape, dtype, data };
 }

@@ -116,3 +116,26 @@ test("a -0 literal reaches the gateway as -0.0: -0 + -0 is -0", { skip }, async 
   const done = await new Client(url).execute(g, { x: tensor(new Float32Array([-0, 1])) });
   assert.ok(Object.is(done.outputs.y.data[0], -0), String(done.outputs.y.data[0]));
 });
+
+test("a run longer than one exchange's wait is asked for again until it ends", { skip }, async () => {
+  // (a poll of 0.05 s: the 20 matmuls of 512 x 512 outlast it)
+  const client = new Client(url, { pollSeconds: 0.05 });
+  const g = new Graph();
+  let m = g.full({ shape: [512, 512], dtype: "float32", value: 1 / 512 });
+  const a = m;
+  for (let i = 0; i < 20; i++) m = g.matmul(m, a);
+  g.output(g.sum(m), "total");
+  let asked = 0; // (how often the client asked for the operation again)
+  const operation = client.operation.bind(client);
+  client.operation = (...args) => { asked++; return operation(...args); };
+  const done = await client.execute(g, {}, { operationId: `slow-${Date.now()}` });
+  assert.equal(done.state, "succeeded");
+  assert.ok(asked >= 1, "the run outlasted one wait and was asked for again");
+  assert.ok(Math.abs(done.outputs.total.data[0] - 512) < 1e-2, String(done.outputs.total.data[0]));
+});
+
+test("bytes the outputs do not account for are refused, not guessed at", async () => {
+  const { fromRaw } = await import("../src/tensors.js");
+  assert.throws(() => fromRaw({ name: "y", datatype: "FP32", shape: [1] }, new Uint8Array(6)),
+    (err) => err.kind === "RemoteError" && /6 bytes for float32\[1\]/.test(err.message));
+});
