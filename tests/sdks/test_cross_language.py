@@ -58,7 +58,7 @@ func main() {
 	line := g.Arange(deepx.Options{"shape": []int{6}, "dtype": "float64", "start": -1, "step": 0.5})
 	n := g.Reshape(line, deepx.Options{"shape": []int{2, 3}})
 	g.Output(g.Tanh(g.Mul(n, n)), "curve")
-	if err := client.DefineAsset("made_in_go", g, map[string]any{"description": "from Go"}); err != nil {
+	if _, err := client.DefineAsset("made_in_go", g, map[string]any{"description": "from Go"}); err != nil {
 		log.Fatal(err)
 	}
 	made, err := client.Materialize("made_in_go", nil)

@@ -2,6 +2,8 @@ package deepx
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -25,13 +27,33 @@ type Client struct {
 	URL   string
 	Token string // a bearer token, for a gateway that needs one
 	HTTP  *http.Client
+	// Poll is how long one exchange waits for a run (a minute): a longer one is asked for
+	// again by its operation id until it ends, never left to the HTTP client's timeout.
+	Poll time.Duration
 }
 
 // NewClient is a client of the gateway at baseURL, with DEEPX_GATEWAY_TOKEN as its token
 // where that is set.
 func NewClient(baseURL string) *Client {
 	return &Client{URL: strings.TrimRight(baseURL, "/"), Token: os.Getenv("DEEPX_GATEWAY_TOKEN"),
-		HTTP: &http.Client{Timeout: 10 * time.Minute}}
+		HTTP: &http.Client{Timeout: 10 * time.Minute}, Poll: time.Minute}
+}
+
+// ExecuteOptions are Execute's and Start's options: Outputs, the names of the outputs to
+// compute (all where nil); OperationID, the caller's id for the operation (sent again, it
+// attaches to the first instead of running twice; one is made where "").
+type ExecuteOptions struct {
+	Outputs     []string
+	OperationID string
+}
+
+// newOperationID is 32 random hex digits.
+func newOperationID() string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // (the system's randomness failed: nothing sensible to do)
+	}
+	return hex.EncodeToString(b)
 }
 
 // Operation is an operation's answer: State, Operation (its id), RunID, Dashboard (the
@@ -123,26 +145,49 @@ func (c *Client) Analyze(graph any) (map[string]any, error) {
 	return out, c.callJSON("POST", "/v1/graphs:analyze", map[string]any{"graph": spec}, &out)
 }
 
-// Execute runs graph on inputs and waits for its outputs.
-func (c *Client) Execute(graph any, inputs map[string]Values) (*Operation, error) {
-	spec, err := specOf(graph)
+// Execute runs graph on inputs and waits for its outputs (asking for the operation again,
+// Poll at a time, while it runs).
+func (c *Client) Execute(graph any, inputs map[string]Values, options ...ExecuteOptions) (*Operation, error) {
+	op, err := c.execute(graph, inputs, c.Poll, options)
 	if err != nil {
 		return nil, err
 	}
-	body := map[string]any{"graph": spec, "parameters": map[string]any{"binary_data_output": true}}
-	return c.withTensors("/v1/graphs:execute", body, inputs)
+	return c.ended(op)
 }
 
 // Start starts running graph on inputs and answers at once: the operation, running (or
 // ended already); follow it with GetOperation.
-func (c *Client) Start(graph any, inputs map[string]Values) (*Operation, error) {
+func (c *Client) Start(graph any, inputs map[string]Values, options ...ExecuteOptions) (*Operation, error) {
+	return c.execute(graph, inputs, 0, options)
+}
+
+func (c *Client) execute(graph any, inputs map[string]Values, wait time.Duration, options []ExecuteOptions) (*Operation, error) {
 	spec, err := specOf(graph)
 	if err != nil {
 		return nil, err
 	}
-	body := map[string]any{"graph": spec, "wait_seconds": 0,
-		"parameters": map[string]any{"binary_data_output": true}}
+	body := map[string]any{"graph": spec, "wait_seconds": wait.Seconds(),
+		"operation_id": newOperationID(), "parameters": map[string]any{"binary_data_output": true}}
+	for _, o := range options {
+		if o.Outputs != nil {
+			body["outputs"] = o.Outputs
+		}
+		if o.OperationID != "" {
+			body["operation_id"] = o.OperationID
+		}
+	}
 	return c.withTensors("/v1/graphs:execute", body, inputs)
+}
+
+// ended is op once it is not running: asked for again, Poll at a time.
+func (c *Client) ended(op *Operation) (*Operation, error) {
+	var err error
+	for op.State == "running" {
+		if op, err = c.GetOperation(op.Operation, c.Poll); err != nil {
+			return nil, err
+		}
+	}
+	return op, nil
 }
 
 // Cancel stops a running operation: the operation once it ended.
@@ -167,14 +212,22 @@ func (c *Client) GetOperation(id string, wait time.Duration) (*Operation, error)
 	return operationOf(data, length)
 }
 
-// Runs are the runs the gateway's database records, newest first.
-func (c *Client) Runs(limit int) ([]map[string]any, error) {
+// Runs are the runs the gateway's database records, newest first: of one status (running,
+// succeeded, failed, interrupted) where status is not "", at most limit (20 where 0).
+func (c *Client) Runs(status string, limit int) ([]map[string]any, error) {
 	var out struct {
 		Runs []map[string]any `json:"runs"`
 	}
-	path := "/v1/runs"
+	query := url.Values{}
+	if status != "" {
+		query.Set("status", status)
+	}
 	if limit > 0 {
-		path += "?limit=" + strconv.Itoa(limit)
+		query.Set("limit", strconv.Itoa(limit))
+	}
+	path := "/v1/runs"
+	if len(query) > 0 {
+		path += "?" + query.Encode()
 	}
 	return out.Runs, c.callJSON("GET", path, nil, &out)
 }
@@ -202,32 +255,44 @@ func (c *Client) AssetVersions(name string) ([]map[string]any, error) {
 }
 
 // DefineAsset defines (or defines again) asset name computed by graph; options: fields of
-// assets:define (dependencies, description, partitions, partition_axis, checks).
-func (c *Client) DefineAsset(name string, graph any, options map[string]any) error {
+// assets:define (dependencies, description, partitions, partition_axis, checks). The asset
+// as the gateway lists it.
+func (c *Client) DefineAsset(name string, graph any, options map[string]any) (map[string]any, error) {
 	spec, err := specOf(graph)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	body := map[string]any{"name": name, "graph": spec}
 	for k, v := range options {
 		body[k] = v
 	}
 	var out map[string]any
-	return c.callJSON("POST", "/v1/assets:define", body, &out)
+	return out, c.callJSON("POST", "/v1/assets:define", body, &out)
 }
 
 // Materialize makes a new version of asset name (options: partitions, force, upstream,
-// wait_seconds): the operation.
+// operation_id, wait_seconds) and waits for it, asking for the operation again Poll at a
+// time while it runs (with wait_seconds given: answers once that passed).
 func (c *Client) Materialize(name string, options map[string]any) (*Operation, error) {
-	if options == nil {
-		options = map[string]any{}
+	body := map[string]any{"operation_id": newOperationID(), "wait_seconds": c.Poll.Seconds()}
+	_, follow := options["wait_seconds"]
+	follow = !follow
+	for k, v := range options {
+		body[k] = v
 	}
-	text, _ := json.Marshal(options)
+	text, err := json.Marshal(body)
+	if err != nil {
+		return nil, &Error{Kind: "InputError", Message: err.Error()}
+	}
 	data, length, err := c.call("POST", "/v1/assets/"+url.PathEscape(name)+":materialize", text, -1)
 	if err != nil {
 		return nil, err
 	}
-	return operationOf(data, length)
+	op, err := operationOf(data, length)
+	if err != nil || !follow {
+		return op, err
+	}
+	return c.ended(op)
 }
 
 // ReadAsset is the newest usable version of asset name (options: version, partition, slice).
@@ -250,8 +315,17 @@ func (c *Client) ReadAsset(name string, options map[string]any) (Values, error) 
 
 // Infer calls served model (the Open Inference Protocol's infer) on inputs.
 func (c *Client) Infer(model string, inputs map[string]Values) (*Operation, error) {
+	return c.InferVersion(model, "", inputs)
+}
+
+// InferVersion calls one version of served model ("": the model's policy chooses).
+func (c *Client) InferVersion(model, version string, inputs map[string]Values) (*Operation, error) {
 	body := map[string]any{"parameters": map[string]any{"binary_data_output": true}}
-	return c.withTensors("/v2/models/"+url.PathEscape(model)+"/infer", body, inputs)
+	path := "/v2/models/" + url.PathEscape(model)
+	if version != "" {
+		path += "/versions/" + url.PathEscape(version)
+	}
+	return c.withTensors(path+"/infer", body, inputs)
 }
 
 func (c *Client) withTensors(path string, body map[string]any, inputs map[string]Values) (*Operation, error) {

@@ -2,8 +2,11 @@ package deepx
 
 import (
 	"fmt"
+	"math"
+	"net/http"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -39,7 +42,7 @@ func TestAGraphRunsOnTheGatewayAndInt64CrossesExactly(t *testing.T) {
 	if err != nil || again.State != "succeeded" || !reflect.DeepEqual(again.Outputs["total"].Data, []float32{6, 0}) {
 		t.Fatalf("got %+v, %v", again, err)
 	}
-	runs, err := client.Runs(1)
+	runs, err := client.Runs("", 1)
 	if err != nil || len(runs) != 1 {
 		t.Fatalf("got %v, %v", runs, err)
 	}
@@ -56,7 +59,7 @@ func TestTheGatewaysRefusalsAreErrorsWithTheirKind(t *testing.T) {
 	if _, err := client.GetOperation("no-such-operation", 0); err == nil || err.(*Error).Kind != "NotFound" {
 		t.Fatalf("got %v", err)
 	}
-	if _, err := NewClient("http://127.0.0.1:9").Runs(1); err == nil || err.(*Error).Kind != "RemoteError" {
+	if _, err := NewClient("http://127.0.0.1:9").Runs("", 1); err == nil || err.(*Error).Kind != "RemoteError" {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -67,7 +70,7 @@ func TestAssetsAreDefinedMaterializedAndRead(t *testing.T) {
 	g := NewGraph()
 	n := g.Arange(Options{"shape": []int{8}, "dtype": "float64", "start": 0, "step": 0.5})
 	g.Output(g.Reshape(n, Options{"shape": []int{4, 2}}), "r")
-	if err := client.DefineAsset(name, g, map[string]any{"checks": []any{map[string]any{"kind": "all_finite"}}}); err != nil {
+	if _, err := client.DefineAsset(name, g, map[string]any{"checks": []any{map[string]any{"kind": "all_finite"}}}); err != nil {
 		t.Fatal(err)
 	}
 	made, err := client.Materialize(name, map[string]any{"wait_seconds": 120})
@@ -80,5 +83,43 @@ func TestAssetsAreDefinedMaterializedAndRead(t *testing.T) {
 	}
 	if _, err := client.ReadAsset("no_such_asset", nil); err == nil || err.(*Error).Kind != "NotFound" {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// counting is a transport that counts the requests for operations it carries.
+type counting struct {
+	asked int
+}
+
+func (c *counting) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasPrefix(r.URL.Path, "/v1/operations/") {
+		c.asked++
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func TestARunLongerThanOneWaitIsAskedForAgainUntilItEnds(t *testing.T) {
+	client := gateway(t)
+	transport := &counting{}
+	client.HTTP = &http.Client{Transport: transport, Timeout: time.Minute}
+	client.Poll = 50 * time.Millisecond // (the 20 matmuls of 512 x 512 outlast it)
+	g := NewGraph()
+	a := g.Full(Options{"shape": []int{512, 512}, "dtype": "float32", "value": 1.0 / 512})
+	m := a
+	for i := 0; i < 20; i++ {
+		m = g.Matmul(m, a)
+	}
+	g.Output(g.Sum(m), "total")
+	done, err := client.Execute(g, nil, ExecuteOptions{OperationID: fmt.Sprintf("go-slow-%d", time.Now().UnixNano())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := done.Outputs["total"].Data.([]float32)[0]
+	if done.State != "succeeded" || math.Abs(float64(total)-512) > 1e-2 || transport.asked < 1 {
+		t.Fatalf("%s %v, asked again %d times", done.State, total, transport.asked)
+	}
+	runs, err := client.Runs("succeeded", 5)
+	if err != nil || len(runs) == 0 || runs[0]["status"] != "succeeded" {
+		t.Fatalf("runs of status succeeded: %v %v", runs, err)
 	}
 }

@@ -86,7 +86,8 @@ func makeCall(step call, client *deepx.Client) error {
 		if err != nil {
 			return err
 		}
-		return client.DefineAsset(step.Asset, g, nil)
+		_, err = client.DefineAsset(step.Asset, g, nil)
+		return err
 	case "materialize":
 		done, err := client.Materialize(step.Asset, nil)
 		if err != nil {
@@ -245,7 +246,7 @@ func execute(step call, client *deepx.Client) error {
 	if run["status"] != "succeeded" {
 		return fmt.Errorf("its run: %v", run["status"])
 	}
-	runs, err := client.Runs(100)
+	runs, err := client.Runs("", 100)
 	if err != nil {
 		return err
 	}
