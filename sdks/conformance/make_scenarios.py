@@ -31,6 +31,9 @@ message limit: the gateway and the SDKs stream them). The calls ("do"):
                  is "interrupted", its error says "cancelled", and its run is "interrupted"
   check_server   {"protocol_version", "operator_table_hash"}: the SDK carries these (its
                  generated code) and its check of the gateway's capabilities passes
+  analyze        {"graph", "analysis": {"inputs", "outputs"}}: the gateway's analysis of the
+                 graph lists these inputs and outputs ({"name", "datatype", "shape"} each,
+                 in order), a plan (non-empty text) and at least one task
   cancel_ended   {"graph", "inputs"}: run it to its end, then cancel it: that changes
                  nothing (the operation is "succeeded" and the answer has no outputs), and
                  asked for again the operation still has them
@@ -158,6 +161,23 @@ def two_large() -> dict:
          "follow": False}]}
 
 
+def analyze() -> dict:
+    """Shapes and dtypes the gateway works out (a matmul, a sum, a cast) and its plan."""
+    from deepx_flow.gateway.graphs import analyze as analyzed, graph_of as read
+    from deepx_flow.registry.cluster import local_cluster_spec
+    spec = {"deepx": 1, "inputs": {"a": {"shape": [3, 4], "dtype": "float32"},
+                                   "b": {"shape": [4, 5], "dtype": "float32"}},
+            "nodes": [{"id": "ab", "op": "matmul", "args": ["a", "b"]},
+                      {"id": "rows", "op": "sum", "args": ["ab"], "attrs": {"axes": [1]}},
+                      {"id": "wide", "op": "cast", "args": ["rows"], "dtype": "float64"}],
+            "outputs": ["ab", {"total": "wide"}]}
+    answer = analyzed(read(spec, 100), local_cluster_spec())
+    assert answer["plan"] and answer["tasks"] >= 1
+    return {"name": "analyze", "scenario": [
+        {"do": "analyze", "graph": graph_of(spec),
+         "analysis": {"inputs": answer["inputs"], "outputs": answer["outputs"]}}]}
+
+
 def cancel_ended() -> dict:
     spec = {"deepx": 1, "inputs": {"x": {"shape": [3], "dtype": "float32"}},
             "nodes": [{"id": "y", "op": "neg", "args": ["x"]}], "outputs": ["y"]}
@@ -201,7 +221,7 @@ def scenarios() -> dict[str, str]:
     """Every scenario's file name -> its JSON text."""
     return {f"{s['name']}.json": json.dumps(s, indent=1) + "\n"
             for s in (assets(), follow(), large(), two_large(), infer(), cancel(),
-                      cancel_ended(), check_server())}
+                      cancel_ended(), check_server(), analyze())}
 
 
 def _same(stored: dict, made: dict) -> bool:

@@ -150,6 +150,14 @@ const CALLS = {
       close(done.outputs[name], values(want), call.rtol, call.atol, name);
     }
   },
+  async analyze(call) {
+    const answer = await client.analyze(graphOf(call));
+    const values = (list) => list.map(({ name, datatype, shape }) => ({ name, datatype, shape: shape.map(Number) }));
+    assert.deepEqual(values(answer.inputs), call.analysis.inputs, "the inputs");
+    assert.deepEqual(values(answer.outputs), call.analysis.outputs, "the outputs");
+    assert.ok(typeof answer.plan === "string" && answer.plan.length > 0, "a plan");
+    assert.ok(Number(answer.tasks) >= 1, `tasks ${answer.tasks}`);
+  },
   async cancel_ended(call) {
     const done = await client.execute(graphOf(call), inputsOf(call.inputs));
     assert.equal(done.state, "succeeded", done.error);

@@ -25,8 +25,9 @@ type call struct {
 	Atol     float64           `json:"atol"`
 	Error    *refusal          `json:"error"`
 
-	ProtocolVersion string `json:"protocol_version"`
-	TableHash       string `json:"operator_table_hash"`
+	Analysis        map[string][]map[string]any `json:"analysis"` // (inputs, outputs)
+	ProtocolVersion string                      `json:"protocol_version"`
+	TableHash       string                      `json:"operator_table_hash"`
 }
 
 func runScenario(c testCase, client *deepx.Client) error {
@@ -135,6 +136,31 @@ func makeCall(step call, client *deepx.Client) error {
 			return err
 		}
 		return compareAll(done.Outputs, step)
+	case "analyze":
+		g, err := graphOf(step)
+		if err != nil {
+			return err
+		}
+		answer, err := client.Analyze(g)
+		if err != nil {
+			return err
+		}
+		for _, side := range []struct {
+			name string
+			want []map[string]any
+		}{{"inputs", step.Analysis["inputs"]}, {"outputs", step.Analysis["outputs"]}} {
+			got, _ := json.Marshal(answer[side.name])
+			want, _ := json.Marshal(side.want)
+			if string(got) != string(want) {
+				return fmt.Errorf("the %s: %s, not %s", side.name, got, want)
+			}
+		}
+		if plan, _ := answer["plan"].(string); plan == "" {
+			return fmt.Errorf("no plan")
+		}
+		if tasks, _ := answer["tasks"].(float64); tasks < 1 {
+			return fmt.Errorf("tasks %v", answer["tasks"])
+		}
 	case "cancel_ended":
 		g, err := graphOf(step)
 		if err != nil {
