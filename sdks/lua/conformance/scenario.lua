@@ -91,6 +91,22 @@ function CALLS.cancel(call, client)
   if run.status ~= "interrupted" then fail("its run: %s", tostring(run.status)) end
 end
 
+-- Run to its end, then cancel: that changes nothing (still "succeeded"), the answer has no
+-- outputs, and the operation asked for again still has them.
+function CALLS.cancel_ended(call, client)
+  local done = client:execute(graph_of(call.graph), inputs_of(call.inputs))
+  expect_state(done, "succeeded")
+  local cancelled = client:cancel(done.operation)
+  expect_state(cancelled, "succeeded")
+  if cancelled.outputs ~= nil then fail("a cancel answered outputs") end
+  local again = client:operation(done.operation)
+  for _, output in ipairs(call.graph.outputs) do
+    local name = output[1]
+    if not done.outputs[name] then fail("%s: no such output", name) end
+    case.compare((again.outputs or {})[name], done.outputs[name], 0, 0, name)
+  end
+end
+
 -- The SDK carries the stored protocol and table hash, and finds the gateway speaks them.
 function CALLS.check_server(call, client)
   local deepx = require("deepx")

@@ -25,11 +25,13 @@ local ANSWER = { drop_nulls = true }
 local Client = { __name = "deepx.Client" }
 Client.__index = Client
 
-local M = { Client = Client }
+-- WAIT_SECONDS: how long one exchange of execute or materialize waits for the operation to
+-- end, before asking for it again by id (a run may outlast any one exchange; tests set less).
+local M = { Client = Client, WAIT_SECONDS = 60 }
 
 --- A client of the gateway at url (deepx-flow serve's HTTP port). options: token (a bearer
 -- token, for a gateway that needs one; else DEEPX_GATEWAY_TOKEN where set), timeout (seconds
--- a call may take; default 600).
+-- one exchange may stay silent; default 600, well above the 60 s an exchange waits).
 function M.new(url, options)
   options = options or {}
   local token = options.token
@@ -41,6 +43,19 @@ end
 
 local function escape(text)
   return (url_escape(tostring(text)))
+end
+
+-- A new operation id: 32 random lower-case hex digits (from /dev/urandom where there is one).
+local function new_operation_id()
+  local random = io.open("/dev/urandom", "rb")
+  local bytes = random and random:read(16)
+  if random then random:close() end
+  if not bytes or #bytes ~= 16 then
+    local made = {}
+    for i = 1, 16 do made[i] = string.char(math.random(0, 255)) end
+    bytes = table.concat(made)
+  end
+  return (bytes:gsub(".", function(c) return string.format("%02x", c:byte()) end))
 end
 
 -- The graph as JSON for a request: a Graph's spec, JSON text as it is, or a spec table.
@@ -123,19 +138,15 @@ local function operation_of(data, length)
     for _, entry in ipairs(head.outputs) do
       local shape = {}
       for i, d in ipairs(entry.shape or {}) do shape[i] = math.tointeger(d) end
-      local bytes = type(entry.parameters) == "table" and entry.parameters.binary_data_size
-      if bytes then
-        if at + bytes - 1 > #data then
-          errors.raise("RemoteError", "output " .. errors.shown(entry.name) ..
-            " came without its binary data")
-        end
-        outputs[entry.name] = tensors.from_raw(entry.datatype, shape, data, at, at + bytes - 1)
-        at = at + bytes
-      else -- (as JSON: the protocol allows it)
-        local dtype
-        for d, wire in pairs(tensors.WIRE) do if wire == entry.datatype then dtype = d end end
-        outputs[entry.name] = tensors.tensor(entry.data, shape, dtype)
+      -- (every call asks for binary outputs)
+      local bytes = type(entry.parameters) == "table" and
+          math.tointeger(entry.parameters.binary_data_size)
+      if not bytes or at + bytes - 1 > #data then
+        errors.raise("RemoteError", "output " .. errors.shown(entry.name) ..
+          " came without its binary data")
       end
+      outputs[entry.name] = tensors.from_raw(entry.datatype, shape, data, at, at + bytes - 1)
+      at = at + bytes
     end
     head.outputs = outputs
   end
@@ -203,15 +214,27 @@ function Client:analyze(g)
   return self:_json("POST", "/v1/graphs:analyze", { graph = spec_of(g) })
 end
 
+-- The operation answer once it ended: asked for again by id, WAIT_SECONDS at a time, while
+-- it is running (the gateway goes on running it whatever an exchange's timeout).
+function Client:_ended(answer)
+  while answer.state == "running" do
+    answer = self:operation(answer.operation, { wait_seconds = M.WAIT_SECONDS })
+  end
+  return answer
+end
+
 --- Run graph on inputs (name -> tensor, see deepx.tensor) and wait for its outputs:
 -- {state, operation, run_id, outputs = {name = tensor}, ...}. options: outputs (the names
--- to return), wait_seconds, operation (an id of the caller's).
+-- to return), operation_id (an id of the caller's; else one made here), wait_seconds (how
+-- long to wait: the answer may then be "running", to follow with client:operation).
 function Client:execute(g, inputs, options)
   options = options or {}
   local body = { graph = spec_of(g), parameters = { binary_data_output = true },
-    outputs = options.outputs, wait_seconds = options.wait_seconds,
-    operation = options.operation }
-  return self:_with_tensors("/v1/graphs:execute", body, inputs)
+    outputs = options.outputs, wait_seconds = options.wait_seconds or M.WAIT_SECONDS,
+    operation_id = options.operation_id or new_operation_id() }
+  local answer = self:_with_tensors("/v1/graphs:execute", body, inputs)
+  if options.wait_seconds ~= nil then return answer end
+  return self:_ended(answer)
 end
 
 --- Start running graph on inputs and answer at once: the operation, "running" (or ended
@@ -231,9 +254,10 @@ function Client:operation(id, options)
   return operation_of(self:_call("GET", path))
 end
 
---- Stop a running operation: the operation once it ended.
+--- Stop a running operation: the operation once it ended, without outputs (ask for one that
+-- had succeeded again, client:operation(id), for them).
 function Client:cancel(id)
-  return operation_of(self:_call("POST", "/v1/operations/" .. escape(id) .. ":cancel"))
+  return self:_json("POST", "/v1/operations/" .. escape(id) .. ":cancel")
 end
 
 --- The runs the gateway's database records, newest first. options: status (running,
@@ -273,14 +297,18 @@ function Client:asset_versions(name)
   return self:_json("GET", "/v1/assets/" .. escape(name) .. "/versions").versions
 end
 
---- Make a new version of asset name (what is stale, or all with force): the operation, whose
--- materialized says what was made and checked. options: partitions, force, upstream,
--- wait_seconds.
+--- Make a new version of asset name (what is stale, or all with force) and wait for it: the
+-- operation, whose materialized says what was made and checked. options: partitions, force,
+-- upstream, operation_id (an id of the caller's; else one made here), wait_seconds (how long
+-- to wait: the answer may then be "running", to follow with client:operation).
 function Client:materialize(name, options)
   options = options or {}
-  return self:_json("POST", "/v1/assets/" .. escape(name) .. ":materialize", json.object({
+  local answer = self:_json("POST", "/v1/assets/" .. escape(name) .. ":materialize", json.object({
     partitions = options.partitions, force = options.force, upstream = options.upstream,
-    wait_seconds = options.wait_seconds }))
+    wait_seconds = options.wait_seconds or M.WAIT_SECONDS,
+    operation_id = options.operation_id or new_operation_id() }))
+  if options.wait_seconds ~= nil then return answer end
+  return self:_ended(answer)
 end
 
 --- The newest usable version of asset name as a tensor. options: version, partition, slice

@@ -187,13 +187,22 @@ function M.from_raw(datatype, shape, bytes, first, last)
   return { shape = shape, dtype = dtype, data = data }
 end
 
---- The values of a float16 or bfloat16 tensor (its 16-bit patterns) as float32 values.
+--- The values of a float16 or bfloat16 tensor (its 16-bit patterns) as float32 values; an
+-- InputError for anything else.
 function M.to_float32(t)
+  if type(t) ~= "table" then input_error("a tensor is a table, not " .. shown(t)) end
   if t.dtype ~= "float16" and t.dtype ~= "bfloat16" then
     input_error(tostring(t.dtype) .. " is not a 16-bit float")
   end
+  if type(t.data) ~= "table" then
+    input_error("a tensor's data is a list of values, not " .. shown(t.data))
+  end
   local out = {}
-  for i, bits in ipairs(t.data) do
+  for i = 1, t.data.n or #t.data do
+    local bits = math.type(t.data[i]) and math.tointeger(t.data[i])
+    if not bits or bits < 0 or bits > 0xffff then
+      input_error(shown(t.data[i]) .. " is not a " .. t.dtype .. " value")
+    end
     if t.dtype == "bfloat16" then
       out[i] = string.unpack("<f", string.pack("<I4", bits << 16))
     else

@@ -111,8 +111,11 @@ describe("the client", function()
     assert.are.equal("succeeded", client:run(again.run_id).status)
     -- (a field the gateway answers null is nil, as Lua leaves out what is not there)
     assert.is_nil(started.run_id)
-    -- (cancelling what has ended changes nothing: its final state)
-    assert.are.equal("succeeded", client:cancel(started.operation).state)
+    -- (cancelling what has ended changes nothing: its final state, without outputs)
+    local cancelled = client:cancel(started.operation)
+    assert.are.equal("succeeded", cancelled.state)
+    assert.is_nil(cancelled.outputs)
+    assert.are.equal(3, #client:operation(started.operation).outputs.e.data)
   end)
 
   with_gateway("defines assets from graphs, materializes, lists and reads them", function()
@@ -138,6 +141,80 @@ describe("the client", function()
     assert.are.equal("fresh", listed.status)
     assert.is_true(client:asset_versions(name)[1].checks_passed)
     assert.are.equal("NotFound", refusal(client.read_asset, client, "no_such_asset").kind)
+  end)
+end)
+
+-- A graph that runs for about half a second: a chain of 1024x1024 matmuls.
+local function slow_graph()
+  local g = deepx.graph()
+  local a = g:full({ shape = { 1024, 1024 }, dtype = "float32", value = 1 / 1024 })
+  local m = a
+  for _ = 1, 8 do m = g:matmul(m, a) end
+  return g:output(g:slice(m, { starts = { 0, 0 }, stops = { 1, 2 } }), "corner")
+end
+
+describe("the client's waits", function()
+  local client_module = require("deepx.client")
+  local slice = client_module.WAIT_SECONDS
+
+  after_each(function() client_module.WAIT_SECONDS = slice end)
+
+  it("are a minute at a time", function()
+    assert.are.equal(60, slice)
+  end)
+
+  with_gateway("ask again by id while a run outlasts one exchange, and get its outputs", function()
+    client_module.WAIT_SECONDS = 0.05 -- (the run takes ten times that)
+    local client = deepx.client(url)
+    local asked = spy.on(client, "operation")
+    local done = client:execute(slow_graph(), {})
+    assert.are.equal("succeeded", done.state, tostring(done.error))
+    assert.are.same({ shape = { 1, 2 }, dtype = "float32", data = { 2.0 ^ -10, 2.0 ^ -10 } },
+      done.outputs.corner)
+    assert.spy(asked).was.called()
+    assert.spy(asked).was.called_with(client, done.operation, { wait_seconds = 0.05 })
+    -- (the operation's id, made here: 32 hex digits)
+    assert.is_truthy(done.operation:match("^" .. ("%x"):rep(32) .. "$"), done.operation)
+  end)
+
+  with_gateway("ask again by id while a materialization outlasts one exchange", function()
+    client_module.WAIT_SECONDS = 0.05
+    local client = deepx.client(url)
+    local name = string.format("lua_slow_%d_%d", os.time(), math.random(1 << 30))
+    client:define_asset(name, slow_graph())
+    local asked = spy.on(client, "operation")
+    local made = client:materialize(name)
+    assert.are.equal("succeeded", made.state, tostring(made.error))
+    assert.spy(asked).was.called()
+    assert.are.same({ shape = { 1, 2 }, dtype = "float32", data = { 2.0 ^ -10, 2.0 ^ -10 } },
+      client:read_asset(name))
+  end)
+
+  with_gateway("are the caller's where given: the answer as it is, never asked again", function()
+    local client = deepx.client(url)
+    local asked = spy.on(client, "operation")
+    local started = client:execute(slow_graph(), {}, { wait_seconds = 0 })
+    assert.are.equal("running", started.state)
+    assert.spy(asked).was_not.called()
+    assert.are.equal("interrupted", client:cancel(started.operation).state)
+  end)
+
+  with_gateway("send the operation id the caller gives", function()
+    local client = deepx.client(url)
+    local id = string.format("lua-%d-%d", os.time(), math.random(1 << 30))
+    local g = deepx.graph()
+    g:output(g:neg(g:input("x", { 2 })), "y")
+    local done = client:execute(g, { x = deepx.tensor({ 1, -2 }) }, { operation_id = id })
+    assert.are.equal(id, done.operation)
+    assert.are.same({ -1, 2 }, client:operation(id).outputs.y.data)
+    -- (the same id with the same request attaches to that operation)
+    assert.are.equal(id, client:execute(g, { x = deepx.tensor({ 1, -2 }) },
+      { operation_id = id }).operation)
+    local asset = string.format("lua_given_%d_%d", os.time(), math.random(1 << 30))
+    local source = deepx.graph()
+    client:define_asset(asset, source:output(source:arange({ shape = { 3 }, dtype = "int32" }), "n"))
+    local made = client:materialize(asset, { operation_id = id .. "-m" })
+    assert.are.equal(id .. "-m", made.operation)
   end)
 end)
 

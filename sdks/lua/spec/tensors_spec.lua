@@ -77,6 +77,21 @@ describe("tensors", function()
     assert.is_true(nan ~= nan)
     local ok, err = pcall(deepx.to_float32, { dtype = "int8", data = {} })
     assert.are.equal("int8 is not a 16-bit float", tostring(err))
+    -- (anything else it cannot convert is an InputError too, never a raw Lua error)
+    for _, bad in ipairs({
+      { { dtype = "float16", data = { 1.5 } }, "1.5 is not a float16 value" },
+      { { dtype = "bfloat16", data = { 0x10000 } }, "65536 is not a bfloat16 value" },
+      { { dtype = "float16", data = { -1 } }, "-1 is not a float16 value" },
+      { { dtype = "float16", data = { "0x3c00" } }, "'0x3c00' is not a float16 value" },
+      { { dtype = "float16" }, "a tensor's data is a list of values, not None" },
+      { 7, "a tensor is a table, not 7" },
+    }) do
+      ok, err = pcall(deepx.to_float32, bad[1])
+      assert.is_false(ok)
+      assert.is_true(deepx.is_error(err), tostring(err))
+      assert.are.equal("InputError", err.kind)
+      assert.are.equal(bad[2], tostring(err))
+    end
   end)
 
   it("are read in bulk: a million float32 values", function()
