@@ -107,6 +107,24 @@ function CALLS.cancel_ended(call, client)
   end
 end
 
+-- The gateway's analysis: these inputs and outputs (name, datatype, shape, in order), a
+-- plan, at least one task.
+function CALLS.analyze(call, client)
+  local answer = client:analyze(graph_of(call.graph))
+  for _, side in ipairs({ "inputs", "outputs" }) do
+    local got, want = answer[side], call.analysis[side]
+    if #got ~= #want then fail("the %s: %d, not %d", side, #got, #want) end
+    for i, w in ipairs(want) do
+      local g = got[i]
+      local same = g.name == w.name and g.datatype == w.datatype and #g.shape == #w.shape
+      for j, d in ipairs(w.shape) do same = same and g.shape[j] == d end
+      if not same then fail("the %s' %s: %s %s", side, w.name, tostring(g.name), tostring(g.datatype)) end
+    end
+  end
+  if type(answer.plan) ~= "string" or answer.plan == "" then fail("no plan") end
+  if not (answer.tasks and answer.tasks >= 1) then fail("tasks %s", tostring(answer.tasks)) end
+end
+
 -- The SDK carries the stored protocol and table hash, and finds the gateway speaks them.
 function CALLS.check_server(call, client)
   local deepx = require("deepx")

@@ -128,7 +128,7 @@ describe("the client", function()
     local totals = deepx.graph()
     totals:output(totals:sum(totals:input(name, { 4, 2 }, "float64"), { axes = { 1 } }), "t")
     client:define_asset(name .. "_totals", totals)
-    local made = client:materialize(name .. "_totals", { upstream = true, wait_seconds = 120 })
+    local made = client:materialize(name .. "_totals", { upstream = true })
     assert.are.equal("succeeded", made.state, tostring(made.error))
     assert.are.same({ shape = { 4 }, dtype = "float64", data = { 0.5, 2.5, 4.5, 6.5 } },
       client:read_asset(name .. "_totals"))
