@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import json
 
-from deepx_flow.gateway.capabilities import PROTOCOL_VERSION, table_hash
-from deepx_flow.gateway.capabilities import operator_table as contract_table
 from deepx_flow.ops.table import operator_table
-from generators.common import HEADER, parameters
+from generators.common import HEADER, parameters, protocol_version, table_hash
 
 PACKAGE = "java/src/main/java/dev/deepx/flow/"
 # Java's reserved words that ops/table.py's KEYWORDS lacks, and the options parameter's name:
@@ -78,7 +76,7 @@ def _methods(op) -> list[str]:
 
 
 def files() -> dict[str, str]:
-    """OperatorTable.java and GraphOperators.java of sdks/java."""
+    """OperatorTable.java, GraphOperators.java and Contract.java of sdks/java."""
     table = operator_table()
     ops = [op for op in table.values() if op.name != "input"]  # (Graph.input is Graph's own)
     methods = [HEADER, "package dev.deepx.flow;\n\n",
@@ -97,10 +95,10 @@ def files() -> dict[str, str]:
                 "gateway's capabilities. */\n"
                 "public final class Contract {\n  private Contract() {}\n\n"
                 "  /** The contract's protocol version. */\n"
-                f"  public static final String PROTOCOL_VERSION = {json.dumps(PROTOCOL_VERSION)};\n\n"
+                f"  public static final String PROTOCOL_VERSION = {json.dumps(protocol_version())};\n\n"
                 "  /** The operator table's hash, as the gateway's capabilities give it. */\n"
                 "  public static final String OPERATOR_TABLE_HASH =\n"
-                f"      {json.dumps(table_hash(contract_table()))};\n}}\n")
+                f"      {json.dumps(table_hash())};\n}}\n")
     return {PACKAGE + "OperatorTable.java": _table(table.values()),
             PACKAGE + "GraphOperators.java": "".join(methods),
             PACKAGE + "Contract.java": contract}

@@ -94,16 +94,22 @@ def test_the_runner_fails_a_case_or_scenario_whose_graph_or_results_differ(http,
     read = next(c for c in wrong_read["scenario"] if c["do"] == "read_asset")
     read["expected"]["data"][2] += 1
     (tmp_path / "wrong_read.json").write_text(json.dumps(wrong_read))
+    # a scenario whose analysis gives another shape than it says
+    wrong_analysis = json.loads((ROOT / "sdks" / "conformance" / "scenarios" /
+                                 "analyze.json").read_text())
+    wrong_analysis["scenario"][0]["analysis"]["outputs"][0]["shape"] = [3, 6]
+    (tmp_path / "wrong_analysis.json").write_text(json.dumps(wrong_analysis))
     done = subprocess.run([toolchain("java"), "-cp", classpath,
                            "dev.deepx.flow.conformance.Conformance", str(tmp_path)],
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "DEEPX_URL": str(http.base_url).rstrip("/")})
     assert done.returncode == 1
-    assert "java http: 1 passed, 4 failed" in done.stdout, done.stdout
+    assert "java http: 1 passed, 5 failed" in done.stdout, done.stdout
     assert "FAILED wrong_graph.json: the graph the steps build" in done.stdout
     assert "FAILED wrong_number.json: the graph the steps build" in done.stdout
     assert "FAILED wrong_result.json: y[0]" in done.stdout
     assert "FAILED wrong_read.json: call 5 (read_asset)" in done.stdout
+    assert "FAILED wrong_analysis.json: call 1 (analyze): the outputs: " in done.stdout
 
 
 def test_this_checkouts_java_sdk_has_no_softsign():

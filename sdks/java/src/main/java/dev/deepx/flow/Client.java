@@ -8,8 +8,10 @@ import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
+import java.security.SecureRandom;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HexFormat;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -28,10 +30,17 @@ public final class Client {
   private static final Map<Integer, String> KIND_OF_STATUS = Map.of(400, "InputError",
       401, "Unauthenticated", 404, "NotFound", 405, "NotFound", 413, "TooLarge",
       500, "ExecutionError");
+  // How long one exchange waits for an operation: a run longer than that is asked for again
+  // by its id, a slice at a time, so that no exchange outlives its transport's timeout.
+  static final Duration POLL = Duration.ofSeconds(60);
+  // One exchange's transport timeout: well above POLL (a caller's longer wait extends it).
+  private static final Duration EXCHANGE = Duration.ofMinutes(10);
+  private static final SecureRandom RANDOM = new SecureRandom();
 
   private final String url;
   private final String token;
   private final HttpClient http;
+  private final Duration poll;
 
   /** A client of the gateway at {@code url}, with DEEPX_GATEWAY_TOKEN as its bearer token where set. */
   public Client(String url) {
@@ -40,6 +49,12 @@ public final class Client {
 
   /** A client of the gateway at {@code url} with a bearer {@code token} (null: none). */
   public Client(String url, String token) {
+    this(url, token, POLL);
+  }
+
+  /** (the tests' own, with a shorter {@code poll} than a run) */
+  Client(String url, String token, Duration poll) {
+    this.poll = poll;
     this.url = (url == null || url.isEmpty() ? "http://127.0.0.1:8000" : url).replaceAll("/+$", "");
     this.token = token == null || token.isEmpty() ? null : token;
     this.http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1)
@@ -84,21 +99,22 @@ public final class Client {
     return json("POST", "/v1/graphs:analyze", Map.of("graph", specOf(graph)));
   }
 
-  /** Runs {@code graph} on {@code inputs} and waits for its outputs. */
+  /** Runs {@code graph} on {@code inputs} and waits for its outputs, however long it runs. */
   public Operation execute(Object graph, Map<String, Values> inputs) {
     return execute(graph, inputs, Map.of());
   }
 
   /**
-   * Runs {@code graph} on {@code inputs}; options: fields of graphs:execute ("wait_seconds":
-   * answer "running" past it, "operation_id", "outputs").
+   * Runs {@code graph} on {@code inputs}; options: fields of graphs:execute ("operation_id":
+   * the operation's id, else one made here; "wait_seconds": answer "running" past it, else
+   * wait until it ends; "outputs").
    */
   public Operation execute(Object graph, Map<String, Values> inputs, Map<String, ?> options) {
     Map<String, Object> body = new LinkedHashMap<>();
     body.put("graph", specOf(graph));
-    body.putAll(options);
+    body.putAll(waited(options));
     body.put("parameters", Map.of("binary_data_output", true));
-    return withTensors("/v1/graphs:execute", body, inputs);
+    return followed(withTensors("/v1/graphs:execute", body, inputs), options);
   }
 
   /**
@@ -118,14 +134,18 @@ public final class Client {
   public Operation operation(String id, Duration wait) {
     String path = "/v1/operations/" + escape(id) + "?binary_data_output=true";
     if (!wait.isZero()) {
-      path += "&wait_seconds=" + wait.toMillis() / 1000.0;
+      path += "&wait_seconds=" + seconds(wait);
     }
-    return operationOf(call("GET", path, null, -1));
+    return operationOf(call("GET", path, null, -1, wait));
   }
 
-  /** Stops a running operation: the operation once it ended (one that ended is unchanged). */
+  /**
+   * Stops a running operation: the operation once it ended (one that ended is unchanged), with
+   * no outputs ({@link #operation(String)} has them).
+   */
   public Operation cancel(String id) {
-    return operationOf(call("POST", "/v1/operations/" + escape(id) + ":cancel", null, -1));
+    return operationOf(call("POST", "/v1/operations/" + escape(id) + ":cancel", null, -1,
+        Duration.ZERO));
   }
 
   /** The runs the gateway's database records, newest first. */
@@ -190,11 +210,13 @@ public final class Client {
 
   /**
    * Makes a new version of asset {@code name}; options: partitions, force, upstream,
-   * wait_seconds. The operation's field "materialized" says what was made and checked.
+   * operation_id (else one made here), wait_seconds (answer "running" past it, else wait
+   * until it ends). The operation's field "materialized" says what was made and checked.
    */
   public Operation materialize(String name, Map<String, ?> options) {
-    return operationOf(call("POST", "/v1/assets/" + escape(name) + ":materialize",
-        Json.write(options).getBytes(StandardCharsets.UTF_8), -1));
+    Map<String, Object> body = waited(options);
+    return followed(operationOf(call("POST", "/v1/assets/" + escape(name) + ":materialize",
+        Json.write(body).getBytes(StandardCharsets.UTF_8), -1, waitOf(body))), options);
   }
 
   /** The newest usable version of asset {@code name}. */
@@ -207,7 +229,7 @@ public final class Client {
     Map<String, Object> body = new LinkedHashMap<>(options);
     body.put("parameters", Map.of("binary_data_output", true));
     Operation read = operationOf(call("POST", "/v1/assets/" + escape(name) + ":read",
-        Json.write(body).getBytes(StandardCharsets.UTF_8), -1));
+        Json.write(body).getBytes(StandardCharsets.UTF_8), -1, Duration.ZERO));
     return read.outputs().get(name);
   }
 
@@ -216,6 +238,51 @@ public final class Client {
     Map<String, Object> body = new LinkedHashMap<>();
     body.put("parameters", Map.of("binary_data_output", true));
     return withTensors("/v2/models/" + escape(model) + "/infer", body, inputs);
+  }
+
+  // A waiting call's options as sent: its operation's id (the caller's, or one made here, so
+  // that a run is asked for again by id, never started twice) and its wait (the caller's, or
+  // one slice).
+  private Map<String, Object> waited(Map<String, ?> options) {
+    Map<String, Object> body = new LinkedHashMap<>(options);
+    if (body.get("operation_id") == null) {
+      byte[] id = new byte[16];
+      RANDOM.nextBytes(id);
+      body.put("operation_id", HexFormat.of().formatHex(id));
+    }
+    if (body.get("wait_seconds") == null) {
+      body.put("wait_seconds", seconds(poll));
+    }
+    return body;
+  }
+
+  // The operation once it ended, asked for again a slice at a time while it runs; as it came
+  // where the caller chose a wait (start and follow: theirs to ask again).
+  private Operation followed(Operation answer, Map<String, ?> options) {
+    if (options.get("wait_seconds") != null) {
+      return answer;
+    }
+    while ("running".equals(answer.state())) {
+      answer = operation(answer.id(), poll);
+    }
+    return answer;
+  }
+
+  // A duration as the contract's seconds: an integer where it is whole.
+  private static Number seconds(Duration d) {
+    long ms = d.toMillis();
+    if (ms % 1000 == 0) {
+      return ms / 1000;
+    }
+    return ms / 1000.0;
+  }
+
+  // The wait a request's body asks for (the gateway refuses a negative one, or past a day).
+  private static Duration waitOf(Map<String, Object> body) {
+    if (body.get("wait_seconds") instanceof Number n) {
+      return Duration.ofMillis(Math.round(Math.max(0, Math.min(n.doubleValue(), 86400)) * 1000));
+    }
+    return Duration.ZERO;
   }
 
   private static Object specOf(Object graph) {
@@ -245,21 +312,24 @@ public final class Client {
     ByteArrayOutputStream all = new ByteArrayOutputStream(head.length + raw.size());
     all.writeBytes(head);
     all.writeBytes(raw.toByteArray());
-    return operationOf(call("POST", path, all.toByteArray(), head.length));
+    return operationOf(call("POST", path, all.toByteArray(), head.length, waitOf(body)));
   }
 
   @SuppressWarnings("unchecked")
   private Map<String, Object> json(String method, String path, Object body) {
     byte[] text = body == null ? null : Json.write(body).getBytes(StandardCharsets.UTF_8);
-    Answer answer = call(method, path, text, -1);
+    Answer answer = call(method, path, text, -1, Duration.ZERO);
     return (Map<String, Object>) parse(answer.body, 0, answer.body.length);
   }
 
   private record Answer(byte[] body, int headLength) {}
 
-  private Answer call(String method, String path, byte[] body, int jsonLength) {
+  // One exchange; wait: how long the gateway may hold it (a caller's wait past the
+  // transport's timeout extends it).
+  private Answer call(String method, String path, byte[] body, int jsonLength, Duration wait) {
+    Duration timeout = wait.plus(POLL).compareTo(EXCHANGE) > 0 ? wait.plus(POLL) : EXCHANGE;
     HttpRequest.Builder request = HttpRequest.newBuilder(URI.create(url + path))
-        .timeout(Duration.ofMinutes(10))
+        .timeout(timeout)
         .method(method, body == null ? HttpRequest.BodyPublishers.noBody()
             : HttpRequest.BodyPublishers.ofByteArray(body));
     request.header("Content-Type", jsonLength >= 0 ? "application/octet-stream" : "application/json");
@@ -345,10 +415,6 @@ public final class Client {
               + Spelling.shown(entry.get("datatype")));
         }
         Object size = entry.get("parameters") instanceof Map<?, ?> p ? p.get("binary_data_size") : null;
-        if (size == null && entry.containsKey("data")) { // (JSON data: a cancelled operation's)
-          outputs.put(name, Values.fromJson(dtype, shape, entry.get("data")));
-          continue;
-        }
         if (!(size instanceof Number) || at + ((Number) size).longValue() > data.length) {
           throw new DeepxException("RemoteError", "output " + Spelling.shown(name)
               + " came without its binary data");

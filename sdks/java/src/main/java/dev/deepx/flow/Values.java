@@ -3,9 +3,7 @@ package dev.deepx.flow;
 import java.math.BigInteger;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
-import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.List;
 import java.util.Map;
 
 /**
@@ -313,85 +311,6 @@ public final class Values {
       default -> in.asDoubleBuffer().get((double[]) data);
     }
     return new Values(dtype, shape, data);
-  }
-
-  /**
-   * Values of {@code dtype} and {@code shape} from the protocol's JSON data (flat or nested;
-   * non-finite floats as "NaN", "Infinity", "-Infinity"), as a cancelled operation answers.
-   */
-  static Values fromJson(String dtype, int[] shape, Object data) {
-    List<Object> flat = new ArrayList<>();
-    flatten(data, flat);
-    int n = flat.size();
-    Object out = java.lang.reflect.Array.newInstance(ARRAY.get(dtype).getComponentType(), n);
-    for (int i = 0; i < n; i++) {
-      Object v = flat.get(i);
-      double d = v instanceof String text ? Double.parseDouble(text)
-          : v instanceof Boolean b ? (b ? 1 : 0) : ((Number) v).doubleValue();
-      long whole = v instanceof Number number ? number.longValue() : (long) d; // (uint64: its bits)
-      switch (dtype) {
-        case "bool" -> ((boolean[]) out)[i] = d != 0;
-        case "int8" -> ((byte[]) out)[i] = (byte) whole;
-        case "int16", "uint8" -> ((short[]) out)[i] = (short) whole;
-        case "int32", "uint16" -> ((int[]) out)[i] = (int) whole;
-        case "int64", "uint32", "uint64" -> ((long[]) out)[i] = whole;
-        case "float16" -> ((short[]) out)[i] = toHalf((float) d);
-        case "bfloat16" -> ((short[]) out)[i] = toBfloat16((float) d);
-        case "float32" -> ((float[]) out)[i] = (float) d;
-        default -> ((double[]) out)[i] = d;
-      }
-    }
-    return new Values(dtype, shape, out);
-  }
-
-  private static void flatten(Object data, List<Object> into) {
-    if (data instanceof List<?> items) {
-      for (Object item : items) {
-        flatten(item, into);
-      }
-    } else {
-      into.add(data);
-    }
-  }
-
-  // float32 to float16's bit pattern, rounded to the nearest even.
-  static short toHalf(float f) {
-    int bits = Float.floatToIntBits(f);
-    int sign = (bits >>> 16) & 0x8000;
-    int exponent = ((bits >>> 23) & 0xff) - 127 + 15;
-    int mantissa = bits & 0x7fffff;
-    if (Float.isNaN(f)) {
-      return (short) (sign | 0x7e00);
-    }
-    if (exponent >= 31) {
-      return (short) (sign | 0x7c00);
-    }
-    int shift = 13;
-    int base = exponent << 10;
-    if (exponent <= 0) { // (a subnormal, or zero)
-      if (exponent < -10) {
-        return (short) sign;
-      }
-      mantissa |= 0x800000;
-      shift = 14 - exponent;
-      base = 0;
-    }
-    int half = base + (mantissa >> shift);
-    int rest = mantissa & ((1 << shift) - 1);
-    int halfway = 1 << (shift - 1);
-    if (rest > halfway || (rest == halfway && (half & 1) == 1)) {
-      half++; // (a carry into the exponent is right: the next binade, or infinity)
-    }
-    return (short) (sign | half);
-  }
-
-  // float32 to bfloat16's bit pattern, rounded to the nearest even.
-  static short toBfloat16(float f) {
-    int bits = Float.floatToIntBits(f);
-    if (Float.isNaN(f)) {
-      return (short) ((bits >>> 16) | 0x40);
-    }
-    return (short) ((bits + 0x7fff + ((bits >>> 16) & 1)) >>> 16);
   }
 
   @Override

@@ -133,8 +133,54 @@ class ClientTest {
     assertEquals(started.runId(), newest.get("id"));
     assertEquals("succeeded", client.run(started.runId()).get("status"));
     assertEquals(1, client.runs("succeeded", 1).size());
-    // (cancelling what has ended changes nothing: its final state)
-    assertEquals("succeeded", client.cancel(started.id()).state());
+    // (cancelling what has ended changes nothing: its final state, and no outputs)
+    Operation cancelled = client.cancel(started.id());
+    assertEquals("succeeded", cancelled.state());
+    assertTrue(cancelled.outputs().isEmpty());
+  }
+
+  // A graph of about a second here: four 2048 x 2048 matmuls, each a fixed point ((J/n)(J/n)
+  // = J/n), summed: n.
+  private static Graph slow() {
+    Graph g = new Graph();
+    int n = 2048;
+    Tensor a = g.full(Map.of("shape", List.of(n, n), "dtype", "float32", "value", 1.0 / n));
+    Tensor m = a;
+    for (int i = 0; i < 4; i++) {
+      m = g.matmul(m, a);
+    }
+    g.output(g.sum(m), "s");
+    return g;
+  }
+
+  @Test
+  void aRunLongerThanOneWaitIsAskedForAgainByItsIdUntilItEnds() {
+    // (a slice of 50 ms where the run takes far longer: without asking again, "running")
+    Client sliced = new Client(System.getenv("DEEPX_URL"), null, Duration.ofMillis(50));
+    Operation done = sliced.execute(slow(), Map.of());
+    assertEquals("succeeded", done.state(), done.error());
+    assertEquals(2048f, done.outputs().get("s").floats()[0], 1e-2f);
+    assertTrue(done.id().matches("[0-9a-f]{32}"), done.id()); // (its id, made here)
+    // a caller's id is the operation's; a caller's wait is not followed: theirs to follow
+    String id = "java-given-" + ProcessHandle.current().pid() + "-" + System.nanoTime();
+    Operation started = sliced.execute(slow(), Map.of(), Map.of("operation_id", id,
+        "wait_seconds", 0));
+    assertEquals(id, started.id());
+    assertEquals("running", started.state());
+    assertTrue(started.outputs().isEmpty());
+    Operation followed = started;
+    while ("running".equals(followed.state())) {
+      followed = sliced.operation(id, Duration.ofMillis(50));
+    }
+    assertEquals("succeeded", followed.state(), followed.error());
+    assertEquals(2048f, followed.outputs().get("s").floats()[0], 1e-2f);
+    // materialize waits as execute does
+    String name = "java_slow_" + ProcessHandle.current().pid();
+    sliced.defineAsset(name, slow());
+    Operation made = sliced.materialize(name, Map.of("operation_id", id + "-asset"));
+    assertEquals("succeeded", made.state(), made.error());
+    assertEquals(id + "-asset", made.id());
+    assertEquals(2048f, sliced.readAsset(name).floats()[0], 1e-2f);
   }
 
   @Test

@@ -6,6 +6,7 @@ import dev.deepx.flow.Client;
 import dev.deepx.flow.Contract;
 import dev.deepx.flow.DeepxException;
 import dev.deepx.flow.Graph;
+import dev.deepx.flow.Json;
 import dev.deepx.flow.Operation;
 import dev.deepx.flow.Values;
 import java.time.Duration;
@@ -123,6 +124,38 @@ final class Scenario {
         Object status = client.run(done.runId()).get("status");
         if (!"interrupted".equals(status)) {
           throw new Conformance.Failed("its run: " + status);
+        }
+      }
+      case "analyze" -> {
+        Map<String, Object> answer = client.analyze(graphOf(call));
+        for (String side : new String[] {"inputs", "outputs"}) {
+          Object want = Json.plain(call.getAsJsonObject("analysis").get(side));
+          if (!want.equals(answer.get(side))) {
+            throw new Conformance.Failed("the " + side + ": " + Json.write(answer.get(side))
+                + ", not " + Json.write(want));
+          }
+        }
+        if (!(answer.get("plan") instanceof String plan) || plan.isEmpty()) {
+          throw new Conformance.Failed("no plan");
+        }
+        if (!(answer.get("tasks") instanceof Number tasks) || tasks.doubleValue() < 1) {
+          throw new Conformance.Failed("tasks " + answer.get("tasks"));
+        }
+      }
+      case "cancel_ended" -> {
+        Operation done = client.execute(graphOf(call), inputsOf(call));
+        if (!"succeeded".equals(done.state()) || done.outputs().isEmpty()) {
+          throw new Conformance.Failed(done.state() + ": " + done.error());
+        }
+        Operation cancelled = client.cancel(done.id());
+        if (!"succeeded".equals(cancelled.state()) || !cancelled.outputs().isEmpty()
+            || cancelled.fields().containsKey("outputs")) { // (it had ended: nothing changes)
+          throw new Conformance.Failed("cancelled after its end: " + cancelled.state() + " with "
+              + cancelled.fields().get("outputs"));
+        }
+        Operation again = client.operation(done.id());
+        for (Map.Entry<String, Values> e : done.outputs().entrySet()) {
+          Conformance.compare(again.outputs().get(e.getKey()), e.getValue(), 0, 0, e.getKey());
         }
       }
       case "check_server" -> {
