@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import json
 
-from deepx_flow.gateway.capabilities import PROTOCOL_VERSION
-from deepx_flow.gateway.capabilities import operator_table as described_table
-from deepx_flow.gateway.capabilities import table_hash
 from deepx_flow.ops.table import operator_table
-from generators.common import HEADER, parameters
+from generators.common import HEADER, parameters, protocol_version, table_hash
 
 # C++'s keywords and alternative tokens that the table's names could be (ops/table.py holds
 # input names to its KEYWORDS, which has most but not these): such a name gets a trailing _
@@ -69,8 +66,8 @@ def files() -> dict[str, str]:
                "#pragma once\n\n#include <vector>\n\nnamespace deepx {\n\n"
                "// The contract this SDK speaks, and its operator table's hash as the gateway's\n"
                "// capabilities give it: Client::check_server compares them.\n"
-               f"inline constexpr char kProtocolVersion[] = {_c(PROTOCOL_VERSION)};\n"
-               f"inline constexpr char kOperatorTableHash[] = {_c(table_hash(described_table()))};\n\n"
+               f"inline constexpr char kProtocolVersion[] = {_c(protocol_version())};\n"
+               f"inline constexpr char kOperatorTableHash[] = {_c(table_hash())};\n\n"
                "template <class G>\nclass Operators {\n public:\n"]
     for op in ops:
         methods.extend(_methods(op))

@@ -326,6 +326,30 @@ void make_call(const json& call, deepx::Client& client) {
     }
     json run = client.run(done.run_id);
     if (run.value("status", "") != "interrupted") throw Failure("its run: " + run.value("status", json()).dump());
+  } else if (what == "analyze") {
+    json answer = client.analyze(graph_of(call));
+    for (const char* side : {"inputs", "outputs"}) {
+      if (answer.value(side, json()) != call["analysis"][side]) {
+        throw Failure(std::string("the ") + side + ": " + answer.value(side, json()).dump() + ", not " +
+                      call["analysis"][side].dump());
+      }
+    }
+    if (!answer.value("plan", json()).is_string() || answer["plan"].get<std::string>().empty()) {
+      throw Failure("no plan");
+    }
+    if (!answer.value("tasks", json()).is_number() || answer["tasks"].get<double>() < 1) {
+      throw Failure("tasks " + answer.value("tasks", json()).dump());
+    }
+  } else if (what == "cancel_ended") {
+    deepx::Operation done = client.execute(graph_of(call), inputs_of(call["inputs"]));
+    if (done.state != "succeeded") throw Failure(done.state + ": " + done.error);
+    deepx::Operation cancelled = client.cancel(done.id);  // (it had ended: nothing changes)
+    if (cancelled.state != "succeeded" || !cancelled.outputs.empty()) {
+      throw Failure("cancelled after its end: " + cancelled.state + " with " +
+                    std::to_string(cancelled.outputs.size()) + " outputs");
+    }
+    deepx::Operation again = client.operation(done.id);
+    for (const auto& [name, want] : done.outputs) compare(again.outputs, name, want, 0, 0);
   } else {
     throw Failure("no such call");
   }

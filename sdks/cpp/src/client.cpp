@@ -1,9 +1,8 @@
 // Client: a transport by the URL's scheme, the token; what the transports share.
 #include "deepx/client.hpp"
 
-#include <cmath>
 #include <cstdlib>
-#include <cstring>
+#include <random>
 #include <set>
 
 #include "table.hpp"
@@ -50,6 +49,55 @@ json Client::check_server() {
   return caps;
 }
 
+namespace {
+
+// An operation id of the client's own: 32 random lower-case hex digits.
+std::string new_operation_id() {
+  thread_local std::mt19937_64 random{std::random_device{}() ^
+                                      (static_cast<uint64_t>(std::random_device{}()) << 32)};
+  static const char digits[] = "0123456789abcdef";
+  std::string id;
+  for (int half = 0; half < 2; half++) {
+    uint64_t bits = random();
+    for (int i = 0; i < 16; i++, bits >>= 4) id += digits[bits & 15];
+  }
+  return id;
+}
+
+bool given(const json& options, const char* key) {
+  return options.contains(key) && !options[key].is_null();
+}
+
+}  // namespace
+
+json Client::waiting(const json& options, bool& follow) const {
+  json out = options.is_object() ? options : json::object();
+  if (!given(out, "operation_id")) out["operation_id"] = new_operation_id();
+  follow = !given(out, "wait_seconds");  // (a wait of the caller's: their start-and-follow)
+  if (follow) out["wait_seconds"] = wait_slice_;
+  return out;
+}
+
+Operation Client::followed(Operation op, const std::string& id) {
+  // (a run longer than one exchange's wait is asked for again by its id, never run twice)
+  while (op.state == "running") op = transport_->operation(op.id.empty() ? id : op.id, wait_slice_);
+  return op;
+}
+
+Operation Client::execute(const json& spec, const Inputs& inputs, const json& options) {
+  bool follow = false;
+  json sent = waiting(options, follow);
+  Operation op = transport_->execute(spec, inputs, sent);
+  return follow ? followed(std::move(op), sent["operation_id"].get<std::string>()) : op;
+}
+
+Operation Client::materialize(const std::string& name, const json& options) {
+  bool follow = false;
+  json sent = waiting(options, follow);
+  Operation op = transport_->materialize(name, sent);
+  return follow ? followed(std::move(op), sent["operation_id"].get<std::string>()) : op;
+}
+
 std::string Client::default_token() {
   const char* token = std::getenv("DEEPX_GATEWAY_TOKEN");
   return token ? token : "";
@@ -82,76 +130,6 @@ json parsed(const std::string& text) {
     throw Error("RemoteError", "the gateway's answer is not JSON: " + text.substr(0, 200));
   }
   return out;
-}
-
-namespace {
-
-void flattened(const json& data, std::vector<json>& into) {
-  if (!data.is_array()) {
-    into.push_back(data);
-    return;
-  }
-  for (const auto& item : data) flattened(item, into);
-}
-
-double number_of(const json& v) {
-  if (v.is_string()) {
-    std::string s = v.get<std::string>();
-    if (s == "NaN") return NAN;
-    if (s == "Infinity") return INFINITY;
-    if (s == "-Infinity") return -INFINITY;
-  }
-  if (v.is_boolean()) return v.get<bool>() ? 1 : 0;
-  if (!v.is_number()) throw Error("RemoteError", "a tensor's value is " + v.dump() + ", not a number");
-  return v.get<double>();
-}
-
-template <class T>
-std::vector<uint8_t> raw_of(const std::vector<json>& values, T (*convert)(const json&)) {
-  std::vector<uint8_t> out(values.size() * sizeof(T));
-  for (size_t i = 0; i < values.size(); i++) {
-    T v = convert(values[i]);
-    std::memcpy(out.data() + i * sizeof(T), &v, sizeof(T));
-  }
-  return out;
-}
-
-template <class T>
-T integer_of(const json& v) {
-  return v.is_boolean() ? static_cast<T>(v.get<bool>()) : v.get<T>();
-}
-
-}  // namespace
-
-Values values_of_json(const json& entry) {
-  std::string name = entry.value("name", ""), datatype = entry.value("datatype", "");
-  std::string dtype = dtype_of(datatype);
-  if (dtype.empty()) {
-    throw Error("RemoteError", "output " + shown(name) + ": the gateway sent datatype " + shown(datatype));
-  }
-  std::vector<int64_t> shape;
-  for (const auto& d : entry.value("shape", json::array())) shape.push_back(d.get<int64_t>());
-  std::vector<json> flat;
-  flattened(entry.value("data", json::array()), flat);
-  std::vector<uint8_t> raw;
-  if (dtype == "bool") raw = raw_of<uint8_t>(flat, [](const json& v) { return static_cast<uint8_t>(number_of(v) != 0); });
-  else if (dtype == "int8") raw = raw_of<int8_t>(flat, integer_of<int8_t>);
-  else if (dtype == "int16") raw = raw_of<int16_t>(flat, integer_of<int16_t>);
-  else if (dtype == "int32") raw = raw_of<int32_t>(flat, integer_of<int32_t>);
-  else if (dtype == "int64") raw = raw_of<int64_t>(flat, integer_of<int64_t>);
-  else if (dtype == "uint8") raw = raw_of<uint8_t>(flat, integer_of<uint8_t>);
-  else if (dtype == "uint16") raw = raw_of<uint16_t>(flat, integer_of<uint16_t>);
-  else if (dtype == "uint32") raw = raw_of<uint32_t>(flat, integer_of<uint32_t>);
-  else if (dtype == "uint64") raw = raw_of<uint64_t>(flat, integer_of<uint64_t>);
-  else if (dtype == "float16") raw = raw_of<uint16_t>(flat, [](const json& v) { return float32_to_float16(static_cast<float>(number_of(v))); });
-  else if (dtype == "bfloat16") raw = raw_of<uint16_t>(flat, [](const json& v) { return float32_to_bfloat16(static_cast<float>(number_of(v))); });
-  else if (dtype == "float32") raw = raw_of<float>(flat, [](const json& v) { return static_cast<float>(number_of(v)); });
-  else raw = raw_of<double>(flat, number_of);
-  try {
-    return Values(dtype, shape, std::move(raw));
-  } catch (const Error& err) {
-    throw Error("RemoteError", "output " + shown(name) + ": " + err.message());
-  }
 }
 
 Values values_of(const json& entry, const char* bytes, size_t size) {

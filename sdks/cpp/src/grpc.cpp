@@ -20,8 +20,8 @@ namespace {
 using nlohmann::json;
 namespace v1 = ::deepx::v1;
 
-// The gateway's limits (docs/contract.md): 4 MiB a message, of which a tensor's bytes leave
-// 64 KiB for the other fields; a streamed tensor's chunks are at most 1 MiB.
+// The gateway's limits (docs/contract.md): 4 MiB a message, of which the tensors' bytes
+// (together) leave 64 KiB for the other fields; a streamed tensor's chunks are at most 1 MiB.
 constexpr size_t kMaxInlineBytes = (4u << 20) - (64u << 10);
 constexpr size_t kChunkBytes = 1u << 20;
 
@@ -102,14 +102,17 @@ json field_json(const google::protobuf::Message& message, const google::protobuf
   return nullptr;
 }
 
-void described(v1::Tensor* message, const std::string& name, const Values& values) {
+// A tensor's header, holding its bytes while they fit in room (what is left of one
+// message's room for the tensors before it: room shrinks by them), else marked streamed.
+void described(v1::Tensor* message, const std::string& name, const Values& values, size_t& room) {
   message->set_name(name);
   message->set_datatype(datatype_of(values.dtype()));
   for (int64_t d : values.shape()) message->add_shape(d);
-  if (values.bytes().size() > kMaxInlineBytes) {
+  if (values.bytes().size() > room) {
     message->set_streamed(true);
   } else {
     message->set_raw_contents(values.bytes().data(), values.bytes().size());
+    room -= values.bytes().size();
   }
 }
 
@@ -159,14 +162,15 @@ class Grpc : public Transport {
   }
 
   Operation execute(const json& spec, const Inputs& inputs, const json& options) override {
-    Call call(*this);
+    Call call(*this, wait_of(options));
     v1::ExecuteGraphRequest first;
     v1::ExecuteGraphHeader* header = first.mutable_header();
     header->set_graph_json(spec.dump());
     std::vector<std::pair<int, const Values*>> streamed;
+    size_t room = kMaxInlineBytes;  // (inline while together they fit one message)
     for (const auto& [name, values] : inputs) {
       v1::Tensor* tensor = header->add_inputs();
-      described(tensor, name, values);
+      described(tensor, name, values, room);
       if (tensor->streamed()) streamed.emplace_back(header->inputs_size() - 1, &values);
     }
     if (options.contains("wait_seconds")) header->set_wait_seconds(options["wait_seconds"].get<double>());
@@ -193,7 +197,7 @@ class Grpc : public Transport {
   }
 
   Operation operation(const std::string& id, double wait_seconds) override {
-    Call call(*this);
+    Call call(*this, wait_seconds);
     v1::GetOperationRequest request;
     request.set_id(id);
     if (wait_seconds > 0) request.set_wait_seconds(wait_seconds);
@@ -272,7 +276,7 @@ class Grpc : public Transport {
   }
 
   Operation materialize(const std::string& name, const json& options) override {
-    Call call(*this);
+    Call call(*this, wait_of(options));
     v1::MaterializeAssetRequest request;
     request.set_name(name);
     for (const auto& p : options.value("partitions", json::array())) {
@@ -355,12 +359,15 @@ class Grpc : public Transport {
   }
 
  private:
-  // A call's context: the token, and a deadline as HTTP's timeout.
+  // A call's context: the token, and a deadline as HTTP's timeout (wait_seconds: how long
+  // the gateway is asked to wait for an operation's end).
   struct Call {
-    explicit Call(const Grpc& to) {
+    explicit Call(const Grpc& to, double wait_seconds = 0) : seconds(exchange_seconds(wait_seconds)) {
       if (!to.token_.empty()) context.AddMetadata("authorization", "Bearer " + to.token_);
-      context.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
+      context.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
     }
+    double seconds;
     grpc::ClientContext context;
   };
 
@@ -372,9 +379,11 @@ class Grpc : public Transport {
     auto found = trailing.find("deepx-error-kind");
     if (found != trailing.end()) kind.assign(found->second.data(), found->second.size());
     std::string message = status.error_message();
-    if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-        status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
       message = "cannot reach the gateway at " + address_ + ": " + message;
+    } else if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      message = "the gateway at " + address_ + " did not answer within " + json(call.seconds).dump() +
+                " s (the call's deadline passed): " + message;
     }
     throw Error(kind, message, http_status_of(status.error_code()));
   }

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cstdio>
 #include <mutex>
+#include <vector>
 
 #include "deepx/client.hpp"
 #include "wire.hpp"
@@ -75,9 +76,10 @@ class Http : public Transport {
     while (!url_.empty() && url_.back() == '/') url_.pop_back();
     static std::once_flag once;
     std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-    curl_ = curl_easy_init();
   }
-  ~Http() override { curl_easy_cleanup(curl_); }
+  ~Http() override {
+    for (CURL* handle : idle_) curl_easy_cleanup(handle);
+  }
 
   json capabilities() override { return call_json("GET", "/v1/capabilities"); }
 
@@ -89,15 +91,16 @@ class Http : public Transport {
     json body = options.is_object() ? options : json::object();
     body["graph"] = spec;
     body["parameters"] = {{"binary_data_output", true}};
-    return with_tensors("/v1/graphs:execute", body, inputs);
+    return with_tensors("/v1/graphs:execute", body, inputs, exchange_seconds(wait_of(options)));
   }
 
   Operation operation(const std::string& id, double wait_seconds) override {
     std::string path = "/v1/operations/" + escaped(id) + "?binary_data_output=true";
     if (wait_seconds > 0) path += "&wait_seconds=" + json(wait_seconds).dump();
-    return operation_of(call("GET", path, nullptr, -1));
+    return operation_of(call("GET", path, nullptr, -1, exchange_seconds(wait_seconds)));
   }
 
+  // (the operation without outputs, as the gateway answers a cancel)
   Operation cancel(const std::string& id) override {
     return operation_of(call("POST", "/v1/operations/" + escaped(id) + ":cancel", nullptr, -1));
   }
@@ -127,7 +130,8 @@ class Http : public Transport {
 
   Operation materialize(const std::string& name, const json& options) override {
     std::string body = (options.is_object() ? options : json::object()).dump();
-    return operation_of(call("POST", "/v1/assets/" + escaped(name) + ":materialize", &body, -1));
+    return operation_of(call("POST", "/v1/assets/" + escaped(name) + ":materialize", &body, -1,
+                             exchange_seconds(wait_of(options))));
   }
 
   Values read_asset(const std::string& name, const json& options) override {
@@ -148,7 +152,8 @@ class Http : public Transport {
   }
 
  private:
-  Operation with_tensors(const std::string& path, json body, const Inputs& inputs) {
+  Operation with_tensors(const std::string& path, json body, const Inputs& inputs,
+                         double timeout = exchange_seconds(0)) {
     json listed = json::array();
     std::string raw;
     for (const auto& [name, values] : inputs) {
@@ -161,7 +166,7 @@ class Http : public Transport {
     std::string data = body.dump();
     long head = static_cast<long>(data.size());
     data += raw;
-    return operation_of(call("POST", path, &data, head));
+    return operation_of(call("POST", path, &data, head, timeout));
   }
 
   json call_json(const std::string& method, const std::string& path, const json& body = nullptr) {
@@ -170,12 +175,40 @@ class Http : public Transport {
     return parsed(answer.body);
   }
 
-  // One request; an answer of status 400 or more is thrown as the gateway's Error.
+  // A curl handle of this request's own, while it runs (calls from several threads run at
+  // once); handles are kept for the next requests, which reuse their connections.
+  class Handle {
+   public:
+    explicit Handle(Http& http) : http_(http) {
+      {
+        std::lock_guard<std::mutex> hold(http_.lock_);
+        if (!http_.idle_.empty()) {
+          curl_ = http_.idle_.back();
+          http_.idle_.pop_back();
+        }
+      }
+      if (curl_ == nullptr) curl_ = curl_easy_init();
+      if (curl_ == nullptr) throw Error("RemoteError", "libcurl could not make a handle");
+      curl_easy_reset(curl_);
+    }
+    ~Handle() {
+      std::lock_guard<std::mutex> hold(http_.lock_);
+      http_.idle_.push_back(curl_);
+    }
+    CURL* get() const { return curl_; }
+
+   private:
+    Http& http_;
+    CURL* curl_ = nullptr;
+  };
+
+  // One request (timeout: seconds it may take in all); an answer of status 400 or more is
+  // thrown as the gateway's Error.
   Answer call(const std::string& method, const std::string& path, const std::string* body,
-              long head_length) {
-    std::lock_guard<std::mutex> hold(lock_);  // (one request at a time on the handle)
+              long head_length, double timeout = exchange_seconds(0)) {
+    Handle handle(*this);
+    CURL* curl = handle.get();
     Answer answer;
-    curl_easy_reset(curl_);
     curl_slist* headers = nullptr;
     headers = curl_slist_append(headers, head_length >= 0 ? "Content-Type: application/octet-stream"
                                                           : "Content-Type: application/json");
@@ -185,27 +218,31 @@ class Http : public Transport {
     std::string bearer = "Authorization: Bearer " + token_;
     if (!token_.empty()) headers = curl_slist_append(headers, bearer.c_str());
     std::string url = url_ + path;
-    curl_easy_setopt(curl_, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(curl_, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(curl_, CURLOPT_TIMEOUT, 600L);
-    curl_easy_setopt(curl_, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(curl_, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(curl_, CURLOPT_WRITEDATA, &answer.body);
-    curl_easy_setopt(curl_, CURLOPT_HEADERFUNCTION, header_line);
-    curl_easy_setopt(curl_, CURLOPT_HEADERDATA, &answer);
+    curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout * 1000));
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &answer.body);
+    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, header_line);
+    curl_easy_setopt(curl, CURLOPT_HEADERDATA, &answer);
     if (method == "POST") {
-      curl_easy_setopt(curl_, CURLOPT_POST, 1L);
-      curl_easy_setopt(curl_, CURLOPT_POSTFIELDSIZE_LARGE,
+      curl_easy_setopt(curl, CURLOPT_POST, 1L);
+      curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE,
                        static_cast<curl_off_t>(body ? body->size() : 0));
-      curl_easy_setopt(curl_, CURLOPT_POSTFIELDS, body ? body->data() : "");
+      curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body ? body->data() : "");
     }
-    CURLcode done = curl_easy_perform(curl_);
+    CURLcode done = curl_easy_perform(curl);
     curl_slist_free_all(headers);
+    if (done == CURLE_OPERATION_TIMEDOUT) {
+      throw Error("RemoteError", "the gateway at " + url_ + " did not answer within " +
+                                     json(timeout).dump() + " s: " + curl_easy_strerror(done));
+    }
     if (done != CURLE_OK) {
       throw Error("RemoteError", "cannot reach the gateway at " + url_ + ": " +
                                      curl_easy_strerror(done));
     }
-    curl_easy_getinfo(curl_, CURLINFO_RESPONSE_CODE, &answer.status);
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &answer.status);
     if (answer.status >= 400) {
       std::string message = answer.body, kind = kind_of_status(answer.status);
       json said = json::parse(answer.body, nullptr, false);
@@ -229,10 +266,6 @@ class Http : public Transport {
     size_t at = head;
     for (const auto& entry : listed) {
       std::string name = entry.value("name", "");
-      if (entry.contains("data")) {  // (JSON values: an answer that was not asked for binary)
-        op.outputs[name] = values_of_json(entry);
-        continue;
-      }
       json size = entry.contains("parameters") ? entry["parameters"].value("binary_data_size", json()) : json();
       if (!size.is_number_unsigned() || at + size.get<size_t>() > answer.body.size()) {
         throw Error("RemoteError", "output " + shown(name) + " came without its binary data");
@@ -244,8 +277,8 @@ class Http : public Transport {
   }
 
   std::string url_, token_;
-  CURL* curl_;
-  std::mutex lock_;
+  std::mutex lock_;          // (guards idle_)
+  std::vector<CURL*> idle_;  // handles no request holds now
 };
 
 }  // namespace

@@ -89,7 +89,7 @@ static void test_a_graph_runs_on_the_gateway(void) {
   deepx_client* client;
   deepx_graph* g;
   deepx_values* x;
-  deepx_operation* op;
+  deepx_operation *op, *again;
   const char *in, *out;
   int64_t shape[] = {3};
   double data[] = {1, 4, 9};
@@ -110,6 +110,17 @@ static void test_a_graph_runs_on_the_gateway(void) {
   const deepx_values* root = deepx_operation_output(op, "root");
   const double* got = deepx_values_data(root);
   CHECK(strcmp(deepx_values_dtype(root), "float64") == 0 && got[0] == 1 && got[1] == 2 && got[2] == 3);
+  /* the operation's id is the client's own (32 hex digits): the same request sent again
+   * with it attaches to that operation, which is not run twice */
+  const char* id = deepx_operation_id(op);
+  CHECK(strlen(id) == 32 && strspn(id, "0123456789abcdef") == 32);
+  char options[80];
+  snprintf(options, sizeof options, "{\"operation_id\": \"%s\"}", id);
+  CHECK(deepx_client_execute(client, g, &in, (const deepx_values* const*)&x, 1, options, &again) == DEEPX_OK);
+  CHECK(strcmp(deepx_operation_id(again), id) == 0);
+  CHECK(strcmp(deepx_operation_run_id(again), deepx_operation_run_id(op)) == 0);
+  CHECK(deepx_operation_output(again, "root") != NULL);
+  deepx_operation_free(again);
   deepx_operation_free(op);
   CHECK(deepx_client_operation(client, "no-such-operation", 0, &op) == DEEPX_ERROR);
   CHECK(strcmp(deepx_error_kind(), "NotFound") == 0 && deepx_error_status() == 404);

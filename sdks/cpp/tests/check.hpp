@@ -1,9 +1,10 @@
 // A small test harness for the C++ tests (no test framework is installed): TEST(name) { ... }
 // registers a test; CHECK(condition) and CHECK_EQ(got, want) fail it with where and what;
-// SKIP(why) skips it. main() runs them all and prints `--- PASS: name` (or FAIL, SKIP) for
+// SKIP(why) skips it. main() runs them all and prints `--- PASS: name (seconds)` (or FAIL, SKIP) for
 // each and `N passed, N failed, N skipped`; it exits 1 where any failed.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <iostream>
 #include <sstream>
@@ -47,9 +48,12 @@ std::string text(const std::vector<T>& values) {
 inline int run_all() {
   int passed = 0, failed = 0, skipped = 0;
   for (const auto& [name, body] : tests()) {
+    auto started = std::chrono::steady_clock::now();
     try {
       body();
-      std::cout << "--- PASS: " << name << std::endl;
+      std::cout << "--- PASS: " << name << " ("
+                << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()
+                << " s)" << std::endl;
       passed++;
     } catch (const Skipped& s) {
       std::cout << "--- SKIP: " << name << " (" << s.why << ")" << std::endl;

@@ -4,7 +4,10 @@
 // read, and the gateway's refusals are deepx::Errors with their kind.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <optional>
+#include <thread>
 
 #include "check.hpp"
 #include "deepx/deepx.hpp"
@@ -59,11 +62,92 @@ TEST(an_operation_is_followed_by_id_and_its_run_listed) {
     bool listed = false;
     for (const auto& r : client.runs("succeeded", 50)) listed = listed || r["id"] == done.run_id;
     CHECK(listed);
-    // (cancelling what has ended changes nothing: its final state; HTTP answers its
-    // outputs too, as JSON values, gRPC's CancelOperation the operation alone)
+    // (cancelling what has ended changes nothing: its final state, without outputs)
     deepx::Operation again = client.cancel(done.id);
     CHECK_EQ(again.state, std::string("succeeded"));
-    if (transport == "http") CHECK_EQ(again.outputs.at("e").data<float>(), done.outputs.at("e").data<float>());
+    CHECK(again.outputs.empty());
+  }
+}
+
+namespace {
+
+// A graph that runs for seconds: matmuls of a 1024x1024 matrix of 2**-10 (exact: every
+// product is that matrix again), summed (exactly 1024).
+deepx::Graph seconds_long(int matmuls) {
+  deepx::Graph g;
+  auto a = g.full({{"shape", {1024, 1024}}, {"dtype", "float32"}, {"value", 1.0 / 1024}});
+  auto m = a;
+  for (int i = 0; i < matmuls; i++) m = g.matmul(m, a);
+  g.output(g.sum(m), "total");
+  return g;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+bool hex_id(const std::string& id) {
+  return id.size() == 32 && id.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+}  // namespace
+
+TEST(a_run_longer_than_one_exchanges_wait_is_asked_for_until_it_ends) {
+  for (auto& [transport, client] : clients()) {
+    // the run outlasts a wait of 0.2 s: a wait of the caller's is one exchange, answering
+    // "running" past it, under the caller's id
+    std::string id = "cpp-" + transport + "-" + std::to_string(getpid()) + "-wait";
+    deepx::Operation running = client.execute(seconds_long(40), {}, {{"wait_seconds", 0.2}, {"operation_id", id}});
+    CHECK_EQ(running.state, std::string("running"));
+    CHECK_EQ(running.id, id);
+    CHECK(running.outputs.empty());
+    CHECK_EQ(client.operation(id, 120).outputs.at("total").data<float>(), (std::vector<float>{1024}));
+    // with each exchange waiting 0.2 s (60 s unless set), execute() still answers the
+    // outputs, asking for the operation again by the id it chose
+    client.set_wait_slice(0.2);
+    deepx::Operation done = client.execute(seconds_long(40));
+    CHECK_EQ(done.state, std::string("succeeded"));
+    CHECK_EQ(done.outputs.at("total").data<float>(), (std::vector<float>{1024}));
+    CHECK(hex_id(done.id));
+  }
+}
+
+TEST(a_cancel_from_another_thread_runs_while_execute_waits) {
+  for (auto& [transport, client] : clients()) {
+    // one thread waits in execute() (one exchange of up to 60 s; the run takes ~10 s);
+    // another, on the same client, finds the operation and cancels it at once (a cancel
+    // that waited for execute's exchange would find the run ended, or come after 60 s)
+    std::string id = "cpp-" + transport + "-" + std::to_string(getpid()) + "-cancelled";
+    std::optional<deepx::Operation> done;
+    std::string failed;
+    std::thread waiting([&] {
+      try {
+        done = client.execute(seconds_long(300), {}, {{"operation_id", id}});  // (~10 s)
+      } catch (const std::exception& err) {
+        failed = err.what();
+      }
+    });
+    auto started = std::chrono::steady_clock::now();
+    std::optional<deepx::Operation> cancelled;
+    std::string refused;
+    while (!cancelled && refused.empty() && seconds_since(started) < 20) {
+      try {
+        client.operation(id);
+        cancelled = client.cancel(id);
+      } catch (const deepx::Error& err) {
+        if (err.kind() != "NotFound") refused = err.what();
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // (not started yet)
+      }
+    }
+    double took = seconds_since(started);
+    waiting.join();
+    CHECK_EQ(failed, std::string());
+    CHECK_EQ(refused, std::string());
+    CHECK(cancelled.has_value());
+    CHECK(took < 20);  // (not after execute's exchange of 60 s)
+    CHECK_EQ(cancelled->state, std::string("interrupted"));
+    CHECK_EQ(done->state, std::string("interrupted"));
+    CHECK(done->error.find("cancelled") != std::string::npos);
   }
 }
 
@@ -120,9 +204,10 @@ TEST(assets_are_defined_materialized_listed_and_read) {
     deepx::Graph totals;
     totals.output(totals.sum(totals.input(name, {4, 2}, "float64"), {{"axes", {1}}}), "t");
     client.define_asset(name + "_totals", totals);
-    deepx::Operation made = client.materialize(name + "_totals", {{"upstream", true}, {"wait_seconds", 120}});
+    deepx::Operation made = client.materialize(name + "_totals", {{"upstream", true}});
     CHECK_EQ(made.state, std::string("succeeded"));
     CHECK(made.fields["materialized"]["versions"].contains(name));
+    CHECK(hex_id(made.id));
     deepx::Values read = client.read_asset(name + "_totals");
     CHECK_EQ(read.data<double>(), (std::vector<double>{0.5, 2.5, 4.5, 6.5}));
     deepx::Values slice = client.read_asset(name, {{"slice", {{1, 3}}}});

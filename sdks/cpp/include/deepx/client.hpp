@@ -74,16 +74,17 @@ class Client {
   // The gateway's analysis of a graph: its inputs' and outputs' shapes and dtypes, the plan.
   nlohmann::json analyze(const Graph& graph) { return analyze(graph.spec()); }
   nlohmann::json analyze(const nlohmann::json& spec) { return transport_->analyze(spec); }
-  // Runs a graph on inputs and waits for its outputs (options: wait_seconds, to answer
-  // "running" past it; operation_id; outputs, a list of names).
+  // Runs a graph on inputs and waits for its outputs, however long the run takes: each
+  // exchange waits up to wait_slice() for its end, then the operation is asked for again
+  // by its id (operation_id: the caller's, or 32 random hex digits of the client's). Options:
+  // operation_id; outputs, a list of names; wait_seconds, to answer "running" past it
+  // instead (one exchange: follow it with operation()).
   Operation execute(const Graph& graph, const Inputs& inputs = {},
                     const nlohmann::json& options = nlohmann::json::object()) {
     return execute(graph.spec(), inputs, options);
   }
   Operation execute(const nlohmann::json& spec, const Inputs& inputs = {},
-                    const nlohmann::json& options = nlohmann::json::object()) {
-    return transport_->execute(spec, inputs, options);
-  }
+                    const nlohmann::json& options = nlohmann::json::object());
   // Starts running a graph on inputs and answers at once: the operation, running (or ended
   // already); follow it with operation().
   Operation start(const Graph& graph, const Inputs& inputs = {}) {
@@ -117,12 +118,11 @@ class Client {
   nlohmann::json assets() { return transport_->assets(); }
   // The stored versions of asset name, newest first.
   nlohmann::json asset_versions(const std::string& name) { return transport_->asset_versions(name); }
-  // Makes a new version of asset name (options: partitions, force, upstream, wait_seconds):
-  // the operation, whose fields["materialized"] says what was made and checked.
+  // Makes a new version of asset name and waits for it as execute() does (options:
+  // partitions, force, upstream, operation_id, wait_seconds): the operation, whose
+  // fields["materialized"] says what was made and checked.
   Operation materialize(const std::string& name,
-                        const nlohmann::json& options = nlohmann::json::object()) {
-    return transport_->materialize(name, options);
-  }
+                        const nlohmann::json& options = nlohmann::json::object());
   // The newest usable version of asset name (options: version, partition, slice: [[start,
   // stop], ...] per leading axis).
   Values read_asset(const std::string& name,
@@ -134,11 +134,23 @@ class Client {
     return transport_->infer(model, inputs);
   }
 
+  // How long one exchange of execute() and materialize() waits for the operation's end
+  // before asking again (60 s; each exchange may take 10 minutes, or the caller's
+  // wait_seconds and a minute, before the transport gives up).
+  double wait_slice() const { return wait_slice_; }
+  void set_wait_slice(double seconds) { wait_slice_ = seconds; }
+
   static std::string default_token();
 
  private:
+  // options with the operation's id and, unless the caller gave one, the wait of one
+  // exchange (follow: the operation is then asked for again while it runs).
+  nlohmann::json waiting(const nlohmann::json& options, bool& follow) const;
+  Operation followed(Operation op, const std::string& id);
+
   std::string url_;
   std::shared_ptr<Transport> transport_;
+  double wait_slice_ = 60;
 };
 
 namespace detail {

@@ -90,8 +90,11 @@ const char* deepx_operator_table_hash(void);
 int deepx_client_check_server(deepx_client* client, char** json);
 /* The gateway's analysis of a graph, as JSON. */
 int deepx_client_analyze(deepx_client* client, const deepx_graph* graph, char** json);
-/* Runs graph (or spec_json, a graph spec) on the inputs (names[i]: values[i]) and waits:
- * options_json NULL or {"wait_seconds", "operation_id", "outputs"}. */
+/* Runs graph (or spec_json, a graph spec) on the inputs (names[i]: values[i]) and waits for
+ * its end, however long (a minute an exchange, then the operation asked for again by its id:
+ * "operation_id", or 32 random hex digits of the client's): options_json NULL or
+ * {"operation_id", "outputs", "wait_seconds"} ("wait_seconds": one exchange, answering
+ * "running" past it). A client may be used from several threads at once. */
 int deepx_client_execute(deepx_client* client, const deepx_graph* graph,
                          const char* const* names, const deepx_values* const* values,
                          size_t count, const char* options_json, deepx_operation** out);
@@ -108,7 +111,8 @@ int deepx_client_runs(deepx_client* client, const char* status, int limit, char*
 int deepx_client_run(deepx_client* client, const char* id, char** json);
 /* Assets: define one from a graph (options_json NULL or {dependencies, description,
  * partitions, partition_axis, checks}), list them, list one's versions, materialize one
- * (options_json NULL or {partitions, force, upstream, wait_seconds}), read one (options_json
+ * and wait for it as deepx_client_execute does (options_json NULL or {partitions, force,
+ * upstream, operation_id, wait_seconds}), read one (options_json
  * NULL or {version, partition, slice}). */
 int deepx_client_define_asset(deepx_client* client, const char* name, const deepx_graph* graph,
                               const char* options_json, char** json);
