@@ -170,7 +170,10 @@ func (g *Graph) Op(name string, inputs []Operand, options ...Options) *Tensor {
 		n.Args = append(n.Args, arg)
 	}
 	if len(given) > 0 {
-		n.Attrs = map[string]any(given)
+		n.Attrs = map[string]any{}
+		for k, v := range given {
+			n.Attrs[k] = literal(v)
+		}
 	}
 	if g.ids[id] {
 		return g.fail(graphError(id, "this id is taken by another input or node"))
@@ -258,7 +261,7 @@ func finite(v float64, id string) (any, *Error) {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return nil, graphError(id, "an operand is %v, not a finite number", v)
 	}
-	return v, nil
+	return floatLiteral(v), nil
 }
 
 func checkShape(shape []int, id string) *Error {

@@ -161,3 +161,24 @@ func TestANodeMayStateItsShapeAndIDsMadeDoNotTakeANameGiven(t *testing.T) {
 		t.Fatalf("got %s, %v", y.ID, g.Err())
 	}
 }
+
+func TestAFloatIsWrittenAsPythonWritesIt(t *testing.T) {
+	for value, want := range map[float64]string{2: "2.0", 0.5: "0.5", 1e-5: "1e-05",
+		123456789: "123456789.0", 1.5e16: "1.5e+16", -1: "-1.0", math.Copysign(0, -1): "-0.0"} {
+		got, _ := json.Marshal(literal(value))
+		if string(got) != want {
+			t.Errorf("%v: %s, not %s", value, got, want)
+		}
+	}
+	g := NewGraph()
+	x := g.Input("x", []int{2}, "int32")
+	g.Output(g.Add(g.Add(x, 2), 2.0, Options{"id": "y"}), "y")
+	spec, err := g.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := json.Marshal(spec["nodes"])
+	if !strings.Contains(string(text), `["x",2]`) || !strings.Contains(string(text), `["add_0",2.0]`) {
+		t.Fatalf("an int literal stays an int, a float a float: %s", text)
+	}
+}

@@ -8,6 +8,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -43,9 +44,9 @@ type testCase struct {
 	Scenario []call            `json:"scenario"`
 	Error    *refusal          `json:"error"`
 	Name     string            `json:"name"`
-	Steps    []map[string]any  `json:"steps"`
+	Steps    steps             `json:"steps"`
 	Outputs  [][2]string       `json:"outputs"`
-	Spec     map[string]any    `json:"spec"`
+	Spec     spec              `json:"spec"`
 	Inputs   map[string]tensor `json:"inputs"`
 	Expected map[string]tensor `json:"expected"`
 	Rtol     float64           `json:"rtol"`
@@ -55,9 +56,61 @@ type testCase struct {
 func ints(v any) []int {
 	var out []int
 	for _, x := range v.([]any) {
-		out = append(out, int(x.(float64)))
+		out = append(out, int(x.(int64)))
 	}
 	return out
+}
+
+// steps are a case's steps with its numbers as written: an integer as int64, a number with
+// a point or an exponent as float64 (2.0 stays a float: the SDK writes it so).
+type steps []map[string]any
+
+func (s *steps) UnmarshalJSON(text []byte) error {
+	var raw []map[string]any
+	if err := decodeNumbers(text, &raw); err != nil {
+		return err
+	}
+	for _, step := range raw {
+		for k, v := range step {
+			step[k] = asWritten(v)
+		}
+	}
+	*s = raw
+	return nil
+}
+
+// spec is a stored graph spec with its numbers as written (json.Number), for comparing.
+type spec map[string]any
+
+func (s *spec) UnmarshalJSON(text []byte) error {
+	return decodeNumbers(text, (*map[string]any)(s))
+}
+
+func decodeNumbers(text []byte, into any) error {
+	decoder := json.NewDecoder(bytes.NewReader(text))
+	decoder.UseNumber()
+	return decoder.Decode(into)
+}
+
+func asWritten(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if !strings.ContainsAny(string(x), ".eE") {
+			n, _ := x.Int64()
+			return n
+		}
+		f, _ := x.Float64()
+		return f
+	case []any:
+		for i := range x {
+			x[i] = asWritten(x[i])
+		}
+	case map[string]any:
+		for k := range x {
+			x[k] = asWritten(x[k])
+		}
+	}
+	return v
 }
 
 // built makes the case's graph by calling the method named by each step.
