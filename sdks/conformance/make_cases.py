@@ -266,16 +266,17 @@ def same(stored: dict, made: dict) -> bool:
     return True
 
 
-def main(argv) -> int:
-    target = HERE / "cases"
-    made = cases()
+def write_or_check(target: Path, made: dict[str, str], alike, argv) -> int:
+    """Write `made` (file name -> text) into the folder `target`, removing other .json files;
+    with --check in `argv`, write nothing and exit 1 naming the files that are not current
+    (`alike(stored, made)` says whether a stored file is the one made now)."""
     if "--check" in argv:
         stale = [n for n, text in made.items()
                  if not (target / n).is_file() or
-                 not same(json.loads((target / n).read_text()), json.loads(text))]
+                 not alike(json.loads((target / n).read_text()), json.loads(text))]
         stale += [p.name for p in target.glob("*.json") if p.name not in made]
         if stale:
-            print("not current (run python sdks/conformance/make_cases.py): " +
+            print(f"not current (run python sdks/conformance/{Path(sys.argv[0]).name}): " +
                   ", ".join(sorted(stale)))
             return 1
         return 0
@@ -286,6 +287,10 @@ def main(argv) -> int:
     for n, text in made.items():
         (target / n).write_text(text)
     return 0
+
+
+def main(argv) -> int:
+    return write_or_check(HERE / "cases", cases(), same, argv)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 
 import model  # noqa: E402
-from make_cases import _wire, same  # noqa: E402
+from make_cases import _wire, same, write_or_check  # noqa: E402
 
 import deepx_flow as dx  # noqa: E402
 from deepx_flow.spec.reader import document_to_graph  # noqa: E402
@@ -251,25 +251,7 @@ def _same(stored: dict, made: dict) -> bool:
 
 
 def main(argv) -> int:
-    target = HERE / "scenarios"
-    made = scenarios()
-    if "--check" in argv:
-        stale = [n for n, text in made.items()
-                 if not (target / n).is_file() or
-                 not _same(json.loads((target / n).read_text()), json.loads(text))]
-        stale += [p.name for p in target.glob("*.json") if p.name not in made]
-        if stale:
-            print("not current (run python sdks/conformance/make_scenarios.py): " +
-                  ", ".join(sorted(stale)))
-            return 1
-        return 0
-    target.mkdir(exist_ok=True)
-    for old in target.glob("*.json"):
-        if old.name not in made:
-            old.unlink()
-    for n, text in made.items():
-        (target / n).write_text(text)
-    return 0
+    return write_or_check(HERE / "scenarios", scenarios(), _same, argv)
 
 
 if __name__ == "__main__":
