@@ -38,6 +38,11 @@ hypothesis.settings.load_profile("deepx")
 # themselves, as their time margins assume.
 PARALLEL_FOLDERS = ("compiler", "kernels", "onnx", "sdk", "spec")
 
+# Every chunking the partitioner chooses, recorded where asked (tests/partition_recorder.py).
+if os.environ.get("DEEPX_RECORD_PARTITIONS"):
+    from tests import partition_recorder
+    partition_recorder.install(os.environ["DEEPX_RECORD_PARTITIONS"])
+
 
 def pytest_collection_modifyitems(config, items):
     root = config.rootpath / "tests"
