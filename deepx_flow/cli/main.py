@@ -29,6 +29,7 @@ import os
 import sys
 from pathlib import Path
 
+from deepx_flow.cli.named_paths import named_paths, report
 from deepx_flow.config import settings
 from deepx_flow.errors import DeepxError, InputError, PlanError
 from deepx_flow.terminal_text import escaped, escaping_output
@@ -40,16 +41,6 @@ MESSAGE_CHARS = 1000
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse exits 2 already; keep it to one line
         self.exit(2, f"deepx-flow: error: {message}\n")
-
-
-def _pairs(values, what: str) -> dict[str, str]:
-    out = {}
-    for value in values or []:
-        name, sep, path = value.partition("=")
-        if not sep or not name or not path:
-            raise InputError(f"--{what} expects NAME=PATH, got {value!r}")
-        out[name] = path
-    return out
 
 
 def _version() -> str:
@@ -139,8 +130,8 @@ def _cmd_run(args) -> int:
     if args.db:  # the run records itself where the settings say
         os.environ["DEEPX_DB_URL"] = args.db
     graph = _read_graph(args.graph)
-    inputs = _pairs(args.input, "input")
-    outputs = _pairs(args.output, "output")
+    inputs = named_paths(args.input, "input")
+    outputs = named_paths(args.output, "output")
     names = [name for name, _ in graph.outputs]
     unknown = sorted(set(outputs) - set(names))
     if unknown:
@@ -158,18 +149,6 @@ def _cmd_run(args) -> int:
     for name in names:
         report(name, results[name], outputs.get(name))
     return 0
-
-
-def report(name: str, value, path: str | None) -> None:
-    """Save an output to its `.npy` path, or say its range; one line either way."""
-    import numpy as np
-    if path is not None:
-        np.save(path, value)
-        where = f"-> {path}"
-    else:
-        where = f"min {value.min() if value.size else '-'} max " \
-                f"{value.max() if value.size else '-'}"
-    print(f"{name}: shape {value.shape} {value.dtype} {where}")
 
 
 def _cmd_explain(args) -> int:

@@ -112,7 +112,7 @@ def _inspect(args) -> int:
 
 def _run(args) -> int:
     import deepx_flow as dx
-    from deepx_flow.cli.main import _pairs, report
+    from deepx_flow.cli.named_paths import named_paths, report
     from deepx_flow.errors import InputError
     from deepx_flow.onnx.model import identifier
     from deepx_flow.storage.readers import array_info as npy_info
@@ -120,7 +120,7 @@ def _run(args) -> int:
     if args.db:
         os.environ["DEEPX_DB_URL"] = args.db
     model = dx.onnx.load(args.model)
-    inputs, outputs = _pairs(args.input, "input"), _pairs(args.output, "output")
+    inputs, outputs = named_paths(args.input, "input"), named_paths(args.output, "output")
     unknown = sorted(set(outputs) - set(model.output_names))
     if unknown:
         raise InputError(f"--output names {', '.join(unknown)}, but the model's outputs are "
@@ -168,13 +168,13 @@ def _export(args) -> int:
     import numpy as np
 
     import deepx_flow as dx
-    from deepx_flow.cli.main import _pairs
+    from deepx_flow.cli.named_paths import named_paths
     from deepx_flow.errors import InputError, SpecError
     from deepx_flow.spec.yaml_io import from_yaml
 
     graph = from_yaml(Path(args.graph))
     weights = {}
-    for name, path in _pairs(args.input, "input").items():
+    for name, path in named_paths(args.input, "input").items():
         if not Path(path).is_file():
             raise InputError(f"--input {name}: {path} does not exist")
         try:
