@@ -51,7 +51,8 @@ from deepx_flow.kernels import tasks as K
 from deepx_flow.ops import (AXIS_WHOLE, ELEMENTWISE, GATHER, INDEXED, MATMUL, REDUCE, SCAN,
                             SOURCE, WINDOW, get_op)
 from deepx_flow.ops.reductions import ACCUMULATED, COMBINE
-from deepx_flow.ops.window import input_window, spatial_attrs
+from deepx_flow.ops.window import input_window
+from deepx_flow.ops.window_attrs import spatial_attrs
 
 Region = tuple[tuple[int, int], ...]
 

@@ -15,8 +15,6 @@ UNAUTHENTICATED for missing or wrong credentials (`authorization` metadata, as o
 
 from __future__ import annotations
 
-import asyncio
-
 import grpc
 
 from deepx_flow.contract import tensors
@@ -24,17 +22,9 @@ from deepx_flow.contract.streams import HEADER_SLACK
 from deepx_flow.contract.deepx.v1 import (catalog_pb2, catalog_pb2_grpc, graphs_pb2,
                                           graphs_pb2_grpc, tensor_pb2)
 from deepx_flow.errors import DeepxError, InputError
-from deepx_flow.gateway.errors import NotFound, TooLarge
+from deepx_flow.gateway.errors import TooLarge
+from deepx_flow.gateway.grpc_calls import abort_with, awaited, called
 
-
-
-def code_of(err: DeepxError) -> grpc.StatusCode:
-    if isinstance(err, NotFound):
-        return grpc.StatusCode.NOT_FOUND
-    if isinstance(err, TooLarge):
-        return grpc.StatusCode.RESOURCE_EXHAUSTED
-    return grpc.StatusCode.INVALID_ARGUMENT if err.exit_code == 2 else \
-        grpc.StatusCode.INTERNAL
 
 
 class GraphService(graphs_pb2_grpc.GraphServiceServicer):
@@ -54,7 +44,7 @@ class GraphService(graphs_pb2_grpc.GraphServiceServicer):
             extensions=answer["extensions"], datatypes=answer["datatypes"])
 
     async def AnalyzeGraph(self, request, context):
-        answer = await _called(context, self.gateway.analyze, request.graph_json)
+        answer = await called(context, self.gateway.analyze, request.graph_json)
         return graphs_pb2.AnalyzeGraphResponse(
             inputs=[graphs_pb2.AnalyzeGraphResponse.Value(**v) for v in answer["inputs"]],
             outputs=[graphs_pb2.AnalyzeGraphResponse.Value(**v) for v in answer["outputs"]],
@@ -68,43 +58,20 @@ class GraphService(graphs_pb2_grpc.GraphServiceServicer):
             await abort_with(context, err)
         outputs = [t.name for t in header.outputs] or None
         wait = header.wait_seconds if header.HasField("wait_seconds") else None
-        answer = await _awaited(context, self.gateway.execute(
+        answer = await awaited(context, self.gateway.execute(
             header.graph_json, inputs, outputs, wait, header.operation_id or None))
         for message in _operation_messages(answer, limits):
             yield message
 
     async def GetOperation(self, request, context):
         wait = request.wait_seconds if request.HasField("wait_seconds") else 0.0
-        answer = await _awaited(context, self.gateway.operation(request.id, wait))
+        answer = await awaited(context, self.gateway.operation(request.id, wait))
         for message in _operation_messages(answer, self.gateway.limits):
             yield message
 
     async def CancelOperation(self, request, context):
-        answer = await _awaited(context, self.gateway.cancel(request.id))
+        answer = await awaited(context, self.gateway.cancel(request.id))
         return _operation(answer, [])
-
-
-async def _called(context, call, *args):
-    """`call(*args)` in a thread; its DeepxError aborts the call with its code and text."""
-    return await _awaited(context, asyncio.to_thread(call, *args))
-
-
-async def _awaited(context, pending):
-    """What `pending` (a coroutine) gives; its DeepxError aborts the call with its code
-    and text."""
-    try:
-        return await pending
-    except DeepxError as err:
-        await abort_with(context, err)
-
-
-KIND_KEY = "deepx-error-kind"  # (trailing metadata: the error's kind, as HTTP's "kind")
-
-
-async def abort_with(context, err: DeepxError) -> None:
-    """End the call with `err`'s status code and text, its kind in the trailing metadata."""
-    context.set_trailing_metadata(((KIND_KEY, type(err).__name__),))
-    await context.abort(code_of(err), str(err))
 
 
 async def _execute_request(messages, limits) -> tuple:
@@ -192,25 +159,25 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         self.gateway = gateway
 
     async def ListRuns(self, request, context):
-        answer = await _called(context, self.gateway.runs, request.status or None,
+        answer = await called(context, self.gateway.runs, request.status or None,
                                request.limit or None)
         return catalog_pb2.ListRunsResponse(runs=[catalog_pb2.Run(**r) for r in answer["runs"]])
 
     async def GetRun(self, request, context):
-        return catalog_pb2.Run(**await _called(context, self.gateway.run, request.id))
+        return catalog_pb2.Run(**await called(context, self.gateway.run, request.id))
 
     async def ListAssets(self, request, context):
-        answer = await _called(context, self.gateway.assets.assets)
+        answer = await called(context, self.gateway.assets.assets)
         return catalog_pb2.ListAssetsResponse(assets=[_asset(a) for a in answer["assets"]])
 
     async def ListAssetVersions(self, request, context):
-        answer = await _called(context, self.gateway.assets.versions, request.name)
+        answer = await called(context, self.gateway.assets.versions, request.name)
         return catalog_pb2.ListAssetVersionsResponse(
             versions=[catalog_pb2.AssetVersion(**v) for v in answer["versions"]])
 
     async def DefineAsset(self, request, context):
         axis = request.partition_axis if request.HasField("partition_axis") else None
-        answer = await _called(
+        answer = await called(
             context, self.gateway.assets.define, request.name, request.graph_json,
             list(request.dependencies), request.description, list(request.partitions), axis,
             [_check_of(c) for c in request.checks])
@@ -218,7 +185,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
 
     async def MaterializeAsset(self, request, context):
         wait = request.wait_seconds if request.HasField("wait_seconds") else None
-        answer = await _awaited(context, self.gateway.materialize(
+        answer = await awaited(context, self.gateway.materialize(
             request.name, list(request.partitions) or None, request.force, wait,
             request.operation_id or None, request.upstream))
         for message in _operation_messages(answer, self.gateway.limits):
@@ -227,7 +194,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     async def ReadAsset(self, request, context):
         limits, ref = self.gateway.limits, request.asset
         ranges = [[r.start, r.stop] for r in request.slice] or None
-        array = await _called(context, self.gateway.assets.read, ref.name, ref.version,
+        array = await called(context, self.gateway.assets.read, ref.name, ref.version,
                               ref.partition, ranges)
         header = tensors.to_message(ref.name, array, limits.max_message_bytes - HEADER_SLACK)
         yield catalog_pb2.ReadAssetResponse(tensor=header)
@@ -238,7 +205,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
                     tensor=tensor, offset=offset, data=bytes(data)))
 
     async def GetRegistry(self, request, context):
-        answer = await _called(context, self.gateway.registry)
+        answer = await called(context, self.gateway.registry)
         return catalog_pb2.Registry(
             workers=[catalog_pb2.Registry.Worker(**w) for w in answer["workers"]],
             links=[catalog_pb2.Registry.Link(**k) for k in answer["links"]],

@@ -17,6 +17,7 @@ from deepx_flow.contract import tensors
 from deepx_flow.contract.inference import grpc_service_pb2 as pb
 from deepx_flow.errors import InputError
 from deepx_flow.gateway.errors import NotFound
+from deepx_flow.gateway.grpc_calls import awaited, called
 from deepx_flow.gateway.oip_http import EXTENSIONS, SERVER_NAME
 
 SERVICE = "inference.GRPCInferenceService"  # the protocol's name (the .proto's package is
@@ -53,8 +54,7 @@ class InferenceService:
         return self.gateway.models
 
     async def _call(self, context, call, *args):
-        from deepx_flow.gateway.grpc_server import _called
-        return await _called(context, call, *args)
+        return await called(context, call, *args)
 
     async def ServerLive(self, request, context):
         return pb.ServerLiveResponse(live=True)
@@ -83,7 +83,6 @@ class InferenceService:
             outputs=[tensor(**t) for t in meta["outputs"]])
 
     async def ModelInfer(self, request, context):
-        from deepx_flow.gateway.grpc_server import _awaited
         from deepx_flow.gateway.http_app import small_inline
 
         async def submitted(arrival):  # (queued on the loop: the Future is asyncio's)
@@ -96,8 +95,8 @@ class InferenceService:
         arriving = self.gateway.models.arriving(request.model_name) \
             if self.gateway.models is not None else contextlib.nullcontext()
         with arriving as arrival:
-            model, pending = await _awaited(context, submitted(arrival))
-        outputs = await _awaited(context, pending)  # (no thread held while it waits)
+            model, pending = await awaited(context, submitted(arrival))
+        outputs = await awaited(context, pending)  # (no thread held while it waits)
         answer = pb.ModelInferResponse(model_name=model.name, model_version=model.version,
                                        id=request.id)
         for name, array in outputs.items():

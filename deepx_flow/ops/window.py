@@ -36,31 +36,10 @@ import math
 from deepx_flow.errors import GraphError, shown
 from deepx_flow.ir import dtypes
 from deepx_flow.ops.spec import WINDOW, OpSpec
+from deepx_flow.ops.window_attrs import spatial_attrs
+from deepx_flow.ops.window_grad import avg_pool_vjp, conv_vjp, max_pool_vjp
 
 POOLS = ("max_pool", "avg_pool")
-
-
-def spatial_attrs(node, spatial: int, kernel=None) -> tuple:
-    """(strides, pads, dilations) of a window node, checked against `spatial` axes."""
-    def get(name, default, length):
-        value = node.attr(name)
-        if value is not None and not isinstance(value, (tuple, list)):
-            raise GraphError(f"{node.op}: {name} must be {length} integers, got "
-                             f"{shown(value)}", node.id)
-        value = tuple([default] * length) if value is None else tuple(value)
-        if len(value) != length or not all(isinstance(v, int) and not isinstance(v, bool)
-                                           for v in value):
-            raise GraphError(f"{node.op}: {name} must be {length} integers, got "
-                             f"{shown(node.attr(name))}", node.id)
-        return value
-    strides = get("strides", 1, spatial)
-    dilations = get("dilations", 1, spatial)
-    pads = get("pads", 0, 2 * spatial)
-    if any(s < 1 for s in strides) or any(d < 1 for d in dilations) or any(p < 0 for p in pads):
-        raise GraphError(f"{node.op}: strides and dilations must be positive and pads "
-                         f"non-negative, got strides {strides}, dilations {dilations}, "
-                         f"pads {pads}", node.id)
-    return strides, pads, dilations
 
 
 def out_size(size: int, k: int, stride: int, pad: tuple[int, int], dilation: int) -> int:
@@ -160,8 +139,6 @@ def conv_flops(node, inputs) -> float:
 
 
 def specs() -> list[OpSpec]:
-    # the gradient rules read this module's attribute checks: imported here, not at the top
-    from deepx_flow.ops.window_grad import avg_pool_vjp, conv_vjp, max_pool_vjp
     attrs = ("strides", "pads", "dilations")
     return [
         OpSpec("conv", WINDOW, 2, _infer_conv, attrs=attrs + ("groups",),

@@ -42,7 +42,7 @@ import itertools
 import math
 
 from deepx_flow.ir import dtypes
-from deepx_flow.ops.window import spatial_attrs
+from deepx_flow.ops.window_attrs import spatial_attrs
 
 
 def conv_transpose(b, x, w, strides, pads, dilations, groups: int, output_padding):
