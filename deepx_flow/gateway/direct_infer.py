@@ -30,7 +30,7 @@ import logging
 from http import HTTPStatus
 
 from deepx_flow.contract import tensors
-from deepx_flow.gateway.http_app import DIGITS, SMALL_BYTES, decoded_json, split_body
+from deepx_flow.gateway.http_bodies import DIGITS, SMALL_BYTES, decoded_json, split_body
 from deepx_flow.gateway.oip_http import repository_of
 from deepx_flow.gateway.oip_infer import (JSON, JSON_LENGTH_KEY, LENGTH_KEY, PATH,
                                           answer_of, error_answer, request_inputs)

@@ -83,7 +83,7 @@ class InferenceService:
             outputs=[tensor(**t) for t in meta["outputs"]])
 
     async def ModelInfer(self, request, context):
-        from deepx_flow.gateway.http_app import small_inline
+        from deepx_flow.gateway.http_bodies import small_inline
 
         async def submitted(arrival):  # (queued on the loop: the Future is asyncio's)
             models = self._models()

@@ -44,7 +44,7 @@ def repository_of(gateway):
 def routes(gateway) -> list[Route]:
     """The protocol's routes over `gateway` (whose `models` is a ModelRepository, or None
     when the server has no model repository), but infer's (`oip_infer.InferenceFirst`)."""
-    from deepx_flow.gateway.http_app import only_fields, read_body
+    from deepx_flow.gateway.http_bodies import only_fields, read_body
     limits = gateway.limits
 
     def version_of(request: Request) -> str:

@@ -26,9 +26,9 @@ import orjson
 
 from deepx_flow.contract import tensors
 from deepx_flow.errors import DeepxError, InputError, shown
-from deepx_flow.gateway.http_app import (HEADER_LENGTH, decoded_body, gathered, not_a_method,
-                                         only_fields, requested_outputs, small_inline,
-                                         status_of, tensors_body)
+from deepx_flow.gateway.http_bodies import (HEADER_LENGTH, decoded_body, gathered,
+                                            not_a_method, only_fields, requested_outputs,
+                                            small_inline, status_of, tensors_body)
 from deepx_flow.gateway.oip_http import repository_of
 
 log = logging.getLogger(__name__)

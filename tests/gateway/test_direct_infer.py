@@ -17,7 +17,8 @@ import uvicorn
 from deepx_flow.gateway.auth import Credentials
 from deepx_flow.gateway.capabilities import Limits
 from deepx_flow.gateway.direct_infer import direct_infer_http
-from deepx_flow.gateway.http_app import SMALL_BYTES, make_app
+from deepx_flow.gateway.http_app import make_app
+from deepx_flow.gateway.http_bodies import SMALL_BYTES
 from deepx_flow.gateway.service import Gateway
 from deepx_flow.meta import open_db
 from deepx_flow.runtime.run import cluster_spec

@@ -14,7 +14,8 @@ import uvicorn
 import deepx_flow as dx
 from deepx_flow.gateway.capabilities import Limits
 from deepx_flow.gateway.graphs import graph_of
-from deepx_flow.gateway.http_app import HEADER_LENGTH, make_app
+from deepx_flow.gateway.http_app import make_app
+from deepx_flow.gateway.http_bodies import HEADER_LENGTH
 from deepx_flow.gateway.service import Gateway
 from deepx_flow.meta import open_db
 from tests.helpers import free_port
