@@ -131,7 +131,7 @@ def collect(db, assets: list[str] | None = None, *, dry_run: bool = False,
     root, or `root`) that nothing writes any more. Returns the verdict on each version
     folder that no row publishes; with `dry_run`, what would be removed, and nothing is. A
     folder that cannot be removed is a RuntimeWarning and a verdict that says so."""
-    from deepx_flow.assets.materialize import asset_root
+    from deepx_flow.assets.root import asset_root
     from deepx_flow.config import settings
     from deepx_flow.storage.zarr_store import delete_array
 

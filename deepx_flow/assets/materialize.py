@@ -22,15 +22,14 @@ import time
 import uuid
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from deepx_flow.assets import catalog
 from deepx_flow.assets.compose import compose
 from deepx_flow.assets.gc import collect_before_writing
+from deepx_flow.assets.root import asset_root
 from deepx_flow.assets.selection import select as select_assets
 from deepx_flow.assets.status import stale_targets
 from deepx_flow.assets.targets import Target, reads, stages, targets_for
-from deepx_flow.config import settings
 from deepx_flow.errors import CheckFailed, DataError, DeepxError, ExecutionError, GraphError
 from deepx_flow.meta import open_db
 from deepx_flow.meta.models import AssetCheckResult, AssetMaterialization
@@ -65,10 +64,6 @@ class Materialized:
     def _repr_html_(self) -> str:
         from deepx_flow.assets.report import materialized_html
         return materialized_html(self)
-
-
-def asset_root() -> str:
-    return settings().asset_root or str(Path.cwd() / ".deepx" / "assets")
 
 
 def materialize(defs, select="*", *, partitions=None, only_stale: bool = False, client=None,

@@ -247,7 +247,7 @@ def _gc(args) -> int:
     """Remove (or with --dry-run, list) partial version folders; say what was kept, and
     why, of the folders that no row publishes."""
     from deepx_flow.assets.gc import collect
-    from deepx_flow.assets.materialize import asset_root
+    from deepx_flow.assets.root import asset_root
     from deepx_flow.meta import open_db
 
     verdicts = collect(open_db(args.db), args.name or None, dry_run=args.dry_run)

@@ -39,15 +39,13 @@ import numpy as np
 from deepx_flow.errors import InputError, SpecError, shown
 from deepx_flow.ir import Graph, Node
 from deepx_flow.onnx.export_bfloat16 import widen_bfloat16
-from deepx_flow.onnx.export_ops import EXPORTERS, REFUSED, Arg
+from deepx_flow.onnx.export_ops import EXPORTERS, MAX_MODEL_BYTES, REFUSED, Arg, squeezed_axes
 from deepx_flow.onnx.model import FIRST_OPSET, _onnx
 
 DEFAULT_OPSET = 18
 # Attributes only the compiler writes (a fused program, a matmul's epilogue, a reduction's
 # prologue): a graph holding one was compiled.
 COMPILED_ATTRS = ("program", "prologue", "epilogue")
-# protobuf's limit on one message; larger models need external data, not written here
-MAX_MODEL_BYTES = 2**31 - 1
 
 
 def save(outputs, path, inputs: dict | None = None, opset: int | None = None,
@@ -476,16 +474,6 @@ def _dims_reshape(node, ins):
     for i, o in pairs:
         out[o] = d[i]
     return tuple(out)
-
-
-def squeezed_axes(shape, dims, new_shape) -> list[tuple[int, int]] | None:
-    """For a reshape that only drops or adds axes of size 1 (none of them dynamic), the
-    (input axis, output axis) of each axis it keeps; None for any other reshape."""
-    kept_in = [i for i, s in enumerate(shape) if s != 1 or dims[i] is not None]
-    kept_out = [o for o, s in enumerate(new_shape) if s != 1]
-    if [shape[i] for i in kept_in] != [new_shape[o] for o in kept_out]:
-        return None
-    return list(zip(kept_in, kept_out))
 
 
 def _dims_concat(node, ins):

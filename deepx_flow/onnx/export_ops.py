@@ -32,6 +32,9 @@ from deepx_flow.errors import SpecError
 from deepx_flow.ir import dtypes
 from deepx_flow.ir.node import Node
 
+# protobuf's limit on one message; larger models need external data, not written here
+MAX_MODEL_BYTES = 2**31 - 1
+
 
 @dataclass(frozen=True)
 class Arg:
@@ -120,7 +123,6 @@ def _random(b, node, args, out):
     generator of their own; deepx_flow's depend only on (seed, element index), so the
     values are what the model must hold to compute what deepx_flow computes."""
     from deepx_flow.kernels.random import random_chunk
-    from deepx_flow.onnx.export import MAX_MODEL_BYTES
     from deepx_flow.ops.sources import RANDOM_PARAMS
     nbytes = node.size * dtypes.itemsize(node.dtype)
     if nbytes > MAX_MODEL_BYTES:  # refused before the values are computed
@@ -350,7 +352,6 @@ def _squeezes(b, node, x: Arg, out: str) -> bool:
     """A reshape that moves a dynamic axis by dropping or adding axes of size 1 (the
     (1, N, C) -> (N, C) of a Squeeze an exporter wrote), written as Squeeze and Unsqueeze:
     a Reshape's fixed target could not hold the dynamic size. False for any other."""
-    from deepx_flow.onnx.export import squeezed_axes
     pairs = squeezed_axes(x.shape, x.dims, node.shape)
     if pairs is None or all(i == o for i, o in pairs):
         return False
@@ -483,3 +484,13 @@ def _avg_pool(b, node, args, out):
                             "opset=19 or newer")
     b.add("AveragePool", [x.name], out=out, kernel_shape=list(node.attr("kernel")),
           count_include_pad=int(node.attr("count_include_pad", 0)), **attrs)
+
+
+def squeezed_axes(shape, dims, new_shape) -> list[tuple[int, int]] | None:
+    """For a reshape that only drops or adds axes of size 1 (none of them dynamic), the
+    (input axis, output axis) of each axis it keeps; None for any other reshape."""
+    kept_in = [i for i, s in enumerate(shape) if s != 1 or dims[i] is not None]
+    kept_out = [o for o, s in enumerate(new_shape) if s != 1]
+    if [shape[i] for i in kept_in] != [new_shape[o] for o in kept_out]:
+        return None
+    return list(zip(kept_in, kept_out))

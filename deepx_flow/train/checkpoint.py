@@ -74,7 +74,7 @@ def write(db, client, plan, pack: Packing, sources: dict, asset: str, training_i
     """Pack the current values on the cluster, store them as a new version of `asset`, and
     record it; returns the version."""
     from deepx_flow.assets import catalog
-    from deepx_flow.assets.materialize import asset_root
+    from deepx_flow.assets.root import asset_root
     from deepx_flow.runtime.recording import ended_by
     from deepx_flow.runtime.run import Persisted, _submit
     from deepx_flow.storage.engines import get_engine

@@ -86,8 +86,17 @@ def test_every_variable_the_code_reads_is_in_the_readmes_settings():
     assert not missing, f"README.md's Settings section does not say what {missing} do"
 
 
+def named_by_sdks() -> set[str]:
+    """The DEEPX_ names the SDKs define that are no environment variable: the C API's
+    status codes (`deepx.h`) and the C/C++ build's CMake options."""
+    found = set()
+    for path in [*(ROOT / "sdks").rglob("*.h"), *(ROOT / "sdks").rglob("CMakeLists.txt")]:
+        found |= set(re.findall(NAME, path.read_text()))
+    return found
+
+
 def test_every_variable_the_docs_name_is_read_by_the_code():
-    known = read_by(PACKAGE + [ROOT / "tests", ROOT / "benchmarks"])
+    known = read_by(PACKAGE + [ROOT / "tests", ROOT / "benchmarks"]) | named_by_sdks()
     for path in [README, *DOCS, ROOT / "benchmarks" / "README.md"]:
         named = set(re.findall(NAME, path.read_text()))
         assert named <= known, f"{path.name} names {sorted(named - known)}, which nothing reads"
@@ -115,7 +124,7 @@ def test_the_stated_defaults_are_the_codes(no_settings):
 
 
 def test_the_stated_paths_and_addresses_are_the_codes(no_settings, tmp_path):
-    from deepx_flow.assets.materialize import asset_root
+    from deepx_flow.assets.root import asset_root
     from deepx_flow.meta.db import database_url
     no_settings.chdir(tmp_path)
     # The defaults that are worked out where they are used (relative to the working folder).
