@@ -62,7 +62,7 @@ def run(args) -> int:
 
 
 def _ops(args) -> int:
-    from deepx_flow.onnx.ops import SUPPORTED
+    from deepx_flow.onnx.converters import SUPPORTED
     from deepx_flow.text_table import text_table
     rows = [(name, op.family, ", ".join(op.attrs) or "-", op.doc or "-")
             for name, op in sorted(SUPPORTED.items())]
@@ -73,7 +73,7 @@ def _ops(args) -> int:
 def _inspect(args) -> int:
     from deepx_flow.errors import InputError, SpecError
     from deepx_flow.onnx.model import FIRST_OPSET, _onnx, _value_type
-    from deepx_flow.onnx.ops import SUPPORTED
+    from deepx_flow.onnx.converters import SUPPORTED
     from deepx_flow.text_table import text_table
     onnx = _onnx()
     path = args.model

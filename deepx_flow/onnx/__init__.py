@@ -16,7 +16,7 @@ small float ones computed from them are folded while the graph is built.
 `dx.onnx.save(outputs, path, inputs=weights)` is the way back: a graph built here written
 as an ONNX model, its bound inputs as initializers (`deepx_flow.onnx.export`).
 
-`SUPPORTED` (in `deepx_flow.onnx.ops`) is the table of the ONNX operators that convert, with
+`SUPPORTED` (in `deepx_flow.onnx.converters`) is the table of the ONNX operators that convert, with
 the opsets they are read from; an operator, attribute or data type outside it is one
 `dx.SpecError` naming the ONNX node and its op type. Needs the `onnx` package (the `onnx`
 extra).
@@ -24,6 +24,6 @@ extra).
 
 from deepx_flow.onnx.export import save
 from deepx_flow.onnx.model import OnnxModel, load
-from deepx_flow.onnx.ops import SUPPORTED
+from deepx_flow.onnx.converters import SUPPORTED
 
 __all__ = ["OnnxModel", "SUPPORTED", "load", "save"]

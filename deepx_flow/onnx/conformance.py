@@ -68,7 +68,7 @@ def case_opset(case: Path) -> int | None:
 
 def supported_cases() -> list[Path]:
     """The node tests whose models use only operators deepx_flow converts."""
-    from deepx_flow.onnx.ops import SUPPORTED
+    from deepx_flow.onnx.converters import SUPPORTED
     return [c for c in all_cases() if (ops := case_ops(c)) and all(o in SUPPORTED for o in ops)]
 
 
@@ -128,7 +128,7 @@ def _build(case: Path, constants: bool):
 def refusals() -> tuple[int, list[tuple[str, str]], Counter]:
     """(how many node tests there are, [(test, reason)] for those of supported operators
     that deepx_flow refuses to convert, Counter of the operators the others lack)."""
-    from deepx_flow.onnx.ops import SUPPORTED
+    from deepx_flow.onnx.converters import SUPPORTED
     cases = all_cases()
     refused, lacking = [], Counter()
     for case in cases:
@@ -166,7 +166,7 @@ FAMILIES = {
 def family_table(refused: list[tuple[str, str]]) -> list[str]:
     """Per family: node tests, how many convert (and run), are refused, lack an operator."""
     import re
-    from deepx_flow.onnx.ops import SUPPORTED
+    from deepx_flow.onnx.converters import SUPPORTED
     refused_names = {name for name, _ in refused}
     rows, total = [], [0, 0, 0, 0]
     for family, pattern in FAMILIES.items():
@@ -183,7 +183,7 @@ def family_table(refused: list[tuple[str, str]]) -> list[str]:
 
 
 def generated() -> str:
-    from deepx_flow.onnx.ops import SUPPORTED
+    from deepx_flow.onnx.converters import SUPPORTED
     total, refused, lacking = refusals()
     converted = total - sum(1 for c in all_cases() if any(
         o not in SUPPORTED for o in case_ops(c))) - len(refused)

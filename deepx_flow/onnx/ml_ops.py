@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 import deepx_flow as dx
-from deepx_flow.onnx.model import Context, Value
-from deepx_flow.onnx.ops import REFUSED, _c, _const, _op, _t
+from deepx_flow.onnx.values import Context, Value
+from deepx_flow.onnx.registry import REFUSED, _c, _op, _t
 from deepx_flow.sdk.tensor import Tensor
 
 ML = "ai.onnx.ml."
@@ -361,7 +361,3 @@ def _linear_classifier(ctx, node, args, attrs):
                 Value(tensor=binary_scores(raw, kind, complement=True))]
     return [Value(tensor=labels_of(ctx, raw, labels)),
             Value(tensor=post_transform(ctx, raw, kind, classifier=True))]
-
-
-# The tree ensembles and the support vector machines register theirs.
-from deepx_flow.onnx import ml_svm, ml_trees  # noqa: E402,F401

@@ -22,8 +22,8 @@ import numpy as np
 import deepx_flow as dx
 from deepx_flow.onnx.ml_ops import (_class_labels, _floats, _ints, _ml, _rows, binary_scores,
                                     labels_of, post_transform)
-from deepx_flow.onnx.model import Context, Value
-from deepx_flow.onnx.ops import _t
+from deepx_flow.onnx.values import Context, Value
+from deepx_flow.onnx.registry import _t
 from deepx_flow.sdk.tensor import Tensor
 
 KERNELS = ("LINEAR", "POLY", "RBF", "SIGMOID")

@@ -3,7 +3,7 @@
 `load` reads and checks the file (ONNX's checker and strict shape inference), upgrades a
 model of an opset older than 13 with `onnx.version_converter` (PyTorch, TensorFlow and
 Paddle exporters wrote opsets 7 to 12 for years; the converter rewrites the operators whose
-definitions changed), reads its opset, and finds every operator it uses in `ops.SUPPORTED`
+definitions changed), reads its opset, and finds every operator it uses in `converters.SUPPORTED`
 before anything is built, so a model deepx_flow cannot run fails at once with the first
 ONNX node it cannot take. Calling
 the model walks the nodes in order (ONNX graphs are topologically sorted), converting each
@@ -12,97 +12,17 @@ with its operator's converter, on the tensors given for the graph inputs.
 
 from __future__ import annotations
 
-import hashlib
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from deepx_flow.errors import GraphError, InputError, SpecError, shown
 from deepx_flow.ir import dtypes
-from deepx_flow.ir.node import Node
+from deepx_flow.onnx.values import Context, Value, _onnx, numpy_dtype  # noqa: F401
 from deepx_flow.sdk.tensor import Tensor
 
 FIRST_OPSET = 13  # the oldest opset whose operator definitions the converters follow
-
-
-def _onnx():
-    try:
-        import onnx
-    except ImportError:  # the optional extra is missing
-        raise SpecError("reading ONNX models needs the onnx package: pip install "
-                        "'deepx-flow[onnx]'") from None
-    return onnx
-
-
-def numpy_dtype(elem_type: int, where: str) -> np.dtype:
-    """The NumPy dtype of an ONNX tensor element type deepx_flow computes in."""
-    onnx = _onnx()
-    from deepx_flow.ir import dtypes
-    try:
-        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
-    except (KeyError, TypeError, ValueError):
-        dtype = None
-    if dtype is None or dtype.name not in dtypes.DTYPES:
-        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in \
-            onnx.TensorProto.DataType.values() else str(elem_type)
-        raise SpecError(f"{where}: data type {name} is not supported (supported: "
-                        f"{', '.join(dtypes.DTYPES)})")
-    return dtype
-
-
-@dataclass
-class Value:
-    """An ONNX value while converting: a tensor of the graph, or a constant known now."""
-
-    tensor: Tensor | None = None
-    const: np.ndarray | None = None
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(self.tensor.shape) if self.tensor is not None else self.const.shape
-
-    @property
-    def dtype(self) -> str:
-        return self.tensor.dtype if self.tensor is not None else self.const.dtype.name
-
-
-@dataclass
-class Context:
-    """What converting one call of a model builds: its values and the constants' data."""
-
-    node: object = None  # the ONNX NodeProto being converted
-    values: dict[str, Value] = field(default_factory=dict)
-    bound: dict[str, np.ndarray] = field(default_factory=dict)  # input name -> array
-    opsets: dict[str, int] = field(default_factory=dict)  # domain ("ai.onnx.ml") -> version
-
-    def where(self) -> str:
-        n = self.node
-        return f"ONNX node {shown(n.name or n.output[0])} ({n.op_type})"
-
-    def error(self, message: str) -> SpecError:
-        return SpecError(f"{self.where()}: {message}")
-
-    def tensor(self, value: Value) -> Tensor:
-        """`value` as a tensor of the graph: a constant becomes a scalar `full` node, or a
-        named input carrying its array (named by its content, so equal constants share one),
-        which every run, persist, asset and export of the tensors built on it binds without
-        being told (`sdk/bindings.py`): one data task per chunk, fetched once per worker."""
-        if value.tensor is not None:
-            return value.tensor
-        import deepx_flow as dx
-        from deepx_flow.sdk.bindings import bound_tensor
-        array = value.const
-        if array.ndim == 0:
-            return dx.full((), array.item(), dtype=array.dtype.name)
-        digest = hashlib.sha1(array.dtype.str.encode() + str(array.shape).encode()
-                              + np.ascontiguousarray(array).tobytes()).hexdigest()
-        name = f"onnx_const_{digest[:12]}"
-        array = self.bound.setdefault(name, array)
-        node = Node(name, "input", (), tuple(int(s) for s in array.shape),
-                    dtypes.normalize(array.dtype))
-        return bound_tensor(node, array, f"onnx-{digest}")
 
 
 class OnnxModel:
@@ -170,7 +90,7 @@ class OnnxModel:
         """The model's outputs (name -> tensor) for these graph inputs (by ONNX name, as a
         dict or as keywords where the names are identifiers): tensors, or NumPy arrays for
         inputs that are constants (shapes, axes and indices must be)."""
-        from deepx_flow.onnx.ops import SUPPORTED
+        from deepx_flow.onnx.converters import SUPPORTED
         given = {**(inputs or {}), **named}
         unknown = sorted(set(given) - set(self.input_names))
         missing = [n for n in self.input_names if n not in given]
@@ -354,7 +274,7 @@ def op_key(node) -> str:
 
 
 def _check_supported(graph, opset: int, path: str) -> None:
-    from deepx_flow.onnx.ops import REFUSED, SUPPORTED
+    from deepx_flow.onnx.converters import REFUSED, SUPPORTED
     for node in graph.node:
         where = f"{path}: ONNX node {shown(node.name or node.output[0])} ({node.op_type})"
         if node.domain not in DOMAINS:

@@ -22,52 +22,13 @@ Pow's result has the base's type, integer reductions keep their type.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 import deepx_flow as dx
-from deepx_flow.onnx.model import Context, Value, numpy_dtype
+from deepx_flow.onnx.registry import _c, _const, _op, _t
+from deepx_flow.onnx.values import Value, numpy_dtype
 from deepx_flow.sdk.tensor import Tensor
-
-
-@dataclass(frozen=True)
-class OnnxOp:
-    """How one ONNX operator converts."""
-
-    convert: Callable  # (ctx, node, args, attrs) -> list[Value]
-    attrs: tuple[str, ...]
-    family: str
-    doc: str
-
-
-SUPPORTED: dict[str, OnnxOp] = {}
-# Operators refused with advice (op key -> why, and what to do instead).
-REFUSED: dict[str, str] = {}
-
-
-def _op(name: str, family: str, doc: str, attrs=()):
-    def register(fn):
-        SUPPORTED[name] = OnnxOp(fn, tuple(attrs), family, doc)
-        return fn
-    return register
-
-
-def _t(tensor) -> list[Value]:
-    return [Value(tensor=tensor)]
-
-
-def _c(array) -> list[Value]:
-    return [Value(const=np.asarray(array))]
-
-
-def _const(ctx: Context, value: Value | None, what: str) -> np.ndarray:
-    """A constant input (an initializer, a Constant node or a folded computation)."""
-    if value is None or value.const is None:
-        raise ctx.error(f"{what} must be a constant (an initializer or a Constant node), "
-                        "not computed in the graph")
-    return value.const
 
 
 def _exact(*values: Value | None) -> bool:
@@ -1002,7 +963,3 @@ def _scatter_nd(ctx, node, args, attrs):
         return _folded(ctx, "scatter_nd", args, reduction=reduction)
     return _t(dx.scatter_nd(ctx.tensor(x), ctx.tensor(index), ctx.tensor(updates),
                             reduction=reduction))
-
-
-# scikit-learn's domain (ai.onnx.ml) registers its converters here too.
-from deepx_flow.onnx import ml_ops  # noqa: E402,F401

@@ -119,7 +119,7 @@ def test_every_ml_operator_is_among_the_pipelines_or_built_here(client, tmp_path
     by models built here with onnx.helper (LabelEncoder, Scaler with its own offsets), or
     (TreeEnsemble of opset 5) by ONNX's node tests in test_onnx_backend.py, against ONNX
     Runtime or ONNX's expected outputs."""
-    from deepx_flow.onnx.ops import SUPPORTED
+    from deepx_flow.onnx.converters import SUPPORTED
     seen = set()
     for name, make in PIPELINES.items():
         model, x, y = make()
