@@ -26,6 +26,7 @@ from deepx_flow.errors import GraphError, shown
 from deepx_flow.ir import dtypes
 from deepx_flow.ops.common import broadcast, check_shape, declared_dtype, ufunc_dtype
 from deepx_flow.ops.programs import program_dtype
+from deepx_flow.ops.registry import OPS
 from deepx_flow.ops.spec import ELEMENTWISE, OpSpec
 
 # name: (ufunc giving the dtype rule, flops per element, doc)
@@ -213,7 +214,6 @@ def _infer_cast(node, inputs):
 
 def _infer_fused(node, inputs):
     """A compiled chain: the node states its shape; its checked program gives the dtype."""
-    from deepx_flow.ops import OPS
     shape = check_shape(node, node.shape)
     dtype = program_dtype(node, "program", node.attr("program"), inputs, OPS, len(shape))
     if inputs and broadcast(node, [shape] + [t.shape for t in inputs]) != shape:

@@ -14,6 +14,7 @@ from deepx_flow.errors import GraphError
 from deepx_flow.ir.node import Node
 from deepx_flow.ops.common import broadcast, ufunc_dtype
 from deepx_flow.ops.programs import program_dtype
+from deepx_flow.ops.registry import OPS
 from deepx_flow.ops.spec import MATMUL, OpSpec
 
 
@@ -35,7 +36,6 @@ def _infer_matmul(node, inputs):
 
 def _infer_with_epilogue(node, inputs):
     """A compiled matmul whose result feeds a fused elementwise program (`in0` = product)."""
-    from deepx_flow.ops import OPS
     shape, product = _infer_matmul(replace(node, attrs=()), inputs[:2])
     out = broadcast(node, [shape] + [t.shape for t in inputs[2:]])
     if out != shape:

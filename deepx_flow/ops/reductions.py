@@ -18,6 +18,7 @@ from deepx_flow.ir import dtypes
 from deepx_flow.ir.node import Node
 from deepx_flow.ops.common import broadcast, normalize_axes, normalize_axis, ufunc_dtype
 from deepx_flow.ops.programs import program_dtype
+from deepx_flow.ops.registry import OPS
 from deepx_flow.ops.spec import AXIS_WHOLE, REDUCE, OpSpec
 
 REDUCTIONS = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "max": np.max, "min": np.min}
@@ -33,7 +34,6 @@ def _reduced_operand(node, inputs):
         if len(inputs) != 1:
             raise GraphError(f"{node.op} takes 1 input, got {len(inputs)}", node.id)
         return inputs[0]
-    from deepx_flow.ops import OPS
     shape = broadcast(node, [t.shape for t in inputs])
     return Node(node.id, "fused", (), shape,
                 program_dtype(node, "prologue", program, inputs, OPS, len(shape)))
