@@ -94,17 +94,17 @@ bool hex_id(const std::string& id) {
 
 TEST(a_run_longer_than_one_exchanges_wait_is_asked_for_until_it_ends) {
   for (auto& [transport, client] : clients()) {
-    // the run outlasts a wait of 0.2 s: a wait of the caller's is one exchange, answering
+    // the run outlasts a wait of 1 ms: a wait of the caller's is one exchange, answering
     // "running" past it, under the caller's id
     std::string id = "cpp-" + transport + "-" + std::to_string(getpid()) + "-wait";
-    deepx::Operation running = client.execute(seconds_long(40), {}, {{"wait_seconds", 0.2}, {"operation_id", id}});
+    deepx::Operation running = client.execute(seconds_long(40), {}, {{"wait_seconds", 0.001}, {"operation_id", id}});
     CHECK_EQ(running.state, std::string("running"));
     CHECK_EQ(running.id, id);
     CHECK(running.outputs.empty());
     CHECK_EQ(client.operation(id, 120).outputs.at("total").data<float>(), (std::vector<float>{1024}));
-    // with each exchange waiting 0.2 s (60 s unless set), execute() still answers the
+    // with each exchange waiting 1 ms (60 s unless set), execute() still answers the
     // outputs, asking for the operation again by the id it chose
-    client.set_wait_slice(0.2);
+    client.set_wait_slice(0.001);
     deepx::Operation done = client.execute(seconds_long(40));
     CHECK_EQ(done.state, std::string("succeeded"));
     CHECK_EQ(done.outputs.at("total").data<float>(), (std::vector<float>{1024}));

@@ -102,7 +102,7 @@ func TestARunLongerThanOneWaitIsAskedForAgainUntilItEnds(t *testing.T) {
 	client := gateway(t)
 	transport := &counting{}
 	client.HTTP = &http.Client{Transport: transport, Timeout: time.Minute}
-	client.Poll = 50 * time.Millisecond // (the 20 matmuls of 512 x 512 outlast it)
+	client.Poll = time.Millisecond // (submitting the 20 matmuls of 512 x 512 alone takes longer)
 	g := NewGraph()
 	a := g.Full(Options{"shape": []int{512, 512}, "dtype": "float32", "value": 1.0 / 512})
 	m := a

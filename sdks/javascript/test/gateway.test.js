@@ -118,8 +118,8 @@ test("a -0 literal reaches the gateway as -0.0: -0 + -0 is -0", { skip }, async 
 });
 
 test("a run longer than one exchange's wait is asked for again until it ends", { skip }, async () => {
-  // (a poll of 0.05 s: the 20 matmuls of 512 x 512 outlast it)
-  const client = new Client(url, { pollSeconds: 0.05 });
+  // (a poll of 1 ms: submitting the 20 matmuls of 512 x 512 alone takes longer)
+  const client = new Client(url, { pollSeconds: 0.001 });
   const g = new Graph();
   let m = g.full({ shape: [512, 512], dtype: "float32", value: 1 / 512 });
   const a = m;

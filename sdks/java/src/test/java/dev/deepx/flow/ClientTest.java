@@ -155,8 +155,8 @@ class ClientTest {
 
   @Test
   void aRunLongerThanOneWaitIsAskedForAgainByItsIdUntilItEnds() {
-    // (a slice of 50 ms where the run takes far longer: without asking again, "running")
-    Client sliced = new Client(System.getenv("DEEPX_URL"), null, Duration.ofMillis(50));
+    // (a slice of 1 ms: submitting the run alone takes longer; without asking again, "running")
+    Client sliced = new Client(System.getenv("DEEPX_URL"), null, Duration.ofMillis(1));
     Operation done = sliced.execute(slow(), Map.of());
     assertEquals("succeeded", done.state(), done.error());
     assertEquals(2048f, done.outputs().get("s").floats()[0], 1e-2f);
@@ -170,7 +170,7 @@ class ClientTest {
     assertTrue(started.outputs().isEmpty());
     Operation followed = started;
     while ("running".equals(followed.state())) {
-      followed = sliced.operation(id, Duration.ofMillis(50));
+      followed = sliced.operation(id, Duration.ofMillis(1));
     }
     assertEquals("succeeded", followed.state(), followed.error());
     assertEquals(2048f, followed.outputs().get("s").floats()[0], 1e-2f);
