@@ -52,7 +52,7 @@ export class Client {
       operation_id: operationId ?? newOperationId(), wait_seconds: waitSeconds ?? this.pollSeconds };
     if (outputs !== undefined) body.outputs = outputs;
     const answer = this._operation(await this._withTensors("/v1/graphs:execute", body, inputs));
-    return waitSeconds === undefined ? this._ended(answer) : answer;
+    return waitSeconds === undefined ? ended(this, answer) : answer;
   }
 
   /** An operation (a graph's execution, an asset's materialization) as the gateway has it
@@ -114,16 +114,9 @@ export class Client {
     if (force !== undefined) body.force = force;
     if (upstream !== undefined) body.upstream = upstream;
     const answer = await this._json("POST", `/v1/assets/${encodeURIComponent(name)}:materialize`, body);
-    return waitSeconds === undefined ? this._ended(answer) : answer;
+    return waitSeconds === undefined ? ended(this, answer) : answer;
   }
 
-  // (asked for again, a poll at a time, until it is not running)
-  async _ended(answer) {
-    while (answer.state === "running") {
-      answer = await this.operation(answer.operation, { waitSeconds: this.pollSeconds });
-    }
-    return answer;
-  }
 
   /** The newest usable version of asset `name` (or `version`, `partition`; `slice`: [start,
    * stop) per leading axis) as a tensor {shape, dtype, data}. */
@@ -220,6 +213,15 @@ export class Client {
 
 function fromDatatype(datatype) {
   return Object.entries(WIRE).find(([, [w]]) => w === datatype)?.[0];
+}
+
+/** `answer` (an operation) once it is not running: asked for again by `client` (Client or
+ * GrpcClient), `client.pollSeconds` at a time. */
+export async function ended(client, answer) {
+  while (answer.state === "running") {
+    answer = await client.operation(answer.operation, { waitSeconds: client.pollSeconds });
+  }
+  return answer;
 }
 
 /** A new operation id: 32 random hex digits. */

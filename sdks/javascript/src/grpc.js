@@ -12,7 +12,7 @@ import { fileURLToPath } from "node:url";
 import grpc from "@grpc/grpc-js";
 import protoLoader from "@grpc/proto-loader";
 
-import { POLL_SECONDS, compatible, newOperationId } from "./client.js";
+import { POLL_SECONDS, compatible, ended, newOperationId } from "./client.js";
 import { DeepxError } from "./errors.js";
 import { Graph } from "./graph.js";
 import { toJson } from "./json.js";
@@ -113,16 +113,9 @@ export class GrpcClient {
       }
     }
     call.end();
-    return waitSeconds === undefined ? this._ended(await answered) : answered;
+    return waitSeconds === undefined ? ended(this, await answered) : answered;
   }
 
-  // (asked for again, a poll at a time, until it is not running)
-  async _ended(answer) {
-    while (answer.state === "running") {
-      answer = await this.operation(answer.operation, { waitSeconds: this.pollSeconds });
-    }
-    return answer;
-  }
 
   /** An operation as the gateway has it now, or once it ends within `waitSeconds`. */
   async operation(id, { waitSeconds = 0 } = {}) {
@@ -168,7 +161,7 @@ export class GrpcClient {
     const request = { name, partitions: partitions ?? [], force: force ?? false, upstream: upstream ?? false,
       operation_id: operationId ?? newOperationId(), wait_seconds: waitSeconds ?? this.pollSeconds };
     const answer = await this._operationOf(this.catalog.MaterializeAsset(request, this.metadata));
-    return waitSeconds === undefined ? this._ended(answer) : answer;
+    return waitSeconds === undefined ? ended(this, answer) : answer;
   }
 
   /** The newest usable version of asset `name` (or `version`, `partition`; `slice`: [start,
