@@ -353,12 +353,16 @@ class Operations:
         deadline = None if wait_seconds is None else loop.time() + wait_seconds
         while deadline is None or loop.time() < deadline:
             if self.running_here(operation_id):
-                await asyncio.sleep(0.05)
+                # (a short wait is kept to: a client that asks for 1 ms gets 1 ms, not 50)
+                left = 0.05 if deadline is None else deadline - loop.time()
+                await asyncio.sleep(max(0.0, min(0.05, left)))
                 continue
             found = await asyncio.to_thread(self._row, operation_id)
             if found is None or found.state in FINAL or found.pid == self.me.pid:
                 return  # (ours, its thread ended: `get` says how)
-            await asyncio.sleep(0.5)  # another gateway's: its row says when it ends
+            left = 0.5 if deadline is None else deadline - loop.time()
+            await asyncio.sleep(max(0.0, min(0.5, left)))  # another gateway's: its row
+            # says when it ends
 
     def _row(self, operation_id: str) -> Operation | None:
         with self.db.read() as session:
