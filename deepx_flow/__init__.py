@@ -51,7 +51,8 @@ if TYPE_CHECKING:  # what type checkers and editors see of the names imported on
                                    materialize, status)
     from deepx_flow.assets.schedule import schedule
     from deepx_flow.runtime.placement import Placement, placement
-    from deepx_flow.runtime.run import Persisted, compile, persist, run
+    from deepx_flow.runtime.run import Persisted
+    from deepx_flow.sdk.run import compile, persist, run
     from deepx_flow.runtime.run_history import runs
 
 # name -> the module it is imported from on first use; "module:" is the module itself
@@ -65,7 +66,8 @@ _ON_FIRST_USE = {
     "serving": "deepx_flow.serving:",
     "schedule": "deepx_flow.assets.schedule",
     "Placement": "deepx_flow.runtime.placement", "placement": "deepx_flow.runtime.placement",
-    **dict.fromkeys(["Persisted", "compile", "persist", "run"], "deepx_flow.runtime.run"),
+    "Persisted": "deepx_flow.runtime.run",
+    **dict.fromkeys(["compile", "persist", "run"], "deepx_flow.sdk.run"),
     **dict.fromkeys(["Cancellation", "RunCancelled"], "deepx_flow.runtime.cancel"),
     "connect": "deepx_flow.gateway.client",
     "call": "deepx_flow.sdk.call",

@@ -232,7 +232,8 @@ def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
     """
     from deepx_flow.runtime.plan_cache import cached_compile
     from deepx_flow.runtime.progress import RunProgress
-    from deepx_flow.runtime.run import _checked, _submit, cluster_spec
+    from deepx_flow.runtime.run import _submit, cluster_spec
+    from deepx_flow.sdk.run import checked
     from deepx_flow.storage.engines import get_engine, streams
 
     began = time.perf_counter()
@@ -242,7 +243,7 @@ def _run_stage(defs, stage: list[Target], versions, written, checks, db, client,
         outputs[f"t{i}"] = tensors[t]
         for j, c in enumerate(defs[t.asset].checks):
             measured[t, j] = _check_outputs(t, c, tensors[t], f"t{i}_check{j}", outputs)
-    graph, bound = _checked(outputs, None)
+    graph, bound = checked(outputs)
     plan = cached_compile(graph, cluster_spec(None, client))
     engines = {t: get_engine(defs[t.asset].storage) for t in stage}
     out_name = {t: f"t{i}" for i, t in enumerate(stage)}

@@ -125,7 +125,7 @@ def _about(path: str):
 
 def _cmd_run(args) -> int:
     from deepx_flow.runtime.progress import RunProgress, wanted
-    from deepx_flow.runtime.run import run
+    from deepx_flow.runtime.run import run_graph
 
     if args.db:  # the run records itself where the settings say
         os.environ["DEEPX_DB_URL"] = args.db
@@ -144,8 +144,8 @@ def _cmd_run(args) -> int:
     with _about(args.graph):
         # The run's id (and dashboard link) is printed as it starts, on stderr.
         progress = RunProgress(show=wanted(args.progress), announce=True)
-        results = run(graph, inputs=inputs, scheduler=args.scheduler, cluster=args.cluster,
-                      progress=progress)
+        results = run_graph(graph, inputs=inputs, scheduler=args.scheduler, cluster=args.cluster,
+                            progress=progress)
     for name in names:
         report(name, results[name], outputs.get(name))
     return 0

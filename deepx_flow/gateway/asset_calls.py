@@ -209,7 +209,7 @@ class AssetCalls:
         """A stored version of the asset (the newest usable one, or `version`; one
         `partition`, or a partitioned asset with a partition axis whole), or the slice
         `ranges` ([start, stop) per leading axis) of it, as a NumPy array."""
-        from deepx_flow.runtime.run import run
+        from deepx_flow.sdk.run import run
         _, a = self._defined(name)
         tensor = self._stored(a, version, partition)
         if ranges is not None:

@@ -78,7 +78,7 @@ class Remote:
     def _started(self, outputs, inputs, wait_seconds: float):
         from deepx_flow.sdk.bindings import with_bound_inputs
         from deepx_flow.sdk.build import build_graph
-        from deepx_flow.spec.yaml_io import graph_to_document
+        from deepx_flow.spec.writer import graph_to_document
         graph = build_graph(outputs)
         arrays = {}
         for name, value in with_bound_inputs(outputs, inputs).items():
@@ -265,7 +265,7 @@ def _spec(graph) -> dict:
     from deepx_flow.ir import Graph
     from deepx_flow.sdk.build import build_graph
     from deepx_flow.sdk.tensor import Tensor
-    from deepx_flow.spec.yaml_io import graph_to_document
+    from deepx_flow.spec.writer import graph_to_document
     if isinstance(graph, dict):
         return graph
     if isinstance(graph, (Tensor, Graph)):

@@ -143,8 +143,8 @@ class Operations:
         target = graph_doc.get("name") if isinstance(graph_doc, dict) else None
 
         def work(token, took_run_id):
-            from deepx_flow.runtime.run import run
-            results = run(runnable, inputs=inputs, client=self.client,
+            from deepx_flow.runtime.run import run_graph
+            results = run_graph(runnable, inputs=inputs, client=self.client,
                           progress=_RunIdTaker(took_run_id), cancel=token)
             return {n: results[n] for n in wanted}, None
         return self.start("execute", digest, target if isinstance(target, str) else None,

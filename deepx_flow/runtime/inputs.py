@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from dask.base import tokenize
@@ -35,9 +37,39 @@ from deepx_flow.compiler.taskspec import data_node, ref, task
 from deepx_flow.errors import DataError, InputError, shown
 from deepx_flow.ir import Graph, dtypes
 from deepx_flow.kernels.tasks import cast_chunk, to_device
-from deepx_flow.sdk.bindings import Binding
 from deepx_flow.storage.readers import array_info, read_region, zarr_info
 from deepx_flow.storage.tokens import data_token
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Binding:
+    """The data a tensor carries to its input node (`sdk/bindings.py`): `value` (a NumPy or
+    dask array) and `token`, which identifies it (the array's content token, the dask
+    array's name)."""
+
+    value: Any
+    token: str
+
+    @property
+    def kind(self) -> str:
+        return "NumPy array" if isinstance(self.value, np.ndarray) else "dask array"
+
+
+def checked_inputs(inputs) -> dict:
+    """The `inputs=` argument of a run as a dict, or an InputError saying what it takes: a
+    mapping (or None) of input names (strings) to data. The data are checked as they are
+    bound, against the graph (`bind_inputs`)."""
+    if inputs is None:
+        return {}
+    if not isinstance(inputs, Mapping):
+        raise InputError(f"inputs must be a dict of input name -> array, file path or "
+                         f"persisted output, e.g. inputs={{'x': array}}; got "
+                         f"{type(inputs).__name__} {shown(inputs)}")
+    names = [name for name in inputs if not isinstance(name, str)]
+    if names:
+        raise InputError(f"inputs must be named by strings (the names of the graph's "
+                         f"inputs), got the key {shown(names[0])} ({type(names[0]).__name__})")
+    return dict(inputs)
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from deepx_flow.ir import Node
 from deepx_flow.ir.keys import key_base
 from deepx_flow.meta import open_db, queries
 from deepx_flow.meta.models import ChunkPlacement
 from deepx_flow.registry.cluster import format_bytes
-from deepx_flow.sdk.tensor import Tensor
 from deepx_flow.text_table import text_table
 
 
@@ -64,8 +64,9 @@ def placement(tensor, db: str | None = None, current: bool = True) -> Placement:
         rows = queries.placements(database, tensor=tensor.key, current=current)
         pending = sum(f.status == "pending" for f in tensor.futures)
         return Placement(tensor.key, rows, len(tensor.futures), pending)
-    if isinstance(tensor, Tensor):
-        rows = queries.placements(database, node_key=key_base(tensor.node.id, tensor.node.op),
+    node = getattr(tensor, "node", None)  # a dx.Tensor (the runtime knows its node only)
+    if isinstance(node, Node):
+        rows = queries.placements(database, node_key=key_base(node.id, node.op),
                                   current=current)
         return Placement(rows[0].tensor if rows else None, rows)
     rows = queries.placements(database, tensor=str(tensor), current=current)

@@ -410,12 +410,12 @@ def _interrupt_live_runs() -> None:
 # plan cache (`plan_cache.py`) holds the same graph object run after run, and writing it out
 # was most of what starting a record cost.
 def _graph_text(plan) -> tuple[str, str]:
-    """The plan's graph as YAML (`spec/yaml_io.py`) and its hash, the run row's `graph_hash`;
+    """The plan's graph as YAML (`spec/writer.py`) and its hash, the run row's `graph_hash`;
     kept on the plan, which the plan cache hands to every run of the same graph."""
     kept = plan.__dict__.get("_graph_text")
     if kept is None:
-        from deepx_flow.spec.yaml_io import to_yaml
-        text = to_yaml(plan.graph)
+        from deepx_flow.spec.writer import graph_yaml
+        text = graph_yaml(plan.graph)
         kept = (text, hashlib.sha256(text.encode()).hexdigest()[:16])
         object.__setattr__(plan, "_graph_text", kept)  # frozen: a memo, as `Plan.stats`'s
     return kept

@@ -1,8 +1,10 @@
-"""`dx.compile`, `dx.run` and `dx.persist`: the execution scheduler's front door.
+"""Compiling, running and persisting a graph: the execution scheduler's front door.
 
-`run` compiles the graph for the cluster it will run on, binds the inputs, lowers the plan to
+`dx.compile`, `dx.run` and `dx.persist` (`sdk/run.py`) collect the graph behind tensors and
+the data they carry, and call these, which take a `Graph` and its inputs (so the runtime
+needs nothing of the SDK). `run_graph` compiles the graph for the cluster it will run on, binds the inputs, lowers the plan to
 one Dask graph, submits it, shows progress on long runs, and gathers the outputs into NumPy
-arrays chunk by chunk. `persist` leaves the outputs on the cluster instead. Failures in tasks
+arrays chunk by chunk. `persist_graph` leaves the outputs on the cluster instead. Failures in tasks
 come back as ExecutionError naming the task.
 
 A loop of small runs (training steps, notebook cells) is not paid for in overhead: the plan of
@@ -40,12 +42,10 @@ from deepx_flow.runtime.cancel import Cancellation
 from deepx_flow.runtime.cluster import chosen_address, connect, current_client, shared_client
 from deepx_flow.runtime.failures import task_failure
 from deepx_flow.runtime.futures import blamed_key, quiet_interrupted_gathers
-from deepx_flow.runtime.inputs import bind_inputs, check_sources_on
+from deepx_flow.runtime.inputs import bind_inputs, check_sources_on, checked_inputs
 from deepx_flow.runtime.plan_cache import cached_compile
 from deepx_flow.runtime.progress import RunProgress, checked_progress
 from deepx_flow.runtime.recovery import ByKey, ByNode, Recovery, task_policies
-from deepx_flow.sdk.build import build_graph
-from deepx_flow.sdk.tensor import Tensor
 
 if TYPE_CHECKING:
     from deepx_flow.runtime.recording import RunRecorder
@@ -90,28 +90,9 @@ def cluster_spec(cluster=None, client=None) -> ClusterSpec:
     return live_spec(client)
 
 
-def compile(outputs, cluster=None, client=None, replan: bool = False) -> Plan:  # noqa: A001
-    """Compile tensors (or a Graph) into a chunked plan for a cluster.
-
-    Parameters
-    ----------
-    outputs : Tensor, list or dict of Tensors, or Graph
-        What to compute.
-    cluster : ClusterSpec or path, optional
-        Plan for this cluster (a `graphs/clusters/*.yaml` file) instead of the one in use.
-    client : distributed.Client, optional
-        Plan for this client's cluster.
-    replan : bool, optional
-        Plan again with the operator speeds measured now, and keep that plan for the
-        graph's next runs on this cluster (by default the plan chosen before is kept:
-        `runtime/plan_cache.py`).
-
-    Returns
-    -------
-    Plan
-        `plan.explain()` prints chunk grids, task costs and the compute/communication ratio.
-    """
-    graph = build_graph(outputs)
+def compile_graph(graph: Graph, cluster=None, client=None, replan: bool = False) -> Plan:
+    """Compile `graph` into a chunked plan for a cluster (`dx.compile` of a graph: its
+    parameters are described there)."""
     replan = flag(replan, "replan")
     chosen_address(client)
     return cached_compile(graph, cluster_spec(cluster, client), replan=replan)
@@ -242,13 +223,15 @@ def check_gatherable(outputs: dict, verb: str = "run", available: int | None = N
         "smaller result (a slice or a reduction) instead.")
 
 
-def _checked(outputs, inputs):
-    """The graph of `outputs`, validated and typed, and its bound inputs: every mistake in
-    the graph or the inputs is reported before a cluster is started or contacted. Data the
-    tensors carry (`dx.from_dask` arrays, NumPy operands: `sdk/bindings.py`) is bound too."""
-    from deepx_flow.sdk.bindings import with_bound_inputs
-    graph = infer_types(validate_graph(build_graph(outputs)))
-    return graph, bind_inputs(graph, with_bound_inputs(outputs, inputs))
+def checked(graph: Graph, inputs: dict | None) -> tuple[Graph, dict]:
+    """`graph` validated and typed, and its bound inputs (name -> array, path, persisted
+    output or `Binding`): every mistake in the graph or the inputs is reported before a
+    cluster is started or contacted."""
+    if not isinstance(graph, Graph):
+        raise InputError(f"a run takes a Graph here, not {type(graph).__name__} "
+                         f"(tensors are run by dx.run)")
+    graph = infer_types(validate_graph(graph))
+    return graph, bind_inputs(graph, checked_inputs(inputs))
 
 
 def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, extend=None,
@@ -334,45 +317,15 @@ def supervise(client, run_id: str, dsk, policies, recovery: Recovery, readable=N
     begin_run(client, {key_name(k) for k in dsk}, watch, tracking)
 
 
-def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None = None,
-        cluster=None, progress: bool | RunProgress | None = None,
-        recovery: Recovery | None = None, replan: bool = False,
-        cancel: Cancellation | None = None):
-    """Compute `outputs` and return them as NumPy arrays.
-
-    Parameters
-    ----------
-    outputs : Tensor, list or dict of Tensors, or Graph
-        A single tensor gives one array, a list a list, a dict (or Graph) a dict by name.
-    inputs : dict, optional
-        Input name -> NumPy array, `.npy` path, Zarr path/URL, or a `Persisted` output of an
-        earlier `dx.persist` (the run then uses the cluster that holds it).
-    client : distributed.Client, optional
-        Run on this client's cluster. Without it (and without `scheduler`), the Dask client
-        this process already made is used, or else this process's embedded local cluster,
-        started on first use and kept until exit (or `dx.shutdown()`).
-    scheduler : str, optional
-        Address of a running Dask scheduler (e.g. one with `dask cuda worker` processes).
-    cluster : ClusterSpec or path, optional
-        Plan with this cluster description instead of the one found at run time.
-    progress : bool, optional
-        Show the run's id, its dashboard link and a progress bar (tasks done, bytes
-        computed, time elapsed and left) once it has run for 2 s. By default when the
-        session is interactive (a terminal, IPython or a notebook).
-    recovery : dx.Recovery, optional
-        Retries, backups of slow tasks, timeouts and drift, and re-planning after running
-        out of memory (see docs/recovery.md); by default no retries, no timeout, and a task
-        running past 4 times its expected time (at least 1 s) gets a backup elsewhere.
-    replan : bool, optional
-        Plan again with the operator speeds measured now (see `dx.compile`); by default a
-        graph run again on the same cluster keeps its plan, and gives the same bits.
-    cancel : dx.Cancellation, optional
-        A token whose `cancel()`, from another thread, stops the run: it raises
-        `RunCancelled` and is recorded interrupted.
-    """
+def run_graph(graph: Graph, inputs: dict | None = None, client=None,
+              scheduler: str | None = None, cluster=None,
+              progress: bool | RunProgress | None = None, recovery: Recovery | None = None,
+              replan: bool = False, cancel: Cancellation | None = None) -> dict:
+    """Compute the outputs of `graph` and return them as NumPy arrays by output name
+    (`dx.run` of a graph: its parameters are described there)."""
     if cancel is not None and not isinstance(cancel, Cancellation):
         raise InputError(f"cancel is {shown(cancel)}, not a dx.Cancellation")
-    graph, bound = _checked(outputs, inputs)
+    graph, bound = checked(graph, inputs)
     fresh = flag(replan, "replan")
     check_gatherable({name: (graph[node].shape, graph[node].dtype)
                       for name, node in dict(graph.outputs).items()})
@@ -399,11 +352,7 @@ def run(outputs, inputs: dict | None = None, client=None, scheduler: str | None 
                 replanned = (f"planned again with memory fraction {config.memory_fraction:g} "
                              f"(smaller chunks) after: {err}")
                 log.warning("deepx_flow: %s", replanned)
-    if isinstance(outputs, Tensor):
-        return results[graph.outputs[0][0]]
-    if isinstance(outputs, (dict, Graph)):
-        return results
-    return [results[name] for name, _ in graph.outputs]
+    return results
 
 
 def _compute(plan, graph, bound, client, progress, recovery=None, note=None,
@@ -501,14 +450,12 @@ def lasting_client(client=None, scheduler: str | None = None, inputs=None):
             or _persisted_client(inputs) or current_client() or shared_client())
 
 
-def persist(outputs, inputs: dict | None = None, client=None, scheduler: str | None = None,
-            cluster=None, recovery: Recovery | None = None, replan: bool = False):
-    """Compute `outputs` and keep them on the cluster; returns `Persisted` handles.
-
-    Use this for outputs too large to gather. Without a client, the process's embedded
-    cluster is used, as by `run` (whose other parameters these are).
-    """
-    graph, bound = _checked(outputs, inputs)
+def persist_graph(graph: Graph, inputs: dict | None = None, client=None,
+                  scheduler: str | None = None, cluster=None, recovery: Recovery | None = None,
+                  replan: bool = False) -> dict[str, "Persisted"]:
+    """Compute the outputs of `graph` and keep them on the cluster: a `Persisted` handle
+    by output name (`dx.persist` of a graph)."""
+    graph, bound = checked(graph, inputs)
     replan = flag(replan, "replan")
     recovery = Recovery.of(recovery)
     planned = cluster_spec(cluster) if cluster is not None else None
@@ -523,11 +470,8 @@ def persist(outputs, inputs: dict | None = None, client=None, scheduler: str | N
         node = plan.graph[node_id]
         handles[name] = Persisted(name, node.shape, node.dtype, plan.partition.chunks[node_id],
                                   futures[name], active, keys[name], recorder)
-    if isinstance(outputs, Tensor):
-        return handles[graph.outputs[0][0]]
-    if isinstance(outputs, (dict, Graph)):
-        return handles
-    return [handles[name] for name, _ in graph.outputs]
+    return handles
 
 
-__all__ = ["compile", "run", "persist", "Persisted", "cluster_spec", "Recovery"]
+__all__ = ["compile_graph", "run_graph", "persist_graph", "Persisted", "cluster_spec", "checked",
+           "Recovery"]

@@ -19,30 +19,14 @@ Written as YAML, both are ordinary inputs: the data is supplied again at run tim
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 
 from deepx_flow.compiler.infer import infer_node
-from deepx_flow.errors import GraphError, InputError, shown
+from deepx_flow.errors import GraphError
 from deepx_flow.ir import dtypes
 from deepx_flow.ir.node import Node
+from deepx_flow.runtime.inputs import Binding, checked_inputs
 from deepx_flow.sdk.tensor import Tensor
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Binding:
-    """The data bound to an input node: `value` (a NumPy or dask array) and `token`, which
-    identifies it (the array's content token, the dask array's name)."""
-
-    value: Any
-    token: str
-
-    @property
-    def kind(self) -> str:
-        return "NumPy array" if isinstance(self.value, np.ndarray) else "dask array"
 
 
 def constant(array: np.ndarray) -> Tensor:
@@ -93,20 +77,3 @@ def with_bound_inputs(outputs, inputs: dict | None) -> dict:
     merged: dict = dict(bound_inputs(outputs))
     merged.update(checked_inputs(inputs))
     return merged
-
-
-def checked_inputs(inputs) -> dict:
-    """The `inputs=` argument of a run as a dict, or an InputError saying what it takes: a
-    mapping (or None) of input names (strings) to data. The data are checked as they are
-    bound, against the graph (`runtime.inputs.bind_inputs`)."""
-    if inputs is None:
-        return {}
-    if not isinstance(inputs, Mapping):
-        raise InputError(f"inputs must be a dict of input name -> array, file path or "
-                         f"persisted output, e.g. inputs={{'x': array}}; got "
-                         f"{type(inputs).__name__} {shown(inputs)}")
-    names = [name for name in inputs if not isinstance(name, str)]
-    if names:
-        raise InputError(f"inputs must be named by strings (the names of the graph's "
-                         f"inputs), got the key {shown(names[0])} ({type(names[0]).__name__})")
-    return dict(inputs)

@@ -91,7 +91,7 @@ class Tensor:
             `progress=`, `recovery=`. Data the tensor's graph carries (`dx.from_dask`
             arrays, NumPy operands) is bound without being named in `inputs`.
         """
-        from deepx_flow.runtime.run import run
+        from deepx_flow.sdk.run import run
         return run(self, **kwargs)
 
     # -- NumPy's protocols --------------------------------------------------------------

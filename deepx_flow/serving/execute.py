@@ -107,7 +107,7 @@ class Executable:
 
 def _read_only(value):
     """A bound value as a read-only view (a NumPy array's, or a Binding's array's)."""
-    from deepx_flow.sdk.bindings import Binding
+    from deepx_flow.runtime.inputs import Binding
     if isinstance(value, Binding):
         return Binding(_read_only(value.value), value.token)
     if isinstance(value, np.ndarray):

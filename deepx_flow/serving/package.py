@@ -73,7 +73,7 @@ def package(name: str, forward, params, example_inputs: dict, repository,
     from deepx_flow.serving.repository import NAME
     from deepx_flow.train.loop import _input_name as weight_name  # as Fit.params names them
     from deepx_flow.sdk.bindings import bound_inputs
-    from deepx_flow.spec.yaml_io import graph_to_document
+    from deepx_flow.spec.writer import graph_to_document
 
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise InputError(f"model name {shown(name)} is not 1 to 128 letters, digits, '_', '.' "

@@ -344,12 +344,12 @@ class ModelRepository:
     def _chunked(self, name: str, model: ServedModel, arrays: dict, outputs, rows: int):
         """Run one large request as a chunked plan on the cluster (the scheduler places its
         chunks on the workers)."""
-        from deepx_flow.runtime.run import run
+        from deepx_flow.runtime.run import run_graph
         wanted = model.check(arrays, outputs)
         graph, carried = model._graph(arrays)
         began = time.perf_counter_ns()
-        results = run(graph, inputs={**carried, **arrays}, client=self.client,
-                      cluster=self.cluster, progress=False)  # planned for its memory
+        results = run_graph(graph, inputs={**carried, **arrays}, client=self.client,
+                            cluster=self.cluster, progress=False)  # planned for its memory
         with self._lock:
             stats = self._stats(name, model)
             if stats is not None:

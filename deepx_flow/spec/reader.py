@@ -32,8 +32,8 @@ from deepx_flow.ir.node import make_attrs
 from deepx_flow.ops import OPS
 from deepx_flow.spec.composites import check_attrs, composites, expand
 from deepx_flow.spec.normalize import is_literal, literal_dtype, literal_node, normalize_attrs
+from deepx_flow.spec.writer import VERSION
 
-VERSION = 1
 TOP_KEYS = ("deepx", "name", "description", "inputs", "nodes", "outputs")
 INPUT_KEYS = ("shape", "dtype")
 NODE_KEYS = ("id", "op", "args", "shape", "dtype", "attrs")

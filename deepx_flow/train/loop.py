@@ -616,8 +616,9 @@ def _start_values(params: dict, client, spec, db=None) -> dict[str, np.ndarray]:
 def _computed(tensors: list, client, spec, db) -> list[np.ndarray]:
     """`dx.run(tensors)`, its run recorded in `db` (default: the configured database)."""
     from deepx_flow.runtime.plan_cache import cached_compile
-    from deepx_flow.runtime.run import _checked, _compute, check_gatherable
-    graph, bound = _checked(tensors, None)
+    from deepx_flow.runtime.run import _compute, check_gatherable
+    from deepx_flow.sdk.run import checked
+    graph, bound = checked(tensors)
     check_gatherable({name: (graph[node].shape, graph[node].dtype)
                       for name, node in graph.outputs})
     out = _compute(cached_compile(graph, spec), graph, bound, client, False, db=db)

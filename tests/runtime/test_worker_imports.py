@@ -42,7 +42,7 @@ def test_every_public_name_resolves_to_what_it_names():
                 assert isinstance(value, types.ModuleType), name
             else:
                 assert not isinstance(value, types.ModuleType), (name, value)
-        assert dx.run is __import__("deepx_flow.runtime.run", fromlist=["run"]).run
+        assert dx.run is __import__("deepx_flow.sdk.run", fromlist=["run"]).run
         assert dx.materialize is __import__("deepx_flow.assets", fromlist=["x"]).materialize
         # importing the training package's modules first leaves dx.train the function
         import deepx_flow.train.data

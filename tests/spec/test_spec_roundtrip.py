@@ -20,7 +20,8 @@ import deepx_flow as dx
 from deepx_flow.compiler.fuse import fuse_elementwise
 from deepx_flow.errors import GraphError
 from deepx_flow.spec.normalize import literal_node
-from deepx_flow.spec.yaml_io import from_yaml, graph_to_document, to_yaml
+from deepx_flow.spec.writer import graph_to_document
+from deepx_flow.spec.yaml_io import from_yaml, to_yaml
 
 GRAPHS = sorted((Path(__file__).resolve().parents[2] / "graphs").glob("*.yaml"))
 
