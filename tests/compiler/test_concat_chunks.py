@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import deepx_flow as dx
 from deepx_flow.compiler.compile import compile_graph
-from deepx_flow.compiler.partition import join_pieces
+from deepx_flow.compiler.chunking.layout import join_pieces
 from deepx_flow.config import Settings
 from deepx_flow.ir.keys import node_of
 from deepx_flow.runtime.inputs import bind_inputs

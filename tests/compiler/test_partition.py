@@ -7,8 +7,8 @@ from hypothesis import given, settings, strategies as st
 
 import deepx_flow as dx
 from deepx_flow.compiler.compile import compile_graph
-from deepx_flow.compiler.partition import (_balance, _Classes, _count, _even_out,
-                                           regular_chunks)
+from deepx_flow.compiler.chunking.classes import Classes, count, regular_chunks
+from deepx_flow.compiler.partition import _balance, _even_out
 from deepx_flow.config import Settings
 from tests.helpers import cluster_with_memory
 
@@ -250,11 +250,11 @@ def test_balanced_chunks_finish_no_later_than_the_halved_ones(stored, blocks, th
     # Whatever the extent, stored chunk and thread count, the chosen grid ends no later than
     # plain halving rounded up to stored chunks would (the size the balance step starts at).
     extent = stored * (blocks - 1) + min(part, stored)
-    classes = _Classes()
+    classes = Classes()
     classes.add("a", extent)
     classes.prefer("a", stored)
     before = classes.chunk("a")
-    while _count(extent, classes.chunk("a")) < 4 * threads and classes.chunk("a") > stored:
+    while count(extent, classes.chunk("a")) < 4 * threads and classes.chunk("a") > stored:
         before = classes.chunk("a")
         classes.halve("a")
     halved = classes.chunk("a")
@@ -269,7 +269,7 @@ def test_balanced_chunks_finish_no_later_than_the_halved_ones(stored, blocks, th
 def test_a_grid_memory_cut_is_evened_out():
     # 1,000,000 images in stored chunks of 8,192, tasks of 65,536 fitting memory: 15 full
     # tasks and a small one, 8 rounds on one of 2 threads; 49,152 makes both end together.
-    classes = _Classes()
+    classes = Classes()
     classes.add("a", 1_000_000)
     classes.prefer("a", 8192)
     classes.size[classes.find("a")] = 65536
@@ -285,7 +285,7 @@ def test_a_grid_memory_cut_is_evened_out():
 def test_evened_out_chunks_are_no_larger_and_end_no_later(stored, blocks, threads, part,
                                                           fits):
     extent = stored * (blocks - 1) + min(part, stored)
-    classes = _Classes()
+    classes = Classes()
     classes.add("a", extent)
     classes.prefer("a", stored)
     size = min(fits, blocks) * stored
