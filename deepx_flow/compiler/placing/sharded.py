@@ -1,0 +1,28 @@
+"""Sharded (ZeRO-3, FSDP): each worker keeps 1/n of the parameter, of its gradient and of its
+state along its first axis. A step gathers the whole parameter where it uses it, forward and
+again backward (it is not kept in between), and the gradient is reduce-scattered back to
+the shards, where the optimizer updates them."""
+
+from __future__ import annotations
+
+from deepx_flow.compiler.placing.strategy import Strategy
+
+
+class Sharded(Strategy):
+    name = "sharded"
+
+    def applies(self, p, workers):
+        return workers > 1 and len(p.shape) >= 1 and p.shape[0] >= workers
+
+    def kept(self, p, workers):
+        return p.copies * p.nbytes / workers
+
+    def gathered(self, p, workers):
+        return p.nbytes
+
+    def collectives(self, p, workers):
+        return [("all_gather", p.nbytes), ("all_gather", p.nbytes),
+                ("reduce_scatter", p.nbytes)]
+
+    def axis(self, p, workers):
+        return 0
