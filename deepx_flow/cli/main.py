@@ -164,8 +164,11 @@ def _cmd_explain(args) -> int:
             spec = cluster_spec(None, client)
     else:
         spec = cluster_spec(args.cluster)
+    from deepx_flow.train.step_plan import is_step, plan_step, step_inputs
     with _about(args.graph):
-        plan = compile_graph(graph, spec)
+        # a training step's spec (`dx.to_yaml` of its graph): its parameters placed too
+        plan = plan_step(graph, *step_inputs(graph), spec) if is_step(graph) else \
+            compile_graph(graph, spec)
     print(plan.explain())
     return 0
 

@@ -37,6 +37,7 @@ from deepx_flow.config import LARGEST_INT, settings
 from deepx_flow.errors import ExecutionError, GraphError, shown
 from deepx_flow.ir import dtypes
 from deepx_flow.ir.keys import key_name, node_of
+from deepx_flow.ops.common import flag
 from deepx_flow.runtime.inputs import ArraySource, KeySource
 from deepx_flow.sdk.tensor import Tensor
 from deepx_flow.train.book import Book, Saver
@@ -129,7 +130,7 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
           checkpoint: str | None = None, checkpoint_every: int | None = None,
           resume: bool = False, window_blocks: int | None = None,
           progress: bool | None = None, client=None, scheduler: str | None = None,
-          cluster=None, db=None) -> Fit:
+          cluster=None, db=None, plan_only: bool = False):
     """Train `params` to minimize `loss_fn(params, *batch)` over `data`.
 
     Parameters
@@ -176,6 +177,16 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
         The metadata database (default the configured one): the training, its runs (the
         one computing random initial parameters too), its metrics per step and its
         checkpoints are recorded there.
+    plan_only : bool
+        Plan the training step for `cluster` (a cluster file or spec; by default the one
+        in use) and return that plan, a `StepPlan`, without computing anything: where each
+        parameter and its optimizer state live, the memory per worker, the predicted step
+        time and its compute/communication ratio (`plan.explain()`). The parameters'
+        shapes are read from the tensors given, which are not computed.
+
+    Returns
+    -------
+    Fit, or StepPlan with `plan_only`.
     """
     from deepx_flow.optim import Adam
     from deepx_flow.runtime.plan_cache import cached_compile
@@ -188,6 +199,9 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
     show = wanted(progress)
     dataset = dataset_of(data)
     check_batch_size(dataset, batch_size)
+    if flag(plan_only, "plan_only"):
+        return _plan_only(loss_fn, params, dataset, batch_size, optimizer, client, scheduler,
+                          cluster)
     schedule = _schedule(dataset, batch_size, epochs)
     planned = cluster_spec(cluster) if cluster is not None else None
     active = lasting_client(client, scheduler)
@@ -586,6 +600,40 @@ def _record_eval(fit: Fit, scores: dict, planned, book) -> None:
     fit.evaluations.append({"step": planned.number, "epoch": planned.epoch, **scores})
     book.metrics([(planned.number, planned.epoch, "eval_" + name, value)
                   for name, value in scores.items()])
+
+
+def _plan_only(loss_fn, params, dataset, batch_size, optimizer, client, scheduler, cluster):
+    """The training step planned for the cluster (`train.step_plan`), nothing computed."""
+    from deepx_flow.runtime.run import cluster_spec, lasting_client
+    from deepx_flow.train.step_plan import plan_step
+    spec = cluster_spec(cluster) if cluster is not None else \
+        cluster_spec(None, lasting_client(client, scheduler))
+    shapes = {name: _shape_of(name, value) for name, value in _named(params).items()}
+    columns = [((batch_size,) + c.shape[1:], c.dtype) for c in dataset.columns]
+    f = (lambda p, *c: loss_fn(p, *c, step=1)) if takes_step(loss_fn) else loss_fn
+    step = build_step(f, shapes, optimizer, columns)
+    return plan_step(step.graph, step.params, step.state, spec)
+
+
+def _named(params) -> dict:
+    if not isinstance(params, dict) or not params:
+        raise GraphError(f"params must be a dict of named tensors or arrays, got "
+                         f"{shown(params)}")
+    for name in params:
+        if not isinstance(name, str) or not name:
+            raise GraphError(f"parameter names are non-empty strings, got {shown(name)}")
+    return params
+
+
+def _shape_of(name: str, value) -> tuple[tuple[int, ...], str]:
+    """A parameter's shape and dtype, read without computing it."""
+    if not (hasattr(value, "shape") and hasattr(value, "dtype")):  # (Tensor, NumPy, Zarr)
+        value = np.asarray(value)
+    shape, dtype = value.shape, dtypes.normalize(value.dtype)
+    if not dtypes.is_float(dtype):
+        raise GraphError(f"parameter {shown(name)} is {dtype}; only floating-point "
+                         "parameters are trained")
+    return tuple(int(s) for s in shape), dtype
 
 
 def _start_values(params: dict, client, spec, db=None) -> dict[str, np.ndarray]:
