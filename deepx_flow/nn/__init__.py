@@ -6,6 +6,7 @@ that the compiler fuses, chunks and differentiates.
 """
 
 from deepx_flow.errors import no_attribute
+from deepx_flow.nn.attention import causal_attention
 from deepx_flow.nn.activations import (celu, elu, gelu, hard_sigmoid, hard_swish, leaky_relu,
                                        mish, prelu, selu, thresholded_relu)
 from deepx_flow.nn.convolution import (avg_pool, conv, conv_transpose, global_avg_pool,
@@ -14,10 +15,11 @@ from deepx_flow.nn.functional import cross_entropy, dropout, mse, one_hot
 from deepx_flow.nn.layers import Embedding, Linear, Sequential
 from deepx_flow.nn.normalization import (batch_norm, batch_norm_stats, group_norm, instance_norm,
                                          layer_norm)
+from deepx_flow.nn.transformer import TransformerLM
 from deepx_flow.sdk.functions import erf, log_softmax, relu, sigmoid, softmax, softplus, tanh
 
-__all__ = ["Embedding", "Linear", "Sequential", "avg_pool", "batch_norm", "batch_norm_stats",
-           "celu", "conv", "conv_transpose", "cross_entropy", "dropout", "elu", "erf", "gelu",
+__all__ = ["Embedding", "Linear", "Sequential", "TransformerLM", "avg_pool", "batch_norm",
+           "batch_norm_stats", "causal_attention", "celu", "conv", "conv_transpose", "cross_entropy", "dropout", "elu", "erf", "gelu",
            "global_avg_pool", "global_max_pool", "group_norm", "hard_sigmoid", "hard_swish",
            "instance_norm", "layer_norm", "max_pool", "leaky_relu", "log_softmax", "mish",
            "mse", "one_hot", "prelu", "relu", "selu", "sigmoid", "softmax", "softplus", "tanh",
