@@ -4,12 +4,15 @@ sequence-by-sequence matrix of scores (as FlashAttention computes it; Dao et al.
 The sequence is cut into blocks of `block` positions. Query block i meets key blocks 0..i
 (the later ones are masked out entirely, so they are never computed): for each pair a
 `block x block` tile of scores, `q_i @ k_j^T / sqrt(d)`, the diagonal tile causally masked.
-Each query row's largest score over its tiles is subtracted before exponentiating (the
-softmax is unchanged by it and nothing overflows), and the row's output is the sum over
-its tiles of `exp(s_ij - m_i) @ v_j`, divided by the sum of those exponentials. Every node
-of the graph, and of its gradient (the `differentiate` pass runs through the same tiles),
-is at most one tile: memory grows with the sequence length times the block, not with its
-square.
+The tiles of a query block are taken in order with FlashAttention's online softmax: the
+largest score of each row so far is subtracted before exponentiating (nothing overflows),
+and the sum of exponentials and the weighted sum of values made so far are rescaled when
+it grows; the output is their quotient. Every node of the graph, and of its gradient (the
+`differentiate` pass runs through the same tiles), is at most one tile, and the forward
+pass holds a few tiles per query block at once: its memory grows with the sequence length
+times the block, not with its square. (The backward pass reads the forward's tiles, which
+wait for it: a training step holds all of them, spread over its tasks; FlashAttention
+computes them again instead.)
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import numpy as np
 
 from deepx_flow.errors import GraphError, shown
 from deepx_flow.sdk import functions as F
-from deepx_flow.sdk.bindings import constant
 from deepx_flow.sdk.functions import as_tensor
 from deepx_flow.sdk.tensor import Tensor
 
@@ -48,21 +50,32 @@ def causal_attention(q, k, v, block: int = 128) -> Tensor:
     qs, ks, vs = pieces(q * scale), pieces(k), pieces(v)
     outs = []
     for i, qi in enumerate(qs):
-        tiles = [qi @ F.transpose(ks[j], swap) for j in range(i + 1)]
-        tiles[i] = F.where(_causal(qi.shape[-2]), tiles[i], -np.inf)
-        top = F.max(tiles[0], axis=-1, keepdims=True)
-        for t in tiles[1:]:
-            top = F.maximum(top, F.max(t, axis=-1, keepdims=True))
-        weights = [F.exp(t - top) for t in tiles]
-        total = weights[0].sum(axis=-1, keepdims=True)
-        out = weights[0] @ vs[0]
-        for j in range(1, i + 1):
-            total = total + weights[j].sum(axis=-1, keepdims=True)
-            out = out + weights[j] @ vs[j]
+        # One pass over the key blocks, FlashAttention's online softmax: the row's largest
+        # score so far (`top`), the sum of its exponentials and the weighted values, both
+        # rescaled whenever `top` grows. Each tile is read by one step of one chain, so a
+        # few tiles per query block are alive at once, whatever order the tasks run in.
+        top = total = out = None
+        for j in range(i + 1):
+            tile = qi @ F.transpose(ks[j], swap)
+            if j == i:
+                tile = F.where(_causal(qi.shape[-2]), tile, -np.inf)
+            tile_top = F.max(tile, axis=-1, keepdims=True)
+            new_top = tile_top if top is None else F.maximum(top, tile_top)
+            weights = F.exp(tile - new_top)
+            if top is None:
+                total, out = weights.sum(axis=-1, keepdims=True), weights @ vs[j]
+            else:
+                rescale = F.exp(top - new_top)
+                total = total * rescale + weights.sum(axis=-1, keepdims=True)
+                out = out * rescale + weights @ vs[j]
+            top = new_top
         outs.append(out / total)
     return outs[0] if len(outs) == 1 else F.concat(outs, axis=axis)
 
 
 def _causal(size: int) -> Tensor:
-    """The diagonal tile's mask: position r sees positions up to r."""
-    return constant(np.tril(np.ones((size, size), dtype=bool)))
+    """The diagonal tile's mask: position r sees positions up to r. Computed in the graph
+    (not a constant bound as data), so that a training step's graph reads no data but its
+    batch and parameters."""
+    positions = F.arange(size)
+    return F.reshape(positions, (size, 1)) >= F.reshape(positions, (1, size))
