@@ -15,10 +15,13 @@ import re
 from dataclasses import dataclass, replace
 
 from deepx_flow.compiler.compile import compile_graph
+from deepx_flow.compiler.fuse import fuse_elementwise
+from deepx_flow.compiler.infer import infer_types
 from deepx_flow.compiler.placing import ParameterPlacement, place_parameters
 from deepx_flow.compiler.plan import Plan
+from deepx_flow.compiler.validate import validate_graph
 from deepx_flow.config import Settings, settings
-from deepx_flow.errors import GraphError, shown
+from deepx_flow.errors import GraphError, PlanError, shown
 from deepx_flow.ir import Graph, dtypes
 from deepx_flow.registry.cluster import ClusterSpec, format_bytes
 
@@ -83,11 +86,34 @@ def plan_step(graph: Graph, params: dict[str, str], state: dict[str, str],
               placement: str = "auto") -> StepPlan:
     """Place the step's parameters and compile the step with the memory they leave."""
     config = config or settings()
-    placed = place_parameters(graph, params, state, cluster, config, placement)
-    left = less_memory(cluster, placed.kept)
-    # one batch chunk per worker thread, as `dx.train` compiles its step
-    plan = compile_graph(graph, left, replace(config, chunks_per_thread=1))
-    return StepPlan(placed, replace(plan, cluster=cluster))
+    workers = len(cluster.workers)
+    # One batch chunk per worker thread, as `dx.train` compiles its step; and the task limit
+    # per worker, as `dx.train` groups each shard's tasks into one (`compiler/group.py`).
+    step_config = replace(config, chunks_per_thread=1, max_tasks=config.max_tasks * workers)
+    # The step's own values come first: the parameters are placed in what they leave, and
+    # placed again in less where the tasks then planned do not fit beside them.
+    fused = fuse_elementwise(infer_types(validate_graph(graph)))
+    reserved = peak_live_bytes(fused, set(params.values()) | set(state.values())) // workers
+    budget = min(w.budget for w in cluster.workers)
+    for _ in range(ATTEMPTS):
+        placed = place_parameters(graph, params, state, cluster, config, placement, reserved)
+        plan = compile_graph(graph, less_memory(cluster, placed.kept), step_config)
+        stepped = StepPlan(placed, replace(plan, cluster=cluster))
+        over = stepped.memory_per_worker - budget
+        if over <= 0:
+            return stepped
+        reserved = budget - (placed.kept - over)  # so that the parameters keep less
+    chosen = ", ".join(f"{n} {k}" for k, n in sorted(placed.strategies().items()))
+    raise PlanError(
+        f"the training step needs {format_bytes(stepped.memory_per_worker)} per worker, "
+        f"more than the {format_bytes(budget)} of cluster '{cluster.name}': parameters and "
+        f"state {format_bytes(placed.kept)} ({chosen}), the step's live values "
+        f"{format_bytes(stepped.activations)}, running tasks "
+        f"{format_bytes(stepped.task_memory)}. Use a smaller batch, shorter sequences or more "
+        f"workers")
+
+
+ATTEMPTS = 4  # placements tried, each leaving the tasks more room
 
 
 def less_memory(cluster: ClusterSpec, kept: int) -> ClusterSpec:

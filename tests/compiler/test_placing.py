@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 import deepx_flow as dx
 from deepx_flow.compiler.placing import (PARAMETER_SHARE, STRATEGIES, place_parameters,
                                          trained_parameters)
-from deepx_flow.compiler.placing.collectives import Ring
+from deepx_flow.compiler.placing.collectives import BUCKET, Collectives
 from deepx_flow.errors import PlanError
 from deepx_flow.registry.cluster import ClusterSpec, LinkSpec, WorkerSpec, load_cluster_file
 from deepx_flow.train.step import build_step
@@ -55,12 +55,23 @@ def test_the_parameters_are_found_with_their_state_and_their_matmuls():
                                                                sgd.state))
 
 
-def test_ring_collectives_send_what_the_ring_algorithms_send():
-    ring = Ring(4, bandwidth=1e9, latency=1e-5)
-    assert ring.sent("all_gather", 4000) == ring.sent("reduce_scatter", 4000) == 3000
-    assert ring.sent("all_reduce", 4000) == 6000
-    assert ring.seconds("all_reduce", 4000) == pytest.approx(6000 / 1e9 + 6 * 1e-5)
-    assert Ring(1, 1e9, 1e-5).seconds("all_reduce", 4000) == 0
+def test_collectives_send_what_the_hierarchical_ring_algorithms_send():
+    one_host = Collectives(1, 4, 1e9, 1e-5, 0.0, 0.0)
+    assert one_host.sent("all_gather", 4000) == one_host.sent("reduce_scatter", 4000) == 3000
+    assert one_host.sent("all_reduce", 4000) == 6000
+    # a bucket's latency, shared by the bytes of the tensor
+    assert one_host.seconds("all_reduce", BUCKET) == pytest.approx(
+        2 * (0.75 * BUCKET / 1e9 + 3 * 1e-5))
+    assert Collectives(1, 1, 1e9, 1e-5, 0.0, 0.0).seconds("all_reduce", 4000) == 0
+    # 4 hosts of 8: across hosts 3/4 of an eighth each, then 7/8 inside a host
+    nodes = Collectives(4, 8, 400e9, 2e-6, 50e9, 5e-6)
+    assert nodes.sent("all_gather", 8000) == pytest.approx(7000 + 750)
+    flat = 2 * 31 / 32 * 8e9 / 50e9  # one ring of 32 over the links between hosts
+    assert nodes.seconds("all_reduce", 8e9) < flat / 3
+    spec = load_cluster_file(ROOT / "graphs/clusters/2x4xH200.yaml")
+    assert Collectives.of(spec) == Collectives(2, 4, 450e9, 2e-6, 50e9, 5e-6)
+    uneven = _cluster(3, 2**30, 2)  # hosts of 2 and 1 workers: one ring between hosts
+    assert (Collectives.of(uneven).hosts, Collectives.of(uneven).per_host) == (3, 1)
 
 
 def test_each_strategy_keeps_and_moves_what_it_says():

@@ -7,8 +7,9 @@ sends per step, and the step's predicted compute and communication.
 
 How it chooses: each parameter first takes the strategy whose collectives take least time
 on the cluster's measured links (`collectives.py`). While the workers would keep more than
-their share of memory for parameters (`PARAMETER_SHARE` of the smallest worker's; the rest
-is for the step's tasks), the parameter whose change to a strategy needing fewer bytes (kept
+their share of memory for parameters (`PARAMETER_SHARE` of the smallest worker's at most,
+and less the step's own values where the caller reserves them; the rest is for the step's
+tasks), the parameter whose change to a strategy needing fewer bytes (kept
 and gathered) costs the fewest seconds per byte saved is changed. When every parameter is
 at its fewest bytes and they still do not fit, a PlanError says by how much. The loss function is the same whichever is
 chosen: the strategies change where tensors live and what moves, not what is computed.
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deepx_flow.compiler.placing.collectives import Ring
+from deepx_flow.compiler.placing.collectives import Collectives
 from deepx_flow.compiler.placing.params import TrainedParameter, trained_parameters
 from deepx_flow.compiler.placing.replicated import Replicated
 from deepx_flow.compiler.placing.sharded import Sharded
@@ -110,21 +111,23 @@ class ParameterPlacement:
 
 def place_parameters(graph: Graph, params: dict[str, str], state: dict[str, str],
                      cluster: ClusterSpec, config: Settings | None = None,
-                     strategy: str = "auto") -> ParameterPlacement:
+                     strategy: str = "auto", reserved: int = 0) -> ParameterPlacement:
     """Place the parameters of a step graph (see the module docstring).
 
     `params` maps the user's parameter names to their placeholders, `state` "slot/name" to
     the optimizer state's. `strategy` "auto" chooses; a strategy's name places every
     parameter it applies to that way (the others replicated), still within memory.
+    `reserved` bytes of each worker are not for parameters (the step's live values).
     """
     config = config or settings()
     if strategy != "auto" and strategy not in STRATEGIES:
         raise PlanError(f"unknown placement {strategy!r}: auto or "
                         f"{', '.join(STRATEGIES)}")
-    ring = Ring.of(cluster)
+    ring = Collectives.of(cluster)
     n = ring.workers
     trained = trained_parameters(graph, params, state)
-    limit = int(min(w.budget for w in cluster.workers) * PARAMETER_SHARE)
+    budget = min(w.budget for w in cluster.workers)
+    limit = max(0, min(int(budget * PARAMETER_SHARE), budget - reserved))
 
     def placed(p: TrainedParameter, s: Strategy) -> Placed:
         moves = s.collectives(p, n)
@@ -176,8 +179,9 @@ def _cannot_fit(chosen: dict[str, Placed], limit: int, cluster: ClusterSpec,
     how = "however they are placed" if strategy == "auto" else f"placed {strategy}"
     return (f"the parameters, gradients and optimizer state need "
             f"{format_bytes(_kept(chosen))} per worker {how}, more than the "
-            f"{format_bytes(limit)} ({PARAMETER_SHARE:.0%} of a worker's memory) a worker of "
-            f"cluster '{cluster.name}' keeps them in; the largest is "
+            f"{format_bytes(limit)} a worker of cluster '{cluster.name}' keeps them in (at "
+            f"most {PARAMETER_SHARE:.0%} of its memory, less what the step's values need); "
+            f"the largest is "
             f"'{largest.parameter.name}' {largest.parameter.shape} "
             f"({format_bytes(largest.parameter.nbytes)}). Use more workers or workers with "
             f"more memory")

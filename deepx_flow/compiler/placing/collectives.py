@@ -1,41 +1,66 @@
-"""What the collectives of a step cost on a cluster's links: ring algorithms, as NCCL and
-Gloo run them (Patarasuk and Yuan 2009; Thakur et al. 2005).
+"""What the collectives of a step cost on a cluster's links, as NCCL runs them on nodes of
+several GPUs: hierarchically (Thakur et al. 2005; Patarasuk and Yuan 2009).
 
-Over n workers, an all-gather or a reduce-scatter of a tensor of P bytes sends (n-1)/n * P
-from each worker and takes n-1 steps; an all-reduce is one of each. A ring over several
-hosts runs at the bandwidth of the links between hosts (each GPU has its own, as on DGX
-nodes), one inside a host at the host link's.
+Over n = m hosts x g workers each, an all-gather of a tensor of P bytes first gathers
+across the hosts, each worker with its peers of the same rank on the others (all hosts'
+links busy at once: (m-1)/m * P/g bytes sent by each), then inside each host ((g-1)/g * P
+over the host's links); a reduce-scatter is the same in reverse, an all-reduce one of
+each. On one host it is a ring over the host's links; hosts of unequal sizes are one ring
+over the slower links. Collectives of small tensors are bucketed, as PyTorch's DDP and FSDP
+bucket them (25 MiB), so each tensor pays its share of a bucket's latency.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from deepx_flow.registry.cluster import ClusterSpec
 
+BUCKET = 25 * 2**20
+FACTOR = {"all_gather": 1, "reduce_scatter": 1, "all_reduce": 2}
+
 
 @dataclass(frozen=True)
-class Ring:
-    workers: int
-    bandwidth: float  # bytes/s each worker sends at
-    latency: float    # seconds per step
+class Collectives:
+    hosts: int            # m
+    per_host: int         # g
+    host_bandwidth: float
+    host_latency: float
+    cluster_bandwidth: float
+    cluster_latency: float
 
     @classmethod
-    def of(cls, cluster: ClusterSpec) -> "Ring":
-        link = cluster.typical_link
-        return cls(len(cluster.workers), link.bandwidth, link.latency)
+    def of(cls, spec: ClusterSpec) -> "Collectives":
+        counts = Counter(w.host for w in spec.workers)
+        host, between = spec.link("host"), spec.link("cluster")
+        if len(counts) == 1:
+            return cls(1, len(spec.workers), host.bandwidth, host.latency, 0.0, 0.0)
+        if len(set(counts.values())) > 1:  # one ring over the links between hosts
+            return cls(len(spec.workers), 1, 0.0, 0.0, between.bandwidth, between.latency)
+        return cls(len(counts), next(iter(counts.values())), host.bandwidth, host.latency,
+                       between.bandwidth, between.latency)
+
+    @property
+    def workers(self) -> int:
+        return self.hosts * self.per_host
+
+    def _parts(self, nbytes: float) -> tuple[float, float]:
+        """Bytes each worker sends inside its host and between hosts, for an all-gather or
+        a reduce-scatter of `nbytes`."""
+        m, g = self.hosts, self.per_host
+        return (g - 1) / g * nbytes, (m - 1) / m * nbytes / g
 
     def sent(self, kind: str, nbytes: float) -> float:
         """Bytes each worker sends for the collective `kind` of a tensor of `nbytes`."""
-        n = self.workers
-        if n <= 1:
-            return 0.0
-        share = (n - 1) / n * nbytes
-        return {"all_gather": share, "reduce_scatter": share, "all_reduce": 2 * share}[kind]
+        return FACTOR[kind] * sum(self._parts(nbytes))
 
     def seconds(self, kind: str, nbytes: float) -> float:
-        n = self.workers
-        if n <= 1:
+        if self.workers <= 1:
             return 0.0
-        steps = (n - 1) * (2 if kind == "all_reduce" else 1)
-        return self.sent(kind, nbytes) / self.bandwidth + steps * self.latency
+        inside, between = self._parts(nbytes)
+        moving = (inside / self.host_bandwidth if inside else 0.0) + \
+            (between / self.cluster_bandwidth if between else 0.0)
+        steps = (self.per_host - 1) * self.host_latency + \
+            (self.hosts - 1) * self.cluster_latency
+        return FACTOR[kind] * (moving + steps * nbytes / BUCKET)
