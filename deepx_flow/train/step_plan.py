@@ -95,6 +95,12 @@ def plan_step(graph: Graph, params: dict[str, str], state: dict[str, str],
     fused = fuse_elementwise(infer_types(validate_graph(graph)))
     reserved = peak_live_bytes(fused, set(params.values()) | set(state.values())) // workers
     budget = min(w.budget for w in cluster.workers)
+    if reserved >= budget:
+        raise PlanError(
+            f"the training step's live values alone need {format_bytes(reserved)} per worker "
+            f"(its intermediate values alive at once, the batch spread over {workers} "
+            f"workers), more than the {format_bytes(budget)} of cluster '{cluster.name}'. Use "
+            f"a smaller batch, shorter sequences or more workers")
     for _ in range(ATTEMPTS):
         placed = place_parameters(graph, params, state, cluster, config, placement, reserved)
         plan = compile_graph(graph, less_memory(cluster, placed.kept), step_config)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import deepx_flow as dx
-from deepx_flow.errors import GraphError
+from deepx_flow.errors import GraphError, PlanError
 from deepx_flow.registry.cluster import load_cluster_file
 from deepx_flow.train.step_plan import StepPlan, peak_live_bytes, step_inputs
 
@@ -97,3 +97,15 @@ def test_live_bytes_follow_each_value_from_its_node_to_its_last_reader():
     assert peak_live_bytes(graph, skip={"x"}) == 2 * 16
     w = dx.exp(dx.exp(dx.exp(x)))  # a chain: two values alive at once
     assert peak_live_bytes(dx.build_graph(w)) == 2 * 16
+
+
+def test_a_step_whose_values_alone_do_not_fit_is_refused_saying_so(tmp_path):
+    model = mlp([1024, 4096, 10])
+    x, y = np.zeros((8192, 1024), np.float32), np.zeros(8192, np.int64)
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text("deepx_cluster: 1\nname: tiny\nworkers:\n  - {name: w, count: 2, "
+                    "host: h, threads: 1, memory: 64MiB}\n")
+    with pytest.raises(PlanError, match=r"live values alone need .* more than the 64\.0 MiB "
+                                        r"of cluster 'tiny'\. Use a smaller batch"):
+        dx.train(loss_of(model), model.init(0), (x, y), batch_size=8192, plan_only=True,
+                 cluster=tiny)
