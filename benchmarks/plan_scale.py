@@ -26,6 +26,7 @@ Run: `python benchmarks/plan_scale.py [--quick]` (--quick: the 1.5B model on 16 
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 
@@ -39,7 +40,7 @@ from deepx_flow.train.step_plan import plan_step
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {
     "1.5B": dict(vocab=50257, length=1024, dim=1600, heads=25, layers=48, block=512),
-    "7B": dict(vocab=50257, length=2048, dim=4096, heads=32, layers=32, block=512),
+    "7B": dict(vocab=50257, length=1024, dim=4096, heads=32, layers=32, block=512),
 }
 CLUSTERS = ("2x8xH100", "8x8xH100", "32x8xH100")
 PUBLISHED_MFU = (0.41, 0.48)  # Megatron-LM on H100, bfloat16 (see the docstring)
@@ -51,7 +52,7 @@ def plan_for(name: str, cluster_name: str) -> dict:
     cluster = load_cluster_file(ROOT / "graphs" / "clusters" / f"{cluster_name}.yaml")
     gpus = len(cluster.workers)
     shapes = {k: (s, "float32") for k, s in model.shapes().items()}
-    parameters = sum(int(__import__("math").prod(s)) for s in model.shapes().values())
+    parameters = sum(math.prod(s) for s in model.shapes().values())
     for per_gpu in (8, 4, 2, 1):
         batch = [((per_gpu * gpus, cfg["length"]), "int64")] * 2
         began = time.perf_counter()

@@ -16,6 +16,7 @@ KNOWN = {frozenset({
     "sdk.bindings", "sdk.build", "sdk.display", "sdk.functions", "sdk.indexing",
     "sdk.numpy_dispatch", "sdk.run", "sdk.tensor"})}
 
+
 def modules() -> dict[str, Path]:
     out = {}
     for path in PACKAGE.rglob("*.py"):

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from deepx_flow.compiler import batch_chain
 from deepx_flow.compiler.batch_chain import all_chains
 from deepx_flow.compiler.costs import combine_cost, main_cost, measured_task_seconds
+from deepx_flow.compiler.chunking import task_count
 from deepx_flow.compiler.inline import (finished_by_reader, main_tasks,
                                         predicted_inline)
 from deepx_flow.compiler.lower import Lowered, lower_partition
-from deepx_flow.compiler.chunking import task_count
 from deepx_flow.compiler.partition import Partition
 from deepx_flow.ir import Graph, dtypes
 from deepx_flow.ir.program import describe, speed_label

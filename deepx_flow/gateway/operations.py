@@ -145,7 +145,7 @@ class Operations:
         def work(token, took_run_id):
             from deepx_flow.runtime.run import run_graph
             results = run_graph(runnable, inputs=inputs, client=self.client,
-                          progress=_RunIdTaker(took_run_id), cancel=token)
+                                progress=_RunIdTaker(took_run_id), cancel=token)
             return {n: results[n] for n in wanted}, None
         return self.start("execute", digest, target if isinstance(target, str) else None,
                           work, operation_id)
@@ -360,9 +360,9 @@ class Operations:
             found = await asyncio.to_thread(self._row, operation_id)
             if found is None or found.state in FINAL or found.pid == self.me.pid:
                 return  # (ours, its thread ended: `get` says how)
+            # another gateway's: its row says when it ends
             left = 0.5 if deadline is None else deadline - loop.time()
-            await asyncio.sleep(max(0.0, min(0.5, left)))  # another gateway's: its row
-            # says when it ends
+            await asyncio.sleep(max(0.0, min(0.5, left)))
 
     def _row(self, operation_id: str) -> Operation | None:
         with self.db.read() as session:

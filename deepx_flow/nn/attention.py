@@ -8,7 +8,8 @@ The tiles of a query block are taken in order with FlashAttention's online softm
 largest score of each row so far is subtracted before exponentiating (nothing overflows),
 and the sum of exponentials and the weighted sum of values made so far are rescaled when
 it grows; the output is their quotient. Every node of the graph, and of its gradient (the
-`differentiate` pass runs through the same tiles), is at most one tile, and the forward
+`differentiate` pass runs through the same tiles), is at most one tile or one block of
+positions (a query block's rows of q and of the output), and the forward
 pass holds a few tiles per query block at once: its memory grows with the sequence length
 times the block, not with its square. (The backward pass reads the forward's tiles, which
 wait for it: a training step holds all of them, spread over its tasks; FlashAttention
@@ -36,6 +37,9 @@ def causal_attention(q, k, v, block: int = 128) -> Tensor:
         raise GraphError(f"causal_attention takes q and k of one shape (..., sequence, d) and "
                          f"v of (..., sequence, d_v), got {q.shape}, {k.shape}, {v.shape}",
                          q.node.id)
+    if q.shape[-1] == 0 or q.shape[-2] == 0:
+        raise GraphError(f"causal_attention takes at least one position and one feature, "
+                         f"got q of shape {q.shape}", q.node.id)
     if not isinstance(block, int) or isinstance(block, bool) or block < 1:
         raise GraphError(f"causal_attention: block is a positive number of positions, got "
                          f"{shown(block)}", q.node.id)

@@ -41,13 +41,17 @@ class TransformerLM:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise GraphError(f"TransformerLM: {name} must be a positive integer, got "
                                  f"{shown(value)}")
+        if self.hidden is not None and (not isinstance(self.hidden, int)
+                                        or isinstance(self.hidden, bool) or self.hidden < 1):
+            raise GraphError(f"TransformerLM: hidden must be a positive integer or None (4 x "
+                             f"dim), got {shown(self.hidden)}")
         if self.dim % self.heads:
             raise GraphError(f"TransformerLM: dim {self.dim} is not a multiple of heads "
                              f"{self.heads}")
 
     @property
     def width(self) -> int:
-        return self.hidden or 4 * self.dim
+        return 4 * self.dim if self.hidden is None else self.hidden
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         d, h = self.dim, self.width

@@ -2,13 +2,14 @@
 
 `dx.compile`, `dx.run` and `dx.persist` (`sdk/run.py`) collect the graph behind tensors and
 the data they carry, and call these, which take a `Graph` and its inputs (so the runtime
-needs nothing of the SDK). `run_graph` compiles the graph for the cluster it will run on, binds the inputs, lowers the plan to
-one Dask graph, submits it, shows progress on long runs, and gathers the outputs into NumPy
-arrays chunk by chunk. `persist_graph` leaves the outputs on the cluster instead. Failures in tasks
-come back as ExecutionError naming the task.
+needs nothing of the SDK). `run_graph` compiles the graph for the cluster it will run on,
+binds the inputs, lowers the plan to one Dask graph, submits it, shows progress on long
+runs, and gathers the outputs into NumPy arrays chunk by chunk. `persist_graph` leaves the
+outputs on the cluster instead. Failures in tasks come back as ExecutionError naming the
+task.
 
-A loop of small runs (training steps, notebook cells) is not paid for in overhead: the plan of
-a graph is kept for its next run on the same cluster with the same settings
+A loop of small runs (training steps, notebook cells) is not paid for in overhead: the plan
+of a graph is kept for its next run on the same cluster with the same settings
 (`plan_cache.py`), a live cluster is probed and registered once while its workers stay the
 same (`registry/membership.py`), and the scheduler hears of a run in one round trip
 (`begin.py`). What changes from run to run (input data, measured links and operator speeds)

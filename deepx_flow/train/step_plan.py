@@ -32,6 +32,7 @@ class StepPlan:
 
     placement: ParameterPlacement
     plan: Plan
+    kept_inputs: tuple[str, ...] = ()  # the parameters' and state's placeholders
 
     @property
     def task_memory(self) -> int:
@@ -46,12 +47,8 @@ class StepPlan:
         most that are alive at once (made and not yet read for the last time, in the
         order the graph computes them; the forward pass's values wait for the backward),
         the batch spread over the workers."""
-        placeholders = set(self.placement_inputs)
-        return peak_live_bytes(self.plan.fused, placeholders) // self.placement.workers
-
-    @property
-    def placement_inputs(self) -> tuple[str, ...]:
-        return tuple(p.parameter.node for p in self.placement.placed)
+        return peak_live_bytes(self.plan.fused, set(self.kept_inputs)) // \
+            self.placement.workers
 
     @property
     def memory_per_worker(self) -> int:
@@ -71,7 +68,8 @@ class StepPlan:
             self.placement.explain(), "",
             f"memory per worker: {format_bytes(self.memory_per_worker)} of "
             f"{format_bytes(limit)} (parameters and state {format_bytes(self.placement.kept)},"
-            f" live values {format_bytes(self.activations)}, running tasks {format_bytes(self.task_memory)}; a task may use "
+            f" live values {format_bytes(self.activations)}, running tasks "
+            f"{format_bytes(self.task_memory)}; a task may use "
             f"{format_bytes(self.plan.partition.budget)})", "", self.plan.explain()])
 
     def __repr__(self) -> str:
@@ -84,42 +82,46 @@ class StepPlan:
 def plan_step(graph: Graph, params: dict[str, str], state: dict[str, str],
               cluster: ClusterSpec, config: Settings | None = None,
               placement: str = "auto") -> StepPlan:
-    """Place the step's parameters and compile the step with the memory they leave."""
+    """Place the step's parameters and compile the step with the memory they leave.
+
+    The step's own live values come first; the parameters are placed in a share of what
+    they leave (`SHARES`, the largest first), and the step is compiled with what is left
+    after both, for its tasks. A share whose tasks cannot fit is followed by a smaller one;
+    when none fits, the PlanError says what each part needs."""
     config = config or settings()
     workers = len(cluster.workers)
     # One batch chunk per worker thread, as `dx.train` compiles its step; and the task limit
     # per worker, as `dx.train` groups each shard's tasks into one (`compiler/group.py`).
     step_config = replace(config, chunks_per_thread=1, max_tasks=config.max_tasks * workers)
-    # The step's own values come first: the parameters are placed in what they leave, and
-    # placed again in less where the tasks then planned do not fit beside them.
+    kept_inputs = tuple(params.values()) + tuple(state.values())
     fused = fuse_elementwise(infer_types(validate_graph(graph)))
-    reserved = peak_live_bytes(fused, set(params.values()) | set(state.values())) // workers
+    live = peak_live_bytes(fused, set(kept_inputs)) // workers
     budget = min(w.budget for w in cluster.workers)
-    if reserved >= budget:
+    if live >= budget:
         raise PlanError(
-            f"the training step's live values alone need {format_bytes(reserved)} per worker "
+            f"the training step's live values alone need {format_bytes(live)} per worker "
             f"(its intermediate values alive at once, the batch spread over {workers} "
             f"workers), more than the {format_bytes(budget)} of cluster '{cluster.name}'. Use "
             f"a smaller batch, shorter sequences or more workers")
-    for _ in range(ATTEMPTS):
-        placed = place_parameters(graph, params, state, cluster, config, placement, reserved)
-        plan = compile_graph(graph, less_memory(cluster, placed.kept), step_config)
-        stepped = StepPlan(placed, replace(plan, cluster=cluster))
-        over = stepped.memory_per_worker - budget
-        if over <= 0:
-            return stepped
-        reserved = budget - (placed.kept - over)  # so that the parameters keep less
+    failed = None
+    for share in SHARES:
+        placed = place_parameters(graph, params, state, cluster, config, placement,
+                                  limit=int((budget - live) * share))
+        try:
+            plan = compile_graph(graph, less_memory(cluster, placed.kept + live), step_config)
+        except PlanError as err:
+            failed = err
+            continue
+        return StepPlan(placed, replace(plan, cluster=cluster), kept_inputs)
     chosen = ", ".join(f"{n} {k}" for k, n in sorted(placed.strategies().items()))
     raise PlanError(
-        f"the training step needs {format_bytes(stepped.memory_per_worker)} per worker, "
-        f"more than the {format_bytes(budget)} of cluster '{cluster.name}': parameters and "
-        f"state {format_bytes(placed.kept)} ({chosen}), the step's live values "
-        f"{format_bytes(stepped.activations)}, running tasks "
-        f"{format_bytes(stepped.task_memory)}. Use a smaller batch, shorter sequences or more "
-        f"workers")
+        f"the training step does not fit cluster '{cluster.name}' ({format_bytes(budget)} "
+        f"per worker): its live values need {format_bytes(live)} per worker, and with the "
+        f"parameters and state in {format_bytes(placed.kept)} ({chosen}) its tasks do not "
+        f"fit in what is left: {failed}") from None
 
 
-ATTEMPTS = 4  # placements tried, each leaving the tasks more room
+SHARES = (0.8, 0.6, 0.4, 0.2)  # of what the live values leave, tried for the parameters
 
 
 def less_memory(cluster: ClusterSpec, kept: int) -> ClusterSpec:
@@ -147,12 +149,11 @@ def peak_live_bytes(graph: Graph, skip=()) -> int:
     ends: dict[int, int] = {}
     live = peak = 0
     for i, node in enumerate(graph.nodes):
-        if node.id in skip or node.id not in last:
-            continue
-        size = math.prod(node.shape) * dtypes.itemsize(node.dtype)
-        live += size
-        peak = max(peak, live)
-        ends[last[node.id]] = ends.get(last[node.id], 0) + size
+        if node.id not in skip and node.id in last:
+            size = math.prod(node.shape) * dtypes.itemsize(node.dtype)
+            live += size
+            peak = max(peak, live)
+            ends[last[node.id]] = ends.get(last[node.id], 0) + size
         live -= ends.pop(i, 0)
     return peak
 

@@ -5,7 +5,6 @@ operands', keeps whole or sums over, and how it counts tasks and chunks; and the
 import ast
 from pathlib import Path
 
-
 import deepx_flow as dx
 from deepx_flow.compiler.chunking import BY_KIND, BY_OP, rule_for, task_count
 from deepx_flow.compiler.chunking.classes import combined_tasks

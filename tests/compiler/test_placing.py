@@ -3,6 +3,8 @@ memory and traffic, the ring collectives' cost, and the choice, which always fit
 workers' memory or raises a PlanError saying why."""
 
 import math
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -16,7 +18,7 @@ from deepx_flow.registry.cluster import ClusterSpec, LinkSpec, WorkerSpec, load_
 from deepx_flow.train.step import build_step
 from tests.helpers import cluster_with_memory
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def mlp_step(widths, batch, optimizer=None):
@@ -66,6 +68,8 @@ def test_collectives_send_what_the_hierarchical_ring_algorithms_send():
     # 4 hosts of 8: across hosts 3/4 of an eighth each, then 7/8 inside a host
     nodes = Collectives(4, 8, 400e9, 2e-6, 50e9, 5e-6)
     assert nodes.sent("all_gather", 8000) == pytest.approx(7000 + 750)
+    # all-to-all: each worker sends the other 31 their parts of its 1/32
+    assert nodes.sent("all_to_all", 32000) == pytest.approx(1000 * 31 / 32)
     flat = 2 * 31 / 32 * 8e9 / 50e9  # one ring of 32 over the links between hosts
     assert nodes.seconds("all_reduce", 8e9) < flat / 3
     spec = load_cluster_file(ROOT / "graphs/clusters/2x4xH200.yaml")
@@ -82,12 +86,17 @@ def test_each_strategy_keeps_and_moves_what_it_says():
     rep, shard, tp = STRATEGIES["replicated"], STRATEGIES["sharded"], \
         STRATEGIES["tensor_parallel"]
     assert rep.kept(p, n) == 4 * size and rep.collectives(p, n) == [("all_reduce", size)]
-    assert shard.kept(p, n) == size and shard.gathered(p, n) == size
+    # a quarter of each, and the whole parameter and its whole gradient for a moment
+    assert shard.kept(p, n) == size and shard.gathered(p, n) == 2 * size
     assert [k for k, _ in shard.collectives(p, n)] == ["all_gather", "all_gather",
                                                        "reduce_scatter"]
-    assert tp.kept(p, n) == size and tp.gathered(p, n) == 0
-    moved = sum(b for _, b in tp.collectives(p, n))
-    assert moved == 2 * 4 * (16 * 64 + 16 * 128)  # x and y, forward and backward
+    uneven = replace(p, shape=(66, 128))  # rows 17, 17, 16, 16: the largest shard kept
+    assert shard.kept(uneven, n) == 4 * 17 * 128 * 4
+    # a quarter of the columns; the whole batch's rows of x held
+    assert tp.kept(p, n) == size and tp.gathered(p, n) == 16 * 64 * 4
+    assert tp.collectives(p, n) == [("all_gather", 16 * 64 * 4), ("all_to_all", 16 * 128 * 4),
+                                    ("all_to_all", 16 * 128 * 4),
+                                    ("reduce_scatter", 16 * 64 * 4)]
     assert not tp.applies(trained_parameters(step.graph, step.params, step.state)[1], n)
 
 
@@ -111,6 +120,8 @@ def test_a_model_too_large_for_one_worker_is_sharded_to_fit():
     assert placed.kept <= placed.limit == int(memory * PARAMETER_SHARE)
     assert set(placed.strategies()) - {"replicated"}
     assert all(p.kept <= p.parameter.copies * p.parameter.nbytes for p in placed.placed)
+    # the weights make room; the biases, whose change would save little, stay replicated
+    assert all(p.strategy == "replicated" for p in placed.placed if len(p.parameter.shape) == 1)
 
 
 def test_what_cannot_fit_anyhow_is_refused_naming_the_largest_parameter():

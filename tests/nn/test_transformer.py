@@ -105,6 +105,12 @@ def test_wrong_shapes_and_sizes_are_graph_errors():
         dx.nn.causal_attention(np.zeros((4, 3)), np.zeros((5, 3)), np.zeros((4, 3)))
     with pytest.raises(GraphError, match="block is a positive"):
         dx.nn.causal_attention(np.zeros((4, 3)), np.zeros((4, 3)), np.zeros((4, 3)), block=0)
+    with pytest.raises(GraphError, match="at least one position and one feature"):
+        dx.nn.causal_attention(np.zeros((4, 0)), np.zeros((4, 0)), np.zeros((4, 3)))
+    with pytest.raises(GraphError, match="at least one position"):
+        dx.nn.causal_attention(np.zeros((0, 3)), np.zeros((0, 3)), np.zeros((0, 3)))
+    with pytest.raises(GraphError, match="hidden must be a positive integer"):
+        dx.nn.TransformerLM(vocab=5, length=4, dim=4, heads=2, layers=1, hidden=0)
     with pytest.raises(GraphError, match="multiple of heads"):
         dx.nn.TransformerLM(vocab=5, length=4, dim=6, heads=4, layers=1)
     model = dx.nn.TransformerLM(vocab=5, length=4, dim=4, heads=2, layers=1)

@@ -2,17 +2,18 @@
 
 Before: a training step's graph (`train.step`), its parameters' and state's placeholders,
 and a `ClusterSpec`. After: a `ParameterPlacement`: for each parameter a strategy
-(`replicated.py`, `sharded.py`, `tensor_parallel.py`), the bytes each worker keeps and
-sends per step, and the step's predicted compute and communication.
+(`replicated.py`, `sharded.py`, `tensor_parallel.py`), the bytes each worker keeps and sends
+per step, and the step's predicted compute and communication.
 
-How it chooses: each parameter first takes the strategy whose collectives take least time
-on the cluster's measured links (`collectives.py`). While the workers would keep more than
+How it chooses: each parameter first takes the strategy whose collectives take least time on
+the cluster's measured links (`collectives.py`). While the workers would keep more than
 their share of memory for parameters (`PARAMETER_SHARE` of the smallest worker's at most,
 and less the step's own values where the caller reserves them; the rest is for the step's
-tasks), the parameter whose change to a strategy needing fewer bytes (kept
-and gathered) costs the fewest seconds per byte saved is changed. When every parameter is
-at its fewest bytes and they still do not fit, a PlanError says by how much. The loss function is the same whichever is
-chosen: the strategies change where tensors live and what moves, not what is computed.
+tasks), the parameter whose change to a strategy needing fewer bytes (kept and gathered)
+costs the fewest seconds per byte saved is changed (of changes costing the same per byte,
+the one saving the most). When every parameter is at its fewest bytes and they still do not
+fit, a PlanError says by how much. The loss function is the same whichever is chosen: the
+strategies change where tensors live and what moves, not what is computed.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from deepx_flow.ir import Graph
 from deepx_flow.registry.cluster import ClusterSpec, format_bytes
 from deepx_flow.text_table import text_table
 
-STRATEGIES: dict[str, Strategy] = {s.name: s for s in (Replicated(), Sharded(), TensorParallel())}
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (Replicated(), Sharded(),
+                                                      TensorParallel())}
 # At most this share of a worker's memory keeps parameters, gradients and optimizer state;
 # the step's tasks plan with what is left.
 PARAMETER_SHARE = 0.8
@@ -111,13 +113,15 @@ class ParameterPlacement:
 
 def place_parameters(graph: Graph, params: dict[str, str], state: dict[str, str],
                      cluster: ClusterSpec, config: Settings | None = None,
-                     strategy: str = "auto", reserved: int = 0) -> ParameterPlacement:
+                     strategy: str = "auto", limit: int | None = None
+                     ) -> ParameterPlacement:
     """Place the parameters of a step graph (see the module docstring).
 
     `params` maps the user's parameter names to their placeholders, `state` "slot/name" to
     the optimizer state's. `strategy` "auto" chooses; a strategy's name places every
     parameter it applies to that way (the others replicated), still within memory.
-    `reserved` bytes of each worker are not for parameters (the step's live values).
+    `limit`: the bytes a worker keeps parameters in (default `PARAMETER_SHARE` of the
+    smallest worker's memory).
     """
     config = config or settings()
     if strategy != "auto" and strategy not in STRATEGIES:
@@ -127,7 +131,8 @@ def place_parameters(graph: Graph, params: dict[str, str], state: dict[str, str]
     n = ring.workers
     trained = trained_parameters(graph, params, state)
     budget = min(w.budget for w in cluster.workers)
-    limit = max(0, min(int(budget * PARAMETER_SHARE), budget - reserved))
+    limit = int(budget * PARAMETER_SHARE) if limit is None else \
+        max(0, min(int(budget * PARAMETER_SHARE), limit))
 
     def placed(p: TrainedParameter, s: Strategy) -> Placed:
         moves = s.collectives(p, n)
@@ -144,20 +149,23 @@ def place_parameters(graph: Graph, params: dict[str, str], state: dict[str, str]
                   for name, opts in options.items()}
         options = {name: [chosen[name]] for name in options}  # as asked: not changed
     while _kept(chosen) > limit:
-        best, best_score = None, None
+        changes = []
         for name, opts in options.items():
             for o in opts:
                 # (bytes the parameter itself needs, kept and gathered: a change that saves
                 # none of the total, as another parameter gathers as much, still progresses)
                 saved = _own(chosen[name]) - _own(o)
-                if saved <= 0:
-                    continue
-                score = (o.seconds - chosen[name].seconds) / saved
-                if best_score is None or score < best_score:
-                    best, best_score = (name, o), score
-        if best is None:
+                if saved > 0:
+                    changes.append(((o.seconds - chosen[name].seconds) / saved, saved, name, o))
+        if not changes:
             raise PlanError(_cannot_fit(chosen, limit, cluster, strategy))
-        chosen[best[0]] = best[1]
+        # Collectives cost about the same per byte for every tensor of one dtype, so many
+        # changes tie: among those within rounding of the cheapest, the one saving the most
+        # bytes (a layer's weight before its bias: fewer tensors gathered for the same room).
+        cheapest = min(c[0] for c in changes)
+        tied = [c for c in changes if c[0] <= cheapest + abs(cheapest) * 1e-6 + 1e-18]
+        _, _, name, o = max(tied, key=lambda c: c[1])
+        chosen[name] = o
     flops = step_flops(graph, config)
     rate = sum(w.compute_rate for w in cluster.workers)
     return ParameterPlacement(cluster.name, n, tuple(chosen[p.name] for p in trained), limit,
@@ -180,7 +188,7 @@ def _cannot_fit(chosen: dict[str, Placed], limit: int, cluster: ClusterSpec,
     return (f"the parameters, gradients and optimizer state need "
             f"{format_bytes(_kept(chosen))} per worker {how}, more than the "
             f"{format_bytes(limit)} a worker of cluster '{cluster.name}' keeps them in (at "
-            f"most {PARAMETER_SHARE:.0%} of its memory, less what the step's values need); "
+            f"most {PARAMETER_SHARE:.0%} of its memory, less what the step needs beside); "
             f"the largest is "
             f"'{largest.parameter.name}' {largest.parameter.shape} "
             f"({format_bytes(largest.parameter.nbytes)}). Use more workers or workers with "

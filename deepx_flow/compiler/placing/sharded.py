@@ -15,10 +15,13 @@ class Sharded(Strategy):
         return workers > 1 and len(p.shape) >= 1 and p.shape[0] >= workers
 
     def kept(self, p, workers):
-        return p.copies * p.nbytes / workers
+        # the largest shard: rows of the first axis, split as evenly as they go
+        return p.copies * -(-p.shape[0] // workers) * (p.nbytes // p.shape[0])
 
     def gathered(self, p, workers):
-        return p.nbytes
+        # the whole parameter where it is used, and its whole gradient before the
+        # reduce-scatter
+        return 2 * p.nbytes
 
     def collectives(self, p, workers):
         return [("all_gather", p.nbytes), ("all_gather", p.nbytes),
