@@ -247,35 +247,8 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
         started = time.perf_counter()
         marks = [m for m in (eval_every if evaluate else None, checkpoint_every) if m]
         marks.append(LINEAGE_STEPS)
-        rewinds = 0
-        while True:
-            try:
-                _steps(runner, schedule, done, steps_per_graph, marks, fit, started, bar, book,
-                       batch_size, evaluate, eval_every, saver, checkpoint_every)
-                last = schedule[-1]
-                if evaluate and (not fit.evaluations
-                                 or fit.evaluations[-1]["step"] != last.number):
-                    _record_eval(fit, evaluate(runner.current()), last, book)
-                if saver and book.saved_step != last.number:
-                    fit.checkpoint = saver.save(runner, last)
-                fit.values = runner.gather()
-                break
-            except (FutureCancelledError, ExecutionError) as err:
-                if not _lost(err):
-                    raise
-                # A worker was lost holding values no task can compute again (Dask had let
-                # go of the steps before them): go back to the last values the driver holds
-                # and take the steps from there again; they give the same numbers.
-                rewinds += 1
-                if rewinds > MAX_REWINDS:
-                    raise ExecutionError(f"the training lost values it could not compute "
-                                         f"again {rewinds} times: {err}") from err
-                done = runner.rewind()
-                book.rewind(done)
-                fit.history = [h for h in fit.history if h["step"] <= done]
-                fit.evaluations = [e for e in fit.evaluations if e["step"] <= done]
-                bar.n = done
-                bar.refresh()
+        _run_to_the_end(runner, schedule, done, steps_per_graph, marks, fit, started, bar,
+                        book, batch_size, evaluate, eval_every, saver, checkpoint_every)
         fit.checkpoint = fit.checkpoint or book.resumed_from
         fit.steps = len(schedule)
     except BaseException as err:
@@ -288,6 +261,43 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
     runner.release()
     book.end("succeeded")
     return fit
+
+
+def _run_to_the_end(runner, schedule, done, steps_per_graph, marks, fit, started, bar, book,
+                    batch_size, evaluate, eval_every, saver, checkpoint_every) -> None:
+    """Take the steps after the first `done` and the last evaluation, checkpoint and
+    parameters; after a lost worker took values no task can compute again, go back to the
+    last values the driver holds and take the steps from there again (at most MAX_REWINDS
+    times)."""
+    rewinds = 0
+    while True:
+        try:
+            _steps(runner, schedule, done, steps_per_graph, marks, fit, started, bar, book,
+                   batch_size, evaluate, eval_every, saver, checkpoint_every)
+            last = schedule[-1]
+            if evaluate and (not fit.evaluations
+                             or fit.evaluations[-1]["step"] != last.number):
+                _record_eval(fit, evaluate(runner.current()), last, book)
+            if saver and book.saved_step != last.number:
+                fit.checkpoint = saver.save(runner, last)
+            fit.values = runner.gather()
+            return
+        except (FutureCancelledError, ExecutionError) as err:
+            if not _lost(err):
+                raise
+            # A worker was lost holding values no task can compute again (Dask had let
+            # go of the steps before them): go back to the last values the driver holds
+            # and take the steps from there again; they give the same numbers.
+            rewinds += 1
+            if rewinds > MAX_REWINDS:
+                raise ExecutionError(f"the training lost values it could not compute "
+                                     f"again {rewinds} times: {err}") from err
+            done = runner.rewind()
+            book.rewind(done)
+            fit.history = [h for h in fit.history if h["step"] <= done]
+            fit.evaluations = [e for e in fit.evaluations if e["step"] <= done]
+            bar.n = done
+            bar.refresh()
 
 
 def _steps(runner, schedule, done, steps_per_graph, marks, fit, started, bar, book,
@@ -616,6 +626,7 @@ def _plan_only(loss_fn, params, dataset, batch_size, optimizer, client, schedule
 
 
 def _named(params) -> dict:
+    """`params`, checked to be a dict of named values (not yet the values)."""
     if not isinstance(params, dict) or not params:
         raise GraphError(f"params must be a dict of named tensors or arrays, got "
                          f"{shown(params)}")
@@ -630,33 +641,30 @@ def _shape_of(name: str, value) -> tuple[tuple[int, ...], str]:
     if not (hasattr(value, "shape") and hasattr(value, "dtype")):  # (Tensor, NumPy, Zarr)
         value = np.asarray(value)
     shape, dtype = value.shape, dtypes.normalize(value.dtype)
+    _check_float(name, dtype)
+    return tuple(int(s) for s in shape), dtype
+
+
+def _check_float(name: str, dtype) -> None:
     if not dtypes.is_float(dtype):
         raise GraphError(f"parameter {shown(name)} is {dtype}; only floating-point "
                          "parameters are trained")
-    return tuple(int(s) for s in shape), dtype
 
 
 def _start_values(params: dict, client, spec, db=None) -> dict[str, np.ndarray]:
     """The starting parameters as arrays: tensors (random initializers) are computed on
     `client` (planned for `spec`), in a run recorded in `db` (the training's database)."""
-    if not isinstance(params, dict) or not params:
-        raise GraphError(f"params must be a dict of named tensors or arrays, got "
-                         f"{shown(params)}")
     from deepx_flow.runtime.inputs import is_zarr_array
     from deepx_flow.storage.verify import read_opened
-    names = [k for k, v in params.items() if isinstance(v, Tensor)]
+    names = [k for k, v in _named(params).items() if isinstance(v, Tensor)]
     computed = dict(zip(names, _computed([params[k] for k in names], client, spec, db))) \
         if names else {}
     out = {}
     for name, value in params.items():
-        if not isinstance(name, str) or not name:
-            raise GraphError(f"parameter names are non-empty strings, got {shown(name)}")
         if is_zarr_array(value):  # a chunk not stored is an error, as for any input
             value = read_opened(value, f"parameter {shown(name)}: the Zarr array given")
         array = computed[name] if name in computed else np.asarray(value)
-        if not dtypes.is_float(array.dtype):
-            raise GraphError(f"parameter {shown(name)} is {array.dtype}; only floating-point "
-                             "parameters are trained")
+        _check_float(name, array.dtype)
         out[name] = array
     return out
 

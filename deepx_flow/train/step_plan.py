@@ -32,7 +32,11 @@ class StepPlan:
 
     placement: ParameterPlacement
     plan: Plan
-    kept_inputs: tuple[str, ...] = ()  # the parameters' and state's placeholders
+    # Bytes of the step's intermediate values a worker holds at the step's peak: the most
+    # alive at once (made and not yet read for the last time, in the order the graph
+    # computes them; the forward pass's values wait for the backward), the batch spread
+    # over the workers (`peak_live_bytes`).
+    activations: int
 
     @property
     def task_memory(self) -> int:
@@ -40,15 +44,6 @@ class StepPlan:
         running the step's largest task (within the budget the parameters leave)."""
         largest = max((n.peak_working_set for n in self.plan.stats().nodes), default=0)
         return max(w.tasks_at_once for w in self.plan.cluster.workers) * largest
-
-    @property
-    def activations(self) -> int:
-        """Bytes of the step's intermediate values a worker holds at the step's peak: the
-        most that are alive at once (made and not yet read for the last time, in the
-        order the graph computes them; the forward pass's values wait for the backward),
-        the batch spread over the workers."""
-        return peak_live_bytes(self.plan.fused, set(self.kept_inputs)) // \
-            self.placement.workers
 
     @property
     def memory_per_worker(self) -> int:
@@ -93,9 +88,8 @@ def plan_step(graph: Graph, params: dict[str, str], state: dict[str, str],
     # One batch chunk per worker thread, as `dx.train` compiles its step; and the task limit
     # per worker, as `dx.train` groups each shard's tasks into one (`compiler/group.py`).
     step_config = replace(config, chunks_per_thread=1, max_tasks=config.max_tasks * workers)
-    kept_inputs = tuple(params.values()) + tuple(state.values())
     fused = fuse_elementwise(infer_types(validate_graph(graph)))
-    live = peak_live_bytes(fused, set(kept_inputs)) // workers
+    live = peak_live_bytes(fused, set(params.values()) | set(state.values())) // workers
     budget = min(w.budget for w in cluster.workers)
     if live >= budget:
         raise PlanError(
@@ -112,7 +106,7 @@ def plan_step(graph: Graph, params: dict[str, str], state: dict[str, str],
         except PlanError as err:
             failed = err
             continue
-        return StepPlan(placed, replace(plan, cluster=cluster), kept_inputs)
+        return StepPlan(placed, replace(plan, cluster=cluster), live)
     chosen = ", ".join(f"{n} {k}" for k, n in sorted(placed.strategies().items()))
     raise PlanError(
         f"the training step does not fit cluster '{cluster.name}' ({format_bytes(budget)} "
@@ -167,9 +161,7 @@ def step_inputs(graph: Graph) -> tuple[dict[str, str], dict[str, str]]:
     placeholders' names, `train.step`): parameter i is the input `param_<i>` whose new value
     is the output `new_param_<i>` (its user name is not in the graph), its state
     `state_<slot>_<i>`. A GraphError where it has none."""
-    outputs = {name for name, _ in graph.outputs}
-    params = {n.id: n.id for n in graph.inputs if _PARAM.fullmatch(n.id)
-              and "new_" + n.id in outputs}
+    params = {node_id: node_id for node_id in _parameters(graph)}
     if not params:
         raise GraphError(f"the graph has no parameter placeholders (param_0, param_1, ...) "
                          f"with new values (new_param_0, ...): "
@@ -185,5 +177,10 @@ def step_inputs(graph: Graph) -> tuple[dict[str, str], dict[str, str]]:
 
 def is_step(graph: Graph) -> bool:
     """Whether `graph` is a training step's (see `step_inputs`)."""
+    return bool(_parameters(graph))
+
+
+def _parameters(graph: Graph) -> list[str]:
+    """The inputs `param_<i>` whose new value is the output `new_param_<i>`."""
     outputs = {name for name, _ in graph.outputs}
-    return any(_PARAM.fullmatch(n.id) and "new_" + n.id in outputs for n in graph.inputs)
+    return [n.id for n in graph.inputs if _PARAM.fullmatch(n.id) and "new_" + n.id in outputs]
