@@ -44,10 +44,10 @@ def install(folder: str) -> None:
     out = Path(folder) / f"partitions-{os.getpid()}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
 
-    def recorded(graph, cluster, config=None):
+    def recorded(graph, cluster, config=None, splits=None):
         key = _key(graph, cluster, config)
         try:
-            partition = chosen(graph, cluster, config)
+            partition = chosen(graph, cluster, config, splits)
         except PlanError as err:
             line = {"key": key, "refused": str(err)}
             raise

@@ -25,8 +25,10 @@ from deepx_flow.registry.cluster import ClusterSpec
 
 
 def compile_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None = None,
-                  check: bool = False) -> Plan:
+                  check: bool = False, splits: dict[str, tuple[int, int]] | None = None
+                  ) -> Plan:
     """Compile `graph` for `cluster`: validate, infer types, fuse, choose chunk grids.
+    `splits` (input id -> (axis, pieces)) places inputs in pieces (`partition_graph`).
 
     `config` defaults to the settings read from the environment, here and only here, so the
     passes themselves stay pure functions of their arguments.
@@ -39,7 +41,7 @@ def compile_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None = 
     if check:
         infer_types(validate_graph(fused))
     try:
-        part = partition_graph(fused, cluster, config)
+        part = partition_graph(fused, cluster, config, splits)
     except PlanError:
         # A softmax fused into its users keeps its axis whole in their inputs' chunks too;
         # unfused, the partitioner may split the operand and assemble rows per task. So a
@@ -47,7 +49,7 @@ def compile_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None = 
         if not any(whole_axes(n.attr("program") or n.attr("prologue")) for n in fused.nodes):
             raise
         fused = fuse_elementwise(typed, join_softmax=False)
-        part = partition_graph(fused, cluster, config)
+        part = partition_graph(fused, cluster, config, splits)
     return Plan(typed, fused, part, cluster)
 
 

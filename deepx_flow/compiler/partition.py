@@ -37,7 +37,12 @@ How it chooses:
    chunk spans. Sizes rounded to stored chunks make uneven task counts, so the class last
    halved for parallelism then grows back, a stored chunk at a time, to the size whose
    tasks end soonest on the cluster's threads (`_balance`).
-5. The plan's tasks (`task_count`, the figure `Plan.stats` reports) are counted from the
+5. Parameters placed in pieces over the workers (`splits`, input id -> (axis, pieces): the
+   placement pass's sharded parameters) start with their axis's class in that many chunks,
+   which parallelism never splits further (memory fitting still may: then each worker owns
+   several). Everything chunked alike with them (a matmul's K, their gradient, their
+   optimizer state) follows.
+6. The plan's tasks (`task_count`, the figure `Plan.stats` reports) are counted from the
    chunk sizes before any list of chunks is built, so a grid of billions of chunks is refused
    at once instead of filling the driver's memory.
 
@@ -75,14 +80,15 @@ class Partition:
     k_chunks: dict[str, tuple[int, ...]]   # matmul id -> chunks of K
     budget: int
     fanin: dict[str, int] = field(default_factory=dict)  # tree-reduction fan-in per node
+    splits: dict[str, tuple[int, int]] = field(default_factory=dict)  # input -> (axis, pieces)
     # Filled by lowering: node id -> the token of its operator, attributes and chunking, the
     # part of its keys that is the same every time this plan is lowered.
     node_tokens: dict[str, str] = field(default_factory=dict, init=False, compare=False,
                                         repr=False)
 
 
-def partition_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None = None
-                    ) -> Partition:
+def partition_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None = None,
+                    splits: dict[str, tuple[int, int]] | None = None) -> Partition:
     """Pick chunk grids for every tensor of `graph`; see the module docstring.
 
     A whole axis (softmax's) is first joined with its operand's axis, so no task has to
@@ -90,20 +96,36 @@ def partition_graph(graph: Graph, cluster: ClusterSpec, config: Settings | None 
     along different axes, the plan is made again with those axes left free.
     """
     config = config or settings()
+    splits = _checked_splits(graph, splits or {})
     try:
-        return _partition(graph, cluster, config, join_whole_axes=True)
+        return _partition(graph, cluster, config, True, splits)
     except PlanError as err:
         # Freeing whole axes helps tasks fit; it never makes fewer of them.
         if isinstance(err, _TooManyTasks) or not any(rule_for(n).frees_whole_axis
                                                      for n in graph.nodes):
             raise
-    return _partition(graph, cluster, config, join_whole_axes=False)
+    return _partition(graph, cluster, config, False, splits)
 
 
-def joined_axes(graph: Graph, config: Settings, budget: int, join_whole_axes: bool = True
-                ) -> Chunking:
+def _checked_splits(graph: Graph, splits: dict) -> dict[str, tuple[int, int]]:
+    """`splits`, each naming an input of the graph, an axis of it and 1 to extent pieces."""
+    out = {}
+    for input_id, (axis, pieces) in sorted(splits.items()):
+        node = graph[input_id] if input_id in graph else None
+        if node is None or node.inputs:
+            raise PlanError(f"a split names {input_id!r}, which is not a source of the graph")
+        if not 0 <= axis < node.ndim or not 1 <= pieces <= node.shape[axis]:
+            raise PlanError(f"input {input_id!r} {node.shape} cannot be split in {pieces} "
+                            f"pieces along axis {axis}")
+        out[input_id] = (int(axis), int(pieces))
+    return out
+
+
+def joined_axes(graph: Graph, config: Settings, budget: int, join_whole_axes: bool = True,
+                splits: dict[str, tuple[int, int]] | None = None) -> Chunking:
     """Step 1: every axis (and each index space a rule names) in a class, each class whole,
-    the axes chunked alike joined by the rules, and stored arrays' chunks preferred."""
+    the axes chunked alike joined by the rules, and stored arrays' chunks preferred; the
+    classes of split inputs' axes in their pieces (`splits`, checked)."""
     rules = {n.id: rule_for(n) for n in graph.nodes}
     s = Chunking(graph, config, rules, budget)
     for node in graph.nodes:
@@ -119,6 +141,12 @@ def joined_axes(graph: Graph, config: Settings, budget: int, join_whole_axes: bo
         for axis, size in enumerate(rules[node.id].stored_chunks(node) or ()):
             if size < node.shape[axis]:
                 s.classes.prefer((node.id, axis), size)
+    for input_id, (axis, pieces) in (splits or {}).items():
+        key = (input_id, axis)
+        if s.classes.whole_reason(key):
+            raise PlanError(f"input {input_id!r} cannot be split along axis {axis}: "
+                            f"{s.classes.whole_reason(key)} keeps it whole")
+        s.classes.split_in(key, pieces)
     return s
 
 
@@ -126,9 +154,9 @@ class _TooManyTasks(PlanError):
     """The plan is over the task limit (a PlanError to every caller)."""
 
 
-def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_axes: bool
-               ) -> Partition:
-    s = joined_axes(graph, config, cluster.task_budget(config), join_whole_axes)
+def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_axes: bool,
+               splits: dict[str, tuple[int, int]]) -> Partition:
+    s = joined_axes(graph, config, cluster.task_budget(config), join_whole_axes, splits)
     nodes, rules, classes, budget = graph.nodes, s.rules, s.classes, s.budget
     stored = {n.id: store for n in nodes if (store := rules[n.id].stored_chunks(n))}
 
@@ -173,6 +201,10 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
         for a, size in enumerate(store):
             root = classes.find((i, a))
             floor[root] = max(floor.get(root, 0), size)
+    # A split input's pieces are one per worker: parallelism cuts them no finer.
+    for input_id, (axis, _) in splits.items():
+        root = classes.find((input_id, axis))
+        floor[root] = max(floor.get(root, 0), classes.chunk(root))
     target = cluster.total_threads * config.chunks_per_thread
     users = graph.consumers()
     link = cluster.typical_link
@@ -251,7 +283,8 @@ def _partition(graph: Graph, cluster: ClusterSpec, config: Settings, join_whole_
         chunks[node.id] = rules[node.id].chunks(node, s, chunks)
         for what, value in rules[node.id].planned(node, s).items():
             planned[what][node.id] = value
-    return Partition(graph, chunks, planned["spaces"], planned["k_chunks"], budget, fanin)
+    return Partition(graph, chunks, planned["spaces"], planned["k_chunks"], budget, fanin,
+                     splits)
 
 
 def _balance(classes: Classes, key, before: int, keys: list, threads: int) -> None:

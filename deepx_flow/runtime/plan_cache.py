@@ -63,21 +63,22 @@ def graph_token(graph: Graph) -> str:
 
 
 def cached_compile(graph: Graph, cluster: ClusterSpec, config: Settings | None = None,
-                   replan: bool = False) -> Plan:
+                   replan: bool = False, splits: dict | None = None) -> Plan:
     """`compile_graph(graph, cluster, config)`, or the plan it gave before for the same
     graph, spec and settings (whatever speeds were measured since), with this `cluster` and
     its operator speeds; with `replan`, compiled again with the speeds measured now, and
     that plan kept instead."""
     global _hits, _misses
     config = config or settings()
-    key = (graph_token(graph), cluster, config)
+    splits = dict(sorted((splits or {}).items()))
+    key = (graph_token(graph), cluster, config, tuple(splits.items()))
     with _lock:
         plan = None if replan else _plans.get(key)
         if plan is not None:
             _plans.move_to_end(key)
             _hits += 1
     if plan is None:
-        plan = compile_graph(graph, cluster, config)  # errors are not kept: raised each time
+        plan = compile_graph(graph, cluster, config, splits=splits)  # errors are not kept: raised each time
         with _lock:
             _misses += 1
             _plans[key] = plan

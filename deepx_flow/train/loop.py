@@ -32,9 +32,10 @@ from dask.base import tokenize
 from distributed.client import FutureCancelledError
 
 from deepx_flow.compiler.group import ALL, GROUP_SUFFIX, group_by_shard
+from deepx_flow.compiler.placing.gather import gathered_where_used
 from deepx_flow.compiler.lower import Lowered
 from deepx_flow.config import LARGEST_INT, settings
-from deepx_flow.errors import ExecutionError, GraphError, shown
+from deepx_flow.errors import ExecutionError, GraphError, PlanError, shown
 from deepx_flow.ir import dtypes
 from deepx_flow.ir.keys import key_name, node_of
 from deepx_flow.ops.common import flag
@@ -130,7 +131,7 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
           checkpoint: str | None = None, checkpoint_every: int | None = None,
           resume: bool = False, window_blocks: int | None = None,
           progress: bool | None = None, client=None, scheduler: str | None = None,
-          cluster=None, db=None, plan_only: bool = False):
+          cluster=None, db=None, plan_only: bool = False, placement: str = "auto"):
     """Train `params` to minimize `loss_fn(params, *batch)` over `data`.
 
     Parameters
@@ -184,6 +185,13 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
         time and its compute/communication ratio (`plan.explain()`). The parameters'
         shapes are read from the tensors given, which are not computed.
 
+    placement : str
+        Where the parameters and their optimizer state live (`compiler/placing`): "auto"
+        keeps them whole on every worker (data parallelism) while that fits the workers'
+        memory, and otherwise lets the placement pass split the largest along an axis, one
+        piece per worker (`train.pieces`); "replicated", "sharded" and "tensor_parallel"
+        ask for one strategy for every parameter it applies to.
+
     Returns
     -------
     Fit, or StepPlan with `plan_only`.
@@ -199,9 +207,10 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
     show = wanted(progress)
     dataset = dataset_of(data)
     check_batch_size(dataset, batch_size)
+    _check_placement(placement)
     if flag(plan_only, "plan_only"):
         return _plan_only(loss_fn, params, dataset, batch_size, optimizer, client, scheduler,
-                          cluster)
+                          cluster, placement)
     schedule = _schedule(dataset, batch_size, epochs)
     planned = cluster_spec(cluster) if cluster is not None else None
     active = lasting_client(client, scheduler)
@@ -211,20 +220,38 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
     columns = [((batch_size,) + c.shape[1:], c.dtype) for c in dataset.columns]
     stepped = takes_step(loss_fn)
 
-    def plan_of(number: int):
-        """The step graph and plan of step `number`: one for all steps, unless the loss
-        takes the step (dropout), whose random masks make each step's graph its own."""
+    def traced_step(number: int):
         f = (lambda p, *c: loss_fn(p, *c, step=number)) if stepped else loss_fn
-        traced = build_step(f, shapes, optimizer, columns)
-        return cached_compile(traced.graph, spec, step_settings), traced
+        return build_step(f, shapes, optimizer, columns)
 
     # One batch chunk per worker thread: each shard's group then holds all of that thread's
     # rows, and the update copied into every group runs once per thread (`compiler.group`).
     # (The floors on a chunk's size stay: without them the planner also splits the
     # parameters' axes, into more and slower matmuls.)
     step_settings = replace(settings(), chunks_per_thread=1)
+    step = traced_step(1)
+    split = _split_plan(step, spec, active, placement)
+    compile_spec, splits, gathered = spec, {}, set()
+    if split is not None:
+        from deepx_flow.train.step_plan import less_memory
+        compile_spec = less_memory(spec, split.placement.kept + split.activations)
+        step_settings = replace(step_settings, max_tasks=step_settings.max_tasks *
+                                len(spec.workers))
+        splits, gathered = split.splits, split.gathered
+
+    def plan_of(number: int):
+        """The step graph and plan of step `number`: one for all steps, unless the loss
+        takes the step (dropout), whose random masks make each step's graph its own."""
+        traced = step if number == 1 or not stepped else traced_step(number)
+        plan = cached_compile(gathered_where_used(traced.graph, gathered), compile_spec,
+                              step_settings, splits=splits)
+        return (plan if plan.cluster is spec else replace(plan, cluster=spec)), traced
 
     plan, step = plan_of(1)
+    pieces = None
+    if split is not None:
+        from deepx_flow.train.pieces import Pieces
+        pieces = Pieces.of(plan, splits, active.scheduler_info(n_workers=-1)["workers"])
     if window_blocks is None:
         limit = min((w.memory for w in spec.workers), default=2**30)
         window_blocks = window_blocks_for(dataset, limit)
@@ -241,7 +268,7 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
         bar.update(done)
         order = EpochRows(dataset, seed, window_blocks, batch_size)
         runner = _Runner(plan_of if stepped else (lambda n: (plan, step)), step, dataset,
-                         active, optimizer, values, order, start_values, done)
+                         active, optimizer, values, order, start_values, done, pieces)
         saver = Saver(book, step, spec, active) if checkpoint else None
         fit = Fit(values={}, training_id=book.training_id)
         started = time.perf_counter()
@@ -379,9 +406,12 @@ class _Runner:
     """Lowers and submits graphs of steps, and holds the futures between them."""
 
     def __init__(self, plan_of, step, dataset, client, optimizer, values, order,
-                 resumed=None, done: int = 0):
+                 resumed=None, done: int = 0, pieces=None):
         self.plan_of, self.step, self.dataset, self.order = plan_of, step, dataset, order
         self.client, self.optimizer = client, optimizer
+        # The parameters in pieces over the workers (`train.pieces`), and the futures of
+        # the pieces sent to them; None when every worker holds them whole.
+        self.pieces, self.sent = pieces, []
         self.names = {**step.params, **step.state}
         self.sources = {}
         start = {}
@@ -413,6 +443,7 @@ class _Runner:
         keys: dict = {name: [] for name in reported}
         lowered = first = None
         roots: dict = {}
+        pinned: dict = {}
         for index, p in enumerate(planned):
             plan, _ = self.plan_of(p.number)
             first = first or plan
@@ -428,8 +459,11 @@ class _Runner:
                     self.scope, tokenize(self.dataset.token, rows, i))
             lowered = plan.lower(sources, to_host=plan.cluster.has_devices)
             dsk.update(lowered.dsk)
-            roots.update({key: (index, shard)
-                          for key, shard in self._shards(lowered, plan).items()})
+            if self.pieces is not None:
+                pinned.update(self.pieces.placement(lowered))
+            else:
+                roots.update({key: (index, shard)
+                              for key, shard in self._shards(lowered, plan).items()})
             for name in reported:
                 keys[name] += lowered.output_keys(name)
             for input_id in self.names.values():
@@ -439,13 +473,17 @@ class _Runner:
         keep |= {k for i in self.names.values() for k in lowered.output_keys("new_" + i)}
         # Named after no node: a group runs many operators, none of whose settings is its own.
         token = key_name(keys["loss"][-1]).split("@")[-1]
-        dsk = group_by_shard(dsk, roots, keep, f"train-step-{token}")
+        if self.pieces is None:
+            # (With parameters in pieces each task holds pieces: a group would hold the
+            # whole of them.)
+            dsk = group_by_shard(dsk, roots, keep, f"train-step-{token}")
+            pinned = self._placement(dsk)
         merged = Lowered(dsk, lowered.outputs)
         futures, _, recorder, extra = _submit(
             first, self.step.graph, {}, self.client, "train",
             hold={"new_" + i for i in self.names.values()},
             extend=lambda _: [k for name in reported for k in keys[name]], lowered=merged,
-            db=book.db, placement=self._placement(dsk))
+            db=book.db, placement=pinned)
         old = self.held
         self.held = {f.key: f for fs in futures.values() for f in fs}
         for f in old.values():
@@ -517,8 +555,20 @@ class _Runner:
         worker needs them, also after a worker is lost. They are the point `rewind` goes
         back to."""
         self.restart = (number, dict(arrays))
+        sent, self.sent = self.sent, []
         for input_id, array in arrays.items():
-            self.sources[input_id] = ArraySource(array, tokenize(array, self.rewinds))
+            token = tokenize(array, self.rewinds)
+            if self.pieces is not None and input_id in self.pieces.splits:
+                # Each piece straight to its worker: whole, it would go through the
+                # scheduler to every worker that reads a piece of it.
+                self.sources[input_id], futures = self.pieces.send(
+                    self.client, input_id, array, f"{input_id}-start-{token}")
+                self.sent += futures
+            else:
+                self.sources[input_id] = ArraySource(array, token)
+        for f in sent:
+            f.release()
+        self.bound = dict(self.sources)
 
     def _values(self, input_ids) -> dict:
         from deepx_flow.runtime.run import _gather
@@ -528,6 +578,9 @@ class _Runner:
             node = self.step.graph[input_id]
             if isinstance(source, ArraySource):
                 out[input_id] = source.array
+                continue
+            if self.bound.get(input_id) is source:  # sent by `_bind`: no step since
+                out[input_id] = self.restart[1][input_id]
                 continue
             futures = [self.held[k] for k in Lowered({}, {"x": (source.key, source.chunks)})
                        .output_keys("x")]
@@ -560,9 +613,10 @@ class _Runner:
                 recorder.finish("the training ended before this graph's steps were done",
                                 status="interrupted")
         self.recorders = []
-        for f in list(self.held.values()) + [d for d in self.data if d is not None]:
+        for f in list(self.held.values()) + [d for d in self.data if d is not None] + \
+                self.sent:
             f.release()
-        self.held, self.data = {}, []
+        self.held, self.data, self.sent = {}, [], []
 
 
 def _lost(err: BaseException) -> bool:
@@ -612,7 +666,40 @@ def _record_eval(fit: Fit, scores: dict, planned, book) -> None:
                   for name, value in scores.items()])
 
 
-def _plan_only(loss_fn, params, dataset, batch_size, optimizer, client, scheduler, cluster):
+def _check_placement(placement) -> None:
+    from deepx_flow.compiler.placing.choose import STRATEGIES
+    if placement != "auto" and placement not in STRATEGIES:
+        raise GraphError(f"placement must be 'auto' or one of {', '.join(STRATEGIES)}, got "
+                         f"{shown(placement)}")
+
+
+def _split_plan(step, spec, client, placement: str):
+    """The step planned with its parameters in pieces (`train.step_plan`), or None where
+    they stay whole on every worker: on one worker, with placement="replicated", and with
+    "auto" while they fit whole (and where no placement fits: the step's own plan then
+    says why). A placement asked for that cannot be made raises its PlanError."""
+    from deepx_flow.compiler.placing import place_parameters
+    from deepx_flow.train.step_plan import plan_step
+    workers = len(client.scheduler_info(n_workers=-1)["workers"])
+    if placement == "replicated" or workers < 2 or len(spec.workers) < 2:
+        return None
+    if placement == "auto":
+        try:
+            place_parameters(step.graph, step.params, step.state, spec, strategy="replicated")
+            return None
+        except PlanError:
+            pass
+        try:
+            planned = plan_step(step.graph, step.params, step.state, spec)
+        except PlanError:
+            return None
+    else:
+        planned = plan_step(step.graph, step.params, step.state, spec, placement=placement)
+    return planned if planned.splits else None
+
+
+def _plan_only(loss_fn, params, dataset, batch_size, optimizer, client, scheduler, cluster,
+               placement="auto"):
     """The training step planned for the cluster (`train.step_plan`), nothing computed."""
     from deepx_flow.runtime.run import cluster_spec, lasting_client
     from deepx_flow.train.step_plan import plan_step
@@ -622,7 +709,7 @@ def _plan_only(loss_fn, params, dataset, batch_size, optimizer, client, schedule
     columns = [((batch_size,) + c.shape[1:], c.dtype) for c in dataset.columns]
     f = (lambda p, *c: loss_fn(p, *c, step=1)) if takes_step(loss_fn) else loss_fn
     step = build_step(f, shapes, optimizer, columns)
-    return plan_step(step.graph, step.params, step.state, spec)
+    return plan_step(step.graph, step.params, step.state, spec, placement=placement)
 
 
 def _named(params) -> dict:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from deepx_flow.compiler.compile import compile_graph
 from deepx_flow.compiler.fuse import fuse_elementwise
+from deepx_flow.compiler.placing.gather import gathered_where_used
 from deepx_flow.compiler.infer import infer_types
 from deepx_flow.compiler.placing import ParameterPlacement, place_parameters
 from deepx_flow.compiler.plan import Plan
@@ -37,6 +38,18 @@ class StepPlan:
     # computes them; the forward pass's values wait for the backward), the batch spread
     # over the workers (`peak_live_bytes`).
     activations: int
+    state: dict[str, str] = field(default_factory=dict)  # "slot/name" -> its placeholder
+
+    @property
+    def splits(self) -> dict[str, tuple[int, int]]:
+        """Input id -> (axis, pieces) of each parameter placed in pieces and of its state:
+        how the plan was compiled, and where a run keeps them (piece i on worker i)."""
+        return placed_splits(self.placement, self.state)
+
+    @property
+    def gathered(self) -> set[str]:
+        """The inputs the step gathers where it uses them (`placing/gather.py`)."""
+        return gathered_inputs(self.placement, self.state)
 
     @property
     def task_memory(self) -> int:
@@ -102,17 +115,44 @@ def plan_step(graph: Graph, params: dict[str, str], state: dict[str, str],
         placed = place_parameters(graph, params, state, cluster, config, placement,
                                   limit=int((budget - live) * share))
         try:
-            plan = compile_graph(graph, less_memory(cluster, placed.kept + live), step_config)
+            plan = compile_graph(
+                gathered_where_used(graph, gathered_inputs(placed, state)),
+                less_memory(cluster, placed.kept + live), step_config,
+                splits=placed_splits(placed, state))
         except PlanError as err:
             failed = err
             continue
-        return StepPlan(placed, replace(plan, cluster=cluster), live)
+        return StepPlan(placed, replace(plan, cluster=cluster), live, dict(state))
     chosen = ", ".join(f"{n} {k}" for k, n in sorted(placed.strategies().items()))
     raise PlanError(
         f"the training step does not fit cluster '{cluster.name}' ({format_bytes(budget)} "
         f"per worker): its live values need {format_bytes(live)} per worker, and with the "
         f"parameters and state in {format_bytes(placed.kept)} ({chosen}) its tasks do not "
         f"fit in what is left: {failed}") from None
+
+
+def placed_splits(placement: ParameterPlacement, state: dict[str, str]
+                  ) -> dict[str, tuple[int, int]]:
+    """Input id -> (axis, workers) of each parameter the placement splits, and of its
+    optimizer state (`state`: "slot/name" -> placeholder), which is updated beside it."""
+    out = {}
+    for p in placement.placed:
+        if p.axis is not None:
+            for node_id in _with_state(p.parameter, state):
+                out[node_id] = (p.axis, placement.workers)
+    return out
+
+
+def gathered_inputs(placement: ParameterPlacement, state: dict[str, str]) -> set[str]:
+    """The parameters placed sharded and their state: the step gathers them where it uses
+    them (`placing/gather.py`)."""
+    return {node_id for p in placement.placed if p.strategy == "sharded"
+            for node_id in _with_state(p.parameter, state)}
+
+
+def _with_state(p, state: dict[str, str]) -> list[str]:
+    return [p.node] + [node_id for key, node_id in state.items()
+                       if key.split("/", 1)[1] == p.name]
 
 
 SHARES = (0.8, 0.6, 0.4, 0.2)  # of what the live values leave, tried for the parameters

@@ -29,9 +29,9 @@ def partitions(monkeypatch):
     calls = []
     real = compile_module.partition_graph
 
-    def counted(graph, cluster, config):
+    def counted(graph, cluster, config, splits=None):
         calls.append(graph)
-        return real(graph, cluster, config)
+        return real(graph, cluster, config, splits)
     monkeypatch.setattr(compile_module, "partition_graph", counted)
     return calls
 

@@ -66,6 +66,12 @@ class Classes:
         root = self.find(key)
         self.step[root] = math.lcm(self.step.get(root, 1), step)
 
+    def split_in(self, key, pieces: int):
+        """Chunk the class in `pieces` chunks (as even as they go), or finer if already."""
+        root = self.find(key)
+        self.size[root] = min(self.size[root], -(-self.extent[root] // pieces))
+        self.halvings += 1
+
     def halve(self, key):
         """Halve the class's chunk size, rounded up to its preferred step while that still
         makes it smaller."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from deepx_flow.compiler.partition import joined_axes
 from deepx_flow.compiler.placing.collectives import Collectives
 from deepx_flow.compiler.placing.params import TrainedParameter, trained_parameters
 from deepx_flow.compiler.placing.replicated import Replicated
@@ -140,7 +141,11 @@ def place_parameters(graph: Graph, params: dict[str, str], state: dict[str, str]
                       int(sum(ring.sent(kind, b) for kind, b in moves)),
                       sum(ring.seconds(kind, b) for kind, b in moves))
 
-    options = {p.name: [placed(p, s) for s in STRATEGIES.values() if s.applies(p, n)]
+    # A strategy that splits the arithmetic along an axis some operator keeps whole
+    # (softmax's, a reshape's trailing axes) does not apply.
+    classes = joined_axes(graph, config, 2**62).classes
+    options = {p.name: [placed(p, s) for s in STRATEGIES.values() if s.applies(p, n) and (
+                   not s.splits_arithmetic or not classes.whole_reason((p.node, s.axis(p, n))))]
                for p in trained}
     if strategy == "auto":
         chosen = {name: min(opts, key=lambda o: o.seconds) for name, opts in options.items()}
@@ -197,6 +202,5 @@ def _cannot_fit(chosen: dict[str, Placed], limit: int, cluster: ClusterSpec,
 
 def step_flops(graph: Graph, config: Settings) -> float:
     """The step's arithmetic, every node computed whole once (the chunking rules' costs)."""
-    from deepx_flow.compiler.partition import joined_axes
     s = joined_axes(graph, config, 2**62)
     return float(sum(s.rules[n.id].cost(n, s.inputs(n), s).flops for n in graph.nodes))

@@ -38,6 +38,13 @@ class TrainedParameter:
         """Tensors of its size a worker keeps per copy: itself, its gradient, its state."""
         return 2 + self.state_slots
 
+    @property
+    def kept_between_steps(self) -> int:
+        """Tensors of its size kept from step to step: itself and its state. A parameter in
+        pieces has its gradient's piece only for a moment, from the layer's backward pass to
+        its update (the step's tasks update each piece as soon as its gradient is summed)."""
+        return 1 + self.state_slots
+
 
 def trained_parameters(graph: Graph, params: dict[str, str], state: dict[str, str]
                        ) -> list[TrainedParameter]:

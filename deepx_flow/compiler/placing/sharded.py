@@ -1,7 +1,7 @@
-"""Sharded (ZeRO-3, FSDP): each worker keeps 1/n of the parameter, of its gradient and of its
-state along its first axis. A step gathers the whole parameter where it uses it, forward and
-again backward (it is not kept in between), and the gradient is reduce-scattered back to
-the shards, where the optimizer updates them."""
+"""Sharded (ZeRO-3, FSDP): each worker keeps 1/n of the parameter and of its state along its
+first axis. A step gathers the whole parameter where it uses it, forward and again backward
+(it is not kept in between), and the gradient is reduce-scattered back to the shards, where
+the optimizer updates them; a gradient's shard lives from then to its update."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ class Sharded(Strategy):
 
     def kept(self, p, workers):
         # the largest shard: rows of the first axis, split as evenly as they go
-        return p.copies * -(-p.shape[0] // workers) * (p.nbytes // p.shape[0])
+        return p.kept_between_steps * -(-p.shape[0] // workers) * (p.nbytes // p.shape[0])
 
     def gathered(self, p, workers):
         # the whole parameter where it is used, and its whole gradient before the

@@ -9,6 +9,9 @@ from deepx_flow.compiler.placing.params import TrainedParameter
 
 class Strategy:
     name = ""
+    # Whether its pieces' axis is chunked alike through the arithmetic that reads the
+    # parameter (tensor parallel); otherwise the step gathers it (`gather.py`).
+    splits_arithmetic = False
 
     def applies(self, p: TrainedParameter, workers: int) -> bool:
         return True

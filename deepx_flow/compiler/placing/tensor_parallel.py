@@ -16,17 +16,23 @@ from deepx_flow.compiler.placing.strategy import Strategy
 
 class TensorParallel(Strategy):
     name = "tensor_parallel"
+    splits_arithmetic = True
 
     def applies(self, p, workers):
         return workers > 1 and bool(p.uses) and len(p.shape) == 2 and p.shape[1] >= workers
 
     def kept(self, p, workers):
         # the widest slice of columns
-        return p.copies * -(-p.shape[1] // workers) * (p.nbytes // p.shape[1])
+        return p.kept_between_steps * self._slice(p, workers)
 
     def gathered(self, p, workers):
-        # the whole batch's rows of x, for the largest of its uses
-        return max(use.rows * use.k * use.itemsize for use in p.uses)
+        # the whole batch's rows of x, for the largest of its uses, and the gradient's slice
+        # from the backward pass to the update
+        return max(use.rows * use.k * use.itemsize for use in p.uses) + self._slice(p, workers)
+
+    @staticmethod
+    def _slice(p, workers) -> int:
+        return -(-p.shape[1] // workers) * (p.nbytes // p.shape[1])
 
     def collectives(self, p, workers):
         out = []

@@ -1,0 +1,75 @@
+"""Parameters in pieces: where each piece of a split parameter and of its optimizer state
+lives while `dx.train` runs, and how the pieces get there.
+
+The placement pass (`compiler/placing`) splits a parameter that does not fit replicated
+along one axis, one piece per worker (`StepPlan.splits`), and the step is compiled with
+that axis in those pieces: every task of the step reads and writes pieces (a matmul's K in
+pieces gives partial products, tree-summed), never the whole tensor. Piece i of every split
+tensor lives on worker i, the workers in address order: the starting values are sent there
+piece by piece, and the tasks computing a step's new pieces are placed there, so a worker
+keeps its pieces from step to step. Where a step's other tasks run is Dask's choice (beside
+the larger of what they read).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from deepx_flow.ir.keys import key_name, node_of
+from deepx_flow.runtime.inputs import KeySource, region_block
+
+Chunks = tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """The split inputs of a step plan and the workers their pieces live on."""
+
+    splits: dict[str, tuple[int, int]]  # input id -> (axis, pieces)
+    chunks: dict[str, Chunks]           # input id -> its chunks in the step's plan
+    workers: tuple[str, ...]            # addresses, sorted
+
+    @classmethod
+    def of(cls, plan, splits: dict, workers) -> "Pieces":
+        return cls(dict(splits), {i: plan.partition.chunks[i] for i in splits},
+                   tuple(sorted(workers)))
+
+    def owner(self, input_id: str, index: tuple[int, ...]) -> str:
+        """The worker of chunk `index` of a split input: chunks along the split axis are
+        dealt to the workers in order (several each, where memory cut them smaller)."""
+        axis, _ = self.splits[input_id]
+        n = len(self.chunks[input_id][axis])
+        return self.workers[index[axis] * len(self.workers) // n]
+
+    def send(self, client, input_id: str, array: np.ndarray, key: str
+             ) -> tuple[KeySource, list]:
+        """Send `array`'s chunks, each to its worker, as the keys `(key, *index)`; the
+        source that reads them and their futures (which keep them on the cluster)."""
+        chunks = self.chunks[input_id]
+        starts = [np.cumsum((0,) + c) for c in chunks]
+        by_worker: dict[str, dict] = {}
+        for index in itertools.product(*(range(len(c)) for c in chunks)):
+            region = tuple((int(s[i]), int(s[i + 1])) for s, i in zip(starts, index))
+            by_worker.setdefault(self.owner(input_id, index), {})[(key, *index)] = \
+                region_block(array, region)
+        futures = []
+        for worker, data in by_worker.items():
+            futures += list(client.scatter(data, workers=[worker], hash=False).values())
+        return KeySource(key, chunks, array.dtype.name), futures
+
+    def placement(self, lowered) -> dict:
+        """Key -> worker for the tasks that compute a step's new pieces (the outputs
+        `new_<input>`) and those that read the pieces it starts from."""
+        out = {}
+        for input_id in self.splits:
+            key, chunks = lowered.outputs["new_" + input_id]
+            for index in itertools.product(*(range(len(c)) for c in chunks)):
+                out[(key, *index)] = self.owner(input_id, index)
+        for key in lowered.dsk:
+            input_id = node_of(key_name(key))
+            if input_id in self.splits and len(key) == 1 + len(self.chunks[input_id]):
+                out[key] = self.owner(input_id, key[1:])
+        return out
