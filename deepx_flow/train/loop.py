@@ -78,6 +78,9 @@ class Fit:
         Its row in the metadata database (None when recording is off).
     checkpoint : str or None
         The asset version of its last checkpoint.
+    placement : dict of str to str
+        Where each parameter and its state lived: "replicated", "sharded" or
+        "tensor_parallel" (`train.pieces`).
     """
 
     values: dict[str, np.ndarray]
@@ -86,6 +89,7 @@ class Fit:
     steps: int = 0
     training_id: str | None = None
     checkpoint: str | None = None
+    placement: dict[str, str] = field(default_factory=dict)
 
     @property
     def params(self) -> dict[str, Tensor]:
@@ -270,7 +274,9 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
         runner = _Runner(plan_of if stepped else (lambda n: (plan, step)), step, dataset,
                          active, optimizer, values, order, start_values, done, pieces)
         saver = Saver(book, step, spec, active) if checkpoint else None
-        fit = Fit(values={}, training_id=book.training_id)
+        fit = Fit(values={}, training_id=book.training_id,
+                  placement={p.parameter.name: p.strategy for p in split.placement.placed}
+                  if split is not None else {name: "replicated" for name in step.params})
         started = time.perf_counter()
         marks = [m for m in (eval_every if evaluate else None, checkpoint_every) if m]
         marks.append(LINEAGE_STEPS)
@@ -319,6 +325,9 @@ def _run_to_the_end(runner, schedule, done, steps_per_graph, marks, fit, started
             if rewinds > MAX_REWINDS:
                 raise ExecutionError(f"the training lost values it could not compute "
                                      f"again {rewinds} times: {err}") from err
+            if runner.pieces is not None:  # a lost worker's replacement has a new address
+                runner.pieces = runner.pieces.on(
+                    runner.client.scheduler_info(n_workers=-1)["workers"])
             done = runner.rewind()
             book.rewind(done)
             fit.history = [h for h in fit.history if h["step"] <= done]
@@ -460,7 +469,7 @@ class _Runner:
             lowered = plan.lower(sources, to_host=plan.cluster.has_devices)
             dsk.update(lowered.dsk)
             if self.pieces is not None:
-                pinned.update(self.pieces.placement(lowered))
+                pinned.update(self.pieces.placement(lowered, sources))
             else:
                 roots.update({key: (index, shard)
                               for key, shard in self._shards(lowered, plan).items()})

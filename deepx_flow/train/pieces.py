@@ -37,6 +37,10 @@ class Pieces:
         return cls(dict(splits), {i: plan.partition.chunks[i] for i in splits},
                    tuple(sorted(workers)))
 
+    def on(self, workers) -> "Pieces":
+        """The same pieces dealt to `workers` (after one was lost)."""
+        return Pieces(self.splits, self.chunks, tuple(sorted(workers)))
+
     def owner(self, input_id: str, index: tuple[int, ...]) -> str:
         """The worker of chunk `index` of a split input: chunks along the split axis are
         dealt to the workers in order (several each, where memory cut them smaller)."""
@@ -60,16 +64,27 @@ class Pieces:
             futures += list(client.scatter(data, workers=[worker], hash=False).values())
         return KeySource(key, chunks, array.dtype.name), futures
 
-    def placement(self, lowered) -> dict:
-        """Key -> worker for the tasks that compute a step's new pieces (the outputs
-        `new_<input>`) and those that read the pieces it starts from."""
-        out = {}
+    def placement(self, lowered, sources: dict) -> dict:
+        """Key -> worker: the tasks that compute a step's new pieces (the outputs
+        `new_<input>`) on the pieces' workers, and every task that reads pieces of one
+        worker only on that worker, so pieces are read where they are and never copied
+        (the partial results move instead, as in tensor parallelism). A task reading the
+        pieces of several workers (a sharded parameter's gather) runs where Dask puts it.
+        `sources` are the inputs the step was lowered with."""
+        out, pieces = {}, {}
         for input_id in self.splits:
             key, chunks = lowered.outputs["new_" + input_id]
+            source = sources.get(input_id)
             for index in itertools.product(*(range(len(c)) for c in chunks)):
                 out[(key, *index)] = self.owner(input_id, index)
+                if isinstance(source, KeySource):
+                    pieces[(source.key, *index)] = self.owner(input_id, index)
         for key in lowered.dsk:
             input_id = node_of(key_name(key))
             if input_id in self.splits and len(key) == 1 + len(self.chunks[input_id]):
-                out[key] = self.owner(input_id, key[1:])
+                pieces[key] = out[key] = self.owner(input_id, key[1:])
+        for key, spec in lowered.dsk.items():
+            owners = {pieces[d] for d in getattr(spec, "dependencies", ()) if d in pieces}
+            if len(owners) == 1 and key not in out:
+                out[key] = owners.pop()
         return out

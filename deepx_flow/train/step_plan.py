@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from deepx_flow.compiler.compile import compile_graph
 from deepx_flow.compiler.fuse import fuse_elementwise
-from deepx_flow.compiler.placing.gather import gathered_where_used
+from deepx_flow.compiler.placing.gather import gathered_where_used, update_and_gradients
 from deepx_flow.compiler.infer import infer_types
 from deepx_flow.compiler.placing import ParameterPlacement, place_parameters
 from deepx_flow.compiler.plan import Plan
@@ -102,7 +102,12 @@ def plan_step(graph: Graph, params: dict[str, str], state: dict[str, str],
     # per worker, as `dx.train` groups each shard's tasks into one (`compiler/group.py`).
     step_config = replace(config, chunks_per_thread=1, max_tasks=config.max_tasks * workers)
     fused = fuse_elementwise(infer_types(validate_graph(graph)))
-    live = peak_live_bytes(fused, set(params.values()) | set(state.values())) // workers
+    # The parameters, their state, gradients, update and new values (which take their
+    # place) are what the placement keeps or holds for a moment, not the step's own live
+    # values.
+    kept = set(params.values()) | set(state.values())
+    kept |= update_and_gradients(fused, kept)
+    live = peak_live_bytes(fused, kept) // workers
     budget = min(w.budget for w in cluster.workers)
     if live >= budget:
         raise PlanError(

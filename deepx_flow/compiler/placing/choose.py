@@ -18,7 +18,7 @@ strategies change where tensors live and what moves, not what is computed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from deepx_flow.compiler.partition import joined_axes
 from deepx_flow.compiler.placing.collectives import Collectives
@@ -173,8 +173,24 @@ def place_parameters(graph: Graph, params: dict[str, str], state: dict[str, str]
         chosen[name] = o
     flops = step_flops(graph, config)
     rate = sum(w.compute_rate for w in cluster.workers)
-    return ParameterPlacement(cluster.name, n, tuple(chosen[p.name] for p in trained), limit,
-                              flops, flops / rate)
+    placed_in_order = _paired(tuple(chosen[p.name] for p in trained), classes)
+    return ParameterPlacement(cluster.name, n, placed_in_order, limit, flops, flops / rate)
+
+
+def _paired(placed: tuple[Placed, ...], classes) -> tuple[Placed, ...]:
+    """Tensor-parallel weights paired as Megatron pairs them: a weight whose input axis is
+    chunked alike with the output axis another splits (the next layer's K, the columns of
+    the layer before) is split along it too (rows, partial products summed), so each weight
+    is cut in n pieces, not n x n tiles. The others split their output axis (columns)."""
+    split_roots, out = set(), []
+    for p in placed:
+        if p.strategy == "tensor_parallel" and p.parameter.shape[0] == p.parameter.shape[1] \
+                and classes.find((p.parameter.node, 0)) in split_roots:
+            p = replace(p, axis=0)
+        if p.axis is not None:
+            split_roots.add(classes.find((p.parameter.node, p.axis)))
+        out.append(p)
+    return tuple(out)
 
 
 def _own(p: Placed) -> int:

@@ -59,6 +59,16 @@ def gathered_where_used(graph: Graph, sharded: set[str]) -> Graph:
     return graph.replace(placed)
 
 
+def update_and_gradients(graph: Graph, inputs) -> set[str]:
+    """The update nodes of `inputs` (parameters, state) and what they read from outside
+    (the gradients): what a placement keeps or holds for a moment, not the step's own
+    live values."""
+    outputs = dict(graph.outputs)
+    update = _update_nodes(graph, [outputs["new_" + i] for i in inputs
+                                   if "new_" + i in outputs])
+    return update | {i for n in update for i in graph[n].inputs if graph[i].ndim > 0}
+
+
 def _update_nodes(graph: Graph, ends: list[str]) -> set[str]:
     """The elementwise nodes of each end's shape that the ends are computed from, back to
     the first node that is not one (a gradient's matmul or sum, an input)."""

@@ -1,0 +1,176 @@
+"""Parameters in pieces (`train/pieces.py`): a model whose parameters and Adam state are
+twice a worker's memory trains on 4 workers and equals a NumPy float64 loop of the same
+steps; each strategy gives the replicated run's numbers; 3 and 4 workers agree."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import deepx_flow as dx
+from deepx_flow.train.data import batch_pieces, dataset_of, epoch_order
+
+LIMIT = 512 * 2**20
+
+
+def mlp(widths):
+    layers = []
+    for a, b in zip(widths, widths[1:]):
+        layers += [dx.nn.Linear(a, b, dtype="float64"), dx.nn.tanh]
+    return dx.nn.Sequential(*layers[:-1])
+
+
+def start_values(widths, seed):
+    rng = np.random.default_rng(seed)
+    out = {}
+    for i, (a, b) in enumerate(zip(widths, widths[1:])):
+        out[f"{2 * i}.weight"] = rng.standard_normal((a, b)) / np.sqrt(a)
+        out[f"{2 * i}.bias"] = rng.standard_normal(b) * 0.1
+    return out
+
+
+def numpy_adam_training(start, widths, x_all, y_all, batch, seed, lr, steps):
+    """The same steps in NumPy float64: tanh layers, cross-entropy, Adam as `dx.optim.Adam`
+    computes it, rows in the order `dx.train` takes them (one block per window)."""
+    b1, b2, eps = 0.9, 0.999, 1e-8
+    p = {k: v.copy() for k, v in start.items()}
+    m = {k: np.zeros_like(v) for k, v in p.items()}
+    v = {k: np.zeros_like(v) for k, v in p.items()}
+    ds = dataset_of((x_all, y_all))
+    windows = epoch_order(ds, seed, 0, 1)
+    losses, n = [], len(widths) - 1
+    for t, pieces in enumerate(batch_pieces(windows, batch), start=1):
+        if t > steps:
+            break
+        rows = np.concatenate([windows[q.window][q.lo:q.hi] for q in pieces])
+        x, y = x_all[rows], y_all[rows]
+        hs = [x]
+        for i in range(n):
+            z = hs[-1] @ p[f"{2 * i}.weight"] + p[f"{2 * i}.bias"]
+            hs.append(np.tanh(z) if i < n - 1 else z)
+        z = hs[-1] - hs[-1].max(1, keepdims=True)
+        prob = np.exp(z) / np.exp(z).sum(1, keepdims=True)
+        losses.append(-np.log(prob[np.arange(len(y)), y]).mean())
+        dz = prob
+        dz[np.arange(len(y)), y] -= 1
+        dz /= len(y)
+        grads = {}
+        for i in reversed(range(n)):
+            grads[f"{2 * i}.weight"] = hs[i].T @ dz
+            grads[f"{2 * i}.bias"] = dz.sum(0)
+            if i:
+                dz = (dz @ p[f"{2 * i}.weight"].T) * (1 - hs[i] * hs[i])
+        c1, c2 = 1 - b1 ** t, 1 - b2 ** t
+        for k, g in grads.items():
+            m[k] = b1 * m[k] + (1 - b1) * g
+            v[k] = b2 * v[k] + (1 - b2) * (g * g)
+            p[k] = p[k] - (lr / c1) * m[k] / (np.sqrt(v[k]) / np.sqrt(c2) + eps)
+        del grads
+    return p, losses
+
+
+def relative(a, b) -> float:
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def _rss() -> int:
+    import os
+
+    import psutil
+    return psutil.Process(os.getpid()).memory_info().rss
+
+
+@pytest.mark.timeout(900)
+def test_a_model_twice_a_workers_memory_trains_in_pieces_and_equals_numpy():
+    from distributed import Client, LocalCluster
+    widths = [256] + [3072] * 6 + [10]
+    start = start_values(widths, seed=2)
+    with_adam = 3 * sum(v.nbytes for v in start.values())
+    assert with_adam >= 2 * LIMIT  # parameters and Adam state: twice a worker's memory
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((640, 256))
+    y = rng.integers(0, 10, 640)
+    steps, lr = 20, 1e-4
+    expected, losses = numpy_adam_training(start, widths, x, y, 32, 7, lr, steps)
+    model = mlp(widths)
+    with LocalCluster(n_workers=4, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      memory_limit=LIMIT, dashboard_address="127.0.0.1:0",
+                      silence_logs=logging.CRITICAL) as cluster, Client(cluster) as client:
+        peak, stop = {}, threading.Event()
+
+        def sample():  # every worker's process memory, several times a second
+            while not stop.wait(0.05):
+                try:
+                    for worker, rss in client.run(_rss).items():
+                        peak[worker] = max(peak.get(worker, 0), rss)
+                except Exception:  # a sample while a worker restarts: the next one tells
+                    pass
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            fit = dx.train(lambda p, a, b: dx.nn.cross_entropy(model(p, a), b), start,
+                           data=(x, y), batch_size=32, epochs=1, seed=7, window_blocks=1,
+                           optimizer=dx.optim.Adam(lr), steps_per_graph=4, progress=False,
+                           client=client)
+        finally:
+            stop.set()
+            sampler.join(10)
+    assert fit.steps == steps
+    # the large weights in pieces; the whole state would not fit one worker
+    assert sum(s != "replicated" for s in fit.placement.values()) >= 5
+    assert relative(np.array([h["loss"] for h in fit.history]), np.array(losses)) < 1e-5
+    for name, value in expected.items():
+        assert relative(fit.values[name], value) < 1e-5, name
+        assert relative(fit.values[name], start[name]) > 1e-4  # it did train
+    assert len(peak) == 4 and max(peak.values()) < LIMIT, {k: v / 2**20 for k, v in
+                                                           peak.items()}
+
+
+def _train(client, widths, placement, steps=4):
+    model = mlp(widths)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((16 * steps, widths[0]))
+    y = rng.integers(0, widths[-1], 16 * steps)
+    return dx.train(lambda p, a, b: dx.nn.cross_entropy(model(p, a), b),
+                    start_values(widths, seed=3), data=(x, y), batch_size=16, epochs=1,
+                    optimizer=dx.optim.Adam(1e-2), steps_per_graph=2, progress=False,
+                    client=client, placement=placement)
+
+
+@pytest.fixture(scope="module")
+def client4():
+    from tests.conftest import _session_client
+    yield from _session_client(4)
+
+
+def test_three_and_four_workers_agree_in_pieces(client3, client4):
+    widths = [24, 64, 64, 64, 6]
+    fits = {(n, placement): _train(c, widths, placement)
+            for n, c in ((3, client3), (4, client4))
+            for placement in ("sharded", "tensor_parallel")}
+    for fit in fits.values():
+        assert any(s != "replicated" for s in fit.placement.values())
+    reference = fits[(4, "sharded")]
+    for fit in fits.values():
+        for name, value in reference.values.items():
+            assert relative(fit.values[name], value) < 1e-6, name
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(widths=st.lists(st.integers(4, 40), min_size=3, max_size=5),
+       placement=st.sampled_from(["sharded", "tensor_parallel"]))
+def test_each_strategy_gives_the_replicated_numbers(client3, widths, placement):
+    widths = widths[:-1] + [min(widths[-1], 8)]
+    split = _train(client3, widths, placement, steps=3)
+    whole = _train(client3, widths, "replicated", steps=3)
+    assert set(whole.placement.values()) == {"replicated"}
+    assert placement in split.placement.values()
+    np.testing.assert_allclose([h["loss"] for h in split.history],
+                               [h["loss"] for h in whole.history], rtol=1e-12)
+    for name, value in whole.values.items():
+        np.testing.assert_allclose(split.values[name], value, rtol=1e-10, atol=1e-13)
