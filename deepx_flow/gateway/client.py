@@ -76,13 +76,14 @@ class Remote:
         return _shaped(outputs, graph, handles)
 
     def _started(self, outputs, inputs, wait_seconds: float):
-        from deepx_flow.sdk.bindings import with_bound_inputs
+        from deepx_flow.runtime.inputs import Binding
+        from deepx_flow.sdk.bindings import carried_array, with_bound_inputs
         from deepx_flow.sdk.build import build_graph
         from deepx_flow.spec.writer import graph_to_document
         graph = build_graph(outputs)
         arrays = {}
         for name, value in with_bound_inputs(outputs, inputs).items():
-            value = getattr(value, "value", value)  # data a tensor carries
+            value = carried_array(value) if isinstance(value, Binding) else value
             if not isinstance(value, np.ndarray):
                 raise InputError(f"input {shown(name)}: a remote run takes NumPy arrays, not "
                                  f"{type(value).__name__}")

@@ -270,9 +270,9 @@ def _refuse_compiled(graph: Graph) -> None:
 def _carried_arrays(outputs) -> dict[str, np.ndarray]:
     """The NumPy arrays the tensors behind `outputs` carry (an imported model's weights,
     `dx.constant`s): initializers without being named (a dask array stays an input)."""
-    from deepx_flow.sdk.bindings import bound_inputs
-    return {name: b.value for name, b in bound_inputs(outputs).items()
-            if isinstance(b.value, np.ndarray)}
+    from deepx_flow.sdk.bindings import bound_inputs, carried_array
+    return {name: carried_array(b) for name, b in bound_inputs(outputs).items()
+            if isinstance(b.value, (np.ndarray, str))}
 
 
 def _bound_inputs(graph: Graph, inputs: dict | None) -> dict[str, np.ndarray]:

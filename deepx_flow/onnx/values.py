@@ -56,6 +56,40 @@ class Value:
         return self.tensor.dtype if self.tensor is not None else self.const.dtype.name
 
 
+# Constants at least this large (a model's weights) are bound as `.npy` files, which each
+# task reads its region of where it runs: bound as arrays, every chunk of every weight would
+# travel inside the graph and be sent to the workers at once, and a model whose weights
+# outgrow a worker's memory could not run.
+STORED_CONSTANT_BYTES = 16 * 2**20
+
+
+def stored_weight(array: np.ndarray, digest: str) -> str | None:
+    """The `.npy` file holding `array` under the asset root's `onnx-weights/` (written once,
+    named by its content, renamed into place whole so no reader sees part of it); None
+    where the asset root is not a local folder (the array is then bound as it is)."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from deepx_flow.assets.root import asset_root
+    root = asset_root()
+    if "://" in root:
+        return None
+    folder = Path(root) / "onnx-weights"
+    path = folder / f"{digest}.npy"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=folder, suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.save(f, np.ascontiguousarray(array))
+            os.replace(temporary, path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+    return str(path)
+
+
 @dataclass
 class Context:
     """What converting one call of a model builds: its values and the constants' data."""
@@ -90,4 +124,8 @@ class Context:
         array = self.bound.setdefault(name, array)
         node = Node(name, "input", (), tuple(int(s) for s in array.shape),
                     dtypes.normalize(array.dtype))
+        if array.nbytes >= STORED_CONSTANT_BYTES:
+            path = stored_weight(array, digest)
+            if path is not None:
+                return bound_tensor(node, path, f"onnx-{digest}")
         return bound_tensor(node, array, f"onnx-{digest}")

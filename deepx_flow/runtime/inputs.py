@@ -44,15 +44,16 @@ from deepx_flow.storage.tokens import data_token
 @dataclass(frozen=True, slots=True, eq=False)
 class Binding:
     """The data a tensor carries to its input node (`sdk/bindings.py`): `value` (a NumPy or
-    dask array) and `token`, which identifies it (the array's content token, the dask
-    array's name)."""
+    dask array, or the path of a `.npy` file) and `token`, which identifies it (the array's
+    content token, the dask array's name)."""
 
     value: Any
     token: str
 
     @property
     def kind(self) -> str:
-        return "NumPy array" if isinstance(self.value, np.ndarray) else "dask array"
+        return "NumPy array" if isinstance(self.value, np.ndarray) else \
+            "file" if isinstance(self.value, str) else "dask array"
 
 
 def checked_inputs(inputs) -> dict:

@@ -10,6 +10,9 @@ win, so a run may bind other data to the same input).
 - `constant(array)`: an input named `const_<token of the array's contents>`, carrying a copy
   of the array (taken when the tensor is built, so a later change to the array changes
   nothing). It travels inside the task graph at run time, as a NumPy input does.
+- An imported ONNX model's large weights (`onnx/values.py`): an input carrying the path of
+  a `.npy` file holding it, which each task reads its region of where it runs
+  (`carried_array` loads it whole, for what needs the array itself: an export, a package).
 - `dx.from_dask(array)` (`sdk/dask_interop.py`): an input named after the dask array (or as
   asked), carrying the dask array, whose graph joins the run's (`runtime/inputs.py`).
 
@@ -27,6 +30,15 @@ from deepx_flow.ir import dtypes
 from deepx_flow.ir.node import Node
 from deepx_flow.runtime.inputs import Binding, checked_inputs
 from deepx_flow.sdk.tensor import Tensor
+
+
+def carried_array(binding: Binding):
+    """The data a Binding carries, a `.npy` file's read whole into a NumPy array."""
+    if isinstance(binding.value, str):
+        from deepx_flow.storage.readers import array_info, read_region
+        shape, _ = array_info(binding.value)
+        return np.asarray(read_region(binding.value, tuple((0, n) for n in shape)))
+    return binding.value
 
 
 def constant(array: np.ndarray) -> Tensor:

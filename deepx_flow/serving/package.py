@@ -72,7 +72,7 @@ def package(name: str, forward, params, example_inputs: dict, repository,
     from deepx_flow.sdk.tensor import Tensor
     from deepx_flow.serving.repository import NAME
     from deepx_flow.train.loop import _input_name as weight_name  # as Fit.params names them
-    from deepx_flow.sdk.bindings import bound_inputs
+    from deepx_flow.sdk.bindings import bound_inputs, carried_array
     from deepx_flow.spec.writer import graph_to_document
 
     if not isinstance(name, str) or not NAME.fullmatch(name):
@@ -110,7 +110,7 @@ def package(name: str, forward, params, example_inputs: dict, repository,
                          f"{', '.join(map(shown, missing))}")
     spec = json.dumps(_untyped(graph_to_document(graph, name)), indent=1)
     # the parameters, and the arrays the tensors carry (NumPy operands of forward's code)
-    carried = {n: np.asarray(getattr(b, "value", b)) for n, b in bound_inputs(outputs).items()}
+    carried = {n: np.asarray(carried_array(b)) for n, b in bound_inputs(outputs).items()}
     bound = {n: a for n, a in {**weights, **carried}.items() if n in used}
     return _write(Path(repository) / name, spec, bound, origin, db)
 

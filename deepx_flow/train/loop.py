@@ -32,6 +32,8 @@ from dask.base import tokenize
 from distributed.client import FutureCancelledError
 
 from deepx_flow.compiler.group import ALL, GROUP_SUFFIX, group_by_shard
+from deepx_flow.compiler.group_workers import group_by_worker
+from deepx_flow.train.pieces import chunk_bytes
 from deepx_flow.compiler.placing.gather import gathered_where_used
 from deepx_flow.compiler.lower import Lowered
 from deepx_flow.config import LARGEST_INT, settings
@@ -483,10 +485,13 @@ class _Runner:
         # Named after no node: a group runs many operators, none of whose settings is its own.
         token = key_name(keys["loss"][-1]).split("@")[-1]
         if self.pieces is None:
-            # (With parameters in pieces each task holds pieces: a group would hold the
-            # whole of them.)
             dsk = group_by_shard(dsk, roots, keep, f"train-step-{token}")
             pinned = self._placement(dsk)
+        else:
+            # Each worker's tasks between two exchanges as one task, holding at most half a
+            # task's budget: what a group reads stays in memory until all of it has run.
+            dsk, pinned = group_by_worker(dsk, pinned, keep, f"train-step-{token}",
+                                          chunk_bytes(first), first.partition.budget // 2)
         merged = Lowered(dsk, lowered.outputs)
         futures, _, recorder, extra = _submit(
             first, self.step.graph, {}, self.client, "train",

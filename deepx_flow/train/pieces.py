@@ -88,3 +88,22 @@ class Pieces:
             if len(owners) == 1 and key not in out:
                 out[key] = owners.pop()
         return out
+
+
+def chunk_bytes(plan):
+    """key -> the bytes of the chunk it computes in `plan` (0 for a key of no node)."""
+    from deepx_flow.ir import dtypes
+    chunks, graph = plan.partition.chunks, plan.fused
+
+    def size(key) -> int:
+        node_id = node_of(key_name(key)) if isinstance(key, tuple) else None
+        grid = chunks.get(node_id)
+        if grid is None or len(key) != 1 + len(grid):
+            return 0
+        n = 1
+        for axis, i in enumerate(key[1:]):
+            if not isinstance(i, int) or i >= len(grid[axis]):
+                return 0
+            n *= grid[axis][i]
+        return n * dtypes.itemsize(graph[node_id].dtype)
+    return size

@@ -87,7 +87,7 @@ def _rss() -> int:
 @pytest.mark.timeout(900)
 def test_a_model_twice_a_workers_memory_trains_in_pieces_and_equals_numpy():
     from distributed import Client, LocalCluster
-    widths = [256] + [3072] * 6 + [10]
+    widths = [256] + [2976] * 6 + [10]
     start = start_values(widths, seed=2)
     with_adam = 3 * sum(v.nbytes for v in start.values())
     assert with_adam >= 2 * LIMIT  # parameters and Adam state: twice a worker's memory
@@ -174,3 +174,55 @@ def test_each_strategy_gives_the_replicated_numbers(client3, widths, placement):
                                [h["loss"] for h in whole.history], rtol=1e-12)
     for name, value in whole.values.items():
         np.testing.assert_allclose(split.values[name], value, rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.timeout(600)
+def test_a_worker_killed_mid_step_in_pieces_ends_as_an_unbroken_run(client3, tmp_path):
+    """A worker holding pieces is killed while the steps run: the training goes back to
+    the last values the driver holds, deals the pieces to the workers there are, and ends
+    with the parameters of a run that lost nothing."""
+    import os
+    import signal
+    import time
+
+    from distributed import Client, LocalCluster
+    from sqlmodel import func, select
+
+    from deepx_flow.meta import open_db
+    from deepx_flow.meta.models import TrainingMetric
+    widths = [24, 96, 96, 6]
+    unbroken = _train(client3, widths, "tensor_parallel", steps=40)
+    db = f"sqlite:///{tmp_path / 'deepx.db'}"
+    killed = []
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0",
+                      silence_logs=logging.CRITICAL) as cluster, Client(cluster) as client:
+
+        def kill_a_worker_mid_run():
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+                with open_db(db).read() as s:
+                    rows = s.exec(select(func.count()).select_from(TrainingMetric)).one()
+                if rows > 4 * 10:  # past step 10 of 40
+                    pid = next(iter(client.run(os.getpid).values()))
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                    return
+
+        killer = threading.Thread(target=kill_a_worker_mid_run, daemon=True)
+        killer.start()
+        model = mlp(widths)
+        rng = np.random.default_rng(5)
+        x = rng.standard_normal((16 * 40, widths[0]))
+        y = rng.integers(0, widths[-1], 16 * 40)
+        fit = dx.train(lambda p, a, b: dx.nn.cross_entropy(model(p, a), b),
+                       start_values(widths, seed=3), data=(x, y), batch_size=16, epochs=1,
+                       optimizer=dx.optim.Adam(1e-2), steps_per_graph=2, progress=False,
+                       client=client, placement="tensor_parallel", db=db)
+        killer.join(5)
+    assert killed, "the worker was not killed before the training ended"
+    assert [h["step"] for h in fit.history] == list(range(1, 41))
+    assert "tensor_parallel" in fit.placement.values()
+    for name, value in unbroken.values.items():
+        assert relative(fit.values[name], value) < 1e-5, name

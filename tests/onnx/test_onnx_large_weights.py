@@ -1,0 +1,117 @@
+"""An imported model's large weights are bound as `.npy` files that each task reads its
+region of (`onnx/values.py`): a model whose weights are twice a worker's memory runs on
+4 workers and equals ONNX Runtime."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import deepx_flow as dx  # noqa: E402
+from deepx_flow.onnx.values import STORED_CONSTANT_BYTES  # noqa: E402
+from deepx_flow.sdk.bindings import bound_inputs, carried_array  # noqa: E402
+
+LIMIT = 512 * 2**20
+
+
+def _mlp_model(path, weights: list[np.ndarray]) -> str:
+    """x @ w0, relu, @ w1, relu, ... (no relu after the last)."""
+    nodes, previous = [], "x"
+    for i in range(len(weights)):
+        nodes.append(helper.make_node("MatMul", [previous, f"w{i}"], [f"m{i}"]))
+        previous = f"m{i}"
+        if i < len(weights) - 1:
+            nodes.append(helper.make_node("Relu", [previous], [f"r{i}"]))
+            previous = f"r{i}"
+    graph = helper.make_graph(
+        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                     [None, weights[0].shape[0]])],
+        [helper.make_tensor_value_info(previous, TensorProto.FLOAT,
+                                       [None, weights[-1].shape[1]])],
+        [numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(weights)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def _runtime(path, x):
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0]
+
+
+def _close(got, expected, terms):
+    # float32 sums of `terms` products: an absolute tolerance scaled by the sum's terms
+    scale = np.sqrt(terms) * np.abs(expected).max()
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5 * scale)
+
+
+def test_a_large_weight_is_bound_as_a_file_and_reads_the_same(client, tmp_path):
+    rng = np.random.default_rng(0)
+    big = (rng.standard_normal((2048, 2048)) / 45).astype(np.float32)  # 16 MiB
+    small = (rng.standard_normal((2048, 8)) / 45).astype(np.float32)
+    assert big.nbytes >= STORED_CONSTANT_BYTES > small.nbytes
+    path = _mlp_model(str(tmp_path / "mlp.onnx"), [big, small])
+    x = rng.standard_normal((5, 2048)).astype(np.float32)
+    model = dx.onnx.load(path)
+    out = model(x=dx.input("x", x.shape, "float32"))[model.output_names[0]]
+    kinds = sorted(b.kind for b in bound_inputs(out).values())
+    assert kinds == ["NumPy array", "file"]
+    for binding in bound_inputs(out).values():
+        if binding.kind == "file":  # the file holds the weight itself
+            np.testing.assert_array_equal(carried_array(binding), big)
+    _close(dx.run(out, inputs={"x": x}, client=client), _runtime(path, x), 2048)
+    # the model's inputs stay arrays, for a spec of the graph
+    assert all(isinstance(a, np.ndarray) for a in model.inputs.values())
+
+
+def _rss() -> int:
+    import os
+
+    import psutil
+    return psutil.Process(os.getpid()).memory_info().rss
+
+
+@pytest.mark.timeout(900)
+def test_weights_twice_a_workers_memory_run_and_equal_onnx_runtime(tmp_path):
+    from distributed import Client, LocalCluster
+    rng = np.random.default_rng(1)
+    n = 8192
+    weights = [(rng.standard_normal((n, n), dtype=np.float32) / np.float32(90))
+               for _ in range(4)]
+    assert sum(w.nbytes for w in weights) >= 2 * LIMIT
+    path = _mlp_model(str(tmp_path / "large.onnx"), weights)
+    del weights
+    x = rng.standard_normal((8, n)).astype(np.float32)
+    expected = _runtime(path, x)
+    with LocalCluster(n_workers=4, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      memory_limit=LIMIT, dashboard_address="127.0.0.1:0",
+                      silence_logs=logging.CRITICAL) as cluster, Client(cluster) as client:
+        peak, stop = {}, threading.Event()
+
+        def sample():
+            while not stop.wait(0.05):
+                try:
+                    for worker, rss in client.run(_rss).items():
+                        peak[worker] = max(peak.get(worker, 0), rss)
+                except Exception:  # a sample while a worker restarts: the next one tells
+                    pass
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            model = dx.onnx.load(path)
+            out = model(x=dx.input("x", x.shape, "float32"))[model.output_names[0]]
+            got = dx.run(out, inputs={"x": x}, client=client)
+        finally:
+            stop.set()
+            sampler.join(10)
+    _close(got, expected, n)
+    assert len(peak) == 4 and max(peak.values()) < LIMIT, {k: v / 2**20 for k, v in
+                                                           peak.items()}
