@@ -20,7 +20,7 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
                                   "bench_speculation", "bench_ui", "bench_small_runs",
                                   "bench_workloads", "bench_training", "bench_inference",
                                   "bench_scan", "bench_graph_size", "bench_serving",
-                                  "plan_scale"])
+                                  "plan_scale", "bench_sharded"])
 def test_benchmark_quick_run_writes_results(name):
     out = BENCH / "results" / f"{name}.quick.json"
     out.unlink(missing_ok=True)
