@@ -328,8 +328,9 @@ def _run_to_the_end(runner, schedule, done, steps_per_graph, marks, fit, started
                 raise ExecutionError(f"the training lost values it could not compute "
                                      f"again {rewinds} times: {err}") from err
             if runner.pieces is not None:  # a lost worker's replacement has a new address
-                runner.pieces = runner.pieces.on(
-                    runner.client.scheduler_info(n_workers=-1)["workers"])
+                from deepx_flow.train.pieces import running_workers
+                runner.pieces = runner.pieces.on(running_workers(runner.client) or
+                                                 runner.pieces.workers)
             done = runner.rewind()
             book.rewind(done)
             fit.history = [h for h in fit.history if h["step"] <= done]
@@ -575,14 +576,32 @@ class _Runner:
             if self.pieces is not None and input_id in self.pieces.splits:
                 # Each piece straight to its worker: whole, it would go through the
                 # scheduler to every worker that reads a piece of it.
-                self.sources[input_id], futures = self.pieces.send(
-                    self.client, input_id, array, f"{input_id}-start-{token}")
+                self.sources[input_id], futures = self._send(input_id, array,
+                                                             f"{input_id}-start-{token}")
                 self.sent += futures
             else:
                 self.sources[input_id] = ArraySource(array, token)
         for f in sent:
             f.release()
         self.bound = dict(self.sources)
+
+    def _send(self, input_id, array, key):
+        """Send a split input's pieces to their workers; where one is gone or stays paused,
+        deal every piece again to the workers running then (the pieces sent before go
+        where they were: a task reads a piece wherever it is)."""
+        from deepx_flow.train.pieces import SEND_ATTEMPTS, running_workers
+        for attempt in range(SEND_ATTEMPTS):
+            try:
+                return self.pieces.send(self.client, input_id, array, key)
+            except (TimeoutError, KeyError, OSError) as err:
+                failed = err
+                time.sleep(min(2.0 ** attempt, 8.0))
+                workers = running_workers(self.client)
+                if workers:
+                    self.pieces = self.pieces.on(workers)
+        raise ExecutionError(f"could not send the pieces of {input_id!r} to the workers "
+                             f"after {SEND_ATTEMPTS} tries: {type(failed).__name__}: "
+                             f"{failed}") from failed
 
     def _values(self, input_ids) -> dict:
         from deepx_flow.runtime.run import _gather

@@ -23,6 +23,15 @@ from deepx_flow.runtime.inputs import KeySource, region_block
 
 Chunks = tuple[tuple[int, ...], ...]
 
+SEND_TIMEOUT_S = 10.0  # for a worker to take its pieces (one paused waits until it resumes)
+SEND_ATTEMPTS = 5      # dealing the pieces again to the workers running then, after each
+
+
+def running_workers(client) -> list[str]:
+    """The addresses of the workers that are running (not paused, closing or gone)."""
+    return [address for address, w in client.scheduler_info(n_workers=-1)["workers"].items()
+            if w.get("status", "running") == "running"]
+
 
 @dataclass(frozen=True)
 class Pieces:
@@ -60,8 +69,16 @@ class Pieces:
             by_worker.setdefault(self.owner(input_id, index), {})[(key, *index)] = \
                 region_block(array, region)
         futures = []
-        for worker, data in by_worker.items():
-            futures += list(client.scatter(data, workers=[worker], hash=False).values())
+        try:
+            for worker, data in by_worker.items():
+                # Through the scheduler, which refuses a worker that is gone or paused (its
+                # memory full) after `timeout` instead of waiting for it.
+                futures += list(client.scatter(data, workers=[worker], hash=False,
+                                               direct=False, timeout=SEND_TIMEOUT_S).values())
+        except BaseException:
+            for f in futures:
+                f.release()
+            raise
         return KeySource(key, chunks, array.dtype.name), futures
 
     def placement(self, lowered, sources: dict) -> dict:
