@@ -5,9 +5,10 @@ reads) and `pinned`: the worker of some of its tasks (those that read or make a 
 pieces: `train/pieces.py`).
 After: an equal computation with far fewer tasks, each placed on a worker.
 
-Every task gets a worker: its pinned one; else that of the task it reads most from (the
-first among equals); else, for a task that reads nothing in the graph (a batch chunk, a
-scalar), that of its first reader. Then a level: the most, over what it reads, of that
+A task gets a worker: its pinned one; else the one worker of what it reads, when that has
+one (a task reading the results of several workers, a gather or a sum of partial results,
+gets none: it is not grouped, and Dask places it); else, for a task that reads nothing in
+the graph (a scalar), that of its first reader. Then a level: the most, over what it reads, of that
 task's level, plus one where that task is on another worker. The tasks of one worker and
 one level are one group (several, in order, where they would hold more than a budget): a
 group reads another worker's results only from lower levels, so the groups' graph has no
@@ -20,7 +21,7 @@ order and lets each result go after its last reader (`kernels.grouped.run_group`
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 
 from deepx_flow.compiler.taskspec import data_node, ref, refs_of, task
 from deepx_flow.kernels.grouped import run_group, take_output
@@ -43,9 +44,9 @@ def group_by_worker(dsk: dict, pinned: dict, keep, name: str, nbytes=None,
     worker = dict(pinned)
     for key in dsk:
         if key not in worker and reads[key]:
-            found = Counter(worker[r] for r in reads[key] if r in worker)
-            if found:
-                worker[key] = found.most_common(1)[0][0]
+            found = {worker[r] for r in reads[key] if r in worker}
+            if len(found) == 1:
+                worker[key] = found.pop()
     for key in reversed(list(dsk)):
         if key not in worker:
             theirs = [worker[r] for r in readers[key] if r in worker]

@@ -75,7 +75,7 @@ def stored_weight(array: np.ndarray, digest: str) -> str | None:
     root = asset_root()
     if "://" in root:
         return None
-    folder = Path(root) / "onnx-weights"
+    folder = Path(root).resolve() / "onnx-weights"  # absolute: workers run elsewhere
     path = folder / f"{digest}.npy"
     if not path.exists():
         folder.mkdir(parents=True, exist_ok=True)
@@ -83,10 +83,16 @@ def stored_weight(array: np.ndarray, digest: str) -> str | None:
         try:
             with os.fdopen(fd, "wb") as f:
                 np.save(f, np.ascontiguousarray(array))
+            # readable as any file written here is (mkstemp's are the owner's alone), for
+            # workers running as another user on shared storage
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(temporary, 0o666 & ~umask)
             os.replace(temporary, path)
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
-            raise
+            if not path.exists():  # another process may have put the same file in place
+                raise
     return str(path)
 
 

@@ -473,6 +473,10 @@ class _Runner:
             dsk.update(lowered.dsk)
             if self.pieces is not None:
                 pinned.update(self.pieces.placement(lowered, sources))
+                # the batch's chunks dealt to the workers, so the data stays parallel
+                workers = self.pieces.workers
+                pinned.update({key: workers[shard % len(workers)] for key, shard in
+                               self._shards(lowered, plan).items()})
             else:
                 roots.update({key: (index, shard)
                               for key, shard in self._shards(lowered, plan).items()})
@@ -571,18 +575,20 @@ class _Runner:
         back to."""
         self.restart = (number, dict(arrays))
         sent, self.sent = self.sent, []
-        for input_id, array in arrays.items():
-            token = tokenize(array, self.rewinds)
-            if self.pieces is not None and input_id in self.pieces.splits:
-                # Each piece straight to its worker: whole, it would go through the
-                # scheduler to every worker that reads a piece of it.
-                self.sources[input_id], futures = self._send(input_id, array,
-                                                             f"{input_id}-start-{token}")
-                self.sent += futures
-            else:
-                self.sources[input_id] = ArraySource(array, token)
-        for f in sent:
-            f.release()
+        try:
+            for input_id, array in arrays.items():
+                token = tokenize(array, self.rewinds)
+                if self.pieces is not None and input_id in self.pieces.splits:
+                    # Each piece straight to its worker: whole, it would go through the
+                    # scheduler to every worker that reads a piece of it.
+                    self.sources[input_id], futures = self._send(
+                        input_id, array, f"{input_id}-start-{token}")
+                    self.sent += futures
+                else:
+                    self.sources[input_id] = ArraySource(array, token)
+        finally:
+            for f in sent:
+                f.release()
         self.bound = dict(self.sources)
 
     def _send(self, input_id, array, key):
@@ -591,9 +597,13 @@ class _Runner:
         where they were: a task reads a piece wherever it is)."""
         from deepx_flow.train.pieces import SEND_ATTEMPTS, running_workers
         for attempt in range(SEND_ATTEMPTS):
-            try:
-                return self.pieces.send(self.client, input_id, array, key)
-            except (TimeoutError, KeyError, OSError) as err:
+            try:  # (each try under keys of its own: the last try's may still be let go)
+                return self.pieces.send(self.client, input_id, array, f"{key}-{attempt}")
+            except (TimeoutError, OSError, KeyError) as err:
+                # the scheduler's answers for a worker paused or gone (a KeyError names
+                # its address); anything else is no reason to try again
+                if isinstance(err, KeyError) and "://" not in str(err):
+                    raise
                 failed = err
                 time.sleep(min(2.0 ** attempt, 8.0))
                 workers = running_workers(self.client)

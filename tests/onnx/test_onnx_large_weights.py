@@ -105,6 +105,7 @@ def test_weights_twice_a_workers_memory_run_and_equal_onnx_runtime(tmp_path):
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
+        workers = set(client.scheduler_info(n_workers=-1)["workers"])
         try:
             model = dx.onnx.load(path)
             out = model(x=dx.input("x", x.shape, "float32"))[model.output_names[0]]
@@ -112,6 +113,8 @@ def test_weights_twice_a_workers_memory_run_and_equal_onnx_runtime(tmp_path):
         finally:
             stop.set()
             sampler.join(10)
+        # no worker was restarted at its memory limit (a restarted one has a new address)
+        assert set(client.scheduler_info(n_workers=-1)["workers"]) == workers
     _close(got, expected, n)
     assert len(peak) == 4 and max(peak.values()) < LIMIT, {k: v / 2**20 for k, v in
                                                            peak.items()}

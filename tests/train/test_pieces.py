@@ -112,6 +112,7 @@ def test_a_model_twice_a_workers_memory_trains_in_pieces_and_equals_numpy():
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
+        workers = set(client.scheduler_info(n_workers=-1)["workers"])
         try:
             fit = dx.train(lambda p, a, b: dx.nn.cross_entropy(model(p, a), b), start,
                            data=(x, y), batch_size=32, epochs=1, seed=7, window_blocks=1,
@@ -120,6 +121,8 @@ def test_a_model_twice_a_workers_memory_trains_in_pieces_and_equals_numpy():
         finally:
             stop.set()
             sampler.join(10)
+        # no worker was restarted at its memory limit (a restarted one has a new address)
+        assert set(client.scheduler_info(n_workers=-1)["workers"]) == workers
     assert fit.steps == steps
     # the large weights in pieces; the whole state would not fit one worker
     assert sum(s != "replicated" for s in fit.placement.values()) >= 5

@@ -178,17 +178,22 @@ def place_parameters(graph: Graph, params: dict[str, str], state: dict[str, str]
 
 
 def _paired(placed: tuple[Placed, ...], classes) -> tuple[Placed, ...]:
-    """Tensor-parallel weights paired as Megatron pairs them: a weight whose input axis is
-    chunked alike with the output axis another splits (the next layer's K, the columns of
-    the layer before) is split along it too (rows, partial products summed), so each weight
-    is cut in n pieces, not n x n tiles. The others split their output axis (columns)."""
+    """Tensor-parallel weights paired as Megatron pairs them: a square weight whose input
+    axis is chunked alike with the output axis another tensor-parallel weight splits (the
+    next layer's K, the columns of the layer before) is split along it too (rows, partial
+    products summed), so each weight is cut in n pieces, not n x n tiles; in the order of
+    the parameters. The others split their output axis (columns). (A weight of another
+    shape keeps its columns: its bytes kept would differ from what was chosen.)"""
     split_roots, out = set(), []
     for p in placed:
+        node = p.parameter.node
         if p.strategy == "tensor_parallel" and p.parameter.shape[0] == p.parameter.shape[1] \
-                and classes.find((p.parameter.node, 0)) in split_roots:
+                and classes.find((node, 0)) in split_roots \
+                and not classes.whole_reason((node, 0)):
+            # (a square weight: it keeps and gathers as many bytes either way)
             p = replace(p, axis=0)
-        if p.axis is not None:
-            split_roots.add(classes.find((p.parameter.node, p.axis)))
+        if p.axis is not None and STRATEGIES[p.strategy].splits_arithmetic:
+            split_roots.add(classes.find((node, p.axis)))
         out.append(p)
     return tuple(out)
 
