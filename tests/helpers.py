@@ -291,3 +291,38 @@ def toolchain(name: str) -> str:
             pytest.fail(f"{name} is not installed (DEEPX_REQUIRE_SDK_TOOLCHAINS is set)")
         pytest.skip(f"{name} is not installed")
     return found
+
+
+def _process_rss() -> int:
+    import os
+
+    import psutil
+    return psutil.Process(os.getpid()).memory_info().rss
+
+
+@contextlib.contextmanager
+def worker_memory_sampled(client, every_s: float = 0.05):
+    """Yield a dict that fills, while the block runs, with each worker's highest resident
+    memory sampled every `every_s`; on leaving, assert that no worker was restarted (a
+    worker the nanny restarts at its memory limit comes back under a new address)."""
+    peak: dict = {}
+    stop = threading.Event()
+    workers = set(client.scheduler_info(n_workers=-1)["workers"])
+
+    def sample():
+        while not stop.wait(every_s):
+            try:
+                for worker, rss in client.run(_process_rss).items():
+                    peak[worker] = max(peak.get(worker, 0), rss)
+            except Exception:  # a sample while a worker restarts: the next one tells
+                pass
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield peak
+    finally:
+        stop.set()
+        sampler.join(10)
+    assert set(client.scheduler_info(n_workers=-1)["workers"]) == workers, \
+        "a worker was restarted"

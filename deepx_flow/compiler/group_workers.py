@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from deepx_flow.compiler.taskspec import data_node, ref, refs_of, task
+from deepx_flow.compiler.taskspec import data_node, dependency_order, ref, refs_of, task
 from deepx_flow.kernels.grouped import run_group, take_output
 
 GROUP_SUFFIX = "-group"
@@ -103,25 +103,4 @@ def group_by_worker(dsk: dict, pinned: dict, keep, name: str, nbytes=None,
                        *[ref(r) for r in outside])
         where_out[gk] = h[0]
     # every key in an order where each task comes after what it reads
-    return _ordered(out), where_out
-
-
-def _ordered(dsk: dict) -> dict:
-    done, order = set(), []
-
-    def visit(key):
-        stack = [(key, False)]
-        while stack:
-            k, expanded = stack.pop()
-            if k in done:
-                continue
-            if expanded:
-                done.add(k)
-                order.append(k)
-                continue
-            stack.append((k, True))
-            stack += [(r, False) for r in refs_of(dsk[k]) if r in dsk and r not in done]
-
-    for key in dsk:
-        visit(key)
-    return {k: dsk[k] for k in order}
+    return {k: out[k] for k in dependency_order(out)}, where_out

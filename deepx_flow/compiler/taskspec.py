@@ -63,3 +63,23 @@ def ref(key) -> TaskRef:
 def data_node(key, value) -> DataNode:
     """A task whose result is `value`, held in the graph itself (so it can be re-run)."""
     return DataNode(key, value)
+
+
+def dependency_order(graph: dict) -> list:
+    """The keys of a dask graph, each after the keys it reads (iteratively: dask graphs can
+    be deep chains)."""
+    order, done = [], set()
+    for root in graph:
+        stack = [(root, False)]
+        while stack:
+            key, expanded = stack.pop()
+            if key in done:
+                continue
+            if expanded:
+                done.add(key)
+                order.append(key)
+                continue
+            stack.append((key, True))
+            stack.extend((d, False) for d in graph[key].dependencies
+                         if d in graph and d not in done)
+    return order

@@ -33,7 +33,7 @@ import numpy as np
 from dask.base import tokenize
 
 from deepx_flow.compiler.lower import Grid
-from deepx_flow.compiler.taskspec import data_node, ref, task
+from deepx_flow.compiler.taskspec import data_node, dependency_order, ref, task
 from deepx_flow.errors import DataError, InputError, shown
 from deepx_flow.ir import Graph, dtypes
 from deepx_flow.kernels.tasks import cast_chunk, to_device
@@ -174,7 +174,7 @@ def dask_graph_tasks(graph) -> dict:
     from dask._task_spec import Alias, DataNode, Task, convert_legacy_graph
     converted = convert_legacy_graph(dict(graph))
     out: dict = {}
-    for key in _dependency_order(converted):
+    for key in dependency_order(converted):
         node = converted[key]
         if isinstance(node, Alias):
             node = task(key, _same, ref(node.target))
@@ -189,26 +189,6 @@ def dask_graph_tasks(graph) -> dict:
 
 def _same(value):
     return value
-
-
-def _dependency_order(graph: dict) -> list:
-    """The keys of a dask graph, each after the keys it reads (iteratively: dask graphs can
-    be deep chains)."""
-    order, done = [], set()
-    for root in graph:
-        stack = [(root, False)]
-        while stack:
-            key, expanded = stack.pop()
-            if key in done:
-                continue
-            if expanded:
-                done.add(key)
-                order.append(key)
-                continue
-            stack.append((key, True))
-            stack.extend((d, False) for d in graph[key].dependencies
-                         if d in graph and d not in done)
-    return order
 
 
 def _chunk_shape(chunks, idx) -> tuple[int, ...]:

@@ -5,7 +5,6 @@ region of (`onnx/values.py`): a model whose weights are twice a worker's memory 
 from __future__ import annotations
 
 import logging
-import threading
 
 import numpy as np
 import pytest
@@ -18,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 import deepx_flow as dx  # noqa: E402
 from deepx_flow.onnx.values import STORED_CONSTANT_BYTES  # noqa: E402
 from deepx_flow.sdk.bindings import bound_inputs, carried_array  # noqa: E402
+from tests.helpers import worker_memory_sampled  # noqa: E402
 
 LIMIT = 512 * 2**20
 
@@ -71,13 +71,6 @@ def test_a_large_weight_is_bound_as_a_file_and_reads_the_same(client, tmp_path):
     assert all(isinstance(a, np.ndarray) for a in model.inputs.values())
 
 
-def _rss() -> int:
-    import os
-
-    import psutil
-    return psutil.Process(os.getpid()).memory_info().rss
-
-
 @pytest.mark.timeout(900)
 def test_weights_twice_a_workers_memory_run_and_equal_onnx_runtime(tmp_path):
     from distributed import Client, LocalCluster
@@ -93,28 +86,10 @@ def test_weights_twice_a_workers_memory_run_and_equal_onnx_runtime(tmp_path):
     with LocalCluster(n_workers=4, threads_per_worker=1, processes=True, host="127.0.0.1",
                       memory_limit=LIMIT, dashboard_address="127.0.0.1:0",
                       silence_logs=logging.CRITICAL) as cluster, Client(cluster) as client:
-        peak, stop = {}, threading.Event()
-
-        def sample():
-            while not stop.wait(0.05):
-                try:
-                    for worker, rss in client.run(_rss).items():
-                        peak[worker] = max(peak.get(worker, 0), rss)
-                except Exception:  # a sample while a worker restarts: the next one tells
-                    pass
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        workers = set(client.scheduler_info(n_workers=-1)["workers"])
-        try:
+        with worker_memory_sampled(client) as peak:
             model = dx.onnx.load(path)
             out = model(x=dx.input("x", x.shape, "float32"))[model.output_names[0]]
             got = dx.run(out, inputs={"x": x}, client=client)
-        finally:
-            stop.set()
-            sampler.join(10)
-        # no worker was restarted at its memory limit (a restarted one has a new address)
-        assert set(client.scheduler_info(n_workers=-1)["workers"]) == workers
     _close(got, expected, n)
     assert len(peak) == 4 and max(peak.values()) < LIMIT, {k: v / 2**20 for k, v in
                                                            peak.items()}

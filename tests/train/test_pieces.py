@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import deepx_flow as dx
 from deepx_flow.train.data import batch_pieces, dataset_of, epoch_order
+from tests.helpers import worker_memory_sampled
 
 LIMIT = 512 * 2**20
 
@@ -77,13 +78,6 @@ def relative(a, b) -> float:
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-def _rss() -> int:
-    import os
-
-    import psutil
-    return psutil.Process(os.getpid()).memory_info().rss
-
-
 @pytest.mark.timeout(900)
 def test_a_model_twice_a_workers_memory_trains_in_pieces_and_equals_numpy():
     from distributed import Client, LocalCluster
@@ -100,29 +94,11 @@ def test_a_model_twice_a_workers_memory_trains_in_pieces_and_equals_numpy():
     with LocalCluster(n_workers=4, threads_per_worker=1, processes=True, host="127.0.0.1",
                       memory_limit=LIMIT, dashboard_address="127.0.0.1:0",
                       silence_logs=logging.CRITICAL) as cluster, Client(cluster) as client:
-        peak, stop = {}, threading.Event()
-
-        def sample():  # every worker's process memory, several times a second
-            while not stop.wait(0.05):
-                try:
-                    for worker, rss in client.run(_rss).items():
-                        peak[worker] = max(peak.get(worker, 0), rss)
-                except Exception:  # a sample while a worker restarts: the next one tells
-                    pass
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        workers = set(client.scheduler_info(n_workers=-1)["workers"])
-        try:
+        with worker_memory_sampled(client) as peak:
             fit = dx.train(lambda p, a, b: dx.nn.cross_entropy(model(p, a), b), start,
                            data=(x, y), batch_size=32, epochs=1, seed=7, window_blocks=1,
                            optimizer=dx.optim.Adam(lr), steps_per_graph=4, progress=False,
                            client=client)
-        finally:
-            stop.set()
-            sampler.join(10)
-        # no worker was restarted at its memory limit (a restarted one has a new address)
-        assert set(client.scheduler_info(n_workers=-1)["workers"]) == workers
     assert fit.steps == steps
     # the large weights in pieces; the whole state would not fit one worker
     assert sum(s != "replicated" for s in fit.placement.values()) >= 5
