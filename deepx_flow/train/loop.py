@@ -203,7 +203,6 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
     Fit, or StepPlan with `plan_only`.
     """
     from deepx_flow.optim import Adam
-    from deepx_flow.runtime.plan_cache import cached_compile
     from deepx_flow.runtime.progress import wanted
     from deepx_flow.meta import open_db
     from deepx_flow.runtime.run import cluster_spec, lasting_client
@@ -230,34 +229,14 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
         f = (lambda p, *c: loss_fn(p, *c, step=number)) if stepped else loss_fn
         return build_step(f, shapes, optimizer, columns)
 
-    # One batch chunk per worker thread: each shard's group then holds all of that thread's
-    # rows, and the update copied into every group runs once per thread (`compiler.group`).
-    # (The floors on a chunk's size stay: without them the planner also splits the
-    # parameters' axes, into more and slower matmuls.)
-    step_settings = replace(settings(), chunks_per_thread=1)
     step = traced_step(1)
     split = _split_plan(step, spec, active, placement)
-    compile_spec, splits, gathered = spec, {}, set()
-    if split is not None:
-        from deepx_flow.train.step_plan import less_memory
-        compile_spec = less_memory(spec, split.placement.kept + split.activations)
-        step_settings = replace(step_settings, max_tasks=step_settings.max_tasks *
-                                len(spec.workers))
-        splits, gathered = split.splits, split.gathered
-
-    def plan_of(number: int):
-        """The step graph and plan of step `number`: one for all steps, unless the loss
-        takes the step (dropout), whose random masks make each step's graph its own."""
-        traced = step if number == 1 or not stepped else traced_step(number)
-        plan = cached_compile(gathered_where_used(traced.graph, gathered), compile_spec,
-                              step_settings, splits=splits)
-        return (plan if plan.cluster is spec else replace(plan, cluster=spec)), traced
-
+    plan_of = _planner(step, traced_step if stepped else None, spec, split)
     plan, step = plan_of(1)
     pieces = None
     if split is not None:
         from deepx_flow.train.pieces import Pieces
-        pieces = Pieces.of(plan, splits, active.scheduler_info(n_workers=-1)["workers"])
+        pieces = Pieces.of(plan, split.splits, active.scheduler_info(n_workers=-1)["workers"])
     if window_blocks is None:
         limit = min((w.memory for w in spec.workers), default=2**30)
         window_blocks = window_blocks_for(dataset, limit)
@@ -707,6 +686,33 @@ def _record_eval(fit: Fit, scores: dict, planned, book) -> None:
     fit.evaluations.append({"step": planned.number, "epoch": planned.epoch, **scores})
     book.metrics([(planned.number, planned.epoch, "eval_" + name, value)
                   for name, value in scores.items()])
+
+
+def _planner(step, traced_step, spec, split):
+    """`plan_of(number)`: the step graph and plan of step `number`, one for all steps
+    unless `traced_step` traces each step's own (a loss taking the step: dropout's masks).
+    With `split` (a StepPlan in pieces) the step compiles with its splits and regrids, in
+    the memory its parameters leave."""
+    from deepx_flow.runtime.plan_cache import cached_compile
+    # One batch chunk per worker thread: each shard's group then holds all of that thread's
+    # rows, and the update copied into every group runs once per thread (`compiler.group`).
+    # (The floors on a chunk's size stay: without them the planner also splits the
+    # parameters' axes, into more and slower matmuls.)
+    step_settings = replace(settings(), chunks_per_thread=1)
+    compile_spec, splits, gathered = spec, {}, set()
+    if split is not None:
+        from deepx_flow.train.step_plan import less_memory
+        compile_spec = less_memory(spec, split.placement.kept + split.activations)
+        step_settings = replace(step_settings, max_tasks=step_settings.max_tasks *
+                                len(spec.workers))
+        splits, gathered = split.splits, split.gathered
+
+    def plan_of(number: int):
+        traced = step if number == 1 or traced_step is None else traced_step(number)
+        plan = cached_compile(gathered_where_used(traced.graph, gathered), compile_spec,
+                              step_settings, splits=splits)
+        return (plan if plan.cluster is spec else replace(plan, cluster=spec)), traced
+    return plan_of
 
 
 def _check_placement(placement) -> None:
