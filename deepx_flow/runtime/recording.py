@@ -92,16 +92,18 @@ class RunRecorder:
 
     @classmethod
     def start(cls, plan, lowered, client, inlined: dict, kind: str = "run",
-              db=None) -> "RunRecorder | None":
+              db=None, explain: str | None = None) -> "RunRecorder | None":
         """Write the run's row (in `db`, a Database; default the configured one); None when
         recording is off or cannot be set up (a warning says why: the run itself goes
-        ahead). `inlined` is `inline.inlined_nodes` of the lowered graph. The caller has the
-        scheduler track the run's keys (`tracking`)."""
+        ahead). `inlined` is `inline.inlined_nodes` of the lowered graph; `explain` the
+        plan's text to record where it is more than `plan.explain()` (a training step's,
+        with the placement of its parameters). The caller has the scheduler track the run's
+        keys (`tracking`)."""
         if not settings().record:
             return None
         run_id = uuid.uuid4().hex
         try:
-            return cls._start(run_id, plan, lowered, client, inlined, kind, db)
+            return cls._start(run_id, plan, lowered, client, inlined, kind, db, explain)
         except Exception as err:
             log.warning("deepx_flow: this run is not recorded: %s", err)
             try:  # if its row was written, it must not stay "running"
@@ -111,7 +113,8 @@ class RunRecorder:
             return None
 
     @classmethod
-    def _start(cls, run_id, plan, lowered, client, inlined, kind, db) -> "RunRecorder":
+    def _start(cls, run_id, plan, lowered, client, inlined, kind, db,
+               explain=None) -> "RunRecorder":
         db = db or open_db()
         graph_yaml, graph_hash = _graph_text(plan)
         stats = plan.stats()
@@ -125,7 +128,7 @@ class RunRecorder:
             n_chunks=sum(math.prod(len(c) for c in chunks)
                          for chunks in plan.partition.chunks.values()),
             compute_comm_ratio=None if ratio == float("inf") else ratio,
-            explain=plan.explain(),
+            explain=explain or plan.explain(),
             outputs=json.dumps({name: key for name, (key, _) in lowered.outputs.items()}),
             host=me.host, pid=me.pid, pid_space=me.space, username=_user())
         store.begin_run(db, run, graph_yaml, len(plan.graph.nodes))

@@ -237,7 +237,8 @@ def checked(graph: Graph, inputs: dict | None) -> tuple[Graph, dict]:
 
 def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, extend=None,
             db=None, recovery: Recovery | None = None, owners=None, readable=None,
-            lowered=None, placement: dict | None = None, progress: RunProgress | None = None):
+            lowered=None, placement: dict | None = None, progress: RunProgress | None = None,
+            explain: str | None = None):
     """Lower and submit the plan.
 
     `hold` names the outputs whose chunk futures to return (default: all). `extend(lowered)`
@@ -251,7 +252,8 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, ext
     steps of one plan, chained: `train.loop`), in place of lowering it with `sources`.
     `placement` maps keys to the worker that should run them (loosely: Dask may run them
     elsewhere if that worker is gone), for work spread on purpose (data-parallel shards).
-    `progress` is told the run's id and size as it is submitted.
+    `progress` is told the run's id and size as it is submitted. `explain` is the plan's
+    text to record, where it says more than `plan.explain()`.
     """
     check_sources_on(sources, client)
     if lowered is None:
@@ -264,7 +266,7 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, ext
     # Imported here: recording needs the database's modules, which planning alone (explain)
     # does not.
     from deepx_flow.runtime.recording import RunRecorder
-    recorder = RunRecorder.start(plan, lowered, client, inlined, kind, db)
+    recorder = RunRecorder.start(plan, lowered, client, inlined, kind, db, explain)
     try:
         recovery = recovery or Recovery()
         policies = task_policies(plan, recovery, owners, inlined)

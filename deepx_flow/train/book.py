@@ -37,9 +37,10 @@ class Book:
             seed=seed, batch_size=batch_size, epochs=epochs, steps=steps))
         return cls(database, training_id, asset, config)
 
-    def resume_values(self, steps: int):
-        """The arrays of the newest checkpoint of this configuration, or None; a checkpoint
-        past the `steps` this run plans is an error (it would end where it never got)."""
+    def resume_values(self, steps: int, in_place: bool = False):
+        """The arrays of the newest checkpoint of this configuration (`in_place`: sources
+        that read them region by region where they are used), or None; a checkpoint past
+        the `steps` this run plans is an error (it would end where it never got)."""
         from deepx_flow.train import checkpoint as ckpt
         from deepx_flow.train import records
         if self.db is None or self.asset is None:
@@ -58,7 +59,7 @@ class Book:
         with self.db.begin() as conn:
             conn.execute(update(Training).where(Training.id == self.training_id)
                          .values(resumed_from=row.version, steps_done=row.step))
-        return ckpt.read(self.db, row)
+        return ckpt.sources(self.db, row) if in_place else ckpt.read(self.db, row)
 
     def metrics(self, rows, steps_done=None):
         if self.db is not None and self.training_id is not None:

@@ -111,20 +111,61 @@ def write(db, client, plan, pack: Packing, sources: dict, asset: str, training_i
 
 def read(db, checkpoint: TrainingCheckpoint) -> dict[str, np.ndarray]:
     """Input id -> the array a checkpoint holds for it, read and checked."""
+    return {input_id: read_packed(*source.where, tuple((0, n) for n in source.shape))
+            for input_id, source in sources(db, checkpoint).items()}
+
+
+def sources(db, checkpoint: TrainingCheckpoint) -> dict[str, "PackedSource"]:
+    """Input id -> a source that reads what a checkpoint holds for it where it is used,
+    region by region (a training in pieces resumes so: no process reads it whole)."""
     from deepx_flow.assets import catalog
     from deepx_flow.assets.stored import stored_as
-    from deepx_flow.storage.verify import read_region
     row = next((r for r in catalog.history(db, checkpoint.asset)
                 if r.version == checkpoint.version), None)
     if row is None or row.uri is None:
         raise DataError(f"checkpoint {checkpoint.version} of asset {checkpoint.asset!r} "
                         "has no stored version (was it deleted?)")
-    shape = tuple(json.loads(row.shape))
-    flat = np.asarray(read_region(row.uri, tuple((0, s) for s in shape),
-                                  origin=stored_as(row)))
-    out = {}
-    for entry in json.loads(checkpoint.layout):
-        size = int(np.prod(entry["shape"], dtype=np.int64))
-        part = flat[entry["offset"]:entry["offset"] + size]
-        out[entry["input"]] = part.astype(entry["dtype"]).reshape(entry["shape"])
-    return out
+    origin = stored_as(row)
+    return {e["input"]: PackedSource((row.uri, int(e["offset"]), tuple(e["shape"]),
+                                      e["dtype"], origin), tokenize(row.version, e["input"]))
+            for e in json.loads(checkpoint.layout)}
+
+
+@dataclass(frozen=True)
+class PackedSource:
+    """A tensor in a checkpoint's vector: `where` is (uri, offset, shape, dtype, origin);
+    each task reads the region it needs (`read_packed`)."""
+
+    where: tuple
+    token: str
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.where[2]
+
+    def task(self, key, region):
+        from deepx_flow.compiler.taskspec import task
+        return task(key, load_packed, *self.where, region)
+
+
+def load_packed(*where_and_region):
+    """Task: `read_packed` on the worker's device."""
+    from deepx_flow.kernels.tasks import to_device
+    return to_device(read_packed(*where_and_region))
+
+
+def read_packed(uri, offset, shape, dtype, origin, region) -> np.ndarray:
+    """Region `region` of the tensor of `shape` packed at `offset` of the checkpoint vector at
+    `uri`, as `dtype`: its rows are contiguous in the vector, so the rows the region spans
+    are read (checked, `storage.verify`) and the rest of its axes cut from them."""
+    from deepx_flow.storage.verify import read_region
+    if not shape:
+        return np.asarray(read_region(uri, ((offset, offset + 1),), origin=origin)
+                          ).reshape(()).astype(dtype)
+    row = int(np.prod(shape[1:], dtype=np.int64))
+    (lo, hi), rest = region[0], region[1:]
+    flat = np.asarray(read_region(uri, ((offset + lo * row, offset + hi * row),),
+                                  origin=origin))
+    block = flat.reshape((hi - lo,) + tuple(shape[1:]))
+    block = block[(slice(None),) + tuple(slice(a, b) for a, b in rest)]
+    return np.ascontiguousarray(block.astype(dtype, copy=False))

@@ -42,6 +42,7 @@ from deepx_flow.ir import dtypes
 from deepx_flow.ir.keys import key_name, node_of
 from deepx_flow.ops.common import flag
 from deepx_flow.runtime.inputs import ArraySource, KeySource
+from deepx_flow.storage.readers import read_region
 from deepx_flow.sdk.tensor import Tensor
 from deepx_flow.train.book import Book, Saver
 from deepx_flow.train.data import (EpochRows, check_batch_size, dataset_of,
@@ -248,12 +249,15 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
     try:
         evaluate = evaluator(loss_fn, values, eval_data, active, spec, book.db) \
             if eval_data else None
-        start_values = book.resume_values(len(schedule)) if resume else None
+        # in pieces, read where they are used: the driver never holds them whole
+        start_values = book.resume_values(len(schedule), in_place=pieces is not None) \
+            if resume else None
         done = book.resumed_step if start_values else 0
         bar.update(done)
         order = EpochRows(dataset, seed, window_blocks, batch_size)
         runner = _Runner(plan_of if stepped else (lambda n: (plan, step)), step, dataset,
-                         active, optimizer, values, order, start_values, done, pieces)
+                         active, optimizer, values, order, start_values, done, pieces,
+                         _placed(step, spec, split))
         saver = Saver(book, step, spec, active) if checkpoint else None
         fit = Fit(values={}, training_id=book.training_id,
                   placement={p.parameter.name: p.strategy for p in split.placement.placed}
@@ -281,7 +285,7 @@ def _run_to_the_end(runner, schedule, done, steps_per_graph, marks, fit, started
                     batch_size, evaluate, eval_every, saver, checkpoint_every) -> None:
     """Take the steps after the first `done` and the last evaluation, checkpoint and
     parameters; after a lost worker took values no task can compute again, go back to the
-    last values the driver holds and take the steps from there again (at most MAX_REWINDS
+    last cut and take the steps from there again (at most MAX_REWINDS
     times)."""
     rewinds = 0
     while True:
@@ -300,8 +304,9 @@ def _run_to_the_end(runner, schedule, done, steps_per_graph, marks, fit, started
             if not _lost(err):
                 raise
             # A worker was lost holding values no task can compute again (Dask had let
-            # go of the steps before them): go back to the last values the driver holds
-            # and take the steps from there again; they give the same numbers.
+            # go of the steps before them): go back to the last cut (values the driver
+            # holds, or stored) and take the steps from there again; they give the same
+            # numbers.
             rewinds += 1
             if rewinds > MAX_REWINDS:
                 raise ExecutionError(f"the training lost values it could not compute "
@@ -397,8 +402,11 @@ class _Runner:
     """Lowers and submits graphs of steps, and holds the futures between them."""
 
     def __init__(self, plan_of, step, dataset, client, optimizer, values, order,
-                 resumed=None, done: int = 0, pieces=None):
+                 resumed=None, done: int = 0, pieces=None, placed: str = ""):
         self.plan_of, self.step, self.dataset, self.order = plan_of, step, dataset, order
+        # The parameters' placement, as `StepPlan.explain` has it: each graph's recorded
+        # plan starts with it, so the dashboard shows it with the plan.
+        self.placed = placed
         self.client, self.optimizer = client, optimizer
         # The parameters in pieces over the workers (`train.pieces`), and the futures of
         # the pieces sent to them; None when every worker holds them whole.
@@ -415,6 +423,7 @@ class _Runner:
                 node = step.graph[input_id]
                 start[input_id] = np.zeros(node.shape, node.dtype)
         self.rewinds = 0
+        self.cut_folder = None  # the latest cut stored (`train.stored_cut`), if any
         self._bind(start, done)
         self.held: dict = {}  # key -> future: the last step's outputs
         self.recorders: list = []  # of the graphs submitted whose runs may not have ended
@@ -481,7 +490,8 @@ class _Runner:
             first, self.step.graph, {}, self.client, "train",
             hold={"new_" + i for i in self.names.values()},
             extend=lambda _: [k for name in reported for k in keys[name]], lowered=merged,
-            db=book.db, placement=pinned)
+            db=book.db, placement=pinned,
+            explain=f"{self.placed}\n\n{first.explain()}" if self.placed else None)
         old = self.held
         self.held = {f.key: f for fs in futures.values() for f in fs}
         for f in old.values():
@@ -523,11 +533,33 @@ class _Runner:
 
     def cut(self, number: int) -> None:
         """Bind the parameters and state to their values after step `number`, as data (see
-        LINEAGE_STEPS), and let go of the steps that made them."""
-        self._bind(self._values(self.names.values()), number)
+        LINEAGE_STEPS), and let go of the steps that made them. Split inputs are stored
+        by the workers that hold their pieces (`train.stored_cut`); the rest the driver
+        takes back."""
+        from deepx_flow.train import stored_cut
+        split = [i for i in self.names.values() if self.pieces is not None
+                 and i in self.pieces.splits and isinstance(self.sources[i], KeySource)]
+        stored, folder = {}, self.cut_folder
+        if split:
+            folder = f"{stored_cut.cuts_folder(self.scope)}/{number}-{self.rewinds}"
+            shapes = {i: self.step.graph[i].shape for i in split}
+            try:
+                stored = stored_cut.store(self.client, self.held,
+                                          {i: self.sources[i] for i in split}, shapes, folder)
+            except BaseException:
+                stored_cut.remove(folder)  # the cut before stays what a rewind goes to
+                raise
+        # what no step changed since it was stored (a cut, a checkpoint resumed) stays so
+        kept = {i: v for i, v in self.restart[1].items() if self.bound.get(i) is
+                self.sources[i] and not isinstance(v, np.ndarray)}
+        rest = [i for i in self.names.values() if i not in stored and i not in kept]
+        self._bind({**self._values(rest), **stored, **kept}, number)
         for f in self.held.values():
             f.release()
         self.held = {}
+        if folder != self.cut_folder:  # the cut before is read by no input now
+            stored_cut.remove(self.cut_folder)
+            self.cut_folder = folder
 
     def rewind(self) -> int:
         """Go back to the values of the last cut (or the start); the steps done then."""
@@ -556,6 +588,10 @@ class _Runner:
         sent, self.sent = self.sent, []
         try:
             for input_id, array in arrays.items():
+                if not isinstance(array, np.ndarray):  # stored (a cut, a checkpoint):
+                    self.sources[input_id] = replace(  # read where it is used
+                        array, token=tokenize(array.token, self.rewinds))
+                    continue
                 token = tokenize(array, self.rewinds)
                 if self.pieces is not None and input_id in self.pieces.splits:
                     # Each piece straight to its worker: whole, it would go through the
@@ -601,8 +637,8 @@ class _Runner:
             if isinstance(source, ArraySource):
                 out[input_id] = source.array
                 continue
-            if self.bound.get(input_id) is source:  # sent by `_bind`: no step since
-                out[input_id] = self.restart[1][input_id]
+            if self.bound.get(input_id) is source:  # bound by `_bind`: no step since
+                out[input_id] = _whole(self.restart[1][input_id], node.shape)
                 continue
             futures = [self.held[k] for k in Lowered({}, {"x": (source.key, source.chunks)})
                        .output_keys("x")]
@@ -639,13 +675,27 @@ class _Runner:
                 self.sent:
             f.release()
         self.held, self.data, self.sent = {}, [], []
+        if self.cut_folder is not None:
+            from deepx_flow.train import stored_cut
+            stored_cut.remove(stored_cut.cuts_folder(self.scope))
+            self.cut_folder = None
+
+
+def _whole(value, shape) -> np.ndarray:
+    """A bound value read whole: an array, or what a cut or a checkpoint stored."""
+    from deepx_flow.train.checkpoint import PackedSource, read_packed
+    whole = tuple((0, n) for n in shape)
+    if isinstance(value, PackedSource):
+        return read_packed(*value.where, whole)
+    return value if isinstance(value, np.ndarray) else read_region(value.path, whole)
 
 
 def _lost(err: BaseException) -> bool:
     """Whether `err` says Dask cancelled what the run waited for because values it needed
     were lost with a worker and cannot be computed again (gathering raises that as the
-    cause of an ExecutionError)."""
-    return isinstance(err, FutureCancelledError) or \
+    cause of an ExecutionError), or that a cut could not be stored for that reason."""
+    from deepx_flow.train.stored_cut import ValuesLost
+    return isinstance(err, (FutureCancelledError, ValuesLost)) or \
         isinstance(err.__cause__, FutureCancelledError)
 
 
@@ -745,6 +795,19 @@ def _split_plan(step, spec, client, placement: str):
     else:
         planned = plan_step(step.graph, step.params, step.state, spec, placement=placement)
     return planned if planned.splits else None
+
+
+def _placed(step, spec, split) -> str:
+    """What the placement pass says of the parameters: the split plan's placement, or all
+    of them replicated ("" where even that cannot be said: the step's plan then says why)."""
+    from deepx_flow.compiler.placing import place_parameters
+    if split is not None:
+        return split.placement.explain()
+    try:
+        return place_parameters(step.graph, step.params, step.state, spec,
+                                strategy="replicated").explain()
+    except PlanError:
+        return ""
 
 
 def _plan_only(loss_fn, params, dataset, batch_size, optimizer, client, scheduler, cluster,

@@ -1,11 +1,15 @@
 """Parameters in pieces (`train/pieces.py`): a model whose parameters and Adam state are
 twice a worker's memory trains on 4 workers and equals a NumPy float64 loop of the same
-steps; each strategy gives the replicated run's numbers; 3 and 4 workers agree."""
+steps; each strategy gives the replicated run's numbers; 3 and 4 workers agree; lineage
+cuts and checkpoints go through storage, never through the driver whole, and a checkpoint
+resumes on a cluster of another size."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -110,15 +114,15 @@ def test_a_model_twice_a_workers_memory_trains_in_pieces_and_equals_numpy():
                                                            peak.items()}
 
 
-def _train(client, widths, placement, steps=4):
+def _train(client, widths, placement, steps=4, **kwargs):
     model = mlp(widths)
     rng = np.random.default_rng(5)
     x = rng.standard_normal((16 * steps, widths[0]))
     y = rng.integers(0, widths[-1], 16 * steps)
     return dx.train(lambda p, a, b: dx.nn.cross_entropy(model(p, a), b),
-                    start_values(widths, seed=3), data=(x, y), batch_size=16, epochs=1,
-                    optimizer=dx.optim.Adam(1e-2), steps_per_graph=2, progress=False,
-                    client=client, placement=placement)
+                    start_values(widths, seed=3), data=(x, y), batch_size=16,
+                    **{"epochs": 1, **kwargs}, optimizer=dx.optim.Adam(1e-2),
+                    steps_per_graph=2, progress=False, client=client, placement=placement)
 
 
 @pytest.fixture(scope="module")
@@ -156,10 +160,13 @@ def test_each_strategy_gives_the_replicated_numbers(client3, widths, placement):
 
 
 @pytest.mark.timeout(600)
-def test_a_worker_killed_mid_step_in_pieces_ends_as_an_unbroken_run(client3, tmp_path):
+@pytest.mark.parametrize("cut_every", [64, 4])
+def test_a_worker_killed_mid_step_in_pieces_ends_as_an_unbroken_run(client3, tmp_path,
+                                                                    monkeypatch, cut_every):
     """A worker holding pieces is killed while the steps run: the training goes back to
-    the last values the driver holds, deals the pieces to the workers there are, and ends
-    with the parameters of a run that lost nothing."""
+    its last cut (the start values the driver sent, or a cut the workers stored every 4
+    steps), deals the pieces to the workers there are, and ends with the parameters of a
+    run that lost nothing."""
     import os
     import signal
     import time
@@ -171,6 +178,8 @@ def test_a_worker_killed_mid_step_in_pieces_ends_as_an_unbroken_run(client3, tmp
     from deepx_flow.meta.models import TrainingMetric
     widths = [24, 96, 96, 6]
     unbroken = _train(client3, widths, "tensor_parallel", steps=40)
+    monkeypatch.setattr(importlib.import_module("deepx_flow.train.loop"), "LINEAGE_STEPS",
+                        cut_every)
     db = f"sqlite:///{tmp_path / 'deepx.db'}"
     killed = []
     with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, host="127.0.0.1",
@@ -205,3 +214,98 @@ def test_a_worker_killed_mid_step_in_pieces_ends_as_an_unbroken_run(client3, tmp
     assert "tensor_parallel" in fit.placement.values()
     for name, value in unbroken.values.items():
         assert relative(fit.values[name], value) < 1e-5, name
+
+
+def _gathers_and_stores(monkeypatch):
+    """Shapes the driver gathers from the cluster, and the folders cuts are stored in, as a
+    training goes (the real functions run; they are only watched)."""
+    from deepx_flow.runtime import run
+    from deepx_flow.train import stored_cut
+    gathered, stored = [], []
+    gather, store = run._gather, stored_cut.store
+
+    def gathering(client, futures, shape, dtype, chunks):
+        gathered.append(tuple(shape))
+        return gather(client, futures, shape, dtype, chunks)
+
+    def storing(client, held, values, shapes, folder):
+        out = store(client, held, values, shapes, folder)
+        stored.append((folder, {i: Path(s.path).exists() for i, s in out.items()}))
+        return out
+
+    monkeypatch.setattr(run, "_gather", gathering)
+    monkeypatch.setattr(stored_cut, "store", storing)
+    return gathered, stored
+
+
+def test_lineage_cuts_in_pieces_are_stored_by_the_workers_not_the_driver(client3,
+                                                                          monkeypatch):
+    """Every LINEAGE_STEPS steps a training binds its values as data. In pieces, each split
+    tensor is written to Zarr by the workers holding it and read back where it is used: the
+    driver never gathers one, the numbers are the replicated run's (whose cuts go through
+    the driver), and no cut is left behind."""
+    widths = [24, 40, 56, 6]  # weights of shapes no bias or other weight has
+    whole = _train(client3, widths, "replicated", steps=6)
+    monkeypatch.setattr(importlib.import_module("deepx_flow.train.loop"), "LINEAGE_STEPS", 2)
+    gathered, stored = _gathers_and_stores(monkeypatch)
+    split = _train(client3, widths, "sharded", steps=6)
+    shapes = {name: value.shape for name, value in whole.values.items()}
+    in_pieces = [shapes[name] for name, s in split.placement.items() if s == "sharded"]
+    assert in_pieces and not set(in_pieces) & set(gathered), (in_pieces, gathered)
+    assert [folder.rsplit("/", 1)[-1] for folder, _ in stored] == ["2-0", "4-0", "6-0"]
+    assert all(stored and all(written.values()) for _, written in stored)
+    assert len(stored[0][1]) == 3 * len(in_pieces)  # each split parameter and its Adam state
+    assert not any(Path(folder).exists() for folder, _ in stored)  # deleted as it went
+    np.testing.assert_allclose([h["loss"] for h in split.history],
+                               [h["loss"] for h in whole.history], rtol=1e-12)
+    for name, value in whole.values.items():
+        np.testing.assert_allclose(split.values[name], value, rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.timeout(600)
+def test_a_checkpoint_in_pieces_resumes_on_a_cluster_of_another_size(client3, client4,
+                                                                     tmp_path, monkeypatch):
+    """Trained on 4 workers for an epoch with checkpoints, resumed on 3 for a second: the
+    resumed steps read the checkpoint region by region where they run (the driver gathers a
+    split tensor only for the values it returns) and end where a run of both epochs on 3
+    workers ends."""
+    widths = [24, 40, 56, 6]
+    db = f"sqlite:///{tmp_path / 'deepx.db'}"
+    common = dict(checkpoint="in_pieces", checkpoint_every=2, db=db)
+    first = _train(client4, widths, "sharded", steps=4, **common)
+    assert first.checkpoint is not None and "sharded" in first.placement.values()
+    gathered, _ = _gathers_and_stores(monkeypatch)
+    resumed = _train(client3, widths, "sharded", steps=4, epochs=2, resume=True, **common)
+    assert [h["step"] for h in resumed.history] == [5, 6, 7, 8]
+    shapes = {name: value.shape for name, value in first.values.items()}
+    in_pieces = [shapes[name] for name, s in resumed.placement.items() if s == "sharded"]
+    # the driver gathers each split parameter once, for `Fit.values`: no state, no start
+    assert in_pieces and sorted(s for s in gathered if s in in_pieces) == sorted(in_pieces)
+    unbroken = _train(client3, widths, "sharded", steps=4, epochs=2)
+    for name, value in unbroken.values.items():
+        assert relative(resumed.values[name], value) < 1e-6, name
+        assert relative(resumed.values[name], first.values[name]) > 1e-4  # it trained on
+
+
+def test_each_graph_of_steps_records_the_placement_the_dashboard_shows(client3, tmp_path):
+    """A training's runs record the placement with the plan (`runs.explain`), and the run
+    page's plan shows it: per parameter the choice and the bytes a worker keeps, and the
+    step's predicted compute and communication."""
+    from sqlmodel import select
+
+    from deepx_flow.meta import open_db
+    from deepx_flow.meta.models import Run
+    from deepx_flow.ui.pages.run import RunView
+    db = f"sqlite:///{tmp_path / 'deepx.db'}"
+    fit = _train(client3, [24, 40, 56, 6], "sharded", steps=4, db=db)
+    database = open_db(db)
+    with database.read() as s:
+        runs = list(s.exec(select(Run).where(Run.kind == "train")))
+    assert len(runs) == 2  # 4 steps, 2 per graph
+    for run in runs:
+        shown = RunView(database, run).plan.object
+        rows = {line.split()[0]: line for line in shown.splitlines() if line.strip()}
+        for name, strategy in fit.placement.items():
+            assert strategy in rows[name], (name, shown)
+        assert "kept per worker:" in shown and "communication" in shown, shown
+        assert shown.index("parameters on") < shown.index("Totals:")  # then the step's plan
