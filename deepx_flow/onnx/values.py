@@ -4,7 +4,6 @@ loader (`model.py`) and every converter (`ops.py`, `ml_*.py`) share."""
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -13,6 +12,7 @@ from deepx_flow.errors import SpecError, shown
 from deepx_flow.ir import dtypes
 from deepx_flow.ir.node import Node
 from deepx_flow.sdk.tensor import Tensor
+from deepx_flow.storage.weights import STORED_CONSTANT_BYTES, content_digest, stored_weight
 
 
 def _onnx():
@@ -56,46 +56,6 @@ class Value:
         return self.tensor.dtype if self.tensor is not None else self.const.dtype.name
 
 
-# Constants at least this large (a model's weights) are bound as `.npy` files, which each
-# task reads its region of where it runs: bound as arrays, every chunk of every weight would
-# travel inside the graph and be sent to the workers at once, and a model whose weights
-# outgrow a worker's memory could not run.
-STORED_CONSTANT_BYTES = 16 * 2**20
-
-
-def stored_weight(array: np.ndarray, digest: str) -> str | None:
-    """The `.npy` file holding `array` under the asset root's `onnx-weights/` (written once,
-    named by its content, renamed into place whole so no reader sees part of it); None
-    where the asset root is not a local folder (the array is then bound as it is)."""
-    import os
-    import tempfile
-    from pathlib import Path
-
-    from deepx_flow.assets.root import asset_root
-    root = asset_root()
-    if "://" in root:
-        return None
-    folder = Path(root).resolve() / "onnx-weights"  # absolute: workers run elsewhere
-    path = folder / f"{digest}.npy"
-    if not path.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=folder, suffix=".part")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.save(f, np.ascontiguousarray(array))
-            # readable as any file written here is (mkstemp's are the owner's alone), for
-            # workers running as another user on shared storage
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(temporary, 0o666 & ~umask)
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            if not path.exists():  # another process may have put the same file in place
-                raise
-    return str(path)
-
-
 @dataclass
 class Context:
     """What converting one call of a model builds: its values and the constants' data."""
@@ -124,8 +84,7 @@ class Context:
         array = value.const
         if array.ndim == 0:
             return dx.full((), array.item(), dtype=array.dtype.name)
-        digest = hashlib.sha1(array.dtype.str.encode() + str(array.shape).encode()
-                              + np.ascontiguousarray(array).tobytes()).hexdigest()
+        digest = content_digest(array)
         name = f"onnx_const_{digest[:12]}"
         array = self.bound.setdefault(name, array)
         node = Node(name, "input", (), tuple(int(s) for s in array.shape),

@@ -65,10 +65,13 @@ class ServedModel:
         # refused now, and the outputs' datatypes and shapes are known
         probe = {s.name: np.zeros(tuple(1 if d == -1 else d for d in s.shape),
                                   dtype=_dtype(s.datatype)) for s in self.inputs}
-        graph, _ = self._graph(probe)
+        graph, carried = self._graph(probe)
         self.outputs = [TensorSpec(name, datatype_of(graph[node_id].dtype),
                                    self._output_shape(name, graph[node_id].shape))
                         for name, node_id in graph.outputs]
+        # what running the model whole holds besides a request: its weights
+        self.weight_bytes = sum(graph[name].size * np.dtype(graph[name].dtype).itemsize
+                                for name in carried)
 
     def _build(self, tensors: dict) -> tuple[dict, dict]:
         """The outputs (name -> Tensor) over `tensors` (input name -> dx.input), and arrays
@@ -152,9 +155,11 @@ class ServedModel:
         return took
 
     def footprint(self, arrays: dict) -> int:
-        """Bytes a request holds at once at least: its inputs and its outputs."""
+        """Bytes a request run whole in one process holds at once at least: its inputs, its
+        outputs and the model's weights."""
         return self._kept(self._output_bytes, arrays, lambda: _output_bytes(
-            self._graph(arrays)[0])) + sum(a.nbytes for a in arrays.values())
+            self._graph(arrays)[0])) + sum(a.nbytes for a in arrays.values()) + \
+            self.weight_bytes
 
     def check(self, arrays: dict, outputs: list | None = None) -> list[str]:
         """Names, datatypes, ranks and fixed sizes of a request's inputs, and the outputs
@@ -289,8 +294,9 @@ class SpecModel(ServedModel):
         from deepx_flow.sdk.call import call
         from deepx_flow.sdk.functions import input as input_
         graph = self._instance({n: t.shape for n, t in tensors.items()})
-        given = {**tensors, **{n: input_(n, a.shape, a.dtype.name)
-                               for n, a in self.weights.items()}}
+        nodes = {n.id: n for n in graph.inputs}  # (a weight may be bound as its file)
+        given = {**tensors, **{n: input_(n, nodes[n].shape, nodes[n].dtype)
+                               for n in self.weights}}
         return call(graph, given), dict(self.weights)
 
     def _output_shape(self, name, built):
@@ -357,22 +363,31 @@ def _spec_text(path: Path) -> str:
 
 
 def _weights(path: Path, graph) -> dict:
-    """The arrays of a weights file, each checked against the spec input it binds."""
+    """The arrays of a weights file, each checked against the spec input it binds; one of
+    STORED_CONSTANT_BYTES or more as the `.npy` file it is written to (`storage/weights.py`),
+    which tasks read their region of: a model larger than a worker then runs chunked on the
+    cluster, and this process keeps no copy of it."""
+    from deepx_flow.storage.weights import STORED_CONSTANT_BYTES, content_digest, stored_weight
     inputs = {n.id: n for n in graph.inputs}
+    out = {}
     try:
         with np.load(path, allow_pickle=False) as data:
-            arrays = {k: np.asarray(data[k]) for k in data.files}
+            for name in data.files:  # one at a time: the file may be larger than memory
+                array = np.asarray(data[name])
+                node = inputs.get(name)
+                if node is None:
+                    raise InputError(f"{path}: array {name!r} binds no input of the spec "
+                                     f"(its inputs: {', '.join(inputs)})")
+                if (array.dtype.name, array.shape) != (node.dtype, node.shape):
+                    raise InputError(f"{path}: array {name!r} is {array.dtype.name}"
+                                     f"{array.shape}, but the spec's input is {node.dtype}"
+                                     f"{node.shape}")
+                stored = stored_weight(array, content_digest(array)) \
+                    if array.nbytes >= STORED_CONSTANT_BYTES else None
+                out[name] = array if stored is None else stored
     except (OSError, ValueError) as err:
         raise InputError(f"{path}: not a NumPy .npz file of arrays: {err}") from None
-    for name, array in arrays.items():
-        node = inputs.get(name)
-        if node is None:
-            raise InputError(f"{path}: array {name!r} binds no input of the spec (its inputs: "
-                             f"{', '.join(inputs)})")
-        if (array.dtype.name, array.shape) != (node.dtype, node.shape):
-            raise InputError(f"{path}: array {name!r} is {array.dtype.name}{array.shape}, but "
-                             f"the spec's input is {node.dtype}{node.shape}")
-    return arrays
+    return out
 
 
 def _dtype(datatype: str) -> np.dtype:

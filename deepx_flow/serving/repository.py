@@ -19,9 +19,11 @@ serving keeps its loaded version when a reload fails.
 Requests go through the model's batcher (`batcher.py`): its replicas each run one batch at
 a time; with `dynamic_batching` in the config, requests that arrive together run as one
 batch. Each request is checked (names, datatypes, shapes, rows) before it is queued, so a
-bad one fails alone. A request too large for one task of the smallest worker (its inputs
-and outputs past the cluster's task budget) runs instead as a chunked plan on the whole
-cluster, as `dx.run` runs any graph, its chunks spread over the workers.
+bad one fails alone. A request too large for one task of the smallest worker (its inputs,
+outputs and the model's weights past the cluster's task budget) runs instead as a chunked
+plan on the whole cluster, as `dx.run` runs any graph, its chunks spread over the workers.
+A model whose weights alone are past it gets no replicas: every request runs so (an
+imported model's large weights are files each task reads its region of, `onnx/values.py`).
 
 Statistics are kept per model as the protocol's statistics extension reports them:
 requests' rows (`inference_count`), executions (`execution_count`: a batch of requests is
@@ -44,6 +46,7 @@ from pathlib import Path
 
 from deepx_flow.errors import DeepxError, InputError, shown
 from deepx_flow.gateway.errors import NotFound
+from deepx_flow.registry.cluster import format_bytes
 from deepx_flow.serving.batcher import Batcher, batch_sizes
 from deepx_flow.serving.config import ServingConfig, checked_against, read_config
 from deepx_flow.serving.model import ServedModel, load_model
@@ -198,7 +201,13 @@ class ModelRepository:
             checked_against(config, model, folder / "config.pbtxt")
             sizes = batch_sizes(config.max_batch_size) if config.dynamic_batching else []
             replicas, warm_batch_s = None, None
-            if self.client is not None and not config.in_gateway:
+            if self.client is not None and model.weight_bytes > self.task_budget:
+                # No worker's task holds its weights: no replica, no warm-up in this
+                # process; every request runs as a chunked plan on the cluster.
+                log.info("model %r version %s: weights of %s, past a task's %s: every "
+                         "request runs chunked on the cluster", name, model.version,
+                         format_bytes(model.weight_bytes), format_bytes(self.task_budget))
+            elif self.client is not None and not config.in_gateway:
                 from deepx_flow.serving.replica import Replicas
                 gpus = [w.address for w in self.cluster.workers
                         if w.device is not None and w.address]
