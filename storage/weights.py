@@ -51,6 +51,9 @@ def stored_weight(array: np.ndarray, digest: str) -> str | None:
     return str(path)
 
 def content_digest(array: np.ndarray) -> str:
-    """The SHA-1 of an array's dtype, shape and bytes: the name of its file."""
-    return hashlib.sha1(array.dtype.str.encode() + str(array.shape).encode()
-                        + np.ascontiguousarray(array).tobytes()).hexdigest()
+    """The SHA-1 of an array's dtype, shape and bytes: the name of its file (hashed in
+    place: a contiguous array is not copied)."""
+    digest = hashlib.sha1(array.dtype.str.encode() + str(array.shape).encode())
+    # (as bytes: a buffer of an ml_dtypes type such as bfloat16 cannot be taken)
+    digest.update(memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8)))
+    return digest.hexdigest()

@@ -106,10 +106,14 @@ class Executable:
 
 
 def _read_only(value):
-    """A bound value as a read-only view (a NumPy array's, or a Binding's array's)."""
+    """A bound value as a read-only view (a NumPy array's, or a Binding's array's). A weight
+    bound as its `.npy` file (`storage/weights.py`) is mapped read-only: this process runs
+    the model whole, so its tasks would read the file again at every call."""
     from deepx_flow.runtime.inputs import Binding
     if isinstance(value, Binding):
         return Binding(_read_only(value.value), value.token)
+    if isinstance(value, str) and value.endswith(".npy"):
+        return np.load(value, mmap_mode="r")
     if isinstance(value, np.ndarray):
         view = value.view()
         view.flags.writeable = False

@@ -70,8 +70,7 @@ class ServedModel:
                                    self._output_shape(name, graph[node_id].shape))
                         for name, node_id in graph.outputs]
         # what running the model whole holds besides a request: its weights
-        self.weight_bytes = sum(graph[name].size * np.dtype(graph[name].dtype).itemsize
-                                for name in carried)
+        self.weight_bytes = _input_bytes(graph, carried)
 
     def _build(self, tensors: dict) -> tuple[dict, dict]:
         """The outputs (name -> Tensor) over `tensors` (input name -> dx.input), and arrays
@@ -217,6 +216,11 @@ def _cpu_seconds(executable, arrays: dict) -> float:
     return time.thread_time() - began
 
 
+def _input_bytes(graph, names) -> int:
+    """Bytes of the graph's inputs among `names` (a weight no output reads is not one)."""
+    return sum(n.size * np.dtype(n.dtype).itemsize for n in graph.inputs if n.id in names)
+
+
 def _output_bytes(graph) -> int:
     nodes = [graph[node_id] for _, node_id in graph.outputs]
     return sum(int(np.prod(n.shape, dtype=np.int64)) * np.dtype(n.dtype).itemsize
@@ -268,7 +272,8 @@ class SpecModel(ServedModel):
         check_package(path, weights)
         graph = from_yaml(path)  # read and checked as the CLI reads a spec
         self.document = load_yaml(_spec_text(path), settings().max_nodes)
-        self.weights = _weights(weights, graph) if weights.is_file() else {}
+        self.weights = _weights(weights, graph, cluster.task_budget()) \
+            if weights.is_file() else {}
         requested = [n for n in graph.inputs if n.id not in self.weights]
         batch = all(n.shape for n in requested) and self._holds(graph, requested, 2)
         super().__init__(name, version, path, cluster, [
@@ -362,31 +367,43 @@ def _spec_text(path: Path) -> str:
         raise InputError(f"{path}: cannot be read: {err}") from None
 
 
-def _weights(path: Path, graph) -> dict:
-    """The arrays of a weights file, each checked against the spec input it binds; one of
-    STORED_CONSTANT_BYTES or more as the `.npy` file it is written to (`storage/weights.py`),
-    which tasks read their region of: a model larger than a worker then runs chunked on the
-    cluster, and this process keeps no copy of it."""
+def _weights(path: Path, graph, budget: int) -> dict:
+    """The arrays of a weights file, each checked against the spec input it binds. When
+    they are more than a task's `budget` (no replica could hold them: every request runs
+    chunked on the cluster), one of STORED_CONSTANT_BYTES or more is the `.npy` file it is
+    written to (`storage/weights.py`), which tasks read their region of, and this process
+    keeps no copy of it; otherwise the arrays stay in memory, read once."""
+    from deepx_flow.errors import ExecutionError
     from deepx_flow.storage.weights import STORED_CONSTANT_BYTES, content_digest, stored_weight
     inputs = {n.id: n for n in graph.inputs}
-    out = {}
     try:
-        with np.load(path, allow_pickle=False) as data:
-            for name in data.files:  # one at a time: the file may be larger than memory
-                array = np.asarray(data[name])
-                node = inputs.get(name)
-                if node is None:
-                    raise InputError(f"{path}: array {name!r} binds no input of the spec "
-                                     f"(its inputs: {', '.join(inputs)})")
-                if (array.dtype.name, array.shape) != (node.dtype, node.shape):
-                    raise InputError(f"{path}: array {name!r} is {array.dtype.name}"
-                                     f"{array.shape}, but the spec's input is {node.dtype}"
-                                     f"{node.shape}")
-                stored = stored_weight(array, content_digest(array)) \
-                    if array.nbytes >= STORED_CONSTANT_BYTES else None
-                out[name] = array if stored is None else stored
+        data = np.load(path, allow_pickle=False)
+        files = list(data.files)
     except (OSError, ValueError) as err:
         raise InputError(f"{path}: not a NumPy .npz file of arrays: {err}") from None
+    as_files = _input_bytes(graph, files) > budget
+    out = {}
+    with data:
+        for name in files:  # one at a time: together they may be more than memory
+            node = inputs.get(name)
+            if node is None:
+                raise InputError(f"{path}: array {name!r} binds no input of the spec (its "
+                                 f"inputs: {', '.join(inputs)})")
+            try:
+                array = np.asarray(data[name])
+            except (OSError, ValueError) as err:
+                raise InputError(f"{path}: array {name!r} cannot be read: {err}") from None
+            if (array.dtype.name, array.shape) != (node.dtype, node.shape):
+                raise InputError(f"{path}: array {name!r} is {array.dtype.name}{array.shape}, "
+                                 f"but the spec's input is {node.dtype}{node.shape}")
+            stored = None
+            if as_files and array.nbytes >= STORED_CONSTANT_BYTES:
+                try:
+                    stored = stored_weight(array, content_digest(array))
+                except OSError as err:
+                    raise ExecutionError(f"{path}: array {name!r} could not be written to "
+                                         f"the asset root's weights folder: {err}") from None
+            out[name] = array if stored is None else stored
     return out
 
 

@@ -23,7 +23,7 @@ bad one fails alone. A request too large for one task of the smallest worker (it
 outputs and the model's weights past the cluster's task budget) runs instead as a chunked
 plan on the whole cluster, as `dx.run` runs any graph, its chunks spread over the workers.
 A model whose weights alone are past it gets no replicas: every request runs so (an
-imported model's large weights are files each task reads its region of, `onnx/values.py`).
+model's large weights are files each task reads its region of, `storage/weights.py`).
 
 Statistics are kept per model as the protocol's statistics extension reports them:
 requests' rows (`inference_count`), executions (`execution_count`: a batch of requests is
@@ -231,10 +231,11 @@ class ModelRepository:
                           done=lambda *batch: self._executed(name, model, *batch),
                           on_loop=on_loop,
                           run_async=replicas.run_async if replicas is not None else None)
-        log.info("model %r version %s: batches run %s", name, model.version,
-                 "on the event loop" if on_loop else
-                 f"in {config.replicas} replica(s)" + (" on the workers, sent from the event "
-                                                       "loop" if replicas else ""))
+        if self.client is None or model.weight_bytes <= self.task_budget:
+            log.info("model %r version %s: batches run %s", name, model.version,
+                     "on the event loop" if on_loop else
+                     f"in {config.replicas} replica(s)" + (" on the workers, sent from the "
+                                                           "event loop" if replicas else ""))
         with self._lock:
             entry = self._entries.setdefault(name, Entry())
             if entry.model is None or entry.model.version != model.version:

@@ -110,14 +110,30 @@ def write(db, client, plan, pack: Packing, sources: dict, asset: str, training_i
 
 
 def read(db, checkpoint: TrainingCheckpoint) -> dict[str, np.ndarray]:
-    """Input id -> the array a checkpoint holds for it, read and checked."""
-    return {input_id: read_packed(*source.where, tuple((0, n) for n in source.shape))
-            for input_id, source in sources(db, checkpoint).items()}
+    """Input id -> the array a checkpoint holds for it, read (once, whole) and checked."""
+    from deepx_flow.storage.verify import read_region
+    row, origin = _stored(db, checkpoint)
+    shape = tuple(json.loads(row.shape))
+    flat = np.asarray(read_region(row.uri, tuple((0, s) for s in shape), origin=origin))
+    out = {}
+    for entry in json.loads(checkpoint.layout):
+        size = int(np.prod(entry["shape"], dtype=np.int64))
+        part = flat[entry["offset"]:entry["offset"] + size]
+        out[entry["input"]] = part.astype(entry["dtype"]).reshape(entry["shape"])
+    return out
 
 
 def sources(db, checkpoint: TrainingCheckpoint) -> dict[str, "PackedSource"]:
     """Input id -> a source that reads what a checkpoint holds for it where it is used,
     region by region (a training in pieces resumes so: no process reads it whole)."""
+    row, origin = _stored(db, checkpoint)
+    return {e["input"]: PackedSource((row.uri, int(e["offset"]), tuple(e["shape"]),
+                                      e["dtype"], origin), tokenize(row.version, e["input"]))
+            for e in json.loads(checkpoint.layout)}
+
+
+def _stored(db, checkpoint: TrainingCheckpoint):
+    """The checkpoint's stored version (its row) and what a read checks it against."""
     from deepx_flow.assets import catalog
     from deepx_flow.assets.stored import stored_as
     row = next((r for r in catalog.history(db, checkpoint.asset)
@@ -125,10 +141,7 @@ def sources(db, checkpoint: TrainingCheckpoint) -> dict[str, "PackedSource"]:
     if row is None or row.uri is None:
         raise DataError(f"checkpoint {checkpoint.version} of asset {checkpoint.asset!r} "
                         "has no stored version (was it deleted?)")
-    origin = stored_as(row)
-    return {e["input"]: PackedSource((row.uri, int(e["offset"]), tuple(e["shape"]),
-                                      e["dtype"], origin), tokenize(row.version, e["input"]))
-            for e in json.loads(checkpoint.layout)}
+    return row, stored_as(row)
 
 
 @dataclass(frozen=True)

@@ -491,7 +491,8 @@ class _Runner:
             hold={"new_" + i for i in self.names.values()},
             extend=lambda _: [k for name in reported for k in keys[name]], lowered=merged,
             db=book.db, placement=pinned,
-            explain=f"{self.placed}\n\n{first.explain()}" if self.placed else None)
+            explain=f"{self.placed}\n\n{first.explain()}"
+            if self.placed and settings().record else None)
         old = self.held
         self.held = {f.key: f for fs in futures.values() for f in fs}
         for f in old.values():
@@ -540,20 +541,18 @@ class _Runner:
         split = [i for i in self.names.values() if self.pieces is not None
                  and i in self.pieces.splits and isinstance(self.sources[i], KeySource)]
         stored, folder = {}, self.cut_folder
-        if split:
-            folder = f"{stored_cut.cuts_folder(self.scope)}/{number}-{self.rewinds}"
-            shapes = {i: self.step.graph[i].shape for i in split}
-            try:
+        try:
+            if split:
+                folder = f"{stored_cut.cuts_folder(self.scope)}/{number}-{self.rewinds}"
+                shapes = {i: self.step.graph[i].shape for i in split}
                 stored = stored_cut.store(self.client, self.held,
                                           {i: self.sources[i] for i in split}, shapes, folder)
-            except BaseException:
-                stored_cut.remove(folder)  # the cut before stays what a rewind goes to
-                raise
-        # what no step changed since it was stored (a cut, a checkpoint resumed) stays so
-        kept = {i: v for i, v in self.restart[1].items() if self.bound.get(i) is
-                self.sources[i] and not isinstance(v, np.ndarray)}
-        rest = [i for i in self.names.values() if i not in stored and i not in kept]
-        self._bind({**self._values(rest), **stored, **kept}, number)
+            rest = [i for i in self.names.values() if i not in stored]
+            self._bind({**self._values(rest), **stored}, number)
+        except BaseException:
+            if folder != self.cut_folder:  # the cut before stays what a rewind goes to
+                stored_cut.remove(folder)
+            raise
         for f in self.held.values():
             f.release()
         self.held = {}
@@ -675,7 +674,7 @@ class _Runner:
                 self.sent:
             f.release()
         self.held, self.data, self.sent = {}, [], []
-        if self.cut_folder is not None:
+        if self.pieces is not None:  # its stored cuts, and any a failed cut left
             from deepx_flow.train import stored_cut
             stored_cut.remove(stored_cut.cuts_folder(self.scope))
             self.cut_folder = None

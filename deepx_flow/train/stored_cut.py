@@ -10,10 +10,11 @@ array, whose regions the next step's tasks read where they run (the pieces' owne
 `Pieces.placement` pins them). A worker lost after the cut is recovered from the array and
 the steps since: the data never passes through the driver.
 
-The arrays of a training lie in `<asset root>/training-cuts/<scope>/<step>-<n>.zarr`-named
-folders; each cut deletes the one before it once the inputs are bound to the new one, and
-the training deletes its folder when it ends. Only the latest is needed: it is what a
-rewind goes back to.
+A cut is the folder `<asset root>/training-cuts/<scope>/<step>-<rewinds>/`, holding an
+array `<input>.zarr` per split tensor (`scope`: a random id per `dx.train` call); each cut
+deletes the one before it once the inputs are bound to the new one, and the training
+deletes its `<scope>` folder when it ends. Only the latest is needed: it is what a rewind
+goes back to.
 """
 
 from __future__ import annotations

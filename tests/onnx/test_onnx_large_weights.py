@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -72,6 +73,29 @@ def test_a_large_weight_is_bound_as_a_file_and_reads_the_same(client, tmp_path):
     assert all(isinstance(a, np.ndarray) for a in model.inputs.values())
 
 
+def test_a_model_served_whole_maps_its_weights_file_once(tmp_path):
+    """In the gateway's process (a model that fits: no chunked plan) a weight bound as its
+    file is mapped once, not read again by every call's tasks; the answers equal ONNX
+    Runtime's."""
+    import cloudpickle
+
+    from deepx_flow.runtime.inputs import load_region
+    from deepx_flow.runtime.run import cluster_spec
+    from deepx_flow.serving.model import load_model
+    rng = np.random.default_rng(3)
+    big = (rng.standard_normal((2048, 2048)) / 45).astype(np.float32)
+    small = (rng.standard_normal((2048, 8)) / 45).astype(np.float32)
+    path = _mlp_model(str(tmp_path / "mlp.onnx"), [big, small])
+    model = load_model("mlp", "1", Path(path), cluster_spec())
+    for rows in (1, 5):
+        x = rng.standard_normal((rows, 2048)).astype(np.float32)
+        _close(model.infer({"x": x})[model.outputs[0].name], _runtime(path, x), 2048)
+    executable = model._executable({"x": x})
+    # no task reads the file, alone or inside the task that uses it (pickled by name)
+    assert not any(load_region.__name__.encode() in cloudpickle.dumps(node)
+                   for _, node, _ in executable.steps)
+
+
 N = 8192  # four N x N float32 weights: 1 GiB, twice a worker's limit
 
 
@@ -121,8 +145,10 @@ def test_models_twice_a_workers_memory_imported_and_packaged_serve_as_onnx_runti
     hold either, so their requests run as chunked plans on the cluster, each task reading
     its region of the weights' files; both answers over the Open Inference Protocol equal
     ONNX Runtime's, and no worker goes past its memory."""
+    import re
     import shutil
 
+    import httpx
     import tritonclient.http as httpclient
 
     from tests.gateway.test_serve import Served
@@ -154,9 +180,13 @@ def test_models_twice_a_workers_memory_imported_and_packaged_serve_as_onnx_runti
             for model, output in (("imported", "m3"), ("packaged", "output")):
                 assert client.is_model_ready(model), model
                 got[model] = client.infer(model, [given]).as_numpy(output)
+        metrics = httpx.get(served.metrics + "/metrics", timeout=60).text
     finally:
         assert served.stop() == 0
     for model in ("imported", "packaged"):
         _close(got[model], expected, N)
+        # run as a chunked plan on the cluster (no replica holds it)
+        assert re.search(rf'deepx_inference_chunked_total{{model="{model}"[^}}]*}} 1\.0',
+                         metrics), metrics
     assert len(peak) == 4 and max(peak.values()) < LIMIT, {k: v / 2**20 for k, v in
                                                            peak.items()}

@@ -218,15 +218,21 @@ def test_a_worker_killed_mid_step_in_pieces_ends_as_an_unbroken_run(client3, tmp
 
 def _gathers_and_stores(monkeypatch):
     """Shapes the driver gathers from the cluster, and the folders cuts are stored in, as a
-    training goes (the real functions run; they are only watched)."""
+    training goes (the real functions run; they are only watched); a checkpoint read whole
+    by the driver counts as gathering each of its tensors."""
     from deepx_flow.runtime import run
-    from deepx_flow.train import stored_cut
+    from deepx_flow.train import checkpoint, stored_cut
     gathered, stored = [], []
-    gather, store = run._gather, stored_cut.store
+    gather, store, read = run._gather, stored_cut.store, checkpoint.read
 
-    def gathering(client, futures, shape, dtype, chunks):
+    def gathering(client, futures, shape, *args, **kwargs):
         gathered.append(tuple(shape))
-        return gather(client, futures, shape, dtype, chunks)
+        return gather(client, futures, shape, *args, **kwargs)
+
+    def reading(db, row):
+        out = read(db, row)
+        gathered.extend(a.shape for a in out.values())
+        return out
 
     def storing(client, held, values, shapes, folder):
         out = store(client, held, values, shapes, folder)
@@ -235,6 +241,7 @@ def _gathers_and_stores(monkeypatch):
 
     monkeypatch.setattr(run, "_gather", gathering)
     monkeypatch.setattr(stored_cut, "store", storing)
+    monkeypatch.setattr(checkpoint, "read", reading)
     return gathered, stored
 
 
@@ -253,7 +260,7 @@ def test_lineage_cuts_in_pieces_are_stored_by_the_workers_not_the_driver(client3
     in_pieces = [shapes[name] for name, s in split.placement.items() if s == "sharded"]
     assert in_pieces and not set(in_pieces) & set(gathered), (in_pieces, gathered)
     assert [folder.rsplit("/", 1)[-1] for folder, _ in stored] == ["2-0", "4-0", "6-0"]
-    assert all(stored and all(written.values()) for _, written in stored)
+    assert all(written and all(written.values()) for _, written in stored)
     assert len(stored[0][1]) == 3 * len(in_pieces)  # each split parameter and its Adam state
     assert not any(Path(folder).exists() for folder, _ in stored)  # deleted as it went
     np.testing.assert_allclose([h["loss"] for h in split.history],
