@@ -41,6 +41,7 @@ from deepx_flow.errors import ExecutionError, GraphError, PlanError, shown
 from deepx_flow.ir import dtypes
 from deepx_flow.ir.keys import key_name, node_of
 from deepx_flow.ops.common import flag
+from deepx_flow.registry.live import scheduler_workers
 from deepx_flow.runtime.inputs import ArraySource, KeySource
 from deepx_flow.storage.readers import read_region
 from deepx_flow.sdk.tensor import Tensor
@@ -237,7 +238,7 @@ def train(loss_fn, params: dict, data, batch_size: int, epochs: int = 1, optimiz
     pieces = None
     if split is not None:
         from deepx_flow.train.pieces import Pieces
-        pieces = Pieces.of(plan, split.splits, active.scheduler_info(n_workers=-1)["workers"])
+        pieces = Pieces.of(plan, split.splits, scheduler_workers(active))
     if window_blocks is None:
         limit = min((w.memory for w in spec.workers), default=2**30)
         window_blocks = window_blocks_for(dataset, limit)
@@ -509,7 +510,7 @@ class _Runner:
     def _placement(self, dsk) -> dict:
         """Shard s of every step on worker s mod n (their rows split over the workers);
         left to itself, Dask would run every shard where the parameters were updated."""
-        workers = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+        workers = sorted(scheduler_workers(self.client))
         if len(workers) < 2:
             return {}
         return {key: workers[int(key[2]) % len(workers)] for key in dsk
@@ -778,7 +779,7 @@ def _split_plan(step, spec, client, placement: str):
     says why). A placement asked for that cannot be made raises its PlanError."""
     from deepx_flow.compiler.placing import place_parameters
     from deepx_flow.train.step_plan import plan_step
-    workers = len(client.scheduler_info(n_workers=-1)["workers"])
+    workers = len(scheduler_workers(client))
     if placement == "replicated" or workers < 2 or len(spec.workers) < 2:
         return None
     if placement == "auto":

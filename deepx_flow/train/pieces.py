@@ -28,8 +28,10 @@ SEND_ATTEMPTS = 5      # dealing the pieces again to the workers running then, a
 
 
 def running_workers(client) -> list[str]:
-    """The addresses of the workers that are running (not paused, closing or gone)."""
-    return [address for address, w in client.scheduler_info(n_workers=-1)["workers"].items()
+    """The addresses of the workers that are running (not paused, closing or gone), asked
+    of the scheduler (`scheduler_info`'s cache can be read empty)."""
+    from deepx_flow.registry.live import scheduler_workers
+    return [address for address, w in scheduler_workers(client).items()
             if w.get("status", "running") == "running"]
 
 

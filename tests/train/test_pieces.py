@@ -136,8 +136,8 @@ def test_three_and_four_workers_agree_in_pieces(client3, client4):
     fits = {(n, placement): _train(c, widths, placement)
             for n, c in ((3, client3), (4, client4))
             for placement in ("sharded", "tensor_parallel")}
-    for fit in fits.values():
-        assert any(s != "replicated" for s in fit.placement.values())
+    for asked, fit in fits.items():
+        assert any(s != "replicated" for s in fit.placement.values()), asked
     reference = fits[(4, "sharded")]
     for fit in fits.values():
         for name, value in reference.values.items():
