@@ -13,7 +13,10 @@ drive it with events alone.
   goes on (`Speculate`; one per task); whichever finishes first is the result. Before
   `MEASURED_AFTER` peers have finished, the expected time is the registry's measured speed
   of the operator, when there is one; an estimate from the cost model alone starts no
-  backup.
+  backup. A task on a worker short of memory (paused, or spilling to disk) gets none while
+  it is: it is slow for want of memory, not for a bad device, and a backup would copy its
+  inputs to another worker, taking memory the cluster lacks (a training in pieces, whose
+  every worker spills, was slowed to a standstill by its backups).
 - Only an explicit absolute `timeout` fails anything for slowness: an attempt running longer
   is abandoned on its worker and run again elsewhere (`Drift`); a task that times out
   `MAX_TIMEOUTS` times fails (the task hangs, not the workers).
@@ -203,10 +206,12 @@ class RunWatch:
 
     # -- time ----------------------------------------------------------------------------------
 
-    def tick(self, now: float, running_for: Callable | None = None) -> list:
+    def tick(self, now: float, running_for: Callable | None = None,
+             short_of_memory: Callable | None = None) -> list:
         """Decisions at time `now`. `running_for(key)` gives the seconds an attempt has been
         running on its worker, or None while it waits behind other work there (default: the
-        time since it started)."""
+        time since it started); `short_of_memory(worker)` says whether a worker is paused or
+        spilling (default: none is)."""
         actions = self._give_up_if_waited(now)
         for key, attempt in list(self.running.items()):
             policy = self.policies.get(attempt.node)
@@ -217,7 +222,8 @@ class RunWatch:
                 continue
             if policy.timeout is not None and ran > policy.timeout:
                 actions += self._timed_out(key, attempt, ran, policy.timeout)
-            elif policy.speculate and key not in self.speculated:
+            elif policy.speculate and key not in self.speculated and not (
+                    short_of_memory is not None and short_of_memory(attempt.worker)):
                 factor, floor = policy.speculation_factor, policy.speculation_min
                 if self.offences.get(attempt.worker):  # suspect: back its tasks up sooner
                     factor, floor = max(SUSPECT_FACTOR, factor / 2), floor / 2

@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import time
 
+from distributed.core import Status
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from deepx_flow.compiler.taskspec import ref, task
@@ -285,7 +286,8 @@ class Supervisor(SchedulerPlugin):
                 continue
             try:
                 self._follow_steals(watch)
-                self._apply(run_id, watch.tick(now, lambda key: self._running_for(key, now)))
+                self._apply(run_id, watch.tick(now, lambda key: self._running_for(key, now),
+                                               self._short_of_memory))
             except Exception:  # one run's trouble must not stop the watch over the others
                 log.exception("deepx_flow: the supervisor failed watching run %s", run_id)
 
@@ -298,6 +300,12 @@ class Supervisor(SchedulerPlugin):
             if ts is not None and ts.processing_on is not None \
                     and ts.processing_on.address != attempt.worker:
                 watch.moved(key, ts.processing_on.address)
+
+    def _short_of_memory(self, address: str) -> bool:
+        """Whether the worker at `address` is paused or has data spilled to disk, as its
+        last heartbeat says."""
+        ws = self.scheduler.workers.get(address)
+        return ws is not None and (ws.status == Status.paused or ws.memory.spilled > 0)
 
     def _running_for(self, key, now: float) -> float | None:
         """Seconds `key`'s attempt has run on its worker, from the worker's heartbeats: while

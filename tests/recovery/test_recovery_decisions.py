@@ -140,6 +140,20 @@ def test_a_task_gets_one_backup_even_when_that_backup_fails():
     assert ("n", 0) in w.running  # the first attempt goes on
 
 
+def test_a_task_on_a_worker_short_of_memory_gets_no_backup_until_the_worker_recovers():
+    w = RunWatch({"n": policy(speculate=True, factor=2.0, floor=0.0, expected=1.0,
+                              measured=True)}, node_of)
+    w.started(("n", 0), "spilling", at=0.0)
+    w.started(("n", 1), "fine", at=0.0)
+    short = {"spilling"}
+    actions = w.tick(2.5, short_of_memory=lambda worker: worker in short)
+    assert [(a.key, a.worker) for a in actions] == [(("n", 1), "fine")]
+    assert w.tick(50.0, short_of_memory=lambda worker: worker in short) == []
+    short.clear()  # its memory came back: now it is slow for some other reason
+    actions = w.tick(51.0, short_of_memory=lambda worker: worker in short)
+    assert [(a.key, a.worker) for a in actions] == [(("n", 0), "spilling")]
+
+
 def test_with_speculation_off_a_slow_task_is_left_alone():
     w = RunWatch({"n": policy(speculate=False, expected=0.1, measured=True)}, node_of)
     w.started(("n", 0), "w1", at=0.0)

@@ -276,6 +276,39 @@ def test_a_slow_worker_loses_races_to_backups_and_is_excluded():
     assert sorted(excluded) == sorted(w for w, n in beaten.items() if n >= 2)
 
 
+def _spilled_bytes(address, dask_scheduler=None) -> int:
+    return dask_scheduler.workers[address].memory.spilled
+
+
+@pytest.mark.timeout(300)
+def test_a_slow_worker_whose_data_spilled_to_disk_gets_no_backups():
+    """The same slow worker, but with data spilled to disk: it is short of memory, and a
+    backup would copy its tasks' inputs to another worker. None of its tasks gets one; the
+    run ends, right, on its own attempts."""
+    db = open_db()
+    x = dx.random.normal((3000, 4000), seed=9, dtype="float64")
+    y = dx.exp(x * 1e-3).sum(axis=1)
+    with local_cluster(3, processes=True) as cluster, Client(cluster) as client:
+        terms = np.exp(dx.run(x, client=client) * 1e-3)
+        want = Sums(terms.sum(axis=1), terms.sum(axis=1))
+        victim = sorted(client.scheduler_info()["workers"])[0]
+        held = client.scatter(np.ones(2**20), workers=[victim])
+        client.run(lambda dask_worker: dask_worker.data.evict(), workers=[victim])
+        assert wait_for(lambda: client.run_on_scheduler(_spilled_bytes, victim) > 0, 30), \
+            "the scheduler never heard of the spilled data"
+        with faults_on(client, Fault("slow", worker=victim, factor=30)):
+            out = dx.run(y, client=client,
+                         recovery=dx.Recovery(speculation_min=0.5, speculation_factor=2))
+        assert client.run_on_scheduler(_spilled_bytes, victim) > 0  # still, to the end
+        del held
+    want.check(out)
+    run = last_run(db)
+    tasks = rows(db, Task, run.id)
+    assert any(t.worker == victim for t in tasks)  # it did run the run's tasks, slowly
+    events = rows(db, Event, run.id)
+    assert not [e for e in events if e.kind == "backup" and e.worker == victim]
+
+
 # -- GPU loss ----------------------------------------------------------------------------------
 
 def test_a_lost_device_excludes_its_worker_and_its_task_runs_elsewhere():
