@@ -1,11 +1,14 @@
 /* The C API from C alone: a graph built, refused mistakes with their kind and message, a run
- * on the gateway (DEEPX_URL; that part skipped without), and values both ways. Prints
+ * on the gateway (DEEPX_URL; that part skipped without), followed, listed and cancelled once
+ * ended, an asset defined, materialized, listed and read, a graph analyzed, the server
+ * checked, and values both ways. Prints
  * `--- PASS: name` per test and `N passed, N failed, N skipped`. */
 #include <deepx/deepx.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int passed, failed, skipped;
 
@@ -130,11 +133,93 @@ static void test_a_graph_runs_on_the_gateway(void) {
   pass(__func__);
 }
 
+static void test_runs_assets_and_analysis_from_c(void) {
+  const char* url = getenv("DEEPX_URL");
+  deepx_client* client;
+  deepx_graph *g, *a;
+  deepx_values *x, *read;
+  deepx_operation *op, *followed, *cancelled, *made;
+  const char *in, *out, *n, *sq;
+  int64_t shape[] = {3};
+  float data[] = {0, 1, 2};
+  char *json, name[64], text[160];
+  if (url == NULL || !*url) {
+    printf("--- SKIP: %s (DEEPX_URL names no gateway)\n", __func__);
+    skipped++;
+    return;
+  }
+  CHECK(deepx_client_new(url, NULL, &client) == DEEPX_OK);
+  CHECK(deepx_client_check_server(client, &json) == DEEPX_OK);
+  CHECK(strstr(json, "\"protocol_version\":\"deepx.v1\"") != NULL);
+  deepx_free(json);
+  /* a run followed by its id, then found among the runs; a cancel once it ended changes
+   * nothing (its final state, no outputs) */
+  CHECK(deepx_graph_new(&g) == DEEPX_OK);
+  CHECK(deepx_graph_input(g, "x", shape, 1, "float32", &in) == DEEPX_OK);
+  CHECK(deepx_graph_op(g, "exp", &in, 1, NULL, &out) == DEEPX_OK);
+  CHECK(deepx_graph_output(g, out, "e") == DEEPX_OK);
+  CHECK(deepx_client_analyze(client, g, &json) == DEEPX_OK);
+  CHECK(strstr(json, "\"shape\":[3]") != NULL);
+  deepx_free(json);
+  CHECK(deepx_values_new("float32", shape, 1, data, sizeof data, &x) == DEEPX_OK);
+  CHECK(deepx_client_execute(client, g, &in, (const deepx_values* const*)&x, 1, NULL, &op) == DEEPX_OK);
+  CHECK(deepx_client_operation(client, deepx_operation_id(op), 0, &followed) == DEEPX_OK);
+  CHECK(strcmp(deepx_operation_state(followed), "succeeded") == 0);
+  CHECK(strcmp(deepx_operation_run_id(followed), deepx_operation_run_id(op)) == 0);
+  snprintf(text, sizeof text, "/run?id=%s", deepx_operation_run_id(op));
+  CHECK(strstr(deepx_operation_fields(followed), text) != NULL);  /* its dashboard link */
+  CHECK(strstr(deepx_operation_fields(followed), "\"tasks_total\"") != NULL);
+  CHECK(deepx_client_run(client, deepx_operation_run_id(op), &json) == DEEPX_OK);
+  CHECK(strstr(json, "\"status\":\"succeeded\"") != NULL);
+  deepx_free(json);
+  CHECK(deepx_client_runs(client, "succeeded", 50, &json) == DEEPX_OK);
+  CHECK(strstr(json, deepx_operation_run_id(op)) != NULL);
+  deepx_free(json);
+  CHECK(deepx_client_cancel(client, deepx_operation_id(op), &cancelled) == DEEPX_OK);
+  CHECK(strcmp(deepx_operation_state(cancelled), "succeeded") == 0);
+  CHECK(deepx_operation_output_count(cancelled) == 0);
+  deepx_operation_free(cancelled);
+  deepx_operation_free(followed);
+  deepx_operation_free(op);
+  /* an asset: defined, materialized, listed with one version, read */
+  snprintf(name, sizeof name, "c_squares_%d", (int)getpid());
+  CHECK(deepx_graph_new(&a) == DEEPX_OK);
+  CHECK(deepx_graph_op(a, "arange", NULL, 0, "{\"shape\": [4], \"dtype\": \"float32\", \"start\": 1}", &n) == DEEPX_OK);
+  const char* both[] = {n, n};
+  CHECK(deepx_graph_op(a, "mul", both, 2, NULL, &sq) == DEEPX_OK);
+  CHECK(deepx_graph_output(a, sq, "squares") == DEEPX_OK);
+  CHECK(deepx_client_define_asset(client, name, a, "{\"description\": \"four squares\"}", &json) == DEEPX_OK);
+  CHECK(strstr(json, name) != NULL);
+  deepx_free(json);
+  CHECK(deepx_client_materialize(client, name, NULL, &made) == DEEPX_OK);
+  CHECK(strcmp(deepx_operation_state(made), "succeeded") == 0);
+  deepx_operation_free(made);
+  CHECK(deepx_client_assets(client, &json) == DEEPX_OK);
+  CHECK(strstr(json, name) != NULL);
+  deepx_free(json);
+  CHECK(deepx_client_asset_versions(client, name, &json) == DEEPX_OK);
+  CHECK(json[0] == '[' && strstr(json, "\"version\"") != NULL);
+  deepx_free(json);
+  CHECK(deepx_client_read_asset(client, name, NULL, &read) == DEEPX_OK);
+  const float* squares = deepx_values_data(read);
+  CHECK(strcmp(deepx_values_dtype(read), "float32") == 0 && deepx_values_count(read) == 4);
+  CHECK(squares[0] == 1 && squares[1] == 4 && squares[2] == 9 && squares[3] == 16);
+  deepx_values_free(read);
+  CHECK(deepx_client_read_asset(client, "no_such_asset", NULL, &read) == DEEPX_ERROR);
+  CHECK(strcmp(deepx_error_kind(), "NotFound") == 0);
+  deepx_values_free(x);
+  deepx_graph_free(a);
+  deepx_graph_free(g);
+  deepx_client_free(client);
+  pass(__func__);
+}
+
 int main(void) {
   test_a_graph_is_built_and_written_as_its_spec();
   test_mistakes_are_statuses_with_pythons_messages();
   test_values_hold_their_bytes();
   test_a_graph_runs_on_the_gateway();
+  test_runs_assets_and_analysis_from_c();
   printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
   return failed ? 1 : 0;
 }
