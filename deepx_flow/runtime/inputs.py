@@ -354,10 +354,10 @@ def bind_inputs(graph: Graph, inputs: dict | None) -> dict:
     read (`check_stored_arrays`); return a source for each input."""
     check_stored_arrays(graph)
     inputs = dict(inputs or {})
+    given = ", ".join(sorted(inputs)) or "none"  # (before the loop takes them)
     sources = {}
     for node in graph.inputs:
         if node.id not in inputs:
-            given = ", ".join(sorted(inputs)) or "none"
             raise InputError(f"input '{node.id}' {node.shape} {node.dtype} was not given "
                              f"(inputs given: {given})")
         value = inputs.pop(node.id)

@@ -93,6 +93,14 @@ def test_a_bad_scheduler_setting_is_refused_where_it_is_read(no_cluster, monkeyp
         dx.run(graph(), inputs={"x": A})
 
 
+def test_a_missing_input_is_said_with_every_input_that_was_given(no_cluster):
+    x = dx.input("x", shape=(4, 4), dtype="float32")
+    z = dx.input("z", shape=(4,), dtype="float32")
+    with pytest.raises(InputError) as info:
+        dx.run(x + z, inputs={"x": A})
+    assert str(info.value) == "input 'z' (4,) float32 was not given (inputs given: x)"
+
+
 def test_an_npz_named_npy_is_said_to_be_an_archive(no_cluster, tmp_path):
     path = tmp_path / "a.npy"
     with open(path, "wb") as f:  # np.savez adds .npz to a name; a file object keeps it
