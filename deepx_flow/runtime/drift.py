@@ -222,13 +222,15 @@ class RunWatch:
                 continue
             if policy.timeout is not None and ran > policy.timeout:
                 actions += self._timed_out(key, attempt, ran, policy.timeout)
-            elif policy.speculate and key not in self.speculated and not (
-                    short_of_memory is not None and short_of_memory(attempt.worker)):
+            elif policy.speculate and key not in self.speculated:
                 factor, floor = policy.speculation_factor, policy.speculation_min
                 if self.offences.get(attempt.worker):  # suspect: back its tasks up sooner
                     factor, floor = max(SUSPECT_FACTOR, factor / 2), floor / 2
                 limit = self._backup_after(attempt.peers, policy, factor, floor)
-                if limit is not None and ran > limit:
+                # (the worker's memory asked only of an attempt past its limit: it reads
+                # the scheduler's state of that worker)
+                if limit is not None and ran > limit and not (
+                        short_of_memory is not None and short_of_memory(attempt.worker)):
                     self.speculated.add(key)
                     self.backups[key] = None
                     avoid = frozenset(self.excluded) | {attempt.worker}

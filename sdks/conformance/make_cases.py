@@ -43,7 +43,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
 import deepx_flow as dx  # noqa: E402
+from deepx_flow.errors import InputError  # noqa: E402
 from deepx_flow.ops.table import operator_table  # noqa: E402
+from deepx_flow.runtime.inputs import bind_inputs  # noqa: E402
 from deepx_flow.spec.reader import document_to_graph  # noqa: E402
 
 F = ([2, 3], "float32")
@@ -204,8 +206,6 @@ def _build_error(name: str, op: str, args: list, attrs: dict) -> dict:
 def _run_error(name: str, given: dict) -> dict:
     """A case the gateway refuses when it runs: the kind, and its whole message, which the
     SDK's error must hold (the gateway checks the inputs with `bind_inputs`, as here)."""
-    from deepx_flow.errors import InputError
-    from deepx_flow.runtime.inputs import bind_inputs
     spec = {"deepx": 1, "inputs": {"x": {"shape": [2, 3], "dtype": "float32"},
                                    "z": {"shape": [3], "dtype": "float32"}},
             "nodes": [{"id": "y", "op": "add", "args": ["x", "z"]}], "outputs": ["y"]}
