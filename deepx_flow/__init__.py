@@ -72,6 +72,7 @@ _ON_FIRST_USE = {
     "connect": "deepx_flow.gateway.client",
     "call": "deepx_flow.sdk.call",
     "runs": "deepx_flow.runtime.run_history",
+    "phases": "deepx_flow.runtime.phases",
 }
 
 
@@ -99,7 +100,7 @@ __all__ = [
     "random",
     "ClusterSpec", "load_cluster_file", "Persisted", "Placement", "compile", "persist",
     "placement", "run", "runs", "shutdown", "from_yaml", "to_yaml", "Recovery", "Fit", "train",
-    "schedule", "Cancellation", "RunCancelled", "connect", "call",
+    "schedule", "Cancellation", "RunCancelled", "connect", "call", "phases",
     "abs", "acosh", "add", "arange", "argmax", "argmin", "asinh", "atanh", "cast", "ceil", "clip",
     "concat", "concatenate", "cos", "cosh", "cumsum", "div", "equal", "erf", "exp", "flip", "floor",
     "from_dask", "full", "gather_nd", "gelu", "greater", "greater_equal", "input", "less",

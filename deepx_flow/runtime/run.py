@@ -44,6 +44,7 @@ from deepx_flow.runtime.cluster import chosen_address, connect, current_client, 
 from deepx_flow.runtime.failures import task_failure
 from deepx_flow.runtime.futures import blamed_key, quiet_interrupted_gathers
 from deepx_flow.runtime.inputs import bind_inputs, check_sources_on, checked_inputs
+from deepx_flow.runtime.phases import Completion, cluster_then_gather, phase
 from deepx_flow.runtime.plan_cache import cached_compile
 from deepx_flow.runtime.progress import RunProgress, checked_progress
 from deepx_flow.runtime.recovery import ByKey, ByNode, Recovery, task_policies
@@ -256,36 +257,39 @@ def _submit(plan: Plan, graph: Graph, sources, client, kind: str, hold=None, ext
     text to record, where it says more than `plan.explain()`.
     """
     check_sources_on(sources, client)
-    if lowered is None:
-        lowered = plan.lower(sources, to_host=plan.cluster.has_devices)
-    held = [name for name, _ in graph.outputs if hold is None or name in hold]
-    keys = {name: lowered.output_keys(name) for name in held}
-    extra = list(extend(lowered)) if extend is not None else []
-    flat = [k for ks in keys.values() for k in ks] + extra
-    inlined = inlined_nodes(lowered.dsk, plan.fused, plan.chained)
+    with phase("lower"):
+        if lowered is None:
+            lowered = plan.lower(sources, to_host=plan.cluster.has_devices)
+        held = [name for name, _ in graph.outputs if hold is None or name in hold]
+        keys = {name: lowered.output_keys(name) for name in held}
+        extra = list(extend(lowered)) if extend is not None else []
+        flat = [k for ks in keys.values() for k in ks] + extra
+        inlined = inlined_nodes(lowered.dsk, plan.fused, plan.chained)
     # Imported here: recording needs the database's modules, which planning alone (explain)
     # does not.
     from deepx_flow.runtime.recording import RunRecorder
-    recorder = RunRecorder.start(plan, lowered, client, inlined, kind, db, explain)
+    with phase("record"):
+        recorder = RunRecorder.start(plan, lowered, client, inlined, kind, db, explain)
     try:
-        recovery = recovery or Recovery()
-        policies = task_policies(plan, recovery, owners, inlined)
-        stored = readable(lowered) if readable is not None and recovery.read_back else None
-        run_id = recorder.run_id if recorder else uuid.uuid4().hex
-        supervise(client, run_id, lowered.dsk, policies, recovery, stored,
-                  recorder.tracking if recorder else None)
-        if progress is not None:
-            progress.attach(client, run_id, len(lowered.dsk), recorder is not None)
-        spread = dict(workers=ByKey(placement, sorted(set(placement.values()))),
-                      allow_other_workers=True) if placement else {}
-        with warnings.catch_warnings(), dask.annotate(
-                retries=ByNode({n: p.retries for n, p in policies.items()}, 0),
-                deepx_backoff=ByNode({n: (p.backoff, p.backoff_max) for n, p in
-                                      policies.items()}), **spread):
-            # NumPy inputs travel inside the graph on purpose (so they can be sent again if
-            # a worker dies); Dask's advice against large graphs does not apply.
-            warnings.filterwarnings("ignore", message="Sending large graph")
-            futures = client.get(_named_graph(lowered.dsk), flat, sync=False)
+        with phase("submit"):
+            recovery = recovery or Recovery()
+            policies = task_policies(plan, recovery, owners, inlined)
+            stored = readable(lowered) if readable is not None and recovery.read_back else None
+            run_id = recorder.run_id if recorder else uuid.uuid4().hex
+            supervise(client, run_id, lowered.dsk, policies, recovery, stored,
+                      recorder.tracking if recorder else None)
+            if progress is not None:
+                progress.attach(client, run_id, len(lowered.dsk), recorder is not None)
+            spread = dict(workers=ByKey(placement, sorted(set(placement.values()))),
+                          allow_other_workers=True) if placement else {}
+            with warnings.catch_warnings(), dask.annotate(
+                    retries=ByNode({n: p.retries for n, p in policies.items()}, 0),
+                    deepx_backoff=ByNode({n: (p.backoff, p.backoff_max) for n, p in
+                                          policies.items()}), **spread):
+                # NumPy inputs travel inside the graph on purpose (so they can be sent again if
+                # a worker dies); Dask's advice against large graphs does not apply.
+                warnings.filterwarnings("ignore", message="Sending large graph")
+                futures = client.get(_named_graph(lowered.dsk), flat, sync=False)
     except BaseException as err:
         if recorder is not None:
             recorder.fail(err)
@@ -328,21 +332,24 @@ def run_graph(graph: Graph, inputs: dict | None = None, client=None,
     (`dx.run` of a graph: its parameters are described there)."""
     if cancel is not None and not isinstance(cancel, Cancellation):
         raise InputError(f"cancel is {shown(cancel)}, not a dx.Cancellation")
-    graph, bound = checked(graph, inputs)
-    fresh = flag(replan, "replan")
-    check_gatherable({name: (graph[node].shape, graph[node].dtype)
-                      for name, node in dict(graph.outputs).items()})
+    with phase("check"):
+        graph, bound = checked(graph, inputs)
+        fresh = flag(replan, "replan")
+        check_gatherable({name: (graph[node].shape, graph[node].dtype)
+                          for name, node in dict(graph.outputs).items()})
     recovery, progress = Recovery.of(recovery), RunProgress.of(checked_progress(progress))
     chosen_address(client, scheduler)  # the arguments as given: `client or ...` below
     planned = cluster_spec(cluster) if cluster is not None else None
     # Persisted inputs pick their own cluster unless one was named (then it must be theirs).
     with connect(client or (None if scheduler else _persisted_client(inputs)),
                  scheduler) as active:
-        spec = planned or cluster_spec(None, active)
+        with phase("connect"):
+            spec = planned or cluster_spec(None, active)
         config = settings()
         replanned = None
         for attempt in range(recovery.replan_on_oom + 1):
-            plan = cached_compile(graph, spec, config, replan=fresh and attempt == 0)
+            with phase("plan"):
+                plan = cached_compile(graph, spec, config, replan=fresh and attempt == 0)
             try:
                 results = _compute(plan, graph, bound, active, progress, recovery, replanned,
                                    cancel=cancel)
@@ -366,15 +373,17 @@ def _compute(plan, graph, bound, client, progress, recovery=None, note=None,
     futures, _, recorder, _ = _submit(plan, graph, bound, client, kind, recovery=recovery,
                                       progress=progress, db=db)
     flat = [f for fs in futures.values() for f in fs]
+    completion = Completion.of(flat)
     if recorder is not None:
-        if note:
-            recorder.note("replan", note)
-        recorder.watch()
+        with phase("record"):
+            if note:
+                recorder.note("replan", note)
+            recorder.watch()
     if cancel is not None:
         cancel.watch(client, flat)
     try:
         out = {}
-        with progress:
+        with progress, cluster_then_gather(completion):
             for name, node_id in graph.outputs:
                 node = plan.graph[node_id]
                 out[name] = _gather(client, futures[name], node.shape, node.dtype,
@@ -397,12 +406,13 @@ def _compute(plan, graph, bound, client, progress, recovery=None, note=None,
         if cancel is not None:
             cancel.forget(flat)
     if recorder is not None:
-        # The outputs are NumPy arrays now; dropping the futures frees the chunks, and the
-        # placement table should say so (for keys no other handle here still holds).
-        keys = [f.key for f in flat if client.refcount.get(f.key, 0) <= 1]
-        for f in flat:
-            f.release()
-        recorder.finish(settle_keys=keys)
+        with phase("finish"):
+            # The outputs are NumPy arrays now; dropping the futures frees the chunks, and
+            # the placement table should say so (for keys no other handle here still holds).
+            keys = [f.key for f in flat if client.refcount.get(f.key, 0) <= 1]
+            for f in flat:
+                f.release()
+            recorder.finish(settle_keys=keys)
     return out
 
 
