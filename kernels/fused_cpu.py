@@ -542,6 +542,59 @@ def hoisted(program: Program, arrays: Sequence[np.ndarray], invariant: set[int])
     return out
 
 
+def prepared_blocks(program: Program, dtypes: Sequence[str], block_shape: tuple[int, ...],
+                    fixed: dict | None = None):
+    """The blocked path prepared once for many blocks of at most `block_shape` (a reduction's
+    prologue, block by block): a function `run(arrays, out)` that evaluates the program on
+    the block's input arrays (`dtypes`, broadcasting to `out`) into `out`, a C-contiguous
+    array of the result's dtype. Its constants, temporaries' buffers and each instruction's
+    ufunc are found here, so a block costs its ufunc calls alone: the set-up of
+    `_run_blocked` (about 30 us a call) would otherwise be paid per block, and blocks small
+    enough to stay in cache are what make the arithmetic fast. `fixed`: instruction index ->
+    its value, the same for every block (`hoisted`).
+
+    None where the program is not one for this path: whole-axis instructions (a softmax's
+    blocks keep its axis), bfloat16 anywhere, or numexpr chosen for it (`engine_for`).
+    """
+    if whole_axes(program) or "bfloat16" in dtypes or \
+            any(dtype == "bfloat16" for _, _, dtype in program) or \
+            engine_for(program, dtypes) != "blocked":
+        return None
+    from deepx_flow.kernels.elementwise import UFUNCS
+    fixed = fixed or {}
+    n = len(program)
+    slots, slot_dtypes, scratch = _allocate(program)
+    elements = math.prod(block_shape)
+    buffers = _block_buffers(slot_dtypes, elements)
+    work = _block_buffers(["float32"], elements, first=len(slot_dtypes))[0] if scratch else None
+    steps = []  # (j, ufunc or None, op, operand sources, dtype)
+    for j, (op, args, dtype) in enumerate(program):
+        if j in fixed:
+            continue
+        sources = [("in", a[1]) if a[0] == "in" else ("fixed", fixed[a[1]]) if
+                   a[0] == "t" and a[1] in fixed else ("t", a[1]) if a[0] == "t" else
+                   ("fixed", constant(a[1], a[2])) for a in args]
+        ufunc = getattr(np, UFUNCS[op]) if op in UFUNCS else None
+        steps.append((j, ufunc, op, sources, dtype))
+
+    def run(arrays, out):
+        shape, m = out.shape, out.size
+        values: list[Any] = [None] * n
+        with np.errstate(all="ignore"):
+            for j, ufunc, op, sources, dtype in steps:
+                operands = [arrays[k] if kind == "in" else values[k] if kind == "t" else k
+                            for kind, k in sources]
+                dest = out if j == n - 1 else buffers[slots[j]][:m].reshape(shape)
+                if ufunc is not None:
+                    ufunc(*operands, out=dest, casting="unsafe")
+                else:  # the rest take their operands at the block's shape, as apply_op does
+                    _apply(op, [np.broadcast_to(o, shape) for o in operands], dtype, dest,
+                           work[:m].reshape(shape) if work is not None else None)
+                values[j] = dest
+        return out
+    return run
+
+
 def _run_blocked(program: Program, arrays: list[np.ndarray], shape, block_elements: int,
                  out: np.ndarray | None = None, fixed: dict | None = None) -> np.ndarray:
     n = len(program)

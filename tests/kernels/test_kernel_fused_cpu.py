@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deepx_flow.errors import ExecutionError
+from deepx_flow.ir.program import whole_axis_ref
 from deepx_flow.kernels import fused, fused_cpu, fused_numexpr, tasks
 from deepx_flow.kernels.elementwise import apply_op, constant
 from tests.kernels.cases import chain10
@@ -422,6 +423,39 @@ def test_random_programs_match_plain_numpy(case, seed):
     for got in results:
         assert got.dtype == np.dtype(rdtype) and got.shape == out_shape
         np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol * scale)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=programs(), seed=st.integers(0, 2**16), rows=st.integers(1, 3))
+def test_a_program_prepared_for_blocks_gives_the_blocked_paths_bits(case, seed, rows):
+    """`prepared_blocks` (a reduction's prologue, set up once per task) is the blocked path
+    without its per-call set-up: block by block, the same values to the bit, whatever the
+    operands' broadcasting, and a ragged last block too."""
+    program, in_dtypes, shapes = case
+    rng = np.random.default_rng(seed)
+    inner = tuple(np.broadcast_shapes(*shapes))
+    out_shape = (5,) + inner
+    # Every other operand spans the rows; the others are the same for every block.
+    shapes = [(5 if i % 2 == 0 else 1,) + (1,) * (len(inner) - len(s)) + s
+              for i, s in enumerate(shapes)]
+    arrays = [rng.uniform(-2, 2, s).astype(d) for s, d in zip(shapes, in_dtypes)]
+    want = fused_cpu.evaluate_blocked(program, arrays, out_shape)
+    run = fused_cpu.prepared_blocks(program, in_dtypes, (rows,) + out_shape[1:])
+    if fused_cpu.engine_for(program, in_dtypes) != "blocked":
+        assert run is None  # numexpr's programs keep their own path
+        return
+    got = np.empty(out_shape, program[-1][2])
+    for lo in range(0, 5, rows):
+        block = [a[lo:lo + rows] if a.shape[0] == 5 else a for a in arrays]
+        run(block, got[lo:lo + rows])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_prepared_program_refuses_what_the_blocked_path_keeps_whole():
+    softmax = (("softmax", (("in", 0), whole_axis_ref(1)), "float32"),)
+    assert fused_cpu.prepared_blocks(softmax, ["float32"], (4, 8)) is None
+    bf16 = (("add", (("in", 0), ("in", 0)), "bfloat16"),)
+    assert fused_cpu.prepared_blocks(bf16, ["bfloat16"], (4, 8)) is None
 
 
 # --- threads ----------------------------------------------------------------------------------
