@@ -553,11 +553,11 @@ def prepared_blocks(program: Program, dtypes: Sequence[str], block_shape: tuple[
     enough to stay in cache are what make the arithmetic fast. `fixed`: instruction index ->
     its value, the same for every block (`hoisted`).
 
-    None where the program is not one for this path: whole-axis instructions (a softmax's
-    blocks keep its axis), bfloat16 anywhere, or numexpr chosen for it (`engine_for`).
+    A whole-axis instruction (softmax, log_softmax) needs its axis whole in every block, as
+    in `_run_blocked`. None where the program is not one for this path: bfloat16 anywhere,
+    or numexpr chosen for it (`engine_for`).
     """
-    if whole_axes(program) or "bfloat16" in dtypes or \
-            any(dtype == "bfloat16" for _, _, dtype in program) or \
+    if "bfloat16" in dtypes or any(dtype == "bfloat16" for _, _, dtype in program) or \
             engine_for(program, dtypes) != "blocked":
         return None
     from deepx_flow.kernels.elementwise import UFUNCS
@@ -567,6 +567,15 @@ def prepared_blocks(program: Program, dtypes: Sequence[str], block_shape: tuple[
     elements = math.prod(block_shape)
     buffers = _block_buffers(slot_dtypes, elements)
     work = _block_buffers(["float32"], elements, first=len(slot_dtypes))[0] if scratch else None
+    # softmax and log_softmax of one value along one axis share its normalization (buffers
+    # numbered after the others', as `_run_blocked` numbers them)
+    groups: dict = {}
+    for op, args, dtype in program:
+        if op in WHOLE_AXIS_OPS and (args[0], args[1][1]) not in groups:
+            first = len(slot_dtypes) + 1 + 3 * len(groups)
+            kind = softmax.value_dtype(dtype).name
+            groups[(args[0], args[1][1])] = _block_buffers(
+                [kind, kind, accumulator(kind)], elements, first=first)
     steps = []  # (j, ufunc or None, op, operand sources, dtype)
     for j, (op, args, dtype) in enumerate(program):
         if j in fixed:
@@ -574,18 +583,27 @@ def prepared_blocks(program: Program, dtypes: Sequence[str], block_shape: tuple[
         sources = [("in", a[1]) if a[0] == "in" else ("fixed", fixed[a[1]]) if
                    a[0] == "t" and a[1] in fixed else ("t", a[1]) if a[0] == "t" else
                    ("fixed", constant(a[1], a[2])) for a in args]
+        if op in WHOLE_AXIS_OPS:
+            sources = sources[:1]
         ufunc = getattr(np, UFUNCS[op]) if op in UFUNCS else None
-        steps.append((j, ufunc, op, sources, dtype))
+        steps.append((j, ufunc, op, sources, dtype, (args[0], args[1][1]) if
+                      op in WHOLE_AXIS_OPS else None))
 
     def run(arrays, out):
         shape, m = out.shape, out.size
         values: list[Any] = [None] * n
+        shared: dict = {}
         with np.errstate(all="ignore"):
-            for j, ufunc, op, sources, dtype in steps:
+            for j, ufunc, op, sources, dtype, group in steps:
                 operands = [arrays[k] if kind == "in" else values[k] if kind == "t" else k
                             for kind, k in sources]
                 dest = out if j == n - 1 else buffers[slots[j]][:m].reshape(shape)
-                if ufunc is not None:
+                if group is not None:
+                    if group not in shared:
+                        shared[group] = _normalized(operands[0], group[1], m, shape,
+                                                    groups[group])
+                    softmax.finish(op, shared[group], np, out=dest)
+                elif ufunc is not None:
                     ufunc(*operands, out=dest, casting="unsafe")
                 else:  # the rest take their operands at the block's shape, as apply_op does
                     _apply(op, [np.broadcast_to(o, shape) for o in operands], dtype, dest,

@@ -451,9 +451,25 @@ def test_a_program_prepared_for_blocks_gives_the_blocked_paths_bits(case, seed, 
     np.testing.assert_array_equal(got, want)
 
 
-def test_a_prepared_program_refuses_what_the_blocked_path_keeps_whole():
-    softmax = (("softmax", (("in", 0), whole_axis_ref(1)), "float32"),)
-    assert fused_cpu.prepared_blocks(softmax, ["float32"], (4, 8)) is None
+@pytest.mark.parametrize("rows", [1, 3, 7])
+def test_a_prepared_softmax_in_blocks_of_rows_gives_the_blocked_paths_bits(rows):
+    """softmax and log_softmax of one value share its normalization in a prepared program
+    too (the entropy of each row's softmax, as bench_workloads computes it)."""
+    entropy = (("softmax", (("in", 0), whole_axis_ref(1)), "float32"),
+               ("log_softmax", (("in", 0), whole_axis_ref(1)), "float32"),
+               ("mul", (("t", 0), ("t", 1)), "float32"),
+               ("neg", (("t", 2),), "float32"))
+    x = np.random.default_rng(rows).standard_normal((7, 33)).astype(np.float32) * 20
+    x[2, 5] = np.inf  # a row with an infinity, as the whole-chunk path gives it
+    want = fused_cpu.evaluate_blocked(entropy, [x], x.shape)
+    run = fused_cpu.prepared_blocks(entropy, ["float32"], (rows, 33))
+    got = np.empty_like(x)
+    for lo in range(0, 7, rows):
+        run([x[lo:lo + rows]], got[lo:lo + rows])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_prepared_program_refuses_bfloat16():
     bf16 = (("add", (("in", 0), ("in", 0)), "bfloat16"),)
     assert fused_cpu.prepared_blocks(bf16, ["bfloat16"], (4, 8)) is None
 
