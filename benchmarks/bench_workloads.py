@@ -6,11 +6,11 @@ instead (`da.from_zarr` and the same expression, on the same cluster), and how c
 workload comes to what the machine can do (memory bandwidth for streaming work, BLAS GFLOP/s
 for matmuls).
 
-Inputs, written once with Zarr's defaults (zstd) and reused from `--data` (default
-`$TMPDIR/deepx-bench-workloads-<size>`):
-- `x`: 2,000,000 x 256 float32 (2 GiB) in 65,536-row chunks, N(0.5, 1) values;
-- `g`: 2,000,000 x 64 float32 (0.5 GiB), the "gradient" of `X^T G`;
-- `cube`: 2,048 x 256 x 256 float32 (0.5 GiB) in 64-deep chunks;
+Inputs, at each size (`--gib`, 1 and 2 by default: `x` of that many GiB), written once with
+Zarr's defaults (zstd) and reused from `--data` (default `$TMPDIR`, a folder per size):
+- `x`: 1,048,576 or 2,097,152 x 256 float32 in 65,536-row chunks, N(0.5, 1) values;
+- `g`: the same rows x 64 float32 (a quarter of `x`), the "gradient" of `X^T G`;
+- `cube`: rows / 1,024 x 256 x 256 float32 (a quarter of `x`) in chunks 1/32 as deep;
 - `small`: 4,096 x 256 float32 in 4 chunks (the latency workload);
 - the asset `features`: `x` materialized as a deepx_flow asset, read back with `dx.load`
   (and by dask.array with `da.from_zarr` of the same stored version).
@@ -18,7 +18,7 @@ Inputs, written once with Zarr's defaults (zstd) and reused from `--data` (defau
 Each workload is written the natural way in each system. Timed, taking turns (deepx_flow,
 dask.array, NumPy), best of `--repeat` after one warm-up:
 - deepx_flow: `dx.run(expr, client=client)` on a LocalCluster of 2 worker processes x 1
-  thread (the machine's 2 cores);
+  thread (the machine's 2 cores), inside `dx.phases()`;
 - dask.array: `expr.compute()` on the same cluster;
 - NumPy: one process (BLAS on every core), reading the store with `zarr` and computing; the
   compute alone (data already in memory) is reported too. For the matmuls (whose target is
@@ -29,14 +29,23 @@ Every result is compared with a float64 NumPy reference computed from the stored
 error column is max |result - reference| over the size of the terms (max |reference|, or 1
 for the third moment of standardized values, which is near 0 but made of terms near 1).
 
-Ceilings: the memory bandwidth is `common.copy_bandwidth` on 2 threads (bytes read plus
-written per second); a streaming workload's fraction is the bytes it must read (the input
-times its passes) over its time, against that bandwidth. The BLAS ceiling is NumPy's float32
-GFLOP/s on a 4096^3 matmul on all cores; a matmul workload's fraction is its GFLOP/s over that.
+The floor of a workload is the least time this machine needs for it, from ceilings measured
+on it before and after the workloads (the higher rates kept: these are shared machines):
+- its stores read and decoded once on both cores (`decode_s`: chunk files read into one
+  buffer per thread and decoded into one chunk-sized array, both made beforehand);
+- then the largest of: its memory traffic (the input times its passes) at the 2-thread copy
+  bandwidth (`common.copy_bandwidth`), its FLOPs at NumPy's float32 GEMM rate on a 4096^3
+  matmul (`X^T X` counts one triangle, as BLAS's syrk computes it), and its transcendental
+  functions at their measured rates (the faster of NumPy's and numexpr's float32 kernel on a
+  block in cache, times the 2 cores);
+- plus one round trip to the cluster (a task sent and its result back), which a run on it
+  cannot avoid (NumPy's fraction leaves it out).
+Each system's fraction of the floor is the floor over its time. deepx_flow's fixed costs are
+every phase of its best timed run but the cluster's work (`dx.phases`), reported apart.
 
-Run: `python benchmarks/bench_workloads.py [--quick]` (--quick, a smoke test of every workload
-in about 15 s: 16,384 rows in 4 chunks, no warm-up run, the ceilings measured on a 64 MiB copy
-and a 1024^3 matmul).
+Run: `python benchmarks/bench_workloads.py [--quick] [--gib 1 2]` (--quick, a smoke test of
+every workload in about a minute: 16,384 rows in 4 chunks, no warm-up run, the ceilings
+measured on a 64 MiB copy and a 1024^3 matmul).
 """
 
 from __future__ import annotations
