@@ -567,15 +567,7 @@ def prepared_blocks(program: Program, dtypes: Sequence[str], block_shape: tuple[
     elements = math.prod(block_shape)
     buffers = _block_buffers(slot_dtypes, elements)
     work = _block_buffers(["float32"], elements, first=len(slot_dtypes))[0] if scratch else None
-    # softmax and log_softmax of one value along one axis share its normalization (buffers
-    # numbered after the others', as `_run_blocked` numbers them)
-    groups: dict = {}
-    for op, args, dtype in program:
-        if op in WHOLE_AXIS_OPS and (args[0], args[1][1]) not in groups:
-            first = len(slot_dtypes) + 1 + 3 * len(groups)
-            kind = softmax.value_dtype(dtype).name
-            groups[(args[0], args[1][1])] = _block_buffers(
-                [kind, kind, accumulator(kind)], elements, first=first)
+    groups = _softmax_groups(program, len(slot_dtypes), elements)
     steps = []  # (j, ufunc or None, op, operand sources, dtype)
     for j, (op, args, dtype) in enumerate(program):
         if j in fixed:
@@ -631,16 +623,7 @@ def _run_blocked(program: Program, arrays: list[np.ndarray], shape, block_elemen
     # float16 sigmoid/gelu compute in float32: give them a reused float32 buffer instead of
     # letting apply_op allocate one per block.
     f32 = _block_buffers(["float32"], block, first=len(slot_dtypes))[0] if scratch else None
-    # softmax and log_softmax of one value along one axis share (x - max, its exps, their
-    # sum): the first one of a block computes them into the value's group buffers, in the
-    # dtype softmax computes in (float32 for bfloat16, rounded once into the result).
-    groups = {}
-    for op, args, dtype in program:
-        if op in WHOLE_AXIS_OPS and (args[0], args[1][1]) not in groups:
-            first = len(slot_dtypes) + 1 + 3 * len(groups)
-            work = softmax.value_dtype(dtype).name
-            groups[(args[0], args[1][1])] = _block_buffers(
-                [work, work, accumulator(work)], block, first=first)
+    groups = _softmax_groups(program, len(slot_dtypes), block)
 
     with np.errstate(all="ignore"):
         for key in iter_blocks(shape, block):
@@ -669,6 +652,22 @@ def _run_blocked(program: Program, arrays: list[np.ndarray], shape, block_elemen
                            f32[:m].reshape(bshape) if f32 is not None else None)
                 values[j] = dest
     return out
+
+
+def _softmax_groups(program: Program, slots: int, elements: int) -> dict:
+    """Block buffers for the whole-axis instructions, by (value, axis): softmax and
+    log_softmax of one value along one axis share (x - max, its exps, their sum), which the
+    first of them in a block computes into its group's buffers, in the dtype softmax computes
+    in (float32 for bfloat16, rounded once into the result). They are numbered after the
+    program's `slots` temporaries and the float32 scratch."""
+    groups: dict = {}
+    for op, args, dtype in program:
+        if op in WHOLE_AXIS_OPS and (args[0], args[1][1]) not in groups:
+            first = slots + 1 + 3 * len(groups)
+            work = softmax.value_dtype(dtype).name
+            groups[(args[0], args[1][1])] = _block_buffers(
+                [work, work, accumulator(work)], elements, first=first)
+    return groups
 
 
 def _apply(op: str, operands: list, dtype: str, dest: np.ndarray, work=None) -> np.ndarray:

@@ -63,8 +63,8 @@ def add(name: str, seconds: float) -> None:
 
 
 class Completion:
-    """When the last of some futures finished, as the client heard of it (its callbacks run
-    on the client's event loop). `None` when phases are not being collected."""
+    """When the last of some futures finished, as the client heard of it (their done
+    callbacks). `Completion.of` gives None when phases are not being collected."""
 
     def __init__(self, futures):
         self.last = 0.0
@@ -86,14 +86,10 @@ class Completion:
 def cluster_then_gather(completion: Completion | None):
     """Time a gather that starts as the cluster's work is submitted: the seconds until the
     last future finished go to "cluster", the rest to "gather"."""
-    if completion is None:
-        yield
-        return
     start = time.perf_counter()
-    try:
+    with phase("gather"):
         yield
-    finally:
-        end = time.perf_counter()
-        done = min(max(completion.last, start), end)
-        add("cluster", done - start)
-        add("gather", end - done)
+    if completion is not None:  # the part before the last future finished was the cluster's
+        waited = min(max(completion.last, start), time.perf_counter()) - start
+        add("gather", -waited)
+        add("cluster", waited)
