@@ -555,7 +555,9 @@ def prepared_blocks(program: Program, dtypes: Sequence[str], block_shape: tuple[
 
     A whole-axis instruction (softmax, log_softmax) needs its axis whole in every block, as
     in `_run_blocked`. None where the program is not one for this path: bfloat16 anywhere,
-    or numexpr chosen for it (`engine_for`).
+    or numexpr chosen for it (`engine_for`). `run` uses this thread's block buffers
+    (`_block_buffers`): it runs on the thread that prepared it, and nothing else evaluates a
+    program on that thread between its blocks.
     """
     if "bfloat16" in dtypes or any(dtype == "bfloat16" for _, _, dtype in program) or \
             engine_for(program, dtypes) != "blocked":
@@ -695,11 +697,11 @@ def _normalized(x, axis: int, m: int, bshape, buffers) -> softmax.Normalized:
 
 
 def _block_buffers(dtypes: Sequence[str], elements: int, first: int = 0) -> list[np.ndarray]:
-    """Block buffers for one evaluation, kept per thread and reused by the next: callers that
-    evaluate block by block (a reduction's prologue) call this once per block, and a fresh
-    buffer each time would fault in page by page on a Dask worker (whose glibc mmap threshold
-    is pinned at 128 KiB). Buffer `first + i` gets `dtypes[i]`; one evaluation runs at a time
-    per thread, so no two callers share a buffer."""
+    """Block buffers for one evaluation, kept per thread and reused by the next: a fused
+    program is evaluated many times a task (a batch chain's blocks; `prepared_blocks` once per
+    task), and a fresh buffer each time would fault in page by page on a Dask worker (whose
+    glibc mmap threshold is pinned at 128 KiB). Buffer `first + i` gets `dtypes[i]`; one
+    evaluation runs at a time per thread, so no two callers share a buffer."""
     pool = getattr(_local, "buffers", None)
     if pool is None:
         pool = _local.buffers = {}

@@ -371,7 +371,10 @@ def _reduce_by_rows(op, shape, dtype, axes, acc_dtype, block_of):
         part = v if all(v.shape[a] == 1 for a in axes) else \
             ufunc.reduce(v, axis=axes, keepdims=True)
         if total is None:
-            total = np.array(part)  # its own copy: the block buffers are used again
+            # Its own copy (the block buffers are used again); a sum starts from 0 as
+            # add.reduce does, so that a -0.0 alone sums to +0.0 as it did.
+            total = np.add(part, part.dtype.type(0)) if combine == "sum" and part is v \
+                else np.array(part)
         else:
             ufunc(total, part, out=total)
     return total if axis in axes else np.concatenate(parts, axis=axis)

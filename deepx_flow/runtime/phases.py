@@ -5,11 +5,14 @@ cluster's work, gathering.
         dx.run(expr)
     timed  # {"check": 0.0004, "connect": 0.002, "plan": 0.0001, ..., "cluster": 1.21, ...}
 
-`dx.phases()` collects the wall seconds of each phase of the runs made in its block (summed
-over several runs), so that a benchmark or a user can tell a run's fixed costs from the work
-itself. "cluster" runs from the end of the submission until the last output chunk is
-computed; "gather" is what gathering takes after that (its transfers before it overlap the
-cluster's work). Outside such a block a phase costs one context-variable lookup.
+`dx.phases()` collects the wall seconds of each phase of the `dx.run` calls made in its block
+(summed over several runs; a block inside another collects its own), so that a benchmark or
+a user can tell a run's fixed costs from the work itself. "cluster" runs from the end of the
+submission until the last output chunk is computed; "gather" is what gathering takes after
+that (its transfers before it overlap the cluster's work). What no phase covers (making the
+client, the progress bar) is the call's wall time less their sum. `dx.persist`,
+`dx.materialize` and `dx.train` add the phases they share with a run (lower, record,
+submit). Outside such a block a phase costs one context-variable lookup.
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ class Completion:
     callbacks). `Completion.of` gives None when phases are not being collected."""
 
     def __init__(self, futures):
-        self.last = 0.0
+        self.last, self.waiting = 0.0, len(futures)
         self._lock = threading.Lock()
         for future in futures:
             future.add_done_callback(self._done)
@@ -76,6 +79,7 @@ class Completion:
         now = time.perf_counter()
         with self._lock:
             self.last = max(self.last, now)
+            self.waiting -= 1
 
     @classmethod
     def of(cls, futures) -> "Completion | None":
@@ -85,11 +89,15 @@ class Completion:
 @contextlib.contextmanager
 def cluster_then_gather(completion: Completion | None):
     """Time a gather that starts as the cluster's work is submitted: the seconds until the
-    last future finished go to "cluster", the rest to "gather"."""
+    last future finished go to "cluster", the rest to "gather". A callback not run yet (they
+    run on one thread of their own) leaves the whole gather to the cluster rather than to a
+    fixed cost."""
     start = time.perf_counter()
-    with phase("gather"):
+    try:
         yield
-    if completion is not None:  # the part before the last future finished was the cluster's
-        waited = min(max(completion.last, start), time.perf_counter()) - start
-        add("gather", -waited)
+    finally:
+        end = time.perf_counter()
+        last = end if completion is None or completion.waiting > 0 else completion.last
+        waited = min(max(last, start), end) - start
         add("cluster", waited)
+        add("gather", end - start - waited)

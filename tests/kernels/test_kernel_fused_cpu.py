@@ -440,7 +440,11 @@ def test_a_program_prepared_for_blocks_gives_the_blocked_paths_bits(case, seed, 
               for i, s in enumerate(shapes)]
     arrays = [rng.uniform(-2, 2, s).astype(d) for s, d in zip(shapes, in_dtypes)]
     want = fused_cpu.evaluate_blocked(program, arrays, out_shape)
-    run = fused_cpu.prepared_blocks(program, in_dtypes, (rows,) + out_shape[1:])
+    # What every block shares (instructions of the operands that span no rows) is computed
+    # once, as a reduction's prologue hoists it.
+    fixed = fused_cpu.hoisted(program, arrays, {k for k, a in enumerate(arrays)
+                                                if a.shape[0] == 1})
+    run = fused_cpu.prepared_blocks(program, in_dtypes, (rows,) + out_shape[1:], fixed)
     if fused_cpu.engine_for(program, in_dtypes) != "blocked":
         assert run is None  # numexpr's programs keep their own path
         return

@@ -51,6 +51,19 @@ def test_blocks_of_rows_give_the_one_block_result(case, op, prologue, block, see
                           exact_sum(np.abs(values), axes, keepdims=True), rtol=1e-13)
 
 
+@pytest.mark.parametrize("block", [20, 40, 1000])
+def test_a_sum_of_negative_zeros_in_blocks_is_positive_zero_as_numpys(block):
+    """A block whose reduced axes are 1 long is added as it is; the sum still starts from 0,
+    as NumPy's add.reduce does, so -0.0 terms alone sum to +0.0 at any block size."""
+    x = np.full((3, 4, 5), -0.0, dtype=np.float32)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tasks, "REDUCE_BLOCK_ELEMENTS", block)
+        got = tasks.reduce_partial("sum", None, (0,), "float64", x.shape, ((),), x)
+    want = np.sum(x.astype(np.float64), axis=0, keepdims=True)
+    np.testing.assert_array_equal(got, want)
+    assert not np.signbit(got).any() and not np.signbit(want).any()
+
+
 def expected_shape(shape, axes):
     return tuple(1 if a in axes else s for a, s in enumerate(shape))
 

@@ -32,12 +32,12 @@ def test_a_runs_phases_tell_the_clusters_work_from_its_fixed_costs(client):
     client.register_plugin(FaultInjection([Fault("hang", times=1)]))
     releaser = threading.Timer(HANG_S, client.unregister_worker_plugin,
                                args=(FaultInjection.name,))
+    start = time.perf_counter()
+    releaser.start()
     try:
         with dx.phases() as timed:
-            start = time.perf_counter()
-            releaser.start()
             out = dx.run(y, inputs={"x": data}, client=client)
-            wall = time.perf_counter() - start
+        wall = time.perf_counter() - start
     finally:
         releaser.join()
     np.testing.assert_allclose(out, expected(data), rtol=1e-12)
@@ -69,6 +69,6 @@ def test_phases_sum_over_the_runs_of_a_block_and_nothing_is_kept_outside_one(cli
     before = dict(two)
     dx.run(y, inputs={"x": data}, client=client)  # outside every block: nothing collected
     assert two == before
-    # Two runs' submissions are counted twice (each submits at least one round trip).
-    assert two["submit"] > 0 and one["submit"] > 0
-    assert sum(two.values()) > 0
+    # (gather is 0 where the cluster's last callback came after it: all the cluster's)
+    assert all(seconds >= 0 for seconds in (*one.values(), *two.values()))
+    assert one["submit"] > 0 and two["submit"] > 0 and two["cluster"] > 0
