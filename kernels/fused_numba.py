@@ -50,12 +50,12 @@ def compilable(program: Program, in_dtypes) -> bool:
             return False
         if op in ("maximum", "minimum", "relu") and zero_ties.rule(op, dtype) is None:
             return False
-        if any(a[0] == "c" and (a[2] != dtype or not _finite(a[1], dtype)) for a in args):
+        if any(a[0] == "c" and (a[2] != dtype or not finite(a[1], dtype)) for a in args):
             return False
     return True
 
 
-def _finite(value, dtype: str) -> bool:
+def finite(value, dtype: str) -> bool:
     """Whether a constant is finite once rounded to `dtype` (1e39 is inf in float32)."""
     try:
         with np.errstate(all="ignore"):
@@ -162,7 +162,7 @@ def _compile(program: Program, n_inputs: int):
                 name = f"k{len(namespace)}"
                 namespace[name] = scalar(a[1])
                 operands.append(name)
-        lines.append(f"    t{j} = {_expression(op, operands, zero_ties.rule(op, dtype))}")
+        lines.append(f"    t{j} = {expression(op, operands, zero_ties.rule(op, dtype))}")
     lines.append(f"    return t{len(program) - 1}")
     exec("\n".join(lines), namespace)  # noqa: S102 (source made here from the program)
     signature = f"{dtype}({', '.join([dtype] * n_inputs)})"
@@ -219,13 +219,13 @@ def _compile_rows(program: Program, patterns: tuple, over: int | None):
                 name = f"k{len(namespace)}"
                 namespace[name] = scalar(arg[1])
                 operands.append(name)
-        lines.append(f"                t{j} = {_expression(op, operands, zero_ties.rule(op, dtype))}")
+        lines.append(f"                t{j} = {expression(op, operands, zero_ties.rule(op, dtype))}")
     lines.append(f"                row[p] = t{len(program) - 1}")
     exec("\n".join(lines), namespace)  # noqa: S102 (source made here from the program)
     return numba.njit(nogil=True, boundscheck=False)(namespace["kernel"])
 
 
-def _expression(op: str, x: list[str], tie: str | None) -> str:
+def expression(op: str, x: list[str], tie: str | None) -> str:
     """The scalar form of one instruction, as NumPy computes it; `tie` says which operand
     maximum and minimum give when their operands are equal (0.0 and -0.0)."""
     if op == "add":

@@ -19,7 +19,8 @@ import numpy as np
 
 from deepx_flow.ir.dtypes import accumulator, ufunc_result
 from deepx_flow.ir.program import whole_axes
-from deepx_flow.kernels import bfloat16, dispatch, fused, fused_cpu, recycled, softmax
+from deepx_flow.kernels import bfloat16, dispatch, fused, fused_cpu, recycled, reduce_numba, \
+    softmax
 from deepx_flow.kernels.random import random_chunk
 
 
@@ -307,6 +308,10 @@ def _sum(xp, x, axes, dtype):
     axes = tuple(a % x.ndim for a in ((axes,) if isinstance(axes, int) else axes))
     if xp is not np or dtype is None or x.dtype == dtype or x.size <= REDUCE_BLOCK_ELEMENTS:
         return xp.sum(x, axis=axes, keepdims=True, dtype=dtype)
+    summed = reduce_numba.column_sums((), [x], {}, x.shape, axes, dtype,
+                                      _block_shape(x.shape)[_block_axis(x.shape)])
+    if summed is not None:
+        return summed
     return _reduce_by_rows("sum", x.shape, x.dtype, axes, dtype,
                            lambda rows, _: x[rows])
 
@@ -319,13 +324,24 @@ def _reduce_blocks(op, prologue, arrays, axes, acc_dtype, space_shape):
     # What every block shares (a mean, sqrt of a variance) is computed once, not per block.
     axis = _block_axis(space_shape)
     dtypes = [a.dtype.name for a in arrays]
+    blocked = fused_cpu.engine_for(prologue, dtypes) == "blocked"
+    summing = op in ("sum", "mean") and "bfloat16" not in dtypes and \
+        all(dtype != "bfloat16" for _, _, dtype in prologue)
     fixed = run = None
-    if fused_cpu.engine_for(prologue, dtypes) == "blocked":
+    if blocked or summing:
+        fused_cpu.check_call(prologue, [a.shape for a in arrays], space_shape)
         fixed = fused_cpu.hoisted(prologue, arrays, {
             k for k, a in enumerate(arrays) if _rows_of(a, ndim, axis, 0, 1) is a})
+    if summing:  # an exact program's sum is one compiled loop, to the same bits
+        summed = reduce_numba.column_sums(prologue, arrays, fixed, space_shape, axes,
+                                          acc_dtype, _block_shape(space_shape)[axis])
+        if summed is not None:
+            return summed
+    if blocked:
         # Prepared once for every block: a block then costs its ufunc calls alone.
-        fused_cpu.check_call(prologue, [a.shape for a in arrays], space_shape)
         run = fused_cpu.prepared_blocks(prologue, dtypes, _block_shape(space_shape), fixed)
+    else:
+        fixed = None
 
     def block_of(rows, into):
         lo, hi = rows[-1].start, rows[-1].stop
