@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from deepx_flow.ir.dtypes import BFLOAT16, accumulator
+from deepx_flow.kernels import rows_numba
 
 
 class Normalized(NamedTuple):
@@ -48,8 +49,14 @@ def normalize(x, axis: int, xp=np, shifted=None, exps=None, wide=None) -> Normal
     On NumPy, `shifted` and `exps` (x's shape and dtype) and `wide` (x's shape, the
     accumulator dtype, needed only when it differs from x's) are buffers to write into.
     """
-    peak = xp.max(x, axis=axis, keepdims=True)
-    shifted = xp.subtract(x, peak, out=shifted)
+    if xp is np and axis % x.ndim == x.ndim - 1 and shifted is not None and \
+            rows_numba.takes(_rows(x), _rows(shifted)):  # the same bits, compiled loops
+        peak = rows_numba.softmax_peak(_rows(x))
+        rows_numba.per_row("sub", _rows(x), peak, _rows(shifted))
+        peak = peak.reshape(x.shape[:-1] + (1,))
+    else:
+        peak = xp.max(x, axis=axis, keepdims=True)
+        shifted = xp.subtract(x, peak, out=shifted)
     exps = xp.exp(shifted, out=exps)
     acc = accumulator(x.dtype.name)
     if xp is not np:
@@ -70,8 +77,18 @@ def finish(op: str, stats: Normalized, xp=np, out=None):
     """softmax or log_softmax from `normalize`'s result, into `out` when given (which may be
     `stats.exps` for softmax or `stats.shifted` for log_softmax)."""
     dtype = stats.exps.dtype
-    if op == "softmax":
-        return xp.divide(stats.exps, stats.total.astype(dtype), out=out)
-    if op == "log_softmax":
-        return xp.subtract(stats.shifted, xp.log(stats.total).astype(dtype), out=out)
-    raise ValueError(f"not a whole-axis operator: {op}")
+    if op not in ("softmax", "log_softmax"):
+        raise ValueError(f"not a whole-axis operator: {op}")
+    x = stats.exps if op == "softmax" else stats.shifted
+    value = stats.total.astype(dtype) if op == "softmax" else xp.log(stats.total).astype(dtype)
+    if xp is np and out is not None and x.ndim and value.shape == x.shape[:-1] + (1,) and \
+            out.shape == x.shape and rows_numba.takes(_rows(x), _rows(out), _rows(value)):
+        rows_numba.per_row("div" if op == "softmax" else "sub", _rows(x), _rows(value),
+                           _rows(out))
+        return out
+    return (xp.divide if op == "softmax" else xp.subtract)(x, value, out=out)
+
+
+def _rows(a):
+    """`a` as rows of its last axis (a view where `a` is C-contiguous; `takes` says)."""
+    return a.reshape(-1, a.shape[-1]) if a.ndim and a.flags.c_contiguous else a
