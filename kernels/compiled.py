@@ -1,5 +1,6 @@
 """Whether this process runs the kernels numba compiles (`depthwise_cpu`, `fused_numba`,
-`max_pool_cpu`), or their NumPy forms, which give the same numbers.
+`max_pool_cpu`, `reduce_numba`, `rows_numba`), or their NumPy forms, which give the same
+numbers.
 
 numba and the LLVM it compiles with take memory of their own, outside any task's budget:
 measured in one process, importing numba 53 MB and compiling the first program 72 MB more.

@@ -35,15 +35,8 @@ def array_info(path: str) -> tuple[tuple[int, ...], str]:
 def zarr_info(uri: str) -> tuple[tuple[int, ...], str]:
     """(shape, dtype) of the Zarr array at `uri` (a path or fsspec URL, whatever its name),
     from its metadata only; InputError naming it when it cannot be opened as one."""
-    from deepx_flow.storage.zarr_bfloat16 import zarr
-    try:
-        arr = zarr.open_array(uri, mode="r")
-        dtype = np.dtype(arr.dtype).name
-    except Exception as err:  # zarr and fsspec raise many types for a missing or bad store
-        reason = " ".join(str(err).split()) or type(err).__name__
-        reason = reason if len(reason) <= 160 else reason[:157] + "..."
-        raise InputError(f"cannot open Zarr array {uri}: {reason}") from None
-    return tuple(int(s) for s in arr.shape), dtype
+    shape, dtype, _ = _zarr_metadata(uri)
+    return shape, dtype
 
 
 def storage_chunks(path: str) -> tuple[int, ...] | None:
@@ -51,11 +44,54 @@ def storage_chunks(path: str) -> tuple[int, ...] | None:
     chunks)."""
     if not _is_zarr(path):
         return None
+    try:
+        return _zarr_metadata(path)[2]
+    except InputError:  # array_info has already reported a bad store
+        return None
+
+
+# A local array's metadata, by its metadata file's identity (inode, size, mtime): a run reads
+# it twice (building the graph, checking it before the run), and opening it through zarr
+# took about 2 ms each time. A rewritten array has a new file, so it is read again.
+_METADATA_FILES = ("zarr.json", ".zarray")
+_metadata: dict = {}
+
+
+def _chunks(arr) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(c) for c in arr.chunks)
+    except Exception:  # an array zarr cannot give one chunk shape for (sharded ones)
+        return None
+
+
+def _zarr_metadata(uri: str) -> tuple[tuple[int, ...], str, tuple[int, ...] | None]:
+    """(shape, dtype, chunk shape or None) of the Zarr array at `uri`; InputError naming it when it
+    cannot be opened as one."""
+    stamp = None
+    if "://" not in uri:
+        for name in _METADATA_FILES:
+            try:
+                st = (Path(uri) / name).stat()
+            except OSError:
+                continue
+            stamp = (name, st.st_ino, st.st_size, st.st_mtime_ns)
+            break
+    found = _metadata.get(uri) if stamp is not None else None
+    if found is not None and found[0] == stamp:
+        return found[1]
     from deepx_flow.storage.zarr_bfloat16 import zarr
     try:
-        return tuple(int(c) for c in zarr.open_array(path, mode="r").chunks)
-    except Exception:  # array_info has already reported a bad store
-        return None
+        arr = zarr.open_array(uri, mode="r")
+        info = (tuple(int(s) for s in arr.shape), np.dtype(arr.dtype).name, _chunks(arr))
+    except Exception as err:  # zarr and fsspec raise many types for a missing or bad store
+        reason = " ".join(str(err).split()) or type(err).__name__
+        reason = reason if len(reason) <= 160 else reason[:157] + "..."
+        raise InputError(f"cannot open Zarr array {uri}: {reason}") from None
+    if stamp is not None:
+        if len(_metadata) > 1024:
+            _metadata.clear()
+        _metadata[uri] = (stamp, info)
+    return info
 
 
 def read_region(path: str, region, missing: str = "error", origin: dict | None = None
