@@ -245,8 +245,26 @@ class Plan:
                   f"{format_bytes(stats.comm_bytes)} between workers (estimated)",
                   f"Estimated compute {stats.compute_seconds:.4f} s, communication "
                   f"{stats.comm_seconds:.4f} s, compute/communication ratio "
-                  f"{'inf' if ratio == math.inf else f'{ratio:.1f}'}"]
+                  f"{'inf' if ratio == math.inf else f'{ratio:.1f}'}"] + self._kept_reads(stats)
         return title, tensors, tasks, totals
+
+    def _kept_reads(self, stats) -> list[str]:
+        """A line per stored array read by several passes (a mean, then a transform): its
+        chunks are read and decoded once, by tasks of their own, and each stays in its
+        worker's memory until the last pass that reads it is done (Dask keeps a result while
+        a task depends on it). A read with one reader is computed inside it instead."""
+        tasks = {r.node: r for r in stats.nodes}
+        lines = []
+        for node in self.fused.nodes:
+            row = tasks.get(node.id)
+            if node.op != "read_zarr" or row is None or not row.tasks:
+                continue
+            readers = [n.id for n in self.fused.nodes if node.id in n.inputs]
+            if len(readers) > 1:
+                lines.append(f"{node.id}: read and decoded once, its {row.tasks} chunk(s) "
+                             f"({format_bytes(row.bytes_out)}) kept on their workers for "
+                             f"{len(readers)} readers")
+        return lines
 
 
 def _reshapes_whole_chunks(node, part) -> bool:

@@ -268,3 +268,32 @@ def test_a_reader_of_many_reduced_chunks_does_not_compute_them_all_itself():
     want = np.maximum(values.astype(np.float64) + 1.0, 0).mean(axis=(2, 3)).reshape(512, 64) \
         @ weights
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_standardization_reads_and_decodes_each_stored_chunk_once(tmp_path, monkeypatch):
+    """Three passes (the mean, the variance, the third moment) over a stored array read each
+    of its chunks once, in tasks of their own that the passes share, as the plan says."""
+    from deepx_flow.storage import readers
+    data = np.random.default_rng(3).standard_normal((6000, 8)).astype("float32")
+    store = zarr.create_array(tmp_path / "x.zarr", shape=data.shape, chunks=(500, 8),
+                              dtype="float32")
+    store[...] = data
+    x = dx.read_zarr(str(tmp_path / "x.zarr"))
+    centred = x - x.mean(axis=0)
+    z = centred / dx.sqrt((centred * centred).mean(axis=0))
+    third = (z * z * z).mean(axis=0)
+    plan, low = lowered(third, 64 * 2**10)
+    reads = [k for k in low.dsk if isinstance(k, tuple) and node_of(k[0]).startswith("read_zarr")]
+    assert len(reads) == math.prod(len(c) for c in plan.partition.chunks[node_of(reads[0][0])])
+    assert f"read and decoded once, its {len(reads)} chunk(s)" in plan.explain()
+    assert "for 3 readers" in plan.explain()
+    regions = []
+    real = readers.read_region
+    monkeypatch.setattr(readers, "read_region",
+                        lambda path, region, *a, **k: regions.append(region) or
+                        real(path, region, *a, **k))
+    (got,) = evaluate(third, 64 * 2**10)
+    assert len(regions) == len(reads) == len(set(map(repr, regions)))
+    wide = data.astype(np.float64)
+    zz = (wide - wide.mean(axis=0)) / wide.std(axis=0)
+    np.testing.assert_allclose(got, (zz ** 3).mean(axis=0), atol=1e-5)
