@@ -50,6 +50,8 @@ def column_sums(program: Program, arrays, fixed: dict, space_shape, axes, acc_dt
     if axis is None or {a for a in reduced if shape[a] > 1} != {axis} or \
             not compiled.allowed():
         return None
+    if any(not np.asarray(a).dtype.isnative for a in arrays):  # numba takes native only
+        return None
     dtype = program[-1][2] if program else arrays[0].dtype.name
     acc = np.dtype(acc_dtype or dtype)
     if not _exact(program, fixed, dtype, [arrays[k].dtype.name for k in _read(program)])\

@@ -333,8 +333,11 @@ def _reduce_blocks(op, prologue, arrays, axes, acc_dtype, space_shape):
         fixed = fused_cpu.hoisted(prologue, arrays, {
             k for k, a in enumerate(arrays) if _rows_of(a, ndim, axis, 0, 1) is a})
     if summing:  # an exact program's sum is one compiled loop, to the same bits
-        summed = reduce_numba.column_sums(prologue, arrays, fixed, space_shape, axes,
-                                          acc_dtype, _block_shape(space_shape)[axis])
+        # (values hoisted by NumPy only where the NumPy path hoists them too: numexpr
+        # computes its exp with other bits)
+        summed = reduce_numba.column_sums(prologue, arrays, fixed if blocked else {},
+                                          space_shape, axes, acc_dtype,
+                                          _block_shape(space_shape)[axis])
         if summed is not None:
             return summed
     if blocked:

@@ -437,12 +437,21 @@ def _gather(client, futures, shape, dtype, chunks, plan=None) -> np.ndarray:
                                   for s, c, i in zip(starts, chunks, idx)))
     per_chunk = max(1, math.prod(max(c) for c in chunks) * out.itemsize)
     batch = max(1, GATHER_BATCH_BYTES // per_chunk)
+    if getattr(client, "status", "running") != "running":
+        # as_completed would wait on a closed client's loop for ever; gather says so
+        return _assembled(out, slots, unique, _gathered(client, unique, plan))
     for done in as_completed(unique, loop=client.loop).batches():
         for at in range(0, len(done), batch):
             part = done[at:at + batch]
-            for f, value in zip(part, _gathered(client, part, plan)):
-                for slot in slots[f.key]:
-                    out[slot] = value
+            _assembled(out, slots, part, _gathered(client, part, plan))
+    return out
+
+
+def _assembled(out, slots: dict, futures, values):
+    """`out` with each of `values` written into the slots of its future's key."""
+    for f, value in zip(futures, values):
+        for slot in slots[f.key]:
+            out[slot] = value
     return out
 
 

@@ -146,6 +146,12 @@ def test_other_programs_and_layouts_go_to_numpy():
                                     16) is None
     assert reduce_numba.column_sums(ident, [x.astype(np.float64)], {}, x.shape, (0,),
                                     "float64", 16) is None
+    big_endian = x.astype(">f4")  # numba types native byte order only
+    assert reduce_numba.column_sums(ident, [big_endian], {}, x.shape, (0,), "float64",
+                                    16) is None
+    np.testing.assert_array_equal(
+        tasks.reduce_partial("sum", ident, (0,), "float64", x.shape, ((),), big_endian),
+        np.full((1, 4), 80_000.0))
     # and what NumPy then gives is right
     got = tasks.reduce_partial("sum", exp, (0,), "float64", x.shape, ((),), x)
     np.testing.assert_allclose(got, np.full((1, 4), 80_000 * np.e), rtol=1e-6)

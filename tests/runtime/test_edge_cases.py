@@ -85,6 +85,29 @@ def test_persist_with_a_scheduler_address_keeps_its_client():
         handle.client.close()
 
 
+def test_gathering_through_a_closed_client_raises_instead_of_waiting():
+    import threading
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, host="127.0.0.1",
+                      protocol="tcp", dashboard_address="127.0.0.1:0",
+                      silence_logs=logging.ERROR) as cluster:
+        x = dx.input("x", (6,), "float64")
+        handle = dx.persist(dx.exp(x), inputs={"x": np.arange(6.0)},
+                            scheduler=cluster.scheduler_address)
+        handle.client.close()
+        raised = []
+
+        def gather():
+            try:
+                handle.to_numpy()
+            except Exception as err:  # what distributed raises for a closed client
+                raised.append(err)
+        thread = threading.Thread(target=gather, daemon=True)
+        thread.start()
+        thread.join(60)
+        assert not thread.is_alive(), "gathering through a closed client hung"
+        assert raised
+
+
 def test_released_persisted_input_is_an_input_error(client):
     x = dx.input("x", (6,), "float64")
     handle = dx.persist(dx.exp(x), inputs={"x": np.arange(6.0)}, client=client)
