@@ -19,8 +19,8 @@ import numpy as np
 
 from deepx_flow.ir.dtypes import accumulator, ufunc_result
 from deepx_flow.ir.program import whole_axes
-from deepx_flow.kernels import bfloat16, dispatch, fused, fused_cpu, recycled, reduce_numba, \
-    softmax
+from deepx_flow.kernels import bfloat16, compiled, dispatch, fused, fused_cpu, recycled, \
+    reduce_numba, softmax
 from deepx_flow.kernels.random import random_chunk
 
 
@@ -326,7 +326,7 @@ def _reduce_blocks(op, prologue, arrays, axes, acc_dtype, space_shape):
     dtypes = [a.dtype.name for a in arrays]
     blocked = fused_cpu.engine_for(prologue, dtypes) == "blocked"
     summing = op in ("sum", "mean") and "bfloat16" not in dtypes and \
-        all(dtype != "bfloat16" for _, _, dtype in prologue)
+        all(dtype != "bfloat16" for _, _, dtype in prologue) and compiled.allowed()
     fixed = run = None
     if blocked or summing:
         fused_cpu.check_call(prologue, [a.shape for a in arrays], space_shape)
